@@ -1,0 +1,85 @@
+"""Run the dashboard: ``python app.py [--host H] [--port P] [--demo]``.
+
+Importing this module creates the app (for ``flask --app app``) but starts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+from dlq_dashboard import create_app
+from dlq_dashboard.config import ConfigError, load_settings
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="DLQ Dashboard: dead letters of NATS JetStream")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    parser.add_argument("--threads", type=int, default=8, help="web server threads (default 8)")
+    parser.add_argument("--demo", action="store_true",
+                        help="also run demo streams and a consumer that dead-letters realistic failures")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the bundled nats-server (without NATS_URL), the mirror and the web server."""
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings()
+        if args.demo:
+            from dlq_dashboard.demo import demo_settings
+
+            settings = demo_settings(settings)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    import waitress
+
+    from dlq_dashboard.accounts import ensure_first_admin
+
+    application = create_app({"SETTINGS": settings})
+    runtime = application.extensions["dlq"]
+    password = ensure_first_admin(runtime.engine)
+    if password:
+        print(f"Created the first user: admin / {password}  (shown once; change it with the CLI)", flush=True)
+    demo = None
+    server = None
+
+    def stop(signum, _frame):
+        # Leave the serving loop; the finally below stops everything in order.
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        runtime.start()
+        if args.demo:
+            from dlq_dashboard.demo import Demo
+
+            demo = Demo(runtime).start()
+        server = waitress.create_server(application, host=args.host, port=args.port, threads=args.threads)
+        print(f"DLQ Dashboard at http://{args.host}:{server.effective_port}", flush=True)
+        server.run()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        print("Stopping…", flush=True)
+        if server is not None:
+            server.close()
+        if demo is not None:
+            demo.stop()
+        runtime.stop()
+    return 0
+
+
+def _cli_app():
+    # `flask --app app ...` imports this module: it gets an app with no thread started.
+    return create_app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Settings from the environment (flags override), validated once at start."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Mapping
+
+
+class ConfigError(ValueError):
+    """A setting has a value it cannot take; the message is one line for the operator."""
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_TOKEN_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def _bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not valid: use true or false")
+
+
+def _positive_int(name: str, raw: str, allow_zero: bool = False) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = -1
+    if value < 0 or (value == 0 and not allow_zero):
+        lowest = "0" if allow_zero else "1"
+        raise ConfigError(f"{name}={raw!r} is not valid: use a whole number of {lowest} or more")
+    return value
+
+
+def _stream_name(name: str, raw: str) -> str:
+    value = raw.strip()
+    if not value or not set(value) <= _TOKEN_CHARS:
+        raise ConfigError(
+            f"{name}={raw!r} is not valid: use a stream name of letters, digits, '-' and '_'"
+        )
+    return value
+
+
+def _subjects(name: str, raw: str) -> tuple[str, ...]:
+    subjects = tuple(s.strip() for s in raw.split(",") if s.strip())
+    for subject in subjects:
+        tokens = subject.split(".")
+        if any(t == "" or " " in t for t in tokens) or ">" in tokens[:-1] or any(
+            (">" in t or "*" in t) and len(t) > 1 for t in tokens
+        ):
+            raise ConfigError(
+                f"{name}={raw!r} is not valid: use comma-separated NATS subjects such as dlq.>"
+            )
+    if not subjects:
+        raise ConfigError(f"{name}={raw!r} is not valid: name at least one subject, e.g. dlq.>")
+    return subjects
+
+
+def _nats_urls(name: str, raw: str) -> tuple[str, ...]:
+    urls = tuple(u.strip() for u in raw.split(",") if u.strip())
+    for url in urls:
+        if "://" not in url or url.split("://", 1)[0] not in ("nats", "tls", "ws", "wss"):
+            raise ConfigError(
+                f"{name}={raw!r} is not valid: use comma-separated URLs such as nats://host:4222"
+            )
+    if not urls:
+        raise ConfigError(f"{name}={raw!r} is not valid: name at least one nats:// URL")
+    return urls
+
+
+def _existing_file(name: str, raw: str) -> str:
+    if not Path(raw).is_file():
+        raise ConfigError(f"{name}={raw!r} is not valid: use the path of a readable file")
+    return raw
+
+
+def _existing_dir(name: str, raw: str) -> str:
+    if not Path(raw).is_dir():
+        raise ConfigError(f"{name}={raw!r} is not valid: use the path of a folder of JSON Schema files")
+    return raw
+
+
+def _database_url(name: str, raw: str) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(raw)
+    except ArgumentError:
+        raise ConfigError(
+            f"{name}={raw!r} is not valid: use an SQLAlchemy URL such as sqlite:///instance/dlq.sqlite3"
+        ) from None
+    return raw
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the dashboard is configured with (SPEC section 3)."""
+
+    nats_urls: tuple[str, ...] = ()
+    nats_creds: str | None = None
+    nats_user: str | None = None
+    nats_password: str | None = None
+    nats_token: str | None = None
+    nats_tls_ca: str | None = None
+    database_url: str = "sqlite:///instance/dlq.sqlite3"
+    dlq_stream: str = "DLQ"
+    dlq_subjects: tuple[str, ...] = ("dlq.>",)
+    capture_advisories: bool = True
+    schemas_dir: str | None = None
+    delete_on_close: bool = False
+    republish_rate: int = 200
+    secret_key: str | None = None
+    instance_path: str = "instance"
+    advisory_stream: str = "DLQ_ADVISORIES"
+    # How long the bridge waits for its first connection before it reports the outage and
+    # keeps retrying in the background (nats-py alone would block for minutes).
+    connect_timeout: float = 5.0
+    request_timeout: float = 5.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def bundled_nats(self) -> bool:
+        """True when no NATS_URL is set and the dashboard runs its own nats-server."""
+        return not self.nats_urls
+
+    def with_overrides(self, **changes) -> "Settings":
+        """A copy with the given fields replaced (flags override the environment)."""
+        known = {f.name for f in fields(self)}
+        return replace(self, **{k: v for k, v in changes.items() if k in known and v is not None})
+
+
+# variable -> (field, parser)
+_PARSERS = {
+    "NATS_URL": ("nats_urls", _nats_urls),
+    "NATS_CREDS": ("nats_creds", _existing_file),
+    "NATS_USER": ("nats_user", lambda n, r: r),
+    "NATS_PASSWORD": ("nats_password", lambda n, r: r),
+    "NATS_TOKEN": ("nats_token", lambda n, r: r),
+    "NATS_TLS_CA": ("nats_tls_ca", _existing_file),
+    "DATABASE_URL": ("database_url", _database_url),
+    "DLQ_STREAM": ("dlq_stream", _stream_name),
+    "DLQ_SUBJECTS": ("dlq_subjects", _subjects),
+    "DLQ_CAPTURE_ADVISORIES": ("capture_advisories", _bool),
+    "DLQ_SCHEMAS": ("schemas_dir", _existing_dir),
+    "DLQ_DELETE_ON_CLOSE": ("delete_on_close", _bool),
+    "DLQ_REPUBLISH_RATE": ("republish_rate", lambda n, r: _positive_int(n, r, allow_zero=True)),
+    "SECRET_KEY": ("secret_key", lambda n, r: r),
+}
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides) -> Settings:
+    """Read and validate the settings; raise ConfigError naming the first bad variable."""
+    environ = os.environ if environ is None else environ
+    values = {}
+    for variable, (name, parse) in _PARSERS.items():
+        raw = environ.get(variable)
+        if raw is None or raw == "":
+            continue
+        values[name] = parse(variable, raw)
+    settings = Settings(**values).with_overrides(**overrides)
+    if settings.dlq_stream == settings.advisory_stream:
+        raise ConfigError(f"DLQ_STREAM={settings.dlq_stream!r} is not valid: that name is taken by the advisory stream")
+    return settings
+
+
+def ensure_secret_key(settings: Settings) -> Settings:
+    """Return settings with a secret key, generating one into the instance folder once."""
+    if settings.secret_key:
+        return settings
+    path = Path(settings.instance_path) / "secret_key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        # Written with 0600 before the key goes in, so it is never readable by others.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return replace(settings, secret_key=path.read_text().strip())

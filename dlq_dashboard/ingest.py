@@ -1,0 +1,238 @@
+"""The mirror's writes: DLQ messages and advisories become entries and history, with the
+stream position committed in the same transaction (commit first, then move on)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable
+
+from sqlalchemy import Connection, Engine, and_, insert, or_, select, tuple_, update
+
+from .contract import Advisory, entry_from_dlq_message, normalize_headers, H_REPLAY_OF, utcnow
+from .db import write_transaction
+from .models import Entry, Event, Lease, MirrorState
+
+ENTRIES = Entry.__table__
+EVENTS = Event.__table__
+
+
+def _insert_ignoring_duplicates(conn: Connection, table):
+    """INSERT that skips rows whose unique key is already stored (a redelivery, a replay)."""
+    if conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    elif conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:  # pragma: no cover - other databases
+        return insert(table).prefix_with("IGNORE")
+    return dialect_insert(table).on_conflict_do_nothing()
+
+
+@dataclass(frozen=True)
+class StreamMessage:
+    """What the mirror keeps of one stream message."""
+
+    seq: int
+    subject: str
+    headers: dict | None
+    data: bytes
+    stored_at: datetime | None
+
+
+# --- position ---------------------------------------------------------------------------------
+
+def read_position(engine: Engine, stream: str) -> tuple[str | None, int]:
+    """The (epoch, last sequence) the mirror has committed for a stream."""
+    with engine.connect() as conn:
+        row = conn.execute(select(MirrorState.epoch, MirrorState.last_seq)
+                           .where(MirrorState.stream == stream)).first()
+    return (row[0], row[1]) if row else (None, 0)
+
+
+def _save_position(conn: Connection, stream: str, epoch: str, last_seq: int) -> None:
+    table = MirrorState.__table__
+    done = conn.execute(update(table).where(table.c.stream == stream)
+                        .values(epoch=epoch, last_seq=last_seq, updated_at=utcnow()))
+    if done.rowcount == 0:
+        conn.execute(insert(table).values(stream=stream, epoch=epoch, last_seq=last_seq, updated_at=utcnow()))
+
+
+def reset_position(engine: Engine, stream: str, epoch: str) -> None:
+    """Start a recreated stream (a new epoch) from its beginning, keeping every old entry."""
+    with write_transaction(engine) as conn:
+        _save_position(conn, stream, epoch, 0)
+
+
+# --- DLQ messages -----------------------------------------------------------------------------
+
+# Columns a DLQ copy brings to an entry first made from an advisory.
+_DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "original_msg_id", "reason",
+               "error", "schema_errors", "headers", "payload", "payload_available", "replay_of", "notes")
+
+
+def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[StreamMessage]) -> int:
+    """Store a batch of DLQ messages and the stream position after it, in one transaction.
+
+    Returns how many new entries were made. A message already stored (same stream, epoch and
+    sequence) is skipped; a failure an advisory already reported is merged into its entry.
+    """
+    if not messages:
+        return 0
+    now = utcnow()
+    rows = [entry_from_dlq_message(stream=stream, epoch=epoch, seq=m.seq, headers=m.headers,
+                                   payload=m.data, stored_at=m.stored_at, received_at=now)
+            for m in messages]
+    with write_transaction(engine) as conn:
+        rows = _merge_into_advisory_entries(conn, rows)
+        made = 0
+        if rows:
+            made = conn.execute(_insert_ignoring_duplicates(conn, ENTRIES), rows).rowcount
+        _save_position(conn, stream, epoch, max(m.seq for m in messages))
+    return max(made, 0)
+
+
+def _merge_into_advisory_entries(conn: Connection, rows: list[dict]) -> list[dict]:
+    """Merge rows into entries made earlier from an advisory; return the rows still to insert."""
+    keyed = [r for r in rows if r["original_stream"] and r["original_seq"] is not None]
+    if not keyed:
+        return rows
+    keys = {(r["original_stream"], r["original_seq"]) for r in keyed}
+    candidates = conn.execute(
+        select(Entry.id, Entry.original_stream, Entry.original_seq, Entry.consumer, Entry.deliveries,
+               Entry.failed_at)
+        .where(tuple_(Entry.original_stream, Entry.original_seq).in_(list(keys)), Entry.dlq_seq.is_(None))
+    ).all()
+    if not candidates:
+        return rows
+    remaining = []
+    taken: set[int] = set()
+    for row in rows:
+        match = next((c for c in candidates if c.id not in taken
+                      and (c.original_stream, c.original_seq) == (row["original_stream"], row["original_seq"])
+                      and (c.consumer is None or row["consumer"] is None or c.consumer == row["consumer"])),
+                     None)
+        if match is None:
+            remaining.append(row)
+            continue
+        taken.add(match.id)
+        values = {k: row[k] for k in _DLQ_FIELDS}
+        values["reason"] = row["reason"] or None
+        values["consumer"] = match.consumer or row["consumer"]
+        values["deliveries"] = row["deliveries"] if row["deliveries"] is not None else match.deliveries
+        values["failed_at"] = row["failed_at"] or match.failed_at
+        values["sources"] = "dlq,advisory"
+        values["updated_at"] = row["received_at"]
+        if values["reason"] is None:
+            values.pop("reason")
+        conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id)
+                     .values(**values, version=ENTRIES.c.version + 1))
+    return remaining
+
+
+# --- advisories -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FetchedMessage:
+    """The failed message as read back from its source stream by sequence (None if gone)."""
+
+    subject: str
+    headers: dict | None
+    data: bytes
+
+
+def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
+                          items: Iterable[tuple[Advisory, FetchedMessage | None, str | None]],
+                          last_seq: int) -> int:
+    """Store advisories (history, and entries for terminal ones) and the position, in one transaction.
+
+    ``items`` pairs each advisory with the failed message fetched from its stream (or None
+    and a sentence saying why it could not be). Returns how many new entries were made.
+    """
+    made = 0
+    with write_transaction(engine) as conn:
+        for advisory, fetched, missing_reason in items:
+            stored = conn.execute(_insert_ignoring_duplicates(conn, EVENTS).values(
+                original_stream=advisory.stream, original_seq=advisory.stream_seq,
+                consumer=advisory.consumer, kind=advisory.kind, deliveries=advisory.deliveries,
+                at=advisory.at, source_key=f"advisory:{advisory.id}",
+                detail=json.dumps({k: v for k, v in (("reason", advisory.reason),) if v})))
+            if stored.rowcount == 0:
+                continue  # this advisory was stored before: a replay after a crash
+            if advisory.kind != "nak":
+                made += _entry_from_advisory(conn, advisory, fetched, missing_reason)
+        _save_position(conn, stream, epoch, last_seq)
+    return made
+
+
+def _advisory_error(advisory: Advisory) -> str:
+    if advisory.reason:
+        return advisory.reason
+    if advisory.kind == "max_deliveries":
+        return f"Reached the consumer's maximum of {advisory.deliveries} deliveries."
+    return "Terminated by the consumer (no reason given)."
+
+
+def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedMessage | None,
+                         missing_reason: str | None) -> int:
+    """Merge a terminal advisory into the entry of its DLQ copy, or make an entry of it."""
+    existing = conn.execute(
+        select(Entry.id, Entry.consumer, Entry.deliveries, Entry.sources)
+        .where(Entry.original_stream == advisory.stream, Entry.original_seq == advisory.stream_seq,
+               or_(Entry.consumer.is_(None), Entry.consumer == advisory.consumer))
+        .order_by(Entry.id.desc())
+    ).all()
+    match = next((e for e in existing if "advisory" not in e.sources.split(",")), None)
+    if match is not None:
+        conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id).values(
+            consumer=match.consumer or advisory.consumer,
+            deliveries=match.deliveries if match.deliveries is not None else advisory.deliveries,
+            sources="dlq,advisory", version=ENTRIES.c.version + 1, updated_at=utcnow()))
+        return 0
+    if existing:
+        return 0  # this failure already has an entry from an advisory of its own
+    now = utcnow()
+    notes = []
+    headers = normalize_headers(fetched.headers if fetched else None)
+    if fetched is None:
+        notes.append(missing_reason or "The source stream no longer has this message.")
+    replay_of = next((v[0] for k, v in headers.items() if k.lower() == H_REPLAY_OF and v), None)
+    conn.execute(insert(ENTRIES).values(
+        status="open", version=1, dlq_stream=None, dlq_epoch=None, dlq_seq=None,
+        original_subject=fetched.subject if fetched else None,
+        original_stream=advisory.stream, original_seq=advisory.stream_seq, consumer=advisory.consumer,
+        original_msg_id=next((v[0] for k, v in headers.items() if k.lower() == "nats-msg-id" and v), None),
+        reason=advisory.kind, error=_advisory_error(advisory), schema_errors=None,
+        deliveries=advisory.deliveries, failed_at=advisory.at, received_at=now,
+        headers=json.dumps(headers, ensure_ascii=False), payload=fetched.data if fetched else b"",
+        payload_available=fetched is not None, replay_of=replay_of, sources="advisory",
+        notes=json.dumps(notes), updated_at=now))
+    return 1
+
+
+# --- the lease --------------------------------------------------------------------------------
+
+def acquire_lease(engine: Engine, name: str, holder: str, seconds: float) -> bool:
+    """Take or renew a named lease; False while another live holder has it."""
+    from datetime import timedelta
+
+    now = utcnow()
+    expires = now + timedelta(seconds=seconds)
+    table = Lease.__table__
+    with write_transaction(engine) as conn:
+        row = conn.execute(select(table.c.holder, table.c.expires_at).where(table.c.name == name)).first()
+        if row is None:
+            conn.execute(insert(table).values(name=name, holder=holder, expires_at=expires))
+            return True
+        if row.holder != holder and row.expires_at > now:
+            return False
+        conn.execute(update(table).where(table.c.name == name).values(holder=holder, expires_at=expires))
+        return True
+
+
+def release_lease(engine: Engine, name: str, holder: str) -> None:
+    """Give a lease up so that another process can take it at once."""
+    table = Lease.__table__
+    with write_transaction(engine) as conn:
+        conn.execute(update(table).where(and_(table.c.name == name, table.c.holder == holder))
+                     .values(expires_at=datetime(1970, 1, 1)))

@@ -1,0 +1,212 @@
+"""SQLAlchemy 2.0 typed models: entries, their delivery history, the audit, and mirror state."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every table."""
+
+
+class Entry(Base):
+    """One dead-lettered failure: a DLQ message, an advisory, or both merged."""
+
+    __tablename__ = "entries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), default="open")
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    dlq_stream: Mapped[str | None] = mapped_column(String(255))
+    # The DLQ stream's creation time: sequences restart at 1 when a stream is recreated,
+    # so (stream, epoch, seq) identifies a DLQ message, not (stream, seq).
+    dlq_epoch: Mapped[str | None] = mapped_column(String(64))
+    dlq_seq: Mapped[int | None] = mapped_column(Integer)
+    original_subject: Mapped[str | None] = mapped_column(String(1024))
+    original_stream: Mapped[str | None] = mapped_column(String(255))
+    original_seq: Mapped[int | None] = mapped_column(Integer)
+    consumer: Mapped[str | None] = mapped_column(String(255))
+    original_msg_id: Mapped[str | None] = mapped_column(String(1024))
+    reason: Mapped[str | None] = mapped_column(String(255))
+    error: Mapped[str | None] = mapped_column(Text)
+    # JSON text: the parsed list, or null when the header was absent or malformed (see notes).
+    schema_errors: Mapped[str | None] = mapped_column(Text)
+    deliveries: Mapped[int | None] = mapped_column(Integer)
+    failed_at: Mapped[datetime | None] = mapped_column(DateTime)
+    received_at: Mapped[datetime] = mapped_column(DateTime)
+    headers: Mapped[str] = mapped_column(Text, default="{}")
+    payload: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+    payload_available: Mapped[bool] = mapped_column(Boolean, default=True)
+    replay_of: Mapped[str | None] = mapped_column(String(255))
+    # "dlq", "advisory" or "dlq,advisory": which sources reported this failure.
+    sources: Mapped[str] = mapped_column(String(32), default="dlq")
+    # JSON list of sentences about fields that could not be parsed and were kept raw.
+    notes: Mapped[str] = mapped_column(Text, default="[]")
+    closed_by: Mapped[str | None] = mapped_column(String(255))
+    closed_at: Mapped[datetime | None] = mapped_column(DateTime)
+    close_note: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+    __table_args__ = (
+        UniqueConstraint("dlq_stream", "dlq_epoch", "dlq_seq", name="uq_entries_dlq_message"),
+        Index("ix_entries_original", "original_stream", "original_seq"),
+        Index("ix_entries_status_id", "status", "id"),
+        Index("ix_entries_subject_id", "original_subject", "id"),
+        Index("ix_entries_reason_id", "reason", "id"),
+        Index("ix_entries_received_at", "received_at"),
+        Index("ix_entries_replay_of", "replay_of"),
+    )
+
+
+class Event(Base):
+    """A fact in a failure's delivery history (a nak, a max-deliveries or termination advisory).
+
+    Keyed by the original message, not by entry: naks arrive before the failure that makes
+    the entry, and one history serves every entry of that message.
+    """
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    original_stream: Mapped[str] = mapped_column(String(255))
+    original_seq: Mapped[int] = mapped_column(Integer)
+    consumer: Mapped[str | None] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(32))
+    deliveries: Mapped[int | None] = mapped_column(Integer)
+    at: Mapped[datetime] = mapped_column(DateTime)
+    detail: Mapped[str] = mapped_column(Text, default="{}")
+    # The advisory's id: a redelivered advisory is stored once.
+    source_key: Mapped[str] = mapped_column(String(255), unique=True)
+
+    __table_args__ = (Index("ix_events_original", "original_stream", "original_seq"),)
+
+
+class Action(Base):
+    """The audit: one row for every action, written in the transaction of the change."""
+
+    __tablename__ = "actions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    entry_id: Mapped[int | None] = mapped_column(ForeignKey("entries.id"), index=True)
+    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    action: Mapped[str] = mapped_column(String(32))
+    actor: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime] = mapped_column(DateTime, index=True)
+    note: Mapped[str | None] = mapped_column(Text)
+    version: Mapped[int | None] = mapped_column(Integer)
+    msg_id: Mapped[str | None] = mapped_column(String(255))
+    publish_stream: Mapped[str | None] = mapped_column(String(255))
+    publish_seq: Mapped[int | None] = mapped_column(Integer)
+    duplicate: Mapped[bool | None] = mapped_column(Boolean)
+    error: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[str] = mapped_column(Text, default="{}")
+
+
+class Republish(Base):
+    """A republish intent, committed with its msgId before anything is published."""
+
+    __tablename__ = "republishes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    msg_id: Mapped[str] = mapped_column(String(255), unique=True)
+    subject: Mapped[str] = mapped_column(String(1024))
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    headers: Mapped[str] = mapped_column(Text, default="{}")
+    edited: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    actor: Mapped[str] = mapped_column(String(255))
+    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    published_at: Mapped[datetime | None] = mapped_column(DateTime)
+    stream: Mapped[str | None] = mapped_column(String(255))
+    seq: Mapped[int | None] = mapped_column(Integer)
+    duplicate: Mapped[bool | None] = mapped_column(Boolean)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class Job(Base):
+    """A bulk republish or close over a fixed set of entries."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    action: Mapped[str] = mapped_column(String(32))
+    actor: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16), default="queued")
+    note: Mapped[str | None] = mapped_column(Text)
+    selection: Mapped[str] = mapped_column(Text, default="{}")
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    done: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class JobItem(Base):
+    """One entry of a job, with the version it was selected at and its result."""
+
+    __tablename__ = "job_items"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    result: Mapped[str | None] = mapped_column(Text)
+
+
+class User(Base):
+    """A person who logs in; the password is stored as a slow hash."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(512))
+    role: Mapped[str] = mapped_column(String(16))
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Raised at logout and password change: a session remembers the value it was issued with.
+    session_generation: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class ApiToken(Base):
+    """An API token for scripts; only its hash is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class MirrorState(Base):
+    """How far the mirror has read a stream, committed with the rows it read."""
+
+    __tablename__ = "mirror_state"
+
+    stream: Mapped[str] = mapped_column(String(255), primary_key=True)
+    epoch: Mapped[str | None] = mapped_column(String(64))
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class Lease(Base):
+    """A named lease so that the mirror runs once per database, whatever the process count."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    expires_at: Mapped[datetime] = mapped_column(DateTime)

@@ -1,0 +1,1 @@
+"""The web layer: blueprints for pages, the JSON API and authentication."""
