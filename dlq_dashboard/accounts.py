@@ -56,11 +56,10 @@ def create_user(engine: Engine, name: str, password: str, role: str) -> UserInfo
 def verify_password(engine: Engine, name: str, password: str) -> UserInfo | None:
     """The user if the name and password match and the user is enabled, else None."""
     with engine.connect() as conn:
-        row = conn.execute(select(User).where(User.name == name.strip())).first()
-    if row is None:
+        user = conn.execute(select(User.__table__).where(User.name == name.strip())).first()
+    if user is None:
         check_password_hash(_DUMMY_HASH, password)
         return None
-    user = row[0]
     if not check_password_hash(user.password_hash, password) or user.disabled:
         return None
     return UserInfo(user.id, user.name, user.role, user.disabled, user.session_generation)
@@ -76,7 +75,7 @@ def end_sessions(engine: Engine, user_id: int) -> None:
 def list_users(engine: Engine) -> list[UserInfo]:
     """Every user, by name."""
     with engine.connect() as conn:
-        rows = conn.execute(select(User).order_by(User.name)).scalars().all()
+        rows = conn.execute(select(User.__table__).order_by(User.name)).all()
     return [UserInfo(u.id, u.name, u.role, u.disabled, u.session_generation) for u in rows]
 
 

@@ -80,3 +80,63 @@ def logged_in(app, role: str):
     response = login(client, name, PASSWORD)
     assert response.status_code == 302, response.get_data(as_text=True)
     return client
+
+
+# --- a live server and a real browser (Debian's Chromium driven by Playwright) ---------------
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+@pytest.fixture
+def live_server(app):
+    """The app served by waitress on 127.0.0.1 and a free port, in a thread; yields its base URL."""
+    import threading
+
+    import waitress
+
+    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=4)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.effective_port}"
+    server.close()
+    thread.join(5)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium from Debian (never a downloaded browser)."""
+    import os
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh browser context and page; closed after the test."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield context.new_page()
+    context.close()
+
+
+def browser_login(page, base_url: str, app, role: str):
+    """Create a user with ``role`` and log the browser page in as them."""
+    engine = app.extensions["dlq"].engine
+    name = f"{role}-browser"
+    try:
+        create_user(engine, name, PASSWORD, role)
+    except ValueError:
+        pass
+    page.goto(f"{base_url}/login")
+    page.fill("input[name=username]", name)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/login" not in url)
