@@ -24,6 +24,10 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo, PubAck
 
+from .schemas import (  # noqa: F401  (re-exported: the lifecycle's public names)
+    SchemaViolation, Validator, json_pointer, make_validator, parse_and_validate,
+)
+
 log = logging.getLogger(__name__)
 
 # The dead-letter contract's headers (SPEC.md section 4).
@@ -103,89 +107,6 @@ class Backoff:
         # Proportional (not "full") jitter keeps each delay above the previous one while
         # factor * (1 - jitter) > 1 + jitter, and still spreads a thundering herd.
         return max(0.001, base * random.uniform(1 - self.jitter, 1 + self.jitter))
-
-
-# --- validation --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SchemaViolation:
-    """One validation error: where (a JSON Pointer into the payload) and what."""
-
-    path: str
-    message: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "message": self.message}
-
-
-def json_pointer(parts: Iterable[Any]) -> str:
-    """RFC 6901 pointer for a sequence of keys and indexes ('' is the whole document)."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
-Validator = Callable[[Any], tuple[Any, list[SchemaViolation]]]
-
-
-def make_validator(schema: Any = None) -> Validator:
-    """A validator from a JSON Schema dict (Draft 2020-12 unless it says otherwise), a
-    ``jsonschema`` validator instance, a pydantic model class, or None (any JSON).
-
-    It takes the parsed JSON and returns ``(value for the handler, violations)``.
-    """
-    if schema is None:
-        return lambda data: (data, [])
-    model = _pydantic_model(schema)
-    if model is not None:
-        return _pydantic_validator(model)
-    if hasattr(schema, "iter_errors"):
-        return _jsonschema_validator(schema)
-    if isinstance(schema, Mapping):
-        import jsonschema.validators
-
-        cls = jsonschema.validators.validator_for(
-            schema, default=jsonschema.validators.Draft202012Validator
-        )
-        cls.check_schema(schema)
-        return _jsonschema_validator(cls(schema))
-    raise TypeError(f"unsupported schema {schema!r}: a JSON Schema dict or a pydantic model")
-
-
-def _jsonschema_validator(validator: Any) -> Validator:
-    def validate(data: Any) -> tuple[Any, list[SchemaViolation]]:
-        errors = sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
-        return data, [SchemaViolation(json_pointer(e.absolute_path), e.message) for e in errors]
-
-    return validate
-
-
-def _pydantic_model(schema: Any) -> Any:
-    try:
-        from pydantic import BaseModel  # optional dependency
-    except ImportError:
-        return None
-    return schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
-
-
-def _pydantic_validator(model: Any) -> Validator:
-    from pydantic import ValidationError
-
-    def validate(data: Any) -> tuple[Any, list[SchemaViolation]]:
-        try:
-            return model.model_validate(data), []
-        except ValidationError as exc:
-            return None, [SchemaViolation(json_pointer(e["loc"]), e["msg"]) for e in exc.errors()]
-
-    return validate
-
-
-def parse_and_validate(data: bytes, validator: Validator) -> tuple[Any, list[SchemaViolation]]:
-    """Parse ``data`` as JSON and validate it; a payload that is not JSON is one violation at ''."""
-    try:
-        parsed = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return None, [SchemaViolation("", f"payload is not valid JSON: {exc}")]
-    return validator(parsed)
 
 
 # --- publishing --------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from .config import Settings
 from .db import create_db_engine, dispose_quietly, migrate
 from .mirror import Mirror, ensure_streams
 from .natsserver import NatsServer, free_port
+from .schemas import SchemaRegistry
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ class Runtime:
     settings: Settings
     engine: Engine
     store: Store
+    schemas: SchemaRegistry = field(default_factory=SchemaRegistry)
     bridge: Bridge | None = None
     mirror: Mirror | None = None
     bundled: NatsServer | None = None
@@ -36,7 +38,8 @@ class Runtime:
         """Open the database and bring its schema up to date (starts no thread)."""
         engine = create_db_engine(settings.database_url)
         migrate(engine)
-        return cls(settings=settings, engine=engine, store=Store(engine))
+        return cls(settings=settings, engine=engine, store=Store(engine),
+                   schemas=SchemaRegistry.load(settings.schemas_dir))
 
     def start(self, *, mirror: bool = True, bundled_port: int = 4222) -> "Runtime":
         """Start the bundled nats-server if no NATS_URL is set, the bridge, and the mirror."""
