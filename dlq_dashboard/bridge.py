@@ -128,6 +128,11 @@ class Bridge:
                     await asyncio.wait_for(self.nc.close(), 5)
                 except Exception:  # the server may be gone already
                     log.debug("closing the NATS connection failed", exc_info=True)
+            # Whatever the client left behind (subscription readers) ends with the loop.
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         try:
             asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout)

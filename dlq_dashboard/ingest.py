@@ -224,10 +224,29 @@ def acquire_lease(engine: Engine, name: str, holder: str, seconds: float) -> boo
         if row is None:
             conn.execute(insert(table).values(name=name, holder=holder, expires_at=expires))
             return True
-        if row.holder != holder and row.expires_at > now:
+        if row.holder != holder and row.expires_at > now and _holder_alive(row.holder):
             return False
         conn.execute(update(table).where(table.c.name == name).values(holder=holder, expires_at=expires))
         return True
+
+
+def _holder_alive(holder: str) -> bool:
+    """False when the holder was a process on this host that no longer exists (a crash):
+    a restart then takes the lease at once instead of waiting for it to expire."""
+    import os
+    import socket
+
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def release_lease(engine: Engine, name: str, holder: str) -> None:

@@ -63,6 +63,8 @@ class NatsServer:
     store_dir: Path
     port: int = 0
     log_path: Path | None = None
+    # nats-server's default is 1 MiB, headers included; dead letters of 1 MiB payloads need more.
+    max_payload: int = 8 * 1024 * 1024
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -74,10 +76,12 @@ class NatsServer:
         if not self.port:
             self.port = free_port()
         Path(self.store_dir).mkdir(parents=True, exist_ok=True)
+        config = Path(self.store_dir) / "nats-server.conf"
+        config.write_text(f"max_payload: {self.max_payload}\n")
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(
-                [find_nats_server(), "-js", "-sd", str(self.store_dir), "-a", "127.0.0.1",
+                [find_nats_server(), "-c", str(config), "-js", "-sd", str(self.store_dir), "-a", "127.0.0.1",
                  "-p", str(self.port)],
                 stdout=log, stderr=log, start_new_session=True,
             )

@@ -10,7 +10,7 @@ from dlq_dashboard.accounts import create_token, create_user
 from dlq_dashboard.config import Settings
 from dlq_dashboard.natsserver import NatsServer
 
-from .helpers import login
+from .helpers import login, wait_for
 
 PASSWORD = "correct horse battery"
 
@@ -43,6 +43,8 @@ def app(settings):
     runtime = application.extensions["dlq"]
     runtime.start()
     assert runtime.bridge.wait_connected(10), "the bridge did not connect"
+    # The streams exist once the mirror follows them: tests may publish from here on.
+    wait_for(lambda: all(p.epoch for p in runtime.mirror.progress.values()), message="the mirror to start")
     yield application
     runtime.stop()
 

@@ -1,0 +1,68 @@
+"""Settings are read from the environment once; a bad value is refused in one line."""
+
+import pytest
+
+from dlq_dashboard.config import ConfigError, Settings, load_settings
+
+
+def test_defaults_follow_the_spec():
+    s = load_settings({})
+    assert s.database_url == "sqlite:///instance/dlq.sqlite3"
+    assert s.dlq_stream == "DLQ" and s.dlq_subjects == ("dlq.>",)
+    assert s.capture_advisories is True and s.delete_on_close is False
+    assert s.republish_rate == 200 and s.bundled_nats is True
+
+
+def test_every_variable_is_read():
+    s = load_settings({"NATS_URL": "nats://a:4222, nats://b:4222", "DATABASE_URL": "sqlite:////tmp/x.db",
+                       "DLQ_STREAM": "DEAD", "DLQ_SUBJECTS": "dead.>,failed.*",
+                       "DLQ_CAPTURE_ADVISORIES": "false", "DLQ_DELETE_ON_CLOSE": "yes",
+                       "DLQ_REPUBLISH_RATE": "0", "SECRET_KEY": "k", "NATS_USER": "u", "NATS_PASSWORD": "p"})
+    assert s.nats_urls == ("nats://a:4222", "nats://b:4222")
+    assert s.dlq_stream == "DEAD" and s.dlq_subjects == ("dead.>", "failed.*")
+    assert s.capture_advisories is False and s.delete_on_close is True and s.republish_rate == 0
+    assert (s.nats_user, s.nats_password, s.secret_key) == ("u", "p", "k")
+
+
+@pytest.mark.parametrize("variable,value", [
+    ("NATS_URL", "localhost:4222"),
+    ("DLQ_STREAM", "has space"),
+    ("DLQ_STREAM", "dots.are.not.allowed"),
+    ("DLQ_SUBJECTS", "dlq.>.x"),
+    ("DLQ_SUBJECTS", "a..b"),
+    ("DLQ_CAPTURE_ADVISORIES", "maybe"),
+    ("DLQ_DELETE_ON_CLOSE", "2"),
+    ("DLQ_REPUBLISH_RATE", "-5"),
+    ("DLQ_REPUBLISH_RATE", "fast"),
+    ("DLQ_SCHEMAS", "/no/such/folder"),
+    ("NATS_CREDS", "/no/such/file.creds"),
+    ("DATABASE_URL", "not a url"),
+])
+def test_a_bad_value_is_refused_with_one_line_naming_the_variable(variable, value):
+    with pytest.raises(ConfigError) as raised:
+        load_settings({variable: value})
+    message = str(raised.value)
+    assert message.startswith(f"{variable}=") and "\n" not in message
+    assert "use" in message  # says what it accepts
+
+
+def test_flags_override_the_environment():
+    s = load_settings({"DLQ_STREAM": "A"}, dlq_stream="B")
+    assert s.dlq_stream == "B"
+
+
+def test_the_app_refuses_to_start_with_a_bad_value(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "app.py"], env={"PATH": "/usr/bin:/bin", "DLQ_REPUBLISH_RATE": "x",
+                                                             "HOME": str(tmp_path)},
+                            capture_output=True, text=True, timeout=60,
+                            cwd=__import__("os").path.dirname(__import__("os").path.dirname(__file__)))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: DLQ_REPUBLISH_RATE='x' is not valid")
+
+
+def test_settings_are_immutable():
+    with pytest.raises(Exception):
+        Settings().dlq_stream = "X"

@@ -1,0 +1,101 @@
+"""The dead-letter header contract: every field, and bad input kept raw with a note."""
+
+import json
+from datetime import datetime
+
+from dlq_dashboard.contract import (
+    entry_from_dlq_message, parse_advisory, parse_time, republish_headers,
+)
+
+NOW = datetime(2026, 11, 29, 12, 0, 0)
+
+
+def entry(headers, payload=b"{}"):
+    return entry_from_dlq_message(stream="DLQ", epoch="e1", seq=7, headers=headers, payload=payload,
+                                  stored_at=NOW, received_at=NOW)
+
+
+def test_every_contract_header_becomes_a_field():
+    row = entry({
+        "Dlq-Original-Subject": "orders.created", "Dlq-Original-Stream": "ORDERS", "Dlq-Original-Seq": "42",
+        "Dlq-Consumer": "billing", "Dlq-Original-Msg-Id": "order-1", "Dlq-Reason": "schema_invalid",
+        "Dlq-Error": "price is a string", "Dlq-Schema-Errors": '[{"path": "/price", "message": "not a number"}]',
+        "Dlq-Deliveries": "3", "Dlq-Failed-At": "2026-11-29T10:00:00.123456789Z", "Dlq-Replay-Of": "DLQ:3",
+        "traceparent": "00-abc-def-01",
+    })
+    assert row["original_subject"] == "orders.created"
+    assert (row["original_stream"], row["original_seq"], row["consumer"]) == ("ORDERS", 42, "billing")
+    assert row["original_msg_id"] == "order-1" and row["reason"] == "schema_invalid"
+    assert row["error"] == "price is a string"
+    assert json.loads(row["schema_errors"]) == [{"path": "/price", "message": "not a number"}]
+    assert row["deliveries"] == 3 and row["failed_at"] == datetime(2026, 11, 29, 10, 0, 0, 123456)
+    assert row["replay_of"] == "DLQ:3"
+    assert json.loads(row["headers"])["traceparent"] == ["00-abc-def-01"]
+    assert json.loads(row["notes"]) == []
+
+
+def test_header_names_match_case_insensitively():
+    row = entry({"dlq-original-subject": "a.b", "DLQ-REASON": "fatal", "dLq-DeLiVeRiEs": "2"})
+    assert (row["original_subject"], row["reason"], row["deliveries"]) == ("a.b", "fatal", 2)
+
+
+def test_a_message_without_headers_is_kept_with_a_note():
+    row = entry(None, b"raw")
+    assert row["original_subject"] is None and row["payload"] == b"raw"
+    notes = json.loads(row["notes"])
+    assert any("no headers" in n for n in notes) and any("cannot be republished" in n for n in notes)
+
+
+def test_an_unknown_reason_is_kept_as_given():
+    assert entry({"Dlq-Reason": "cosmic_ray"})["reason"] == "cosmic_ray"
+
+
+def test_malformed_fields_are_kept_raw_with_a_note():
+    row = entry({"Dlq-Original-Subject": "a", "Dlq-Schema-Errors": "{not json", "Dlq-Deliveries": "many",
+                 "Dlq-Original-Seq": "-1", "Dlq-Failed-At": "yesterday"})
+    assert row["schema_errors"] is None and row["deliveries"] is None and row["original_seq"] is None
+    assert row["failed_at"] == NOW  # falls back to the stored time
+    notes = " ".join(json.loads(row["notes"]))
+    for fragment in ("Dlq-Schema-Errors", "Dlq-Deliveries 'many'", "Dlq-Original-Seq '-1'", "Dlq-Failed-At 'yesterday'"):
+        assert fragment in notes
+    assert json.loads(row["headers"])["Dlq-Deliveries"] == ["many"]
+
+
+def test_schema_errors_that_are_not_objects_are_shown_as_given():
+    row = entry({"Dlq-Schema-Errors": '["just a string", {"path": 3, "message": "m"}]'})
+    errors = json.loads(row["schema_errors"])
+    assert errors[0] == {"path": "", "message": '"just a string"'}
+    assert errors[1] == {"path": "3", "message": "m"}
+
+
+def test_payload_is_kept_byte_for_byte():
+    for payload in (b"", b"\xff\xfe\x00binary", "ünïcödé ✓".encode(), b"x" * (1024 * 1024)):
+        assert entry({"Dlq-Original-Subject": "a"}, payload)["payload"] == payload
+
+
+def test_republish_headers_drop_dlq_and_server_headers_and_add_a_fresh_id():
+    headers = {"Dlq-Reason": ["fatal"], "Nats-Msg-Id": ["old"], "Nats-Stream-Source": ["X 1"],
+               "traceparent": ["00-1"], "X-Tenant": ["acme"]}
+    result = republish_headers(headers, "new-id", "DLQ:5")
+    assert result == {"traceparent": "00-1", "X-Tenant": "acme", "Nats-Msg-Id": "new-id", "Dlq-Replay-Of": "DLQ:5"}
+
+
+def test_advisories_are_parsed():
+    body = json.dumps({"type": "io.nats.jetstream.advisory.v1.terminated", "id": "abc",
+                       "timestamp": "2026-11-29T22:10:18.98Z", "stream": "ORDERS", "consumer": "C",
+                       "consumer_seq": 1, "stream_seq": 2, "deliveries": 1, "reason": "bad customer"}).encode()
+    adv = parse_advisory("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.ORDERS.C", body, "fb", NOW)
+    assert (adv.kind, adv.id, adv.stream, adv.consumer, adv.stream_seq, adv.deliveries, adv.reason) == \
+        ("terminated", "abc", "ORDERS", "C", 2, 1, "bad customer")
+    assert adv.at == parse_time("2026-11-29T22:10:18.98Z")
+    nak = parse_advisory("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.ORDERS.C",
+                         b'{"stream":"ORDERS","stream_seq":1,"deliveries":1}', "fb", NOW)
+    assert nak.kind == "nak" and nak.id == "fb" and nak.at == NOW
+
+
+def test_unreadable_advisories_are_skipped_not_raised():
+    for subject, body in (("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.C", b"not json"),
+                          ("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.C", b'{"stream":"S"}'),
+                          ("$JS.EVENT.ADVISORY.CONSUMER.OTHER.S.C", b'{"stream":"S","stream_seq":1}'),
+                          ("elsewhere", b"{}")):
+        assert parse_advisory(subject, body, "fb", NOW) is None
