@@ -65,20 +65,8 @@ def normalize_headers(headers: Mapping[str, Any] | None) -> dict[str, list[str]]
     return result
 
 
-def _first(lowered: Mapping[str, list[str]], name: str) -> str | None:
-    values = lowered.get(name)
-    return values[0] if values else None
-
-
-def _lowered(headers: Mapping[str, list[str]]) -> dict[str, list[str]]:
-    lowered: dict[str, list[str]] = {}
-    for name, values in headers.items():
-        lowered.setdefault(name.lower(), []).extend(values)
-    return lowered
-
-
-def _int_field(lowered, name: str, label: str, notes: list[str]) -> int | None:
-    raw = _first(lowered, name)
+def _int_field(first: Mapping[str, str], name: str, label: str, notes: list[str]) -> int | None:
+    raw = first.get(name)
     if raw is None or raw.strip() == "":
         return None
     try:
@@ -129,25 +117,33 @@ def entry_from_dlq_message(
     stored_at: datetime | None, received_at: datetime,
 ) -> dict[str, Any]:
     """Turn one DLQ-stream message into the column values of an entry."""
-    normalized = normalize_headers(headers)
-    lowered = _lowered(normalized)
+    # This runs for every mirrored message: nats-py hands over one string a name, so the
+    # common case skips the general normalisation.
+    if headers and all(type(v) is str for v in headers.values()):
+        normalized = {str(k): [v] for k, v in headers.items()}
+    else:
+        normalized = normalize_headers(headers)
+    first = {}
+    for name, values in normalized.items():
+        if values:
+            first.setdefault(name.lower(), values[0])
     notes: list[str] = []
     if not normalized:
         notes.append("The message has no headers: it was not dead-lettered by the contract.")
-    subject = _first(lowered, H_ORIGINAL_SUBJECT)
+    subject = first.get(H_ORIGINAL_SUBJECT)
     if subject is not None and subject.strip() == "":
         subject = None
     if subject is None:
         notes.append("No Dlq-Original-Subject header: it cannot be republished.")
-    reason = _first(lowered, H_REASON)
+    reason = first.get(H_REASON)
     reason = reason.strip() if reason and reason.strip() else None
-    failed_raw = _first(lowered, H_FAILED_AT)
+    failed_raw = first.get(H_FAILED_AT)
     failed_at = parse_time(failed_raw)
     if failed_raw and failed_at is None:
         notes.append(f"Dlq-Failed-At {failed_raw!r} is not an RFC 3339 time; kept as given in the headers.")
-    schema_errors = parse_schema_errors(_first(lowered, H_SCHEMA_ERRORS), notes)
-    original_seq = _int_field(lowered, H_ORIGINAL_SEQ, "Dlq-Original-Seq", notes)
-    original_stream = _first(lowered, H_ORIGINAL_STREAM)
+    schema_errors = parse_schema_errors(first.get(H_SCHEMA_ERRORS), notes)
+    original_seq = _int_field(first, H_ORIGINAL_SEQ, "Dlq-Original-Seq", notes)
+    original_stream = first.get(H_ORIGINAL_STREAM)
     return {
         "status": "open",
         "version": 1,
@@ -157,20 +153,23 @@ def entry_from_dlq_message(
         "original_subject": subject,
         "original_stream": original_stream.strip() if original_stream else None,
         "original_seq": original_seq,
-        "consumer": _first(lowered, H_CONSUMER),
-        "original_msg_id": _first(lowered, H_ORIGINAL_MSG_ID),
+        "consumer": first.get(H_CONSUMER),
+        "original_msg_id": first.get(H_ORIGINAL_MSG_ID),
         "reason": reason,
-        "error": _first(lowered, H_ERROR),
+        "error": first.get(H_ERROR),
         "schema_errors": json.dumps(schema_errors) if schema_errors is not None else None,
-        "deliveries": _int_field(lowered, H_DELIVERIES, "Dlq-Deliveries", notes),
+        "deliveries": _int_field(first, H_DELIVERIES, "Dlq-Deliveries", notes),
         "failed_at": failed_at or stored_at,
         "received_at": received_at,
         "headers": json.dumps(normalized, ensure_ascii=False),
         "payload": payload,
         "payload_available": True,
-        "replay_of": _first(lowered, H_REPLAY_OF),
+        "replay_of": first.get(H_REPLAY_OF),
         "sources": "dlq",
-        "notes": json.dumps(notes),
+        "notes": json.dumps(notes) if notes else "[]",
+        "closed_by": None,
+        "closed_at": None,
+        "close_note": None,
         "updated_at": received_at,
     }
 

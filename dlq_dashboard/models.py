@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (
-    Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint,
+    Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint, text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -55,11 +55,17 @@ class Entry(Base):
     __table_args__ = (
         UniqueConstraint("dlq_stream", "dlq_epoch", "dlq_seq", name="uq_entries_dlq_message"),
         Index("ix_entries_original", "original_stream", "original_seq"),
+        # Entries made from an advisory alone, waiting for their DLQ copy: the mirror looks
+        # every batch up in this small index instead of the whole table.
+        Index("ix_entries_advisory_only", "original_stream", "original_seq",
+              sqlite_where=text("dlq_seq IS NULL"), postgresql_where=text("dlq_seq IS NULL")),
         Index("ix_entries_status_id", "status", "id"),
         Index("ix_entries_subject_id", "original_subject", "id"),
         Index("ix_entries_reason_id", "reason", "id"),
         Index("ix_entries_received_at", "received_at"),
         Index("ix_entries_replay_of", "replay_of"),
+        # "this is a republish of <stream>:<seq>" looks an entry up without its epoch.
+        Index("ix_entries_dlq_ref", "dlq_stream", "dlq_seq"),
     )
 
 
@@ -210,3 +216,15 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(255))
     expires_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class EntryGroup(Base):
+    """An entry's failure group (groups.error_group), kept with the entry version it was
+    computed at: /groups then reads it instead of normalizing every error text again, and
+    an entry changed since is grouped afresh. Filled by the store, not by writers."""
+
+    __tablename__ = "entry_groups"
+
+    entry_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    key: Mapped[str] = mapped_column(String(300))

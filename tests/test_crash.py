@@ -1,0 +1,90 @@
+"""kill -9 of the process running the mirror, at random moments of a 20,000-message backlog:
+after a restart every message is an entry exactly once, byte for byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import nats
+import pytest
+
+from .helpers import publish_fast, run, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKLOG = 20_000
+
+
+def start_dashboard(tmp_path: Path, nats_url: str, db: Path) -> subprocess.Popen:
+    env = {**os.environ, "NATS_URL": nats_url, "DATABASE_URL": f"sqlite:///{db}", "SECRET_KEY": "crash-test",
+           "PYTHONUNBUFFERED": "1"}
+    log = open(tmp_path / "dashboard.log", "ab")
+    try:
+        return subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", "0"], cwd=tmp_path, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    finally:
+        log.close()
+
+
+def count_entries(db: Path) -> int:
+    if not db.exists():
+        return 0
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+    except sqlite3.OperationalError:  # the schema is not created yet
+        return 0
+    finally:
+        conn.close()
+
+
+def payload(i: int) -> bytes:
+    return json.dumps({"n": i, "pad": "x" * (i % 97)}).encode()
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_at_random_moments_loses_nothing_and_stores_nothing_twice(tmp_path, nats_server):
+    async def create_stream():
+        nc = await nats.connect(nats_server.url)
+        await nc.jetstream().add_stream(name="DLQ", subjects=["dlq.>"])
+        await nc.close()
+
+    run(create_stream())
+    run(publish_fast(nats_server.url, "dlq.orders.created", BACKLOG,
+                     lambda i: (payload(i), {"Dlq-Original-Subject": "orders.created", "Dlq-Reason": "fatal"})))
+    db = tmp_path / "dlq.sqlite3"
+    rng = random.Random(os.environ.get("CRASH_SEED", "20000"))
+    kills = 0
+    for _ in range(4):
+        proc = start_dashboard(tmp_path, nats_server.url, db)
+        threshold = count_entries(db) + rng.randint(1, 4000)
+        try:
+            wait_for(lambda: count_entries(db) >= threshold or proc.poll() is not None, timeout=60, interval=0.005,
+                     message=f"{threshold} entries")
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        kills += 1
+        if count_entries(db) >= BACKLOG:
+            break
+    assert kills >= 2, "the backlog was drained before a second kill: make it larger"
+
+    proc = start_dashboard(tmp_path, nats_server.url, db)
+    try:
+        wait_for(lambda: count_entries(db) >= BACKLOG, timeout=120, message="the whole backlog")
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(30) == 0, (tmp_path / "dashboard.log").read_text()[-2000:]
+
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT dlq_seq, payload FROM entries ORDER BY dlq_seq").fetchall()
+    conn.close()
+    assert len(rows) == BACKLOG
+    assert [seq for seq, _ in rows] == list(range(1, BACKLOG + 1))
+    assert all(bytes(body) == payload(seq - 1) for seq, body in rows)
