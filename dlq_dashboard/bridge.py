@@ -211,7 +211,7 @@ class Bridge:
     async def _error(self, exc: Exception) -> None:
         log.debug("NATS client error: %r", exc)
         if self.state.connected is False:
-            self.state.last_error = str(exc) or type(exc).__name__
+            self.state.last_error = f"cannot connect to {', '.join(self.servers)}: {exc or type(exc).__name__}"
 
     async def _closed(self) -> None:
         if not self._stopping:

@@ -1,0 +1,80 @@
+"""The NATS bridge: one thread owns the client, its first connection is bounded, it reconnects."""
+
+import threading
+import time
+
+import pytest
+
+from dlq_dashboard.bridge import Bridge, NatsUnavailable
+from dlq_dashboard.natsserver import NatsServer, free_port
+
+from .conftest import make_settings
+from .helpers import wait_for
+
+
+def test_a_dead_server_does_not_block_and_the_bridge_connects_once_it_appears(tmp_path):
+    port = free_port()
+    bridge = Bridge(make_settings(tmp_path, f"nats://127.0.0.1:{port}"), [f"nats://127.0.0.1:{port}"]).start()
+    server = None
+    try:
+        assert not bridge.wait_connected(1.0)
+        wait_for(lambda: bridge.state.last_error, message="the connection error to be reported")
+        assert "cannot connect" in bridge.state.last_error
+        with pytest.raises(NatsUnavailable):
+            bridge.call(lambda: bridge.nc.flush())
+        server = NatsServer(store_dir=tmp_path / "nats", port=port).start()
+        assert bridge.wait_connected(30), "the bridge did not connect when the server appeared"
+        assert bridge.call(lambda: bridge.js.account_info()).streams == 0
+    finally:
+        bridge.stop()
+        if server:
+            server.stop()
+
+
+def test_calls_from_many_threads_run_on_the_one_bridge_thread(tmp_path, nats_server):
+    bridge = Bridge(make_settings(tmp_path, nats_server.url), [nats_server.url]).start()
+    try:
+        assert bridge.wait_connected(10)
+        seen = set()
+
+        async def where():
+            seen.add(threading.current_thread().name)
+            return True
+
+        threads = [threading.Thread(target=lambda: bridge.call(where)) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert seen == {"nats-bridge"}
+    finally:
+        bridge.stop()
+
+
+def test_a_restarted_server_is_reconnected_to_and_the_outage_is_visible(tmp_path, nats_server):
+    bridge = Bridge(make_settings(tmp_path, nats_server.url), [nats_server.url]).start()
+    try:
+        assert bridge.wait_connected(10)
+        nats_server.kill()
+        wait_for(lambda: not bridge.state.connected, message="the disconnect")
+        with pytest.raises(NatsUnavailable):
+            bridge.call(lambda: bridge.nc.flush())
+        nats_server.start()
+        wait_for(lambda: bridge.state.connected, timeout=30, message="the reconnect")
+        bridge.call(lambda: bridge.nc.flush())
+    finally:
+        bridge.stop()
+
+
+def test_a_call_that_takes_too_long_raises_instead_of_hanging(tmp_path, nats_server):
+    import asyncio
+
+    bridge = Bridge(make_settings(tmp_path, nats_server.url), [nats_server.url]).start()
+    try:
+        assert bridge.wait_connected(10)
+        started = time.monotonic()
+        with pytest.raises(NatsUnavailable, match="did not answer"):
+            bridge.call(lambda: asyncio.sleep(5), timeout=0.2)
+        assert time.monotonic() - started < 4
+    finally:
+        bridge.stop()
