@@ -200,6 +200,8 @@ class Bridge:
             self._connected.clear()
 
     async def _disconnected(self) -> None:
+        if self._stopping:
+            return
         self._set_state(False, "disconnected from NATS; reconnecting")
         log.warning("NATS: disconnected; reconnecting")
 

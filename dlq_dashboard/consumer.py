@@ -162,7 +162,7 @@ class ConsumerRunner:
             return []
         try:
             return await sub.fetch(batch, timeout=self.fetch_timeout)
-        except nats.errors.TimeoutError:
+        except asyncio.TimeoutError:  # nats.errors.TimeoutError, and a plain one nats-py also raises
             # Nothing to do (or, during a reconnect, nothing reachable): pull again.
             return []
         except Exception as exc:

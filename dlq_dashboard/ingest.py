@@ -238,10 +238,12 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
     ).all()
     match = next((e for e in existing if "advisory" not in e.sources.split(",")), None)
     if match is not None:
+        # The advisory only confirms a failure its DLQ copy already told: it adds provenance,
+        # not something an operator must have seen, so the version (and any open form) stays.
         conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id).values(
             consumer=match.consumer or advisory.consumer,
             deliveries=match.deliveries if match.deliveries is not None else advisory.deliveries,
-            sources="dlq,advisory", version=ENTRIES.c.version + 1, updated_at=utcnow()))
+            sources="dlq,advisory", updated_at=utcnow()))
         return 0
     if existing:
         return 0  # this failure already has an entry from an advisory of its own
