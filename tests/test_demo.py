@@ -1,0 +1,212 @@
+"""The demo against a real nats-server: every kind of dead letter reaches the dashboard, the
+fulfilment service upserts one row per order, a corrected republish is stored, and it stops."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import nats
+import pytest
+
+from dlq_dashboard import create_app
+from dlq_dashboard.accounts import verify_password
+from dlq_dashboard.actions import republish_entry
+from dlq_dashboard.demo import CONSUMER, DEMO_SCHEMAS, STREAM, Demo, demo_settings, ensure_demo_operator
+from dlq_dashboard.demo_orders import OUTAGE_CUSTOMER, read_orders
+from dlq_dashboard.natsserver import NatsServer
+from dlq_dashboard.schemas import SchemaRegistry
+from dlq_dashboard.store import EntryFilter
+
+from .conftest import make_settings
+from .helpers import run, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+OUTAGE_SECONDS = 8.0
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    """One dashboard (bridge and mirror) with the demo's opening burst, shared by this module."""
+    tmp_path = tmp_path_factory.mktemp("demo")
+    server = NatsServer(store_dir=tmp_path / "nats", log_path=tmp_path / "nats.log").start()
+    app = create_app({"SETTINGS": demo_settings(make_settings(tmp_path, server.url)), "TESTING": True})
+    runtime = app.extensions["dlq"]
+    runtime.start()
+    assert runtime.bridge.wait_connected(10), "the bridge did not connect"
+    demo = Demo(runtime, trickle=None, outage_seconds=OUTAGE_SECONDS, seed=7).start()
+    assert demo.ready.wait(10), f"the demo did not start: {demo.error!r}"
+    yield runtime, demo, server
+    demo.stop()
+    runtime.stop()
+    server.stop()
+
+
+def entries(runtime) -> list:
+    return runtime.store.list_entries(EntryFilter(limit=500)).entries
+
+
+def entry_of(runtime, demo, kind: str):
+    """The dashboard entry of the first order of ``kind`` the demo sent (None until mirrored)."""
+    seqs = {s.seq for s in demo.sent if s.kind == kind}
+    found = [e for e in entries(runtime) if e.original_stream == STREAM and e.original_seq in seqs]
+    return runtime.store.get_entry(found[0].id) if found else None
+
+
+def settled_entry_of(runtime, demo, kind: str):
+    """The entry once both the dead letter and the TERM advisory are in it (no more changes)."""
+    entry = entry_of(runtime, demo, kind)
+    return entry if entry and entry.sources == "dlq,advisory" else None
+
+
+def republish(runtime, entry, payload: bytes | None = None):
+    """The dashboard's Republish: original subject, a fresh msgId, Dlq-Replay-Of."""
+    return republish_entry(runtime, entry.id, entry.version, actor="test-operator", payload=payload)
+
+
+def settled(server_url: str) -> bool:
+    async def main():
+        nc = await nats.connect(server_url)
+        try:
+            info = await nc.jetstream().consumer_info(STREAM, CONSUMER)
+            return info.num_pending == 0 and info.num_ack_pending == 0
+        finally:
+            await nc.close()
+
+    return run(main())
+
+
+def test_the_demo_fills_the_dashboard_with_every_kind_of_dead_letter(running):
+    runtime, demo, _ = running
+    kinds = ("price_as_string", "missing_customer", "garbled", "outage", "poison")
+    # A dead letter and its TERM advisory may reach the mirror in either order: wait for both.
+    found = wait_for(lambda: all(settled_entry_of(runtime, demo, k) for k in kinds) and
+                     {k: settled_entry_of(runtime, demo, k) for k in kinds}, timeout=20,
+                     message="one entry, dead letter and advisory, for every kind of failure")
+
+    assert found["price_as_string"].reason == "schema_invalid"
+    assert [e["path"] for e in found["price_as_string"].schema_errors] == ["/items/0/price"]
+    assert found["missing_customer"].reason == "schema_invalid"
+    assert "customer_id" in found["missing_customer"].error
+    assert found["garbled"].reason == "schema_invalid"
+    assert found["garbled"].payload_text is None  # gzip bytes, shown as bytes
+    assert found["outage"].reason == "max_deliveries"
+    assert found["outage"].deliveries == 4
+    assert "CRM shard" in found["outage"].error
+    assert found["poison"].reason == "fatal"
+    assert found["poison"].error.startswith("OverflowError")
+    # The original headers travel with the dead letter.
+    assert "traceparent" in found["poison"].headers
+
+
+def test_naks_of_the_retried_orders_reach_the_entry_history(running):
+    runtime, demo, _ = running
+
+    def naks():
+        entry = entry_of(runtime, demo, "outage")
+        return entry and [h for h in entry.history if h["kind"] == "nak"]
+
+    history = wait_for(lambda: naks() and len(naks()) == 3 and naks(), timeout=20,
+                       message="three naks in the exhausted order's history")
+    assert [h["deliveries"] for h in history] == [1, 2, 3]
+
+
+def test_the_order_table_holds_one_row_per_order_across_redeliveries_and_resends(running):
+    runtime, demo, server = running
+    wait_for(lambda: settled(server.url), timeout=20, message="every order settled")
+    # Rows made by a republish (the tests below) say so; the shop's own orders do not.
+    orders = {k: row for k, row in read_orders(demo.db_path).items() if row["replay_of"] is None}
+
+    stored_kinds = {"ok", "flaky", "resent"}
+    assert set(orders) == {s.order_id for s in demo.sent if s.kind in stored_kinds}
+    # Flaky orders were stored, then delivered again after the inventory timeout: same row.
+    assert all(orders[s.order_id]["upserts"] >= 2 for s in demo.sent if s.kind == "flaky")
+    [resent] = [s for s in demo.sent if s.kind == "resent"]
+    assert orders[resent.order_id]["upserts"] >= 2
+    # Nothing that was dead-lettered was stored.
+    assert all(s.order_id not in orders for s in demo.sent if s.kind not in stored_kinds)
+
+
+def test_republishing_a_corrected_schema_invalid_order_stores_it(running):
+    runtime, demo, _ = running
+    entry = wait_for(lambda: settled_entry_of(runtime, demo, "price_as_string"), timeout=20)
+    order = json.loads(entry.payload)
+    order["items"][0]["price"] = float(order["items"][0]["price"])
+    assert runtime.schemas.validate(entry.original_subject, json.dumps(order).encode()).valid
+
+    outcome = republish(runtime, entry, json.dumps(order).encode())
+
+    stored = wait_for(lambda: read_orders(demo.db_path).get(order["order_id"]), timeout=10,
+                      message="the corrected order in the order table")
+    assert outcome.entry.status == "republished"
+    assert stored["replay_of"] == entry.dlq_ref
+    assert stored["source"] == f"{STREAM}:{outcome.publish.seq}"
+    assert stored["customer_id"] == order["customer_id"]
+
+
+def test_an_invalid_order_republished_with_the_override_comes_back_as_a_linked_entry(running):
+    runtime, demo, _ = running
+    entry = wait_for(lambda: settled_entry_of(runtime, demo, "missing_customer"), timeout=20)
+
+    republish_entry(runtime, entry.id, entry.version, actor="test-operator", force=True)
+
+    again = wait_for(lambda: runtime.store.replays_of(entry.dlq_ref), timeout=10,
+                     message="the replay's own dead letter")
+    assert [e.reason for e in again] == ["schema_invalid"]
+    assert again[0].payload == entry.payload
+
+
+def test_an_exhausted_order_republished_after_the_crm_outage_is_stored(running):
+    runtime, demo, _ = running
+    entry = wait_for(lambda: settled_entry_of(runtime, demo, "outage"), timeout=20)
+    wait_for(demo.outage_over, timeout=OUTAGE_SECONDS + 5, interval=0.2, message="the end of the outage")
+
+    republish(runtime, entry)
+
+    order_id = json.loads(entry.payload)["order_id"]
+    stored = wait_for(lambda: read_orders(demo.db_path).get(order_id), timeout=10)
+    assert stored["customer_id"] == OUTAGE_CUSTOMER
+
+
+def test_the_demo_prints_an_operator_login_once_and_stops_cleanly(app, capsys):
+    runtime = app.extensions["dlq"]
+    before = set(threading.enumerate())  # the module's shared demo may be running too
+
+    def demo_threads():
+        return [t.name for t in threading.enumerate() if t not in before and t.name.startswith("dlq-demo")]
+
+    demo = Demo(runtime, trickle=(0.05, 0.1), seed=1).start()
+    assert demo_threads()
+    assert demo.ready.wait(10), f"the demo did not start: {demo.error!r}"
+    wait_for(lambda: read_orders(demo.db_path), timeout=10, message="a stored order")
+    demo.stop()
+
+    assert demo_threads() == []
+    assert demo.error is None
+    first = capsys.readouterr().out
+    assert "Demo operator login: demo / " in first
+
+    again = Demo(runtime, trickle=None, seed=2).start()  # the durable consumer exists now
+    assert again.ready.wait(10), f"the demo did not restart: {again.error!r}"
+    again.stop()
+    assert "Demo operator login" not in capsys.readouterr().out
+    assert demo_threads() == []
+
+
+def test_the_demo_operator_is_created_once_with_the_operator_role(offline_app):
+    engine = offline_app.extensions["dlq"].engine
+    password = ensure_demo_operator(engine)
+
+    assert password and ensure_demo_operator(engine) is None
+    assert verify_password(engine, "demo", password).role == "operator"
+
+
+def test_demo_settings_use_the_packaged_schemas_unless_dlq_schemas_is_set(tmp_path):
+    settings = demo_settings(make_settings(tmp_path))
+    registry = SchemaRegistry.load(settings.schemas_dir)
+
+    assert settings.schemas_dir == str(DEMO_SCHEMAS)
+    assert registry.problems == [] and registry.for_subject("orders.created").name == "orders.json"
+    own = make_settings(tmp_path, schemas_dir=str(tmp_path))
+    assert demo_settings(own).schemas_dir == str(tmp_path)
