@@ -241,3 +241,23 @@ def test_a_failure_reported_by_a_dlq_copy_and_an_advisory_is_one_entry(app, nats
     assert entry["reason"] == "schema_invalid" and entry["dlq_seq"] == 1 and entry["consumer"] == "payer"
     assert entry["sources"] == ["dlq", "advisory"]
     assert [h["kind"] for h in entry["history"]] == ["terminated"]
+
+
+def test_two_runtimes_on_one_database_mirror_once_and_the_second_takes_over(app, nats_server, settings):
+    from dlq_dashboard.runtime import Runtime
+
+    first = app.extensions["dlq"]
+    second = Runtime.create(settings).start()
+    try:
+        assert second.bridge.wait_connected(10)
+        run(publish_many(nats_server.url, [(f"dlq.l.{i}", b"{}", dlq_headers("l.x")) for i in range(50)]))
+        wait_for(lambda: entry_count(app) == 50, message="50 entries")
+        assert first.mirror.leader and not second.mirror.leader
+        first.mirror.close()  # releases the lease, as a clean shutdown does
+        first.bridge.stop()
+        wait_for(lambda: second.mirror.leader, timeout=20, message="the second runtime to take the lease")
+        run(publish_many(nats_server.url, [(f"dlq.l.{i}", b"{}", dlq_headers("l.x")) for i in range(50)]))
+        wait_for(lambda: entry_count(app) == 100, message="100 entries")
+    finally:
+        second.stop()
+    assert entry_count(app) == 100
