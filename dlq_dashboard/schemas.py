@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from .store import subject_pattern_regex, validate_subject_pattern, FilterError
+from .filters import FilterError, subject_pattern_regex, validate_subject_pattern
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,13 @@ def parse_and_validate(data: bytes, validator: Validator) -> tuple[Any, list[Sch
         parsed = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         return None, [SchemaViolation("", f"payload is not valid JSON: {exc}")]
-    return validator(parsed)
+    except RecursionError:
+        return None, [SchemaViolation("", "payload nests too deeply to be parsed")]
+    try:
+        return validator(parsed)
+    except RecursionError:
+        # A hostile payload must not take the page (or the consumer) down with it.
+        return None, [SchemaViolation("", "payload nests too deeply to be validated")]
 
 
 # --- the registry ------------------------------------------------------------------------------

@@ -1,204 +1,26 @@
-"""The one query layer: filters, pages and single entries as plain dataclasses with to_dict()."""
+"""The one query layer: pages, single entries, counts and groups as plain dataclasses with
+to_dict(). What selects entries (EntryFilter and friends) lives in filters.py."""
 
 from __future__ import annotations
 
 import base64
-import binascii
 import json
-import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
-from sqlalchemy import Engine, Select, and_, func, literal_column, or_, select, text
+from sqlalchemy import (
+    Engine, Select, and_, case, column, false, func, literal_column, or_, select, table, text,
+)
 
 from .contract import decode_text, format_time, parse_time
-from .db import is_sqlite, read_transaction
-from .models import Action, Entry, Event, Republish
-
-STATUSES = ("open", "republished", "closed")
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 500
-
-
-class FilterError(ValueError):
-    """A filter value that does not parse; the message says which and what it accepts."""
-
-
-# --- NATS subject wildcards -------------------------------------------------------------------
-
-_SUBJECT_TOKEN = re.compile(r"^[^\s.]+$")
-
-
-def subject_pattern_regex(pattern: str) -> str:
-    """Translate a NATS subject pattern (``*`` one token, ``>`` the rest) into an anchored regex."""
-    tokens = pattern.split(".")
-    parts = []
-    for i, token in enumerate(tokens):
-        if token == ">" and i == len(tokens) - 1:
-            parts.append(r"[^.]+(\.[^.]+)*")
-        elif token == "*":
-            parts.append(r"[^.]+")
-        else:
-            parts.append(re.escape(token))
-    return "^" + r"\.".join(parts) + "$"
-
-
-def validate_subject_pattern(pattern: str) -> str:
-    """Return the pattern, or raise FilterError when it is not a NATS subject or wildcard."""
-    tokens = pattern.split(".")
-    for i, token in enumerate(tokens):
-        if not _SUBJECT_TOKEN.match(token) or (">" in token and (token != ">" or i != len(tokens) - 1)) \
-                or ("*" in token and token != "*"):
-            raise FilterError(
-                f"subject {pattern!r} is not a NATS subject: use tokens separated by dots, "
-                "'*' for one token and '>' at the end for the rest (e.g. orders.* or orders.>)"
-            )
-    return pattern
-
-
-def _literal_prefix(pattern: str) -> str:
-    literal = []
-    for token in pattern.split("."):
-        if token in ("*", ">"):
-            break
-        literal.append(token)
-    return ".".join(literal) + ("." if literal else "")
-
-
-def _like_escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-# --- full-text queries ------------------------------------------------------------------------
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def fts_query(q: str) -> str | None:
-    """Turn what a person typed into a safe FTS5 query: every word must match, the last as a prefix."""
-    words = _WORD.findall(q)
-    if not words:
-        return None
-    quoted = ['"' + w.replace('"', '""') + '"' for w in words]
-    quoted[-1] += "*"
-    return " AND ".join(quoted)
-
-
-# --- the filter -------------------------------------------------------------------------------
-
-def encode_cursor(entry_id: int) -> str:
-    """An opaque cursor for keyset pagination (entries are listed newest first, by id)."""
-    return base64.urlsafe_b64encode(f"e{entry_id}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> int:
-    """The id a cursor stands for; FilterError when it was not made by encode_cursor."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        if raw[0] != "e":
-            raise ValueError
-        value = int(raw[1:])
-    except (ValueError, IndexError, UnicodeDecodeError, binascii.Error):
-        raise FilterError(f"cursor {cursor!r} is not valid: use next_cursor from a previous page") from None
-    return value
-
-
-@dataclass(frozen=True)
-class EntryFilter:
-    """What the list, the API, the export and bulk jobs select entries by."""
-
-    status: str | None = None
-    subject: str | None = None
-    stream: str | None = None
-    consumer: str | None = None
-    reason: str | None = None
-    q: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    limit: int = DEFAULT_LIMIT
-    cursor: str | None = None
-
-    @classmethod
-    def from_args(cls, args: Mapping[str, str], *, max_limit: int = MAX_LIMIT) -> "EntryFilter":
-        """Parse request arguments; raise FilterError with a sentence for a bad value."""
-        def clean(name):
-            value = args.get(name)
-            return value.strip() if isinstance(value, str) and value.strip() else None
-
-        status = clean("status")
-        if status is not None and status not in STATUSES:
-            raise FilterError(f"status {status!r} is not valid: use one of {', '.join(STATUSES)}")
-        subject = clean("subject")
-        if subject is not None:
-            validate_subject_pattern(subject)
-        times = {}
-        for name in ("since", "until"):
-            raw = clean(name)
-            times[name] = parse_time(raw) if raw else None
-            if raw and times[name] is None:
-                raise FilterError(f"{name} {raw!r} is not valid: use an RFC 3339 time such as 2026-11-29T10:00:00Z")
-        limit_raw = clean("limit")
-        limit = DEFAULT_LIMIT
-        if limit_raw is not None:
-            if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= max_limit:
-                raise FilterError(f"limit {limit_raw!r} is not valid: use a whole number from 1 to {max_limit}")
-            limit = int(limit_raw)
-        cursor = clean("cursor")
-        if cursor is not None:
-            decode_cursor(cursor)
-        return cls(status=status, subject=subject, stream=clean("stream"), consumer=clean("consumer"),
-                   reason=clean("reason"), q=clean("q"), since=times["since"], until=times["until"],
-                   limit=limit, cursor=cursor)
-
-    def to_args(self) -> dict[str, str]:
-        """The filter as query arguments (for URLs that share a view), without paging."""
-        args = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("limit", "cursor") or value is None:
-                continue
-            args[f.name] = format_time(value) if isinstance(value, datetime) else str(value)
-        return args
-
-    def conditions(self, engine: Engine) -> list:
-        """SQL conditions for everything but paging."""
-        conds = []
-        if self.status:
-            conds.append(Entry.status == self.status)
-        if self.subject:
-            if "*" in self.subject or ">" in self.subject.split("."):
-                prefix = _literal_prefix(self.subject)
-                if prefix:
-                    # The prefix lets the subject index narrow the rows the regex must look at.
-                    conds.append(Entry.original_subject.like(_like_escape(prefix) + "%", escape="\\"))
-                conds.append(Entry.original_subject.regexp_match(subject_pattern_regex(self.subject)))
-            else:
-                conds.append(Entry.original_subject == self.subject)
-        if self.stream:
-            conds.append(or_(Entry.original_stream == self.stream, Entry.dlq_stream == self.stream))
-        if self.consumer:
-            conds.append(Entry.consumer == self.consumer)
-        if self.reason:
-            conds.append(Entry.reason == self.reason)
-        if self.since:
-            conds.append(Entry.received_at >= self.since)
-        if self.until:
-            conds.append(Entry.received_at < self.until)
-        if self.q:
-            conds.append(_search_condition(engine, self.q))
-        return conds
-
-
-def _search_condition(engine: Engine, q: str):
-    if is_sqlite(engine):
-        match = fts_query(q)
-        if match is None:
-            return literal_column("0") == 1
-        return Entry.id.in_(select(literal_column("rowid")).select_from(text("entries_fts"))
-                            .where(text("entries_fts MATCH :fts_q").bindparams(fts_q=match)))
-    pattern = "%" + _like_escape(q) + "%"
-    return or_(Entry.original_subject.ilike(pattern, escape="\\"), Entry.error.ilike(pattern, escape="\\"))
+from .db import is_sqlite, read_transaction, write_transaction
+from .filters import (  # noqa: F401  (the filter names are used through this module too)
+    DEFAULT_LIMIT, MAX_LIMIT, STATUSES, EntryFilter, FilterError, decode_cursor, encode_cursor, fts_query,
+    subject_pattern_regex, validate_subject_pattern,
+)
+from .groups import NO_ERROR, Group, error_group, group_expression, register_sql_function
+from .models import Action, Entry, EntryGroup, Event, Republish
 
 
 # --- what the store returns -------------------------------------------------------------------
@@ -310,21 +132,46 @@ def _action_dict(row) -> dict[str, Any]:
             "duplicate": m["duplicate"], "error": m["error"], "detail": json.loads(m["detail"] or "{}")}
 
 
+_FTS = table("entries_fts", column("rowid"))
+ENTRIES = Entry.__table__
+
+
 @dataclass
 class Store:
     """Read queries over the database; writes live with the code that owns them."""
 
     engine: Engine
+    _groups_table_ready: bool = field(default=False, repr=False)
 
-    def select_entries(self, flt: EntryFilter) -> Select:
-        """The SELECT for a filter, newest first, without limit or cursor."""
-        return select(Entry.__table__).where(and_(True, *flt.conditions(self.engine))).order_by(Entry.id.desc())
+    def __post_init__(self) -> None:
+        register_sql_function(self.engine)
+
+    def _searching(self, flt: EntryFilter) -> bool:
+        return bool(flt.q) and is_sqlite(self.engine)
+
+    def _key(self, flt: EntryFilter):
+        """The id column keyset paging compares: the full-text index's rowid when searching."""
+        return _FTS.c.rowid if self._searching(flt) else Entry.id
+
+    def select_entries(self, flt: EntryFilter, *columns) -> Select:
+        """The SELECT for a filter, newest first, without limit or cursor.
+
+        A search is driven from the full-text index in rowid order (rowid = entry id), so a
+        page reads its 50 matches and stops, however many rows match in all.
+        """
+        columns = columns or (ENTRIES,)
+        if not self._searching(flt):
+            return select(*columns).where(and_(True, *flt.conditions(self.engine))).order_by(Entry.id.desc())
+        match = fts_query(flt.q)
+        condition = text("entries_fts MATCH :fts_q").bindparams(fts_q=match) if match else false()
+        return (select(*columns).select_from(_FTS.join(ENTRIES, ENTRIES.c.id == _FTS.c.rowid))
+                .where(condition, *flt.conditions(self.engine, search=False)).order_by(_FTS.c.rowid.desc()))
 
     def list_entries(self, flt: EntryFilter) -> Page:
         """One page of entries matching the filter, newest first (keyset pagination)."""
         query = self.select_entries(flt)
         if flt.cursor:
-            query = query.where(Entry.id < decode_cursor(flt.cursor))
+            query = query.where(self._key(flt) < decode_cursor(flt.cursor))
         with read_transaction(self.engine) as conn:
             rows = conn.execute(query.limit(flt.limit + 1)).all()
         entries = [EntryView.from_row(r) for r in rows[: flt.limit]]
@@ -337,7 +184,7 @@ class Store:
         while True:
             query = self.select_entries(flt)
             if last_id is not None:
-                query = query.where(Entry.id < last_id)
+                query = query.where(self._key(flt) < last_id)
             with read_transaction(self.engine) as conn:
                 rows = conn.execute(query.limit(batch)).all()
             if not rows:
@@ -346,10 +193,16 @@ class Store:
                 yield EntryView.from_row(row)
             last_id = rows[-1]._mapping["id"]
 
+    def count_newer(self, flt: EntryFilter, after_id: int, cap: int = 1000) -> int:
+        """How many entries under the filter are newer than ``after_id`` (counted up to ``cap``)."""
+        query = self.select_entries(flt, Entry.id).where(self._key(flt) > after_id).limit(cap)
+        with read_transaction(self.engine) as conn:
+            return conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+
     def get_entry(self, entry_id: int, *, with_history: bool = True) -> EntryView | None:
         """One entry, with its delivery history and its actions."""
         with read_transaction(self.engine) as conn:
-            row = conn.execute(select(Entry.__table__).where(Entry.id == entry_id)).first()
+            row = conn.execute(select(ENTRIES).where(Entry.id == entry_id)).first()
             if row is None:
                 return None
             entry = EntryView.from_row(row)
@@ -358,6 +211,16 @@ class Store:
                 entry.actions = [_action_dict(r) for r in conn.execute(
                     select(Action.__table__).where(Action.entry_id == entry_id).order_by(Action.id))]
         return entry
+
+    def entry_by_dlq_ref(self, ref: str) -> EntryView | None:
+        """The entry a ``<dlq stream>:<seq>`` reference names (the newest, if the stream was recreated)."""
+        stream, _, seq = ref.rpartition(":")
+        if not stream or not seq.isdigit():
+            return None
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(select(ENTRIES).where(Entry.dlq_stream == stream, Entry.dlq_seq == int(seq))
+                               .order_by(Entry.id.desc()).limit(1)).first()
+        return EntryView.from_row(row) if row else None
 
     def _history(self, conn, entry: EntryView) -> list[dict]:
         if entry.original_stream is None or entry.original_seq is None:
@@ -373,17 +236,100 @@ class Store:
         conds = []
         if flt is not None:
             conds = EntryFilter(**{**flt.__dict__, "status": None}).conditions(self.engine)
+        # One count per status rather than a GROUP BY: each is a range of the status index.
+        counts = {}
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(select(Entry.status, func.count()).where(and_(True, *conds))
-                                .group_by(Entry.status)).all()
-        counts = {s: 0 for s in STATUSES}
-        counts.update({status: n for status, n in rows})
+            for status in STATUSES:
+                counts[status] = conn.execute(select(func.count()).select_from(ENTRIES)
+                                              .where(Entry.status == status, *conds)).scalar_one()
         return counts
+
+    def received_per_minute(self, flt: EntryFilter) -> dict[datetime, int] | None:
+        """Entries under the filter per minute received, in one pass; None when nothing narrows
+        the selection (then received_range and count_received_between are cheaper)."""
+        conds = flt.conditions(self.engine)
+        if not conds:
+            return None
+        if is_sqlite(self.engine):
+            minute = func.substr(Entry.received_at, 1, 16)  # stored as 'YYYY-MM-DD HH:MM:SS...'
+        else:
+            minute = func.date_trunc("minute", Entry.received_at)
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(select(minute.label("minute"), func.count()).where(and_(True, *conds))
+                                .group_by(literal_column("minute"))).all()
+        result: dict[datetime, int] = {}
+        for at, n in rows:
+            at = _as_time(at if isinstance(at, datetime) else f"{at}:00")
+            if at is not None:
+                result[at] = result.get(at, 0) + n
+        return result
+
+    def received_range(self, flt: EntryFilter) -> tuple[datetime | None, datetime | None]:
+        """When the first and the last entry under the filter were received."""
+        conds = flt.conditions(self.engine)
+        with read_transaction(self.engine) as conn:
+            # Two queries: SQLite reads min() or max() off the index only when it is alone.
+            first = conn.execute(select(func.min(Entry.received_at)).where(and_(True, *conds))).scalar()
+            last = conn.execute(select(func.max(Entry.received_at)).where(and_(True, *conds))).scalar()
+        return _as_time(first), _as_time(last)
+
+    def count_received_between(self, flt: EntryFilter, bounds: list[datetime]) -> list[int]:
+        """Entries under the filter received in each [bounds[i], bounds[i+1]).
+
+        Each count is a range of the received_at index: fast without other conditions. With
+        them, received_per_minute reads the matching rows once instead of once a bar.
+        """
+        conds = flt.conditions(self.engine)
+        with read_transaction(self.engine) as conn:
+            return [conn.execute(select(func.count()).select_from(ENTRIES).where(
+                        Entry.received_at >= start, Entry.received_at < end, *conds)).scalar_one()
+                    for start, end in zip(bounds, bounds[1:])]
+
+    def fill_error_groups(self, batch: int = 20000) -> int:
+        """Compute the failure group of entries newer than the last grouped one; returns how many."""
+        table = EntryGroup.__table__
+        if not self._groups_table_ready:
+            # Databases made before the table existed get it here, once.
+            with write_transaction(self.engine) as conn:
+                table.create(conn, checkfirst=True)
+            self._groups_table_ready = True
+        filled = 0
+        while True:
+            with read_transaction(self.engine) as conn:
+                last = conn.execute(select(func.max(table.c.entry_id))).scalar() or 0
+                rows = conn.execute(select(Entry.id, Entry.version, Entry.error, Entry.schema_errors)
+                                    .where(Entry.id > last).order_by(Entry.id).limit(batch)).all()
+            if not rows:
+                return filled
+            # Short write transactions: the mirror writes in between.
+            with write_transaction(self.engine) as conn:
+                conn.execute(_insert_or_replace(conn, table), [
+                    {"entry_id": r.id, "version": r.version, "key": error_group(r.error, r.schema_errors)}
+                    for r in rows])
+            filled += len(rows)
+
+    def groups(self, flt: EntryFilter, limit: int = 200) -> list[Group]:
+        """Failure groups under the filter: subject, reason and normalized error, largest first."""
+        self.fill_error_groups()
+        stored = EntryGroup.__table__
+        fresh = group_expression(self.engine, Entry.error, Entry.schema_errors)
+        # The stored group where it was computed at the entry's current version, else afresh.
+        key = case((stored.c.version == Entry.version, stored.c.key), else_=fresh)
+        query = (select(Entry.original_subject, Entry.reason, key.label("key"), func.count().label("n"),
+                        func.min(Entry.received_at), func.max(Entry.received_at))
+                 .select_from(ENTRIES.outerjoin(stored, stored.c.entry_id == Entry.id))
+                 .where(and_(True, *flt.conditions(self.engine)))
+                 .group_by(Entry.original_subject, Entry.reason, literal_column("key"))
+                 .order_by(literal_column("n").desc(), Entry.original_subject).limit(limit))
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(query).all()
+        return [Group(subject, reason, key_ or NO_ERROR, n, _as_time(first), _as_time(last))
+                for subject, reason, key_, n, first, last in rows]
 
     def replays_of(self, ref: str) -> list[EntryView]:
         """Entries whose message was a republish of the entry named ``<stream>:<seq>``."""
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(select(Entry.__table__).where(Entry.replay_of == ref).order_by(Entry.id)).all()
+            rows = conn.execute(select(ENTRIES).where(Entry.replay_of == ref).order_by(Entry.id)).all()
         return [EntryView.from_row(r) for r in rows]
 
     def republishes_of(self, entry_id: int) -> list[dict]:
@@ -395,3 +341,20 @@ class Store:
                  "seq": r.seq, "duplicate": r.duplicate, "error": r.error, "actor": r.actor,
                  "created_at": format_time(r.created_at), "published_at": format_time(r.published_at)}
                 for r in rows]
+
+
+def _insert_or_replace(conn, table):
+    if conn.dialect.name == "sqlite":
+        return table.insert().prefix_with("OR REPLACE")
+    from sqlalchemy.dialects.postgresql import insert
+
+    statement = insert(table)
+    return statement.on_conflict_do_update(index_elements=[table.c.entry_id],
+                                           set_={"version": statement.excluded.version, "key": statement.excluded.key})
+
+
+def _as_time(value) -> datetime | None:
+    # min()/max() over a DateTime column come back from SQLite as text, not as datetime.
+    if value is None or isinstance(value, datetime):
+        return value
+    return parse_time(str(value).replace(" ", "T"))

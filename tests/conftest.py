@@ -142,3 +142,108 @@ def browser_login(page, base_url: str, app, role: str):
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(lambda url: "/login" not in url)
+
+
+# --- operator actions: a target stream, dead letters mirrored into entries -------------------
+# (used by tests/test_actions.py, tests/test_actions_browser.py and tests/test_jobs.py)
+
+def run_aside(coro):
+    """Run a coroutine on a fresh loop in another thread: a Playwright test's thread already runs one."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def make_orders_stream(url: str, **config) -> None:
+    """Create stream ORDERS over ``orders.>``, the stream republishes go to."""
+    import nats
+
+    async def create():
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().add_stream(name="ORDERS", subjects=["orders.>"], **config)
+        finally:
+            await nc.close()
+
+    run_aside(create())
+
+
+def dead_letter_orders(app, url: str, payloads: list[bytes], *, subject: str = "orders.created",
+                       headers: dict | None = None) -> list[int]:
+    """Dead-letter ``payloads`` of ``subject`` into the DLQ, wait for the mirror, return the new entry ids."""
+    from sqlalchemy import func, select
+
+    from dlq_dashboard.models import Entry
+
+    from .helpers import dlq_headers, publish_fast, wait_for
+
+    engine = app.extensions["dlq"].engine
+
+    def count():
+        with engine.connect() as conn:
+            return conn.execute(select(func.count()).select_from(Entry)).scalar()
+
+    before = count()
+    base = {**dlq_headers(subject, Dlq_Reason="fatal", Dlq_Error="handler failed"), **(headers or {})}
+    run_aside(publish_fast(url, f"dlq.{subject}", len(payloads), lambda i: (payloads[i], dict(base))))
+    wait_for(lambda: count() >= before + len(payloads), timeout=30, message="the mirror to store the dead letters")
+    with engine.connect() as conn:
+        return list(conn.execute(select(Entry.id).order_by(Entry.id).offset(before)).scalars())
+
+
+def stream_messages(url: str, stream: str = "ORDERS") -> list:
+    """Every message a stream holds now (RawStreamMsg, by sequence)."""
+    import nats
+    from nats.js.errors import NotFoundError
+
+    async def read():
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(stream)
+            found = []
+            if not info.state.messages:
+                return found
+            for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                try:
+                    found.append(await js.get_msg(stream, seq))
+                except NotFoundError:
+                    pass
+            return found
+        finally:
+            await nc.close()
+
+    return run_aside(read())
+
+
+# --- dead letters written straight through the mirror's ingest (pages and store tests) --------
+
+def dead_letter(app_or_engine, seq: int, subject: str | None = "orders.created", payload: bytes = b"{}",
+                stream: str = "DLQ", stored_at=None, **headers: str) -> int:
+    """Store one DLQ message as the mirror would (ingest_dlq_batch) and return its entry id.
+
+    ``headers`` are given with underscores for dashes (Dlq_Reason="fatal").
+    """
+    from sqlalchemy import select
+
+    from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
+    from dlq_dashboard.models import Entry
+
+    engine = getattr(app_or_engine, "extensions", None) and app_or_engine.extensions["dlq"].engine or app_or_engine
+    values = {k.replace("_", "-"): v for k, v in headers.items()}
+    if subject is not None:
+        values.setdefault("Dlq-Original-Subject", subject)
+    from dlq_dashboard.contract import utcnow
+
+    ingest_dlq_batch(engine, stream, "e1", [StreamMessage(seq, f"dlq.{subject or 'unknown'}", values or None,
+                                                          payload, stored_at or utcnow())])
+    with engine.connect() as conn:
+        return conn.execute(select(Entry.id).where(Entry.dlq_stream == stream, Entry.dlq_seq == seq)).scalar_one()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run browser tests last: once Playwright's sync API has started, its event loop stays
+    running in the main thread, and tests that call asyncio.run() directly would fail."""
+    items.sort(key=lambda item: "browser" in getattr(item, "fixturenames", ()))

@@ -23,8 +23,19 @@ def wait_for(condition: Callable[[], Any], timeout: float = 10.0, interval: floa
 
 
 def run(coro):
-    """Run a coroutine on a fresh event loop (tests are synchronous)."""
-    return asyncio.run(coro)
+    """Run a coroutine on a fresh event loop (tests are synchronous).
+
+    Playwright's sync API keeps an event loop running in the main thread while a browser is
+    open; then the coroutine runs on a loop of its own in a worker thread.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 async def publish_many(url: str, messages: list[tuple[str, bytes, dict | None]], *, msg_ids: bool = False) -> list:

@@ -1,33 +1,230 @@
-"""The HTML pages."""
+"""The support-staff pages: the list with its search, chart and counts, the failure groups,
+and an entry's detail page (payload beside its schema errors, headers, timeline).
+
+Each page's data is gathered once and rendered either as the full page or, for an htmx
+request, as a named block of the same template (``Vary: HX-Request`` on both).
+"""
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, current_app, render_template, request
+from datetime import datetime
+from urllib.parse import urlencode
 
-from ..store import EntryFilter, FilterError
-from .auth import requires
+from flask import Blueprint, Response, current_app, make_response, render_template, request, url_for
+from flask_htmx import HTMX
+
+from ..charts import Chart, build_chart, chart_bounds, describe_size, totals_per_bar
+from ..contract import format_time, utcnow
+from ..payloads import mark_indexes, view_payload
+from ..store import DEFAULT_LIMIT, STATUSES, EntryFilter, FilterError
+from ..timeline import build_timeline
+from .auth import current_identity, requires
 
 bp = Blueprint("pages", __name__)
+htmx = HTMX()  # request detection only; the app registers its own instance for templates
+NEW_CAP = 1000
 
+
+def runtime():
+    """The app's Runtime (store, schemas, settings)."""
+    return current_app.extensions["dlq"]
+
+
+# --- rendering a page or one of its blocks ----------------------------------------------------
+
+def render_block(template_name: str, block: str, **context) -> str:
+    """Render one named block of a template with the same context a full render gets."""
+    app = current_app._get_current_object()
+    template = app.jinja_env.get_template(template_name)
+    app.update_template_context(context)
+    return "".join(template.blocks[block](template.new_context(context)))
+
+
+def page_or_fragment(template_name: str, block: str, status: int = 200, **context) -> Response:
+    """The full page, or for an htmx request the named block (a history restore gets the page)."""
+    if htmx and not htmx.history_restore_request:
+        body = render_block(template_name, block, **context)
+    else:
+        body = render_template(template_name, **context)
+    response = make_response(body, status)
+    response.vary.add("HX-Request")
+    return response
+
+
+def list_url(endpoint: str = "pages.index", **args) -> str:
+    """A URL with the given query arguments, empty ones left out."""
+    query = urlencode({k: v for k, v in args.items() if v not in (None, "")})
+    return url_for(endpoint) + (f"?{query}" if query else "")
+
+
+@bp.app_context_processor
+def _page_context():
+    return {"identity": current_identity(), "list_url": list_url, "statuses": STATUSES}
+
+
+@bp.app_template_filter("when")
+def _when(value: datetime | None) -> str:
+    """A stored (naive UTC) time as '2026-11-29 10:00:05'."""
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "—"
+
+
+@bp.app_template_filter("rfc3339")
+def _rfc3339(value: datetime | None) -> str:
+    return format_time(value) or ""
+
+
+@bp.app_template_filter("ago")
+def _ago(value: datetime | None) -> str:
+    """How long ago, in the largest unit that fits ('3 min ago')."""
+    if value is None:
+        return "—"
+    seconds = int((utcnow() - value).total_seconds())
+    if seconds < 0:
+        return "just now" if seconds > -60 else value.strftime("%Y-%m-%d %H:%M")
+    for unit, length in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= length:
+            return f"{seconds // length} {unit} ago"
+    return f"{seconds} s ago"
+
+
+def parse_filter(args, **defaults) -> tuple[EntryFilter, str | None]:
+    """The filter of a request, or an empty filter and the sentence saying what is wrong."""
+    try:
+        return EntryFilter.from_args({**defaults, **args.to_dict()}), None
+    except FilterError as exc:
+        return EntryFilter(), str(exc)
+
+
+def example_subject() -> str:
+    """A subject of the DLQ stream for the empty page's example command."""
+    pattern = runtime().settings.dlq_subjects[0]
+    tokens = ["orders" if t == "*" else ("orders.created" if t == ">" else t) for t in pattern.split(".")]
+    return ".".join(tokens)
+
+
+# --- the list ---------------------------------------------------------------------------------
 
 @bp.route("/")
 @requires("viewer")
 def index():
     """The list of entries, newest first, under the filters in the URL."""
-    store = current_app.extensions["dlq"].store
-    try:
-        flt = EntryFilter.from_args(request.args)
-        page, filter_error = store.list_entries(flt), None
-    except FilterError as exc:
-        flt, page, filter_error = EntryFilter(), None, str(exc)
-    return render_template("index.html", page=page, flt=flt, filter_error=filter_error), (400 if filter_error else 200)
+    flt, filter_error = parse_filter(request.args)
+    page = None if filter_error else runtime().store.list_entries(flt)
+    top_id = page.entries[0].id if page and page.entries and not flt.cursor else None
+    response = page_or_fragment(
+        "index.html", "results", 400 if filter_error else 200,
+        page=page, flt=flt, args=request.args, filter_error=filter_error, top_id=top_id,
+        filter_args=flt.to_args(), example_subject=example_subject(),
+        paging={"limit": flt.limit} if flt.limit != DEFAULT_LIMIT else {})
+    if htmx and not flt.cursor and not filter_error:
+        # The form sends its empty fields too; the address bar gets the tidy, shareable URL.
+        response.headers["HX-Push-Url"] = list_url(**flt.to_args())
+    return response
+
+
+@bp.route("/summary")
+@requires("viewer")
+def summary():
+    """Counts by status and the chart of failures over time, for the list's filters."""
+    flt, filter_error = parse_filter(request.args)
+    counts, chart = None, None
+    if not filter_error:
+        counts = runtime().store.counts_by_status(flt)
+        chart = failures_chart(flt)
+    return make_response(render_block(
+        "index.html", "summary", flt=flt, counts=counts, chart=chart, filter_error=filter_error,
+        filter_args=flt.to_args(), bar_size=describe_size(chart.bar_size) if chart else ""),
+        400 if filter_error else 200)
+
+
+def failures_chart(flt: EntryFilter) -> Chart:
+    """The bars of failures received over time under a filter."""
+    store = runtime().store
+    minutes = store.received_per_minute(flt)
+    if minutes is None:  # nothing narrows the selection: ranges of the received_at index
+        bounds = chart_bounds(*store.received_range(flt))
+        return build_chart(bounds, store.count_received_between(flt, bounds))
+    bounds = chart_bounds(min(minutes, default=None), max(minutes, default=None))
+    return build_chart(bounds, totals_per_bar(bounds, minutes))
+
+
+@bp.route("/entries/new")
+@requires("viewer")
+def newer():
+    """How many entries under the filters arrived after the first one on the page."""
+    flt, filter_error = parse_filter(request.args)
+    after = request.args.get("after", "0")
+    count = 0
+    if not filter_error and after.isdigit():
+        count = runtime().store.count_newer(flt, int(after), cap=NEW_CAP)
+    return render_block("index.html", "new_entries", new_count=count, cap=NEW_CAP,
+                        filter_args=flt.to_args())
+
+
+# --- groups -----------------------------------------------------------------------------------
+
+@bp.route("/groups")
+@requires("viewer")
+def groups():
+    """Failures grouped by subject, reason and normalized error; a group opens the filtered list."""
+    defaults = {} if "status" in request.args else {"status": "open"}
+    flt, filter_error = parse_filter(request.args, **defaults)
+    found = None if filter_error else runtime().store.groups(flt)
+    base = {k: v for k, v in flt.to_args().items() if k not in ("group", "subject", "reason")}
+    return page_or_fragment("groups.html", "results", 400 if filter_error else 200,
+                            groups=found, flt=flt, args={**defaults, **request.args.to_dict()},
+                            filter_error=filter_error, base_args=base)
+
+
+# --- one entry --------------------------------------------------------------------------------
+
+def _schema_view(entry):
+    """The schema errors of the message's header and of the current schema, each with a mark."""
+    registry = runtime().schemas
+    current, current_error = None, None
+    if entry.payload_available:
+        try:
+            current = registry.validate(entry.original_subject, entry.payload)
+        except RecursionError:
+            current_error = "The payload nests too deeply to be validated."
+    header_errors = [e for e in entry.schema_errors or [] if isinstance(e, dict)]
+    current_errors = [e.to_dict() for e in current.errors] if current else []
+    pointers = [e.get("path", "") for e in header_errors + current_errors]
+    return registry, current, current_error, header_errors, current_errors, pointers
 
 
 @bp.route("/entries/<int:entry_id>")
 @requires("viewer")
 def entry(entry_id: int):
-    """One entry: payload, headers, history."""
-    found = current_app.extensions["dlq"].store.get_entry(entry_id)
+    """One entry: payload beside its schema errors, headers, the timeline, the actions."""
+    store = runtime().store
+    found = store.get_entry(entry_id)
     if found is None:
-        abort(404)
-    return render_template("entry.html", entry=found)
+        return render_template("error.html", title="No such entry",
+                               message=f"There is no entry {entry_id}. It may be in another dashboard's "
+                                       "database, or the link is wrong."), 404
+    registry, current, current_error, header_errors, current_errors, pointers = _schema_view(found)
+    marks = mark_indexes(pointers)
+    payload = view_payload(found.payload, found.payload_available, marks)
+    replays = store.replays_of(found.dlq_ref) if found.dlq_ref else []
+    timeline = build_timeline(found, store.republishes_of(entry_id), replays)
+    original = store.entry_by_dlq_ref(found.replay_of) if found.replay_of else None
+    return render_template(
+        "entry.html", entry=found, payload=payload, marks=marks, header_errors=header_errors,
+        current=current, current_errors=current_errors, current_error=current_error,
+        schema_problems=registry.problems, timeline=timeline, original=original)
+
+
+@bp.route("/entries/<int:entry_id>/payload")
+@requires("viewer")
+def payload_download(entry_id: int):
+    """The payload's bytes as a download, never rendered by the browser."""
+    found = runtime().store.get_entry(entry_id, with_history=False)
+    if found is None:
+        return render_template("error.html", title="No such entry",
+                               message=f"There is no entry {entry_id}."), 404
+    response = make_response(found.payload)
+    response.headers["Content-Type"] = "application/octet-stream"
+    response.headers["Content-Disposition"] = f'attachment; filename="entry-{entry_id}-payload.bin"'
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response

@@ -1,0 +1,100 @@
+"""The list page's chart of failures over time: bar edges, then counts into bars, drawn as
+SVG by the template (server-side; no script)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+# Bar widths to choose from: the smallest that keeps the chart within MAX_BARS bars.
+_SIZES = [timedelta(minutes=m) for m in (1, 5, 15, 30, 60, 180, 360, 720, 1440, 10080)]
+MAX_BARS = 60
+MIN_BARS = 30
+WIDTH, HEIGHT = 720, 120
+
+
+@dataclass
+class Bar:
+    """One bar: a time range, its count, and where it is drawn."""
+
+    start: datetime
+    end: datetime
+    count: int
+    x: float
+    y: float
+    width: float
+    height: float
+
+
+@dataclass
+class Chart:
+    """Bars over a time range, with the largest count for the axis label."""
+
+    bars: list[Bar]
+    start: datetime | None
+    end: datetime | None
+    peak: int
+    bar_size: timedelta | None
+    width: int = WIDTH
+    height: int = HEIGHT
+
+    @property
+    def total(self) -> int:
+        return sum(b.count for b in self.bars)
+
+
+def _floor(at: datetime, size: timedelta) -> datetime:
+    epoch = datetime(1970, 1, 1)
+    return epoch + ((at - epoch) // size) * size
+
+
+def chart_bounds(first: datetime | None, last: datetime | None, *, max_bars: int = MAX_BARS) -> list[datetime]:
+    """Bar edges covering first..last with the smallest bar width that needs ``max_bars`` or fewer."""
+    if first is None or last is None:
+        return []
+    size = next((s for s in _SIZES if (last - first) / s < max_bars), _SIZES[-1])
+    count = int((last - _floor(first, size)) / size) + 1
+    # A short history is drawn with the quiet time before it, not as one bar filling the chart.
+    count = max(count, MIN_BARS)
+    start = _floor(last, size) - (count - 1) * size
+    return [start + i * size for i in range(count + 1)]
+
+
+def totals_per_bar(bounds: list[datetime], minutes: dict[datetime, int]) -> list[int]:
+    """Sum per-minute counts into the bars between ``bounds``."""
+    totals = [0] * max(len(bounds) - 1, 0)
+    if not totals:
+        return totals
+    size = bounds[1] - bounds[0]
+    for at, n in minutes.items():
+        index = int((at - bounds[0]) / size)
+        if 0 <= index < len(totals):
+            totals[index] += n
+    return totals
+
+
+def build_chart(bounds: list[datetime], totals: list[int]) -> Chart:
+    """Bars for the counts between consecutive ``bounds``, scaled to the tallest."""
+    if not bounds or not any(totals):
+        return Chart([], None, None, 0, None)
+    peak = max(totals)
+    slot = WIDTH / len(totals)
+    gap = 1 if slot > 3 else 0
+    bars = []
+    for i, n in enumerate(totals):
+        height = 0 if not n else max(2.0, (HEIGHT - 4) * n / peak)
+        bars.append(Bar(bounds[i], bounds[i + 1], n, round(i * slot, 2), round(HEIGHT - height, 2),
+                        round(max(slot - gap, 1), 2), round(height, 2)))
+    return Chart(bars, bounds[0], bounds[-1], peak, bounds[1] - bounds[0])
+
+
+def describe_size(size: timedelta | None) -> str:
+    """'5 minutes', '1 hour', '1 day' for the chart's caption."""
+    if size is None:
+        return ""
+    minutes = int(size.total_seconds() // 60)
+    for unit, length in (("week", 10080), ("day", 1440), ("hour", 60), ("minute", 1)):
+        if minutes % length == 0:
+            n = minutes // length
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{minutes} minutes"

@@ -1,0 +1,143 @@
+"""How the detail page shows a payload: pretty JSON with the failing fields marked, plain
+text, or a hex dump; truncated past a size limit.
+
+The marked JSON is a list of (text, mark) segments built here and rendered by the template
+with autoescape, so no payload byte ever becomes markup.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+# Beyond these the page shows the start and offers the whole payload as a download.
+TEXT_LIMIT = 256 * 1024
+HEX_LIMIT = 16 * 1024
+_INDENT = "  "
+
+
+@dataclass
+class Segment:
+    """A run of payload text; ``mark`` is the index of the failing field it belongs to, or None."""
+
+    text: str
+    mark: int | None = None
+    anchor: bool = False  # the first segment of its mark: where the error list links to
+
+
+@dataclass
+class PayloadView:
+    """What the payload panel shows; ``kind`` is json, text, hex or missing."""
+
+    kind: str
+    size: int
+    truncated: bool = False
+    segments: list[Segment] = field(default_factory=list)
+    text: str = ""
+    hex_lines: list[tuple[str, str, str]] = field(default_factory=list)
+    found: set[str] = field(default_factory=set)  # pointers that were marked
+    note: str | None = None
+
+
+def mark_indexes(pointers: Iterable[str]) -> dict[str, int]:
+    """A number for each distinct JSON Pointer (the whole document, '', is never marked)."""
+    return {p: i for i, p in enumerate(dict.fromkeys(p for p in pointers if p))}
+
+
+def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str] = ()) -> PayloadView:
+    """Choose how to show a payload and mark the fields at ``pointers`` (JSON Pointers)."""
+    size = len(payload)
+    if not available:
+        return PayloadView("missing", 0)
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return PayloadView("hex", size, truncated=size > HEX_LIMIT, hex_lines=hex_dump(payload[:HEX_LIMIT]),
+                           note="The payload is not UTF-8 text; shown as bytes.")
+    if size > TEXT_LIMIT:
+        head = payload[:TEXT_LIMIT].decode("utf-8", errors="ignore")
+        return PayloadView("text", size, truncated=True, text=head,
+                           note="The payload is large; the fields are not marked in a truncated view.")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return PayloadView("text", size, text=text, note=None if not text else "The payload is not JSON.")
+    order = mark_indexes(pointers)
+    try:
+        segments = _Printer(order).print(value)
+    except RecursionError:
+        return PayloadView("text", size, text=text, note="The payload nests too deeply to be laid out.")
+    found = {p for p, i in order.items() if any(s.mark == i for s in segments)}
+    return PayloadView("json", size, segments=_merge(segments), found=found)
+
+
+class _Printer:
+    """Lays out JSON like ``json.dumps(indent=2)``, remembering which text belongs to which path."""
+
+    def __init__(self, marks: dict[str, int]):
+        self.marks = marks
+        self.out: list[Segment] = []
+        self.anchored: set[int] = set()
+
+    def print(self, value: Any) -> list[Segment]:
+        self._value(value, "", 0, None)
+        return self.out
+
+    def _emit(self, text: str, mark: int | None) -> None:
+        anchor = mark is not None and mark not in self.anchored
+        if anchor:
+            self.anchored.add(mark)
+        self.out.append(Segment(text, mark, anchor))
+
+    def _value(self, value: Any, path: str, depth: int, mark: int | None) -> None:
+        # A field is marked with its own error; inside a marked field, everything is marked.
+        if mark is None:
+            mark = self.marks.get(path)
+        if isinstance(value, dict) and value:
+            self._emit("{", mark)
+            for i, (key, item) in enumerate(value.items()):
+                child = path + "/" + str(key).replace("~", "~0").replace("/", "~1")
+                child_mark = mark if mark is not None else self.marks.get(child)
+                self._emit("\n" + _INDENT * (depth + 1), None)
+                self._emit(json.dumps(key, ensure_ascii=False) + ": ", child_mark)
+                self._value(item, child, depth + 1, child_mark)
+                if i < len(value) - 1:
+                    self._emit(",", None)
+            self._emit("\n" + _INDENT * depth, None)
+            self._emit("}", mark)
+        elif isinstance(value, list) and value:
+            self._emit("[", mark)
+            for i, item in enumerate(value):
+                self._emit("\n" + _INDENT * (depth + 1), None)
+                self._value(item, f"{path}/{i}", depth + 1, mark)
+                if i < len(value) - 1:
+                    self._emit(",", None)
+            self._emit("\n" + _INDENT * depth, None)
+            self._emit("]", mark)
+        else:
+            self._emit(json.dumps(value, ensure_ascii=False), mark)
+
+
+def _merge(segments: list[Segment]) -> list[Segment]:
+    """Join neighbouring segments of the same mark, so the page has few elements."""
+    merged: list[Segment] = []
+    for seg in segments:
+        if merged and merged[-1].mark == seg.mark and not seg.anchor:
+            merged[-1].text += seg.text
+        else:
+            merged.append(Segment(seg.text, seg.mark, seg.anchor))
+    return merged
+
+
+def hex_dump(data: bytes, width: int = 16) -> list[tuple[str, str, str]]:
+    """(offset, hex bytes, printable ASCII) per line, like ``hexdump -C``."""
+    lines = []
+    for offset in range(0, len(data), width):
+        chunk = data[offset:offset + width]
+        hex_part = " ".join(f"{b:02x}" for b in chunk)
+        if len(chunk) > 8:
+            hex_part = hex_part[:23] + " " + hex_part[23:]
+        ascii_part = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append((f"{offset:08x}", hex_part, ascii_part))
+    return lines

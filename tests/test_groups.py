@@ -1,0 +1,42 @@
+"""Failure groups: error texts normalized so that ids and values do not split a group."""
+
+from __future__ import annotations
+
+import json
+
+from dlq_dashboard.groups import NO_ERROR, Group, error_group, normalize_error_text, normalize_schema_message
+
+
+def test_errors_that_differ_only_in_ids_and_numbers_are_one_group():
+    a = normalize_error_text("order 17 not found (id 3f2a9c1e-8b7d-4c6e-9f0a-1b2c3d4e5f60)")
+    b = normalize_error_text("order 42 not found (id 00000000-1111-2222-3333-444444444444)")
+    assert a == b == "order <n> not found (id <id>)"
+    assert normalize_error_text("timeout for 'ord-1' after 30000 ms") == normalize_error_text("timeout for 'ord-9' after 5 ms")
+    assert normalize_error_text("request deadbeefcafe1234 failed") == "request <id> failed"
+    assert normalize_error_text("carrier rejected ord-4711") == "carrier rejected ord-<n>"
+
+
+def test_a_schema_message_loses_its_value_and_keeps_its_rule():
+    assert normalize_schema_message("'abc' is not of type 'number'") == "… is not of type 'number'"
+    assert normalize_schema_message("-1 is less than the minimum of 0") == "… is less than the minimum of 0"
+    assert normalize_schema_message("'customer_id' is a required property") == "'customer_id' is a required property"
+
+
+def test_a_schema_failure_groups_by_path_and_rule_not_by_the_wrong_value():
+    one = json.dumps([{"path": "/items/0/price", "message": "'12.50' is not of type 'number'"}])
+    two = json.dumps([{"path": "/items/0/price", "message": "'abc' is not of type 'number'"}])
+    other_path = json.dumps([{"path": "/items/1/price", "message": "'abc' is not of type 'number'"}])
+    assert error_group(None, one) == error_group("anything", two) == "/items/0/price: … is not of type 'number'"
+    assert error_group(None, other_path) != error_group(None, one)
+    root = json.dumps([{"path": "", "message": "'customer_id' is a required property"}])
+    assert error_group(None, root) == "(root): 'customer_id' is a required property"
+
+
+def test_an_entry_without_an_error_has_a_group_too():
+    assert error_group(None, None) == error_group("  ", "not json") == NO_ERROR
+
+
+def test_a_group_opens_the_list_by_subject_reason_and_key():
+    group = Group("orders.created", "fatal", "order <n> not found", 3, None, None)
+    assert group.filter_args() == {"group": "order <n> not found", "subject": "orders.created", "reason": "fatal"}
+    assert Group(None, None, NO_ERROR, 1, None, None).filter_args() == {"group": NO_ERROR}

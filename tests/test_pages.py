@@ -1,0 +1,322 @@
+"""The support-staff pages as HTML: the list and its fragments, groups, the detail page."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import insert
+
+from dlq_dashboard import create_app
+from dlq_dashboard.contract import Advisory, utcnow
+from dlq_dashboard.ingest import ingest_advisory_batch
+from dlq_dashboard.models import Action, Republish
+from dlq_dashboard.payloads import TEXT_LIMIT
+
+from .conftest import dead_letter, logged_in, make_settings
+
+ORDER_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "x-subjects": ["orders.*"],
+    "type": "object",
+    "required": ["order_id"],
+    "properties": {"order_id": {"type": "string"},
+                   "items": {"type": "array", "items": {"type": "object",
+                                                         "properties": {"price": {"type": "number"}}}}},
+}
+
+
+@pytest.fixture
+def schemas_dir(tmp_path):
+    folder = tmp_path / "schemas"
+    folder.mkdir()
+    (folder / "orders.json").write_text(json.dumps(ORDER_SCHEMA))
+    return folder
+
+
+@pytest.fixture
+def web(tmp_path, schemas_dir):
+    """The app over a real SQLite file, with a schema folder; nothing else started."""
+    application = create_app({"SETTINGS": make_settings(tmp_path, schemas_dir=str(schemas_dir)), "TESTING": True})
+    yield application
+    application.extensions["dlq"].stop()
+
+
+@pytest.fixture
+def client(web):
+    return logged_in(web, "viewer")
+
+
+def html_of(response) -> str:
+    return response.get_data(as_text=True)
+
+
+def row_ids(html: str) -> list[int]:
+    return [int(i) for i in re.findall(r'name="ids" value="(\d+)"', html)]
+
+
+# --- the list ---------------------------------------------------------------------------------
+
+def test_the_list_is_a_full_page_with_the_login_and_htmx_wired(web, client):
+    dead_letter(web, 1, "orders.created", b'{"order_id": "a-1"}', Dlq_Reason="fatal", Dlq_Error="kaput")
+    response = client.get("/")
+    html = html_of(response)
+    assert response.status_code == 200 and "HX-Request" in response.headers["Vary"]
+    assert "<html" in html and 'id="results"' in html
+    assert "viewer-user" in html and 'action="/logout"' in html and ">Logout<" in html
+    assert 'href="/groups"' in html and 'href="/audit"' in html
+    assert '<meta name="csrf-token"' in html and '"selfRequestsOnly":true' in html
+    assert "htmx-2.0.11.min.js" in html and "app.js" in html
+    assert "orders.created" in html and "kaput" in html and "fatal" in html
+
+
+def test_the_same_route_answers_htmx_with_the_results_fragment_only(web, client):
+    dead_letter(web, 1, "orders.created", b"{}", Dlq_Error="kaput")
+    response = client.get("/?subject=orders.*&status=", headers={"HX-Request": "true"})
+    html = html_of(response)
+    assert response.status_code == 200 and "HX-Request" in response.headers["Vary"]
+    assert html.lstrip().startswith('<section id="results"') and "<html" not in html
+    assert "kaput" in html
+    # The address bar gets the tidy URL, without the form's empty fields.
+    assert response.headers["HX-Push-Url"] == "/?subject=orders.%2A"
+
+
+def test_a_history_restore_gets_the_full_page(web, client):
+    html = html_of(client.get("/", headers={"HX-Request": "true", "HX-History-Restore-Request": "true"}))
+    assert "<html" in html
+
+
+def test_filters_in_the_url_narrow_the_list_and_stay_in_the_form(web, client):
+    keep = dead_letter(web, 1, "orders.created", b'{"customer": "zebulon"}', Dlq_Reason="fatal")
+    dead_letter(web, 2, "payments.captured", b'{"customer": "zebulon"}', Dlq_Reason="fatal")
+    html = html_of(client.get("/?subject=orders.>&q=zebulon&reason=fatal"))
+    assert row_ids(html) == [keep]
+    assert 'value="orders.&gt;"' in html and 'value="zebulon"' in html
+    assert 'href="/api/export.csv?subject=orders.%3E&amp;reason=fatal&amp;q=zebulon"' in html
+    assert "/api/export.json?" in html and "/api/export.ndjson?" in html
+
+
+@pytest.mark.parametrize("query, words", [
+    ("subject=orders..created", "is not a NATS subject"), ("subject=orders.>.x", "is not a NATS subject"),
+    ("since=last+tuesday", "RFC 3339"), ("status=gone", "status"), ("cursor=%25%25", "cursor"),
+])
+def test_a_filter_that_does_not_parse_is_a_message_and_a_400(web, client, query, words):
+    for headers in ({}, {"HX-Request": "true"}):
+        response = client.get(f"/?{query}", headers=headers)
+        assert response.status_code == 400
+        assert 'role="alert"' in html_of(response) and words in html_of(response)
+    assert client.get(f"/summary?{query}").status_code == 400
+    assert client.get(f"/groups?{query}").status_code == 400
+
+
+def test_every_row_has_a_checkbox_for_the_bulk_form(web, client):
+    entry_id = dead_letter(web, 1)
+    assert f'<input type="checkbox" name="ids" value="{entry_id}" form="bulk-form"' in html_of(client.get("/"))
+
+
+def test_an_empty_list_says_how_to_publish_a_dead_letter(client):
+    html = html_of(client.get("/"))
+    assert "No dead letters" in html and "nats pub dlq.orders.created" in html and "Dlq-Original-Subject:" in html
+
+
+def test_a_filter_that_matches_nothing_says_so_and_offers_to_clear(web, client):
+    dead_letter(web, 1)
+    html = html_of(client.get("/?q=nothingatall"))
+    assert "No entries match these filters" in html and "Clear the filters" in html
+
+
+def test_older_entries_are_reached_by_cursor_without_repeats(web, client):
+    ids = [dead_letter(web, seq) for seq in range(1, 8)]
+    first = html_of(client.get("/?limit=3"))
+    assert row_ids(first) == ids[::-1][:3]
+    older = re.search(r'href="(/\?cursor=[^"]+&amp;limit=3)"', first).group(1).replace("&amp;", "&")
+    second = html_of(client.get(older, headers={"HX-Request": "true"}))
+    assert row_ids(second) == ids[::-1][3:6]
+    assert 'hx-select="#entry-rows &gt; tr"' in second or "hx-select=\"#entry-rows > tr\"" in second
+
+
+def test_the_new_entries_indicator_counts_arrivals_without_moving_the_list(web, client):
+    top = dead_letter(web, 1)
+    html = html_of(client.get("/"))
+    poll = re.search(r'hx-get="(/entries/new\?[^"]+)"', html).group(1).replace("&amp;", "&")
+    assert f"after={top}" in poll and 'hx-trigger="every 5s"' in html
+    assert "new — show" not in html_of(client.get(poll))
+    dead_letter(web, 2)
+    dead_letter(web, 3)
+    assert "2 new — show" in html_of(client.get(poll))
+
+
+def test_the_summary_counts_by_status_and_draws_failures_over_time(web, client):
+    for seq in range(1, 4):
+        dead_letter(web, seq, "orders.created")
+    dead_letter(web, 4, "payments.captured")
+    html = html_of(client.get("/summary?subject=orders.*"))
+    assert re.search(r"status-open\">open</span> <strong>3</strong>", html)
+    assert "<svg" in html and '<rect class="bar"' in html and "since=" in html and "until=" in html
+    assert "the tallest bar is 3" in html
+
+
+# --- groups -----------------------------------------------------------------------------------
+
+def test_groups_count_failures_by_subject_reason_and_rule_and_open_the_list(web, client):
+    for seq, value in enumerate(["'1.5'", "'2'", "'abc'"], start=1):
+        dead_letter(web, seq, "orders.created", b"{}", Dlq_Reason="schema_invalid",
+                    Dlq_Schema_Errors=json.dumps([{"path": "/items/0/price", "message": f"{value} is not of type 'number'"}]))
+    dead_letter(web, 9, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 9 not found")
+    response = client.get("/groups")
+    html = html_of(response)
+    assert response.status_code == 200 and "HX-Request" in response.headers["Vary"]
+    assert "/items/0/price: … is not of type &#39;number&#39;" in html
+    rows = re.findall(r"<tr hx-disable>(.*?)</tr>", html, re.S)
+    assert "<strong>3</strong>" in rows[0] and "<strong>1</strong>" in rows[1]
+    link = re.search(r'href="(/\?[^"]+)">Show entries', rows[0]).group(1).replace("&amp;", "&")
+    assert "status=open" in link
+    assert len(row_ids(html_of(client.get(link)))) == 3
+    fragment = html_of(client.get("/groups?status=", headers={"HX-Request": "true"}))
+    assert fragment.lstrip().startswith('<section id="results"')
+
+
+def test_groups_say_what_to_do_when_nothing_is_open(client):
+    assert "No failures to group among open entries" in html_of(client.get("/groups"))
+
+
+# --- the detail page --------------------------------------------------------------------------
+
+def test_the_detail_shows_the_payload_with_the_failing_field_marked_beside_the_errors(web, client):
+    payload = json.dumps({"order_id": "o-1", "items": [{"sku": "x", "price": "12.50"}]}).encode()
+    entry_id = dead_letter(web, 1, "orders.created", payload, Dlq_Reason="schema_invalid",
+                           Dlq_Schema_Errors=json.dumps([{"path": "/items/0/price", "message": "'12.50' is not of type 'number'"}]))
+    html = html_of(client.get(f"/entries/{entry_id}"))
+    assert '<mark id="mark-0">&#34;price&#34;: &#34;12.50&#34;</mark>' in html
+    assert html.count('href="#mark-0"') == 2  # from the header's errors and from the current schema
+    assert "Invalid against <code>orders.json</code>" in html
+    payload_at, errors_at = html.index('class="payload"'), html.index('class="why"')
+    assert payload_at < errors_at
+
+
+def test_an_error_for_a_missing_field_says_it_is_not_in_the_payload(web, client):
+    entry_id = dead_letter(web, 1, "orders.created", b'{"items": []}', Dlq_Reason="schema_invalid")
+    html = html_of(client.get(f"/entries/{entry_id}"))
+    assert "&#39;order_id&#39; is a required property" in html and "(whole payload)" in html
+
+
+def test_a_payload_the_current_schema_accepts_says_it_would_pass(web, client):
+    entry_id = dead_letter(web, 1, "orders.created", b'{"order_id": "fine"}')
+    assert "it would pass" in html_of(client.get(f"/entries/{entry_id}"))
+    other = dead_letter(web, 2, "users.signup", b"{}")
+    assert "No schema in DLQ_SCHEMAS covers users.signup" in html_of(client.get(f"/entries/{other}"))
+
+
+def test_a_payload_that_is_not_utf8_is_a_hex_dump_with_a_download(web, client):
+    data = b"\xff\xfe\x00\x01binary payload\x80"
+    entry_id = dead_letter(web, 1, "orders.created", data)
+    html = html_of(client.get(f"/entries/{entry_id}"))
+    assert "00000000" in html and "ff fe 00 01" in html and "not UTF-8" in html
+    download = client.get(f"/entries/{entry_id}/payload")
+    assert download.data == data and download.headers["Content-Type"] == "application/octet-stream"
+    assert "attachment" in download.headers["Content-Disposition"]
+    assert download.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_a_large_payload_is_truncated_with_a_download_link(web, client):
+    big = json.dumps({"order_id": "o", "blob": "x" * (TEXT_LIMIT + 10)}).encode()
+    entry_id = dead_letter(web, 1, "orders.created", big)
+    html = html_of(client.get(f"/entries/{entry_id}"))
+    assert "Only the start is shown" in html and f"/entries/{entry_id}/payload" in html
+    assert len(html) < TEXT_LIMIT + 50_000
+
+
+def test_a_payload_nested_too_deeply_is_shown_not_crashed_on(web, client):
+    entry_id = dead_letter(web, 1, "orders.created", b"[" * 5000 + b"]" * 5000)
+    response = client.get(f"/entries/{entry_id}")
+    assert response.status_code == 200 and "nests too deeply" in html_of(response)
+
+
+def test_the_detail_lists_the_headers_in_a_table(web, client):
+    entry_id = dead_letter(web, 1, "orders.created", b"{}", traceparent="00-abc-def-01")
+    html = html_of(client.get(f"/entries/{entry_id}"))
+    assert "<code>traceparent</code></td><td class=\"value\">00-abc-def-01</td>" in html
+
+
+def test_the_timeline_tells_naks_dead_lettering_republishes_failures_again_and_closes(web, client):
+    engine = web.extensions["dlq"].engine
+    now = utcnow()
+    entry_id = dead_letter(web, 1, "orders.created", b"{}", Dlq_Reason="max_deliveries", Dlq_Consumer="C",
+                           Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="11")
+    naks = [(Advisory("nak", f"nak-{n}", now - timedelta(minutes=5 - n), "ORDERS", "C", 11, n, None, {}), None, None)
+            for n in (1, 2)]
+    ingest_advisory_batch(engine, "DLQ_ADVISORIES", "e1", naks, 2)
+    with engine.begin() as conn:
+        conn.execute(insert(Republish).values(
+            entry_id=entry_id, version=1, msg_id="dlq-republish-1", subject="orders.created", payload=b"{}",
+            headers="{}", edited=False, state="published", actor="olga", created_at=now + timedelta(seconds=10),
+            published_at=now + timedelta(seconds=10),
+            stream="ORDERS", seq=12, duplicate=False))
+        conn.execute(insert(Action).values(entry_id=entry_id, action="close", actor="olga", at=now + timedelta(seconds=20),
+                                           note="customer refunded by hand", detail="{}"))
+        conn.execute(insert(Action).values(entry_id=entry_id, action="reopen", actor="piotr",
+                                           at=now + timedelta(seconds=30), detail="{}"))
+    again = dead_letter(web, 2, "orders.created", b"{}", stored_at=now + timedelta(seconds=15), Dlq_Reason="fatal",
+                        Dlq_Replay_Of="DLQ:1")
+    html = html_of(client.get(f"/entries/{entry_id}"))
+    timeline = html[html.index('id="timeline-title"'):]
+    order = ["Delivery 1 was nak", "Delivery 2 was nak", "Failed: max_deliveries", "Dead-lettered and mirrored",
+             "Republished to orders.created", "The republished message failed again", "Closed", "Reopened"]
+    positions = [timeline.index(text) for text in order]
+    assert positions == sorted(positions)
+    assert "dlq-republish-1" in timeline and "<dt>seq</dt><dd>12</dd>" in timeline and "<dt>duplicate</dt><dd>no</dd>" in timeline
+    assert f'href="/entries/{again}"' in timeline and "customer refunded by hand" in timeline and "by piotr" in timeline
+    back = html_of(client.get(f"/entries/{again}"))
+    assert f'This message is a republish of\n  <a href="/entries/{entry_id}">' in back
+
+
+def test_a_broken_schema_file_is_reported_by_name_on_the_page_and_in_the_log(tmp_path, schemas_dir, caplog):
+    (schemas_dir / "broken.json").write_text("{ not json")
+    with caplog.at_level(logging.ERROR):
+        application = create_app({"SETTINGS": make_settings(tmp_path, schemas_dir=str(schemas_dir)), "TESTING": True})
+    try:
+        assert "broken.json" in caplog.text
+        entry_id = dead_letter(application, 1, "orders.created", b'{"order_id": "x"}')
+        html = html_of(logged_in(application, "viewer").get(f"/entries/{entry_id}"))
+        assert "Schema files that could not be loaded" in html and "<code>broken.json</code>" in html
+        assert "it would pass" in html  # the good file still works
+    finally:
+        application.extensions["dlq"].stop()
+
+
+def test_an_unknown_entry_is_a_readable_404(client):
+    response = client.get("/entries/424242")
+    assert response.status_code == 404 and "There is no entry 424242" in html_of(response)
+
+
+def test_pages_need_a_login(web):
+    anonymous = web.test_client()
+    for path in ("/", "/groups", "/summary", "/entries/new?after=0", "/entries/1", "/entries/1/payload"):
+        response = anonymous.get(path)
+        assert response.status_code == 302 and "/login" in response.headers["Location"]
+
+
+# --- hostile input ----------------------------------------------------------------------------
+
+HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>', "</textarea><b>x</b>", "{{7*7}}",
+           '<div hx-get="/logout" hx-trigger="load">', "<a hx-on:click=\"alert(3)\">x</a>"]
+
+
+def test_hostile_payloads_subjects_headers_and_errors_are_text_inside_hx_disable(web, client):
+    for seq, evil in enumerate(HOSTILE, start=1):
+        payload = json.dumps({"order_id": evil, evil: [evil]}).encode()
+        dead_letter(web, seq, f"orders.{seq}", payload, Dlq_Reason=evil, Dlq_Error=evil, X_Evil=evil,
+                    Dlq_Schema_Errors=json.dumps([{"path": "/order_id", "message": evil}]))
+    pages = [html_of(client.get("/")), html_of(client.get("/groups?status=")), html_of(client.get("/?q=alert"))]
+    pages += [html_of(client.get(f"/entries/{i}")) for i in range(1, len(HOSTILE) + 1)]
+    for html in pages:
+        assert "<script>alert" not in html and "<img src=x" not in html and "</textarea><b>" not in html
+        assert 'hx-get="/logout"' not in html and "<a hx-on:click" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[0] and "&lt;img src=x onerror=alert(2)&gt;" in pages[0]
+    detail = pages[-1]
+    for container in ('class="payload"', 'class="why"', 'class="headers"', 'class="timeline"', 'class="facts"'):
+        assert re.search(container + r'[^>]*hx-disable', detail), container
+    assert "{{7*7}}" in html_of(client.get("/entries/4"))

@@ -1,0 +1,140 @@
+"""The pages in a real browser (Debian's Chromium through Playwright) against a live server, a
+real nats-server and the mirror: what a support person sees and clicks."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from playwright.sync_api import expect
+
+from dlq_dashboard import create_app
+from dlq_dashboard.store import EntryFilter
+
+from .conftest import browser_login, make_settings
+from .helpers import dlq_headers, publish_many, run, wait_for
+
+ORDER_SCHEMA = {"x-subjects": ["orders.*"], "type": "object", "required": ["order_id"],
+                "properties": {"items": {"type": "array", "items": {"properties": {"price": {"type": "number"}}}}}}
+
+
+@pytest.fixture
+def app(tmp_path, nats_server):
+    """The running app (bridge and mirror) with a schema folder, for this module's live server."""
+    folder = tmp_path / "schemas"
+    folder.mkdir()
+    (folder / "orders.json").write_text(json.dumps(ORDER_SCHEMA))
+    application = create_app({"SETTINGS": make_settings(tmp_path, nats_server.url, schemas_dir=str(folder)),
+                              "TESTING": True})
+    runtime = application.extensions["dlq"]
+    runtime.start()
+    assert runtime.bridge.wait_connected(10), "the bridge did not connect"
+    yield application
+    runtime.stop()
+
+
+def dead_letter_and_wait(app, nats_server, messages: list[tuple[str, bytes, dict]]) -> None:
+    """Publish dead letters to the DLQ stream and wait until the mirror has stored them."""
+    store = app.extensions["dlq"].store
+    before = len(list(store.iter_entries(EntryFilter())))
+    # Playwright's sync API keeps an event loop in this thread: publish from another one.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(run, publish_many(nats_server.url, messages)).result(30)
+    wait_for(lambda: len(list(store.iter_entries(EntryFilter()))) >= before + len(messages), timeout=15,
+             message="the mirror to store the dead letters")
+
+
+def rows(page):
+    return page.locator("#entry-rows tr:not(.more)")
+
+
+def test_the_list_shows_a_mirrored_dead_letter_and_search_narrows_it(app, nats_server, live_server, page):
+    dead_letter_and_wait(app, nats_server, [
+        ("dlq.orders.created", b'{"order_id": "o-1", "customer": "zebulon"}',
+         dlq_headers("orders.created", Dlq_Reason="fatal", Dlq_Error="inventory unavailable")),
+        ("dlq.payments.captured", b'{"customer": "quentin"}',
+         dlq_headers("payments.captured", Dlq_Reason="max_deliveries", Dlq_Error="gateway timeout")),
+    ])
+    browser_login(page, live_server, app, "viewer")
+    page.goto(f"{live_server}/")
+    assert rows(page).count() == 2
+    assert "orders.created" in rows(page).nth(1).inner_text()
+    page.locator(".counts").wait_for()  # the counts and the chart arrive after the page
+    assert "2" in page.locator(".counts").inner_text()
+
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "q"
+    page.keyboard.type("zebul")
+    expect(rows(page)).to_have_count(1)
+    assert "orders.created" in rows(page).first.inner_text()
+    page.wait_for_url(lambda url: "q=zebul" in url)
+
+
+def test_new_dead_letters_are_announced_and_shown_on_request(app, nats_server, live_server, page):
+    dead_letter_and_wait(app, nats_server, [("dlq.orders.created", b"{}", dlq_headers("orders.created"))])
+    browser_login(page, live_server, app, "viewer")
+    page.goto(f"{live_server}/")
+    assert rows(page).count() == 1
+    dead_letter_and_wait(app, nats_server, [("dlq.orders.updated", b"{}", dlq_headers("orders.updated"))])
+    announcement = page.get_by_text("1 new — show")
+    announcement.wait_for(timeout=15_000)
+    assert rows(page).count() == 1  # nothing moved under the reader
+    announcement.click()
+    expect(rows(page)).to_have_count(2)
+
+
+def test_the_detail_shows_the_schema_error_beside_the_payload_with_the_field_marked(app, nats_server, live_server, page):
+    payload = json.dumps({"order_id": "o-7", "items": [{"sku": "gizmo", "price": "12.50"}]}).encode()
+    errors = json.dumps([{"path": "/items/0/price", "message": "'12.50' is not of type 'number'"}])
+    dead_letter_and_wait(app, nats_server, [("dlq.orders.created", payload, dlq_headers(
+        "orders.created", Dlq_Reason="schema_invalid", Dlq_Schema_Errors=errors))])
+    browser_login(page, live_server, app, "viewer")
+    page.goto(f"{live_server}/")
+    rows(page).first.locator("a").first.click()
+    page.wait_for_url(lambda url: "/entries/" in url)
+    mark = page.locator(".payload mark#mark-0")
+    assert '"price": "12.50"' in mark.inner_text()
+    error = page.locator(".why .schema-errors li").first
+    assert "/items/0/price" in error.inner_text() and "is not of type 'number'" in error.inner_text()
+    payload_box = page.locator("section.payload").bounding_box()
+    errors_box = page.locator("section.why").bounding_box()
+    assert payload_box["x"] + payload_box["width"] <= errors_box["x"] + 1  # side by side at 1280 px
+    assert abs(payload_box["y"] - errors_box["y"]) < 5
+    error.locator("a").click()
+    page.wait_for_url(lambda url: url.endswith("#mark-0"))
+
+
+HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>', "</textarea><img src=x onerror=alert(3)>",
+           "{{7*7}}", '<div hx-get="/logout" hx-trigger="load">gone</div>', '<a hx-on:click="alert(4)" id="evil">x</a>',
+           "<svg onload=alert(5)>"]
+
+
+def test_hostile_dead_letters_trigger_no_dialog_and_no_request(app, nats_server, live_server, page):
+    messages = []
+    for i, evil in enumerate(HOSTILE):
+        headers = dlq_headers(evil, Dlq_Reason=evil, Dlq_Error=evil, Dlq_Consumer=evil, X_Evil=evil,
+                              Dlq_Schema_Errors=json.dumps([{"path": "/" + evil, "message": evil}]))
+        messages.append((f"dlq.evil.{i}", json.dumps({"order_id": evil, evil: [evil]}).encode(), headers))
+    messages.append(("dlq.evil.raw", HOSTILE[1].encode() + b"\xff", dlq_headers("orders.created")))
+    dead_letter_and_wait(app, nats_server, messages)
+    browser_login(page, live_server, app, "viewer")
+
+    dialogs, requests, violations = [], [], []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("console", lambda msg: violations.append(msg.text) if "Content Security Policy" in msg.text else None)
+    visited = ["/", "/?q=alert", "/groups?status="] + [
+        f"/entries/{e.id}" for e in app.extensions["dlq"].store.list_entries(EntryFilter()).entries]
+    for path in visited:
+        page.goto(f"{live_server}{path}")
+        page.wait_for_load_state("networkidle")
+    assert dialogs == []
+    assert violations == []
+    for url in requests:
+        assert url.startswith(live_server), url
+        path = url[len(live_server):]
+        assert not path.startswith("/logout") and path.split("?")[0] not in ("/x", "/entries/x"), path
+    assert page.evaluate("document.getElementById('evil')") is None
+    page.goto(f"{live_server}/?q=7")
+    assert "{{7*7}}" in page.locator("#entry-rows").inner_text()

@@ -1,0 +1,58 @@
+"""How a payload is shown: pretty JSON with marked fields, text, hex dump, truncation."""
+
+from __future__ import annotations
+
+import json
+
+from dlq_dashboard.payloads import HEX_LIMIT, TEXT_LIMIT, hex_dump, mark_indexes, view_payload
+
+ORDER = {"order_id": "o-1", "items": [{"sku": "x", "price": "12.50"}], "note": {"a/b": 1}}
+
+
+def marked(view) -> dict[int, str]:
+    found: dict[int, str] = {}
+    for seg in view.segments:
+        if seg.mark is not None:
+            found[seg.mark] = found.get(seg.mark, "") + seg.text
+    return found
+
+
+def test_json_is_laid_out_like_json_dumps_with_an_indent_of_two():
+    view = view_payload(json.dumps(ORDER).encode())
+    assert view.kind == "json" and "".join(s.text for s in view.segments) == json.dumps(ORDER, indent=2)
+
+
+def test_the_field_at_each_pointer_is_marked_with_its_key_and_value():
+    view = view_payload(json.dumps(ORDER).encode(), pointers=["/items/0/price", "/note/a~1b"])
+    assert marked(view) == {0: '"price": "12.50"', 1: '"a/b": 1'}
+    assert view.found == {"/items/0/price", "/note/a~1b"}
+    assert [s.anchor for s in view.segments if s.mark is not None] == [True, True]
+
+
+def test_a_marked_container_is_marked_whole_and_a_missing_pointer_is_not_found():
+    view = view_payload(json.dumps(ORDER).encode(), pointers=["/items", "/customer"])
+    assert marked(view)[0].startswith('"items": [') and marked(view)[0].endswith("]")
+    assert view.found == {"/items"}
+    assert mark_indexes(["", "/a", "/a", "/b"]) == {"/a": 0, "/b": 1}
+
+
+def test_text_that_is_not_json_is_shown_as_text():
+    view = view_payload(b"plain <b>text</b>")
+    assert view.kind == "text" and view.text == "plain <b>text</b>" and view.note == "The payload is not JSON."
+
+
+def test_bytes_that_are_not_utf8_are_a_hex_dump_of_the_first_kilobytes():
+    view = view_payload(b"\xff" * (HEX_LIMIT + 1))
+    assert view.kind == "hex" and view.truncated and len(view.hex_lines) == HEX_LIMIT // 16
+    assert hex_dump(b"ABCDEFGHIJKLMNOPQ\x00") == [
+        ("00000000", "41 42 43 44 45 46 47 48  49 4a 4b 4c 4d 4e 4f 50", "ABCDEFGHIJKLMNOP"),
+        ("00000010", "51 00", "Q.")]
+
+
+def test_a_large_payload_shows_its_start_only():
+    view = view_payload(b'"' + b"x" * TEXT_LIMIT + b'"')
+    assert view.kind == "text" and view.truncated and len(view.text) == TEXT_LIMIT
+
+
+def test_a_missing_payload_says_so():
+    assert view_payload(b"", available=False).kind == "missing"

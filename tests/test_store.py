@@ -1,0 +1,239 @@
+"""The query layer: every filter, the full-text search, keyset pages, counts, groups, the chart."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import update
+
+from dlq_dashboard.contract import format_time, utcnow
+from dlq_dashboard.db import write_transaction
+from dlq_dashboard.models import Entry
+from dlq_dashboard.store import EntryFilter, FilterError, decode_cursor, encode_cursor
+
+from .conftest import dead_letter
+
+
+@pytest.fixture
+def store(offline_app):
+    return offline_app.extensions["dlq"].store
+
+
+@pytest.fixture
+def engine(offline_app):
+    return offline_app.extensions["dlq"].engine
+
+
+@pytest.fixture
+def corpus(engine):
+    """A small, varied set of entries: id by name."""
+    ids = {}
+    ids["created"] = dead_letter(engine, 1, "orders.created", b'{"order": 1, "customer": "zebulon"}',
+                                 Dlq_Reason="schema_invalid", Dlq_Consumer="order-service",
+                                 Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="11",
+                                 Dlq_Schema_Errors=json.dumps([{"path": "/order", "message": "1 is not of type 'string'"}]))
+    ids["updated"] = dead_letter(engine, 2, "orders.updated", b'{"order": 2}', Dlq_Reason="fatal",
+                                 Dlq_Error="order 2 not found in warehouse", Dlq_Consumer="order-service")
+    ids["deep"] = dead_letter(engine, 3, "orders.eu.created", b'{"order": 3}', Dlq_Reason="fatal",
+                              Dlq_Error="order 3 not found in warehouse", Dlq_Consumer="billing",
+                              Dlq_Original_Stream="EU")
+    ids["payment"] = dead_letter(engine, 4, "payments.captured", b'{"amount": "twelve"}',
+                                 Dlq_Reason="max_deliveries", Dlq_Error="gateway timeout", Dlq_Consumer="billing")
+    ids["binary"] = dead_letter(engine, 5, "payments.refunded", b"\xff\xfe\x00binary", Dlq_Reason="terminated")
+    return ids
+
+
+def ids_of(store, **args) -> list[int]:
+    return [e.id for e in store.list_entries(EntryFilter.from_args({k: str(v) for k, v in args.items()})).entries]
+
+
+def test_the_list_is_newest_first(store, corpus):
+    assert ids_of(store) == sorted(corpus.values(), reverse=True)
+
+
+def test_status_filters_by_status(store, engine, corpus):
+    with write_transaction(engine) as conn:
+        conn.execute(update(Entry).where(Entry.id == corpus["updated"]).values(status="closed"))
+    assert ids_of(store, status="closed") == [corpus["updated"]]
+    assert corpus["updated"] not in ids_of(store, status="open")
+
+
+def test_an_exact_subject_matches_only_itself(store, corpus):
+    assert ids_of(store, subject="orders.created") == [corpus["created"]]
+
+
+def test_a_star_matches_exactly_one_token(store, corpus):
+    assert sorted(ids_of(store, subject="orders.*")) == [corpus["created"], corpus["updated"]]
+    assert ids_of(store, subject="*.captured") == [corpus["payment"]]
+
+
+def test_a_greater_than_matches_every_remaining_token(store, corpus):
+    assert sorted(ids_of(store, subject="orders.>")) == sorted([corpus["created"], corpus["updated"], corpus["deep"]])
+    assert ids_of(store, subject="orders.*.created") == [corpus["deep"]]
+
+
+def test_subject_wildcards_are_not_like_patterns(store, engine):
+    percent = dead_letter(engine, 9, "orders%x.created", b"{}")
+    dead_letter(engine, 10, "ordersAx.created", b"{}")
+    assert ids_of(store, subject="orders%x.*") == [percent]
+
+
+def test_stream_matches_the_original_or_the_dlq_stream(store, corpus):
+    assert ids_of(store, stream="EU") == [corpus["deep"]]
+    assert len(ids_of(store, stream="DLQ")) == len(corpus)
+
+
+def test_consumer_and_reason_filter_exactly(store, corpus):
+    assert sorted(ids_of(store, consumer="billing")) == [corpus["deep"], corpus["payment"]]
+    assert sorted(ids_of(store, reason="fatal")) == [corpus["updated"], corpus["deep"]]
+
+
+def test_since_and_until_bound_the_received_time(store, engine, corpus):
+    old = datetime(2026, 1, 1, 12, 0)
+    with write_transaction(engine) as conn:
+        conn.execute(update(Entry).where(Entry.id == corpus["created"]).values(received_at=old))
+    assert ids_of(store, until="2026-01-02T00:00:00Z") == [corpus["created"]]
+    assert corpus["created"] not in ids_of(store, since="2026-01-02T00:00:00Z")
+    assert ids_of(store, since="2026-01-01T12:00:00+00:00", until="2026-01-01T12:00:01Z") == [corpus["created"]]
+
+
+def test_search_finds_a_word_in_the_payload_the_error_or_the_subject(store, corpus):
+    assert ids_of(store, q="zebulon") == [corpus["created"]]
+    assert ids_of(store, q="gateway") == [corpus["payment"]]
+    assert ids_of(store, q="captured") == [corpus["payment"]]
+
+
+def test_search_takes_the_last_word_as_a_prefix_and_needs_every_word(store, corpus):
+    assert ids_of(store, q="zebu") == [corpus["created"]]
+    assert sorted(ids_of(store, q="warehouse order")) == [corpus["updated"], corpus["deep"]]
+    assert ids_of(store, q="warehouse zebulon") == []
+
+
+def test_search_combines_with_the_other_filters(store, corpus):
+    assert ids_of(store, q="warehouse", consumer="billing") == [corpus["deep"]]
+
+
+@pytest.mark.parametrize("q", ['"', "*", "NEAR(a b)", "a OR", "-x", "'); DROP TABLE entries; --", "^", "{{7*7}}"])
+def test_search_syntax_in_what_people_type_never_raises(store, corpus, q):
+    store.list_entries(EntryFilter.from_args({"q": q}))
+
+
+def test_keyset_pages_cover_everything_once(store, engine):
+    ids = [dead_letter(engine, seq, "orders.created", b'{"word": "pagination"}') for seq in range(1, 24)]
+    for args in ({}, {"q": "pagination"}):
+        seen, cursor = [], None
+        while True:
+            page = store.list_entries(EntryFilter.from_args({**args, "limit": "5", **({"cursor": cursor} if cursor else {})}))
+            seen += [e.id for e in page.entries]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert seen == sorted(ids, reverse=True)
+
+
+def test_iter_entries_reads_every_match_in_batches(store, corpus):
+    flt = EntryFilter.from_args({"q": "warehouse"})
+    assert [e.id for e in store.iter_entries(flt, batch=1)] == [corpus["deep"], corpus["updated"]]
+
+
+def test_count_newer_counts_only_later_matching_entries_up_to_a_cap(store, engine, corpus):
+    top = max(corpus.values())
+    assert store.count_newer(EntryFilter(), top) == 0
+    dead_letter(engine, 20, "orders.created", b'{"fresh": "arrival"}')
+    dead_letter(engine, 21, "payments.captured", b"{}")
+    assert store.count_newer(EntryFilter(), top) == 2
+    assert store.count_newer(EntryFilter.from_args({"subject": "orders.>"}), top) == 1
+    assert store.count_newer(EntryFilter.from_args({"q": "arrival"}), top) == 1
+    assert store.count_newer(EntryFilter(), 0, cap=3) == 3
+
+
+def test_counts_by_status_ignore_the_status_filter_but_keep_the_others(store, engine, corpus):
+    with write_transaction(engine) as conn:
+        conn.execute(update(Entry).where(Entry.id == corpus["payment"]).values(status="republished"))
+    counts = store.counts_by_status(EntryFilter.from_args({"status": "open", "consumer": "billing"}))
+    assert counts == {"open": 1, "republished": 1, "closed": 0}
+
+
+def test_received_counts_split_by_the_given_bounds(store, engine, corpus):
+    first, last = store.received_range(EntryFilter())
+    assert first <= last
+    bounds = [first - timedelta(minutes=1), first + (last - first) / 2, last + timedelta(minutes=1)]
+    assert sum(store.count_received_between(EntryFilter(), bounds)) == len(corpus)
+    assert store.received_range(EntryFilter.from_args({"q": "nothing-like-this"})) == (None, None)
+
+
+def test_an_entry_is_found_by_its_dlq_reference(store, corpus):
+    assert store.entry_by_dlq_ref("DLQ:4").id == corpus["payment"]
+    assert store.entry_by_dlq_ref("DLQ:404") is None
+    assert store.entry_by_dlq_ref("no reference") is None
+
+
+@pytest.mark.parametrize("args, word", [
+    ({"subject": "orders..x"}, "subject"), ({"subject": "orders.>.x"}, "subject"), ({"subject": "a b"}, "subject"),
+    ({"since": "yesterday"}, "since"), ({"until": "2026-13-01"}, "until"), ({"status": "lost"}, "status"),
+    ({"limit": "0"}, "limit"), ({"cursor": "not-a-cursor"}, "cursor"),
+])
+def test_a_filter_value_that_does_not_parse_is_a_sentence_naming_it(args, word):
+    with pytest.raises(FilterError, match=word):
+        EntryFilter.from_args(args)
+
+
+def test_a_filter_survives_the_round_trip_through_its_url_arguments():
+    flt = EntryFilter.from_args({"status": "open", "subject": "orders.*", "q": "x", "group": "g",
+                                 "since": "2026-11-29T10:00:00Z"})
+    assert EntryFilter.from_args(flt.to_args()) == flt
+    assert decode_cursor(encode_cursor(42)) == 42
+
+
+# --- groups -----------------------------------------------------------------------------------
+
+def test_groups_count_first_and_last_seen_and_open_the_same_entries(store, engine):
+    for seq, price in enumerate(["'1'", "'2'", "'x'"], start=1):
+        dead_letter(engine, seq, "orders.created", b"{}", Dlq_Reason="schema_invalid",
+                    Dlq_Schema_Errors=json.dumps([{"path": "/items/0/price", "message": f"{price} is not of type 'number'"}]))
+    dead_letter(engine, 4, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 4 not found")
+    dead_letter(engine, 5, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 5 not found")
+    groups = store.groups(EntryFilter())
+    assert [(g.subject, g.reason, g.key, g.count) for g in groups] == [
+        ("orders.created", "schema_invalid", "/items/0/price: … is not of type 'number'", 3),
+        ("orders.created", "fatal", "order <n> not found", 2),
+    ]
+    assert groups[0].first_seen <= groups[0].last_seen
+    for group in groups:
+        listed = store.list_entries(EntryFilter.from_args(group.filter_args())).entries
+        assert len(listed) == group.count
+
+
+def test_failure_groups_are_computed_once_and_new_entries_join_later(store, engine):
+    dead_letter(engine, 1, "orders.created", b"{}", Dlq_Error="boom 1")
+    assert store.fill_error_groups() == 1
+    assert store.fill_error_groups() == 0
+    dead_letter(engine, 2, "orders.created", b"{}", Dlq_Error="boom 2")
+    # The list filter finds an entry whose group is not stored yet.
+    assert len(store.list_entries(EntryFilter.from_args({"group": "boom <n>"})).entries) == 2
+    assert [g.count for g in store.groups(EntryFilter())] == [2]
+    assert store.fill_error_groups() == 0
+
+
+def test_an_entry_changed_since_it_was_grouped_is_grouped_afresh(store, engine):
+    entry_id = dead_letter(engine, 1, "orders.created", b"{}", Dlq_Error="first text 1")
+    store.fill_error_groups()
+    with write_transaction(engine) as conn:
+        conn.execute(update(Entry).where(Entry.id == entry_id)
+                     .values(error="second text 2", version=Entry.version + 1))
+    assert [g.key for g in store.groups(EntryFilter())] == ["second text <n>"]
+
+
+def test_groups_take_the_list_filters(store, engine, corpus):
+    assert {g.subject for g in store.groups(EntryFilter.from_args({"subject": "payments.>"}))} == {
+        "payments.captured", "payments.refunded"}
+    assert {g.subject for g in store.groups(EntryFilter.from_args({"q": "zebulon"}))} == {"orders.created"}
+
+
+def test_an_entry_keeps_its_history_and_actions(store, engine, corpus):
+    entry = store.get_entry(corpus["created"])
+    assert entry.history == [] and entry.actions == []
+    assert entry.to_dict()["received_at"] == format_time(entry.received_at)
+    assert entry.received_at <= utcnow()
