@@ -1,6 +1,8 @@
 """Run the dashboard: ``python app.py [--host H] [--port P] [--demo]``.
 
-Importing this module creates the app (for ``flask --app app``) but starts nothing.
+Importing this module starts nothing. ``flask --app app ...`` (the admin commands) finds the
+``create_app`` factory imported here and calls it: an app over the database, with no thread,
+no nats-server and no web server.
 """
 
 from __future__ import annotations
@@ -74,11 +76,6 @@ def main(argv: list[str] | None = None) -> int:
             demo.stop()
         runtime.stop()
     return 0
-
-
-def _cli_app():
-    # `flask --app app ...` imports this module: it gets an app with no thread started.
-    return create_app()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
-"""Users and API tokens: create, list, disable, revoke (used by the CLI and the first start)."""
+"""Users and API tokens: create, list, disable, revoke (used by the CLI, the login and the first start)."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, func, select, update
+from sqlalchemy.exc import IntegrityError
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from .contract import utcnow
@@ -13,9 +17,16 @@ from .db import write_transaction
 from .models import ApiToken, User
 
 ROLES = ("viewer", "operator", "admin")
+MIN_PASSWORD_LENGTH = 8
+# Letters, digits and . _ @ + - (e-mail addresses from single sign-on fit). No ':' so that no
+# user can be named like a token in the audit ("token:<name>"), no spaces or markup.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 # A hash of a random password, checked when the user does not exist, so that a login for
 # an unknown name takes as long as one for a known name.
 _DUMMY_HASH = generate_password_hash(secrets.token_hex(16))
+# How often a token's last use is written: a script polling every second must not turn
+# every read into a database write.
+_LAST_USED_EVERY = timedelta(minutes=1)
 
 
 class AccountError(ValueError):
@@ -24,6 +35,8 @@ class AccountError(ValueError):
 
 @dataclass(frozen=True)
 class UserInfo:
+    """A user as the rest of the app sees it (never the password hash)."""
+
     id: int
     name: str
     role: str
@@ -31,38 +44,83 @@ class UserInfo:
     session_generation: int
 
 
-def _check_role(role: str) -> None:
+@dataclass(frozen=True)
+class TokenInfo:
+    """An API token's name, role and state (never the token or its hash)."""
+
+    id: int
+    name: str
+    role: str
+    created_at: datetime
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+
+def check_role(role: str) -> str:
+    """The role if it is one of ROLES; otherwise AccountError."""
     if role not in ROLES:
         raise AccountError(f"role {role!r} is not valid: use one of {', '.join(ROLES)}")
+    return role
 
+
+def check_name(name: str, what: str = "user") -> str:
+    """The name, stripped, if it is 1-64 letters, digits or . _ @ + - ; otherwise AccountError."""
+    name = (name or "").strip()
+    if not _NAME.fullmatch(name):
+        raise AccountError(f"{what} name {name!r} is not valid: use 1-64 letters, digits or . _ @ + -, "
+                           "starting with a letter or digit")
+    return name
+
+
+def _check_password(password: str) -> None:
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise AccountError(f"the password is too short: use {MIN_PASSWORD_LENGTH} characters or more")
+
+
+def _user_info(row) -> UserInfo:
+    return UserInfo(row.id, row.name, row.role, bool(row.disabled), row.session_generation)
+
+
+# --- users ------------------------------------------------------------------------------------
 
 def create_user(engine: Engine, name: str, password: str, role: str) -> UserInfo:
-    """Create a user with a slow password hash (scrypt)."""
-    _check_role(role)
-    name = name.strip()
-    if not name:
-        raise AccountError("the user name is empty")
-    if len(password) < 8:
-        raise AccountError("the password is too short: use 8 characters or more")
-    with write_transaction(engine) as conn:
-        if conn.execute(select(User.id).where(User.name == name)).first():
-            raise AccountError(f"user {name!r} exists already")
-        result = conn.execute(User.__table__.insert().values(
-            name=name, password_hash=generate_password_hash(password), role=role, disabled=False,
-            session_generation=0, created_at=utcnow()))
-        return UserInfo(result.inserted_primary_key[0], name, role, False, 0)
+    """Create a user with a slow password hash (werkzeug's scrypt)."""
+    check_role(role)
+    name = check_name(name)
+    _check_password(password)
+    password_hash = generate_password_hash(password)
+    try:
+        with write_transaction(engine) as conn:
+            if conn.execute(select(User.id).where(User.name == name)).first():
+                raise AccountError(f"user {name!r} exists already")
+            result = conn.execute(User.__table__.insert().values(
+                name=name, password_hash=password_hash, role=role, disabled=False,
+                session_generation=0, created_at=utcnow()))
+    except IntegrityError:  # another process created the same name between check and insert
+        raise AccountError(f"user {name!r} exists already") from None
+    return UserInfo(result.inserted_primary_key[0], name, role, False, 0)
+
+
+def get_user(engine: Engine, name: str) -> UserInfo | None:
+    """The user of that name, or None."""
+    with engine.connect() as conn:
+        row = conn.execute(select(User.__table__).where(User.name == (name or "").strip())).first()
+    return _user_info(row) if row else None
 
 
 def verify_password(engine: Engine, name: str, password: str) -> UserInfo | None:
-    """The user if the name and password match and the user is enabled, else None."""
+    """The user if the name and password match and the user is enabled, else None.
+
+    Unknown, disabled and wrong-password cases cost the same hash, so timing tells nothing.
+    """
     with engine.connect() as conn:
-        user = conn.execute(select(User.__table__).where(User.name == name.strip())).first()
+        user = conn.execute(select(User.__table__).where(User.name == (name or "").strip())).first()
     if user is None:
         check_password_hash(_DUMMY_HASH, password)
         return None
     if not check_password_hash(user.password_hash, password) or user.disabled:
         return None
-    return UserInfo(user.id, user.name, user.role, user.disabled, user.session_generation)
+    return _user_info(user)
 
 
 def end_sessions(engine: Engine, user_id: int) -> None:
@@ -72,15 +130,27 @@ def end_sessions(engine: Engine, user_id: int) -> None:
                      .values(session_generation=User.session_generation + 1))
 
 
+def set_password(engine: Engine, name: str, password: str) -> None:
+    """Give a user a new password; every session they had ends."""
+    _check_password(password)
+    password_hash = generate_password_hash(password)
+    with write_transaction(engine) as conn:
+        done = conn.execute(update(User.__table__).where(User.name == name)
+                            .values(password_hash=password_hash,
+                                    session_generation=User.session_generation + 1))
+        if done.rowcount == 0:
+            raise AccountError(f"no user named {name!r}")
+
+
 def list_users(engine: Engine) -> list[UserInfo]:
     """Every user, by name."""
     with engine.connect() as conn:
         rows = conn.execute(select(User.__table__).order_by(User.name)).all()
-    return [UserInfo(u.id, u.name, u.role, u.disabled, u.session_generation) for u in rows]
+    return [_user_info(u) for u in rows]
 
 
 def set_disabled(engine: Engine, name: str, disabled: bool) -> None:
-    """Disable (or enable) a user; disabling ends their sessions."""
+    """Disable (or enable) a user; either way their sessions end."""
     with write_transaction(engine) as conn:
         done = conn.execute(update(User.__table__).where(User.name == name)
                             .values(disabled=disabled, session_generation=User.session_generation + 1))
@@ -89,6 +159,7 @@ def set_disabled(engine: Engine, name: str, disabled: bool) -> None:
 
 
 def count_users(engine: Engine) -> int:
+    """How many users exist (disabled ones included)."""
     with engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(User)).scalar_one()
 
@@ -105,17 +176,39 @@ def ensure_first_admin(engine: Engine) -> str | None:
     return password
 
 
-def create_token(engine: Engine, name: str, role: str) -> str:
-    """Create an API token and return it; only its hash is stored."""
-    from .web.auth import hash_token, new_token
+# --- API tokens -------------------------------------------------------------------------------
 
-    _check_role(role)
+def hash_token(token: str) -> str:
+    """API tokens are random (256 bits), so a fast hash is enough to store them."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh API token to show once."""
+    return "dlq_" + secrets.token_urlsafe(32)
+
+
+def create_token(engine: Engine, name: str, role: str) -> str:
+    """Create an API token and return it; only its hash is stored.
+
+    A revoked token's name may be used again: the revoked row is renamed, not deleted, so
+    its history stays readable.
+    """
+    check_role(role)
+    name = check_name(name, "token")
     token = new_token()
-    with write_transaction(engine) as conn:
-        if conn.execute(select(ApiToken.id).where(ApiToken.name == name)).first():
-            raise AccountError(f"a token named {name!r} exists already")
-        conn.execute(ApiToken.__table__.insert().values(
-            name=name, token_hash=hash_token(token), role=role, created_at=utcnow()))
+    try:
+        with write_transaction(engine) as conn:
+            old = conn.execute(select(ApiToken.id, ApiToken.revoked_at).where(ApiToken.name == name)).first()
+            if old is not None and old.revoked_at is None:
+                raise AccountError(f"a token named {name!r} exists already")
+            if old is not None:
+                conn.execute(update(ApiToken.__table__).where(ApiToken.id == old.id)
+                             .values(name=f"{name}:revoked:{old.id}"))
+            conn.execute(ApiToken.__table__.insert().values(
+                name=name, token_hash=hash_token(token), role=role, created_at=utcnow()))
+    except IntegrityError:
+        raise AccountError(f"a token named {name!r} exists already") from None
     return token
 
 
@@ -127,3 +220,30 @@ def revoke_token(engine: Engine, name: str) -> None:
                             .values(revoked_at=utcnow()))
         if done.rowcount == 0:
             raise AccountError(f"no active token named {name!r}")
+
+
+def list_tokens(engine: Engine) -> list[TokenInfo]:
+    """Every token (active and revoked), by name."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(ApiToken.id, ApiToken.name, ApiToken.role, ApiToken.created_at,
+                                   ApiToken.revoked_at, ApiToken.last_used_at)
+                            .order_by(ApiToken.name)).all()
+    return [TokenInfo(*row) for row in rows]
+
+
+def find_token(engine: Engine, token: str) -> TokenInfo | None:
+    """The active token matching ``token``, or None; records its last use (at most once a minute)."""
+    if not token:
+        return None
+    digest = hash_token(token)
+    with engine.connect() as conn:
+        row = conn.execute(select(ApiToken.id, ApiToken.name, ApiToken.role, ApiToken.created_at,
+                                  ApiToken.revoked_at, ApiToken.last_used_at)
+                           .where(ApiToken.token_hash == digest, ApiToken.revoked_at.is_(None))).first()
+    if row is None:
+        return None
+    now = utcnow()
+    if row.last_used_at is None or now - row.last_used_at >= _LAST_USED_EVERY:
+        with write_transaction(engine) as conn:
+            conn.execute(update(ApiToken.__table__).where(ApiToken.id == row.id).values(last_used_at=now))
+    return TokenInfo(*row)

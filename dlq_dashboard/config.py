@@ -99,6 +99,28 @@ def _database_url(name: str, raw: str) -> str:
     return raw
 
 
+def _header_name(name: str, raw: str) -> str:
+    value = raw.strip()
+    if not value or not all(c.isascii() and (c.isalnum() or c == "-") for c in value):
+        raise ConfigError(f"{name}={raw!r} is not valid: use a header name such as X-Forwarded-User")
+    return value
+
+
+def _networks(name: str, raw: str) -> tuple[str, ...]:
+    import ipaddress
+
+    networks = tuple(n.strip() for n in raw.split(",") if n.strip())
+    try:
+        for network in networks:
+            ipaddress.ip_network(network, strict=False)
+    except ValueError:
+        networks = ()
+    if not networks:
+        raise ConfigError(f"{name}={raw!r} is not valid: use comma-separated addresses or networks "
+                          "such as 10.0.0.5,10.1.0.0/16")
+    return networks
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the dashboard is configured with (SPEC section 3)."""
@@ -123,6 +145,9 @@ class Settings:
     # keeps retrying in the background (nats-py alone would block for minutes).
     connect_timeout: float = 5.0
     request_timeout: float = 5.0
+    # Single sign-on: a reverse proxy's user header, believed only from these addresses.
+    trusted_header: str | None = None
+    trusted_proxies: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
     @property
@@ -152,6 +177,8 @@ _PARSERS = {
     "DLQ_DELETE_ON_CLOSE": ("delete_on_close", _bool),
     "DLQ_REPUBLISH_RATE": ("republish_rate", lambda n, r: _positive_int(n, r, allow_zero=True)),
     "SECRET_KEY": ("secret_key", lambda n, r: r),
+    "DLQ_TRUSTED_HEADER": ("trusted_header", _header_name),
+    "DLQ_TRUSTED_PROXIES": ("trusted_proxies", _networks),
 }
 
 
@@ -167,6 +194,9 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides) -> Sett
     settings = Settings(**values).with_overrides(**overrides)
     if settings.dlq_stream == settings.advisory_stream:
         raise ConfigError(f"DLQ_STREAM={settings.dlq_stream!r} is not valid: that name is taken by the advisory stream")
+    if settings.trusted_header and not settings.trusted_proxies:
+        raise ConfigError(f"DLQ_TRUSTED_HEADER={settings.trusted_header!r} is not valid without "
+                          "DLQ_TRUSTED_PROXIES: list the proxy addresses allowed to send it")
     return settings
 
 

@@ -1,25 +1,30 @@
-"""Who is asking and what they may do: sessions (Flask-Login), API tokens, roles per route."""
+"""Who is asking and what they may do: sessions (Flask-Login), API tokens, a trusted proxy's
+user header, and the least role of every route."""
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import secrets
 from dataclasses import dataclass
 from typing import Callable
+from urllib.parse import urlsplit
 
-from flask import Blueprint, current_app, g, jsonify, redirect, request, url_for
-from flask_login import LoginManager, UserMixin, current_user
-from sqlalchemy import select, update
+from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session, url_for
+from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
+from sqlalchemy import select
 
-from ..contract import utcnow
-from ..models import ApiToken, User
+from ..accounts import ROLES, end_sessions, find_token, get_user, hash_token, new_token, verify_password
+from ..models import User
+from .security import client_address, is_trusted_proxy, login_throttle, refusal
 
-ROLES = ("viewer", "operator", "admin")
+__all__ = ["ROLES", "Identity", "requires", "current_identity", "actor_name", "wants_json",
+           "bearer_token", "hash_token", "new_token", "bp", "login_manager"]
+
 _RANK = {role: i for i, role in enumerate(ROLES)}
 
 bp = Blueprint("auth", __name__)
 login_manager = LoginManager()
+
+LOGIN_FAILED = "Unknown user name or wrong password."
 
 
 @dataclass(frozen=True)
@@ -28,9 +33,10 @@ class Identity:
 
     name: str
     role: str
-    via: str  # "session" or "token"
+    via: str  # "session", "token" or "proxy"
 
     def may(self, role: str) -> bool:
+        """True when this identity's role is ``role`` or above it."""
         return _RANK[self.role] >= _RANK[role]
 
 
@@ -41,13 +47,14 @@ class SessionUser(UserMixin):
         self.id, self.name, self.role, self.generation = user_id, name, role, generation
 
     def get_id(self) -> str:
-        # The generation is part of the id: raising it (logout, password change) ends
-        # every session issued before.
+        # The generation is part of the id: raising it (logout, password change, disable)
+        # ends every session issued before, although the cookie itself stays validly signed.
         return f"{self.id}:{self.generation}"
 
 
 @login_manager.user_loader
 def load_user(session_id: str):
+    """The session's user, if they still exist, are enabled and the session is current."""
     try:
         user_id, generation = (int(x) for x in session_id.split(":"))
     except ValueError:
@@ -61,39 +68,48 @@ def load_user(session_id: str):
     return SessionUser(row.id, row.name, row.role, row.session_generation)
 
 
-def hash_token(token: str) -> str:
-    """API tokens are random (high entropy), so a fast hash is enough to store them."""
-    return hashlib.sha256(token.encode()).hexdigest()
+# --- identity ---------------------------------------------------------------------------------
 
-
-def new_token() -> str:
-    """A fresh API token to show once."""
-    return "dlq_" + secrets.token_urlsafe(32)
-
-
-def _token_identity(header: str) -> Identity | None:
-    token = header[len("Bearer "):].strip()
-    if not token:
+def bearer_token() -> str | None:
+    """The token of an ``Authorization: Bearer`` header ('' if empty), or None without one."""
+    scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
+    if scheme.lower() != "bearer":
         return None
-    engine = current_app.extensions["dlq"].engine
-    digest = hash_token(token)
-    with engine.begin() as conn:
-        row = conn.execute(select(ApiToken.id, ApiToken.name, ApiToken.role)
-                           .where(ApiToken.token_hash == digest, ApiToken.revoked_at.is_(None))).first()
-        if row is None:
-            return None
-        conn.execute(update(ApiToken.__table__).where(ApiToken.id == row.id).values(last_used_at=utcnow()))
-    return Identity(name=f"token:{row.name}", role=row.role, via="token")
+    return token.strip()
+
+
+def _token_identity(token: str) -> Identity | None:
+    found = find_token(current_app.extensions["dlq"].engine, token)
+    if found is None:
+        return None
+    return Identity(name=f"token:{found.name}", role=found.role, via="token")
+
+
+def _proxy_identity(name: str) -> Identity | None:
+    # The proxy vouches for who it is; the role still comes from the users table, so an
+    # unknown or disabled name gets nothing.
+    user = get_user(current_app.extensions["dlq"].engine, name)
+    if user is None or user.disabled:
+        return None
+    return Identity(name=user.name, role=user.role, via="proxy")
 
 
 def current_identity() -> Identity | None:
-    """The identity of this request (bearer token first, then the session), or None."""
+    """The identity of this request, or None.
+
+    A bearer token decides alone (such requests skip CSRF, so the cookie must not count);
+    then a trusted proxy's user header; then the login session.
+    """
     if "identity" in g:
         return g.identity
     identity = None
-    header = request.headers.get("Authorization", "")
-    if header.startswith("Bearer "):
-        identity = _token_identity(header)
+    token = bearer_token()
+    settings = current_app.extensions["dlq"].settings
+    if token is not None:
+        identity = _token_identity(token) if token else None
+    elif settings.trusted_header and is_trusted_proxy(request.remote_addr) \
+            and request.headers.get(settings.trusted_header):
+        identity = _proxy_identity(request.headers[settings.trusted_header])
     elif current_user.is_authenticated:
         identity = Identity(name=current_user.name, role=current_user.role, via="session")
     g.identity = identity
@@ -101,14 +117,27 @@ def current_identity() -> Identity | None:
 
 
 def actor_name() -> str:
-    """The name written into the audit for this request."""
+    """The name written into the audit: the user's name, or ``token:<name>`` for an API token."""
     identity = current_identity()
     return identity.name if identity else "anonymous"
 
 
 def wants_json() -> bool:
     """API and export routes answer errors as JSON, pages as HTML."""
-    return request.path.startswith("/api/") or request.headers.get("Authorization", "").startswith("Bearer ")
+    return request.path.startswith("/api/") or bearer_token() is not None
+
+
+# --- the role of every route ------------------------------------------------------------------
+
+def _login_url() -> str:
+    if request.method == "GET":
+        target = request.full_path.rstrip("?")
+    else:
+        # A form's POST target cannot be opened with GET: return to the page the form was on.
+        referrer = urlsplit(request.referrer or "")
+        same_site = referrer.netloc == request.host
+        target = (referrer.path + (f"?{referrer.query}" if referrer.query else "")) if same_site else "/"
+    return url_for("auth.login", next=safe_next(target))
 
 
 def requires(role: str | None) -> Callable:
@@ -127,12 +156,14 @@ def requires(role: str | None) -> Callable:
                 if identity is None:
                     if wants_json():
                         return jsonify(error="Log in or send an API token (Authorization: Bearer ...)."), 401
-                    return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
+                    if request.headers.get("HX-Request"):
+                        # htmx would follow a redirect and swap the login page into a fragment.
+                        response = current_app.response_class("Log in first.\n", status=401, mimetype="text/plain")
+                        response.headers["HX-Redirect"] = _login_url()
+                        return response
+                    return redirect(_login_url())
                 if not identity.may(role):
-                    message = f"This needs the {role} role; {identity.name} has {identity.role}."
-                    if wants_json():
-                        return jsonify(error=message), 403
-                    return current_app.response_class(message, status=403, mimetype="text/plain")
+                    return refusal(f"This needs the {role} role; {identity.name} has {identity.role}.", 403)
             return view(*args, **kwargs)
 
         wrapped.required_role = role
@@ -143,10 +174,14 @@ def requires(role: str | None) -> Callable:
 
 # --- login and logout -------------------------------------------------------------------------
 
-def _safe_next(target: str | None) -> str:
-    # Only a local path: an open redirect would hand a logged-in session to another site.
-    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
-        return target
+def safe_next(target: str | None) -> str:
+    """``target`` if it is a path on this site, else the list page (no open redirect)."""
+    # Browsers drop tabs and newlines and read '\' as '/', so "/\t/evil" would become "//evil".
+    if target and target.startswith("/") and target.isprintable() and " " not in target \
+            and "\\" not in target:
+        parts = urlsplit(target)
+        if not parts.scheme and not parts.netloc and not target.startswith("//"):
+            return target
     return url_for("pages.index")
 
 
@@ -154,32 +189,32 @@ def _safe_next(target: str | None) -> str:
 @requires(None)
 def login():
     """The login form; a failed login says nothing about which part was wrong."""
-    from flask import render_template, session
-    from flask_login import login_user
-
-    from ..accounts import verify_password
-
-    error = None
-    if request.method == "POST":
-        engine = current_app.extensions["dlq"].engine
-        user = verify_password(engine, request.form.get("username", ""), request.form.get("password", ""))
-        if user is not None:
-            session.clear()  # a fresh session at login: no fixation
-            login_user(SessionUser(user.id, user.name, user.role, user.session_generation))
-            return redirect(_safe_next(request.args.get("next")))
-        error = "Unknown user name or wrong password."
-    return render_template("login.html", error=error), (401 if error else 200)
+    if request.method == "GET":
+        return render_template("login.html", error=None)
+    name = request.form.get("username", "")
+    address = client_address()
+    throttle = login_throttle()
+    wait = throttle.retry_after(name, address)
+    if wait:
+        # Checked before the password: while throttled, guessing learns nothing.
+        message = (f"Too many failed logins for this user name or from this address. "
+                   f"Try again in {wait} seconds.")
+        return render_template("login.html", error=message), 429, {"Retry-After": str(wait)}
+    user = verify_password(current_app.extensions["dlq"].engine, name, request.form.get("password", ""))
+    if user is None:
+        throttle.failed(name, address)
+        return render_template("login.html", error=LOGIN_FAILED), 401
+    throttle.succeeded(name)
+    session.clear()  # a fresh session (and CSRF token) at login: nothing carries over
+    login_user(SessionUser(user.id, user.name, user.role, user.session_generation))
+    session.permanent = True  # expires after PERMANENT_SESSION_LIFETIME without a request
+    return redirect(safe_next(request.args.get("next")))
 
 
 @bp.route("/logout", methods=["POST"])
 @requires("viewer")
 def logout():
     """End this session and every other session of the user."""
-    from flask import session
-    from flask_login import logout_user
-
-    from ..accounts import end_sessions
-
     if current_user.is_authenticated:
         end_sessions(current_app.extensions["dlq"].engine, current_user.id)
     logout_user()

@@ -1,0 +1,143 @@
+"""Users and API tokens in the database: slow hashes, names, disabling, the first admin."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select, update
+
+from dlq_dashboard import accounts
+from dlq_dashboard.accounts import AccountError
+from dlq_dashboard.db import create_db_engine, migrate, write_transaction
+from dlq_dashboard.models import ApiToken, User
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture
+def engine(tmp_path):
+    engine = create_db_engine(f"sqlite:///{tmp_path}/accounts.sqlite3")
+    migrate(engine)
+    yield engine
+    engine.dispose()
+
+
+def stored_user(engine, name):
+    with engine.connect() as conn:
+        return conn.execute(select(User.__table__).where(User.name == name)).first()
+
+
+def test_a_new_user_is_stored_with_a_slow_hash_and_never_the_password(engine):
+    accounts.create_user(engine, "alice", PASSWORD, "operator")
+    row = stored_user(engine, "alice")
+    assert row.role == "operator"
+    assert row.password_hash.startswith(("scrypt:", "pbkdf2:"))
+    assert PASSWORD not in row.password_hash
+
+
+@pytest.mark.parametrize("name", ["", "   ", "bad name", "token:ci", "<b>x</b>", "-dash", "x" * 65, "a\nb"])
+def test_a_user_name_that_could_mislead_the_audit_or_the_markup_is_refused(engine, name):
+    with pytest.raises(AccountError, match="not valid"):
+        accounts.create_user(engine, name, PASSWORD, "viewer")
+
+
+def test_names_from_single_sign_on_such_as_email_addresses_are_accepted(engine):
+    assert accounts.create_user(engine, "jane.doe+ops@example.com", PASSWORD, "viewer").name == "jane.doe+ops@example.com"
+
+
+def test_a_short_password_an_unknown_role_and_a_taken_name_are_refused(engine):
+    with pytest.raises(AccountError, match="too short"):
+        accounts.create_user(engine, "bob", "short", "viewer")
+    with pytest.raises(AccountError, match="role 'root' is not valid"):
+        accounts.create_user(engine, "bob", PASSWORD, "root")
+    accounts.create_user(engine, "bob", PASSWORD, "viewer")
+    with pytest.raises(AccountError, match="exists already"):
+        accounts.create_user(engine, "bob", PASSWORD, "admin")
+
+
+def test_verify_password_accepts_only_the_right_password_of_an_enabled_user(engine):
+    accounts.create_user(engine, "carol", PASSWORD, "viewer")
+    assert accounts.verify_password(engine, "carol", PASSWORD).name == "carol"
+    assert accounts.verify_password(engine, "carol", PASSWORD + "x") is None
+    assert accounts.verify_password(engine, "nobody", PASSWORD) is None
+    accounts.set_disabled(engine, "carol", True)
+    assert accounts.verify_password(engine, "carol", PASSWORD) is None
+
+
+def test_disabling_enabling_and_a_new_password_each_end_the_users_sessions(engine):
+    user = accounts.create_user(engine, "dave", PASSWORD, "viewer")
+    accounts.set_disabled(engine, "dave", True)
+    accounts.set_disabled(engine, "dave", False)
+    accounts.set_password(engine, "dave", "another good password")
+    assert stored_user(engine, "dave").session_generation == user.session_generation + 3
+    assert accounts.verify_password(engine, "dave", PASSWORD) is None
+    assert accounts.verify_password(engine, "dave", "another good password") is not None
+
+
+def test_changing_an_unknown_user_says_so(engine):
+    with pytest.raises(AccountError, match="no user named 'ghost'"):
+        accounts.set_disabled(engine, "ghost", True)
+    with pytest.raises(AccountError, match="no user named 'ghost'"):
+        accounts.set_password(engine, "ghost", PASSWORD)
+
+
+def test_the_first_admin_is_created_once_with_a_random_password(engine):
+    password = accounts.ensure_first_admin(engine)
+    assert password and len(password) >= 12
+    assert accounts.verify_password(engine, "admin", password).role == "admin"
+    assert accounts.ensure_first_admin(engine) is None
+    assert [u.name for u in accounts.list_users(engine)] == ["admin"]
+
+
+def test_no_first_admin_is_made_when_any_user_exists(engine):
+    accounts.create_user(engine, "erin", PASSWORD, "viewer")
+    assert accounts.ensure_first_admin(engine) is None
+    assert accounts.get_user(engine, "admin") is None
+
+
+def test_an_api_token_is_shown_once_and_stored_only_as_a_hash(engine):
+    token = accounts.create_token(engine, "ci", "viewer")
+    with engine.connect() as conn:
+        row = conn.execute(select(ApiToken.__table__)).one()
+    assert token.startswith("dlq_") and len(token) > 40
+    assert row.token_hash == accounts.hash_token(token) and token not in row.token_hash
+    found = accounts.find_token(engine, token)
+    assert (found.name, found.role) == ("ci", "viewer")
+    assert accounts.find_token(engine, token + "x") is None
+    assert accounts.find_token(engine, "") is None
+
+
+def test_a_revoked_token_stops_working_and_its_name_can_be_given_again(engine):
+    old = accounts.create_token(engine, "ci", "viewer")
+    with pytest.raises(AccountError, match="exists already"):
+        accounts.create_token(engine, "ci", "admin")
+    accounts.revoke_token(engine, "ci")
+    assert accounts.find_token(engine, old) is None
+    with pytest.raises(AccountError, match="no active token named 'ci'"):
+        accounts.revoke_token(engine, "ci")
+    new = accounts.create_token(engine, "ci", "operator")
+    assert accounts.find_token(engine, new).role == "operator"
+    assert accounts.find_token(engine, old) is None
+    listed = accounts.list_tokens(engine)
+    assert [(t.role, t.revoked_at is None) for t in listed if t.name == "ci"] == [("operator", True)]
+    assert len(listed) == 2  # the revoked one is kept, renamed
+
+
+def test_a_tokens_last_use_is_written_at_most_once_a_minute(engine):
+    token = accounts.create_token(engine, "poller", "viewer")
+    accounts.find_token(engine, token)
+    first = accounts.list_tokens(engine)[0].last_used_at
+    assert first is not None
+    accounts.find_token(engine, token)
+    assert accounts.list_tokens(engine)[0].last_used_at == first
+    with write_transaction(engine) as conn:  # pretend the last use was two minutes ago
+        from datetime import timedelta
+        conn.execute(update(ApiToken.__table__).values(last_used_at=first - timedelta(minutes=2)))
+    accounts.find_token(engine, token)
+    assert accounts.list_tokens(engine)[0].last_used_at > first
+
+
+def test_a_token_name_and_role_are_checked_like_a_users(engine):
+    with pytest.raises(AccountError, match="token name"):
+        accounts.create_token(engine, "my token", "viewer")
+    with pytest.raises(AccountError, match="role"):
+        accounts.create_token(engine, "ok", "superuser")

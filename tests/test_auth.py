@@ -1,0 +1,290 @@
+"""Login, logout, sessions, API tokens, the trusted proxy header and the audit identity."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from flask import jsonify
+
+from dlq_dashboard import create_app
+from dlq_dashboard.accounts import create_token, create_user, revoke_token, set_disabled
+from dlq_dashboard.web.auth import LOGIN_FAILED, actor_name, current_identity, requires, safe_next
+
+from .conftest import PASSWORD, bearer, logged_in, make_settings
+from .helpers import csrf_token, login
+
+
+def add_probes(app):
+    """Routes that answer who is asking, one per role, for a GET page, a form and the API."""
+
+    @requires("viewer")
+    def who():
+        identity = current_identity()
+        return jsonify(actor=actor_name(), role=identity.role, via=identity.via)
+
+    app.add_url_rule("/probe/viewer", "probe_viewer", who, methods=["GET", "POST"])
+    app.add_url_rule("/probe/operator", "probe_operator", requires("operator")(lambda: actor_name()))
+    app.add_url_rule("/api/probe", "api_probe", requires("viewer")(lambda: jsonify(actor=actor_name())),
+                     methods=["GET", "POST"])
+    return app
+
+
+@pytest.fixture
+def probe_app(tmp_path):
+    app = add_probes(create_app({"SETTINGS": make_settings(tmp_path), "TESTING": True}))
+    yield app
+    app.extensions["dlq"].stop()
+
+
+@pytest.fixture
+def engine(probe_app):
+    return probe_app.extensions["dlq"].engine
+
+
+# --- login and logout -------------------------------------------------------------------------
+
+def test_a_correct_login_goes_to_the_page_asked_for(probe_app, engine):
+    create_user(engine, "alice", PASSWORD, "viewer")
+    client = probe_app.test_client()
+    first = client.get("/probe/viewer?x=1")
+    assert first.status_code == 302 and first.location == "/login?next=/probe/viewer?x%3D1"
+    response = client.post(first.location, data={"username": "alice", "password": PASSWORD,
+                                                 "csrf_token": csrf_token(client)})
+    assert response.status_code == 302 and response.location == "/probe/viewer?x=1"
+    assert client.get("/probe/viewer").json == {"actor": "alice", "role": "viewer", "via": "session"}
+
+
+def test_a_failed_login_says_the_same_for_an_unknown_name_a_wrong_password_and_a_disabled_user(probe_app, engine):
+    create_user(engine, "bob", PASSWORD, "viewer")
+    create_user(engine, "off", PASSWORD, "viewer")
+    set_disabled(engine, "off", True)
+    answers = []
+    for name, password in (("nobody", PASSWORD), ("bob", "wrong password"), ("off", PASSWORD)):
+        client = probe_app.test_client()
+        response = login(client, name, password)
+        body = re.sub(r'(csrf[-_]token" (?:value|content)=")[^"]+', r"\1", response.get_data(as_text=True))
+        answers.append((response.status_code, body.replace(name, "NAME")))
+    assert answers[0][0] == 401
+    assert LOGIN_FAILED in answers[0][1]
+    assert answers[0] == answers[1] == answers[2]
+
+
+def test_the_login_page_keeps_the_name_out_of_its_answer(probe_app):
+    client = probe_app.test_client()
+    body = login(client, "someone-unknown", "whatever1").get_data(as_text=True)
+    assert "someone-unknown" not in body
+
+
+def test_a_login_renews_the_session_so_a_token_from_before_is_refused(probe_app, engine):
+    create_user(engine, "carol", PASSWORD, "viewer")
+    client = probe_app.test_client()
+    before = csrf_token(client)
+    cookie_before = client.get_cookie("session").value
+    client.post("/login", data={"username": "carol", "password": PASSWORD, "csrf_token": before})
+    assert client.get_cookie("session").value != cookie_before
+    assert client.post("/probe/viewer", data={"csrf_token": before}).status_code == 400
+    assert client.post("/probe/viewer", data={"csrf_token": csrf_token(client)}).status_code == 200
+
+
+def test_the_session_cookie_is_httponly_and_samesite_lax(probe_app, engine):
+    create_user(engine, "dora", PASSWORD, "viewer")
+    client = probe_app.test_client()
+    response = login(client, "dora", PASSWORD)
+    cookie = [h for h in response.headers.getlist("Set-Cookie") if h.startswith("session=")][0]
+    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    assert "Secure" not in cookie  # plain HTTP here; see test_security for HTTPS
+    assert "Expires=" in cookie  # an idle session ends (PERMANENT_SESSION_LIFETIME)
+
+
+def test_logout_ends_the_session_even_for_a_copy_of_its_cookie(probe_app, engine):
+    client = logged_in(probe_app, "viewer")
+    stolen = client.get_cookie("session").value
+    response = client.post("/logout", data={"csrf_token": csrf_token(client)})
+    assert response.status_code == 302 and response.location == "/login"
+    assert client.get("/probe/viewer").status_code == 302
+    replay = probe_app.test_client()
+    replay.set_cookie("session", stolen)
+    assert replay.get("/probe/viewer").status_code == 302
+
+
+def test_logout_ends_the_users_other_sessions_too(probe_app, engine):
+    laptop = logged_in(probe_app, "viewer")
+    phone = logged_in(probe_app, "viewer")
+    assert phone.get("/probe/viewer").status_code == 200
+    laptop.post("/logout", data={"csrf_token": csrf_token(laptop)})
+    assert phone.get("/probe/viewer").status_code == 302
+
+
+def test_logout_needs_a_post_with_a_csrf_token(probe_app):
+    client = logged_in(probe_app, "viewer")
+    assert client.get("/logout").status_code == 405
+    assert client.post("/logout").status_code == 400
+    assert client.get("/probe/viewer").status_code == 200
+
+
+def test_disabling_a_user_ends_their_session_at_once(probe_app, engine):
+    client = logged_in(probe_app, "operator")
+    assert client.get("/probe/operator").status_code == 200
+    set_disabled(engine, "operator-user", True)
+    assert client.get("/probe/operator").status_code == 302
+
+
+@pytest.mark.parametrize("target", ["//evil.example/x", "/\\evil.example", "/\t/evil.example", "/\n/evil.example",
+                                    "http://evil.example/", "javascript:alert(1)", "evil", "", None])
+def test_the_page_after_login_is_never_on_another_site(probe_app, target):
+    with probe_app.test_request_context():
+        assert safe_next(target) == "/"
+
+
+def test_a_local_page_after_login_is_kept(probe_app):
+    with probe_app.test_request_context():
+        assert safe_next("/entries/4?tab=history") == "/entries/4?tab=history"
+
+
+# --- refusals by role -------------------------------------------------------------------------
+
+def test_anonymous_pages_go_to_login_the_api_says_401_and_htmx_is_told_where_to_go(probe_app):
+    client = probe_app.test_client()
+    assert client.get("/probe/viewer").status_code == 302
+    api = client.get("/api/probe")
+    assert api.status_code == 401 and "Log in" in api.json["error"]
+    fragment = client.get("/probe/viewer", headers={"HX-Request": "true"})
+    assert fragment.status_code == 401
+    assert fragment.headers["HX-Redirect"] == "/login?next=/probe/viewer"
+
+
+def test_a_lower_role_is_refused_with_a_sentence_naming_the_role(probe_app):
+    client = logged_in(probe_app, "viewer")
+    response = client.get("/probe/operator")
+    assert response.status_code == 403
+    assert "needs the operator role" in response.get_data(as_text=True)
+
+
+def test_requires_refuses_an_unknown_role_when_the_route_is_declared():
+    with pytest.raises(ValueError, match="unknown role"):
+        requires("superuser")
+
+
+# --- API tokens -------------------------------------------------------------------------------
+
+def test_a_valid_token_reads_the_api_as_token_name(probe_app, engine):
+    token = create_token(engine, "ci", "viewer")
+    response = probe_app.test_client().get("/api/probe", headers=bearer(token))
+    assert response.status_code == 200 and response.json == {"actor": "token:ci"}
+
+
+def test_the_bearer_scheme_is_matched_case_insensitively(probe_app, engine):
+    token = create_token(engine, "ci", "viewer")
+    response = probe_app.test_client().get("/api/probe", headers={"Authorization": f"bearer {token}"})
+    assert response.status_code == 200
+
+
+def test_a_revoked_or_unknown_token_gets_401(probe_app, engine):
+    token = create_token(engine, "ci", "viewer")
+    client = probe_app.test_client()
+    assert client.get("/api/probe", headers=bearer(token)).status_code == 200
+    revoke_token(engine, "ci")
+    assert client.get("/api/probe", headers=bearer(token)).status_code == 401
+    assert client.get("/api/probe", headers=bearer("dlq_made_up")).status_code == 401
+    assert client.get("/api/probe", headers={"Authorization": "Bearer "}).status_code == 401
+
+
+def test_a_token_with_a_lower_role_gets_403_as_json(probe_app, engine):
+    token = create_token(engine, "reader", "viewer")
+    response = probe_app.test_client().get("/probe/operator", headers=bearer(token))
+    assert response.status_code == 403
+    assert response.json == {"error": "This needs the operator role; token:reader has viewer."}
+
+
+def test_a_token_request_needs_no_csrf_token(probe_app, engine):
+    token = create_token(engine, "writer", "viewer")
+    response = probe_app.test_client().post("/api/probe", json={}, headers=bearer(token))
+    assert response.status_code == 200 and response.json == {"actor": "token:writer"}
+
+
+def test_a_bad_token_is_not_rescued_by_the_session_cookie(probe_app):
+    # Bearer requests skip CSRF, so the cookie must never count for them.
+    client = logged_in(probe_app, "admin")
+    assert client.post("/api/probe", json={}, headers=bearer("dlq_forged")).status_code == 401
+    assert client.get("/probe/viewer", headers=bearer("dlq_forged")).status_code == 401
+
+
+# --- the audit identity -----------------------------------------------------------------------
+
+def test_actor_name_is_the_user_the_token_or_anonymous(probe_app, engine):
+    session_client = logged_in(probe_app, "operator")
+    assert session_client.get("/probe/operator").get_data(as_text=True) == "operator-user"
+    token = create_token(engine, "deploy-bot", "operator")
+    assert probe_app.test_client().get("/probe/operator", headers=bearer(token)).get_data(as_text=True) \
+        == "token:deploy-bot"
+    with probe_app.test_request_context("/"):
+        assert actor_name() == "anonymous"
+
+
+# --- a reverse proxy's user header (single sign-on) ---------------------------------------------
+
+@pytest.fixture
+def proxied_app(tmp_path):
+    settings = make_settings(tmp_path, trusted_header="X-Forwarded-User", trusted_proxies=("10.0.0.0/24",))
+    app = add_probes(create_app({"SETTINGS": settings, "TESTING": True}))
+    create_user(app.extensions["dlq"].engine, "sso.user@example.com", PASSWORD, "operator")
+    yield app
+    app.extensions["dlq"].stop()
+
+
+def test_the_user_header_is_believed_from_a_trusted_proxy(proxied_app):
+    client = proxied_app.test_client()
+    response = client.get("/probe/operator", headers={"X-Forwarded-User": "sso.user@example.com"},
+                          environ_base={"REMOTE_ADDR": "10.0.0.7"})
+    assert response.status_code == 200 and response.get_data(as_text=True) == "sso.user@example.com"
+
+
+def test_the_user_header_is_ignored_from_any_other_address(proxied_app):
+    client = proxied_app.test_client()
+    response = client.get("/probe/operator", headers={"X-Forwarded-User": "sso.user@example.com"},
+                          environ_base={"REMOTE_ADDR": "192.0.2.1"})
+    assert response.status_code == 302 and response.location.startswith("/login")
+
+
+def test_an_unknown_or_disabled_name_from_the_proxy_gets_nothing(proxied_app):
+    client = proxied_app.test_client()
+    proxy = {"REMOTE_ADDR": "10.0.0.7"}
+    assert client.get("/api/probe", headers={"X-Forwarded-User": "stranger"}, environ_base=proxy).status_code == 401
+    set_disabled(proxied_app.extensions["dlq"].engine, "sso.user@example.com", True)
+    assert client.get("/api/probe", headers={"X-Forwarded-User": "sso.user@example.com"},
+                      environ_base=proxy).status_code == 401
+
+
+def test_a_proxied_form_still_needs_its_csrf_token(proxied_app):
+    client = proxied_app.test_client()
+    response = client.post("/probe/viewer", headers={"X-Forwarded-User": "sso.user@example.com"},
+                           environ_base={"REMOTE_ADDR": "10.0.0.7"})
+    assert response.status_code == 400
+
+
+def test_the_audit_records_the_user_or_the_token_that_acted(probe_app, engine):
+    if "actions.api_close" not in probe_app.view_functions:
+        pytest.skip("the close action is not a route of this app yet")
+    from sqlalchemy import select
+
+    from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
+    from dlq_dashboard.models import Action, Entry
+
+    from .helpers import dlq_headers
+
+    ingest_dlq_batch(engine, "AUDIT", "e1", [StreamMessage(1, "dlq.orders.created", dlq_headers(), b"{}", None)])
+    with engine.connect() as conn:
+        entry_id = conn.execute(select(Entry.id)).scalar_one()
+    token = create_token(engine, "night-shift", "operator")
+    closed = probe_app.test_client().post(f"/api/entries/{entry_id}/close", json={"version": 1, "note": "known"},
+                                          headers=bearer(token))
+    assert closed.status_code == 200, closed.get_data(as_text=True)
+    person = logged_in(probe_app, "operator")
+    reopened = person.post(f"/api/entries/{entry_id}/reopen", json={"version": closed.json["entry"]["version"]},
+                           headers={"X-CSRFToken": csrf_token(person)})
+    assert reopened.status_code == 200, reopened.get_data(as_text=True)
+    with engine.connect() as conn:
+        actors = conn.execute(select(Action.action, Action.actor).where(Action.entry_id == entry_id)
+                              .order_by(Action.id)).all()
+    assert [tuple(a) for a in actors] == [("close", "token:night-shift"), ("reopen", "operator-user")]

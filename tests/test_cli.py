@@ -1,0 +1,130 @@
+"""The admin commands: ``flask --app app users ...`` and ``flask --app app tokens ...``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlq_dashboard.accounts import get_user, list_tokens, verify_password
+
+from .conftest import PASSWORD, bearer
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def cli(offline_app):
+    # Click 8.2+: result.output has both streams, result.stdout only standard output.
+    runner = offline_app.test_cli_runner()
+    return lambda *args, input=None: runner.invoke(args=list(args), input=input)
+
+
+@pytest.fixture
+def engine(offline_app):
+    return offline_app.extensions["dlq"].engine
+
+
+def test_users_create_reads_the_password_from_stdin(cli, engine):
+    result = cli("users", "create", "alice", "--role", "operator", "--password-stdin", input=PASSWORD + "\n")
+    assert result.exit_code == 0, result.output
+    assert "Created user alice (operator)." in result.output
+    assert verify_password(engine, "alice", PASSWORD).role == "operator"
+
+
+def test_users_create_prompts_for_the_password_twice(cli, engine):
+    result = cli("users", "create", "bob", "--role", "viewer", input=f"{PASSWORD}\n{PASSWORD}\n")
+    assert result.exit_code == 0, result.output
+    assert PASSWORD not in result.output  # the prompt does not echo it
+    assert verify_password(engine, "bob", PASSWORD) is not None
+
+
+def test_users_create_refuses_a_bad_role_a_short_password_and_a_taken_name(cli):
+    assert cli("users", "create", "carol", "--role", "root", "--password-stdin", input=PASSWORD).exit_code == 2
+    short = cli("users", "create", "carol", "--role", "viewer", "--password-stdin", input="short\n")
+    assert short.exit_code == 1 and "too short" in short.output
+    cli("users", "create", "carol", "--role", "viewer", "--password-stdin", input=PASSWORD)
+    taken = cli("users", "create", "carol", "--role", "admin", "--password-stdin", input=PASSWORD)
+    assert taken.exit_code == 1 and "exists already" in taken.output
+
+
+def test_users_list_shows_names_roles_and_states(cli):
+    assert cli("users", "list").output.strip() == "No users yet."
+    cli("users", "create", "zed", "--role", "admin", "--password-stdin", input=PASSWORD)
+    cli("users", "create", "amy", "--role", "viewer", "--password-stdin", input=PASSWORD)
+    cli("users", "disable", "zed")
+    lines = [line.split() for line in cli("users", "list").output.strip().splitlines()]
+    assert lines == [["NAME", "ROLE", "STATE"], ["amy", "viewer", "active"], ["zed", "admin", "disabled"]]
+
+
+def test_users_disable_stops_the_login_and_enable_restores_it(cli, engine, offline_app):
+    from .helpers import login
+
+    cli("users", "create", "dan", "--role", "viewer", "--password-stdin", input=PASSWORD)
+    assert "Disabled user dan" in cli("users", "disable", "dan").output
+    assert login(offline_app.test_client(), "dan", PASSWORD).status_code == 401
+    cli("users", "enable", "dan")
+    assert login(offline_app.test_client(), "dan", PASSWORD).status_code == 302
+    missing = cli("users", "disable", "ghost")
+    assert missing.exit_code == 1 and "no user named 'ghost'" in missing.output
+
+
+def test_users_set_password_replaces_the_password(cli, engine):
+    cli("users", "create", "eve", "--role", "viewer", "--password-stdin", input=PASSWORD)
+    result = cli("users", "set-password", "eve", "--password-stdin", input="a brand new password\n")
+    assert result.exit_code == 0, result.output
+    assert verify_password(engine, "eve", PASSWORD) is None
+    assert verify_password(engine, "eve", "a brand new password") is not None
+
+
+def test_tokens_create_prints_a_working_token_once_and_keeps_only_its_hash(cli, engine, offline_app):
+    result = cli("tokens", "create", "ci", "--role", "viewer")
+    assert result.exit_code == 0, result.output
+    token = result.stdout.strip().splitlines()[-1]
+    assert token.startswith("dlq_")
+    response = offline_app.test_client().get("/api/entries", headers=bearer(token))
+    assert response.status_code == 200
+    listing = cli("tokens", "list").output
+    assert "ci" in listing and "viewer" in listing and token not in listing
+
+
+def test_tokens_revoke_stops_the_token_at_once(cli, offline_app):
+    token = cli("tokens", "create", "ci", "--role", "viewer").stdout.strip().splitlines()[-1]
+    assert cli("tokens", "revoke", "ci").exit_code == 0
+    assert offline_app.test_client().get("/api/entries", headers=bearer(token)).status_code == 401
+    again = cli("tokens", "revoke", "ci")
+    assert again.exit_code == 1 and "no active token named 'ci'" in again.output
+    assert [t.revoked_at is not None for t in list_tokens(offline_app.extensions["dlq"].engine)] == [True]
+
+
+def test_flask_app_finds_the_app_without_starting_anything(tmp_path):
+    """`flask --app app users ...` as the README says, in a fresh process, from the repo root."""
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path}/cli.sqlite3", "SECRET_KEY": "cli-test",
+           "PYTHONPATH": str(REPO)}
+    env.pop("NATS_URL", None)
+    flask = [sys.executable, "-m", "flask", "--app", "app"]
+
+    def run(*args, stdin=""):
+        return subprocess.run([*flask, *args], cwd=tmp_path, env=env, input=stdin, capture_output=True,
+                              text=True, timeout=60)
+
+    created = run("users", "create", "root", "--role", "admin", "--password-stdin", stdin=PASSWORD + "\n")
+    assert created.returncode == 0, created.stderr
+    listed = run("users", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "root" in listed.stdout and "admin" in listed.stdout
+    token = run("tokens", "create", "ops", "--role", "operator")
+    assert token.stdout.strip().startswith("dlq_") and "shown once" in token.stderr
+    # No bundled nats-server was started: it would have made instance/nats in the working folder.
+    assert not (tmp_path / "instance").exists()
+
+
+def test_the_first_admin_exists_for_the_cli_to_see(offline_app, cli):
+    from dlq_dashboard.accounts import ensure_first_admin
+
+    password = ensure_first_admin(offline_app.extensions["dlq"].engine)
+    assert password and "admin" in cli("users", "list").output
+    assert get_user(offline_app.extensions["dlq"].engine, "admin").role == "admin"

@@ -1,0 +1,193 @@
+"""A hostile payload is only ever text: entries whose payload, subject, headers and errors are
+XSS and htmx-injection strings, opened in Chromium on the list, groups and detail pages."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlsplit
+
+import pytest
+
+from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.store import EntryFilter
+
+from .conftest import browser_login, make_settings
+
+ELSEWHERE = "http://127.0.0.1:9"  # nothing listens there; a request to it would be an injection
+CORPUS = [
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(2)>',
+    "'><svg onload=alert(3)>",
+    "</textarea><script>alert(4)</script>",
+    "</pre><script>alert(5)</script><pre>",
+    "</td></tr></table><script>alert(6)</script>",
+    "{{7*7}} ${7*7} {% if 1 %}49{% endif %}",
+    f'<div hx-get="{ELSEWHERE}/htmx" hx-trigger="load">htmx get</div>',
+    '<a hx-on:click="alert(7)" hx-trigger="load" href="#">hx-on</a>',
+    '<button hx-post="/logout" hx-trigger="load">logout</button>',
+    '<div hx-get="/api/entries?stolen=1" hx-trigger="load" hx-target="body">same origin</div>',
+    "javascript:alert(8)",
+    '<a href="javascript:alert(9)">link</a>',
+    f'<iframe src="{ELSEWHERE}/frame"></iframe>',
+    f'<img src="{ELSEWHERE}/img.png">',
+    f"<style>@import '{ELSEWHERE}/css';</style>",
+    f'<base href="{ELSEWHERE}/">',
+    f'<meta http-equiv="refresh" content="0;url={ELSEWHERE}/meta">',
+    f'<form action="{ELSEWHERE}/form"><button>go</button></form>',
+    "<!-- unclosed comment",
+    "<![CDATA[ ]]> &lt;escaped&gt; &amp;amp;",
+    '<math><mtext><table><mglyph><style><img src=x onerror=alert(10)>',
+]
+# Subjects cannot contain spaces, so these are space-free.
+HOSTILE_SUBJECT = "orders.<svg/onload=alert(11)>"
+HOSTILE_REASON = '<b/onmouseover=alert(12)>fatal</b>'
+
+
+@pytest.fixture
+def settings(tmp_path, nats_server):
+    """The test's settings plus a schema for orders.*, so the detail page shows schema errors."""
+    folder = tmp_path / "schemas"
+    folder.mkdir()
+    (folder / "orders.json").write_text(json.dumps({
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "x-subjects": ["orders.*"],
+        "type": "object", "required": ["customer_id"],
+        "properties": {"customer_id": {"type": "integer"}, "note": {"type": "string", "maxLength": 3}},
+    }))
+    return make_settings(tmp_path, nats_server.url, schemas_dir=str(folder))
+
+
+def message(seq: int, subject: str, payload: bytes, **headers: str) -> StreamMessage:
+    return StreamMessage(seq, f"dlq.{subject}", {"Dlq-Original-Subject": subject, **headers}, payload, None)
+
+
+@pytest.fixture
+def hostile_entries(app):
+    """One entry per corpus string as its error, one carrying everything, one JSON payload."""
+    messages = [message(i + 1, "orders.created", f"payload {i}".encode(), **{"Dlq-Error": text,
+                                                                             "Dlq-Reason": "fatal"})
+                for i, text in enumerate(CORPUS)]
+    everything = {f"X-Hostile-{i}": text for i, text in enumerate(CORPUS)}
+    everything.update({"Dlq-Error": CORPUS[1], "Dlq-Reason": HOSTILE_REASON, "Dlq-Consumer": CORPUS[2],
+                       "Dlq-Original-Msg-Id": CORPUS[7], "Dlq-Replay-Of": CORPUS[3],
+                       "X-<svg/onload=alert(13)>": CORPUS[0]})
+    big = len(CORPUS) + 1
+    messages.append(message(big, HOSTILE_SUBJECT, "\n".join(CORPUS).encode(), **everything))
+    payload = json.dumps({"customer_id": CORPUS[1], "note": CORPUS[3], CORPUS[0]: CORPUS[9]}).encode()
+    schema_errors = json.dumps([{"path": "/customer_id", "message": CORPUS[0]},
+                                {"path": "/<img src=x onerror=alert(14)>", "message": CORPUS[7]}])
+    messages.append(message(big + 1, "orders.created", payload, **{
+        "Dlq-Reason": "schema_invalid", "Dlq-Error": CORPUS[5], "Dlq-Schema-Errors": schema_errors}))
+    engine = app.extensions["dlq"].engine
+    ingest_dlq_batch(engine, "XSS", "e1", messages)
+    entries = app.extensions["dlq"].store.list_entries(EntryFilter(limit=100)).entries
+    by_seq = {e.dlq_seq: e.id for e in entries}
+    return {"everything": by_seq[big], "json": by_seq[big + 1], "first": by_seq[1]}
+
+
+class Watch:
+    """What a page did: dialogs, requests, and CSP complaints."""
+
+    def __init__(self, page, app, base_url: str):
+        self.dialogs, self.requests, self.csp = [], [], []
+        self.app, self.base = app, urlsplit(base_url)
+        page.on("dialog", self._dialog)
+        page.on("request", lambda r: self.requests.append((r.method, r.url)))
+        page.on("console", lambda m: self.csp.append(m.text) if "Content Security Policy" in m.text else None)
+
+    def _dialog(self, dialog):
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def unexpected_requests(self) -> list[str]:
+        """Requests that are not a same-origin GET of one of the app's own routes."""
+        adapter = self.app.url_map.bind(self.base.netloc)
+        bad = []
+        for method, url in self.requests:
+            parts = urlsplit(url)
+            if parts.scheme == "data":
+                continue
+            if method != "GET" or parts.netloc != self.base.netloc or "stolen" in url:
+                bad.append(f"{method} {url}")
+                continue
+            try:
+                adapter.match(parts.path, method="GET")
+            except Exception:
+                if parts.path != "/favicon.ico":
+                    bad.append(f"{method} {url}")
+        return bad
+
+
+# Elements or attributes that exist only if a payload became markup.
+INJECTED = """() => [...document.querySelectorAll(
+  'script:not([src]):not([type="application/json"]), iframe, base, meta[http-equiv], [onerror], [onload],' +
+  ' [onclick], [onmouseover], img[src="x"], [hx-on\\\\:click], [hx-get^="http"], [hx-get*="stolen"],' +
+  ' [hx-post="/logout"][hx-trigger], math, a[href^="javascript:"], form[action^="http"]'
+)].map(e => e.outerHTML.slice(0, 120))"""
+
+
+def visit(page, watch: Watch, url: str) -> str:
+    page.goto(url, wait_until="networkidle")
+    assert urlsplit(page.url).netloc == watch.base.netloc, f"{url}: the page navigated to {page.url}"
+    assert "/login" not in page.url, f"{url} sent the browser to log in"
+    injected = page.evaluate(INJECTED)
+    assert injected == [], f"{url}: payload became markup: {injected}"
+    assert watch.dialogs == [], f"{url}: a dialog opened: {watch.dialogs}"
+    assert watch.unexpected_requests() == [], f"{url}: unexpected requests"
+    assert watch.csp == [], f"{url}: the Content-Security-Policy blocked something: {watch.csp}"
+    return page.evaluate("document.body.innerText")
+
+
+def test_hostile_entries_are_only_text_on_the_list_page(app, live_server, page, hostile_entries):
+    browser_login(page, live_server, app, "operator")
+    watch = Watch(page, app, live_server)
+    text = visit(page, watch, f"{live_server}/?limit=100")
+    for raw in CORPUS:
+        assert raw[:24] in text, f"the list does not show {raw!r} as text"
+    assert HOSTILE_SUBJECT in text
+
+
+def test_hostile_entries_are_only_text_on_the_groups_page(app, live_server, page, hostile_entries):
+    if "/groups" not in {r.rule for r in app.url_map.iter_rules()}:
+        pytest.skip("/groups is not a route of this app yet")
+    browser_login(page, live_server, app, "operator")
+    watch = Watch(page, app, live_server)
+    text = visit(page, watch, f"{live_server}/groups?status=")
+    assert HOSTILE_SUBJECT in text
+    # A group shows its key: the error with numbers and quoted values left out, as text.
+    from dlq_dashboard.groups import normalize_error_text
+
+    for raw in CORPUS:
+        assert normalize_error_text(raw)[:24] in text, f"the groups do not show {raw!r} as text"
+
+
+def test_a_hostile_entry_is_only_text_on_its_detail_page(app, live_server, page, hostile_entries):
+    browser_login(page, live_server, app, "operator")
+    watch = Watch(page, app, live_server)
+    text = visit(page, watch, f"{live_server}/entries/{hostile_entries['everything']}")
+    for raw in CORPUS:  # every payload line and every header value, verbatim
+        assert raw in text, f"the detail page does not show {raw!r} as text"
+    for raw in (HOSTILE_SUBJECT, HOSTILE_REASON, "X-<svg/onload=alert(13)>"):
+        assert raw in text
+    shown = page.evaluate("""(payload) => [...document.querySelectorAll('pre, code, textarea')]
+                              .some(e => (e.value ?? e.textContent) === payload)""", "\n".join(CORPUS))
+    assert shown, "no element shows the payload exactly as it arrived"
+
+
+def test_hostile_schema_errors_and_json_fields_are_only_text(app, live_server, page, hostile_entries):
+    browser_login(page, live_server, app, "operator")
+    watch = Watch(page, app, live_server)
+    text = visit(page, watch, f"{live_server}/entries/{hostile_entries['json']}")
+    assert CORPUS[5] in text  # the error
+    assert "<img src=x onerror=alert(14)>" in text or CORPUS[7] in text or "customer_id" in text
+
+
+def test_the_edit_form_keeps_a_hostile_payload_inside_its_textarea(app, live_server, page, hostile_entries):
+    edit = [r.rule for r in app.url_map.iter_rules() if r.rule.endswith("/edit") and "GET" in r.methods]
+    if not edit:
+        pytest.skip("there is no edit page in this app yet")
+    browser_login(page, live_server, app, "operator")
+    watch = Watch(page, app, live_server)
+    entry_id = hostile_entries["everything"]
+    visit(page, watch, live_server + edit[0].replace("<int:entry_id>", str(entry_id)))
+    values = page.evaluate("[...document.querySelectorAll('textarea')].map(t => t.value)")
+    assert "\n".join(CORPUS) in values
