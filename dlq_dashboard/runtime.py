@@ -6,6 +6,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -31,6 +32,7 @@ class Runtime:
     bridge: Bridge | None = None
     mirror: Mirror | None = None
     bundled: NatsServer | None = None
+    jobs: Any = None  # the JobRunner (dlq_dashboard.jobs): bulk jobs and republish recovery
     started_at: float = field(default_factory=time.monotonic)
 
     @classmethod
@@ -56,10 +58,16 @@ class Runtime:
         if mirror:
             self.mirror = Mirror(self.bridge, self.engine, self.settings)
             self.mirror.start()
+        from .jobs import runner_for
+
+        # Finishes republishes a crash left pending and resumes jobs once NATS is connected.
+        runner_for(self).start()
         return self
 
     def stop(self) -> None:
         """Stop the mirror and the bridge, then the bundled server, then close the database."""
+        if self.jobs is not None:
+            self.jobs.stop()
         if self.bridge is not None:
             self.bridge.stop()
         if self.mirror is not None:

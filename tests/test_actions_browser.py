@@ -1,0 +1,134 @@
+"""What an operator clicks, in Debian's Chromium: republish with a confirmation, edit with live
+validation, close with a note, and a bulk job's progress."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from .conftest import (
+    CHROMIUM, CHROMIUM_ARGS, browser_login, dead_letter_orders, make_orders_stream, make_settings, stream_messages,
+)
+
+EXPECT_TIMEOUT = 10_000
+
+
+@pytest.fixture(scope="module")
+def browser(request):
+    """Chromium for this module only. Sync Playwright runs an event loop on the main thread while
+    it is open; the session-wide browser would stay open for every module collected after this
+    one, where tests call asyncio.run() on that thread. If an earlier module opened the
+    session-wide one already, that one is used."""
+    import asyncio
+
+    from playwright.sync_api import sync_playwright
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        yield request.getfixturevalue("browser")
+        return
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def settings(tmp_path, nats_server):
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    (schemas / "orders.json").write_text(json.dumps({"x-subjects": ["orders.*"], "type": "object",
+                                                     "required": ["customer_id"]}))
+    return make_settings(tmp_path, nats_server.url, schemas_dir=str(schemas), republish_rate=500)
+
+
+def test_an_operator_clicks_republish_confirms_and_sees_the_result_in_the_timeline(app, live_server, page,
+                                                                                     nats_server):
+    from playwright.sync_api import expect
+
+    make_orders_stream(nats_server.url)
+    [entry_id] = dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-1", "customer_id": "c-1"}'])
+    browser_login(page, live_server, app, "operator")
+    page.goto(f"{live_server}/entries/{entry_id}")
+
+    page.get_by_role("button", name="Republish", exact=True).click()
+    # The confirmation says where the message goes before anything is sent.
+    expect(page.get_by_role("heading", name=f"Republish entry {entry_id}")).to_be_visible()
+    expect(page.get_by_text("stored by stream ORDERS")).to_be_visible()
+    assert stream_messages(nats_server.url) == []
+
+    page.get_by_role("button", name="Republish", exact=True).click()
+    page.wait_for_url(re.compile(rf"/entries/{entry_id}$"))
+    timeline = page.locator("section.timeline")
+    expect(timeline).to_contain_text("Republished to orders.created", timeout=EXPECT_TIMEOUT)
+    expect(timeline).to_contain_text(f"dlq-dashboard:DLQ:{entry_id}:e{entry_id}:v1")
+    expect(page.locator("h1 .status")).to_have_text("republished")
+    assert len(stream_messages(nats_server.url)) == 1
+
+
+def test_the_editor_validates_while_typing_and_needs_the_override_for_an_invalid_payload(
+        app, live_server, page, nats_server):
+    from playwright.sync_api import expect
+
+    make_orders_stream(nats_server.url)
+    [entry_id] = dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-2"}'])
+    browser_login(page, live_server, app, "operator")
+    page.goto(f"{live_server}/entries/{entry_id}")
+    page.get_by_role("link", name="Edit and republish").click()
+
+    check = page.locator("#payload-check")
+    expect(check).to_contain_text("'customer_id' is a required property")
+    page.locator("#payload").fill('{"order_id": "o-2", "customer_id": "c-7"}')
+    expect(check).to_contain_text("It passes the current schema", timeout=EXPECT_TIMEOUT)
+    expect(check.locator(".diff")).to_contain_text('+{"order_id": "o-2", "customer_id": "c-7"}')
+
+    page.locator("#payload").fill('{"order_id": "o-2", "oops": true}')
+    expect(check).to_contain_text("does not pass", timeout=EXPECT_TIMEOUT)
+    page.get_by_role("button", name="Republish", exact=True).click()
+    expect(page.get_by_role("alert")).to_contain_text("needs the override")
+    assert stream_messages(nats_server.url) == []
+
+    page.locator("#payload").fill('{"order_id": "o-2", "customer_id": "c-7"}')
+    page.get_by_role("button", name="Republish", exact=True).click()
+    page.wait_for_url(re.compile(rf"/entries/{entry_id}$"))
+    [message] = stream_messages(nats_server.url)
+    assert message.data == b'{"order_id": "o-2", "customer_id": "c-7"}'
+
+
+def test_an_operator_closes_with_a_note_and_reopens(app, live_server, page, nats_server):
+    from playwright.sync_api import expect
+
+    [entry_id] = dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c"}'])
+    browser_login(page, live_server, app, "operator")
+    page.goto(f"{live_server}/entries/{entry_id}")
+    page.get_by_label("Note").fill("customer cancelled the order")
+    page.get_by_role("button", name="Close", exact=True).click()
+    expect(page.locator("h1 .status")).to_have_text("closed")
+    expect(page.locator("section.timeline")).to_contain_text("customer cancelled the order")
+
+    page.get_by_role("button", name="Reopen", exact=True).click()
+    expect(page.locator("h1 .status")).to_have_text("open")
+    page.goto(f"{live_server}/audit")
+    expect(page.locator("table.audit")).to_contain_text("customer cancelled the order")
+
+
+def test_a_bulk_job_from_the_list_shows_its_progress_until_done(app, live_server, page, nats_server):
+    from playwright.sync_api import expect
+
+    make_orders_stream(nats_server.url)
+    ids = dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c-%d"}' % i for i in range(300)])
+    browser_login(page, live_server, app, "operator")
+    page.goto(f"{live_server}/?subject=orders.created")
+    page.get_by_role("button", name="Preview for all matching").click()
+    expect(page.locator("main")).to_contain_text("300 entries will be republished")
+    page.get_by_role("button", name="Start").click()
+
+    page.wait_for_url(re.compile(r"/jobs/\d+$"))
+    # The widget polls itself: the page is never reloaded, yet it ends showing the job done.
+    expect(page.locator(".job-state")).to_contain_text("done: 300 done", timeout=20_000)
+    assert len(stream_messages(nats_server.url)) == len(ids)
