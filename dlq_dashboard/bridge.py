@@ -43,6 +43,20 @@ class ConnectionState:
         return {"connected": self.connected, "url": self.url, "last_error": self.last_error}
 
 
+def auth_options(settings: Settings) -> dict[str, Any]:
+    """nats.connect() options for the configured credentials, token, user and TLS CA."""
+    options: dict[str, Any] = {}
+    if settings.nats_creds:
+        options["user_credentials"] = settings.nats_creds
+    if settings.nats_user:
+        options["user"], options["password"] = settings.nats_user, settings.nats_password
+    if settings.nats_token:
+        options["token"] = settings.nats_token
+    if settings.nats_tls_ca:
+        options["tls"] = ssl.create_default_context(cafile=settings.nats_tls_ca)
+    return options
+
+
 class Bridge:
     """Owns the event loop thread and the NATS connection; reconnects forever."""
 
@@ -145,21 +159,13 @@ class Bridge:
     # --- connecting -------------------------------------------------------------------------
 
     def _connect_options(self) -> dict[str, Any]:
-        s = self.settings
         options: dict[str, Any] = dict(
             servers=self.servers, name="dlq-dashboard", allow_reconnect=True,
             max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=2,
             disconnected_cb=self._disconnected, reconnected_cb=self._reconnected,
             error_cb=self._error, closed_cb=self._closed,
         )
-        if s.nats_creds:
-            options["user_credentials"] = s.nats_creds
-        if s.nats_user:
-            options["user"], options["password"] = s.nats_user, s.nats_password
-        if s.nats_token:
-            options["token"] = s.nats_token
-        if s.nats_tls_ca:
-            options["tls"] = ssl.create_default_context(cafile=s.nats_tls_ca)
+        options.update(auth_options(self.settings))
         return options
 
     async def _connect_forever(self) -> None:

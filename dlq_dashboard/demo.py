@@ -25,6 +25,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig
 
 from .accounts import AccountError, create_user
+from .bridge import auth_options
 from .config import Settings
 from .consumer import Backoff, ConsumerRunner, Lifecycle, default_is_transient, ensure_stream, publish_with_retry
 from .demo_orders import (
@@ -218,16 +219,7 @@ class Demo:
         options: dict[str, Any] = dict(servers=self.servers, name="dlq-demo-fulfilment",
                                        connect_timeout=2, allow_reconnect=True,
                                        max_reconnect_attempts=-1, reconnect_time_wait=1)
-        if s.nats_creds:
-            options["user_credentials"] = s.nats_creds
-        if s.nats_user:
-            options["user"], options["password"] = s.nats_user, s.nats_password
-        if s.nats_token:
-            options["token"] = s.nats_token
-        if s.nats_tls_ca:
-            import ssl
-
-            options["tls"] = ssl.create_default_context(cafile=s.nats_tls_ca)
+        options.update(auth_options(s))
         delay = 0.5
         while not self._stopping.is_set():
             attempt = asyncio.create_task(asyncio.wait_for(nats.connect(**options), 5))
