@@ -42,11 +42,11 @@ def parse_time(raw: str | None) -> datetime | None:
         return None
     try:
         parsed = datetime.fromisoformat(raw.strip())
-    except ValueError:
+        if parsed.tzinfo is None:
+            return parsed
+        return parsed.astimezone(timezone.utc).replace(tzinfo=None)
+    except (ValueError, OverflowError):  # OverflowError: year 1 or 9999 moved across midnight
         return None
-    if parsed.tzinfo is None:
-        return parsed
-    return parsed.astimezone(timezone.utc).replace(tzinfo=None)
 
 
 def format_time(value: datetime | None) -> str | None:

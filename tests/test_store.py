@@ -237,3 +237,19 @@ def test_an_entry_keeps_its_history_and_actions(store, engine, corpus):
     assert entry.history == [] and entry.actions == []
     assert entry.to_dict()["received_at"] == format_time(entry.received_at)
     assert entry.received_at <= utcnow()
+
+
+def test_out_of_range_times_ids_and_cursors_are_refused_with_a_sentence(offline_app, tokens):
+    from dlq_dashboard.store import encode_cursor
+
+    client = offline_app.test_client()
+    headers = {"Authorization": f"Bearer {tokens['viewer']}"}
+    for query in ({"since": "0001-01-01T00:00:00+01:00"}, {"until": "9999-12-31T23:59:59-01:00"},
+                  {"cursor": encode_cursor(2**63)}):
+        response = client.get("/api/entries", query_string=query, headers=headers)
+        assert response.status_code == 400 and "is not valid" in response.get_json()["error"]
+    for path in ("/api/entries/9223372036854775808", "/api/jobs/9223372036854775808", "/api/nothing-here"):
+        response = client.get(path, headers=headers)
+        assert response.status_code == 404 and response.get_json()["error"]
+    response = client.get("/api/audit", query_string={"entry": "9223372036854775808"}, headers=headers)
+    assert response.status_code == 400

@@ -173,8 +173,8 @@ def audit_page(args) -> dict[str, Any]:
     query = select(table).order_by(table.c.id.desc())
     for name, column in (("entry", table.c.entry_id), ("job", table.c.job_id)):
         if args.get(name):
-            if not str(args[name]).isdigit():
-                raise BadRequest(f"{name} must be a whole number.")
+            if not str(args[name]).isdigit() or int(args[name]) >= 2**63:
+                raise BadRequest(f"{name} must be a whole number below 2^63.")
             query = query.where(column == int(args[name]))
     for name, column in (("actor", table.c.actor), ("action", table.c.action)):
         if args.get(name):

@@ -1,0 +1,152 @@
+"""GET /metrics: Prometheus text, read from the database and the runtime at scrape time.
+
+A custom collector asks for the numbers when Prometheus scrapes, so every replica reports
+what the shared database holds, and nothing has to be updated on the write paths. Labels
+carry statuses, reasons, stream names and states only: never payloads, errors or headers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+from flask import Blueprint, Response, current_app
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector, CollectorRegistry
+from sqlalchemy import func, select
+
+from ..contract import KNOWN_REASONS
+from ..db import read_transaction
+from ..models import Entry, MirrorState, Republish
+from ..runtime import Runtime
+from .auth import requires
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("metrics", __name__)
+
+# Reasons other than the contract's four are kept as given, so a service could send
+# thousands of distinct words; beyond this many the rest are counted as "other".
+MAX_OTHER_REASONS = 20
+
+
+def _label(value) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class DashboardCollector(Collector):
+    """Entries, mirror progress, republish outcomes and the NATS connection, per scrape."""
+
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
+
+    def describe(self) -> list[Metric]:
+        # Registering must not query the database; names are not needed to avoid clashes.
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield every metric family; a database failure is reported, not raised."""
+        yield from self._runtime_metrics()
+        try:
+            families = list(self._database_metrics())
+        except Exception:
+            log.warning("metrics could not read the database", exc_info=True)
+            families = []
+        up = GaugeMetricFamily("dlq_database_up", "1 when the last scrape could read the database.")
+        up.add_metric([], 1 if families else 0)
+        yield up
+        yield from families
+
+    def _runtime_metrics(self) -> Iterator[Metric]:
+        bridge, mirror = self.runtime.bridge, self.runtime.mirror
+        connected = GaugeMetricFamily("dlq_nats_connected", "1 while the NATS connection is up.")
+        connected.add_metric([], 1 if bridge is not None and bridge.state.connected else 0)
+        yield connected
+        leader = GaugeMetricFamily("dlq_mirror_leader", "1 while this process holds the mirror lease.")
+        leader.add_metric([], 1 if mirror is not None and mirror.leader else 0)
+        yield leader
+        if mirror is None:
+            return
+        ingested = CounterMetricFamily("dlq_mirror_ingested",
+                                       "Messages this process has mirrored since it started.",
+                                       labels=["stream"])
+        lag = GaugeMetricFamily("dlq_mirror_lag_messages",
+                                "Messages in the stream not yet mirrored (from the process that mirrors).",
+                                labels=["stream"])
+        for name, progress in sorted(mirror.progress.items()):
+            ingested.add_metric([name], progress.ingested)
+            # Only the lease holder follows the streams; another replica's figures are stale.
+            if mirror.leader:
+                lag.add_metric([name], progress.lag)
+        yield ingested
+        yield lag
+
+    def _database_metrics(self) -> Iterator[Metric]:
+        with read_transaction(self.runtime.engine) as conn:
+            by_status_reason = conn.execute(
+                select(Entry.status, Entry.reason, func.count()).group_by(Entry.status, Entry.reason)).all()
+            positions = conn.execute(select(MirrorState.stream, MirrorState.last_seq)).all()
+            republishes = conn.execute(
+                select(Republish.state, Republish.duplicate, func.count())
+                .group_by(Republish.state, Republish.duplicate)).all()
+
+        entries = GaugeMetricFamily("dlq_entries", "Entries by status and reason.", labels=["status", "reason"])
+        for (status, reason), count in sorted(_cap_reasons(by_status_reason).items()):
+            entries.add_metric([status, reason], count)
+        yield entries
+
+        last_seq = GaugeMetricFamily("dlq_mirror_last_sequence",
+                                     "The last stream sequence committed to the database.", labels=["stream"])
+        for stream, seq in sorted(positions):
+            last_seq.add_metric([stream], seq)
+        yield last_seq
+
+        outcomes = GaugeMetricFamily("dlq_republishes",
+                                     "Republishes by state, and whether the broker found them duplicates.",
+                                     labels=["state", "duplicate"])
+        for state, duplicate, count in sorted(republishes, key=lambda r: (_label(r[0]), _label(r[1]))):
+            outcomes.add_metric([_label(state), _label(duplicate)], count)
+        yield outcomes
+
+
+def _cap_reasons(rows) -> dict[tuple[str, str], int]:
+    """(status, reason) -> count, with rare unknown reasons folded into "other"."""
+    totals: dict[str, int] = {}
+    for _status, reason, count in rows:
+        if reason is not None and reason not in KNOWN_REASONS:
+            totals[reason] = totals.get(reason, 0) + count
+    kept = set(sorted(totals, key=lambda r: (-totals[r], r))[:MAX_OTHER_REASONS])
+    result: dict[tuple[str, str], int] = {}
+    for status, reason, count in rows:
+        if reason is None:
+            label = "none"
+        elif reason in KNOWN_REASONS or reason in kept:
+            label = reason
+        else:
+            label = "other"
+        result[(status, label)] = result.get((status, label), 0) + count
+    return result
+
+
+def metrics_registry(runtime: Runtime) -> CollectorRegistry:
+    """A registry of its own per app (tests run several apps in one process)."""
+    registry = CollectorRegistry()
+    registry.register(DashboardCollector(runtime))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+@bp.route("/metrics")
+@requires(None)
+def metrics():
+    """Prometheus text exposition; no login, no message data."""
+    registry = current_app.extensions.get("dlq_metrics")
+    if registry is None:
+        registry = current_app.extensions["dlq_metrics"] = metrics_registry(current_app.extensions["dlq"])
+    return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,162 @@
+"""GET /metrics: Prometheus text read at scrape time from the database and the runtime."""
+
+from __future__ import annotations
+
+import itertools
+
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import insert, update
+
+from dlq_dashboard.contract import utcnow
+from dlq_dashboard.db import write_transaction
+from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.models import Entry, Republish
+
+from .conftest import bearer, dead_letter_orders, make_orders_stream
+from .helpers import wait_for
+
+SECRET_PAYLOAD = b'{"card": "4111-1111-1111-1111"}'
+
+
+def scrape(client) -> dict[tuple[str, frozenset], float]:
+    """Every sample as (name, labels) -> value."""
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.mimetype == "text/plain"
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(response.get_data(as_text=True))
+            for s in family.samples}
+
+
+def value(samples, name: str, **labels) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def _dead_letters(engine, first_seq: int, reasons: list[str | None], payload: bytes = SECRET_PAYLOAD) -> None:
+    messages = []
+    for i, reason in enumerate(reasons):
+        headers = {"Dlq-Original-Subject": "orders.created", "Dlq-Error": "card number 4111 rejected",
+                   "X-Customer": "alice@example.com"}
+        if reason:
+            headers["Dlq-Reason"] = reason
+        messages.append(StreamMessage(seq=first_seq + i, subject="dlq.orders.created", headers=headers,
+                                      data=payload, stored_at=None))
+    ingest_dlq_batch(engine, "DLQ", "e1", messages)
+
+
+def test_metrics_need_no_login_and_report_the_database_as_up(offline_app):
+    samples = scrape(offline_app.test_client())
+
+    assert value(samples, "dlq_database_up") == 1
+    assert value(samples, "dlq_nats_connected") == 0  # nothing started in this app
+    assert value(samples, "process_resident_memory_bytes") > 0
+
+
+def test_entry_counts_by_status_and_reason_change_when_entries_arrive(offline_app):
+    engine = offline_app.extensions["dlq"].engine
+    client = offline_app.test_client()
+    assert value(scrape(client), "dlq_entries", status="open", reason="fatal") is None
+
+    _dead_letters(engine, 1, ["fatal", "fatal", "schema_invalid", None])
+    samples = scrape(client)
+    assert value(samples, "dlq_entries", status="open", reason="fatal") == 2
+    assert value(samples, "dlq_entries", status="open", reason="schema_invalid") == 1
+    assert value(samples, "dlq_entries", status="open", reason="none") == 1
+    assert value(samples, "dlq_mirror_last_sequence", stream="DLQ") == 4
+
+    with write_transaction(engine) as conn:
+        conn.execute(update(Entry).where(Entry.reason == "fatal").values(status="closed"))
+    _dead_letters(engine, 5, ["fatal"])
+    samples = scrape(client)
+    assert value(samples, "dlq_entries", status="closed", reason="fatal") == 2
+    assert value(samples, "dlq_entries", status="open", reason="fatal") == 1
+    assert value(samples, "dlq_mirror_last_sequence", stream="DLQ") == 5
+
+
+def test_rare_unknown_reasons_are_folded_into_other(offline_app):
+    engine = offline_app.extensions["dlq"].engine
+    reasons = [f"custom-{i:02d}" for i in range(30)] + ["custom-00"] * 3 + ["fatal"]
+    _dead_letters(engine, 1, reasons)
+
+    samples = scrape(offline_app.test_client())
+    labels = {dict(k[1])["reason"] for k in samples if k[0] == "dlq_entries"}
+    assert "fatal" in labels and "custom-00" in labels and "other" in labels
+    assert len(labels) == 22  # fatal, the 20 most frequent others, and "other"
+    assert sum(v for k, v in samples.items() if k[0] == "dlq_entries") == len(reasons)
+
+
+def test_republish_outcomes_change_when_republishes_are_recorded(offline_app):
+    engine = offline_app.extensions["dlq"].engine
+    _dead_letters(engine, 1, ["fatal"])
+    client = offline_app.test_client()
+    now = utcnow()
+    msg_ids = itertools.count()
+
+    def record(n: int, state: str, duplicate: bool | None):
+        with write_transaction(engine) as conn:
+            conn.execute(insert(Republish.__table__), [
+                {"entry_id": 1, "version": 1, "msg_id": f"DLQ:1:{next(msg_ids)}", "subject": "orders.created",
+                 "payload": SECRET_PAYLOAD, "state": state, "actor": "test", "created_at": now,
+                 "duplicate": duplicate} for i in range(n)])
+
+    record(2, "published", False)
+    record(1, "published", True)
+    record(3, "failed", None)
+    samples = scrape(client)
+    assert value(samples, "dlq_republishes", state="published", duplicate="false") == 2
+    assert value(samples, "dlq_republishes", state="published", duplicate="true") == 1
+    assert value(samples, "dlq_republishes", state="failed", duplicate="none") == 3
+
+    record(1, "published", False)
+    assert value(scrape(client), "dlq_republishes", state="published", duplicate="false") == 3
+
+
+def test_metrics_carry_no_message_data(offline_app):
+    _dead_letters(offline_app.extensions["dlq"].engine, 1, ["fatal"])
+
+    text = offline_app.test_client().get("/metrics").get_data(as_text=True)
+
+    for secret in ("4111", "alice@example.com", "card", "orders.created", "X-Customer"):
+        assert secret not in text
+
+
+def test_a_database_failure_is_reported_not_raised(offline_app, monkeypatch):
+    from dlq_dashboard.web import metrics
+
+    def broken(engine):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(metrics, "read_transaction", broken)
+    samples = scrape(offline_app.test_client())
+
+    assert value(samples, "dlq_database_up") == 0
+    assert not any(k[0] == "dlq_entries" for k in samples)
+
+
+def test_mirror_connection_and_republish_metrics_follow_the_running_dashboard(app, nats_server, tokens):
+    client = app.test_client()
+    wait_for(lambda: value(scrape(client), "dlq_mirror_leader") == 1, timeout=15,
+             message="this process to take the mirror lease")
+    samples = scrape(client)
+    assert value(samples, "dlq_nats_connected") == 1
+    ingested_before = value(samples, "dlq_mirror_ingested_total", stream="DLQ") or 0
+
+    make_orders_stream(nats_server.url)
+    ids = dead_letter_orders(app, nats_server.url, [b'{"n": %d}' % i for i in range(5)])
+    wait_for(lambda: value(scrape(client), "dlq_mirror_ingested_total", stream="DLQ") == ingested_before + 5,
+             message="the ingest counter to count the five dead letters")
+    samples = scrape(client)
+    assert value(samples, "dlq_mirror_last_sequence", stream="DLQ") == 5
+    assert value(samples, "dlq_mirror_lag_messages", stream="DLQ") == 0
+    assert value(samples, "dlq_entries", status="open", reason="fatal") == 5
+
+    response = client.post(f"/api/entries/{ids[0]}/republish", json={"version": 1},
+                           headers=bearer(tokens["operator"]))
+    assert response.status_code == 200, response.get_data(as_text=True)
+    samples = scrape(client)
+    assert value(samples, "dlq_republishes", state="published", duplicate="false") == 1
+    assert value(samples, "dlq_entries", status="republished", reason="fatal") == 1
+
+    nats_server.stop()
+    wait_for(lambda: value(scrape(client), "dlq_nats_connected") == 0, timeout=15,
+             message="the connection gauge to drop with the server")

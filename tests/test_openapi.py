@@ -1,0 +1,278 @@
+"""The OpenAPI document: valid, complete, true to the real responses, and fuzzed with schemathesis.
+
+Also the API's paging conventions: a bounded limit and cursors that stay put while entries arrive.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import jsonschema
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from openapi_spec_validator import validate as validate_spec
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance, response_schema_conformance, status_code_conformance,
+)
+from sqlalchemy import select
+
+from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.models import Base
+from dlq_dashboard.openapi import openapi_document, route_key
+from dlq_dashboard.store import MAX_LIMIT
+
+from .conftest import bearer, dead_letter, dead_letter_orders, make_orders_stream
+from .helpers import wait_for
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+MISSING = 999_999
+
+
+def json_routes(app) -> set[tuple[str, str]]:
+    """(method, normalised path) of every JSON or text route a script may call."""
+    routes = set()
+    for rule in app.url_map.iter_rules():
+        if rule.rule.startswith("/api/") or rule.rule in ("/healthz", "/metrics"):
+            routes |= {(m.lower(), route_key(rule.rule)) for m in rule.methods - {"HEAD", "OPTIONS"}}
+    return routes
+
+
+def documented(doc) -> set[tuple[str, str]]:
+    return {(method, route_key(path)) for path, item in doc["paths"].items() for method in item}
+
+
+def test_the_document_is_valid_openapi_3_1(offline_app):
+    doc = offline_app.test_client().get("/api/openapi.json").get_json()
+
+    validate_spec(doc)
+    assert doc["openapi"] == "3.1.0"
+
+
+def test_every_json_route_is_documented_and_nothing_else(offline_app):
+    doc = openapi_document(offline_app)
+
+    assert documented(doc) == json_routes(offline_app)
+    for needed in ("/api/entries", "/api/entries/{entry_id}", "/api/export.json", "/api/export.ndjson",
+                   "/api/export.csv", "/healthz", "/metrics", "/api/openapi.json"):
+        assert needed in doc["paths"]
+
+
+def test_each_operation_states_the_login_its_route_requires(offline_app):
+    doc = openapi_document(offline_app)
+    adapter = offline_app.url_map.bind("localhost")
+
+    for path, item in doc["paths"].items():
+        for method, operation in item.items():
+            url = path.replace("{entry_id}", "1").replace("{job_id}", "1")
+            endpoint, _ = adapter.match(url, method=method.upper())
+            role = offline_app.view_functions[endpoint].required_role
+            if role is None:
+                assert operation["security"] == [], (method, path)
+            else:
+                assert "security" not in operation and {"401", "403"} <= set(operation["responses"]), (method, path)
+                assert role in ("viewer", "operator") and (role == "operator") == (method == "post"), (method, path)
+
+
+def test_the_entry_schema_lists_every_field_of_the_entry_json(offline_app, tokens):
+    dead_letter(offline_app, 1, payload=b"{}", Dlq_Reason="fatal")
+    entry = offline_app.test_client().get("/api/entries", headers=bearer(tokens["viewer"])).get_json()["entries"][0]
+
+    assert set(openapi_document(offline_app)["components"]["schemas"]["Entry"]["properties"]) == set(entry)
+
+
+# --- the document against real responses ----------------------------------------------------
+
+@pytest.fixture
+def api(app, nats_server, tokens):
+    """The running dashboard with entries in every state, a finished job and audit records."""
+    client = app.test_client()
+    make_orders_stream(nats_server.url)
+    ids = dead_letter_orders(app, nats_server.url, [json.dumps({"order": i}).encode() for i in range(8)]
+                             + [bytes(range(256))])
+    assert client.post(f"/api/entries/{ids[0]}/republish", json={"version": 1},
+                       headers=bearer(tokens["operator"])).status_code == 200
+    assert client.post(f"/api/entries/{ids[1]}/close", json={"version": 1, "note": "known"},
+                       headers=bearer(tokens["operator"])).status_code == 200
+    response = client.post("/api/bulk", json={"action": "close", "ids": [ids[2]]}, headers=bearer(tokens["operator"]))
+    assert response.status_code == 202
+    job = response.get_json()["job"]
+    wait_for(lambda: client.get(f"/api/jobs/{job}", headers=bearer(tokens["viewer"])).get_json()["finished_at"],
+             message="the bulk job to finish")
+    no_subject = dead_letter(app, MISSING, subject=None, Dlq_Reason="fatal")
+    schema = schemathesis.openapi.from_wsgi("/api/openapi.json", app)
+    return SimpleNamespace(app=app, client=client, schema=schema, ids=ids, job=job, no_subject=no_subject,
+                           tokens=tokens, nats=nats_server)
+
+
+def check_call(api, method: str, path: str, status: int, *, role: str | None = "viewer", path_parameters=None,
+               query=None, body=None) -> object:
+    """Call one operation as documented and hold the answer to the document."""
+    operation = api.schema[path][method.upper()]
+    kwargs = {"path_parameters": path_parameters or {}, "query": query or {}}
+    if body is not None:
+        kwargs.update(body=body, media_type="application/json")
+    case = operation.Case(**kwargs)
+    response = case.call(headers=bearer(api.tokens[role]) if role else {})
+    assert response.status_code == status, (method, path, response.text[:300])
+    # A 503 while NATS is down is a documented answer, not a server error.
+    case.validate_response(response, checks=CHECKS if status < 500 else CHECKS[1:])
+    return response
+
+
+def test_real_responses_match_the_document(api):
+    ids, job, doc = api.ids, api.job, api.schema.raw_schema
+    entry = {"entry_id": ids[0]}
+    called = set()
+
+    def call(method, path, status, **kw):
+        called.add((method, path))
+        return check_call(api, method, path, status, **kw)
+
+    call("get", "/api/entries", 200)
+    call("get", "/api/entries", 200, query={"status": "open", "subject": "orders.*", "q": "order", "limit": 2})
+    assert f"from 1 to {MAX_LIMIT}" in call("get", "/api/entries", 400, query={"limit": MAX_LIMIT + 1}).json()["error"]
+    call("get", "/api/entries", 401, role=None)
+    call("get", "/api/entries/{entry_id}", 200, path_parameters=entry)
+    call("get", "/api/entries/{entry_id}", 404, path_parameters={"entry_id": MISSING + 1})
+    call("get", "/api/entries/{entry_id}/targets", 200, path_parameters=entry)
+    call("get", "/api/entries/{entry_id}/targets", 404, path_parameters={"entry_id": MISSING + 1})
+
+    republish = "/api/entries/{entry_id}/republish"
+    published = call("post", republish, 200, role="operator", path_parameters={"entry_id": ids[3]},
+                     body={"version": 1}).json()
+    assert published["publish"]["stream"] == "ORDERS" and published["entry"]["status"] == "republished"
+    assert "entry" in call("post", republish, 409, role="operator", path_parameters={"entry_id": ids[3]},
+                           body={"version": 1}).json()
+    call("post", republish, 400, role="operator", path_parameters={"entry_id": ids[4]},
+         body={"version": 1, "payload_base64": "not base64!"})
+    call("post", republish, 403, path_parameters={"entry_id": ids[4]}, body={"version": 1})
+    call("post", republish, 404, role="operator", path_parameters={"entry_id": MISSING + 1}, body={"version": 1})
+    call("post", republish, 422, role="operator", path_parameters={"entry_id": api.no_subject}, body={"version": 1})
+
+    call("post", "/api/entries/{entry_id}/close", 200, role="operator", path_parameters={"entry_id": ids[5]},
+         body={"version": 1, "note": "handled by hand"})
+    call("post", "/api/entries/{entry_id}/close", 409, role="operator", path_parameters={"entry_id": ids[5]},
+         body={"version": 1})
+    call("post", "/api/entries/{entry_id}/reopen", 200, role="operator", path_parameters={"entry_id": ids[5]},
+         body={"version": 2})
+    call("post", "/api/entries/{entry_id}/reopen", 400, role="operator", path_parameters={"entry_id": ids[5]},
+         body={})
+
+    call("post", "/api/bulk", 202, role="operator", body={"action": "close", "note": "again",
+                                                            "filter": {"subject": "orders.*", "status": "closed"}})
+    call("post", "/api/bulk", 400, role="operator", body={"action": "explode", "ids": [ids[6]]})
+    call("get", "/api/jobs/{job_id}", 200, path_parameters={"job_id": job})
+    call("get", "/api/jobs/{job_id}", 404, path_parameters={"job_id": MISSING})
+    call("post", "/api/jobs/{job_id}/cancel", 200, role="operator", path_parameters={"job_id": job})
+    call("post", "/api/jobs/{job_id}/cancel", 404, role="operator", path_parameters={"job_id": MISSING})
+    call("get", "/api/audit", 200, query={"limit": 3})
+    call("get", "/api/audit", 400, query={"limit": 0})
+
+    entry_schema = {"$ref": "#/components/schemas/Entry", "components": doc["components"]}
+    for fmt in ("json", "ndjson", "csv"):
+        body = call("get", f"/api/export.{fmt}", 200, query={"subject": "orders.>"}).content
+        if fmt == "ndjson":
+            for line in body.splitlines():
+                jsonschema.validate(json.loads(line), entry_schema)
+        call("get", f"/api/export.{fmt}", 400, query={"status": "lost"})
+    call("get", "/healthz", 200, role=None)
+    call("get", "/metrics", 200, role=None)
+    call("get", "/api/openapi.json", 200, role=None)
+
+    api.nats.stop()
+    wait_for(lambda: not api.app.extensions["dlq"].bridge.state.connected, message="the bridge to see NATS go")
+    call("post", republish, 503, role="operator", path_parameters={"entry_id": ids[7]}, body={"version": 1})
+    call("get", "/healthz", 503, role=None)
+
+    assert called == {(m, p) for p, item in doc["paths"].items() for m in item}, "an operation went untried"
+
+
+# --- schemathesis over the document ----------------------------------------------------------
+
+def snapshot(engine) -> dict:
+    """Every table's rows, but for what changes by itself: the mirror's lease and position, and
+    the token's last use (authentication bookkeeping, not data)."""
+    tables = {}
+    with engine.connect() as conn:
+        for table in Base.metadata.sorted_tables:
+            if table.name in ("leases", "mirror_state"):
+                continue
+            columns = [c for c in table.columns if not (table.name == "api_tokens" and c.name == "last_used_at")]
+            tables[table.name] = conn.execute(select(*columns).order_by(*table.primary_key.columns)).all()
+    return tables
+
+
+def fuzz(api, operation, examples: int, **fixed) -> None:
+    """Positive cases generated from the document; every answer must match it."""
+    engine = api.app.extensions["dlq"].engine
+    headers = bearer(api.tokens["operator"])
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(case=operation.as_strategy(GenerationMode.POSITIVE, **fixed))
+    def run(case):
+        before = snapshot(engine) if case.method == "GET" else None
+        response = case.call(headers=headers)
+        case.validate_response(response, checks=CHECKS)
+        if before is not None:
+            assert snapshot(engine) == before, f"GET {case.formatted_path} changed the database"
+
+    run()
+
+
+def test_schemathesis_finds_no_5xx_no_answer_off_the_document_and_no_get_that_changes_anything(api):
+    operations = [result.ok() for result in api.schema.get_all_operations()]
+    # GETs first, while no job runs that could change the database under them.
+    for operation in sorted(operations, key=lambda op: op.method != "get"):
+        fuzz(api, operation, 40 if operation.method == "get" else 15)
+        if "entry_id" in operation.path:
+            fuzz(api, operation, 6, path_parameters={"entry_id": api.ids[-1]})
+        if "job_id" in operation.path:
+            fuzz(api, operation, 4, path_parameters={"job_id": api.job})
+
+
+# --- paging conventions ----------------------------------------------------------------------
+
+def _ingest(app, first: int, count: int, word: str = "widget") -> None:
+    ingest_dlq_batch(app.extensions["dlq"].engine, "DLQ", "e1", [
+        StreamMessage(seq=first + i, subject="dlq.orders.created", data=f'{{"item": "{word}"}}'.encode(),
+                      headers={"Dlq-Original-Subject": "orders.created"}, stored_at=None) for i in range(count)])
+
+
+@pytest.mark.parametrize("limit", [str(MAX_LIMIT + 1), "100000", "0", "-1", "many"])
+def test_a_page_limit_outside_its_bound_is_a_400_that_names_the_bound(offline_app, tokens, limit):
+    response = offline_app.test_client().get(f"/api/entries?limit={limit}", headers=bearer(tokens["viewer"]))
+
+    assert response.status_code == 400
+    assert response.get_json()["error"] == f"limit {limit!r} is not valid: use a whole number from 1 to {MAX_LIMIT}"
+
+
+@pytest.mark.parametrize("query", ["", "&q=widget", "&status=open&subject=orders.*"])
+def test_a_cursor_stays_put_while_new_entries_arrive(offline_app, tokens, query):
+    client = offline_app.test_client()
+    _ingest(offline_app, 1, 10)
+
+    def page(cursor=None):
+        url = f"/api/entries?limit=4{query}" + (f"&cursor={cursor}" if cursor else "")
+        body = client.get(url, headers=bearer(tokens["viewer"])).get_json()
+        return [e["id"] for e in body["entries"]], body["next_cursor"]
+
+    first, cursor = page()
+    assert first == [10, 9, 8, 7]
+    _ingest(offline_app, 11, 5)
+    second, cursor2 = page(cursor)
+    assert second == [6, 5, 4, 3]
+    assert page(cursor) == (second, cursor2)  # the same cursor, the same page, however often
+    assert page(cursor2) == ([2, 1], None)
+    assert page()[0] == [15, 14, 13, 12]  # the new entries lead a fresh first page
+
+
+def test_a_cursor_not_made_by_the_api_is_a_400(offline_app, tokens):
+    response = offline_app.test_client().get("/api/entries?cursor=abc", headers=bearer(tokens["viewer"]))
+
+    assert response.status_code == 400
+    assert "next_cursor" in response.get_json()["error"]
