@@ -69,18 +69,21 @@ async def ensure_streams(js, settings: Settings) -> None:
     try:
         await js.stream_info(settings.dlq_stream)
     except NotFoundError:
-        await js.add_stream(name=settings.dlq_stream, subjects=list(settings.dlq_subjects),
-                            storage=StorageType.FILE, retention=RetentionPolicy.LIMITS)
-        log.info("created the DLQ stream %s (%s)", settings.dlq_stream, ", ".join(settings.dlq_subjects))
+        info = await js.add_stream(name=settings.dlq_stream, subjects=list(settings.dlq_subjects),
+                                   storage=StorageType.FILE, retention=RetentionPolicy.LIMITS)
+        # Several tasks may ensure at once; the server creates once and says which did.
+        if info.did_create is not False:
+            log.info("created the DLQ stream %s (%s)", settings.dlq_stream, ", ".join(settings.dlq_subjects))
     if settings.capture_advisories:
         try:
             await js.stream_info(settings.advisory_stream)
         except NotFoundError:
             # The server emits an advisory only if someone listens at that moment.
-            await js.add_stream(name=settings.advisory_stream, subjects=advisory_subjects(),
-                                storage=StorageType.FILE, retention=RetentionPolicy.LIMITS,
-                                max_age=30 * 24 * 3600)
-            log.info("created the advisory capture stream %s", settings.advisory_stream)
+            info = await js.add_stream(name=settings.advisory_stream, subjects=advisory_subjects(),
+                                       storage=StorageType.FILE, retention=RetentionPolicy.LIMITS,
+                                       max_age=30 * 24 * 3600)
+            if info.did_create is not False:
+                log.info("created the advisory capture stream %s", settings.advisory_stream)
 
 
 def _epoch_of(info) -> str:
