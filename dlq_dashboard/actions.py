@@ -21,21 +21,20 @@ import json
 import logging
 import threading
 from functools import lru_cache
-from itertools import chain
-from operator import itemgetter
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
 
 import nats.errors
 import nats.js.errors
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .bridge import NatsUnavailable
 from .contract import republish_headers, utcnow
 from .db import write_transaction
 from .models import Action, Entry, Republish
+from .multirow import insert_rows, update_rows
 from .schemas import ValidationResult
 from .store import EntryView
 
@@ -298,88 +297,6 @@ def decide_republish(rt, entry: Mapping, version: int, existing: Intent | None, 
                     subject=subject, payload=body, headers=headers, edited=body != original, actor=actor,
                     job_id=job_id, created_at=now or utcnow(), forced=not verdict.valid)
     return ("retry" if existing else "new"), intent
-
-
-# --- writing many rows ---------------------------------------------------------------------------
-# On SQLite a window is written as one multi-row statement per table. The driver's executemany
-# gives the GIL up and takes it back for every row, and with the bridge's loop busy publishing
-# in another thread that costs several times the write itself (measured: 20 -> 94 us a row).
-
-_SQLITE_VARIABLES = 30000
-
-
-def _sqlite_rows(rows: list[dict], names: list[str]) -> list[tuple]:
-    """Rows as tuples, times formatted as SQLAlchemy's SQLite DateTime stores them (a window
-    shares a few times: each is formatted once)."""
-    if not names:
-        return [() for _ in rows]
-    get = itemgetter(*names)
-    values = [get(row) if len(names) > 1 else (get(row),) for row in rows]
-    times = [i for i, v in enumerate(values[0]) if isinstance(v, datetime)] if values else []
-    if not times:
-        return values
-    formatted: dict[datetime, str] = {}
-    result = []
-    for row in values:
-        row = list(row)
-        for i in times:
-            v = row[i]
-            if v is not None:
-                row[i] = formatted.get(v) or formatted.setdefault(v, v.strftime("%Y-%m-%d %H:%M:%S.%f"))
-        result.append(tuple(row))
-    return result
-
-
-def _chunks(rows: list, width: int):
-    per = max(1, _SQLITE_VARIABLES // width)
-    for start in range(0, len(rows), per):
-        yield rows[start:start + per]
-
-
-def insert_rows(conn: Connection, table, rows: list[dict]) -> None:
-    """INSERT rows (dicts with the same keys) in as few statements as the database allows."""
-    if not rows:
-        return
-    if conn.dialect.name != "sqlite":
-        conn.execute(insert(table), rows)
-        return
-    names = list(rows[0])
-    mark = "(" + ", ".join("?" * len(names)) + ")"
-    for chunk in _chunks(_sqlite_rows(rows, names), len(names)):
-        conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {', '.join([mark] * len(chunk))}",
-                             tuple(chain.from_iterable(chunk)))
-
-
-def update_rows(conn: Connection, table, key: str, rows: list[dict], *, constants: dict | None = None,
-                match: dict | None = None) -> set:
-    """UPDATE each row's own values, found by ``key``; ``constants`` are set on all of them, and
-    ``match`` narrows them (column = value). Returns the keys of the rows it changed."""
-    if not rows:
-        return set()
-    constants, match = constants or {}, match or {}
-    names = list(rows[0])
-    columns = [n for n in names if n != key]
-    if conn.dialect.name != "sqlite":
-        column = table.c[key]
-        narrowed = [column.in_([row[key] for row in rows]), *[table.c[c] == v for c, v in match.items()]]
-        changed = {r[0] for r in conn.execute(select(column).where(*narrowed))}
-        statement = update(table).where(column == bindparam("b_" + key), *narrowed[1:])
-        conn.execute(statement.values(**{c: bindparam("b_" + c) for c in columns}, **constants),
-                     [{"b_" + n: v for n, v in row.items()} for row in rows if row[key] in changed])
-        return changed
-    sets = ", ".join([f"{c} = v.{c}" for c in columns] + [f"{c} = ?" for c in constants])
-    where = "".join(f" AND {table.name}.{c} = ?" for c in match)
-    tail = _sqlite_rows([{**constants, **{f"match_{c}": v for c, v in match.items()}}],
-                        [*constants, *(f"match_{c}" for c in match)])[0]
-    mark = "(" + ", ".join("?" * len(names)) + ")"
-    changed = set()
-    for chunk in _chunks(_sqlite_rows(rows, names), len(names)):
-        changed.update(r[0] for r in conn.exec_driver_sql(
-            f"WITH v({', '.join(names)}) AS (VALUES {', '.join([mark] * len(chunk))}) "
-            f"UPDATE {table.name} SET {sets} FROM v WHERE {table.name}.{key} = v.{key}{where} "
-            f"RETURNING {table.name}.{key}",
-            tuple(chain.from_iterable(chunk)) + tail))
-    return changed
 
 
 def write_claims(conn: Connection, claims: list[tuple[str, Intent]]) -> None:

@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Iterable
 
-from operator import itemgetter
-
-from sqlalchemy import Connection, DateTime, Engine, and_, insert, or_, select, update
+from sqlalchemy import Connection, Engine, and_, insert, or_, select, update
 
 from .contract import Advisory, entry_from_dlq_message, normalize_headers, H_REPLAY_OF, utcnow
 from .db import write_transaction
 from .models import Entry, Event, Lease, MirrorState
+from .multirow import sqlite_values
 
 ENTRIES = Entry.__table__
 EVENTS = Event.__table__
@@ -90,7 +89,7 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
         made = 0
         if rows and conn.dialect.name == "sqlite":
             newest = conn.exec_driver_sql("SELECT COALESCE(MAX(id), 0) FROM entries").scalar()
-            made = conn.exec_driver_sql(_SQLITE_INSERT, _sqlite_rows(rows)).rowcount
+            made = conn.exec_driver_sql(_SQLITE_INSERT, sqlite_values(rows, _COLUMNS)).rowcount
             index_new_entries(conn, newest)
         elif rows:
             made = conn.execute(_insert_ignoring_duplicates(conn, ENTRIES), rows).rowcount
@@ -103,28 +102,6 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
 _COLUMNS = [c.name for c in ENTRIES.columns if c.name != "id"]
 _SQLITE_INSERT = (f"INSERT OR IGNORE INTO entries ({', '.join(_COLUMNS)}) "
                   f"VALUES ({', '.join('?' for _ in _COLUMNS)})")
-
-
-_ROW_VALUES = itemgetter(*_COLUMNS)
-_TIME_COLUMNS = [i for i, c in enumerate(_COLUMNS) if isinstance(ENTRIES.c[c].type, DateTime)]
-
-
-def _sqlite_rows(rows: list[dict]) -> list[tuple]:
-    # Times as SQLAlchemy's SQLite DateTime stores them, so reads through it parse them; a
-    # batch shares its receive time, so each distinct time is formatted once.
-    formatted: dict[datetime, str] = {}
-    result = []
-    for row in rows:
-        values = list(_ROW_VALUES(row))
-        for i in _TIME_COLUMNS:
-            value = values[i]
-            if value is not None:
-                text_value = formatted.get(value)
-                if text_value is None:
-                    text_value = formatted[value] = value.strftime("%Y-%m-%d %H:%M:%S.%f")
-                values[i] = text_value
-        result.append(tuple(values))
-    return result
 
 
 def index_new_entries(conn: Connection, after_id: int) -> None:

@@ -16,7 +16,7 @@ import logging
 import random
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import nats.errors
 import nats.js.errors

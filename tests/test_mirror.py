@@ -8,7 +8,6 @@ import base64
 import json
 
 import nats
-import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy
 from sqlalchemy import func, select
 

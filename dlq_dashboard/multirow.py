@@ -1,0 +1,86 @@
+"""Writing many rows at once: one multi-row statement per table on SQLite.
+
+The driver's executemany gives the GIL up and takes it back for every row; with the bridge's
+loop busy in another thread that costs several times the write itself (measured: 20 -> 94 us
+a row for the republish outcome). Elsewhere SQLAlchemy's executemany is used.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from itertools import chain
+from operator import itemgetter
+
+from sqlalchemy import Connection, bindparam, insert, select, update
+
+_SQLITE_VARIABLES = 30000
+
+
+def sqlite_values(rows: list[dict], names: list[str]) -> list[tuple]:
+    """Rows as tuples in ``names`` order, times formatted as SQLAlchemy's SQLite DateTime
+    stores them, so reads through it parse them (rows share a few times: each is formatted once)."""
+    if not names:
+        return [() for _ in rows]
+    get = itemgetter(*names)
+    single = len(names) == 1
+    formatted: dict[datetime, str] = {}
+    result = []
+    for row in rows:
+        values = (get(row),) if single else get(row)
+        if any(isinstance(v, datetime) for v in values):
+            values = tuple(formatted.get(v) or formatted.setdefault(v, v.strftime("%Y-%m-%d %H:%M:%S.%f"))
+                           if isinstance(v, datetime) else v for v in values)
+        result.append(values)
+    return result
+
+
+def _chunks(rows: list, width: int):
+    per = max(1, _SQLITE_VARIABLES // width)
+    for start in range(0, len(rows), per):
+        yield rows[start:start + per]
+
+
+def insert_rows(conn: Connection, table, rows: list[dict]) -> None:
+    """INSERT rows (dicts with the same keys) in as few statements as the database allows."""
+    if not rows:
+        return
+    if conn.dialect.name != "sqlite":
+        conn.execute(insert(table), rows)
+        return
+    names = list(rows[0])
+    mark = "(" + ", ".join("?" * len(names)) + ")"
+    for chunk in _chunks(sqlite_values(rows, names), len(names)):
+        conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {', '.join([mark] * len(chunk))}",
+                             tuple(chain.from_iterable(chunk)))
+
+
+def update_rows(conn: Connection, table, key: str, rows: list[dict], *, constants: dict | None = None,
+                match: dict | None = None) -> set:
+    """UPDATE each row's own values, found by ``key``; ``constants`` are set on all of them, and
+    ``match`` narrows them (column = value). Returns the keys of the rows it changed."""
+    if not rows:
+        return set()
+    constants, match = constants or {}, match or {}
+    names = list(rows[0])
+    columns = [n for n in names if n != key]
+    if conn.dialect.name != "sqlite":
+        column = table.c[key]
+        narrowed = [column.in_([row[key] for row in rows]), *[table.c[c] == v for c, v in match.items()]]
+        changed = {r[0] for r in conn.execute(select(column).where(*narrowed))}
+        statement = update(table).where(column == bindparam("b_" + key), *narrowed[1:])
+        conn.execute(statement.values(**{c: bindparam("b_" + c) for c in columns}, **constants),
+                     [{"b_" + n: v for n, v in row.items()} for row in rows if row[key] in changed])
+        return changed
+    sets = ", ".join([f"{c} = v.{c}" for c in columns] + [f"{c} = ?" for c in constants])
+    where = "".join(f" AND {table.name}.{c} = ?" for c in match)
+    tail = sqlite_values([{**constants, **{f"match_{c}": v for c, v in match.items()}}],
+                        [*constants, *(f"match_{c}" for c in match)])[0]
+    mark = "(" + ", ".join("?" * len(names)) + ")"
+    changed = set()
+    for chunk in _chunks(sqlite_values(rows, names), len(names)):
+        changed.update(r[0] for r in conn.exec_driver_sql(
+            f"WITH v({', '.join(names)}) AS (VALUES {', '.join([mark] * len(chunk))}) "
+            f"UPDATE {table.name} SET {sets} FROM v WHERE {table.name}.{key} = v.{key}{where} "
+            f"RETURNING {table.name}.{key}",
+            tuple(chain.from_iterable(chunk)) + tail))
+    return changed
