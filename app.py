@@ -1,7 +1,7 @@
 """Run the dashboard: ``python app.py [--host H] [--port P] [--demo]``.
 
 Importing this module starts nothing. ``flask --app app ...`` (the admin commands) finds the
-``create_app`` factory imported here and calls it: an app over the database, with no thread,
+``create_app`` factory defined here and calls it: an app over the database, with no thread,
 no nats-server and no web server.
 """
 
@@ -12,8 +12,17 @@ import logging
 import signal
 import sys
 
-from dlq_dashboard import create_app
+from dlq_dashboard import create_app as _create_app
 from dlq_dashboard.config import ConfigError, load_settings
+
+
+def create_app(config=None):
+    """The factory ``flask --app app`` finds: a bad setting ends it with the same one line
+    ``python app.py`` prints, not a traceback."""
+    try:
+        return _create_app(config)
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

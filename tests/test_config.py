@@ -66,3 +66,17 @@ def test_the_app_refuses_to_start_with_a_bad_value(tmp_path):
 def test_settings_are_immutable():
     with pytest.raises(Exception):
         Settings().dlq_stream = "X"
+
+
+def test_the_admin_cli_refuses_a_bad_value_in_one_line_too(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(__file__))
+    result = subprocess.run([sys.executable, "-m", "flask", "--app", os.path.join(root, "app.py"), "users", "list"],
+                            env={**os.environ, "DLQ_STREAM": "no spaces allowed"}, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: DLQ_STREAM='no spaces allowed' is not valid: use a stream name of letters, digits, '-' and '_'")
