@@ -32,7 +32,7 @@ class Runtime:
     bridge: Bridge | None = None
     mirror: Mirror | None = None
     bundled: NatsServer | None = None
-    jobs: Any = None  # the JobRunner (dlq_dashboard.jobs): bulk jobs and republish recovery
+    jobs: Any = None  # the JobRunner (dlq_dashboard.jobrunner): bulk jobs and republish recovery
     started_at: float = field(default_factory=time.monotonic)
 
     @classmethod
@@ -58,7 +58,7 @@ class Runtime:
         if mirror:
             self.mirror = Mirror(self.bridge, self.engine, self.settings)
             self.mirror.start()
-        from .jobs import runner_for
+        from .jobrunner import runner_for
 
         # Finishes republishes a crash left pending and resumes jobs once NATS is connected.
         runner_for(self).start()

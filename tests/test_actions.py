@@ -14,7 +14,7 @@ import pytest
 from nats.js.api import ConsumerConfig
 from sqlalchemy import select
 
-from dlq_dashboard import actions, create_app
+from dlq_dashboard import actions, create_app, intents
 from dlq_dashboard.models import Action, Entry, Republish
 
 from .conftest import bearer, dead_letter_orders, logged_in, make_orders_stream, make_settings, stream_messages
@@ -57,7 +57,7 @@ def crash_at(monkeypatch, stage: str) -> None:
         if where == stage:
             raise SimulatedCrash(where)
 
-    monkeypatch.setattr(actions, "fault_point", fault)
+    monkeypatch.setattr(intents, "fault_point", fault)
 
 
 def entry_row(rt, entry_id):
@@ -144,8 +144,8 @@ def test_a_crash_after_the_intent_is_committed_ends_with_exactly_one_message_onc
     assert [i.state for i in intents_of(rt, entry_id)] == ["pending"]
     assert stream_messages(nats_server.url) == []
 
-    monkeypatch.setattr(actions, "fault_point", lambda where, intent: None)
-    assert actions.recover_pending(rt) == 1
+    monkeypatch.setattr(intents, "fault_point", lambda where, intent: None)
+    assert intents.recover_pending(rt) == 1
     assert len(stream_messages(nats_server.url)) == 1
     assert entry_row(rt, entry_id).status == "republished"
     [record] = audit_of(rt, entry_id, "republish")
@@ -162,8 +162,8 @@ def test_a_crash_after_the_publish_before_the_commit_ends_with_exactly_one_messa
     assert len(stream_messages(nats_server.url)) == 1
     assert [i.state for i in intents_of(rt, entry_id)] == ["pending"]
 
-    monkeypatch.setattr(actions, "fault_point", lambda where, intent: None)
-    assert actions.recover_pending(rt) == 1
+    monkeypatch.setattr(intents, "fault_point", lambda where, intent: None)
+    assert intents.recover_pending(rt) == 1
     assert len(stream_messages(nats_server.url)) == 1
     [intent] = intents_of(rt, entry_id)
     assert (intent.state, intent.seq, intent.duplicate) == ("published", 1, True)
@@ -176,11 +176,11 @@ def test_a_recovery_after_the_duplicate_window_has_passed_still_publishes_once(a
     crash_at(monkeypatch, "after_publish")
     with pytest.raises(SimulatedCrash):
         actions.republish_entry(rt, entry_id, 1, actor="alice")
-    monkeypatch.setattr(actions, "fault_point", lambda where, intent: None)
+    monkeypatch.setattr(intents, "fault_point", lambda where, intent: None)
     # Let the broker forget the msgId: a plain publish now would be stored a second time.
     threading.Event().wait(1.5)
 
-    assert actions.recover_pending(rt) == 1
+    assert intents.recover_pending(rt) == 1
     assert len(stream_messages(nats_server.url)) == 1
     [intent] = intents_of(rt, entry_id)
     assert (intent.state, intent.seq) == ("published", 1)

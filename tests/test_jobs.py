@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from dlq_dashboard import actions, jobs
+from dlq_dashboard import actions, intents, jobrunner, jobs, pacing
 from dlq_dashboard.models import Action, Entry, Republish
 
 from .conftest import bearer, dead_letter_orders, logged_in, make_orders_stream, make_settings, stream_messages
@@ -65,7 +65,7 @@ def test_a_bulk_job_over_2000_entries_publishes_exactly_2000_messages_at_the_rat
 
     status = wait_for(lambda: job_done(client, job_id, tokens["viewer"]), timeout=30, message="the job to finish")
     elapsed = time.monotonic() - started
-    burst = jobs.window_size(RATE)
+    burst = pacing.window_size(RATE)
     assert elapsed >= (2000 - burst) / RATE  # the limiter's guarantee: no faster than the rate allows
     assert (status["state"], status["total"], status["done"], status["failed"]) == ("done", 2000, 2000, 0)
     published = stream_messages(nats_server.url)
@@ -101,20 +101,20 @@ def test_a_crash_mid_job_resumes_without_publishing_anything_twice(app, rt, nats
     def crash_on_the_third_window(where, intent):
         if where == "after_publish" and intent.entry_id not in windows:
             windows.append(intent.entry_id)
-            if len(windows) == 2 * jobs.window_size(RATE) + 1:
+            if len(windows) == 2 * pacing.window_size(RATE) + 1:
                 raise RuntimeError("simulated crash after the publish, before the commit")
 
-    monkeypatch.setattr(actions, "fault_point", crash_on_the_third_window)
+    monkeypatch.setattr(intents, "fault_point", crash_on_the_third_window)
     job_id = jobs.create_job(rt, "republish", actor="alice", ids=ids)
     rt.jobs.join(job_id, timeout=30)
     assert jobs.job_status(rt, job_id, limit=0)["state"] == "running"
-    assert count(rt, Republish, Republish.state == "pending") >= jobs.window_size(RATE)
+    assert count(rt, Republish, Republish.state == "pending") >= pacing.window_size(RATE)
 
     # A restart: a new runner recovers the pending intents, then resumes the job.
-    monkeypatch.setattr(actions, "fault_point", lambda where, intent: None)
+    monkeypatch.setattr(intents, "fault_point", lambda where, intent: None)
     rt.jobs.stop()
     rt.jobs = None
-    jobs.runner_for(rt).start()
+    jobrunner.runner_for(rt).start()
     status = wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
                       timeout=30, message="the resumed job to finish")
     assert status["done"] == 600
@@ -144,7 +144,7 @@ def test_entries_changed_since_the_job_was_made_are_skipped_with_the_reason(app,
     ids = dead_letter_orders(app, nats_server.url, payloads(5))
     job_id = jobs.create_job(rt, "republish", actor="alice", ids=ids, start=False)
     actions.close_entry(rt, ids[0], 1, actor="bob", note="not this one")
-    jobs.runner_for(rt).submit(job_id)
+    jobrunner.runner_for(rt).submit(job_id)
     status = wait_for(lambda: (s := jobs.job_status(rt, job_id))["state"] == "done" and s)
     assert (status["done"], status["skipped"]) == (4, 1)
     [skipped] = [i for i in status["items"] if i["state"] == "skipped"]
@@ -188,7 +188,7 @@ def test_the_preview_counts_and_the_job_page_shows_progress(app, rt, nats_server
 def test_the_token_bucket_never_runs_ahead_of_its_rate():
     import threading
 
-    bucket = jobs.TokenBucket(rate=1000, burst=50)
+    bucket = pacing.TokenBucket(rate=1000, burst=50)
     stop = threading.Event()
     started = time.monotonic()
     for _ in range(10):

@@ -16,7 +16,8 @@ from typing import Any
 from flask import Blueprint, current_app, jsonify, make_response, redirect, render_template, request, url_for
 from sqlalchemy import select
 
-from ..actions import ActionError, close_entry, reopen_entry, republish_entry, republish_targets
+from ..action_errors import ActionError
+from ..actions import close_entry, reopen_entry, republish_entry, republish_targets
 from ..contract import decode_text, format_time
 from ..jobs import JobError, cancel_job, create_job, job_status, select_items
 from ..models import Action
