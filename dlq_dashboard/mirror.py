@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 BATCH = 2000
 QUEUE = 4 * BATCH
 CHECK_INTERVAL = 1.0
+QUEUE_BYTES = 64 * 1024 * 1024
+BATCH_BYTES = 16 * 1024 * 1024
 LEASE_NAME = "mirror"
 LEASE_SECONDS = 15.0
 
@@ -199,11 +201,24 @@ class Mirror:
         progress.stream_last_seq, progress.error = info.state.last_seq, None
 
         queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUE)
+        room = asyncio.Condition()
+        queued_bytes = 0
 
         async def enqueue(msg):
-            # Awaiting a full queue holds up delivery, so the consumer's flow control paces
-            # the server instead of letting a backlog pile up in memory.
+            # Waiting for room (in messages and in bytes: payloads may be megabytes) holds up
+            # delivery, so the consumer's flow control paces the server instead of letting a
+            # backlog pile up in memory.
+            nonlocal queued_bytes
+            async with room:
+                await room.wait_for(lambda: queued_bytes < QUEUE_BYTES)
+                queued_bytes += len(msg.data)
             await queue.put(msg)
+
+        async def taken(messages) -> None:
+            nonlocal queued_bytes
+            async with room:
+                queued_bytes -= sum(len(m.data) for m in messages)
+                room.notify_all()
 
         sub = await js.subscribe(">", stream=stream, ordered_consumer=True, cb=enqueue,
                                  idle_heartbeat=2.0,
@@ -220,9 +235,11 @@ class Mirror:
                 except asyncio.TimeoutError:
                     await self._check_stream(stream, epoch, progress)
                     continue
-                batch = [first]
-                while len(batch) < BATCH and not queue.empty():
+                batch, size = [first], len(first.data)
+                while len(batch) < BATCH and size < BATCH_BYTES and not queue.empty():
                     batch.append(queue.get_nowait())
+                    size += len(batch[-1].data)
+                await taken(batch)
                 batch = [m for m in batch if m.metadata.sequence.stream > progress.queued_seq]
                 if not batch:
                     continue

@@ -260,3 +260,19 @@ def test_two_runtimes_on_one_database_mirror_once_and_the_second_takes_over(app,
     finally:
         second.stop()
     assert entry_count(app) == 100
+
+
+def test_a_backlog_of_large_payloads_is_mirrored_within_a_byte_budget(app, nats_server, monkeypatch):
+    import hashlib
+
+    from dlq_dashboard import mirror
+
+    # A budget of two payloads: delivery must wait for the writer again and again.
+    monkeypatch.setattr(mirror, "QUEUE_BYTES", 8 * 1024 * 1024)
+    monkeypatch.setattr(mirror, "BATCH_BYTES", 4 * 1024 * 1024)
+    payloads = [bytes([i]) * (4 * 1024 * 1024) for i in range(12)]
+    run(publish_many(nats_server.url, [("dlq.big", p, dlq_headers("big.x")) for p in payloads]))
+    wait_for(lambda: entry_count(app) == 12, timeout=60, message="12 large entries")
+    with app.extensions["dlq"].engine.connect() as conn:
+        stored = [bytes(r[0]) for r in conn.execute(select(Entry.payload).order_by(Entry.dlq_seq))]
+    assert [hashlib.sha256(p).digest() for p in stored] == [hashlib.sha256(p).digest() for p in payloads]
