@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
 
-from sqlalchemy import Connection, Engine, and_, insert, or_, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
 
 from .contract import Advisory, entry_from_dlq_message, normalize_headers, H_REPLAY_OF, utcnow
 from .db import write_transaction
 from .models import Entry, Event, Lease, MirrorState
-from .multirow import sqlite_values
+from .multirow import insert_rows
 
 ENTRIES = Entry.__table__
 EVENTS = Event.__table__
@@ -87,21 +87,17 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
     with write_transaction(engine) as conn:
         rows = _merge_into_advisory_entries(conn, rows)
         made = 0
-        if rows and conn.dialect.name == "sqlite":
-            newest = conn.exec_driver_sql("SELECT COALESCE(MAX(id), 0) FROM entries").scalar()
-            made = conn.exec_driver_sql(_SQLITE_INSERT, sqlite_values(rows, _COLUMNS)).rowcount
+        if rows:
+            newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
+            made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS, skip_duplicates=True)
             index_new_entries(conn, newest)
-        elif rows:
-            made = conn.execute(_insert_ignoring_duplicates(conn, ENTRIES), rows).rowcount
         _save_position(conn, stream, epoch, max(m.seq for m in messages))
     return max(made, 0)
 
 
-# The mirror's hot path on SQLite: plain executemany with positional values skips the
-# per-row work of SQLAlchemy's parameter processing (measured: 2x the rows per second).
+# The mirror's hot path: on SQLite one multi-row INSERT a chunk, which skips SQLAlchemy's
+# per-row parameter processing and gives the GIL up once a statement, not once a row.
 _COLUMNS = [c.name for c in ENTRIES.columns if c.name != "id"]
-_SQLITE_INSERT = (f"INSERT OR IGNORE INTO entries ({', '.join(_COLUMNS)}) "
-                  f"VALUES ({', '.join('?' for _ in _COLUMNS)})")
 
 
 def index_new_entries(conn: Connection, after_id: int) -> None:

@@ -40,18 +40,29 @@ def _chunks(rows: list, width: int):
         yield rows[start:start + per]
 
 
-def insert_rows(conn: Connection, table, rows: list[dict]) -> None:
-    """INSERT rows (dicts with the same keys) in as few statements as the database allows."""
+def insert_rows(conn: Connection, table, rows: list[dict], *, names: list[str] | None = None,
+                skip_duplicates: bool = False) -> int:
+    """INSERT rows (dicts with the same keys, or ``names``) in as few statements as the
+    database allows; with ``skip_duplicates`` a row whose unique key is stored is skipped.
+    Returns how many rows were inserted."""
     if not rows:
-        return
+        return 0
+    names = names or list(rows[0])
     if conn.dialect.name != "sqlite":
-        conn.execute(insert(table), rows)
-        return
-    names = list(rows[0])
+        statement = insert(table)
+        if skip_duplicates:
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            statement = pg_insert(table).on_conflict_do_nothing()
+        return conn.execute(statement, [{n: row.get(n) for n in names} for row in rows]).rowcount
+    verb = "INSERT OR IGNORE" if skip_duplicates else "INSERT"
     mark = "(" + ", ".join("?" * len(names)) + ")"
+    inserted = 0
     for chunk in _chunks(sqlite_values(rows, names), len(names)):
-        conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {', '.join([mark] * len(chunk))}",
-                             tuple(chain.from_iterable(chunk)))
+        inserted += conn.exec_driver_sql(
+            f"{verb} INTO {table.name} ({', '.join(names)}) VALUES {', '.join([mark] * len(chunk))}",
+            tuple(chain.from_iterable(chunk))).rowcount
+    return inserted
 
 
 def update_rows(conn: Connection, table, key: str, rows: list[dict], *, constants: dict | None = None,
