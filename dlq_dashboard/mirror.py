@@ -73,8 +73,7 @@ async def ensure_streams(js, settings: Settings) -> None:
     except NotFoundError:
         info = await js.add_stream(name=settings.dlq_stream, subjects=list(settings.dlq_subjects),
                                    storage=StorageType.FILE, retention=RetentionPolicy.LIMITS)
-        # Several tasks may ensure at once; the server creates once and says which did.
-        if info.did_create is not False:
+        if _first_creation(settings.dlq_stream, info):
             log.info("created the DLQ stream %s (%s)", settings.dlq_stream, ", ".join(settings.dlq_subjects))
     if settings.capture_advisories:
         try:
@@ -84,8 +83,21 @@ async def ensure_streams(js, settings: Settings) -> None:
             info = await js.add_stream(name=settings.advisory_stream, subjects=advisory_subjects(),
                                        storage=StorageType.FILE, retention=RetentionPolicy.LIMITS,
                                        max_age=30 * 24 * 3600)
-            if info.did_create is not False:
+            if _first_creation(settings.advisory_stream, info):
                 log.info("created the advisory capture stream %s", settings.advisory_stream)
+
+
+_announced: set[tuple[str, str]] = set()
+
+
+def _first_creation(stream: str, info) -> bool:
+    # Several tasks may ensure at once and the server does not say which created the stream:
+    # announce each creation (stream and creation time) once.
+    key = (stream, _epoch_of(info))
+    if key in _announced:
+        return False
+    _announced.add(key)
+    return True
 
 
 def _epoch_of(info) -> str:

@@ -194,3 +194,18 @@ def test_the_token_bucket_never_runs_ahead_of_its_rate():
     for _ in range(10):
         assert bucket.take(50, stop)
     assert time.monotonic() - started >= (500 - 50) / 1000
+
+
+def test_a_bulk_selection_made_at_a_stale_version_publishes_nothing_for_that_entry(app, rt, nats_server, tokens):
+    make_orders_stream(nats_server.url)
+    fresh, stale = dead_letter_orders(app, nats_server.url, payloads(2))
+    client = app.test_client()
+    # The list's checkboxes carry "id:version"; the second entry changed after the page was read.
+    response = client.post("/api/bulk", json={"action": "republish", "ids": [f"{fresh}:1", f"{stale}:7"]},
+                           headers=bearer(tokens["operator"]))
+    assert response.status_code == 202, response.get_data(as_text=True)
+    status = wait_for(lambda: job_done(client, response.get_json()["job"], tokens["operator"]), timeout=30)
+    assert (status["total"], status["done"], status["skipped"]) == (2, 1, 1)
+    assert count(rt, Republish, Republish.entry_id == fresh) == 1
+    assert count(rt, Republish, Republish.entry_id == stale) == 0
+    assert len(stream_messages(nats_server.url, "ORDERS")) == 1

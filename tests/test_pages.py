@@ -55,7 +55,7 @@ def html_of(response) -> str:
 
 
 def row_ids(html: str) -> list[int]:
-    return [int(i) for i in re.findall(r'name="ids" value="(\d+)"', html)]
+    return [int(i) for i in re.findall(r'name="ids" value="(\d+):\d+"', html)]
 
 
 # --- the list ---------------------------------------------------------------------------------
@@ -112,9 +112,9 @@ def test_a_filter_that_does_not_parse_is_a_message_and_a_400(web, client, query,
     assert client.get(f"/groups?{query}").status_code == 400
 
 
-def test_every_row_has_a_checkbox_for_the_bulk_form(web, client):
+def test_every_row_has_a_checkbox_for_the_bulk_form_carrying_the_version_seen(web, client):
     entry_id = dead_letter(web, 1)
-    assert f'<input type="checkbox" name="ids" value="{entry_id}" form="bulk-form"' in html_of(client.get("/"))
+    assert f'<input type="checkbox" name="ids" value="{entry_id}:1" form="bulk-form"' in html_of(client.get("/"))
 
 
 def test_an_empty_list_says_how_to_publish_a_dead_letter(client):
