@@ -12,7 +12,6 @@ import concurrent.futures
 import logging
 import ssl
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
 
@@ -37,7 +36,6 @@ class ConnectionState:
     connected: bool = False
     url: str | None = None
     last_error: str | None = None
-    since: float | None = None  # monotonic time of the last change
 
     def to_dict(self) -> dict[str, Any]:
         return {"connected": self.connected, "url": self.url, "last_error": self.last_error}
@@ -199,7 +197,7 @@ class Bridge:
         self.state = ConnectionState(
             connected=connected,
             url=str(self.nc.connected_url.geturl()) if connected and self.nc and self.nc.connected_url else None,
-            last_error=error, since=time.monotonic())
+            last_error=error)
         if connected:
             self._connected.set()
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -148,7 +148,6 @@ class Settings:
     # Single sign-on: a reverse proxy's user header, believed only from these addresses.
     trusted_header: str | None = None
     trusted_proxies: tuple[str, ...] = ()
-    extra: dict = field(default_factory=dict)
 
     @property
     def bundled_nats(self) -> bool:

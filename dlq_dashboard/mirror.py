@@ -113,7 +113,7 @@ class Mirror:
     settings: Settings
     holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
     leader: bool = False
-    progress: dict[str, StreamProgress] = field(default_factory=dict)
+    progress: dict[str, StreamProgress] = field(init=False)
 
     def __post_init__(self):
         # One writer thread: the DLQ and advisory followers never write at the same time,

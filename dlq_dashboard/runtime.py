@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,6 @@ class Runtime:
     mirror: Mirror | None = None
     bundled: NatsServer | None = None
     jobs: Any = None  # the JobRunner (dlq_dashboard.jobrunner): bulk jobs and republish recovery
-    started_at: float = field(default_factory=time.monotonic)
 
     @classmethod
     def create(cls, settings: Settings) -> "Runtime":
@@ -46,7 +44,7 @@ class Runtime:
     def start(self, *, mirror: bool = True, bundled_port: int = 4222) -> "Runtime":
         """Start the bundled nats-server if no NATS_URL is set, the bridge, and the mirror."""
         servers = list(self.settings.nats_urls)
-        if not servers:
+        if self.settings.bundled_nats:
             self.bundled = NatsServer(store_dir=Path(self.settings.instance_path) / "nats",
                                       port=free_port(bundled_port),
                                       log_path=Path(self.settings.instance_path) / "nats-server.log").start()

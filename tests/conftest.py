@@ -247,3 +247,14 @@ def pytest_collection_modifyitems(config, items):
     """Run browser tests last: once Playwright's sync API has started, its event loop stays
     running in the main thread, and tests that call asyncio.run() directly would fail."""
     items.sort(key=lambda item: "browser" in getattr(item, "fixturenames", ()))
+
+
+def orders_schema_folder(tmp_path, schema: dict | None = None) -> str:
+    """A DLQ_SCHEMAS folder whose orders.json covers orders.* (by default: customer_id required)."""
+    import json
+
+    folder = tmp_path / "schemas"
+    folder.mkdir(exist_ok=True)
+    (folder / "orders.json").write_text(json.dumps(
+        schema or {"x-subjects": ["orders.*"], "type": "object", "required": ["customer_id"]}))
+    return str(folder)

@@ -3,13 +3,13 @@ validation, close with a note, and a bulk job's progress."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 
 from .conftest import (
-    CHROMIUM, CHROMIUM_ARGS, browser_login, dead_letter_orders, make_orders_stream, make_settings, stream_messages,
+    CHROMIUM, CHROMIUM_ARGS, browser_login, dead_letter_orders, make_orders_stream, make_settings,
+    orders_schema_folder, stream_messages,
 )
 
 EXPECT_TIMEOUT = 10_000
@@ -40,11 +40,7 @@ def browser(request):
 
 @pytest.fixture
 def settings(tmp_path, nats_server):
-    schemas = tmp_path / "schemas"
-    schemas.mkdir()
-    (schemas / "orders.json").write_text(json.dumps({"x-subjects": ["orders.*"], "type": "object",
-                                                     "required": ["customer_id"]}))
-    return make_settings(tmp_path, nats_server.url, schemas_dir=str(schemas), republish_rate=500)
+    return make_settings(tmp_path, nats_server.url, schemas_dir=orders_schema_folder(tmp_path), republish_rate=500)
 
 
 def test_an_operator_clicks_republish_confirms_and_sees_the_result_in_the_timeline(app, live_server, page,

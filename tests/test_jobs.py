@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -11,7 +10,9 @@ from sqlalchemy import func, select
 from dlq_dashboard import actions, intents, jobrunner, jobs, pacing
 from dlq_dashboard.models import Action, Entry, Republish
 
-from .conftest import bearer, dead_letter_orders, logged_in, make_orders_stream, make_settings, stream_messages
+from .conftest import (
+    bearer, dead_letter_orders, logged_in, make_orders_stream, make_settings, orders_schema_folder, stream_messages,
+)
 from .helpers import csrf_token, wait_for
 
 RATE = 2000
@@ -21,12 +22,8 @@ PAYLOAD = b'{"order_id": "o-%d", "customer_id": "c-1"}'
 @pytest.fixture
 def settings(tmp_path, nats_server):
     """Settings with a bulk rate of 2,000 republishes a second."""
-    schemas = tmp_path / "schemas"
-    schemas.mkdir()
-    (schemas / "orders.json").write_text(json.dumps({"x-subjects": ["orders.*"], "type": "object",
-                                                     "required": ["customer_id"]}))
     return make_settings(tmp_path, nats_server.url, republish_rate=RATE, request_timeout=2.0,
-                         schemas_dir=str(schemas))
+                         schemas_dir=orders_schema_folder(tmp_path))
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.store import EntryFilter
 
-from .conftest import browser_login, make_settings
+from .conftest import browser_login, make_settings, orders_schema_folder
 
 ELSEWHERE = "http://127.0.0.1:9"  # nothing listens there; a request to it would be an injection
 CORPUS = [
@@ -46,14 +46,11 @@ HOSTILE_REASON = '<b/onmouseover=alert(12)>fatal</b>'
 @pytest.fixture
 def settings(tmp_path, nats_server):
     """The test's settings plus a schema for orders.*, so the detail page shows schema errors."""
-    folder = tmp_path / "schemas"
-    folder.mkdir()
-    (folder / "orders.json").write_text(json.dumps({
+    return make_settings(tmp_path, nats_server.url, schemas_dir=orders_schema_folder(tmp_path, {
         "$schema": "https://json-schema.org/draft/2020-12/schema", "x-subjects": ["orders.*"],
         "type": "object", "required": ["customer_id"],
         "properties": {"customer_id": {"type": "integer"}, "note": {"type": "string", "maxLength": 3}},
     }))
-    return make_settings(tmp_path, nats_server.url, schemas_dir=str(folder))
 
 
 def message(seq: int, subject: str, payload: bytes, **headers: str) -> StreamMessage:
