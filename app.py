@@ -14,6 +14,7 @@ import sys
 
 from dlq_dashboard import create_app as _create_app
 from dlq_dashboard.config import ConfigError, load_settings
+from dlq_dashboard.runtime import runtime_of
 
 
 def create_app(config=None):
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from dlq_dashboard.accounts import ensure_first_admin
 
     application = create_app({"SETTINGS": settings})
-    runtime = application.extensions["dlq"]
+    runtime = runtime_of(application)
     password = ensure_first_admin(runtime.engine)
     if password:
         print(f"Created the first user: admin / {password}  (shown once; change it with the CLI)", flush=True)

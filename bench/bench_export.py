@@ -47,7 +47,7 @@ def settings_for(workdir: Path):
 
 def _templates():
     """Realistic dead letters: schema failures, exhausted retries, binary and hostile payloads."""
-    from dlq_dashboard.ingest import StreamMessage
+    from dlq_dashboard.ingest.writes import StreamMessage
 
     order = {"order_id": "ord-20261129-000123", "customer": {"id": "c-42", "name": "Ada Lovelace"},
              "items": [{"sku": f"sku-{i}", "qty": i + 1, "price": 12.5} for i in range(3)], "total": 75.0}
@@ -72,12 +72,13 @@ def _templates():
 
 def build_database(workdir: Path, rows: int) -> Path:
     """Create the schema with the app's migrations, then ``rows`` entries in one bulk insert."""
-    from dlq_dashboard.db import create_db_engine, dispose_quietly, migrate, write_transaction
-    from dlq_dashboard.ingest import ingest_dlq_batch
-    from dlq_dashboard.models import Entry
+    from dlq_dashboard.db.engine import create_db_engine, dispose_quietly, write_transaction
+    from dlq_dashboard.db.migrate import migrate
+    from dlq_dashboard.ingest.writes import ingest_dlq_batch
+    from dlq_dashboard.db.models import Entry
 
     try:
-        from dlq_dashboard.ingest import index_new_entries
+        from dlq_dashboard.ingest.writes import index_new_entries
     except ImportError:
         index_new_entries = None
 
@@ -255,7 +256,7 @@ def main(argv=None) -> int:
 def run_bench(args, workdir: Path) -> int:
     """Build or reuse the database, measure every round, print (and record) the table."""
     from dlq_dashboard.accounts import create_token
-    from dlq_dashboard.db import create_db_engine, dispose_quietly
+    from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
 
     formats = args.formats.split(",")
     db = workdir / "dlq.sqlite3"

@@ -71,7 +71,8 @@ def row_for(i: int, rng: random.Random, start: datetime, step: float) -> tuple:
 
 def build_database(path: Path, count: int, seed: int = 7) -> float:
     """Create the app's schema at ``path`` and insert ``count`` entries; returns seconds taken."""
-    from dlq_dashboard.db import create_db_engine, migrate
+    from dlq_dashboard.db.engine import create_db_engine
+    from dlq_dashboard.db.migrate import migrate
 
     if path.exists():
         path.unlink()
@@ -104,8 +105,8 @@ def build_database(path: Path, count: int, seed: int = 7) -> float:
     db.execute("COMMIT")
     db.close()
     # The full-text index is filled the way the mirror fills it: one set-based insert.
-    from dlq_dashboard.db import write_transaction
-    from dlq_dashboard.ingest import index_new_entries
+    from dlq_dashboard.db.engine import write_transaction
+    from dlq_dashboard.ingest.writes import index_new_entries
 
     engine = create_db_engine(f"sqlite:///{path}")
     with write_transaction(engine) as conn:
@@ -136,7 +137,7 @@ def open_client(db_path: Path, workdir: Path):
 
 def requests_for(count: int) -> list[tuple[str, str, dict]]:
     """(label, URL, headers) of each timed request; ids are chosen so both sizes do the same work."""
-    from dlq_dashboard.store import encode_cursor
+    from dlq_dashboard.entries.filters import encode_cursor
 
     deep = max(count - 1000 * 50, 51)  # 1,000 pages of 50 deep; at 1,000 entries, the last page
     detail = (count // 2 // 10) * 10 + 1  # an entry with a delivery history

@@ -91,8 +91,8 @@ def one_round(n: int) -> tuple[float, float]:
     from dlq_dashboard import create_app
     from dlq_dashboard.accounts import create_token
     from dlq_dashboard.config import Settings
-    from dlq_dashboard.models import Entry
-    from dlq_dashboard.natsserver import NatsServer
+    from dlq_dashboard.db.models import Entry
+    from dlq_dashboard.nats.server import NatsServer
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -1,4 +1,9 @@
-"""DLQ Dashboard: the dead-letter inspection dashboard for NATS JetStream."""
+"""DLQ Dashboard: the dead-letter inspection dashboard for NATS JetStream.
+
+``create_app`` builds the Flask app. Its imports are inside the factory, as flaskr's are, so
+that importing a lower layer (``dlq_dashboard.db``, ``dlq_dashboard.ingest``) loads no web stack.
+docs/ARCHITECTURE.md is the map of the package.
+"""
 
 from __future__ import annotations
 
@@ -6,32 +11,34 @@ import logging
 import os
 from typing import Any
 
-from flask import Flask, jsonify, request
-from flask_wtf.csrf import CSRFProtect
-from werkzeug.exceptions import HTTPException
-from werkzeug.routing import IntegerConverter
-
-from .config import Settings, ensure_secret_key, load_settings
-from .runtime import Runtime
-
-csrf = CSRFProtect()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The largest request body accepted (an edited payload, a bulk selection).
+MAX_CONTENT_LENGTH = 16 * 1024 * 1024
 
 
-class IdConverter(IntegerConverter):
-    """``<int:...>`` bounded to what the database stores: a larger id is a 404, not a 500."""
-
-    def __init__(self, url_map, *args, **kwargs):
-        kwargs.setdefault("max", 2**63 - 1)
-        super().__init__(url_map, *args, **kwargs)
-
-
-def create_app(config: dict[str, Any] | None = None) -> Flask:
+def create_app(config: dict[str, Any] | None = None):
     """Create the app; opens and migrates the database but starts no thread or server.
 
     ``config`` may carry ``SETTINGS`` (a Settings) and Flask options; without it settings
     come from the environment.
     """
+    from flask import Flask
+    from flask_wtf.csrf import CSRFProtect
+    from werkzeug.routing import IntegerConverter
+
+    from . import cli
+    from .config import Settings, ensure_secret_key, load_settings
+    from .runtime import EXTENSION, Runtime
+    from .web import actions, api, audit, auth, bulk, errors, export, metrics, openapi, pages, security, templating
+    from .web.responses import bearer_token, htmx
+
+    class IdConverter(IntegerConverter):
+        """``<int:...>`` bounded to what the database stores: a larger id is a 404, not a 500."""
+
+        def __init__(self, url_map, *args, **kwargs):
+            kwargs.setdefault("max", 2**63 - 1)
+            super().__init__(url_map, *args, **kwargs)
+
     app = Flask(__name__, template_folder=os.path.join(ROOT, "templates"),
                 static_folder=os.path.join(ROOT, "static"))
     app.url_map.converters["int"] = IdConverter
@@ -42,38 +49,30 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         SECRET_KEY=settings.secret_key,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        MAX_CONTENT_LENGTH=16 * 1024 * 1024,
+        MAX_CONTENT_LENGTH=MAX_CONTENT_LENGTH,
         WTF_CSRF_TIME_LIMIT=None,
         WTF_CSRF_CHECK_DEFAULT=False,
     )
     app.config.update(config)
-    app.extensions["dlq"] = Runtime.create(settings)
+    app.extensions[EXTENSION] = Runtime.create(settings)
 
-    from . import cli, openapi
-    from .web import actions, api, auth, export, metrics, pages, security
-
+    csrf = CSRFProtect(app)
     auth.login_manager.init_app(app)
-    csrf.init_app(app)
     # Before the CSRF check below: a cross-site write is refused as such.
     security.init_app(app)
+    errors.init_app(app)
+    templating.init_app(app)
     cli.init_app(app)
-    pages.htmx.init_app(app)  # htmx request detection, and `htmx` in templates
-    for blueprint in (auth.bp, pages.bp, api.bp, export.bp, metrics.bp, openapi.bp, actions.bp):
-        app.register_blueprint(blueprint)
+    htmx.init_app(app)
+    for module in (auth, pages, api, actions, bulk, audit, export, metrics, openapi):
+        app.register_blueprint(module.bp)
 
     @app.before_request
     def _csrf_unless_bearer():
         # A bearer-token call carries no cookie, so no other site can forge it; everything
         # else that changes state needs the CSRF token (a form field or X-CSRFToken header).
-        if auth.bearer_token() is None:
+        if bearer_token() is None:
             csrf.protect()
-
-    @app.errorhandler(HTTPException)
-    def _api_errors_as_json(exc: HTTPException):
-        # An unknown API path or method answers like every other API error.
-        if request.path.startswith("/api/") and exc.code and exc.code >= 400:
-            return jsonify(error=exc.description or exc.name), exc.code
-        return exc
 
     logging.getLogger("dlq_dashboard").setLevel(logging.INFO)
     return app

@@ -12,9 +12,9 @@ from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import IntegrityError
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from .contract import utcnow
-from .db import write_transaction
-from .models import ApiToken, User
+from .db.engine import write_transaction
+from .db.models import ApiToken, User
+from .times import utcnow
 
 ROLES = ("viewer", "operator", "admin")
 MIN_PASSWORD_LENGTH = 8
@@ -121,6 +121,16 @@ def verify_password(engine: Engine, name: str, password: str) -> UserInfo | None
     if not check_password_hash(user.password_hash, password) or user.disabled:
         return None
     return _user_info(user)
+
+
+def load_session_user(engine: Engine, user_id: int, generation: int) -> UserInfo | None:
+    """The user a session names, if they still exist, are enabled and the session is current
+    (its generation is the user's: logout, a new password or disabling raise it)."""
+    with engine.connect() as conn:
+        row = conn.execute(select(User.__table__).where(User.id == user_id)).first()
+    if row is None or row.disabled or row.session_generation != generation:
+        return None
+    return _user_info(row)
 
 
 def end_sessions(engine: Engine, user_id: int) -> None:

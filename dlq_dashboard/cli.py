@@ -10,7 +10,8 @@ from flask.cli import AppGroup
 
 from . import accounts
 from .accounts import ROLES, AccountError
-from .contract import format_time
+from .runtime import runtime_of
+from .times import format_time
 
 users = AppGroup("users", help="Create, list, disable and enable the people who log in.")
 tokens = AppGroup("tokens", help="Create, list and revoke API tokens for scripts.")
@@ -23,7 +24,7 @@ def init_app(app: Flask) -> None:
 
 
 def _engine():
-    return current_app.extensions["dlq"].engine
+    return runtime_of(current_app).engine
 
 
 def _read_password(from_stdin: bool) -> str:

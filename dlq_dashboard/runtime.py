@@ -1,23 +1,29 @@
-"""What runs beside the web app: the database, the NATS bridge, the mirror, the bundled server."""
+"""What runs beside the web app: the database, the NATS bridge, the mirror, the job runner and
+the bundled server, with the state they share. One Runtime per app; create_app makes it and
+``python app.py`` starts it. Lower layers receive it as an argument (``rt``)."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
 
-from .bridge import Bridge
+from .actions.bulk.runner import JobRunner
+from .actions.intents import Flights
 from .config import Settings
-from .db import create_db_engine, dispose_quietly, migrate
-from .mirror import Mirror, ensure_streams
-from .natsserver import NatsServer, free_port
-from .schemas import SchemaRegistry
-from .store import Store
+from .db.engine import create_db_engine, dispose_quietly
+from .db.migrate import migrate
+from .entries.schemas import SchemaRegistry
+from .entries.store import Store
+from .ingest.mirror import Mirror
+from .nats.bridge import Bridge
+from .nats.server import NatsServer, free_port
+from .nats.streams import StreamSetup
 
-log = logging.getLogger(__name__)
+#: Where create_app keeps the runtime: ``app.extensions[EXTENSION]``.
+EXTENSION = "dlq"
 
 
 @dataclass
@@ -27,45 +33,48 @@ class Runtime:
     settings: Settings
     engine: Engine
     store: Store
-    schemas: SchemaRegistry = field(default_factory=SchemaRegistry)
+    schemas: SchemaRegistry
+    streams: StreamSetup
+    # The republishes this runtime is publishing right now (a double-click is refused with 409).
+    flights: Flights = field(default_factory=Flights)
     bridge: Bridge | None = None
     mirror: Mirror | None = None
     bundled: NatsServer | None = None
-    jobs: Any = None  # the JobRunner (dlq_dashboard.jobrunner): bulk jobs and republish recovery
+    jobs: JobRunner = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.jobs = JobRunner(self)
 
     @classmethod
-    def create(cls, settings: Settings) -> "Runtime":
+    def create(cls, settings: Settings) -> Runtime:
         """Open the database and bring its schema up to date (starts no thread)."""
         engine = create_db_engine(settings.database_url)
         migrate(engine)
         return cls(settings=settings, engine=engine, store=Store(engine),
-                   schemas=SchemaRegistry.load(settings.schemas_dir))
+                   schemas=SchemaRegistry.load(settings.schemas_dir), streams=StreamSetup(settings))
 
-    def start(self, *, mirror: bool = True, bundled_port: int = 4222) -> "Runtime":
-        """Start the bundled nats-server if no NATS_URL is set, the bridge, and the mirror."""
+    def start(self, *, mirror: bool = True, bundled_port: int = 4222) -> Runtime:
+        """Start the bundled nats-server if no NATS_URL is set, the bridge, the mirror and the
+        job runner (which first completes republishes a crash left pending)."""
         servers = list(self.settings.nats_urls)
         if self.settings.bundled_nats:
-            self.bundled = NatsServer(store_dir=Path(self.settings.instance_path) / "nats",
-                                      port=free_port(bundled_port),
-                                      log_path=Path(self.settings.instance_path) / "nats-server.log").start()
+            instance = Path(self.settings.instance_path)
+            self.bundled = NatsServer(store_dir=instance / "nats", port=free_port(bundled_port),
+                                      log_path=instance / "nats-server.log").start()
             servers = [self.bundled.url]
             print(f"Started the bundled nats-server at {self.bundled.url}", flush=True)
         self.bridge = Bridge(self.settings, servers)
-        self.bridge.on_connect(lambda: ensure_streams(self.bridge.js, self.settings))
+        self.bridge.on_connect(lambda: self.streams.ensure(self.bridge.js))
         self.bridge.start()
         if mirror:
-            self.mirror = Mirror(self.bridge, self.engine, self.settings)
+            self.mirror = Mirror(self.bridge, self.engine, self.settings, self.streams)
             self.mirror.start()
-        from .jobrunner import runner_for
-
-        # Finishes republishes a crash left pending and resumes jobs once NATS is connected.
-        runner_for(self).start()
+        self.jobs.start()
         return self
 
     def stop(self) -> None:
-        """Stop the mirror and the bridge, then the bundled server, then close the database."""
-        if self.jobs is not None:
-            self.jobs.stop()
+        """Stop the jobs, the bridge and the mirror, then the bundled server; close the database."""
+        self.jobs.stop()
         if self.bridge is not None:
             self.bridge.stop()
         if self.mirror is not None:
@@ -73,3 +82,8 @@ class Runtime:
         if self.bundled is not None:
             self.bundled.stop()
         dispose_quietly(self.engine)
+
+
+def runtime_of(app: Any) -> Runtime:
+    """The Runtime create_app attached to a Flask app."""
+    return app.extensions[EXTENSION]

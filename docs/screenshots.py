@@ -30,8 +30,9 @@ SCHEMA = {"$schema": "https://json-schema.org/draft/2020-12/schema", "x-subjects
 
 def fill(engine) -> None:
     """Three hours of failures of a small shop, with a history for the photographed entry."""
-    from dlq_dashboard.contract import Advisory, utcnow
-    from dlq_dashboard.ingest import StreamMessage, ingest_advisory_batch, ingest_dlq_batch
+    from dlq_dashboard.ingest.parse import Advisory
+    from dlq_dashboard.times import utcnow
+    from dlq_dashboard.ingest.writes import StreamMessage, ingest_advisory_batch, ingest_dlq_batch
 
     rng = random.Random(3)
     now = utcnow()
@@ -67,8 +68,8 @@ def fill(engine) -> None:
     # As if the dashboard had been running all along: each message mirrored as it failed.
     from sqlalchemy import update
 
-    from dlq_dashboard.db import write_transaction
-    from dlq_dashboard.models import Entry
+    from dlq_dashboard.db.engine import write_transaction
+    from dlq_dashboard.db.models import Entry
 
     with write_transaction(engine) as conn:
         conn.execute(update(Entry).values(received_at=Entry.failed_at))
@@ -87,7 +88,7 @@ def main() -> int:
     from dlq_dashboard import create_app
     from dlq_dashboard.accounts import create_user
     from dlq_dashboard.config import Settings
-    from dlq_dashboard.models import Entry
+    from dlq_dashboard.db.models import Entry
 
     with tempfile.TemporaryDirectory() as workdir:
         work = Path(workdir)

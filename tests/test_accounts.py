@@ -7,8 +7,9 @@ from sqlalchemy import select, update
 
 from dlq_dashboard import accounts
 from dlq_dashboard.accounts import AccountError
-from dlq_dashboard.db import create_db_engine, migrate, write_transaction
-from dlq_dashboard.models import ApiToken, User
+from dlq_dashboard.db.engine import create_db_engine, write_transaction
+from dlq_dashboard.db.migrate import migrate
+from dlq_dashboard.db.models import ApiToken, User
 
 PASSWORD = "correct horse battery"
 

@@ -14,11 +14,13 @@ import pytest
 from nats.js.api import ConsumerConfig
 from sqlalchemy import select
 
-from dlq_dashboard import actions, create_app, intents
-from dlq_dashboard.models import Action, Entry, Republish
+from dlq_dashboard import create_app
+from dlq_dashboard.actions import publishing, recovery
+from dlq_dashboard.actions.close import close_entry
+from dlq_dashboard.actions.republish import republish_entry
+from dlq_dashboard.db.models import Action, Entry, Republish
 
-from .conftest import bearer, dead_letter_orders, logged_in, make_orders_stream, make_settings, stream_messages
-from .helpers import csrf_token, run, wait_for
+from . import support
 
 ORDER_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -37,7 +39,7 @@ def settings(tmp_path, nats_server):
     schemas = tmp_path / "schemas"
     schemas.mkdir()
     (schemas / "orders.json").write_text(json.dumps(ORDER_SCHEMA))
-    return make_settings(tmp_path, nats_server.url, schemas_dir=str(schemas), request_timeout=2.0)
+    return support.make_settings(tmp_path, nats_server.url, schemas_dir=str(schemas), request_timeout=2.0)
 
 
 @pytest.fixture
@@ -57,7 +59,7 @@ def crash_at(monkeypatch, stage: str) -> None:
         if where == stage:
             raise SimulatedCrash(where)
 
-    monkeypatch.setattr(intents, "fault_point", fault)
+    monkeypatch.setattr(publishing, "fault_point", fault)
 
 
 def entry_row(rt, entry_id):
@@ -79,15 +81,15 @@ def intents_of(rt, entry_id):
 
 
 def post(client, url, body, token):
-    return client.post(url, json=body, headers=bearer(token))
+    return client.post(url, json=body, headers=support.bearer(token))
 
 
 # --- exactly once ------------------------------------------------------------------------------
 
 def test_ten_concurrent_republishes_at_one_version_publish_one_message_and_the_rest_get_409(
         app, rt, nats_server, tokens):
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     barrier = threading.Barrier(10)
 
     def attempt(_):
@@ -100,7 +102,7 @@ def test_ten_concurrent_republishes_at_one_version_publish_one_message_and_the_r
 
     statuses = sorted(r.status_code for r in responses)
     assert statuses == [200] + [409] * 9, [r.get_json() for r in responses]
-    assert len(stream_messages(nats_server.url)) == 1
+    assert len(support.stream_messages(nats_server.url)) == 1
     assert len(audit_of(rt, entry_id, "republish")) == 1
     ok = next(r.get_json() for r in responses if r.status_code == 200)
     assert ok["entry"]["status"] == "republished"
@@ -108,26 +110,26 @@ def test_ten_concurrent_republishes_at_one_version_publish_one_message_and_the_r
 
 
 def test_a_retried_request_after_success_gets_409_with_the_same_publish(app, rt, nats_server, tokens):
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     client = app.test_client()
     first = post(client, f"/api/entries/{entry_id}/republish", {"version": 1}, tokens["operator"]).get_json()
     again = post(client, f"/api/entries/{entry_id}/republish", {"version": 1}, tokens["operator"])
     assert again.status_code == 409
     assert again.get_json()["publish"] == first["publish"]
-    assert len(stream_messages(nats_server.url)) == 1
+    assert len(support.stream_messages(nats_server.url)) == 1
 
 
 def test_the_republished_message_carries_the_original_payload_and_headers_except_msg_id_and_replay_of(
         app, rt, nats_server, tokens):
-    make_orders_stream(nats_server.url)
+    support.make_orders_stream(nats_server.url)
     original = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "X-Tenant": "acme"}
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID], headers=original)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID], headers=original)
     response = post(app.test_client(), f"/api/entries/{entry_id}/republish", {"version": 1}, tokens["operator"])
     assert response.status_code == 200, response.get_json()
     msg_id = response.get_json()["publish"]["msg_id"]
 
-    [message] = stream_messages(nats_server.url)
+    [message] = support.stream_messages(nats_server.url)
     assert message.subject == "orders.created"
     assert message.data == VALID
     assert message.headers == {**original, "Nats-Msg-Id": msg_id, "Dlq-Replay-Of": f"DLQ:{entry_id}"}
@@ -136,17 +138,17 @@ def test_the_republished_message_carries_the_original_payload_and_headers_except
 
 def test_a_crash_after_the_intent_is_committed_ends_with_exactly_one_message_once_recovered(
         app, rt, nats_server, monkeypatch):
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     crash_at(monkeypatch, "after_intent")
     with pytest.raises(SimulatedCrash):
-        actions.republish_entry(rt, entry_id, 1, actor="alice")
+        republish_entry(rt, entry_id, 1, actor="alice")
     assert [i.state for i in intents_of(rt, entry_id)] == ["pending"]
-    assert stream_messages(nats_server.url) == []
+    assert support.stream_messages(nats_server.url) == []
 
-    monkeypatch.setattr(intents, "fault_point", lambda where, intent: None)
-    assert intents.recover_pending(rt) == 1
-    assert len(stream_messages(nats_server.url)) == 1
+    monkeypatch.setattr(publishing, "fault_point", lambda where, intent: None)
+    assert recovery.recover_pending(rt) == 1
+    assert len(support.stream_messages(nats_server.url)) == 1
     assert entry_row(rt, entry_id).status == "republished"
     [record] = audit_of(rt, entry_id, "republish")
     assert record.actor == "alice" and record.publish_seq == 1 and json.loads(record.detail)["recovered"]
@@ -154,45 +156,45 @@ def test_a_crash_after_the_intent_is_committed_ends_with_exactly_one_message_onc
 
 def test_a_crash_after_the_publish_before_the_commit_ends_with_exactly_one_message_once_recovered(
         app, rt, nats_server, monkeypatch):
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     crash_at(monkeypatch, "after_publish")
     with pytest.raises(SimulatedCrash):
-        actions.republish_entry(rt, entry_id, 1, actor="alice")
-    assert len(stream_messages(nats_server.url)) == 1
+        republish_entry(rt, entry_id, 1, actor="alice")
+    assert len(support.stream_messages(nats_server.url)) == 1
     assert [i.state for i in intents_of(rt, entry_id)] == ["pending"]
 
-    monkeypatch.setattr(intents, "fault_point", lambda where, intent: None)
-    assert intents.recover_pending(rt) == 1
-    assert len(stream_messages(nats_server.url)) == 1
+    monkeypatch.setattr(publishing, "fault_point", lambda where, intent: None)
+    assert recovery.recover_pending(rt) == 1
+    assert len(support.stream_messages(nats_server.url)) == 1
     [intent] = intents_of(rt, entry_id)
     assert (intent.state, intent.seq, intent.duplicate) == ("published", 1, True)
     assert len(audit_of(rt, entry_id, "republish")) == 1
 
 
 def test_a_recovery_after_the_duplicate_window_has_passed_still_publishes_once(app, rt, nats_server, monkeypatch):
-    make_orders_stream(nats_server.url, duplicate_window=1.0)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
+    support.make_orders_stream(nats_server.url, duplicate_window=1.0)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     crash_at(monkeypatch, "after_publish")
     with pytest.raises(SimulatedCrash):
-        actions.republish_entry(rt, entry_id, 1, actor="alice")
-    monkeypatch.setattr(intents, "fault_point", lambda where, intent: None)
+        republish_entry(rt, entry_id, 1, actor="alice")
+    monkeypatch.setattr(publishing, "fault_point", lambda where, intent: None)
     # Let the broker forget the msgId: a plain publish now would be stored a second time.
     threading.Event().wait(1.5)
 
-    assert intents.recover_pending(rt) == 1
-    assert len(stream_messages(nats_server.url)) == 1
+    assert recovery.recover_pending(rt) == 1
+    assert len(support.stream_messages(nats_server.url)) == 1
     [intent] = intents_of(rt, entry_id)
     assert (intent.state, intent.seq) == ("published", 1)
 
 
 def test_a_republish_while_nats_is_down_returns_503_and_the_retry_after_it_is_back_publishes_once(
         app, rt, nats_server, tokens):
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     client = app.test_client()
     nats_server.kill()
-    wait_for(lambda: not rt.bridge.state.connected, message="the bridge to notice the outage")
+    support.wait_for(lambda: not rt.bridge.state.connected, message="the bridge to notice the outage")
 
     down = post(client, f"/api/entries/{entry_id}/republish", {"version": 1}, tokens["operator"])
     assert down.status_code == 503
@@ -201,17 +203,17 @@ def test_a_republish_while_nats_is_down_returns_503_and_the_retry_after_it_is_ba
     assert [i.state for i in intents_of(rt, entry_id)] == ["failed"]
 
     nats_server.start()
-    wait_for(lambda: rt.bridge.state.connected, timeout=20, message="the bridge to reconnect")
+    support.wait_for(lambda: rt.bridge.state.connected, timeout=20, message="the bridge to reconnect")
     retry = post(client, f"/api/entries/{entry_id}/republish", {"version": 1}, tokens["operator"])
     assert retry.status_code == 200, retry.get_json()
-    assert len(stream_messages(nats_server.url)) == 1
+    assert len(support.stream_messages(nats_server.url)) == 1
     assert [i.msg_id for i in intents_of(rt, entry_id)] == [retry.get_json()["publish"]["msg_id"]]
     assert [a.action for a in audit_of(rt, entry_id)] == ["republish_failed", "republish"]
 
 
 def test_a_publish_that_gets_no_answer_is_completed_later_with_the_same_msg_id(app, rt, nats_server, tokens):
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     client = app.test_client()
     os.kill(nats_server.proc.pid, signal.SIGSTOP)  # the server hangs: the publish is sent, no answer comes
     try:
@@ -230,14 +232,14 @@ def test_a_publish_that_gets_no_answer_is_completed_later_with_the_same_msg_id(a
     retry = post(client, f"/api/entries/{entry_id}/republish", {"version": 1}, tokens["operator"])
     assert retry.status_code == 200, retry.get_json()
     assert retry.get_json()["publish"]["duplicate"] is True
-    assert len(stream_messages(nats_server.url)) == 1
+    assert len(support.stream_messages(nats_server.url)) == 1
 
 
 # --- refusals ----------------------------------------------------------------------------------
 
 def test_stale_versions_get_409_and_change_nothing(app, rt, nats_server, tokens):
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     client = app.test_client()
     closed = post(client, f"/api/entries/{entry_id}/close", {"version": 1, "note": "known issue"}, tokens["operator"])
     assert closed.status_code == 200 and closed.get_json()["entry"]["version"] == 2
@@ -249,12 +251,12 @@ def test_stale_versions_get_409_and_change_nothing(app, rt, nats_server, tokens)
         assert "changed since you saw it" in response.get_json()["error"]
     assert tuple(entry_row(rt, entry_id)) == ("closed", 2)
     assert [a.action for a in audit_of(rt, entry_id)] == ["close"]
-    assert stream_messages(nats_server.url) == []
+    assert support.stream_messages(nats_server.url) == []
 
 
 def test_an_invalid_payload_needs_the_override_and_an_edited_one_is_sent_as_edited(app, rt, nats_server, tokens):
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [INVALID])
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [INVALID])
     client = app.test_client()
     refused = post(client, f"/api/entries/{entry_id}/republish", {"version": 1}, tokens["operator"])
     assert refused.status_code == 422
@@ -266,22 +268,22 @@ def test_an_invalid_payload_needs_the_override_and_an_edited_one_is_sent_as_edit
                 {"version": 1, "payload_base64": base64.b64encode(edited).decode()}, tokens["operator"])
     assert sent.status_code == 200, sent.get_json()
     assert sent.get_json()["entry"]["payload_base64"] == base64.b64encode(INVALID).decode()  # the original stays
-    assert [m.data for m in stream_messages(nats_server.url)] == [edited]
+    assert [m.data for m in support.stream_messages(nats_server.url)] == [edited]
     assert json.loads(audit_of(rt, entry_id, "republish")[0].detail)["edited"] is True
 
 
 def test_an_invalid_payload_is_republished_with_the_override(app, rt, nats_server, tokens):
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [INVALID])
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [INVALID])
     forced = post(app.test_client(), f"/api/entries/{entry_id}/republish", {"version": 1, "force": True},
                   tokens["operator"])
     assert forced.status_code == 200
-    assert [m.data for m in stream_messages(nats_server.url)] == [INVALID]
+    assert [m.data for m in support.stream_messages(nats_server.url)] == [INVALID]
     assert json.loads(audit_of(rt, entry_id, "republish")[0].detail)["forced"] is True
 
 
 def test_a_subject_without_a_stream_is_refused_with_422_and_the_entry_stays_retriable(app, rt, nats_server, tokens):
-    [entry_id] = dead_letter_orders(app, nats_server.url, [b"{}"], subject="nowhere.created")
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [b"{}"], subject="nowhere.created")
     client = app.test_client()
     refused = post(client, f"/api/entries/{entry_id}/republish", {"version": 1}, tokens["operator"])
     assert refused.status_code == 422
@@ -293,22 +295,22 @@ def test_a_subject_without_a_stream_is_refused_with_422_and_the_entry_stays_retr
         await nc.jetstream().add_stream(name="NOWHERE", subjects=["nowhere.>"])
         await nc.close()
 
-    run(add_stream())
+    support.run(add_stream())
     assert post(client, f"/api/entries/{entry_id}/republish", {"version": 1}, tokens["operator"]).status_code == 200
-    assert len(stream_messages(nats_server.url, "NOWHERE")) == 1
+    assert len(support.stream_messages(nats_server.url, "NOWHERE")) == 1
 
 
 def test_an_entry_without_a_subject_cannot_be_republished(app, rt, nats_server, tokens):
-    from .helpers import publish_many
+    from . import support
 
-    run(publish_many(nats_server.url, [("dlq.unknown", b"x", {"Dlq-Reason": "fatal"})]))
-    wait_for(lambda: rt.store.get_entry(1))
+    support.run(support.publish_many(nats_server.url, [("dlq.unknown", b"x", {"Dlq-Reason": "fatal"})]))
+    support.wait_for(lambda: rt.store.get_entry(1))
     response = post(app.test_client(), "/api/entries/1/republish", {"version": 1}, tokens["operator"])
     assert response.status_code == 422 and "Dlq-Original-Subject" in response.get_json()["error"]
 
 
 def test_requests_without_a_version_get_400_and_viewers_get_403(app, rt, nats_server, tokens):
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     client = app.test_client()
     assert post(client, f"/api/entries/{entry_id}/republish", {}, tokens["operator"]).status_code == 400
     assert post(client, f"/api/entries/{entry_id}/close", {"version": 1}, tokens["viewer"]).status_code == 403
@@ -318,7 +320,7 @@ def test_requests_without_a_version_get_400_and_viewers_get_403(app, rt, nats_se
 # --- close, reopen, audit ----------------------------------------------------------------------
 
 def test_close_and_reopen_are_audited_with_who_and_the_note(app, rt, nats_server, tokens):
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     client = app.test_client()
     closed = post(client, f"/api/entries/{entry_id}/close", {"version": 1, "note": "duplicate order"},
                   tokens["operator"]).get_json()["entry"]
@@ -327,25 +329,25 @@ def test_close_and_reopen_are_audited_with_who_and_the_note(app, rt, nats_server
     reopened = post(client, f"/api/entries/{entry_id}/reopen", {"version": 2}, tokens["operator"]).get_json()["entry"]
     assert (reopened["status"], reopened["version"], reopened["closed_by"]) == ("open", 3, None)
 
-    audit = client.get(f"/api/audit?entry={entry_id}", headers=bearer(tokens["viewer"])).get_json()["actions"]
+    audit = client.get(f"/api/audit?entry={entry_id}", headers=support.bearer(tokens["viewer"])).get_json()["actions"]
     assert [(a["action"], a["actor"], a["note"], a["version"]) for a in audit] == [
         ("reopen", "token:test-operator", None, 2), ("close", "token:test-operator", "duplicate order", 1)]
-    assert client.delete("/api/audit", headers=bearer(tokens["admin"])).status_code == 405
-    assert client.post("/api/audit", json={}, headers=bearer(tokens["admin"])).status_code == 405
+    assert client.delete("/api/audit", headers=support.bearer(tokens["admin"])).status_code == 405
+    assert client.post("/api/audit", json={}, headers=support.bearer(tokens["admin"])).status_code == 405
 
 
 def test_closing_with_delete_on_close_also_deletes_the_dlq_message(tmp_path, nats_server):
-    application = create_app({"SETTINGS": make_settings(tmp_path, nats_server.url, delete_on_close=True),
+    application = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url, delete_on_close=True),
                               "TESTING": True})
     runtime = application.extensions["dlq"].start()
     try:
         assert runtime.bridge.wait_connected(10)
-        wait_for(lambda: all(p.epoch for p in runtime.mirror.progress.values()))
-        [entry_id] = dead_letter_orders(application, nats_server.url, [VALID])
-        assert len(stream_messages(nats_server.url, "DLQ")) == 1
-        outcome = actions.close_entry(runtime, entry_id, 1, actor="alice", note="handled by hand")
+        support.wait_for(lambda: all(p.epoch for p in runtime.mirror.progress.values()))
+        [entry_id] = support.dead_letter_orders(application, nats_server.url, [VALID])
+        assert len(support.stream_messages(nats_server.url, "DLQ")) == 1
+        outcome = close_entry(runtime, entry_id, 1, actor="alice", note="handled by hand")
         assert outcome.entry.status == "closed"
-        assert stream_messages(nats_server.url, "DLQ") == []
+        assert support.stream_messages(nats_server.url, "DLQ") == []
         assert json.loads(audit_of(runtime, entry_id, "close")[0].detail) == {"dlq_delete": "deleted"}
     finally:
         runtime.stop()
@@ -357,9 +359,9 @@ def test_a_republished_message_that_fails_again_arrives_as_a_new_entry_linked_to
         app, rt, nats_server, tokens):
     import asyncio
 
-    from dlq_dashboard.consumer import dead_letter
+    from dlq_consumer import dead_letter
 
-    make_orders_stream(nats_server.url)
+    support.make_orders_stream(nats_server.url)
 
     async def scenario():
         nc = await nats.connect(nats_server.url)
@@ -375,7 +377,7 @@ def test_a_republished_message_that_fails_again_arrives_as_a_new_entry_linked_to
         try:
             await js.publish("orders.created", VALID, headers={"X-Tenant": "acme"})
             await fail_next()
-            first = await asyncio.to_thread(wait_for, lambda: rt.store.get_entry(1))
+            first = await asyncio.to_thread(support.wait_for, lambda: rt.store.get_entry(1))
             response = await asyncio.to_thread(post, app.test_client(), f"/api/entries/{first.id}/republish",
                                                {"version": first.version}, tokens["operator"])
             assert response.status_code == 200, response.get_json()
@@ -384,8 +386,8 @@ def test_a_republished_message_that_fails_again_arrives_as_a_new_entry_linked_to
         finally:
             await nc.close()
 
-    first = run(scenario())
-    second = wait_for(lambda: rt.store.get_entry(2), message="the second dead letter")
+    first = support.run(scenario())
+    second = support.wait_for(lambda: rt.store.get_entry(2), message="the second dead letter")
     assert second.replay_of == first.dlq_ref == "DLQ:1"
     assert [e.id for e in rt.store.replays_of(first.dlq_ref)] == [second.id]
     assert second.headers["X-Tenant"] == ["acme"]
@@ -394,7 +396,7 @@ def test_a_republished_message_that_fails_again_arrives_as_a_new_entry_linked_to
 # --- the pages ---------------------------------------------------------------------------------
 
 def test_the_confirm_page_lists_the_consumers_that_will_receive_the_republish(app, rt, nats_server):
-    make_orders_stream(nats_server.url)
+    support.make_orders_stream(nats_server.url)
 
     async def consumers():
         nc = await nats.connect(nats_server.url)
@@ -404,19 +406,19 @@ def test_the_confirm_page_lists_the_consumers_that_will_receive_the_republish(ap
         await js.add_consumer("ORDERS", ConsumerConfig(durable_name="everything"))
         await nc.close()
 
-    run(consumers())
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
-    page = logged_in(app, "operator").get(f"/entries/{entry_id}/republish?version=1").get_data(as_text=True)
+    support.run(consumers())
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
+    page = support.logged_in(app, "operator").get(f"/entries/{entry_id}/republish?version=1").get_data(as_text=True)
     assert "billing" in page and "everything" in page and "shipping" not in page
     assert "stored by stream <code>ORDERS</code>" in page
 
 
 def test_a_stale_close_from_the_page_shows_what_changed(app, rt, nats_server):
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
-    actions.close_entry(rt, entry_id, 1, actor="bob", note="bob handled it")
-    client = logged_in(app, "operator")
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
+    close_entry(rt, entry_id, 1, actor="bob", note="bob handled it")
+    client = support.logged_in(app, "operator")
     response = client.post(f"/entries/{entry_id}/close", data={
-        "version": "1", "note": "me too", "csrf_token": csrf_token(client, f"/entries/{entry_id}/edit")})
+        "version": "1", "note": "me too", "csrf_token": support.csrf_token(client, f"/entries/{entry_id}/edit")})
     page = response.get_data(as_text=True)
     assert response.status_code == 409
     assert "You acted on version 1" in page and "now at version 2" in page
@@ -425,21 +427,21 @@ def test_a_stale_close_from_the_page_shows_what_changed(app, rt, nats_server):
 
 
 def test_the_page_republish_redirects_to_the_entry_and_a_double_submit_shows_the_conflict(app, rt, nats_server):
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
-    client = logged_in(app, "operator")
-    form = {"version": "1", "csrf_token": csrf_token(client, f"/entries/{entry_id}/republish?version=1")}
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
+    client = support.logged_in(app, "operator")
+    form = {"version": "1", "csrf_token": support.csrf_token(client, f"/entries/{entry_id}/republish?version=1")}
     first = client.post(f"/entries/{entry_id}/republish", data=form)
     assert first.status_code == 303 and first.headers["Location"].endswith(f"/entries/{entry_id}")
     second = client.post(f"/entries/{entry_id}/republish", data=form)
     assert second.status_code == 409 and "already republished" in second.get_data(as_text=True)
-    assert len(stream_messages(nats_server.url)) == 1
+    assert len(support.stream_messages(nats_server.url)) == 1
 
 
 def test_the_editor_checks_the_payload_as_it_is_typed_and_shows_the_diff(app, rt, nats_server):
-    [entry_id] = dead_letter_orders(app, nats_server.url, [INVALID])
-    client = logged_in(app, "operator")
-    token = csrf_token(client, f"/entries/{entry_id}/edit")
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [INVALID])
+    client = support.logged_in(app, "operator")
+    token = support.csrf_token(client, f"/entries/{entry_id}/edit")
     invalid = client.post(f"/entries/{entry_id}/validate", data={"payload": '{"order_id": 7}', "csrf_token": token},
                           headers={"HX-Request": "true"}).get_data(as_text=True)
     assert invalid.lstrip().startswith('<div id="payload-check"')
@@ -451,8 +453,8 @@ def test_the_editor_checks_the_payload_as_it_is_typed_and_shows_the_diff(app, rt
 
 
 def test_the_audit_page_shows_the_msg_id_and_the_brokers_answer(app, rt, nats_server):
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [VALID])
-    published = actions.republish_entry(rt, entry_id, 1, actor="carol").publish
-    page = logged_in(app, "viewer").get("/audit").get_data(as_text=True)
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
+    published = republish_entry(rt, entry_id, 1, actor="carol").publish
+    page = support.logged_in(app, "viewer").get("/audit").get_data(as_text=True)
     assert "carol" in page and published.msg_id in page and "ORDERS seq 1" in page

@@ -7,10 +7,7 @@ import re
 
 import pytest
 
-from .conftest import (
-    CHROMIUM, CHROMIUM_ARGS, browser_login, dead_letter_orders, make_orders_stream, make_settings,
-    orders_schema_folder, stream_messages,
-)
+from . import support
 
 EXPECT_TIMEOUT = 10_000
 
@@ -33,30 +30,30 @@ def browser(request):
         yield request.getfixturevalue("browser")
         return
     with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        chromium = pw.chromium.launch(executable_path=support.CHROMIUM, args=support.CHROMIUM_ARGS, headless=True)
         yield chromium
         chromium.close()
 
 
 @pytest.fixture
 def settings(tmp_path, nats_server):
-    return make_settings(tmp_path, nats_server.url, schemas_dir=orders_schema_folder(tmp_path), republish_rate=500)
+    return support.make_settings(tmp_path, nats_server.url, schemas_dir=support.orders_schema_folder(tmp_path), republish_rate=500)
 
 
 def test_an_operator_clicks_republish_confirms_and_sees_the_result_in_the_timeline(app, live_server, page,
                                                                                      nats_server):
     from playwright.sync_api import expect
 
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-1", "customer_id": "c-1"}'])
-    browser_login(page, live_server, app, "operator")
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-1", "customer_id": "c-1"}'])
+    support.browser_login(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}")
 
     page.get_by_role("button", name="Republish", exact=True).click()
     # The confirmation says where the message goes before anything is sent.
     expect(page.get_by_role("heading", name=f"Republish entry {entry_id}")).to_be_visible()
     expect(page.get_by_text("stored by stream ORDERS")).to_be_visible()
-    assert stream_messages(nats_server.url) == []
+    assert support.stream_messages(nats_server.url) == []
 
     page.get_by_role("button", name="Republish", exact=True).click()
     page.wait_for_url(re.compile(rf"/entries/{entry_id}$"))
@@ -64,16 +61,16 @@ def test_an_operator_clicks_republish_confirms_and_sees_the_result_in_the_timeli
     expect(timeline).to_contain_text("Republished to orders.created", timeout=EXPECT_TIMEOUT)
     expect(timeline).to_contain_text(f"dlq-dashboard:DLQ:{entry_id}:e{entry_id}:v1")
     expect(page.locator("h1 .status")).to_have_text("republished")
-    assert len(stream_messages(nats_server.url)) == 1
+    assert len(support.stream_messages(nats_server.url)) == 1
 
 
 def test_the_editor_validates_while_typing_and_needs_the_override_for_an_invalid_payload(
         app, live_server, page, nats_server):
     from playwright.sync_api import expect
 
-    make_orders_stream(nats_server.url)
-    [entry_id] = dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-2"}'])
-    browser_login(page, live_server, app, "operator")
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-2"}'])
+    support.browser_login(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}")
     page.get_by_role("link", name="Edit and republish").click()
 
@@ -87,20 +84,20 @@ def test_the_editor_validates_while_typing_and_needs_the_override_for_an_invalid
     expect(check).to_contain_text("does not pass", timeout=EXPECT_TIMEOUT)
     page.get_by_role("button", name="Republish", exact=True).click()
     expect(page.get_by_role("alert")).to_contain_text("needs the override")
-    assert stream_messages(nats_server.url) == []
+    assert support.stream_messages(nats_server.url) == []
 
     page.locator("#payload").fill('{"order_id": "o-2", "customer_id": "c-7"}')
     page.get_by_role("button", name="Republish", exact=True).click()
     page.wait_for_url(re.compile(rf"/entries/{entry_id}$"))
-    [message] = stream_messages(nats_server.url)
+    [message] = support.stream_messages(nats_server.url)
     assert message.data == b'{"order_id": "o-2", "customer_id": "c-7"}'
 
 
 def test_an_operator_closes_with_a_note_and_reopens(app, live_server, page, nats_server):
     from playwright.sync_api import expect
 
-    [entry_id] = dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c"}'])
-    browser_login(page, live_server, app, "operator")
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c"}'])
+    support.browser_login(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}")
     page.get_by_label("Note").fill("customer cancelled the order")
     page.get_by_role("button", name="Close", exact=True).click()
@@ -116,9 +113,9 @@ def test_an_operator_closes_with_a_note_and_reopens(app, live_server, page, nats
 def test_a_bulk_job_from_the_list_shows_its_progress_until_done(app, live_server, page, nats_server):
     from playwright.sync_api import expect
 
-    make_orders_stream(nats_server.url)
-    ids = dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c-%d"}' % i for i in range(300)])
-    browser_login(page, live_server, app, "operator")
+    support.make_orders_stream(nats_server.url)
+    ids = support.dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c-%d"}' % i for i in range(300)])
+    support.browser_login(page, live_server, app, "operator")
     page.goto(f"{live_server}/?subject=orders.created")
     page.get_by_role("button", name="Preview for all matching").click()
     expect(page.locator("main")).to_contain_text("300 entries will be republished")
@@ -127,4 +124,4 @@ def test_a_bulk_job_from_the_list_shows_its_progress_until_done(app, live_server
     page.wait_for_url(re.compile(r"/jobs/\d+$"))
     # The widget polls itself: the page is never reloaded, yet it ends showing the job done.
     expect(page.locator(".job-state")).to_contain_text("done: 300 done", timeout=20_000)
-    assert len(stream_messages(nats_server.url)) == len(ids)
+    assert len(support.stream_messages(nats_server.url)) == len(ids)

@@ -11,8 +11,7 @@ from dlq_dashboard import create_app
 from dlq_dashboard.accounts import create_token, create_user, revoke_token, set_disabled
 from dlq_dashboard.web.auth import LOGIN_FAILED, actor_name, current_identity, requires, safe_next
 
-from .conftest import PASSWORD, bearer, logged_in, make_settings
-from .helpers import csrf_token, login
+from . import support
 
 
 def add_probes(app):
@@ -32,7 +31,7 @@ def add_probes(app):
 
 @pytest.fixture
 def probe_app(tmp_path):
-    app = add_probes(create_app({"SETTINGS": make_settings(tmp_path), "TESTING": True}))
+    app = add_probes(create_app({"SETTINGS": support.make_settings(tmp_path), "TESTING": True}))
     yield app
     app.extensions["dlq"].stop()
 
@@ -45,24 +44,24 @@ def engine(probe_app):
 # --- login and logout -------------------------------------------------------------------------
 
 def test_a_correct_login_goes_to_the_page_asked_for(probe_app, engine):
-    create_user(engine, "alice", PASSWORD, "viewer")
+    create_user(engine, "alice", support.PASSWORD, "viewer")
     client = probe_app.test_client()
     first = client.get("/probe/viewer?x=1")
     assert first.status_code == 302 and first.location == "/login?next=/probe/viewer?x%3D1"
-    response = client.post(first.location, data={"username": "alice", "password": PASSWORD,
-                                                 "csrf_token": csrf_token(client)})
+    response = client.post(first.location, data={"username": "alice", "password": support.PASSWORD,
+                                                 "csrf_token": support.csrf_token(client)})
     assert response.status_code == 302 and response.location == "/probe/viewer?x=1"
     assert client.get("/probe/viewer").json == {"actor": "alice", "role": "viewer", "via": "session"}
 
 
 def test_a_failed_login_says_the_same_for_an_unknown_name_a_wrong_password_and_a_disabled_user(probe_app, engine):
-    create_user(engine, "bob", PASSWORD, "viewer")
-    create_user(engine, "off", PASSWORD, "viewer")
+    create_user(engine, "bob", support.PASSWORD, "viewer")
+    create_user(engine, "off", support.PASSWORD, "viewer")
     set_disabled(engine, "off", True)
     answers = []
-    for name, password in (("nobody", PASSWORD), ("bob", "wrong password"), ("off", PASSWORD)):
+    for name, password in (("nobody", support.PASSWORD), ("bob", "wrong password"), ("off", support.PASSWORD)):
         client = probe_app.test_client()
-        response = login(client, name, password)
+        response = support.login(client, name, password)
         body = re.sub(r'(csrf[-_]token" (?:value|content)=")[^"]+', r"\1", response.get_data(as_text=True))
         answers.append((response.status_code, body.replace(name, "NAME")))
     assert answers[0][0] == 401
@@ -72,25 +71,25 @@ def test_a_failed_login_says_the_same_for_an_unknown_name_a_wrong_password_and_a
 
 def test_the_login_page_keeps_the_name_out_of_its_answer(probe_app):
     client = probe_app.test_client()
-    body = login(client, "someone-unknown", "whatever1").get_data(as_text=True)
+    body = support.login(client, "someone-unknown", "whatever1").get_data(as_text=True)
     assert "someone-unknown" not in body
 
 
 def test_a_login_renews_the_session_so_a_token_from_before_is_refused(probe_app, engine):
-    create_user(engine, "carol", PASSWORD, "viewer")
+    create_user(engine, "carol", support.PASSWORD, "viewer")
     client = probe_app.test_client()
-    before = csrf_token(client)
+    before = support.csrf_token(client)
     cookie_before = client.get_cookie("session").value
-    client.post("/login", data={"username": "carol", "password": PASSWORD, "csrf_token": before})
+    client.post("/login", data={"username": "carol", "password": support.PASSWORD, "csrf_token": before})
     assert client.get_cookie("session").value != cookie_before
     assert client.post("/probe/viewer", data={"csrf_token": before}).status_code == 400
-    assert client.post("/probe/viewer", data={"csrf_token": csrf_token(client)}).status_code == 200
+    assert client.post("/probe/viewer", data={"csrf_token": support.csrf_token(client)}).status_code == 200
 
 
 def test_the_session_cookie_is_httponly_and_samesite_lax(probe_app, engine):
-    create_user(engine, "dora", PASSWORD, "viewer")
+    create_user(engine, "dora", support.PASSWORD, "viewer")
     client = probe_app.test_client()
-    response = login(client, "dora", PASSWORD)
+    response = support.login(client, "dora", support.PASSWORD)
     cookie = [h for h in response.headers.getlist("Set-Cookie") if h.startswith("session=")][0]
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
     assert "Secure" not in cookie  # plain HTTP here; see test_security for HTTPS
@@ -98,9 +97,9 @@ def test_the_session_cookie_is_httponly_and_samesite_lax(probe_app, engine):
 
 
 def test_logout_ends_the_session_even_for_a_copy_of_its_cookie(probe_app, engine):
-    client = logged_in(probe_app, "viewer")
+    client = support.logged_in(probe_app, "viewer")
     stolen = client.get_cookie("session").value
-    response = client.post("/logout", data={"csrf_token": csrf_token(client)})
+    response = client.post("/logout", data={"csrf_token": support.csrf_token(client)})
     assert response.status_code == 302 and response.location == "/login"
     assert client.get("/probe/viewer").status_code == 302
     replay = probe_app.test_client()
@@ -109,22 +108,22 @@ def test_logout_ends_the_session_even_for_a_copy_of_its_cookie(probe_app, engine
 
 
 def test_logout_ends_the_users_other_sessions_too(probe_app, engine):
-    laptop = logged_in(probe_app, "viewer")
-    phone = logged_in(probe_app, "viewer")
+    laptop = support.logged_in(probe_app, "viewer")
+    phone = support.logged_in(probe_app, "viewer")
     assert phone.get("/probe/viewer").status_code == 200
-    laptop.post("/logout", data={"csrf_token": csrf_token(laptop)})
+    laptop.post("/logout", data={"csrf_token": support.csrf_token(laptop)})
     assert phone.get("/probe/viewer").status_code == 302
 
 
 def test_logout_needs_a_post_with_a_csrf_token(probe_app):
-    client = logged_in(probe_app, "viewer")
+    client = support.logged_in(probe_app, "viewer")
     assert client.get("/logout").status_code == 405
     assert client.post("/logout").status_code == 400
     assert client.get("/probe/viewer").status_code == 200
 
 
 def test_disabling_a_user_ends_their_session_at_once(probe_app, engine):
-    client = logged_in(probe_app, "operator")
+    client = support.logged_in(probe_app, "operator")
     assert client.get("/probe/operator").status_code == 200
     set_disabled(engine, "operator-user", True)
     assert client.get("/probe/operator").status_code == 302
@@ -155,7 +154,7 @@ def test_anonymous_pages_go_to_login_the_api_says_401_and_htmx_is_told_where_to_
 
 
 def test_a_lower_role_is_refused_with_a_sentence_naming_the_role(probe_app):
-    client = logged_in(probe_app, "viewer")
+    client = support.logged_in(probe_app, "viewer")
     response = client.get("/probe/operator")
     assert response.status_code == 403
     assert "needs the operator role" in response.get_data(as_text=True)
@@ -170,7 +169,7 @@ def test_requires_refuses_an_unknown_role_when_the_route_is_declared():
 
 def test_a_valid_token_reads_the_api_as_token_name(probe_app, engine):
     token = create_token(engine, "ci", "viewer")
-    response = probe_app.test_client().get("/api/probe", headers=bearer(token))
+    response = probe_app.test_client().get("/api/probe", headers=support.bearer(token))
     assert response.status_code == 200 and response.json == {"actor": "token:ci"}
 
 
@@ -183,40 +182,40 @@ def test_the_bearer_scheme_is_matched_case_insensitively(probe_app, engine):
 def test_a_revoked_or_unknown_token_gets_401(probe_app, engine):
     token = create_token(engine, "ci", "viewer")
     client = probe_app.test_client()
-    assert client.get("/api/probe", headers=bearer(token)).status_code == 200
+    assert client.get("/api/probe", headers=support.bearer(token)).status_code == 200
     revoke_token(engine, "ci")
-    assert client.get("/api/probe", headers=bearer(token)).status_code == 401
-    assert client.get("/api/probe", headers=bearer("dlq_made_up")).status_code == 401
+    assert client.get("/api/probe", headers=support.bearer(token)).status_code == 401
+    assert client.get("/api/probe", headers=support.bearer("dlq_made_up")).status_code == 401
     assert client.get("/api/probe", headers={"Authorization": "Bearer "}).status_code == 401
 
 
 def test_a_token_with_a_lower_role_gets_403_as_json(probe_app, engine):
     token = create_token(engine, "reader", "viewer")
-    response = probe_app.test_client().get("/probe/operator", headers=bearer(token))
+    response = probe_app.test_client().get("/probe/operator", headers=support.bearer(token))
     assert response.status_code == 403
     assert response.json == {"error": "This needs the operator role; token:reader has viewer."}
 
 
 def test_a_token_request_needs_no_csrf_token(probe_app, engine):
     token = create_token(engine, "writer", "viewer")
-    response = probe_app.test_client().post("/api/probe", json={}, headers=bearer(token))
+    response = probe_app.test_client().post("/api/probe", json={}, headers=support.bearer(token))
     assert response.status_code == 200 and response.json == {"actor": "token:writer"}
 
 
 def test_a_bad_token_is_not_rescued_by_the_session_cookie(probe_app):
     # Bearer requests skip CSRF, so the cookie must never count for them.
-    client = logged_in(probe_app, "admin")
-    assert client.post("/api/probe", json={}, headers=bearer("dlq_forged")).status_code == 401
-    assert client.get("/probe/viewer", headers=bearer("dlq_forged")).status_code == 401
+    client = support.logged_in(probe_app, "admin")
+    assert client.post("/api/probe", json={}, headers=support.bearer("dlq_forged")).status_code == 401
+    assert client.get("/probe/viewer", headers=support.bearer("dlq_forged")).status_code == 401
 
 
 # --- the audit identity -----------------------------------------------------------------------
 
 def test_actor_name_is_the_user_the_token_or_anonymous(probe_app, engine):
-    session_client = logged_in(probe_app, "operator")
+    session_client = support.logged_in(probe_app, "operator")
     assert session_client.get("/probe/operator").get_data(as_text=True) == "operator-user"
     token = create_token(engine, "deploy-bot", "operator")
-    assert probe_app.test_client().get("/probe/operator", headers=bearer(token)).get_data(as_text=True) \
+    assert probe_app.test_client().get("/probe/operator", headers=support.bearer(token)).get_data(as_text=True) \
         == "token:deploy-bot"
     with probe_app.test_request_context("/"):
         assert actor_name() == "anonymous"
@@ -226,9 +225,9 @@ def test_actor_name_is_the_user_the_token_or_anonymous(probe_app, engine):
 
 @pytest.fixture
 def proxied_app(tmp_path):
-    settings = make_settings(tmp_path, trusted_header="X-Forwarded-User", trusted_proxies=("10.0.0.0/24",))
+    settings = support.make_settings(tmp_path, trusted_header="X-Forwarded-User", trusted_proxies=("10.0.0.0/24",))
     app = add_probes(create_app({"SETTINGS": settings, "TESTING": True}))
-    create_user(app.extensions["dlq"].engine, "sso.user@example.com", PASSWORD, "operator")
+    create_user(app.extensions["dlq"].engine, "sso.user@example.com", support.PASSWORD, "operator")
     yield app
     app.extensions["dlq"].stop()
 
@@ -268,21 +267,21 @@ def test_the_audit_records_the_user_or_the_token_that_acted(probe_app, engine):
         pytest.skip("the close action is not a route of this app yet")
     from sqlalchemy import select
 
-    from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
-    from dlq_dashboard.models import Action, Entry
+    from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+    from dlq_dashboard.db.models import Action, Entry
 
-    from .helpers import dlq_headers
+    from . import support
 
-    ingest_dlq_batch(engine, "AUDIT", "e1", [StreamMessage(1, "dlq.orders.created", dlq_headers(), b"{}", None)])
+    ingest_dlq_batch(engine, "AUDIT", "e1", [StreamMessage(1, "dlq.orders.created", support.dlq_headers(), b"{}", None)])
     with engine.connect() as conn:
         entry_id = conn.execute(select(Entry.id)).scalar_one()
     token = create_token(engine, "night-shift", "operator")
     closed = probe_app.test_client().post(f"/api/entries/{entry_id}/close", json={"version": 1, "note": "known"},
-                                          headers=bearer(token))
+                                          headers=support.bearer(token))
     assert closed.status_code == 200, closed.get_data(as_text=True)
-    person = logged_in(probe_app, "operator")
+    person = support.logged_in(probe_app, "operator")
     reopened = person.post(f"/api/entries/{entry_id}/reopen", json={"version": closed.json["entry"]["version"]},
-                           headers={"X-CSRFToken": csrf_token(person)})
+                           headers={"X-CSRFToken": support.csrf_token(person)})
     assert reopened.status_code == 200, reopened.get_data(as_text=True)
     with engine.connect() as conn:
         actors = conn.execute(select(Action.action, Action.actor).where(Action.entry_id == entry_id)

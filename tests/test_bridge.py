@@ -5,20 +5,19 @@ import time
 
 import pytest
 
-from dlq_dashboard.bridge import Bridge, NatsUnavailable
-from dlq_dashboard.natsserver import NatsServer, free_port
+from dlq_dashboard.nats.bridge import Bridge, NatsUnavailable
+from dlq_dashboard.nats.server import NatsServer, free_port
 
-from .conftest import make_settings
-from .helpers import wait_for
+from . import support
 
 
 def test_a_dead_server_does_not_block_and_the_bridge_connects_once_it_appears(tmp_path):
     port = free_port()
-    bridge = Bridge(make_settings(tmp_path, f"nats://127.0.0.1:{port}"), [f"nats://127.0.0.1:{port}"]).start()
+    bridge = Bridge(support.make_settings(tmp_path, f"nats://127.0.0.1:{port}"), [f"nats://127.0.0.1:{port}"]).start()
     server = None
     try:
         assert not bridge.wait_connected(1.0)
-        wait_for(lambda: bridge.state.last_error, message="the connection error to be reported")
+        support.wait_for(lambda: bridge.state.last_error, message="the connection error to be reported")
         assert "cannot connect" in bridge.state.last_error
         with pytest.raises(NatsUnavailable):
             bridge.call(lambda: bridge.nc.flush())
@@ -32,7 +31,7 @@ def test_a_dead_server_does_not_block_and_the_bridge_connects_once_it_appears(tm
 
 
 def test_calls_from_many_threads_run_on_the_one_bridge_thread(tmp_path, nats_server):
-    bridge = Bridge(make_settings(tmp_path, nats_server.url), [nats_server.url]).start()
+    bridge = Bridge(support.make_settings(tmp_path, nats_server.url), [nats_server.url]).start()
     try:
         assert bridge.wait_connected(10)
         seen = set()
@@ -52,15 +51,15 @@ def test_calls_from_many_threads_run_on_the_one_bridge_thread(tmp_path, nats_ser
 
 
 def test_a_restarted_server_is_reconnected_to_and_the_outage_is_visible(tmp_path, nats_server):
-    bridge = Bridge(make_settings(tmp_path, nats_server.url), [nats_server.url]).start()
+    bridge = Bridge(support.make_settings(tmp_path, nats_server.url), [nats_server.url]).start()
     try:
         assert bridge.wait_connected(10)
         nats_server.kill()
-        wait_for(lambda: not bridge.state.connected, message="the disconnect")
+        support.wait_for(lambda: not bridge.state.connected, message="the disconnect")
         with pytest.raises(NatsUnavailable):
             bridge.call(lambda: bridge.nc.flush())
         nats_server.start()
-        wait_for(lambda: bridge.state.connected, timeout=30, message="the reconnect")
+        support.wait_for(lambda: bridge.state.connected, timeout=30, message="the reconnect")
         bridge.call(lambda: bridge.nc.flush())
     finally:
         bridge.stop()
@@ -69,7 +68,7 @@ def test_a_restarted_server_is_reconnected_to_and_the_outage_is_visible(tmp_path
 def test_a_call_that_takes_too_long_raises_instead_of_hanging(tmp_path, nats_server):
     import asyncio
 
-    bridge = Bridge(make_settings(tmp_path, nats_server.url), [nats_server.url]).start()
+    bridge = Bridge(support.make_settings(tmp_path, nats_server.url), [nats_server.url]).start()
     try:
         assert bridge.wait_connected(10)
         started = time.monotonic()

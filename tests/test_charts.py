@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from dlq_dashboard.charts import MAX_BARS, MIN_BARS, build_chart, chart_bounds, describe_size, totals_per_bar
+from dlq_dashboard.web.presenters.charts import (
+    MAX_BARS, MIN_BARS, build_chart, chart_bounds, describe_size, totals_per_bar,
+)
 
 T0 = datetime(2026, 11, 29, 10, 0)
 

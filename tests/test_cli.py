@@ -11,7 +11,7 @@ import pytest
 
 from dlq_dashboard.accounts import get_user, list_tokens, verify_password
 
-from .conftest import PASSWORD, bearer
+from . import support
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,54 +29,54 @@ def engine(offline_app):
 
 
 def test_users_create_reads_the_password_from_stdin(cli, engine):
-    result = cli("users", "create", "alice", "--role", "operator", "--password-stdin", input=PASSWORD + "\n")
+    result = cli("users", "create", "alice", "--role", "operator", "--password-stdin", input=support.PASSWORD + "\n")
     assert result.exit_code == 0, result.output
     assert "Created user alice (operator)." in result.output
-    assert verify_password(engine, "alice", PASSWORD).role == "operator"
+    assert verify_password(engine, "alice", support.PASSWORD).role == "operator"
 
 
 def test_users_create_prompts_for_the_password_twice(cli, engine):
-    result = cli("users", "create", "bob", "--role", "viewer", input=f"{PASSWORD}\n{PASSWORD}\n")
+    result = cli("users", "create", "bob", "--role", "viewer", input=f"{support.PASSWORD}\n{support.PASSWORD}\n")
     assert result.exit_code == 0, result.output
-    assert PASSWORD not in result.output  # the prompt does not echo it
-    assert verify_password(engine, "bob", PASSWORD) is not None
+    assert support.PASSWORD not in result.output  # the prompt does not echo it
+    assert verify_password(engine, "bob", support.PASSWORD) is not None
 
 
 def test_users_create_refuses_a_bad_role_a_short_password_and_a_taken_name(cli):
-    assert cli("users", "create", "carol", "--role", "root", "--password-stdin", input=PASSWORD).exit_code == 2
+    assert cli("users", "create", "carol", "--role", "root", "--password-stdin", input=support.PASSWORD).exit_code == 2
     short = cli("users", "create", "carol", "--role", "viewer", "--password-stdin", input="short\n")
     assert short.exit_code == 1 and "too short" in short.output
-    cli("users", "create", "carol", "--role", "viewer", "--password-stdin", input=PASSWORD)
-    taken = cli("users", "create", "carol", "--role", "admin", "--password-stdin", input=PASSWORD)
+    cli("users", "create", "carol", "--role", "viewer", "--password-stdin", input=support.PASSWORD)
+    taken = cli("users", "create", "carol", "--role", "admin", "--password-stdin", input=support.PASSWORD)
     assert taken.exit_code == 1 and "exists already" in taken.output
 
 
 def test_users_list_shows_names_roles_and_states(cli):
     assert cli("users", "list").output.strip() == "No users yet."
-    cli("users", "create", "zed", "--role", "admin", "--password-stdin", input=PASSWORD)
-    cli("users", "create", "amy", "--role", "viewer", "--password-stdin", input=PASSWORD)
+    cli("users", "create", "zed", "--role", "admin", "--password-stdin", input=support.PASSWORD)
+    cli("users", "create", "amy", "--role", "viewer", "--password-stdin", input=support.PASSWORD)
     cli("users", "disable", "zed")
     lines = [line.split() for line in cli("users", "list").output.strip().splitlines()]
     assert lines == [["NAME", "ROLE", "STATE"], ["amy", "viewer", "active"], ["zed", "admin", "disabled"]]
 
 
 def test_users_disable_stops_the_login_and_enable_restores_it(cli, engine, offline_app):
-    from .helpers import login
+    from . import support
 
-    cli("users", "create", "dan", "--role", "viewer", "--password-stdin", input=PASSWORD)
+    cli("users", "create", "dan", "--role", "viewer", "--password-stdin", input=support.PASSWORD)
     assert "Disabled user dan" in cli("users", "disable", "dan").output
-    assert login(offline_app.test_client(), "dan", PASSWORD).status_code == 401
+    assert support.login(offline_app.test_client(), "dan", support.PASSWORD).status_code == 401
     cli("users", "enable", "dan")
-    assert login(offline_app.test_client(), "dan", PASSWORD).status_code == 302
+    assert support.login(offline_app.test_client(), "dan", support.PASSWORD).status_code == 302
     missing = cli("users", "disable", "ghost")
     assert missing.exit_code == 1 and "no user named 'ghost'" in missing.output
 
 
 def test_users_set_password_replaces_the_password(cli, engine):
-    cli("users", "create", "eve", "--role", "viewer", "--password-stdin", input=PASSWORD)
+    cli("users", "create", "eve", "--role", "viewer", "--password-stdin", input=support.PASSWORD)
     result = cli("users", "set-password", "eve", "--password-stdin", input="a brand new password\n")
     assert result.exit_code == 0, result.output
-    assert verify_password(engine, "eve", PASSWORD) is None
+    assert verify_password(engine, "eve", support.PASSWORD) is None
     assert verify_password(engine, "eve", "a brand new password") is not None
 
 
@@ -85,7 +85,7 @@ def test_tokens_create_prints_a_working_token_once_and_keeps_only_its_hash(cli, 
     assert result.exit_code == 0, result.output
     token = result.stdout.strip().splitlines()[-1]
     assert token.startswith("dlq_")
-    response = offline_app.test_client().get("/api/entries", headers=bearer(token))
+    response = offline_app.test_client().get("/api/entries", headers=support.bearer(token))
     assert response.status_code == 200
     listing = cli("tokens", "list").output
     assert "ci" in listing and "viewer" in listing and token not in listing
@@ -94,7 +94,7 @@ def test_tokens_create_prints_a_working_token_once_and_keeps_only_its_hash(cli, 
 def test_tokens_revoke_stops_the_token_at_once(cli, offline_app):
     token = cli("tokens", "create", "ci", "--role", "viewer").stdout.strip().splitlines()[-1]
     assert cli("tokens", "revoke", "ci").exit_code == 0
-    assert offline_app.test_client().get("/api/entries", headers=bearer(token)).status_code == 401
+    assert offline_app.test_client().get("/api/entries", headers=support.bearer(token)).status_code == 401
     again = cli("tokens", "revoke", "ci")
     assert again.exit_code == 1 and "no active token named 'ci'" in again.output
     assert [t.revoked_at is not None for t in list_tokens(offline_app.extensions["dlq"].engine)] == [True]
@@ -111,7 +111,7 @@ def test_flask_app_finds_the_app_without_starting_anything(tmp_path):
         return subprocess.run([*flask, *args], cwd=tmp_path, env=env, input=stdin, capture_output=True,
                               text=True, timeout=60)
 
-    created = run("users", "create", "root", "--role", "admin", "--password-stdin", stdin=PASSWORD + "\n")
+    created = run("users", "create", "root", "--role", "admin", "--password-stdin", stdin=support.PASSWORD + "\n")
     assert created.returncode == 0, created.stderr
     listed = run("users", "list")
     assert listed.returncode == 0, listed.stderr

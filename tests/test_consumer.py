@@ -14,19 +14,10 @@ import nats.js.errors
 import pytest
 from nats.js.api import ConsumerConfig
 
-from dlq_dashboard.consumer import (
-    Backoff,
-    ConsumerRunner,
-    Lifecycle,
-    Outcome,
-    TransientError,
-    dead_letter,
-    default_is_transient,
-    ensure_stream,
-    make_validator,
-    publish_with_retry,
+from dlq_consumer import (
+    Backoff, ConsumerRunner, Lifecycle, Outcome, TransientError, dead_letter, default_is_transient, ensure_stream, make_validator, publish_with_retry,
 )
-from dlq_dashboard.lifecycle import json_pointer, parse_and_validate
+from dlq_consumer import json_pointer, parse_and_validate
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -3,9 +3,9 @@
 import json
 from datetime import datetime
 
-from dlq_dashboard.contract import (
-    entry_from_dlq_message, parse_advisory, parse_time, republish_headers,
-)
+from dlq_dashboard.actions.intents import republish_headers
+from dlq_dashboard.ingest.parse import entry_from_dlq_message, parse_advisory
+from dlq_dashboard.times import parse_time
 
 NOW = datetime(2026, 11, 29, 12, 0, 0)
 

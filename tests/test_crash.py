@@ -15,7 +15,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from .helpers import publish_fast, run, wait_for
+from . import support
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKLOG = 20_000
@@ -55,8 +55,8 @@ def test_kill_9_at_random_moments_loses_nothing_and_stores_nothing_twice(tmp_pat
         await nc.jetstream().add_stream(name="DLQ", subjects=["dlq.>"])
         await nc.close()
 
-    run(create_stream())
-    run(publish_fast(nats_server.url, "dlq.orders.created", BACKLOG,
+    support.run(create_stream())
+    support.run(support.publish_fast(nats_server.url, "dlq.orders.created", BACKLOG,
                      lambda i: (payload(i), {"Dlq-Original-Subject": "orders.created", "Dlq-Reason": "fatal"})))
     db = tmp_path / "dlq.sqlite3"
     rng = random.Random(os.environ.get("CRASH_SEED", "20000"))
@@ -65,7 +65,7 @@ def test_kill_9_at_random_moments_loses_nothing_and_stores_nothing_twice(tmp_pat
         proc = start_dashboard(tmp_path, nats_server.url, db)
         threshold = count_entries(db) + rng.randint(1, 4000)
         try:
-            wait_for(lambda: count_entries(db) >= threshold or proc.poll() is not None, timeout=60, interval=0.005,
+            support.wait_for(lambda: count_entries(db) >= threshold or proc.poll() is not None, timeout=60, interval=0.005,
                      message=f"{threshold} entries")
         finally:
             os.kill(proc.pid, signal.SIGKILL)
@@ -77,7 +77,7 @@ def test_kill_9_at_random_moments_loses_nothing_and_stores_nothing_twice(tmp_pat
 
     proc = start_dashboard(tmp_path, nats_server.url, db)
     try:
-        wait_for(lambda: count_entries(db) >= BACKLOG, timeout=120, message="the whole backlog")
+        support.wait_for(lambda: count_entries(db) >= BACKLOG, timeout=120, message="the whole backlog")
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(30) == 0, (tmp_path / "dashboard.log").read_text()[-2000:]

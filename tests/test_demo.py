@@ -11,15 +11,14 @@ import pytest
 
 from dlq_dashboard import create_app
 from dlq_dashboard.accounts import verify_password
-from dlq_dashboard.actions import republish_entry
-from dlq_dashboard.demo import CONSUMER, DEMO_SCHEMAS, STREAM, Demo, demo_settings, ensure_demo_operator
-from dlq_dashboard.demo_orders import OUTAGE_CUSTOMER, read_orders
-from dlq_dashboard.natsserver import NatsServer
-from dlq_dashboard.schemas import SchemaRegistry
-from dlq_dashboard.store import EntryFilter
+from dlq_dashboard.actions.republish import republish_entry
+from dlq_dashboard.demo import CONSUMER, Demo, DEMO_SCHEMAS, STREAM, demo_settings, ensure_demo_operator
+from dlq_dashboard.demo.orders import OUTAGE_CUSTOMER, read_orders
+from dlq_dashboard.nats.server import NatsServer
+from dlq_dashboard.entries.schemas import SchemaRegistry
+from dlq_dashboard.entries.filters import EntryFilter
 
-from .conftest import make_settings
-from .helpers import run, wait_for
+from . import support
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,7 +30,7 @@ def running(tmp_path_factory):
     """One dashboard (bridge and mirror) with the demo's opening burst, shared by this module."""
     tmp_path = tmp_path_factory.mktemp("demo")
     server = NatsServer(store_dir=tmp_path / "nats", log_path=tmp_path / "nats.log").start()
-    app = create_app({"SETTINGS": demo_settings(make_settings(tmp_path, server.url)), "TESTING": True})
+    app = create_app({"SETTINGS": demo_settings(support.make_settings(tmp_path, server.url)), "TESTING": True})
     runtime = app.extensions["dlq"]
     runtime.start()
     assert runtime.bridge.wait_connected(10), "the bridge did not connect"
@@ -74,14 +73,14 @@ def settled(server_url: str) -> bool:
         finally:
             await nc.close()
 
-    return run(main())
+    return support.run(main())
 
 
 def test_the_demo_fills_the_dashboard_with_every_kind_of_dead_letter(running):
     runtime, demo, _ = running
     kinds = ("price_as_string", "missing_customer", "garbled", "outage", "poison")
     # A dead letter and its TERM advisory may reach the mirror in either order: wait for both.
-    found = wait_for(lambda: all(settled_entry_of(runtime, demo, k) for k in kinds) and
+    found = support.wait_for(lambda: all(settled_entry_of(runtime, demo, k) for k in kinds) and
                      {k: settled_entry_of(runtime, demo, k) for k in kinds}, timeout=20,
                      message="one entry, dead letter and advisory, for every kind of failure")
 
@@ -107,14 +106,14 @@ def test_naks_of_the_retried_orders_reach_the_entry_history(running):
         entry = entry_of(runtime, demo, "outage")
         return entry and [h for h in entry.history if h["kind"] == "nak"]
 
-    history = wait_for(lambda: naks() and len(naks()) == 3 and naks(), timeout=20,
+    history = support.wait_for(lambda: naks() and len(naks()) == 3 and naks(), timeout=20,
                        message="three naks in the exhausted order's history")
     assert [h["deliveries"] for h in history] == [1, 2, 3]
 
 
 def test_the_order_table_holds_one_row_per_order_across_redeliveries_and_resends(running):
     runtime, demo, server = running
-    wait_for(lambda: settled(server.url), timeout=20, message="every order settled")
+    support.wait_for(lambda: settled(server.url), timeout=20, message="every order settled")
     # Rows made by a republish (the tests below) say so; the shop's own orders do not.
     orders = {k: row for k, row in read_orders(demo.db_path).items() if row["replay_of"] is None}
 
@@ -130,14 +129,14 @@ def test_the_order_table_holds_one_row_per_order_across_redeliveries_and_resends
 
 def test_republishing_a_corrected_schema_invalid_order_stores_it(running):
     runtime, demo, _ = running
-    entry = wait_for(lambda: settled_entry_of(runtime, demo, "price_as_string"), timeout=20)
+    entry = support.wait_for(lambda: settled_entry_of(runtime, demo, "price_as_string"), timeout=20)
     order = json.loads(entry.payload)
     order["items"][0]["price"] = float(order["items"][0]["price"])
     assert runtime.schemas.validate(entry.original_subject, json.dumps(order).encode()).valid
 
     outcome = republish(runtime, entry, json.dumps(order).encode())
 
-    stored = wait_for(lambda: read_orders(demo.db_path).get(order["order_id"]), timeout=10,
+    stored = support.wait_for(lambda: read_orders(demo.db_path).get(order["order_id"]), timeout=10,
                       message="the corrected order in the order table")
     assert outcome.entry.status == "republished"
     assert stored["replay_of"] == entry.dlq_ref
@@ -147,11 +146,11 @@ def test_republishing_a_corrected_schema_invalid_order_stores_it(running):
 
 def test_an_invalid_order_republished_with_the_override_comes_back_as_a_linked_entry(running):
     runtime, demo, _ = running
-    entry = wait_for(lambda: settled_entry_of(runtime, demo, "missing_customer"), timeout=20)
+    entry = support.wait_for(lambda: settled_entry_of(runtime, demo, "missing_customer"), timeout=20)
 
     republish_entry(runtime, entry.id, entry.version, actor="test-operator", force=True)
 
-    again = wait_for(lambda: runtime.store.replays_of(entry.dlq_ref), timeout=10,
+    again = support.wait_for(lambda: runtime.store.replays_of(entry.dlq_ref), timeout=10,
                      message="the replay's own dead letter")
     assert [e.reason for e in again] == ["schema_invalid"]
     assert again[0].payload == entry.payload
@@ -159,13 +158,13 @@ def test_an_invalid_order_republished_with_the_override_comes_back_as_a_linked_e
 
 def test_an_exhausted_order_republished_after_the_crm_outage_is_stored(running):
     runtime, demo, _ = running
-    entry = wait_for(lambda: settled_entry_of(runtime, demo, "outage"), timeout=20)
-    wait_for(demo.outage_over, timeout=OUTAGE_SECONDS + 5, interval=0.2, message="the end of the outage")
+    entry = support.wait_for(lambda: settled_entry_of(runtime, demo, "outage"), timeout=20)
+    support.wait_for(demo.outage_over, timeout=OUTAGE_SECONDS + 5, interval=0.2, message="the end of the outage")
 
     republish(runtime, entry)
 
     order_id = json.loads(entry.payload)["order_id"]
-    stored = wait_for(lambda: read_orders(demo.db_path).get(order_id), timeout=10)
+    stored = support.wait_for(lambda: read_orders(demo.db_path).get(order_id), timeout=10)
     assert stored["customer_id"] == OUTAGE_CUSTOMER
 
 
@@ -179,7 +178,7 @@ def test_the_demo_prints_an_operator_login_once_and_stops_cleanly(app, capsys):
     demo = Demo(runtime, trickle=(0.05, 0.1), seed=1).start()
     assert demo_threads()
     assert demo.ready.wait(10), f"the demo did not start: {demo.error!r}"
-    wait_for(lambda: read_orders(demo.db_path), timeout=10, message="a stored order")
+    support.wait_for(lambda: read_orders(demo.db_path), timeout=10, message="a stored order")
     demo.stop()
 
     assert demo_threads() == []
@@ -203,10 +202,10 @@ def test_the_demo_operator_is_created_once_with_the_operator_role(offline_app):
 
 
 def test_demo_settings_use_the_packaged_schemas_unless_dlq_schemas_is_set(tmp_path):
-    settings = demo_settings(make_settings(tmp_path))
+    settings = demo_settings(support.make_settings(tmp_path))
     registry = SchemaRegistry.load(settings.schemas_dir)
 
     assert settings.schemas_dir == str(DEMO_SCHEMAS)
     assert registry.problems == [] and registry.for_subject("orders.created").name == "orders.json"
-    own = make_settings(tmp_path, schemas_dir=str(tmp_path))
+    own = support.make_settings(tmp_path, schemas_dir=str(tmp_path))
     assert demo_settings(own).schemas_dir == str(tmp_path)

@@ -9,10 +9,10 @@ import random
 import pytest
 
 from dlq_dashboard.demo import order_schema
-from dlq_dashboard.demo_orders import (
-    BURST, OUTAGE_CUSTOMER, OrderFactory, OrderTable, SimulatedServices, read_orders,
+from dlq_dashboard.demo.orders import (
+    BURST, OrderFactory, OrderTable, OUTAGE_CUSTOMER, SimulatedServices, read_orders,
 )
-from dlq_dashboard.schemas import make_validator, parse_and_validate
+from dlq_consumer import make_validator, parse_and_validate
 
 VALIDATE = make_validator(order_schema())
 

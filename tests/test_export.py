@@ -13,13 +13,12 @@ import requests
 from sqlalchemy import event, update
 
 from dlq_dashboard import create_app
-from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
-from dlq_dashboard.models import Entry
-from dlq_dashboard.store import EntryView
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.db.models import Entry
+from dlq_dashboard.entries.view import EntryView
 from dlq_dashboard.web.export import CSV_COLUMNS, _FORMULA_STARTS
 
-from .conftest import bearer, make_settings
-from .helpers import dlq_headers, publish_many, run, wait_for
+from . import support
 
 HOSTILE = [
     b"",
@@ -56,7 +55,7 @@ def parse_export(fmt: str, body: bytes) -> list[dict]:
 
 
 def export(client, token: str, fmt: str, query: str = "") -> list[dict]:
-    response = client.get(f"/api/export.{fmt}{query}", headers=bearer(token))
+    response = client.get(f"/api/export.{fmt}{query}", headers=support.bearer(token))
     assert response.status_code == 200, response.get_data(as_text=True)
     return parse_export(fmt, response.get_data())
 
@@ -68,7 +67,7 @@ def listed_ids(client, token: str, query: str) -> list[int]:
     args = dict(parse_qsl(query))
     ids = []
     while True:
-        page = client.get("/api/entries", query_string={**args, "limit": "7"}, headers=bearer(token)).get_json()
+        page = client.get("/api/entries", query_string={**args, "limit": "7"}, headers=support.bearer(token)).get_json()
         ids += [e["id"] for e in page["entries"]]
         if page["next_cursor"] is None:
             return ids
@@ -108,7 +107,7 @@ def test_an_export_carries_the_same_entry_shape_as_the_api(offline_app, tokens):
     ingest_dlq_batch(engine, "DLQ", "e1", [_message(1, b'{"a": 1}', **{"Dlq-Schema-Errors":
                                                                      '[{"path": "/a", "message": "bad"}]'})])
     client = offline_app.test_client()
-    listed = client.get("/api/entries", headers=bearer(tokens["viewer"])).get_json()["entries"]
+    listed = client.get("/api/entries", headers=support.bearer(tokens["viewer"])).get_json()["entries"]
 
     for fmt in ("json", "ndjson"):
         assert export(client, tokens["viewer"], fmt) == listed
@@ -186,7 +185,7 @@ def test_limit_caps_an_export_without_the_page_bound(offline_app, tokens):
 @pytest.mark.parametrize("name, value", [("limit", "0"), ("limit", "ten"), ("status", "lost"),
                                          ("subject", "a..b"), ("since", "yesterday"), ("cursor", "!!")])
 def test_a_bad_filter_is_a_400_that_names_it(offline_app, tokens, name, value):
-    response = offline_app.test_client().get(f"/api/export.csv?{name}={value}", headers=bearer(tokens["viewer"]))
+    response = offline_app.test_client().get(f"/api/export.csv?{name}={value}", headers=support.bearer(tokens["viewer"]))
 
     assert response.status_code == 400
     assert response.get_json()["error"].startswith(f"{name} {value!r} is not ")
@@ -194,7 +193,7 @@ def test_a_bad_filter_is_a_400_that_names_it(offline_app, tokens, name, value):
 
 def test_an_export_is_an_attachment_named_with_the_time_and_the_filter(offline_app, tokens):
     response = offline_app.test_client().get("/api/export.ndjson?status=open&subject=orders.*&q=late%20fee",
-                                             headers=bearer(tokens["viewer"]))
+                                             headers=support.bearer(tokens["viewer"]))
 
     disposition = response.headers["Content-Disposition"]
     assert response.status_code == 200 and response.mimetype == "application/x-ndjson"
@@ -208,7 +207,7 @@ def test_an_empty_export_is_still_valid_in_every_format(offline_app, tokens):
 
     assert export(client, tokens["viewer"], "json") == []
     assert export(client, tokens["viewer"], "ndjson") == []
-    body = client.get("/api/export.csv", headers=bearer(tokens["viewer"])).get_data(as_text=True)
+    body = client.get("/api/export.csv", headers=support.bearer(tokens["viewer"])).get_data(as_text=True)
     assert body == ",".join(CSV_COLUMNS) + "\r\n"
 
 
@@ -221,7 +220,7 @@ def test_an_export_needs_a_login_or_a_token(offline_app):
 def test_entries_arriving_during_an_export_are_not_in_it(offline_app, tokens):
     engine = offline_app.extensions["dlq"].engine
     ingest_dlq_batch(engine, "DLQ", "e1", [_message(i + 1, b"before") for i in range(2500)])
-    response = offline_app.test_client().get("/api/export.ndjson", headers=bearer(tokens["viewer"]),
+    response = offline_app.test_client().get("/api/export.ndjson", headers=support.bearer(tokens["viewer"]),
                                              buffered=False)
     chunks = iter(response.response)
     body = [next(chunks)]
@@ -240,10 +239,10 @@ def test_entries_arriving_during_an_export_are_not_in_it(offline_app, tokens):
 def big_app(tmp_path_factory):
     """An app over 100,000 entries of reason "large" and 10,000 of reason "small"."""
     from dlq_dashboard.accounts import create_token
-    from dlq_dashboard.db import write_transaction
+    from dlq_dashboard.db.engine import write_transaction
 
     tmp = tmp_path_factory.mktemp("big")
-    application = create_app({"SETTINGS": make_settings(tmp), "TESTING": True})
+    application = create_app({"SETTINGS": support.make_settings(tmp), "TESTING": True})
     engine = application.extensions["dlq"].engine
     ingest_dlq_batch(engine, "DLQ", "e1", [_message(1, b'{"order": 1}' * 20, **{"Dlq-Reason": "large"}),
                                            _message(2, b'{"order": 2}' * 20, **{"Dlq-Reason": "small"})])
@@ -262,7 +261,7 @@ def big_app(tmp_path_factory):
 
 
 def _consume(app, query: str) -> int:
-    response = app.test_client().get(f"/api/export.ndjson{query}", headers=bearer(app.config["VIEWER_TOKEN"]),
+    response = app.test_client().get(f"/api/export.ndjson{query}", headers=support.bearer(app.config["VIEWER_TOKEN"]),
                                      buffered=False)
     rows = sum(chunk.count(b"\n") for chunk in response.response)
     response.close()
@@ -280,7 +279,7 @@ def test_an_export_of_100000_entries_streams_before_the_last_row_is_read(big_app
     event.listen(engine, "before_cursor_execute", count_batches)
     try:
         response = big_app.test_client().get("/api/export.ndjson?reason=large",
-                                             headers=bearer(big_app.config["VIEWER_TOKEN"]), buffered=False)
+                                             headers=support.bearer(big_app.config["VIEWER_TOKEN"]), buffered=False)
         chunks = iter(response.response)
         first = next(chunks)
         batches_at_first_bytes = len(batches)
@@ -315,17 +314,17 @@ def test_export_memory_does_not_grow_with_the_row_count(big_app):
 # --- end to end: the real server and the mirror ------------------------------------------------
 
 def test_exports_from_the_running_server_keep_mirrored_payloads_exact(app, nats_server, live_server, tokens):
-    run(publish_many(nats_server.url, [("dlq.orders.created", payload, dlq_headers(Dlq_Reason="fatal"))
+    support.run(support.publish_many(nats_server.url, [("dlq.orders.created", payload, support.dlq_headers(Dlq_Reason="fatal"))
                                        for payload in HOSTILE]))
     store = app.extensions["dlq"].store
-    from dlq_dashboard.store import EntryFilter
+    from dlq_dashboard.entries.filters import EntryFilter
 
-    wait_for(lambda: len(store.list_entries(EntryFilter(limit=100)).entries) == len(HOSTILE), timeout=20,
+    support.wait_for(lambda: len(store.list_entries(EntryFilter(limit=100)).entries) == len(HOSTILE), timeout=20,
              message="the mirror to store every dead letter")
 
     for fmt in FORMATS:
         response = requests.get(f"{live_server}/api/export.{fmt}?subject=orders.created",
-                                headers=bearer(tokens["viewer"]), timeout=30)
+                                headers=support.bearer(tokens["viewer"]), timeout=30)
         assert response.status_code == 200
         rows = sorted(parse_export(fmt, response.content), key=lambda r: int(r["dlq_seq"]))
         assert [base64.b64decode(r["payload_base64"]) for r in rows] == HOSTILE, fmt

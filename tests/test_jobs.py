@@ -7,13 +7,13 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from dlq_dashboard import actions, intents, jobrunner, jobs, pacing
-from dlq_dashboard.models import Action, Entry, Republish
+from dlq_dashboard.actions import publishing
+from dlq_dashboard.actions.bulk import jobs, pacing
+from dlq_dashboard.actions.bulk.runner import JobRunner
+from dlq_dashboard.actions.close import close_entry
+from dlq_dashboard.db.models import Action, Entry, Republish
 
-from .conftest import (
-    bearer, dead_letter_orders, logged_in, make_orders_stream, make_settings, orders_schema_folder, stream_messages,
-)
-from .helpers import csrf_token, wait_for
+from . import support
 
 RATE = 2000
 PAYLOAD = b'{"order_id": "o-%d", "customer_id": "c-1"}'
@@ -22,8 +22,8 @@ PAYLOAD = b'{"order_id": "o-%d", "customer_id": "c-1"}'
 @pytest.fixture
 def settings(tmp_path, nats_server):
     """Settings with a bulk rate of 2,000 republishes a second."""
-    return make_settings(tmp_path, nats_server.url, republish_rate=RATE, request_timeout=2.0,
-                         schemas_dir=orders_schema_folder(tmp_path))
+    return support.make_settings(tmp_path, nats_server.url, republish_rate=RATE, request_timeout=2.0,
+                         schemas_dir=support.orders_schema_folder(tmp_path))
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def payloads(n: int, start: int = 0) -> list[bytes]:
 
 
 def job_done(client, job_id, token):
-    status = client.get(f"/api/jobs/{job_id}?limit=0", headers=bearer(token)).get_json()
+    status = client.get(f"/api/jobs/{job_id}?limit=0", headers=support.bearer(token)).get_json()
     return status if status["state"] in ("done", "cancelled") else None
 
 
@@ -49,23 +49,23 @@ def count(rt, model, *conds):
 
 def test_a_bulk_job_over_2000_entries_publishes_exactly_2000_messages_at_the_rate_limit(
         app, rt, nats_server, tokens):
-    make_orders_stream(nats_server.url)
-    ids = dead_letter_orders(app, nats_server.url, payloads(2000))
+    support.make_orders_stream(nats_server.url)
+    ids = support.dead_letter_orders(app, nats_server.url, payloads(2000))
     client = app.test_client()
     started = time.monotonic()
     response = client.post("/api/bulk", json={"action": "republish", "filter": {"subject": "orders.created"}},
-                           headers=bearer(tokens["operator"]))
+                           headers=support.bearer(tokens["operator"]))
     assert response.status_code == 202
     job_id = response.get_json()["job"]
     # Entries that arrive while the job runs are not swept in.
-    late = dead_letter_orders(app, nats_server.url, payloads(5, start=5000))
+    late = support.dead_letter_orders(app, nats_server.url, payloads(5, start=5000))
 
-    status = wait_for(lambda: job_done(client, job_id, tokens["viewer"]), timeout=30, message="the job to finish")
+    status = support.wait_for(lambda: job_done(client, job_id, tokens["viewer"]), timeout=30, message="the job to finish")
     elapsed = time.monotonic() - started
     burst = pacing.window_size(RATE)
     assert elapsed >= (2000 - burst) / RATE  # the limiter's guarantee: no faster than the rate allows
     assert (status["state"], status["total"], status["done"], status["failed"]) == ("done", 2000, 2000, 0)
-    published = stream_messages(nats_server.url)
+    published = support.stream_messages(nats_server.url)
     assert len(published) == 2000
     assert len({m.headers["Nats-Msg-Id"] for m in published}) == 2000
     assert count(rt, Entry, Entry.id.in_(ids), Entry.status == "republished") == 2000
@@ -74,25 +74,25 @@ def test_a_bulk_job_over_2000_entries_publishes_exactly_2000_messages_at_the_rat
 
 
 def test_cancelling_a_job_stops_it_cleanly(app, rt, nats_server, tokens):
-    make_orders_stream(nats_server.url)
-    dead_letter_orders(app, nats_server.url, payloads(2000))
-    client = logged_in(app, "operator")
+    support.make_orders_stream(nats_server.url)
+    support.dead_letter_orders(app, nats_server.url, payloads(2000))
+    client = support.logged_in(app, "operator")
     job_id = jobs.create_job(rt, "republish", actor="alice", filter_args={"subject": "orders.created"})
-    wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["done"] >= 200, message="the job to make progress")
+    support.wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["done"] >= 200, message="the job to make progress")
 
-    token = csrf_token(client, f"/jobs/{job_id}")
+    token = support.csrf_token(client, f"/jobs/{job_id}")
     assert client.post(f"/jobs/{job_id}/cancel", data={"csrf_token": token}).status_code == 303
-    status = wait_for(lambda: job_done(client, job_id, tokens["viewer"]), message="the job to stop")
+    status = support.wait_for(lambda: job_done(client, job_id, tokens["viewer"]), message="the job to stop")
     assert status["state"] == "cancelled"
     assert status["done"] + status["cancelled"] == 2000 and status["cancelled"] > 0 and status["pending"] == 0
-    assert len(stream_messages(nats_server.url)) == status["done"]
+    assert len(support.stream_messages(nats_server.url)) == status["done"]
     assert count(rt, Republish, Republish.state == "pending") == 0
     assert count(rt, Action, Action.job_id == job_id, Action.action == "cancel_job") == 1
 
 
 def test_a_crash_mid_job_resumes_without_publishing_anything_twice(app, rt, nats_server, monkeypatch):
-    make_orders_stream(nats_server.url)
-    ids = dead_letter_orders(app, nats_server.url, payloads(600))
+    support.make_orders_stream(nats_server.url)
+    ids = support.dead_letter_orders(app, nats_server.url, payloads(600))
     windows = []
 
     def crash_on_the_third_window(where, intent):
@@ -101,33 +101,32 @@ def test_a_crash_mid_job_resumes_without_publishing_anything_twice(app, rt, nats
             if len(windows) == 2 * pacing.window_size(RATE) + 1:
                 raise RuntimeError("simulated crash after the publish, before the commit")
 
-    monkeypatch.setattr(intents, "fault_point", crash_on_the_third_window)
+    monkeypatch.setattr(publishing, "fault_point", crash_on_the_third_window)
     job_id = jobs.create_job(rt, "republish", actor="alice", ids=ids)
     rt.jobs.join(job_id, timeout=30)
     assert jobs.job_status(rt, job_id, limit=0)["state"] == "running"
     assert count(rt, Republish, Republish.state == "pending") >= pacing.window_size(RATE)
 
     # A restart: a new runner recovers the pending intents, then resumes the job.
-    monkeypatch.setattr(intents, "fault_point", lambda where, intent: None)
+    monkeypatch.setattr(publishing, "fault_point", lambda where, intent: None)
     rt.jobs.stop()
-    rt.jobs = None
-    jobrunner.runner_for(rt).start()
-    status = wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
+    rt.jobs = JobRunner(rt).start()
+    status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
                       timeout=30, message="the resumed job to finish")
     assert status["done"] == 600
-    published = stream_messages(nats_server.url)
+    published = support.stream_messages(nats_server.url)
     assert len(published) == 600
     assert len({m.headers["Nats-Msg-Id"] for m in published}) == 600
     assert count(rt, Action, Action.action == "republish") == 600
 
 
 def test_a_bulk_close_by_selection_closes_those_entries_with_the_note(app, rt, nats_server, tokens):
-    ids = dead_letter_orders(app, nats_server.url, payloads(30))
+    ids = support.dead_letter_orders(app, nats_server.url, payloads(30))
     client = app.test_client()
     chosen = [{"id": i, "version": 1} for i in ids[:10]]
     job_id = client.post("/api/bulk", json={"action": "close", "ids": chosen, "note": "known outage"},
-                         headers=bearer(tokens["operator"])).get_json()["job"]
-    status = wait_for(lambda: job_done(client, job_id, tokens["viewer"]))
+                         headers=support.bearer(tokens["operator"])).get_json()["job"]
+    status = support.wait_for(lambda: job_done(client, job_id, tokens["viewer"]))
     assert (status["state"], status["done"]) == ("done", 10)
     for entry_id in ids[:10]:
         entry = rt.store.get_entry(entry_id)
@@ -137,49 +136,49 @@ def test_a_bulk_close_by_selection_closes_those_entries_with_the_note(app, rt, n
 
 
 def test_entries_changed_since_the_job_was_made_are_skipped_with_the_reason(app, rt, nats_server):
-    make_orders_stream(nats_server.url)
-    ids = dead_letter_orders(app, nats_server.url, payloads(5))
+    support.make_orders_stream(nats_server.url)
+    ids = support.dead_letter_orders(app, nats_server.url, payloads(5))
     job_id = jobs.create_job(rt, "republish", actor="alice", ids=ids, start=False)
-    actions.close_entry(rt, ids[0], 1, actor="bob", note="not this one")
-    jobrunner.runner_for(rt).submit(job_id)
-    status = wait_for(lambda: (s := jobs.job_status(rt, job_id))["state"] == "done" and s)
+    close_entry(rt, ids[0], 1, actor="bob", note="not this one")
+    rt.jobs.submit(job_id)
+    status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id))["state"] == "done" and s)
     assert (status["done"], status["skipped"]) == (4, 1)
     [skipped] = [i for i in status["items"] if i["state"] == "skipped"]
     assert skipped["entry_id"] == ids[0] and "changed since you saw it" in skipped["result"]
-    assert len(stream_messages(nats_server.url)) == 4
+    assert len(support.stream_messages(nats_server.url)) == 4
 
 
 def test_by_filter_only_those_that_now_pass_the_current_schema_are_taken(app, rt, nats_server):
-    valid = dead_letter_orders(app, nats_server.url, payloads(3))
-    dead_letter_orders(app, nats_server.url, [b'{"order_id": "x"}', b"not json"])
+    valid = support.dead_letter_orders(app, nats_server.url, payloads(3))
+    support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "x"}', b"not json"])
     items, summary = jobs.select_items(rt, filter_args={"subject": "orders.created"}, only_valid=True)
     assert [i["id"] for i in items] == valid
     assert (summary["count"], summary["left_out_invalid"]) == (3, 2)
 
 
 def test_the_preview_counts_and_the_job_page_shows_progress(app, rt, nats_server):
-    make_orders_stream(nats_server.url)
-    ids = dead_letter_orders(app, nats_server.url, payloads(4))
-    client = logged_in(app, "operator")
-    token = csrf_token(client, f"/entries/{ids[0]}/edit")
+    support.make_orders_stream(nats_server.url)
+    ids = support.dead_letter_orders(app, nats_server.url, payloads(4))
+    client = support.logged_in(app, "operator")
+    token = support.csrf_token(client, f"/entries/{ids[0]}/edit")
     preview = client.post("/bulk/preview", data={"csrf_token": token, "by": "filter", "action": "republish",
                                                  "subject": "orders.*", "only_valid": "on"})
     page = preview.get_data(as_text=True)
     assert preview.status_code == 200 and "<strong>4</strong> entries will be republished" in page
     assert f'name="upto" value="{ids[-1]}"' in page
     assert "<td><code>orders.created</code></td><td>4</td><td>ORDERS</td>" in page  # where they go
-    dead_letter_orders(app, nats_server.url, payloads(2, start=100))  # after the preview: not taken
+    support.dead_letter_orders(app, nats_server.url, payloads(2, start=100))  # after the preview: not taken
 
     started = client.post("/bulk", data={"csrf_token": token, "by": "filter", "action": "republish",
                                          "subject": "orders.*", "only_valid": "on", "upto": str(ids[-1])})
     assert started.status_code == 303
     job_url = started.headers["Location"]
     job_id = int(job_url.rsplit("/", 1)[1])
-    wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["state"] == "done", message="the job to finish")
+    support.wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["state"] == "done", message="the job to finish")
     fragment = client.get(job_url, headers={"HX-Request": "true"}).get_data(as_text=True)
     assert fragment.lstrip().startswith('<section id="job-progress"') and "hx-trigger" not in fragment
     assert "4 done, 0 failed, 0 skipped" in fragment
-    assert len(stream_messages(nats_server.url)) == 4
+    assert len(support.stream_messages(nats_server.url)) == 4
 
 
 def test_the_token_bucket_never_runs_ahead_of_its_rate():
@@ -194,15 +193,15 @@ def test_the_token_bucket_never_runs_ahead_of_its_rate():
 
 
 def test_a_bulk_selection_made_at_a_stale_version_publishes_nothing_for_that_entry(app, rt, nats_server, tokens):
-    make_orders_stream(nats_server.url)
-    fresh, stale = dead_letter_orders(app, nats_server.url, payloads(2))
+    support.make_orders_stream(nats_server.url)
+    fresh, stale = support.dead_letter_orders(app, nats_server.url, payloads(2))
     client = app.test_client()
     # The list's checkboxes carry "id:version"; the second entry changed after the page was read.
     response = client.post("/api/bulk", json={"action": "republish", "ids": [f"{fresh}:1", f"{stale}:7"]},
-                           headers=bearer(tokens["operator"]))
+                           headers=support.bearer(tokens["operator"]))
     assert response.status_code == 202, response.get_data(as_text=True)
-    status = wait_for(lambda: job_done(client, response.get_json()["job"], tokens["operator"]), timeout=30)
+    status = support.wait_for(lambda: job_done(client, response.get_json()["job"], tokens["operator"]), timeout=30)
     assert (status["total"], status["done"], status["skipped"]) == (2, 1, 1)
     assert count(rt, Republish, Republish.entry_id == fresh) == 1
     assert count(rt, Republish, Republish.entry_id == stale) == 0
-    assert len(stream_messages(nats_server.url, "ORDERS")) == 1
+    assert len(support.stream_messages(nats_server.url, "ORDERS")) == 1

@@ -7,13 +7,12 @@ import itertools
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import insert, update
 
-from dlq_dashboard.contract import utcnow
-from dlq_dashboard.db import write_transaction
-from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
-from dlq_dashboard.models import Entry, Republish
+from dlq_dashboard.times import utcnow
+from dlq_dashboard.db.engine import write_transaction
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.db.models import Entry, Republish
 
-from .conftest import bearer, dead_letter_orders, make_orders_stream
-from .helpers import wait_for
+from . import support
 
 SECRET_PAYLOAD = b'{"card": "4111-1111-1111-1111"}'
 
@@ -135,15 +134,15 @@ def test_a_database_failure_is_reported_not_raised(offline_app, monkeypatch):
 
 def test_mirror_connection_and_republish_metrics_follow_the_running_dashboard(app, nats_server, tokens):
     client = app.test_client()
-    wait_for(lambda: value(scrape(client), "dlq_mirror_leader") == 1, timeout=15,
+    support.wait_for(lambda: value(scrape(client), "dlq_mirror_leader") == 1, timeout=15,
              message="this process to take the mirror lease")
     samples = scrape(client)
     assert value(samples, "dlq_nats_connected") == 1
     ingested_before = value(samples, "dlq_mirror_ingested_total", stream="DLQ") or 0
 
-    make_orders_stream(nats_server.url)
-    ids = dead_letter_orders(app, nats_server.url, [b'{"n": %d}' % i for i in range(5)])
-    wait_for(lambda: value(scrape(client), "dlq_mirror_ingested_total", stream="DLQ") == ingested_before + 5,
+    support.make_orders_stream(nats_server.url)
+    ids = support.dead_letter_orders(app, nats_server.url, [b'{"n": %d}' % i for i in range(5)])
+    support.wait_for(lambda: value(scrape(client), "dlq_mirror_ingested_total", stream="DLQ") == ingested_before + 5,
              message="the ingest counter to count the five dead letters")
     samples = scrape(client)
     assert value(samples, "dlq_mirror_last_sequence", stream="DLQ") == 5
@@ -151,12 +150,12 @@ def test_mirror_connection_and_republish_metrics_follow_the_running_dashboard(ap
     assert value(samples, "dlq_entries", status="open", reason="fatal") == 5
 
     response = client.post(f"/api/entries/{ids[0]}/republish", json={"version": 1},
-                           headers=bearer(tokens["operator"]))
+                           headers=support.bearer(tokens["operator"]))
     assert response.status_code == 200, response.get_data(as_text=True)
     samples = scrape(client)
     assert value(samples, "dlq_republishes", state="published", duplicate="false") == 1
     assert value(samples, "dlq_entries", status="republished", reason="fatal") == 1
 
     nats_server.stop()
-    wait_for(lambda: value(scrape(client), "dlq_nats_connected") == 0, timeout=15,
+    support.wait_for(lambda: value(scrape(client), "dlq_nats_connected") == 0, timeout=15,
              message="the connection gauge to drop with the server")

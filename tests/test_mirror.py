@@ -11,11 +11,10 @@ import nats
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy
 from sqlalchemy import func, select
 
-from dlq_dashboard.ingest import read_position
-from dlq_dashboard.models import Entry
+from dlq_dashboard.ingest.writes import read_position
+from dlq_dashboard.db.models import Entry
 
-from .conftest import bearer
-from .helpers import dlq_headers, publish_fast, publish_many, run, wait_for
+from . import support
 
 
 def entry_count(app) -> int:
@@ -24,24 +23,24 @@ def entry_count(app) -> int:
 
 
 def api_entries(client, token, **args):
-    response = client.get("/api/entries", query_string={"limit": 500, **args}, headers=bearer(token))
+    response = client.get("/api/entries", query_string={"limit": 500, **args}, headers=support.bearer(token))
     assert response.status_code == 200, response.get_data(as_text=True)
     return response.get_json()["entries"]
 
 
 def test_every_contract_field_reaches_the_api(app, nats_server, tokens):
-    headers = dlq_headers("orders.created", Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="42",
+    headers = support.dlq_headers("orders.created", Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="42",
                           Dlq_Consumer="billing", Dlq_Original_Msg_Id="order-1", Dlq_Reason="schema_invalid",
                           Dlq_Error="price is a string",
                           Dlq_Schema_Errors='[{"path": "/items/0/price", "message": "not a number"}]',
                           Dlq_Deliveries="1", Dlq_Failed_At="2026-11-29T10:00:00Z", Dlq_Replay_Of="DLQ:1")
     headers["traceparent"] = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     payload = b'{"order_id": "o-1", "items": [{"price": "12.50"}]}'
-    run(publish_many(nats_server.url, [("dlq.orders.created", payload, headers)]))
+    support.run(support.publish_many(nats_server.url, [("dlq.orders.created", payload, headers)]))
     client = app.test_client()
-    wait_for(lambda: api_entries(client, tokens["viewer"]), message="the entry")
+    support.wait_for(lambda: api_entries(client, tokens["viewer"]), message="the entry")
     entry = client.get(f"/api/entries/{api_entries(client, tokens['viewer'])[0]['id']}",
-                       headers=bearer(tokens["viewer"])).get_json()
+                       headers=support.bearer(tokens["viewer"])).get_json()
     assert entry["status"] == "open" and entry["version"] == 1
     assert (entry["dlq_stream"], entry["dlq_seq"]) == ("DLQ", 1)
     assert entry["original_subject"] == "orders.created"
@@ -72,10 +71,10 @@ BAD_INPUTS = [
 
 def test_bad_input_is_stored_and_served_and_never_stalls_the_mirror(app, nats_server, tokens):
     messages = [(f"dlq.bad.{i}", payload, headers) for i, (_, headers, payload) in enumerate(BAD_INPUTS)]
-    messages.append(("dlq.good", b'{"ok": true}', dlq_headers("good.one")))
-    run(publish_many(nats_server.url, messages))
+    messages.append(("dlq.good", b'{"ok": true}', support.dlq_headers("good.one")))
+    support.run(support.publish_many(nats_server.url, messages))
     client = app.test_client()
-    entries = wait_for(lambda: (lambda e: e if len(e) == len(messages) else None)(
+    entries = support.wait_for(lambda: (lambda e: e if len(e) == len(messages) else None)(
         api_entries(client, tokens["viewer"])), message="every message as an entry")
     by_seq = {e["dlq_seq"]: e for e in entries}
     for seq, (label, headers, payload) in enumerate(BAD_INPUTS, start=1):
@@ -93,9 +92,9 @@ def test_bad_input_is_stored_and_served_and_never_stalls_the_mirror(app, nats_se
 
 
 def test_ten_thousand_messages_become_ten_thousand_entries(app, nats_server):
-    run(publish_fast(nats_server.url, "dlq.bulk", 10_000,
-                     lambda i: (json.dumps({"n": i}).encode(), dlq_headers("bulk.x", Dlq_Reason="fatal"))))
-    wait_for(lambda: entry_count(app) == 10_000, timeout=60, message="10,000 entries")
+    support.run(support.publish_fast(nats_server.url, "dlq.bulk", 10_000,
+                     lambda i: (json.dumps({"n": i}).encode(), support.dlq_headers("bulk.x", Dlq_Reason="fatal"))))
+    support.wait_for(lambda: entry_count(app) == 10_000, timeout=60, message="10,000 entries")
     with app.extensions["dlq"].engine.connect() as conn:
         distinct = conn.execute(select(func.count(func.distinct(Entry.dlq_seq)))).scalar_one()
     assert distinct == 10_000
@@ -103,11 +102,11 @@ def test_ten_thousand_messages_become_ten_thousand_entries(app, nats_server):
 
 
 def test_a_restarted_mirror_or_a_replay_stores_nothing_twice(app, nats_server, settings):
-    from dlq_dashboard.ingest import reset_position
+    from dlq_dashboard.ingest.writes import reset_position
     from dlq_dashboard.runtime import Runtime
 
-    run(publish_many(nats_server.url, [(f"dlq.r.{i}", b"{}", dlq_headers("r.x")) for i in range(20)]))
-    wait_for(lambda: entry_count(app) == 20, message="20 entries")
+    support.run(support.publish_many(nats_server.url, [(f"dlq.r.{i}", b"{}", support.dlq_headers("r.x")) for i in range(20)]))
+    support.wait_for(lambda: entry_count(app) == 20, message="20 entries")
     app.extensions["dlq"].stop()
     # Replay the whole stream: the position is rewound as if a crash had lost it.
     epoch, _ = read_position(app.extensions["dlq"].engine, "DLQ")
@@ -115,9 +114,9 @@ def test_a_restarted_mirror_or_a_replay_stores_nothing_twice(app, nats_server, s
     reset_position(second.engine, "DLQ", epoch)
     second.start()
     try:
-        wait_for(lambda: second.mirror.progress["DLQ"].last_seq == 20, message="the replay")
-        run(publish_many(nats_server.url, [("dlq.r.new", b"{}", dlq_headers("r.x"))]))
-        wait_for(lambda: entry_count(app) == 21, message="the one new entry")
+        support.wait_for(lambda: second.mirror.progress["DLQ"].last_seq == 20, message="the replay")
+        support.run(support.publish_many(nats_server.url, [("dlq.r.new", b"{}", support.dlq_headers("r.x"))]))
+        support.wait_for(lambda: entry_count(app) == 21, message="the one new entry")
     finally:
         second.stop()
     assert entry_count(app) == 21
@@ -126,22 +125,22 @@ def test_a_restarted_mirror_or_a_replay_stores_nothing_twice(app, nats_server, s
 def test_nats_server_restart_loses_nothing_and_healthz_shows_the_outage(app, nats_server):
     client = app.test_client()
     assert client.get("/healthz").get_json()["status"] == "ok"
-    run(publish_fast(nats_server.url, "dlq.o", 3000, lambda i: (b"{}", dlq_headers("o.x"))))
-    wait_for(lambda: entry_count(app) > 0, message="ingest to begin")
+    support.run(support.publish_fast(nats_server.url, "dlq.o", 3000, lambda i: (b"{}", support.dlq_headers("o.x"))))
+    support.wait_for(lambda: entry_count(app) > 0, message="ingest to begin")
     nats_server.kill()
-    body = wait_for(lambda: (lambda r: r.get_json() if r.status_code == 503 and not r.get_json()["nats"]["connected"]
+    body = support.wait_for(lambda: (lambda r: r.get_json() if r.status_code == 503 and not r.get_json()["nats"]["connected"]
                              else None)(client.get("/healthz")), message="/healthz to report the outage")
     assert body["status"] == "degraded" and body["nats"]["last_error"]
     nats_server.start()
-    wait_for(lambda: client.get("/healthz").status_code == 200, timeout=30, message="/healthz to recover")
-    run(publish_fast(nats_server.url, "dlq.o", 1000, lambda i: (b"{}", dlq_headers("o.x"))))
-    wait_for(lambda: entry_count(app) == 4000, timeout=60, message="all 4,000 entries")
+    support.wait_for(lambda: client.get("/healthz").status_code == 200, timeout=30, message="/healthz to recover")
+    support.run(support.publish_fast(nats_server.url, "dlq.o", 1000, lambda i: (b"{}", support.dlq_headers("o.x"))))
+    support.wait_for(lambda: entry_count(app) == 4000, timeout=60, message="all 4,000 entries")
     assert client.get("/healthz").get_json()["mirror_lag"] == 0
 
 
 def test_a_recreated_stream_neither_overwrites_old_entries_nor_skips_new_ones(app, nats_server, tokens):
-    run(publish_many(nats_server.url, [(f"dlq.old.{i}", f"old {i}".encode(), dlq_headers("old.x")) for i in range(3)]))
-    wait_for(lambda: entry_count(app) == 3, message="3 old entries")
+    support.run(support.publish_many(nats_server.url, [(f"dlq.old.{i}", f"old {i}".encode(), support.dlq_headers("old.x")) for i in range(3)]))
+    support.wait_for(lambda: entry_count(app) == 3, message="3 old entries")
 
     async def recreate():
         nc = await nats.connect(nats_server.url)
@@ -149,11 +148,11 @@ def test_a_recreated_stream_neither_overwrites_old_entries_nor_skips_new_ones(ap
         await js.delete_stream("DLQ")
         await js.add_stream(name="DLQ", subjects=["dlq.>"])
         for i in range(5):
-            await js.publish(f"dlq.new.{i}", f"new {i}".encode(), headers=dlq_headers("new.x"))
+            await js.publish(f"dlq.new.{i}", f"new {i}".encode(), headers=support.dlq_headers("new.x"))
         await nc.close()
 
-    run(recreate())
-    wait_for(lambda: entry_count(app) == 8, timeout=30, message="5 new entries beside 3 old ones")
+    support.run(recreate())
+    support.wait_for(lambda: entry_count(app) == 8, timeout=30, message="5 new entries beside 3 old ones")
     payloads = sorted(base64.b64decode(e["payload_base64"]).decode()
                       for e in api_entries(app.test_client(), tokens["viewer"]))
     assert payloads == sorted([f"old {i}" for i in range(3)] + [f"new {i}" for i in range(5)])
@@ -188,26 +187,26 @@ def _entries_of(app, stream):
 
 
 def test_max_deliveries_advisories_on_a_limits_stream_become_entries_with_their_naks(app, nats_server, tokens):
-    run(_fail_messages(nats_server.url, "ORDERS", RetentionPolicy.LIMITS, 2, term=False))
-    rows = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(_entries_of(app, "ORDERS")), timeout=20,
+    support.run(_fail_messages(nats_server.url, "ORDERS", RetentionPolicy.LIMITS, 2, term=False))
+    rows = support.wait_for(lambda: (lambda r: r if len(r) == 2 else None)(_entries_of(app, "ORDERS")), timeout=20,
                     message="two max_deliveries entries")
     client = app.test_client()
     for row in rows:
-        entry = client.get(f"/api/entries/{row.id}", headers=bearer(tokens["viewer"])).get_json()
+        entry = client.get(f"/api/entries/{row.id}", headers=support.bearer(tokens["viewer"])).get_json()
         assert entry["reason"] == "max_deliveries" and entry["deliveries"] == 3
         assert entry["original_subject"] == "orders.created" and entry["payload_available"] is True
         assert json.loads(entry["payload_text"])["n"] in (0, 1)
         assert entry["headers"]["traceparent"][0].startswith("t")
         naks = [h for h in entry["history"] if h["kind"] == "nak"]
-        wait_for(lambda: len([h for h in client.get(f"/api/entries/{row.id}", headers=bearer(tokens["viewer"]))
+        support.wait_for(lambda: len([h for h in client.get(f"/api/entries/{row.id}", headers=support.bearer(tokens["viewer"]))
                               .get_json()["history"] if h["kind"] == "nak"]) >= 2, message="naks in the history")
         assert all(h["consumer"] == "worker" for h in naks)
 
 
 def test_terminated_messages_of_a_workqueue_stream_are_entries_without_payload(app, nats_server, tokens):
-    run(_fail_messages(nats_server.url, "JOBS", RetentionPolicy.WORK_QUEUE, 1, term=True))
-    rows = wait_for(lambda: _entries_of(app, "JOBS"), timeout=20, message="the terminated entry")
-    entry = app.test_client().get(f"/api/entries/{rows[0].id}", headers=bearer(tokens["viewer"])).get_json()
+    support.run(_fail_messages(nats_server.url, "JOBS", RetentionPolicy.WORK_QUEUE, 1, term=True))
+    rows = support.wait_for(lambda: _entries_of(app, "JOBS"), timeout=20, message="the terminated entry")
+    entry = app.test_client().get(f"/api/entries/{rows[0].id}", headers=support.bearer(tokens["viewer"])).get_json()
     assert entry["reason"] == "terminated" and entry["error"] == "customer does not exist"
     assert entry["payload_available"] is False
     assert any("no longer holds" in n for n in entry["notes"])
@@ -223,20 +222,20 @@ def test_a_failure_reported_by_a_dlq_copy_and_an_advisory_is_one_entry(app, nats
         sub = await js.pull_subscribe("pay.>", durable="payer", stream="PAY")
         msg = (await sub.fetch(1, timeout=2))[0]
         meta = msg.metadata
-        await js.publish("dlq.pay.captured", msg.data, headers=dlq_headers(
+        await js.publish("dlq.pay.captured", msg.data, headers=support.dlq_headers(
             "pay.captured", Dlq_Original_Stream="PAY", Dlq_Original_Seq=str(meta.sequence.stream),
             Dlq_Consumer="payer", Dlq_Reason="schema_invalid", Dlq_Error="amount is a string"))
         await nc.request(msg.reply, b"+TERM schema_invalid: amount is a string", timeout=2)
         await nc.close()
 
-    run(dead_letter_then_terminate())
+    support.run(dead_letter_then_terminate())
 
     def merged():
         rows = _entries_of(app, "PAY")
         return rows if len(rows) == 1 and rows[0].sources == "dlq,advisory" else None
 
-    rows = wait_for(merged, timeout=20, message="one entry from both sources")
-    entry = app.test_client().get(f"/api/entries/{rows[0].id}", headers=bearer(tokens["viewer"])).get_json()
+    rows = support.wait_for(merged, timeout=20, message="one entry from both sources")
+    entry = app.test_client().get(f"/api/entries/{rows[0].id}", headers=support.bearer(tokens["viewer"])).get_json()
     assert entry["reason"] == "schema_invalid" and entry["dlq_seq"] == 1 and entry["consumer"] == "payer"
     assert entry["sources"] == ["dlq", "advisory"]
     assert [h["kind"] for h in entry["history"]] == ["terminated"]
@@ -249,14 +248,14 @@ def test_two_runtimes_on_one_database_mirror_once_and_the_second_takes_over(app,
     second = Runtime.create(settings).start()
     try:
         assert second.bridge.wait_connected(10)
-        run(publish_many(nats_server.url, [(f"dlq.l.{i}", b"{}", dlq_headers("l.x")) for i in range(50)]))
-        wait_for(lambda: entry_count(app) == 50, message="50 entries")
+        support.run(support.publish_many(nats_server.url, [(f"dlq.l.{i}", b"{}", support.dlq_headers("l.x")) for i in range(50)]))
+        support.wait_for(lambda: entry_count(app) == 50, message="50 entries")
         assert first.mirror.leader and not second.mirror.leader
         first.mirror.close()  # releases the lease, as a clean shutdown does
         first.bridge.stop()
-        wait_for(lambda: second.mirror.leader, timeout=20, message="the second runtime to take the lease")
-        run(publish_many(nats_server.url, [(f"dlq.l.{i}", b"{}", dlq_headers("l.x")) for i in range(50)]))
-        wait_for(lambda: entry_count(app) == 100, message="100 entries")
+        support.wait_for(lambda: second.mirror.leader, timeout=20, message="the second runtime to take the lease")
+        support.run(support.publish_many(nats_server.url, [(f"dlq.l.{i}", b"{}", support.dlq_headers("l.x")) for i in range(50)]))
+        support.wait_for(lambda: entry_count(app) == 100, message="100 entries")
     finally:
         second.stop()
     assert entry_count(app) == 100
@@ -265,14 +264,14 @@ def test_two_runtimes_on_one_database_mirror_once_and_the_second_takes_over(app,
 def test_a_backlog_of_large_payloads_is_mirrored_within_a_byte_budget(app, nats_server, monkeypatch):
     import hashlib
 
-    from dlq_dashboard import mirror
+    from dlq_dashboard.ingest import mirror
 
     # A budget of two payloads: delivery must wait for the writer again and again.
     monkeypatch.setattr(mirror, "QUEUE_BYTES", 8 * 1024 * 1024)
     monkeypatch.setattr(mirror, "BATCH_BYTES", 4 * 1024 * 1024)
     payloads = [bytes([i]) * (4 * 1024 * 1024) for i in range(12)]
-    run(publish_many(nats_server.url, [("dlq.big", p, dlq_headers("big.x")) for p in payloads]))
-    wait_for(lambda: entry_count(app) == 12, timeout=60, message="12 large entries")
+    support.run(support.publish_many(nats_server.url, [("dlq.big", p, support.dlq_headers("big.x")) for p in payloads]))
+    support.wait_for(lambda: entry_count(app) == 12, timeout=60, message="12 large entries")
     with app.extensions["dlq"].engine.connect() as conn:
         stored = [bytes(r[0]) for r in conn.execute(select(Entry.payload).order_by(Entry.dlq_seq))]
     assert [hashlib.sha256(p).digest() for p in stored] == [hashlib.sha256(p).digest() for p in payloads]

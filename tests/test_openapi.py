@@ -20,13 +20,12 @@ from schemathesis.specs.openapi.checks import (
 )
 from sqlalchemy import select
 
-from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
-from dlq_dashboard.models import Base
-from dlq_dashboard.openapi import openapi_document, route_key
-from dlq_dashboard.store import MAX_LIMIT
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.db.models import Base
+from dlq_dashboard.web.openapi import openapi_document, route_key
+from dlq_dashboard.entries.filters import MAX_LIMIT
 
-from .conftest import bearer, dead_letter, dead_letter_orders, make_orders_stream
-from .helpers import wait_for
+from . import support
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 MISSING = 999_999
@@ -78,8 +77,8 @@ def test_each_operation_states_the_login_its_route_requires(offline_app):
 
 
 def test_the_entry_schema_lists_every_field_of_the_entry_json(offline_app, tokens):
-    dead_letter(offline_app, 1, payload=b"{}", Dlq_Reason="fatal")
-    entry = offline_app.test_client().get("/api/entries", headers=bearer(tokens["viewer"])).get_json()["entries"][0]
+    support.dead_letter(offline_app, 1, payload=b"{}", Dlq_Reason="fatal")
+    entry = offline_app.test_client().get("/api/entries", headers=support.bearer(tokens["viewer"])).get_json()["entries"][0]
 
     assert set(openapi_document(offline_app)["components"]["schemas"]["Entry"]["properties"]) == set(entry)
 
@@ -90,19 +89,19 @@ def test_the_entry_schema_lists_every_field_of_the_entry_json(offline_app, token
 def api(app, nats_server, tokens):
     """The running dashboard with entries in every state, a finished job and audit records."""
     client = app.test_client()
-    make_orders_stream(nats_server.url)
-    ids = dead_letter_orders(app, nats_server.url, [json.dumps({"order": i}).encode() for i in range(8)]
+    support.make_orders_stream(nats_server.url)
+    ids = support.dead_letter_orders(app, nats_server.url, [json.dumps({"order": i}).encode() for i in range(8)]
                              + [bytes(range(256))])
     assert client.post(f"/api/entries/{ids[0]}/republish", json={"version": 1},
-                       headers=bearer(tokens["operator"])).status_code == 200
+                       headers=support.bearer(tokens["operator"])).status_code == 200
     assert client.post(f"/api/entries/{ids[1]}/close", json={"version": 1, "note": "known"},
-                       headers=bearer(tokens["operator"])).status_code == 200
-    response = client.post("/api/bulk", json={"action": "close", "ids": [ids[2]]}, headers=bearer(tokens["operator"]))
+                       headers=support.bearer(tokens["operator"])).status_code == 200
+    response = client.post("/api/bulk", json={"action": "close", "ids": [ids[2]]}, headers=support.bearer(tokens["operator"]))
     assert response.status_code == 202
     job = response.get_json()["job"]
-    wait_for(lambda: client.get(f"/api/jobs/{job}", headers=bearer(tokens["viewer"])).get_json()["finished_at"],
+    support.wait_for(lambda: client.get(f"/api/jobs/{job}", headers=support.bearer(tokens["viewer"])).get_json()["finished_at"],
              message="the bulk job to finish")
-    no_subject = dead_letter(app, MISSING, subject=None, Dlq_Reason="fatal")
+    no_subject = support.dead_letter(app, MISSING, subject=None, Dlq_Reason="fatal")
     schema = schemathesis.openapi.from_wsgi("/api/openapi.json", app)
     return SimpleNamespace(app=app, client=client, schema=schema, ids=ids, job=job, no_subject=no_subject,
                            tokens=tokens, nats=nats_server)
@@ -116,7 +115,7 @@ def check_call(api, method: str, path: str, status: int, *, role: str | None = "
     if body is not None:
         kwargs.update(body=body, media_type="application/json")
     case = operation.Case(**kwargs)
-    response = case.call(headers=bearer(api.tokens[role]) if role else {})
+    response = case.call(headers=support.bearer(api.tokens[role]) if role else {})
     assert response.status_code == status, (method, path, response.text[:300])
     # A 503 while NATS is down is a documented answer, not a server error.
     case.validate_response(response, checks=CHECKS if status < 500 else CHECKS[1:])
@@ -184,7 +183,7 @@ def test_real_responses_match_the_document(api):
     call("get", "/api/openapi.json", 200, role=None)
 
     api.nats.stop()
-    wait_for(lambda: not api.app.extensions["dlq"].bridge.state.connected, message="the bridge to see NATS go")
+    support.wait_for(lambda: not api.app.extensions["dlq"].bridge.state.connected, message="the bridge to see NATS go")
     call("post", republish, 503, role="operator", path_parameters={"entry_id": ids[7]}, body={"version": 1})
     call("get", "/healthz", 503, role=None)
 
@@ -209,7 +208,7 @@ def snapshot(engine) -> dict:
 def fuzz(api, operation, examples: int, **fixed) -> None:
     """Positive cases generated from the document; every answer must match it."""
     engine = api.app.extensions["dlq"].engine
-    headers = bearer(api.tokens["operator"])
+    headers = support.bearer(api.tokens["operator"])
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
@@ -245,7 +244,7 @@ def _ingest(app, first: int, count: int, word: str = "widget") -> None:
 
 @pytest.mark.parametrize("limit", [str(MAX_LIMIT + 1), "100000", "0", "-1", "many"])
 def test_a_page_limit_outside_its_bound_is_a_400_that_names_the_bound(offline_app, tokens, limit):
-    response = offline_app.test_client().get(f"/api/entries?limit={limit}", headers=bearer(tokens["viewer"]))
+    response = offline_app.test_client().get(f"/api/entries?limit={limit}", headers=support.bearer(tokens["viewer"]))
 
     assert response.status_code == 400
     assert response.get_json()["error"] == f"limit {limit!r} is not valid: use a whole number from 1 to {MAX_LIMIT}"
@@ -258,7 +257,7 @@ def test_a_cursor_stays_put_while_new_entries_arrive(offline_app, tokens, query)
 
     def page(cursor=None):
         url = f"/api/entries?limit=4{query}" + (f"&cursor={cursor}" if cursor else "")
-        body = client.get(url, headers=bearer(tokens["viewer"])).get_json()
+        body = client.get(url, headers=support.bearer(tokens["viewer"])).get_json()
         return [e["id"] for e in body["entries"]], body["next_cursor"]
 
     first, cursor = page()
@@ -272,7 +271,7 @@ def test_a_cursor_stays_put_while_new_entries_arrive(offline_app, tokens, query)
 
 
 def test_a_cursor_not_made_by_the_api_is_a_400(offline_app, tokens):
-    response = offline_app.test_client().get("/api/entries?cursor=abc", headers=bearer(tokens["viewer"]))
+    response = offline_app.test_client().get("/api/entries?cursor=abc", headers=support.bearer(tokens["viewer"]))
 
     assert response.status_code == 400
     assert "next_cursor" in response.get_json()["error"]

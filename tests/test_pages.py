@@ -11,12 +11,13 @@ import pytest
 from sqlalchemy import insert
 
 from dlq_dashboard import create_app
-from dlq_dashboard.contract import Advisory, utcnow
-from dlq_dashboard.ingest import ingest_advisory_batch
-from dlq_dashboard.models import Action, Republish
-from dlq_dashboard.payloads import TEXT_LIMIT
+from dlq_dashboard.ingest.parse import Advisory
+from dlq_dashboard.times import utcnow
+from dlq_dashboard.ingest.writes import ingest_advisory_batch
+from dlq_dashboard.db.models import Action, Republish
+from dlq_dashboard.web.presenters.payloads import TEXT_LIMIT
 
-from .conftest import dead_letter, logged_in, make_settings
+from . import support
 
 ORDER_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -40,14 +41,14 @@ def schemas_dir(tmp_path):
 @pytest.fixture
 def web(tmp_path, schemas_dir):
     """The app over a real SQLite file, with a schema folder; nothing else started."""
-    application = create_app({"SETTINGS": make_settings(tmp_path, schemas_dir=str(schemas_dir)), "TESTING": True})
+    application = create_app({"SETTINGS": support.make_settings(tmp_path, schemas_dir=str(schemas_dir)), "TESTING": True})
     yield application
     application.extensions["dlq"].stop()
 
 
 @pytest.fixture
 def client(web):
-    return logged_in(web, "viewer")
+    return support.logged_in(web, "viewer")
 
 
 def html_of(response) -> str:
@@ -61,7 +62,7 @@ def row_ids(html: str) -> list[int]:
 # --- the list ---------------------------------------------------------------------------------
 
 def test_the_list_is_a_full_page_with_the_login_and_htmx_wired(web, client):
-    dead_letter(web, 1, "orders.created", b'{"order_id": "a-1"}', Dlq_Reason="fatal", Dlq_Error="kaput")
+    support.dead_letter(web, 1, "orders.created", b'{"order_id": "a-1"}', Dlq_Reason="fatal", Dlq_Error="kaput")
     response = client.get("/")
     html = html_of(response)
     assert response.status_code == 200 and "HX-Request" in response.headers["Vary"]
@@ -74,7 +75,7 @@ def test_the_list_is_a_full_page_with_the_login_and_htmx_wired(web, client):
 
 
 def test_the_same_route_answers_htmx_with_the_results_fragment_only(web, client):
-    dead_letter(web, 1, "orders.created", b"{}", Dlq_Error="kaput")
+    support.dead_letter(web, 1, "orders.created", b"{}", Dlq_Error="kaput")
     response = client.get("/?subject=orders.*&status=", headers={"HX-Request": "true"})
     html = html_of(response)
     assert response.status_code == 200 and "HX-Request" in response.headers["Vary"]
@@ -90,8 +91,8 @@ def test_a_history_restore_gets_the_full_page(web, client):
 
 
 def test_filters_in_the_url_narrow_the_list_and_stay_in_the_form(web, client):
-    keep = dead_letter(web, 1, "orders.created", b'{"customer": "zebulon"}', Dlq_Reason="fatal")
-    dead_letter(web, 2, "payments.captured", b'{"customer": "zebulon"}', Dlq_Reason="fatal")
+    keep = support.dead_letter(web, 1, "orders.created", b'{"customer": "zebulon"}', Dlq_Reason="fatal")
+    support.dead_letter(web, 2, "payments.captured", b'{"customer": "zebulon"}', Dlq_Reason="fatal")
     html = html_of(client.get("/?subject=orders.>&q=zebulon&reason=fatal"))
     assert row_ids(html) == [keep]
     assert 'value="orders.&gt;"' in html and 'value="zebulon"' in html
@@ -113,7 +114,7 @@ def test_a_filter_that_does_not_parse_is_a_message_and_a_400(web, client, query,
 
 
 def test_every_row_has_a_checkbox_for_the_bulk_form_carrying_the_version_seen(web, client):
-    entry_id = dead_letter(web, 1)
+    entry_id = support.dead_letter(web, 1)
     assert f'<input type="checkbox" name="ids" value="{entry_id}:1" form="bulk-form"' in html_of(client.get("/"))
 
 
@@ -123,13 +124,13 @@ def test_an_empty_list_says_how_to_publish_a_dead_letter(client):
 
 
 def test_a_filter_that_matches_nothing_says_so_and_offers_to_clear(web, client):
-    dead_letter(web, 1)
+    support.dead_letter(web, 1)
     html = html_of(client.get("/?q=nothingatall"))
     assert "No entries match these filters" in html and "Clear the filters" in html
 
 
 def test_older_entries_are_reached_by_cursor_without_repeats(web, client):
-    ids = [dead_letter(web, seq) for seq in range(1, 8)]
+    ids = [support.dead_letter(web, seq) for seq in range(1, 8)]
     first = html_of(client.get("/?limit=3"))
     assert row_ids(first) == ids[::-1][:3]
     older = re.search(r'href="(/\?cursor=[^"]+&amp;limit=3)"', first).group(1).replace("&amp;", "&")
@@ -139,20 +140,20 @@ def test_older_entries_are_reached_by_cursor_without_repeats(web, client):
 
 
 def test_the_new_entries_indicator_counts_arrivals_without_moving_the_list(web, client):
-    top = dead_letter(web, 1)
+    top = support.dead_letter(web, 1)
     html = html_of(client.get("/"))
     poll = re.search(r'hx-get="(/entries/new\?[^"]+)"', html).group(1).replace("&amp;", "&")
     assert f"after={top}" in poll and 'hx-trigger="every 5s"' in html
     assert "new — show" not in html_of(client.get(poll))
-    dead_letter(web, 2)
-    dead_letter(web, 3)
+    support.dead_letter(web, 2)
+    support.dead_letter(web, 3)
     assert "2 new — show" in html_of(client.get(poll))
 
 
 def test_the_summary_counts_by_status_and_draws_failures_over_time(web, client):
     for seq in range(1, 4):
-        dead_letter(web, seq, "orders.created")
-    dead_letter(web, 4, "payments.captured")
+        support.dead_letter(web, seq, "orders.created")
+    support.dead_letter(web, 4, "payments.captured")
     html = html_of(client.get("/summary?subject=orders.*"))
     assert re.search(r"status-open\">open</span> <strong>3</strong>", html)
     assert "<svg" in html and '<rect class="bar"' in html and "since=" in html and "until=" in html
@@ -163,9 +164,9 @@ def test_the_summary_counts_by_status_and_draws_failures_over_time(web, client):
 
 def test_groups_count_failures_by_subject_reason_and_rule_and_open_the_list(web, client):
     for seq, value in enumerate(["'1.5'", "'2'", "'abc'"], start=1):
-        dead_letter(web, seq, "orders.created", b"{}", Dlq_Reason="schema_invalid",
+        support.dead_letter(web, seq, "orders.created", b"{}", Dlq_Reason="schema_invalid",
                     Dlq_Schema_Errors=json.dumps([{"path": "/items/0/price", "message": f"{value} is not of type 'number'"}]))
-    dead_letter(web, 9, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 9 not found")
+    support.dead_letter(web, 9, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 9 not found")
     response = client.get("/groups")
     html = html_of(response)
     assert response.status_code == 200 and "HX-Request" in response.headers["Vary"]
@@ -187,7 +188,7 @@ def test_groups_say_what_to_do_when_nothing_is_open(client):
 
 def test_the_detail_shows_the_payload_with_the_failing_field_marked_beside_the_errors(web, client):
     payload = json.dumps({"order_id": "o-1", "items": [{"sku": "x", "price": "12.50"}]}).encode()
-    entry_id = dead_letter(web, 1, "orders.created", payload, Dlq_Reason="schema_invalid",
+    entry_id = support.dead_letter(web, 1, "orders.created", payload, Dlq_Reason="schema_invalid",
                            Dlq_Schema_Errors=json.dumps([{"path": "/items/0/price", "message": "'12.50' is not of type 'number'"}]))
     html = html_of(client.get(f"/entries/{entry_id}"))
     assert '<mark id="mark-0">&#34;price&#34;: &#34;12.50&#34;</mark>' in html
@@ -198,21 +199,21 @@ def test_the_detail_shows_the_payload_with_the_failing_field_marked_beside_the_e
 
 
 def test_an_error_for_a_missing_field_says_it_is_not_in_the_payload(web, client):
-    entry_id = dead_letter(web, 1, "orders.created", b'{"items": []}', Dlq_Reason="schema_invalid")
+    entry_id = support.dead_letter(web, 1, "orders.created", b'{"items": []}', Dlq_Reason="schema_invalid")
     html = html_of(client.get(f"/entries/{entry_id}"))
     assert "&#39;order_id&#39; is a required property" in html and "(whole payload)" in html
 
 
 def test_a_payload_the_current_schema_accepts_says_it_would_pass(web, client):
-    entry_id = dead_letter(web, 1, "orders.created", b'{"order_id": "fine"}')
+    entry_id = support.dead_letter(web, 1, "orders.created", b'{"order_id": "fine"}')
     assert "it would pass" in html_of(client.get(f"/entries/{entry_id}"))
-    other = dead_letter(web, 2, "users.signup", b"{}")
+    other = support.dead_letter(web, 2, "users.signup", b"{}")
     assert "No schema in DLQ_SCHEMAS covers users.signup" in html_of(client.get(f"/entries/{other}"))
 
 
 def test_a_payload_that_is_not_utf8_is_a_hex_dump_with_a_download(web, client):
     data = b"\xff\xfe\x00\x01binary payload\x80"
-    entry_id = dead_letter(web, 1, "orders.created", data)
+    entry_id = support.dead_letter(web, 1, "orders.created", data)
     html = html_of(client.get(f"/entries/{entry_id}"))
     assert "00000000" in html and "ff fe 00 01" in html and "not UTF-8" in html
     download = client.get(f"/entries/{entry_id}/payload")
@@ -223,20 +224,20 @@ def test_a_payload_that_is_not_utf8_is_a_hex_dump_with_a_download(web, client):
 
 def test_a_large_payload_is_truncated_with_a_download_link(web, client):
     big = json.dumps({"order_id": "o", "blob": "x" * (TEXT_LIMIT + 10)}).encode()
-    entry_id = dead_letter(web, 1, "orders.created", big)
+    entry_id = support.dead_letter(web, 1, "orders.created", big)
     html = html_of(client.get(f"/entries/{entry_id}"))
     assert "Only the start is shown" in html and f"/entries/{entry_id}/payload" in html
     assert len(html) < TEXT_LIMIT + 50_000
 
 
 def test_a_payload_nested_too_deeply_is_shown_not_crashed_on(web, client):
-    entry_id = dead_letter(web, 1, "orders.created", b"[" * 5000 + b"]" * 5000)
+    entry_id = support.dead_letter(web, 1, "orders.created", b"[" * 5000 + b"]" * 5000)
     response = client.get(f"/entries/{entry_id}")
     assert response.status_code == 200 and "nests too deeply" in html_of(response)
 
 
 def test_the_detail_lists_the_headers_in_a_table(web, client):
-    entry_id = dead_letter(web, 1, "orders.created", b"{}", traceparent="00-abc-def-01")
+    entry_id = support.dead_letter(web, 1, "orders.created", b"{}", traceparent="00-abc-def-01")
     html = html_of(client.get(f"/entries/{entry_id}"))
     assert "<code>traceparent</code></td><td class=\"value\">00-abc-def-01</td>" in html
 
@@ -244,7 +245,7 @@ def test_the_detail_lists_the_headers_in_a_table(web, client):
 def test_the_timeline_tells_naks_dead_lettering_republishes_failures_again_and_closes(web, client):
     engine = web.extensions["dlq"].engine
     now = utcnow()
-    entry_id = dead_letter(web, 1, "orders.created", b"{}", Dlq_Reason="max_deliveries", Dlq_Consumer="C",
+    entry_id = support.dead_letter(web, 1, "orders.created", b"{}", Dlq_Reason="max_deliveries", Dlq_Consumer="C",
                            Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="11")
     naks = [(Advisory("nak", f"nak-{n}", now - timedelta(minutes=5 - n), "ORDERS", "C", 11, n, None, {}), None, None)
             for n in (1, 2)]
@@ -259,7 +260,7 @@ def test_the_timeline_tells_naks_dead_lettering_republishes_failures_again_and_c
                                            note="customer refunded by hand", detail="{}"))
         conn.execute(insert(Action).values(entry_id=entry_id, action="reopen", actor="piotr",
                                            at=now + timedelta(seconds=30), detail="{}"))
-    again = dead_letter(web, 2, "orders.created", b"{}", stored_at=now + timedelta(seconds=15), Dlq_Reason="fatal",
+    again = support.dead_letter(web, 2, "orders.created", b"{}", stored_at=now + timedelta(seconds=15), Dlq_Reason="fatal",
                         Dlq_Replay_Of="DLQ:1")
     html = html_of(client.get(f"/entries/{entry_id}"))
     timeline = html[html.index('id="timeline-title"'):]
@@ -276,11 +277,11 @@ def test_the_timeline_tells_naks_dead_lettering_republishes_failures_again_and_c
 def test_a_broken_schema_file_is_reported_by_name_on_the_page_and_in_the_log(tmp_path, schemas_dir, caplog):
     (schemas_dir / "broken.json").write_text("{ not json")
     with caplog.at_level(logging.ERROR):
-        application = create_app({"SETTINGS": make_settings(tmp_path, schemas_dir=str(schemas_dir)), "TESTING": True})
+        application = create_app({"SETTINGS": support.make_settings(tmp_path, schemas_dir=str(schemas_dir)), "TESTING": True})
     try:
         assert "broken.json" in caplog.text
-        entry_id = dead_letter(application, 1, "orders.created", b'{"order_id": "x"}')
-        html = html_of(logged_in(application, "viewer").get(f"/entries/{entry_id}"))
+        entry_id = support.dead_letter(application, 1, "orders.created", b'{"order_id": "x"}')
+        html = html_of(support.logged_in(application, "viewer").get(f"/entries/{entry_id}"))
         assert "Schema files that could not be loaded" in html and "<code>broken.json</code>" in html
         assert "it would pass" in html  # the good file still works
     finally:
@@ -308,7 +309,7 @@ HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>', "</tex
 def test_hostile_payloads_subjects_headers_and_errors_are_text_inside_hx_disable(web, client):
     for seq, evil in enumerate(HOSTILE, start=1):
         payload = json.dumps({"order_id": evil, evil: [evil]}).encode()
-        dead_letter(web, seq, f"orders.{seq}", payload, Dlq_Reason=evil, Dlq_Error=evil, X_Evil=evil,
+        support.dead_letter(web, seq, f"orders.{seq}", payload, Dlq_Reason=evil, Dlq_Error=evil, X_Evil=evil,
                     Dlq_Schema_Errors=json.dumps([{"path": "/order_id", "message": evil}]))
     pages = [html_of(client.get("/")), html_of(client.get("/groups?status=")), html_of(client.get("/?q=alert"))]
     pages += [html_of(client.get(f"/entries/{i}")) for i in range(1, len(HOSTILE) + 1)]

@@ -10,10 +10,9 @@ import pytest
 from playwright.sync_api import expect
 
 from dlq_dashboard import create_app
-from dlq_dashboard.store import EntryFilter
+from dlq_dashboard.entries.filters import EntryFilter
 
-from .conftest import browser_login, make_settings
-from .helpers import dlq_headers, publish_many, run, wait_for
+from . import support
 
 ORDER_SCHEMA = {"x-subjects": ["orders.*"], "type": "object", "required": ["order_id"],
                 "properties": {"items": {"type": "array", "items": {"properties": {"price": {"type": "number"}}}}}}
@@ -25,7 +24,7 @@ def app(tmp_path, nats_server):
     folder = tmp_path / "schemas"
     folder.mkdir()
     (folder / "orders.json").write_text(json.dumps(ORDER_SCHEMA))
-    application = create_app({"SETTINGS": make_settings(tmp_path, nats_server.url, schemas_dir=str(folder)),
+    application = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url, schemas_dir=str(folder)),
                               "TESTING": True})
     runtime = application.extensions["dlq"]
     runtime.start()
@@ -40,8 +39,8 @@ def dead_letter_and_wait(app, nats_server, messages: list[tuple[str, bytes, dict
     before = len(list(store.iter_entries(EntryFilter())))
     # Playwright's sync API keeps an event loop in this thread: publish from another one.
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(run, publish_many(nats_server.url, messages)).result(30)
-    wait_for(lambda: len(list(store.iter_entries(EntryFilter()))) >= before + len(messages), timeout=15,
+        pool.submit(support.run, support.publish_many(nats_server.url, messages)).result(30)
+    support.wait_for(lambda: len(list(store.iter_entries(EntryFilter()))) >= before + len(messages), timeout=15,
              message="the mirror to store the dead letters")
 
 
@@ -52,11 +51,11 @@ def rows(page):
 def test_the_list_shows_a_mirrored_dead_letter_and_search_narrows_it(app, nats_server, live_server, page):
     dead_letter_and_wait(app, nats_server, [
         ("dlq.orders.created", b'{"order_id": "o-1", "customer": "zebulon"}',
-         dlq_headers("orders.created", Dlq_Reason="fatal", Dlq_Error="inventory unavailable")),
+         support.dlq_headers("orders.created", Dlq_Reason="fatal", Dlq_Error="inventory unavailable")),
         ("dlq.payments.captured", b'{"customer": "quentin"}',
-         dlq_headers("payments.captured", Dlq_Reason="max_deliveries", Dlq_Error="gateway timeout")),
+         support.dlq_headers("payments.captured", Dlq_Reason="max_deliveries", Dlq_Error="gateway timeout")),
     ])
-    browser_login(page, live_server, app, "viewer")
+    support.browser_login(page, live_server, app, "viewer")
     page.goto(f"{live_server}/")
     assert rows(page).count() == 2
     assert "orders.created" in rows(page).nth(1).inner_text()
@@ -72,11 +71,11 @@ def test_the_list_shows_a_mirrored_dead_letter_and_search_narrows_it(app, nats_s
 
 
 def test_new_dead_letters_are_announced_and_shown_on_request(app, nats_server, live_server, page):
-    dead_letter_and_wait(app, nats_server, [("dlq.orders.created", b"{}", dlq_headers("orders.created"))])
-    browser_login(page, live_server, app, "viewer")
+    dead_letter_and_wait(app, nats_server, [("dlq.orders.created", b"{}", support.dlq_headers("orders.created"))])
+    support.browser_login(page, live_server, app, "viewer")
     page.goto(f"{live_server}/")
     assert rows(page).count() == 1
-    dead_letter_and_wait(app, nats_server, [("dlq.orders.updated", b"{}", dlq_headers("orders.updated"))])
+    dead_letter_and_wait(app, nats_server, [("dlq.orders.updated", b"{}", support.dlq_headers("orders.updated"))])
     announcement = page.get_by_text("1 new — show")
     announcement.wait_for(timeout=15_000)
     assert rows(page).count() == 1  # nothing moved under the reader
@@ -87,9 +86,9 @@ def test_new_dead_letters_are_announced_and_shown_on_request(app, nats_server, l
 def test_the_detail_shows_the_schema_error_beside_the_payload_with_the_field_marked(app, nats_server, live_server, page):
     payload = json.dumps({"order_id": "o-7", "items": [{"sku": "gizmo", "price": "12.50"}]}).encode()
     errors = json.dumps([{"path": "/items/0/price", "message": "'12.50' is not of type 'number'"}])
-    dead_letter_and_wait(app, nats_server, [("dlq.orders.created", payload, dlq_headers(
+    dead_letter_and_wait(app, nats_server, [("dlq.orders.created", payload, support.dlq_headers(
         "orders.created", Dlq_Reason="schema_invalid", Dlq_Schema_Errors=errors))])
-    browser_login(page, live_server, app, "viewer")
+    support.browser_login(page, live_server, app, "viewer")
     page.goto(f"{live_server}/")
     rows(page).first.locator("a").first.click()
     page.wait_for_url(lambda url: "/entries/" in url)
@@ -113,12 +112,12 @@ HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>', "</tex
 def test_hostile_dead_letters_trigger_no_dialog_and_no_request(app, nats_server, live_server, page):
     messages = []
     for i, evil in enumerate(HOSTILE):
-        headers = dlq_headers(evil, Dlq_Reason=evil, Dlq_Error=evil, Dlq_Consumer=evil, X_Evil=evil,
+        headers = support.dlq_headers(evil, Dlq_Reason=evil, Dlq_Error=evil, Dlq_Consumer=evil, X_Evil=evil,
                               Dlq_Schema_Errors=json.dumps([{"path": "/" + evil, "message": evil}]))
         messages.append((f"dlq.evil.{i}", json.dumps({"order_id": evil, evil: [evil]}).encode(), headers))
-    messages.append(("dlq.evil.raw", HOSTILE[1].encode() + b"\xff", dlq_headers("orders.created")))
+    messages.append(("dlq.evil.raw", HOSTILE[1].encode() + b"\xff", support.dlq_headers("orders.created")))
     dead_letter_and_wait(app, nats_server, messages)
-    browser_login(page, live_server, app, "viewer")
+    support.browser_login(page, live_server, app, "viewer")
 
     dialogs, requests, violations = [], [], []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dlq_dashboard.payloads import HEX_LIMIT, TEXT_LIMIT, hex_dump, mark_indexes, view_payload
+from dlq_dashboard.web.presenters.payloads import HEX_LIMIT, TEXT_LIMIT, hex_dump, mark_indexes, view_payload
 
 ORDER = {"order_id": "o-1", "items": [{"sku": "x", "price": "12.50"}], "note": {"a/b": 1}}
 

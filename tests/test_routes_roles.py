@@ -9,12 +9,11 @@ import pytest
 from sqlalchemy import select
 
 from dlq_dashboard.accounts import AccountError, create_token, create_user
-from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
-from dlq_dashboard.models import Base
-from dlq_dashboard.store import EntryFilter
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.db.models import Base
+from dlq_dashboard.entries.filters import EntryFilter
 
-from .conftest import PASSWORD, bearer, logged_in
-from .helpers import csrf_token, dlq_headers, login
+from . import support
 
 IDENTITIES = (None, "viewer", "operator", "admin")  # None: anonymous
 RANK = {role: i for i, role in enumerate(IDENTITIES)}
@@ -71,11 +70,11 @@ def world(app):
     bridge.call(lambda: bridge.js.add_stream(name="ORDERS", subjects=["orders.>"]), timeout=5)
     engine = app.extensions["dlq"].engine
     ingest_dlq_batch(engine, "MATRIX", "e1", [
-        StreamMessage(1, "dlq.orders.created", dlq_headers("orders.created", **{"Dlq-Error": "boom"}),
+        StreamMessage(1, "dlq.orders.created", support.dlq_headers("orders.created", **{"Dlq-Error": "boom"}),
                       b'{"id": 1}', None)])
     entry_id = app.extensions["dlq"].store.list_entries(EntryFilter()).entries[0].id
     sessions = {None: app.test_client()}
-    sessions.update({role: logged_in(app, role) for role in IDENTITIES[1:]})
+    sessions.update({role: support.logged_in(app, role) for role in IDENTITIES[1:]})
     tokens = {role: create_token(engine, f"matrix-{role}", role) for role in IDENTITIES[1:]}
     return {"entry_id": entry_id, "sessions": sessions, "tokens": tokens}
 
@@ -93,16 +92,16 @@ def _send(client, method: str, path: str, *, token: str | None, htmx: bool):
     if htmx:
         headers["HX-Request"] = "true"
     if token:
-        headers.update(bearer(token))
+        headers.update(support.bearer(token))
     if method == "GET":
         return client.get(path, headers=headers)
     if path.startswith("/api/"):
         if not token:
-            headers["X-CSRFToken"] = csrf_token(client)
+            headers["X-CSRFToken"] = support.csrf_token(client)
         return client.open(path, method=method, json={"version": 1}, headers=headers)
     data = {"version": "1"}
     if not token:
-        data["csrf_token"] = csrf_token(client)
+        data["csrf_token"] = support.csrf_token(client)
     return client.open(path, method=method, data=data, headers=headers)
 
 
@@ -113,11 +112,11 @@ def session_for(app, world, who, method):
         return world["sessions"][who]
     name = f"writer-{who}"
     try:
-        create_user(app.extensions["dlq"].engine, name, PASSWORD, who)
+        create_user(app.extensions["dlq"].engine, name, support.PASSWORD, who)
     except AccountError:
         pass
     client = app.test_client()
-    assert login(client, name, PASSWORD).status_code == 302
+    assert support.login(client, name, support.PASSWORD).status_code == 302
     return client
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import logging
 
-from dlq_dashboard.schemas import SchemaRegistry, json_pointer, make_validator, parse_and_validate
+from dlq_consumer import json_pointer, make_validator, parse_and_validate
+from dlq_dashboard.entries.schemas import SchemaRegistry
 
 ORDERS = {"x-subjects": ["orders.*"], "type": "object", "required": ["order_id"],
           "properties": {"order_id": {"type": "string"},

@@ -10,12 +10,11 @@ from flask import jsonify
 
 from dlq_dashboard import create_app
 from dlq_dashboard.accounts import create_user
-from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.web.auth import requires
 from dlq_dashboard.web.security import CONTENT_SECURITY_POLICY, LoginThrottle
 
-from .conftest import PASSWORD, bearer, logged_in, make_settings
-from .helpers import csrf_token, dlq_headers, login
+from . import support
 
 EXPECTED_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
@@ -25,7 +24,7 @@ EXPECTED_HEADERS = {
 
 
 def make_app(tmp_path, **config):
-    app = create_app({"SETTINGS": make_settings(tmp_path, trusted_proxies=("10.0.0.0/24",)),
+    app = create_app({"SETTINGS": support.make_settings(tmp_path, trusted_proxies=("10.0.0.0/24",)),
                       "TESTING": True, **config})
     app.add_url_rule("/api/probe", "api_probe", requires("viewer")(lambda: jsonify(ok=True)), methods=["POST"])
     app.add_url_rule("/probe/form", "probe_form", requires("viewer")(lambda: "done"), methods=["POST"])
@@ -58,8 +57,8 @@ def test_the_content_security_policy_allows_no_inline_code_no_eval_and_no_framin
 def test_every_get_route_answers_with_the_security_headers(app):
     """Every GET route of app.url_map, anonymous and as admin (entry ids filled in)."""
     engine = app.extensions["dlq"].engine
-    ingest_dlq_batch(engine, "HDR", "e1", [StreamMessage(1, "dlq.orders.created", dlq_headers(), b"{}", None)])
-    admin = logged_in(app, "admin")
+    ingest_dlq_batch(engine, "HDR", "e1", [StreamMessage(1, "dlq.orders.created", support.dlq_headers(), b"{}", None)])
+    admin = support.logged_in(app, "admin")
     checked = 0
     for rule in app.url_map.iter_rules():
         if "GET" not in rule.methods:
@@ -83,7 +82,7 @@ def test_error_answers_carry_the_headers_too(web):
 
 
 def test_pages_with_payloads_are_not_cached_but_static_files_may_be(web):
-    client = logged_in(web, "viewer")
+    client = support.logged_in(web, "viewer")
     assert client.get("/").headers["Cache-Control"] == "no-store"
     assert client.get("/static/app.css").headers.get("Cache-Control") != "no-store"
 
@@ -91,7 +90,7 @@ def test_pages_with_payloads_are_not_cached_but_static_files_may_be(web):
 # --- cookies over HTTPS -----------------------------------------------------------------------
 
 def https_login(app, environ=None, base_url="https://dash.example"):
-    create_user(app.extensions["dlq"].engine, "tls", PASSWORD, "viewer")
+    create_user(app.extensions["dlq"].engine, "tls", support.PASSWORD, "viewer")
     client = app.test_client()
     environ = environ or {}
     page = client.get("/login", base_url=base_url, environ_base=environ)
@@ -99,7 +98,7 @@ def https_login(app, environ=None, base_url="https://dash.example"):
     # Over HTTPS Flask-WTF also checks that the Referer is this site.
     return client.post("/login", base_url=base_url, environ_base=environ,
                        headers={"Referer": f"{base_url}/login", "X-Forwarded-Proto": "https"},
-                       data={"username": "tls", "password": PASSWORD, "csrf_token": token})
+                       data={"username": "tls", "password": support.PASSWORD, "csrf_token": token})
 
 
 def session_cookie(response) -> str:
@@ -130,45 +129,45 @@ def test_a_forwarded_proto_from_anyone_else_is_not_believed(web):
 
 @pytest.mark.parametrize("site", ["cross-site", "same-site"])
 def test_a_state_changing_request_started_by_another_site_is_refused_even_with_a_token(web, site):
-    client = logged_in(web, "viewer")
-    response = client.post("/logout", data={"csrf_token": csrf_token(client)}, headers={"Sec-Fetch-Site": site})
+    client = support.logged_in(web, "viewer")
+    response = client.post("/logout", data={"csrf_token": support.csrf_token(client)}, headers={"Sec-Fetch-Site": site})
     assert response.status_code == 403
     assert "started by another site" in response.get_data(as_text=True)
     assert client.get("/").status_code == 200  # still logged in: the logout did not happen
 
 
 def test_a_cross_site_api_call_is_refused_as_json(web):
-    client = logged_in(web, "viewer")
+    client = support.logged_in(web, "viewer")
     response = client.post("/api/probe", json={}, headers={"Sec-Fetch-Site": "cross-site",
-                                                           "X-CSRFToken": csrf_token(client)})
+                                                           "X-CSRFToken": support.csrf_token(client)})
     assert response.status_code == 403 and "another site" in response.json["error"]
 
 
 def test_same_origin_and_user_started_requests_pass(web):
-    client = logged_in(web, "viewer")
+    client = support.logged_in(web, "viewer")
     for site in ("same-origin", "none"):
-        response = client.post("/probe/form", data={"csrf_token": csrf_token(client)}, headers={"Sec-Fetch-Site": site})
+        response = client.post("/probe/form", data={"csrf_token": support.csrf_token(client)}, headers={"Sec-Fetch-Site": site})
         assert response.status_code == 200, site
 
 
 def test_a_form_without_its_csrf_token_is_refused_with_a_sentence(web):
-    client = logged_in(web, "viewer")
+    client = support.logged_in(web, "viewer")
     response = client.post("/probe/form")
     assert response.status_code == 400
     assert "CSRF token is missing" in response.get_data(as_text=True)
 
 
 def test_an_api_call_with_a_session_and_no_csrf_header_is_refused_as_json(web):
-    client = logged_in(web, "viewer")
+    client = support.logged_in(web, "viewer")
     response = client.post("/api/probe", json={})
     assert response.status_code == 400 and "CSRF" in response.json["error"]
-    assert client.post("/api/probe", json={}, headers={"X-CSRFToken": csrf_token(client)}).status_code == 200
+    assert client.post("/api/probe", json={}, headers={"X-CSRFToken": support.csrf_token(client)}).status_code == 200
 
 
 def test_another_sessions_csrf_token_is_refused(web):
-    mallory = logged_in(web, "viewer")
-    victim = logged_in(web, "operator")
-    response = victim.post("/probe/form", data={"csrf_token": csrf_token(mallory)})
+    mallory = support.logged_in(web, "viewer")
+    victim = support.logged_in(web, "operator")
+    response = victim.post("/probe/form", data={"csrf_token": support.csrf_token(mallory)})
     assert response.status_code == 400
 
 
@@ -176,17 +175,17 @@ def test_a_bearer_call_needs_no_csrf_token(web):
     from dlq_dashboard.accounts import create_token
 
     token = create_token(web.extensions["dlq"].engine, "script", "viewer")
-    assert web.test_client().post("/api/probe", json={}, headers=bearer(token)).status_code == 200
+    assert web.test_client().post("/api/probe", json={}, headers=support.bearer(token)).status_code == 200
 
 
 # --- the login throttle -----------------------------------------------------------------------
 
 def test_after_five_failures_a_name_is_refused_for_a_while_even_with_the_right_password(web):
-    create_user(web.extensions["dlq"].engine, "target", PASSWORD, "viewer")
+    create_user(web.extensions["dlq"].engine, "target", support.PASSWORD, "viewer")
     client = web.test_client()
     for _ in range(5):
-        assert login(client, "target", "guess-guess").status_code == 401
-    response = login(client, "target", PASSWORD)
+        assert support.login(client, "target", "guess-guess").status_code == 401
+    response = support.login(client, "target", support.PASSWORD)
     assert response.status_code == 429
     assert 0 < int(response.headers["Retry-After"]) <= 300
     assert "Too many failed logins" in response.get_data(as_text=True)
@@ -195,32 +194,32 @@ def test_after_five_failures_a_name_is_refused_for_a_while_even_with_the_right_p
 def test_an_unknown_name_is_throttled_like_a_known_one(web):
     client = web.test_client()
     for _ in range(5):
-        login(client, "nobody-here", "guess-guess")
-    assert login(client, "nobody-here", "guess-guess").status_code == 429
+        support.login(client, "nobody-here", "guess-guess")
+    assert support.login(client, "nobody-here", "guess-guess").status_code == 429
 
 
 def test_a_throttled_name_does_not_lock_out_other_names(web):
-    create_user(web.extensions["dlq"].engine, "colleague", PASSWORD, "viewer")
+    create_user(web.extensions["dlq"].engine, "colleague", support.PASSWORD, "viewer")
     client = web.test_client()
     for _ in range(5):
-        login(client, "target", "guess-guess")
-    assert login(web.test_client(), "colleague", PASSWORD).status_code == 302
+        support.login(client, "target", "guess-guess")
+    assert support.login(web.test_client(), "colleague", support.PASSWORD).status_code == 302
 
 
 def test_one_address_trying_many_names_is_throttled(tmp_path):
     app = make_app(tmp_path, LOGIN_FAILURES_PER_ADDRESS=3)
-    create_user(app.extensions["dlq"].engine, "real", PASSWORD, "viewer")
+    create_user(app.extensions["dlq"].engine, "real", support.PASSWORD, "viewer")
     attacker = {"REMOTE_ADDR": "198.51.100.7"}
     client = app.test_client()
     for name in ("a1", "a2", "a3"):
-        token = csrf_token(client)
+        token = support.csrf_token(client)
         client.post("/login", data={"username": name, "password": "guess-guess", "csrf_token": token},
                     environ_base=attacker)
-    token = csrf_token(client)
-    refused = client.post("/login", data={"username": "real", "password": PASSWORD, "csrf_token": token},
+    token = support.csrf_token(client)
+    refused = client.post("/login", data={"username": "real", "password": support.PASSWORD, "csrf_token": token},
                           environ_base=attacker)
     assert refused.status_code == 429
-    assert login(app.test_client(), "real", PASSWORD).status_code == 302  # from another address
+    assert support.login(app.test_client(), "real", support.PASSWORD).status_code == 302  # from another address
     app.extensions["dlq"].stop()
 
 
@@ -282,7 +281,7 @@ def test_an_open_route_answers_without_login_and_reveals_no_payload(app, path):
     view = app.view_functions[next(r.endpoint for r in app.url_map.iter_rules() if r.rule == path)]
     assert view.required_role is None
     engine = app.extensions["dlq"].engine
-    headers = dlq_headers(f"orders.{SECRET}", **{"Dlq-Error": f"bad {SECRET}", "X-Customer": SECRET})
+    headers = support.dlq_headers(f"orders.{SECRET}", **{"Dlq-Error": f"bad {SECRET}", "X-Customer": SECRET})
     ingest_dlq_batch(engine, "OPEN", "e1", [StreamMessage(1, f"dlq.orders.{SECRET}", headers,
                                                           f'{{"card": "{SECRET}"}}'.encode(), None)])
     response = app.test_client().get(path)
@@ -295,9 +294,9 @@ def test_a_raw_payload_download_is_an_attachment_never_a_page(web):
     if not downloads:
         pytest.skip("there is no raw payload download in this app yet")
     engine = web.extensions["dlq"].engine
-    ingest_dlq_batch(engine, "DL", "e1", [StreamMessage(1, "dlq.orders.created", dlq_headers(),
+    ingest_dlq_batch(engine, "DL", "e1", [StreamMessage(1, "dlq.orders.created", support.dlq_headers(),
                                                         b"<script>alert(1)</script>", None)])
-    client = logged_in(web, "viewer")
+    client = support.logged_in(web, "viewer")
     response = client.get(re.sub(r"<int:[^>]+>", "1", downloads[0]))
     assert response.status_code == 200
     assert response.headers["Content-Disposition"].startswith("attachment")

@@ -1,8 +1,8 @@
 """The browser fixtures work: a logged-in Chromium sees the list page."""
 
-from .conftest import browser_login
+from . import support
 
 
 def test_a_logged_in_browser_sees_the_list_page(app, live_server, page):
-    browser_login(page, live_server, app, "viewer")
+    support.browser_login(page, live_server, app, "viewer")
     assert page.locator("h1").first.inner_text() == "Dead letters"

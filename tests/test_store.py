@@ -8,12 +8,12 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import update
 
-from dlq_dashboard.contract import format_time, utcnow
-from dlq_dashboard.db import write_transaction
-from dlq_dashboard.models import Entry
-from dlq_dashboard.store import EntryFilter, FilterError, decode_cursor, encode_cursor
+from dlq_dashboard.times import format_time, utcnow
+from dlq_dashboard.db.engine import write_transaction
+from dlq_dashboard.db.models import Entry
+from dlq_dashboard.entries.filters import EntryFilter, FilterError, decode_cursor, encode_cursor
 
-from .conftest import dead_letter
+from . import support
 
 
 @pytest.fixture
@@ -30,18 +30,18 @@ def engine(offline_app):
 def corpus(engine):
     """A small, varied set of entries: id by name."""
     ids = {}
-    ids["created"] = dead_letter(engine, 1, "orders.created", b'{"order": 1, "customer": "zebulon"}',
+    ids["created"] = support.dead_letter(engine, 1, "orders.created", b'{"order": 1, "customer": "zebulon"}',
                                  Dlq_Reason="schema_invalid", Dlq_Consumer="order-service",
                                  Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="11",
                                  Dlq_Schema_Errors=json.dumps([{"path": "/order", "message": "1 is not of type 'string'"}]))
-    ids["updated"] = dead_letter(engine, 2, "orders.updated", b'{"order": 2}', Dlq_Reason="fatal",
+    ids["updated"] = support.dead_letter(engine, 2, "orders.updated", b'{"order": 2}', Dlq_Reason="fatal",
                                  Dlq_Error="order 2 not found in warehouse", Dlq_Consumer="order-service")
-    ids["deep"] = dead_letter(engine, 3, "orders.eu.created", b'{"order": 3}', Dlq_Reason="fatal",
+    ids["deep"] = support.dead_letter(engine, 3, "orders.eu.created", b'{"order": 3}', Dlq_Reason="fatal",
                               Dlq_Error="order 3 not found in warehouse", Dlq_Consumer="billing",
                               Dlq_Original_Stream="EU")
-    ids["payment"] = dead_letter(engine, 4, "payments.captured", b'{"amount": "twelve"}',
+    ids["payment"] = support.dead_letter(engine, 4, "payments.captured", b'{"amount": "twelve"}',
                                  Dlq_Reason="max_deliveries", Dlq_Error="gateway timeout", Dlq_Consumer="billing")
-    ids["binary"] = dead_letter(engine, 5, "payments.refunded", b"\xff\xfe\x00binary", Dlq_Reason="terminated")
+    ids["binary"] = support.dead_letter(engine, 5, "payments.refunded", b"\xff\xfe\x00binary", Dlq_Reason="terminated")
     return ids
 
 
@@ -75,8 +75,8 @@ def test_a_greater_than_matches_every_remaining_token(store, corpus):
 
 
 def test_subject_wildcards_are_not_like_patterns(store, engine):
-    percent = dead_letter(engine, 9, "orders%x.created", b"{}")
-    dead_letter(engine, 10, "ordersAx.created", b"{}")
+    percent = support.dead_letter(engine, 9, "orders%x.created", b"{}")
+    support.dead_letter(engine, 10, "ordersAx.created", b"{}")
     assert ids_of(store, subject="orders%x.*") == [percent]
 
 
@@ -121,7 +121,7 @@ def test_search_syntax_in_what_people_type_never_raises(store, corpus, q):
 
 
 def test_keyset_pages_cover_everything_once(store, engine):
-    ids = [dead_letter(engine, seq, "orders.created", b'{"word": "pagination"}') for seq in range(1, 24)]
+    ids = [support.dead_letter(engine, seq, "orders.created", b'{"word": "pagination"}') for seq in range(1, 24)]
     for args in ({}, {"q": "pagination"}):
         seen, cursor = [], None
         while True:
@@ -141,8 +141,8 @@ def test_iter_entries_reads_every_match_in_batches(store, corpus):
 def test_count_newer_counts_only_later_matching_entries_up_to_a_cap(store, engine, corpus):
     top = max(corpus.values())
     assert store.count_newer(EntryFilter(), top) == 0
-    dead_letter(engine, 20, "orders.created", b'{"fresh": "arrival"}')
-    dead_letter(engine, 21, "payments.captured", b"{}")
+    support.dead_letter(engine, 20, "orders.created", b'{"fresh": "arrival"}')
+    support.dead_letter(engine, 21, "payments.captured", b"{}")
     assert store.count_newer(EntryFilter(), top) == 2
     assert store.count_newer(EntryFilter.from_args({"subject": "orders.>"}), top) == 1
     assert store.count_newer(EntryFilter.from_args({"q": "arrival"}), top) == 1
@@ -191,10 +191,10 @@ def test_a_filter_survives_the_round_trip_through_its_url_arguments():
 
 def test_groups_count_first_and_last_seen_and_open_the_same_entries(store, engine):
     for seq, price in enumerate(["'1'", "'2'", "'x'"], start=1):
-        dead_letter(engine, seq, "orders.created", b"{}", Dlq_Reason="schema_invalid",
+        support.dead_letter(engine, seq, "orders.created", b"{}", Dlq_Reason="schema_invalid",
                     Dlq_Schema_Errors=json.dumps([{"path": "/items/0/price", "message": f"{price} is not of type 'number'"}]))
-    dead_letter(engine, 4, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 4 not found")
-    dead_letter(engine, 5, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 5 not found")
+    support.dead_letter(engine, 4, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 4 not found")
+    support.dead_letter(engine, 5, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 5 not found")
     groups = store.groups(EntryFilter())
     assert [(g.subject, g.reason, g.key, g.count) for g in groups] == [
         ("orders.created", "schema_invalid", "/items/0/price: … is not of type 'number'", 3),
@@ -207,10 +207,10 @@ def test_groups_count_first_and_last_seen_and_open_the_same_entries(store, engin
 
 
 def test_failure_groups_are_computed_once_and_new_entries_join_later(store, engine):
-    dead_letter(engine, 1, "orders.created", b"{}", Dlq_Error="boom 1")
+    support.dead_letter(engine, 1, "orders.created", b"{}", Dlq_Error="boom 1")
     assert store.fill_error_groups() == 1
     assert store.fill_error_groups() == 0
-    dead_letter(engine, 2, "orders.created", b"{}", Dlq_Error="boom 2")
+    support.dead_letter(engine, 2, "orders.created", b"{}", Dlq_Error="boom 2")
     # The list filter finds an entry whose group is not stored yet.
     assert len(store.list_entries(EntryFilter.from_args({"group": "boom <n>"})).entries) == 2
     assert [g.count for g in store.groups(EntryFilter())] == [2]
@@ -218,7 +218,7 @@ def test_failure_groups_are_computed_once_and_new_entries_join_later(store, engi
 
 
 def test_an_entry_changed_since_it_was_grouped_is_grouped_afresh(store, engine):
-    entry_id = dead_letter(engine, 1, "orders.created", b"{}", Dlq_Error="first text 1")
+    entry_id = support.dead_letter(engine, 1, "orders.created", b"{}", Dlq_Error="first text 1")
     store.fill_error_groups()
     with write_transaction(engine) as conn:
         conn.execute(update(Entry).where(Entry.id == entry_id)
@@ -240,7 +240,7 @@ def test_an_entry_keeps_its_history_and_actions(store, engine, corpus):
 
 
 def test_out_of_range_times_ids_and_cursors_are_refused_with_a_sentence(offline_app, tokens):
-    from dlq_dashboard.store import encode_cursor
+    from dlq_dashboard.entries.filters import encode_cursor
 
     client = offline_app.test_client()
     headers = {"Authorization": f"Bearer {tokens['viewer']}"}

@@ -8,10 +8,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from dlq_dashboard.ingest import StreamMessage, ingest_dlq_batch
-from dlq_dashboard.store import EntryFilter
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.entries.filters import EntryFilter
 
-from .conftest import browser_login, make_settings, orders_schema_folder
+from . import support
 
 ELSEWHERE = "http://127.0.0.1:9"  # nothing listens there; a request to it would be an injection
 CORPUS = [
@@ -46,7 +46,7 @@ HOSTILE_REASON = '<b/onmouseover=alert(12)>fatal</b>'
 @pytest.fixture
 def settings(tmp_path, nats_server):
     """The test's settings plus a schema for orders.*, so the detail page shows schema errors."""
-    return make_settings(tmp_path, nats_server.url, schemas_dir=orders_schema_folder(tmp_path, {
+    return support.make_settings(tmp_path, nats_server.url, schemas_dir=support.orders_schema_folder(tmp_path, {
         "$schema": "https://json-schema.org/draft/2020-12/schema", "x-subjects": ["orders.*"],
         "type": "object", "required": ["customer_id"],
         "properties": {"customer_id": {"type": "integer"}, "note": {"type": "string", "maxLength": 3}},
@@ -135,7 +135,7 @@ def visit(page, watch: Watch, url: str) -> str:
 
 
 def test_hostile_entries_are_only_text_on_the_list_page(app, live_server, page, hostile_entries):
-    browser_login(page, live_server, app, "operator")
+    support.browser_login(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/?limit=100")
     for raw in CORPUS:
@@ -146,19 +146,19 @@ def test_hostile_entries_are_only_text_on_the_list_page(app, live_server, page, 
 def test_hostile_entries_are_only_text_on_the_groups_page(app, live_server, page, hostile_entries):
     if "/groups" not in {r.rule for r in app.url_map.iter_rules()}:
         pytest.skip("/groups is not a route of this app yet")
-    browser_login(page, live_server, app, "operator")
+    support.browser_login(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/groups?status=")
     assert HOSTILE_SUBJECT in text
     # A group shows its key: the error with numbers and quoted values left out, as text.
-    from dlq_dashboard.groups import normalize_error_text
+    from dlq_dashboard.entries.groups import normalize_error_text
 
     for raw in CORPUS:
         assert normalize_error_text(raw)[:24] in text, f"the groups do not show {raw!r} as text"
 
 
 def test_a_hostile_entry_is_only_text_on_its_detail_page(app, live_server, page, hostile_entries):
-    browser_login(page, live_server, app, "operator")
+    support.browser_login(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/entries/{hostile_entries['everything']}")
     for raw in CORPUS:  # every payload line and every header value, verbatim
@@ -171,7 +171,7 @@ def test_a_hostile_entry_is_only_text_on_its_detail_page(app, live_server, page,
 
 
 def test_hostile_schema_errors_and_json_fields_are_only_text(app, live_server, page, hostile_entries):
-    browser_login(page, live_server, app, "operator")
+    support.browser_login(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/entries/{hostile_entries['json']}")
     assert CORPUS[5] in text  # the error
@@ -182,7 +182,7 @@ def test_the_edit_form_keeps_a_hostile_payload_inside_its_textarea(app, live_ser
     edit = [r.rule for r in app.url_map.iter_rules() if r.rule.endswith("/edit") and "GET" in r.methods]
     if not edit:
         pytest.skip("there is no edit page in this app yet")
-    browser_login(page, live_server, app, "operator")
+    support.browser_login(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     entry_id = hostile_entries["everything"]
     visit(page, watch, live_server + edit[0].replace("<int:entry_id>", str(entry_id)))

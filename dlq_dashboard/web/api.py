@@ -1,53 +1,36 @@
-"""The JSON API: entries, and /healthz."""
+"""The JSON API: entries (the list's and the detail page's data, as JSON), and /healthz."""
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify, request
 
-from ..bridge import NatsUnavailable
-from ..ingest import read_position
-from ..store import EntryFilter, FilterError
+from ..ingest.writes import read_position
+from ..nats.bridge import NatsUnavailable
+from . import current_runtime
 from .auth import requires
+from .data import entries_page, get_entry_or_404
 
 bp = Blueprint("api", __name__)
-
-
-def runtime():
-    """The app's Runtime (database, store, bridge, mirror)."""
-    return current_app.extensions["dlq"]
-
-
-def error(message: str, status: int):
-    """An error answer: {"error": sentence} with its status code."""
-    return jsonify(error=message), status
-
-
-@bp.errorhandler(FilterError)
-def _bad_filter(exc: FilterError):
-    return error(str(exc), 400)
 
 
 @bp.route("/api/entries")
 @requires("viewer")
 def list_entries():
     """One page of entries under the list's filters, newest first."""
-    flt = EntryFilter.from_args(request.args)
-    return jsonify(runtime().store.list_entries(flt).to_dict())
+    _, page = entries_page(request.args)
+    return jsonify(page.to_dict())
 
 
 @bp.route("/api/entries/<int:entry_id>")
 @requires("viewer")
 def get_entry(entry_id: int):
     """One entry with its delivery history and its actions."""
-    entry = runtime().store.get_entry(entry_id)
-    if entry is None:
-        return error(f"No entry {entry_id}.", 404)
-    return jsonify(entry.to_dict())
+    return jsonify(get_entry_or_404(entry_id).to_dict())
 
 
 def health() -> tuple[dict, int]:
     """The NATS connection and the mirror's lag; 'degraded' while either is not well."""
-    rt = runtime()
+    rt = current_runtime()
     nats = {"connected": False, "last_error": "not started"}
     lag = None
     if rt.bridge is not None:

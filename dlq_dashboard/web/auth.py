@@ -10,14 +10,11 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session, url_for
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
-from sqlalchemy import select
 
-from ..accounts import ROLES, end_sessions, find_token, get_user, hash_token, new_token, verify_password
-from ..models import User
-from .security import client_address, is_trusted_proxy, login_throttle, refusal
-
-__all__ = ["ROLES", "Identity", "requires", "current_identity", "actor_name", "wants_json",
-           "bearer_token", "hash_token", "new_token", "bp", "login_manager"]
+from ..accounts import ROLES, end_sessions, find_token, get_user, load_session_user, verify_password
+from . import current_runtime
+from .responses import bearer_token, refusal, wants_json
+from .security import client_address, is_trusted_proxy, login_throttle
 
 _RANK = {role: i for i, role in enumerate(ROLES)}
 
@@ -59,27 +56,16 @@ def load_user(session_id: str):
         user_id, generation = (int(x) for x in session_id.split(":"))
     except ValueError:
         return None
-    engine = current_app.extensions["dlq"].engine
-    with engine.connect() as conn:
-        row = conn.execute(select(User.id, User.name, User.role, User.session_generation, User.disabled)
-                           .where(User.id == user_id)).first()
-    if row is None or row.disabled or row.session_generation != generation:
+    user = load_session_user(current_runtime().engine, user_id, generation)
+    if user is None:
         return None
-    return SessionUser(row.id, row.name, row.role, row.session_generation)
+    return SessionUser(user.id, user.name, user.role, user.session_generation)
 
 
 # --- identity ---------------------------------------------------------------------------------
 
-def bearer_token() -> str | None:
-    """The token of an ``Authorization: Bearer`` header ('' if empty), or None without one."""
-    scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return token.strip()
-
-
 def _token_identity(token: str) -> Identity | None:
-    found = find_token(current_app.extensions["dlq"].engine, token)
+    found = find_token(current_runtime().engine, token)
     if found is None:
         return None
     return Identity(name=f"token:{found.name}", role=found.role, via="token")
@@ -88,7 +74,7 @@ def _token_identity(token: str) -> Identity | None:
 def _proxy_identity(name: str) -> Identity | None:
     # The proxy vouches for who it is; the role still comes from the users table, so an
     # unknown or disabled name gets nothing.
-    user = get_user(current_app.extensions["dlq"].engine, name)
+    user = get_user(current_runtime().engine, name)
     if user is None or user.disabled:
         return None
     return Identity(name=user.name, role=user.role, via="proxy")
@@ -104,7 +90,7 @@ def current_identity() -> Identity | None:
         return g.identity
     identity = None
     token = bearer_token()
-    settings = current_app.extensions["dlq"].settings
+    settings = current_runtime().settings
     if token is not None:
         identity = _token_identity(token) if token else None
     elif settings.trusted_header and is_trusted_proxy(request.remote_addr) \
@@ -120,11 +106,6 @@ def actor_name() -> str:
     """The name written into the audit: the user's name, or ``token:<name>`` for an API token."""
     identity = current_identity()
     return identity.name if identity else "anonymous"
-
-
-def wants_json() -> bool:
-    """API and export routes answer errors as JSON, pages as HTML."""
-    return request.path.startswith("/api/") or bearer_token() is not None
 
 
 # --- the role of every route ------------------------------------------------------------------
@@ -200,7 +181,7 @@ def login():
         message = (f"Too many failed logins for this user name or from this address. "
                    f"Try again in {wait} seconds.")
         return render_template("login.html", error=message), 429, {"Retry-After": str(wait)}
-    user = verify_password(current_app.extensions["dlq"].engine, name, request.form.get("password", ""))
+    user = verify_password(current_runtime().engine, name, request.form.get("password", ""))
     if user is None:
         throttle.failed(name, address)
         return render_template("login.html", error=LOGIN_FAILED), 401
@@ -216,7 +197,7 @@ def login():
 def logout():
     """End this session and every other session of the user."""
     if current_user.is_authenticated:
-        end_sessions(current_app.extensions["dlq"].engine, current_user.id)
+        end_sessions(current_runtime().engine, current_user.id)
     logout_user()
     session.clear()
     return redirect(url_for("auth.login"))

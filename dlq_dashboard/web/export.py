@@ -14,9 +14,12 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator
 
 import orjson
-from flask import Blueprint, Response, current_app, jsonify, request, stream_with_context
+from flask import Blueprint, Response, request, stream_with_context
 
-from ..store import EntryFilter, EntryView, FilterError
+from ..entries.filters import EntryFilter, FilterError
+from ..entries.shape import CSV_COLUMNS
+from ..entries.view import EntryView
+from . import current_runtime
 from .auth import requires
 
 bp = Blueprint("export", __name__)
@@ -27,22 +30,9 @@ MEDIA_TYPES = {
     "ndjson": "application/x-ndjson",
     "csv": "text/csv; charset=utf-8",
 }
-# The entry's JSON fields in the order of EntryView.to_dict (SPEC section 6); a test keeps
-# the two in step, so a field added there is a column here.
-CSV_COLUMNS = (
-    "id", "status", "version", "dlq_stream", "dlq_seq", "original_subject", "original_stream",
-    "original_seq", "consumer", "original_msg_id", "reason", "error", "schema_errors", "deliveries",
-    "failed_at", "received_at", "headers", "payload_base64", "payload_text", "payload_available",
-    "replay_of", "sources", "notes", "closed_by", "closed_at", "close_note",
-)
 # A spreadsheet reads a cell that starts with one of these as a formula; message data must
 # never run as one (OWASP "CSV injection"), so such text cells get a leading apostrophe.
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-@bp.errorhandler(FilterError)
-def _bad_filter(exc: FilterError):
-    return jsonify(error=str(exc)), 400
 
 
 def export_request(args) -> tuple[EntryFilter, int | None]:
@@ -125,7 +115,8 @@ def ndjson_pieces(entries: Iterable[EntryView]) -> Iterator[bytes]:
 
 
 def csv_pieces(entries: Iterable[EntryView]) -> Iterator[bytes]:
-    """A header row, then one row per entry; lists and objects (headers) as JSON text."""
+    """A header row (the entry's JSON fields), then one row per entry; lists and objects
+    (headers) as JSON text."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
 
@@ -153,7 +144,7 @@ ENCODERS: dict[str, Callable[[Iterable[EntryView]], Iterator[bytes]]] = {
 def export_response(fmt: str) -> Response:
     """Stream every entry under the request's filters in ``fmt``."""
     flt, max_rows = export_request(request.args)
-    entries: Iterator[EntryView] = current_app.extensions["dlq"].store.iter_entries(flt)
+    entries: Iterator[EntryView] = current_runtime().store.iter_entries(flt)
     if max_rows is not None:
         entries = itertools.islice(entries, max_rows)
     # Read the first batch before answering, so that a failing query is an error status

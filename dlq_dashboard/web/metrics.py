@@ -17,10 +17,12 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import func, select
 
-from ..contract import KNOWN_REASONS
-from ..db import read_transaction
-from ..models import Entry, MirrorState, Republish
+from dlq_consumer.headers import REASONS
+
+from ..db.engine import read_transaction
+from ..db.models import Entry, MirrorState, Republish
 from ..runtime import Runtime
+from . import current_runtime
 from .auth import requires
 
 log = logging.getLogger(__name__)
@@ -119,14 +121,14 @@ def _cap_reasons(rows) -> dict[tuple[str, str], int]:
     """(status, reason) -> count, with rare unknown reasons folded into "other"."""
     totals: dict[str, int] = {}
     for _status, reason, count in rows:
-        if reason is not None and reason not in KNOWN_REASONS:
+        if reason is not None and reason not in REASONS:
             totals[reason] = totals.get(reason, 0) + count
     kept = set(sorted(totals, key=lambda r: (-totals[r], r))[:MAX_OTHER_REASONS])
     result: dict[tuple[str, str], int] = {}
     for status, reason, count in rows:
         if reason is None:
             label = "none"
-        elif reason in KNOWN_REASONS or reason in kept:
+        elif reason in REASONS or reason in kept:
             label = reason
         else:
             label = "other"
@@ -148,5 +150,5 @@ def metrics():
     """Prometheus text exposition; no login, no message data."""
     registry = current_app.extensions.get("dlq_metrics")
     if registry is None:
-        registry = current_app.extensions["dlq_metrics"] = metrics_registry(current_app.extensions["dlq"])
+        registry = current_app.extensions["dlq_metrics"] = metrics_registry(current_runtime())
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -2,89 +2,27 @@
 and an entry's detail page (payload beside its schema errors, headers, timeline).
 
 Each page's data is gathered once and rendered either as the full page or, for an htmx
-request, as a named block of the same template (``Vary: HX-Request`` on both).
+request, as a named block of the same template (``Vary: HX-Request`` on both). The list and an
+entry share their data functions with the JSON API (data.py).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from urllib.parse import urlencode
+from flask import Blueprint, make_response, render_template, request
 
-from flask import Blueprint, Response, current_app, make_response, render_template, request, url_for
-from flask_htmx import HTMX
+from dlq_consumer import headers as contract
 
-from ..charts import Chart, build_chart, chart_bounds, describe_size, totals_per_bar
-from ..contract import format_time, utcnow
-from ..payloads import mark_indexes, view_payload
-from ..store import DEFAULT_LIMIT, STATUSES, EntryFilter, FilterError
-from ..timeline import build_timeline
-from .auth import current_identity, requires
+from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
+from . import current_runtime
+from .auth import requires
+from .data import entries_page, get_entry_or_404
+from .presenters.charts import Chart, build_chart, chart_bounds, describe_size, totals_per_bar
+from .presenters.payloads import mark_indexes, view_payload
+from .presenters.timeline import build_timeline
+from .responses import htmx, list_url, page_or_fragment, render_block
 
 bp = Blueprint("pages", __name__)
-htmx = HTMX()  # request detection only; the app registers its own instance for templates
 NEW_CAP = 1000
-
-
-def runtime():
-    """The app's Runtime (store, schemas, settings)."""
-    return current_app.extensions["dlq"]
-
-
-# --- rendering a page or one of its blocks ----------------------------------------------------
-
-def render_block(template_name: str, block: str, **context) -> str:
-    """Render one named block of a template with the same context a full render gets."""
-    app = current_app._get_current_object()
-    template = app.jinja_env.get_template(template_name)
-    app.update_template_context(context)
-    return "".join(template.blocks[block](template.new_context(context)))
-
-
-def page_or_fragment(template_name: str, block: str, status: int = 200, **context) -> Response:
-    """The full page, or for an htmx request the named block (a history restore gets the page)."""
-    if htmx and not htmx.history_restore_request:
-        body = render_block(template_name, block, **context)
-    else:
-        body = render_template(template_name, **context)
-    response = make_response(body, status)
-    response.vary.add("HX-Request")
-    return response
-
-
-def list_url(endpoint: str = "pages.index", **args) -> str:
-    """A URL with the given query arguments, empty ones left out."""
-    query = urlencode({k: v for k, v in args.items() if v not in (None, "")})
-    return url_for(endpoint) + (f"?{query}" if query else "")
-
-
-@bp.app_context_processor
-def _page_context():
-    return {"identity": current_identity(), "list_url": list_url, "statuses": STATUSES}
-
-
-@bp.app_template_filter("when")
-def _when(value: datetime | None) -> str:
-    """A stored (naive UTC) time as '2026-11-29 10:00:05'."""
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "—"
-
-
-@bp.app_template_filter("rfc3339")
-def _rfc3339(value: datetime | None) -> str:
-    return format_time(value) or ""
-
-
-@bp.app_template_filter("ago")
-def _ago(value: datetime | None) -> str:
-    """How long ago, in the largest unit that fits ('3 min ago')."""
-    if value is None:
-        return "—"
-    seconds = int((utcnow() - value).total_seconds())
-    if seconds < 0:
-        return "just now" if seconds > -60 else value.strftime("%Y-%m-%d %H:%M")
-    for unit, length in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= length:
-            return f"{seconds // length} {unit} ago"
-    return f"{seconds} s ago"
 
 
 def parse_filter(args, **defaults) -> tuple[EntryFilter, str | None]:
@@ -95,11 +33,12 @@ def parse_filter(args, **defaults) -> tuple[EntryFilter, str | None]:
         return EntryFilter(), str(exc)
 
 
-def example_subject() -> str:
-    """A subject of the DLQ stream for the empty page's example command."""
-    pattern = runtime().settings.dlq_subjects[0]
-    tokens = ["orders" if t == "*" else ("orders.created" if t == ">" else t) for t in pattern.split(".")]
-    return ".".join(tokens)
+def example_command() -> str:
+    """A NATS CLI command that dead-letters one message into the DLQ stream, for the empty page."""
+    pattern = current_runtime().settings.dlq_subjects[0]
+    subject = ".".join("orders" if t == "*" else ("orders.created" if t == ">" else t) for t in pattern.split("."))
+    return (f"nats pub {subject} '{{\"order_id\": 1}}' -H \"{contract.ORIGINAL_SUBJECT}:orders.created\" "
+            f"-H \"{contract.REASON}:{contract.REASON_FATAL}\" -H \"{contract.ERROR}:example failure\"")
 
 
 # --- the list ---------------------------------------------------------------------------------
@@ -108,13 +47,15 @@ def example_subject() -> str:
 @requires("viewer")
 def index():
     """The list of entries, newest first, under the filters in the URL."""
-    flt, filter_error = parse_filter(request.args)
-    page = None if filter_error else runtime().store.list_entries(flt)
+    try:
+        (flt, page), filter_error = entries_page(request.args), None
+    except FilterError as exc:
+        flt, page, filter_error = EntryFilter(), None, str(exc)
     top_id = page.entries[0].id if page and page.entries and not flt.cursor else None
     response = page_or_fragment(
         "index.html", "results", 400 if filter_error else 200,
         page=page, flt=flt, args=request.args, filter_error=filter_error, top_id=top_id,
-        filter_args=flt.to_args(), example_subject=example_subject(),
+        filter_args=flt.to_args(), example_command=example_command(),
         paging={"limit": flt.limit} if flt.limit != DEFAULT_LIMIT else {})
     if htmx and not flt.cursor and not filter_error:
         # The form sends its empty fields too; the address bar gets the tidy, shareable URL.
@@ -129,7 +70,7 @@ def summary():
     flt, filter_error = parse_filter(request.args)
     counts, chart = None, None
     if not filter_error:
-        counts = runtime().store.counts_by_status(flt)
+        counts = current_runtime().store.counts_by_status(flt)
         chart = failures_chart(flt)
     return make_response(render_block(
         "index.html", "summary", flt=flt, counts=counts, chart=chart, filter_error=filter_error,
@@ -139,7 +80,7 @@ def summary():
 
 def failures_chart(flt: EntryFilter) -> Chart:
     """The bars of failures received over time under a filter."""
-    store = runtime().store
+    store = current_runtime().store
     minutes = store.received_per_minute(flt)
     if minutes is None:  # nothing narrows the selection: ranges of the received_at index
         bounds = chart_bounds(*store.received_range(flt))
@@ -156,7 +97,7 @@ def newer():
     after = request.args.get("after", "0")
     count = 0
     if not filter_error and after.isdigit():
-        count = runtime().store.count_newer(flt, int(after), cap=NEW_CAP)
+        count = current_runtime().store.count_newer(flt, int(after), cap=NEW_CAP)
     return render_block("index.html", "new_entries", new_count=count, cap=NEW_CAP,
                         filter_args=flt.to_args())
 
@@ -169,7 +110,7 @@ def groups():
     """Failures grouped by subject, reason and normalized error; a group opens the filtered list."""
     defaults = {} if "status" in request.args else {"status": "open"}
     flt, filter_error = parse_filter(request.args, **defaults)
-    found = None if filter_error else runtime().store.groups(flt)
+    found = None if filter_error else current_runtime().store.groups(flt)
     base = {k: v for k, v in flt.to_args().items() if k not in ("group", "subject", "reason")}
     return page_or_fragment("groups.html", "results", 400 if filter_error else 200,
                             groups=found, flt=flt, args={**defaults, **request.args.to_dict()},
@@ -180,7 +121,7 @@ def groups():
 
 def _schema_view(entry):
     """The schema errors of the message's header and of the current schema, each with a mark."""
-    registry = runtime().schemas
+    registry = current_runtime().schemas
     current, current_error = None, None
     if entry.payload_available:
         try:
@@ -197,12 +138,8 @@ def _schema_view(entry):
 @requires("viewer")
 def entry(entry_id: int):
     """One entry: payload beside its schema errors, headers, the timeline, the actions."""
-    store = runtime().store
-    found = store.get_entry(entry_id)
-    if found is None:
-        return render_template("error.html", title="No such entry",
-                               message=f"There is no entry {entry_id}. It may be in another dashboard's "
-                                       "database, or the link is wrong."), 404
+    found = get_entry_or_404(entry_id)
+    store = current_runtime().store
     registry, current, current_error, header_errors, current_errors, pointers = _schema_view(found)
     marks = mark_indexes(pointers)
     payload = view_payload(found.payload, found.payload_available, marks)
@@ -219,10 +156,7 @@ def entry(entry_id: int):
 @requires("viewer")
 def payload_download(entry_id: int):
     """The payload's bytes as a download, never rendered by the browser."""
-    found = runtime().store.get_entry(entry_id, with_history=False)
-    if found is None:
-        return render_template("error.html", title="No such entry",
-                               message=f"There is no entry {entry_id}."), 404
+    found = get_entry_or_404(entry_id, with_history=False)
     response = make_response(found.payload)
     response.headers["Content-Type"] = "application/octet-stream"
     response.headers["Content-Disposition"] = f'attachment; filename="entry-{entry_id}-payload.bin"'

@@ -11,9 +11,12 @@ from collections import OrderedDict, deque
 from datetime import timedelta
 from typing import Callable
 
-from flask import Flask, current_app, has_request_context, jsonify, request
+from flask import Flask, current_app, has_request_context, request
 from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError
+
+from . import current_runtime
+from .responses import refusal
 
 # No 'unsafe-inline' and no 'unsafe-eval': a payload that slipped into the markup still could
 # not run. htmx 2 needs neither when configured from a <meta> tag with allowEval false and
@@ -65,7 +68,7 @@ def init_app(app: Flask) -> None:
 # --- proxies and HTTPS ------------------------------------------------------------------------
 
 def _networks() -> list:
-    settings = current_app.extensions["dlq"].settings
+    settings = current_runtime().settings
     return [ipaddress.ip_network(n, strict=False) for n in settings.trusted_proxies]
 
 
@@ -112,19 +115,6 @@ class HttpsAwareSessionInterface(SecureCookieSessionInterface):
 
 
 # --- every request ----------------------------------------------------------------------------
-
-def refusal(message: str, status: int, title: str = "Not allowed"):
-    """A refusal as JSON for the API, a sentence for htmx, a page for a browser."""
-    from flask import render_template
-
-    from .auth import wants_json
-
-    if wants_json():
-        return jsonify(error=message), status
-    if request.headers.get("HX-Request"):
-        return current_app.response_class(message + "\n", status=status, mimetype="text/plain")
-    return render_template("error.html", title=title, message=message), status
-
 
 def refuse_cross_site_writes():
     """Refuse a state-changing request that a browser says another site started."""

@@ -1,0 +1,202 @@
+"""Bulk jobs: republish or close a set of entries fixed at creation, paced, cancellable, resumable.
+
+The set is written as JobItems (entry and the version it was selected at) when the job is
+made, so entries that arrive later are never swept in and every item is judged by the same
+optimistic concurrency as a single action. A job thread works through the items in windows:
+republish windows go through the same intents as a single republish (actions/intents.py), published
+with ``publish_async`` so a window costs one round trip, and the outcome of a window is
+committed with the items' results. A crash leaves intents pending; they are finished with their
+own msgIds, and the job resumes with the items not yet done.
+
+This module selects, creates, cancels and reports on jobs; runner.py runs them (a JobWork from
+work.py each), paced as pacing.py says.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Iterable
+
+from sqlalchemy import and_, func, insert, select, update
+
+from ...db.engine import write_transaction
+from ...db.models import Action, Entry, Job, JobItem, Republish
+from ...db.rows import insert_rows
+from ...entries.filters import EntryFilter, encode_cursor
+from ...errors import InvalidRequest, JobNotFound
+from ...times import format_time, utcnow
+from ..intents import Published
+
+if TYPE_CHECKING:
+    from ...runtime import Runtime
+
+JOBS, ITEMS = Job.__table__, JobItem.__table__
+ENTRIES, INTENTS, ACTIONS = Entry.__table__, Republish.__table__, Action.__table__
+JOB_ACTIONS = ("republish", "close")
+#: A job in one of these states has ended; its items are settled.
+FINISHED = ("done", "cancelled")
+
+
+class JobError(InvalidRequest):
+    """A bulk request that cannot be made; the message says why."""
+
+
+def ack_sentence(publish: Published | None) -> str:
+    """An item's result when its entry is (or already was) republished: where the PubAck put it."""
+    if publish is None:
+        return "Republished earlier."
+    copy = " (a duplicate the broker had already stored)" if publish.duplicate else ""
+    return f"Published to {publish.stream} seq {publish.seq}{copy}, msgId {publish.msg_id}."
+
+
+# --- selecting -------------------------------------------------------------------------------
+
+def _parse_ids(ids: Iterable[Any]) -> dict[int, int | None]:
+    """Ids as given by a form ("12" or "12:3" with the version seen) or JSON (12 or {"id", "version"})."""
+    wanted: dict[int, int | None] = {}
+    for raw in ids:
+        try:
+            if isinstance(raw, dict):
+                entry_id, version = int(raw["id"]), (int(raw["version"]) if raw.get("version") is not None else None)
+            elif isinstance(raw, str) and ":" in raw:
+                entry_id, version = (int(x) for x in raw.split(":", 1))
+            else:
+                entry_id, version = int(raw), None
+        except (KeyError, TypeError, ValueError):
+            raise JobError(f"{raw!r} is not an entry id: use numbers, or objects with id and version") from None
+        wanted[entry_id] = version
+    return wanted
+
+
+def select_items(rt: Runtime, *, ids=None, filter_args: dict | None = None, only_valid: bool = False,
+                 upto: int | None = None) -> tuple[list[dict], dict[str, Any]]:
+    """The entries a job would take, as [{"id", "version", "status"}], and a summary of the choice.
+
+    By filter without a status, only open entries are taken. ``upto`` (the newest id a preview
+    showed) keeps entries that arrived after the preview out of the job.
+    """
+    if (ids is None) == (filter_args is None):
+        raise JobError("Choose the entries either by ids or by filter.")
+    summary: dict[str, Any] = {"only_valid": only_valid}
+    if ids is not None:
+        wanted = _parse_ids(ids)
+        if not wanted:
+            raise JobError("No entries were selected.")
+        with rt.engine.connect() as conn:
+            rows = conn.execute(select(ENTRIES.c.id, ENTRIES.c.version, ENTRIES.c.status, ENTRIES.c.original_subject,
+                                       ENTRIES.c.payload, ENTRIES.c.payload_available)
+                                .where(ENTRIES.c.id.in_(list(wanted)))).all()
+        summary.update(ids=len(wanted), missing=len(wanted) - len(rows))
+        candidates = [(r.id, wanted[r.id] if wanted[r.id] is not None else r.version, r.status,
+                       r.original_subject, r.payload, r.payload_available) for r in rows]
+    else:
+        args = {k: v for k, v in filter_args.items() if k not in ("limit", "cursor")}
+        if not str(args.get("status") or "").strip():
+            args["status"] = "open"
+        flt = EntryFilter.from_args(args)
+        if upto is not None:
+            flt = replace(flt, cursor=encode_cursor(int(upto) + 1))
+        summary["filter"] = flt.to_args()
+        if only_valid:
+            candidates = [(e.id, e.version, e.status, e.original_subject, e.payload, e.payload_available)
+                          for e in rt.store.iter_entries(flt)]
+        else:  # no payloads needed: one narrow query
+            query = rt.store.select_entries(flt).with_only_columns(
+                ENTRIES.c.id, ENTRIES.c.version, ENTRIES.c.status, ENTRIES.c.original_subject)
+            if flt.cursor:
+                query = query.where(ENTRIES.c.id < int(upto) + 1)
+            with rt.engine.connect() as conn:
+                candidates = [(r.id, r.version, r.status, r.original_subject, None, True) for r in conn.execute(query)]
+    items, invalid = [], 0
+    for entry_id, version, status, subject, payload, available in candidates:
+        if only_valid and (not available or not rt.schemas.validate(subject, bytes(payload or b"")).valid):
+            invalid += 1
+            continue
+        items.append({"id": entry_id, "version": version, "status": status, "subject": subject})
+    items.sort(key=lambda i: i["id"])
+    summary.update(count=len(items), left_out_invalid=invalid, upto=max((i["id"] for i in items), default=None))
+    by_status: dict[str, int] = {}
+    for item in items:
+        by_status[item["status"]] = by_status.get(item["status"], 0) + 1
+    summary["by_status"] = by_status
+    subjects: dict[str, int] = {}
+    for item in items:
+        subjects[item["subject"] or ""] = subjects.get(item["subject"] or "", 0) + 1
+    summary["subjects"] = dict(sorted(subjects.items(), key=lambda kv: -kv[1])[:10])
+    return items, summary
+
+
+def create_job(rt: Runtime, action: str, *, actor: str, ids=None, filter_args: dict | None = None,
+               only_valid: bool = False, upto: int | None = None, note: str | None = None,
+               force: bool = False, start: bool = True) -> int:
+    """Make a job over the selected entries (fixed now, with their versions) and start it."""
+    if action not in JOB_ACTIONS:
+        raise JobError(f"action {action!r} is not valid: use republish or close")
+    items, summary = select_items(rt, ids=ids, filter_args=filter_args, only_valid=only_valid, upto=upto)
+    if not items:
+        raise JobError("No entries match; nothing to do.")
+    summary["force"] = bool(force)
+    now = utcnow()
+    with write_transaction(rt.engine) as conn:
+        job_id = conn.execute(insert(JOBS).values(
+            action=action, actor=actor, state="queued", note=(note or "").strip() or None,
+            selection=json.dumps(summary), total=len(items), done=0, failed=0, cancel_requested=False,
+            created_at=now)).inserted_primary_key[0]
+        insert_rows(conn, ITEMS, [{"job_id": job_id, "entry_id": i["id"], "version": i["version"],
+                                   "state": "pending"} for i in items])
+        conn.execute(insert(ACTIONS).values(job_id=job_id, action=f"bulk_{action}", actor=actor, at=now,
+                                            note=(note or "").strip() or None,
+                                            detail=json.dumps({"total": len(items), **summary})))
+    if start:
+        rt.jobs.submit(job_id)
+    return job_id
+
+
+def cancel_job(rt: Runtime, job_id: int, *, actor: str) -> bool:
+    """Ask a job to stop after its current window; False if it had already finished."""
+    with write_transaction(rt.engine) as conn:
+        job = conn.execute(select(JOBS.c.state).where(JOBS.c.id == job_id)).first()
+        if job is None:
+            raise JobNotFound(job_id)
+        if job.state in FINISHED:
+            return False
+        conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(cancel_requested=True))
+        conn.execute(insert(ACTIONS).values(job_id=job_id, action="cancel_job", actor=actor, at=utcnow(),
+                                            detail="{}"))
+    rt.jobs.wake(job_id)
+    return True
+
+
+def job_status(rt: Runtime, job_id: int, *, item_state: str | None = None, limit: int = 200) -> dict[str, Any]:
+    """A job's progress and the results of (some of) its items; JobNotFound for an unknown id."""
+    with rt.engine.connect() as conn:
+        job = conn.execute(select(JOBS).where(JOBS.c.id == job_id)).first()
+        if job is None:
+            raise JobNotFound(job_id)
+        counts = dict(conn.execute(select(ITEMS.c.state, func.count()).where(ITEMS.c.job_id == job_id)
+                                   .group_by(ITEMS.c.state)).all())
+        # An item this job published keeps no sentence of its own: its intent has the PubAck.
+        published = ITEMS.outerjoin(INTENTS, and_(INTENTS.c.job_id == ITEMS.c.job_id,
+                                                  INTENTS.c.entry_id == ITEMS.c.entry_id,
+                                                  INTENTS.c.state == "published", ITEMS.c.result.is_(None)))
+        query = (select(ITEMS.c.entry_id, ITEMS.c.version, ITEMS.c.state, ITEMS.c.result, INTENTS.c.msg_id,
+                        INTENTS.c.stream, INTENTS.c.seq, INTENTS.c.duplicate)
+                 .select_from(published).where(ITEMS.c.job_id == job_id))
+        if item_state:
+            query = query.where(ITEMS.c.state == item_state)
+        items = conn.execute(query.order_by(ITEMS.c.entry_id).limit(limit)).all()
+    m = job._mapping
+    finished = sum(counts.get(s, 0) for s in ("done", "failed", "skipped", "cancelled"))
+    return {
+        "id": m["id"], "action": m["action"], "actor": m["actor"], "state": m["state"], "note": m["note"],
+        "selection": json.loads(m["selection"] or "{}"), "total": m["total"],
+        "done": counts.get("done", 0), "failed": counts.get("failed", 0), "skipped": counts.get("skipped", 0),
+        "cancelled": counts.get("cancelled", 0), "pending": counts.get("pending", 0),
+        "percent": round(100 * finished / m["total"], 1) if m["total"] else 100.0,
+        "cancel_requested": bool(m["cancel_requested"]), "created_at": format_time(m["created_at"]),
+        "finished_at": format_time(m["finished_at"]),
+        "items": [{"entry_id": r.entry_id, "version": r.version, "state": r.state,
+                   "result": r.result or (ack_sentence(Published(r.msg_id, r.stream, r.seq, r.duplicate))
+                                          if r.msg_id else None)} for r in items],
+    }

@@ -1,0 +1,88 @@
+"""Closing (acknowledging with a note) and reopening one entry, each with its audit record."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Mapping
+
+import nats.js.errors
+from sqlalchemy import insert, update
+
+from ..db.engine import write_transaction
+from ..db.models import Action, Entry
+from ..nats.bridge import NatsUnavailable
+from ..nats.streams import stream_epoch
+from ..times import utcnow
+from .decisions import Outcome, close_values, decide_close, decide_reopen, load_entry, pending_intents
+from .errors import NatsDown
+from .publishing import nats_unreachable
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+ENTRIES, ACTIONS = Entry.__table__, Action.__table__
+
+
+def close_entry(rt: Runtime, entry_id: int, version: int, *, actor: str, note: str | None = None) -> Outcome:
+    """Acknowledge and close an entry with a note; with DLQ_DELETE_ON_CLOSE also delete its DLQ message.
+
+    The delete happens inside the transaction: if NATS cannot delete it, nothing changes.
+    """
+    note = (note or "").strip() or None
+    with write_transaction(rt.engine) as conn:
+        entry = load_entry(conn, entry_id)
+        decide_close(entry, version, pending_intents(conn, [entry_id]).get(entry_id, []))
+        detail: dict[str, Any] = {}
+        if rt.settings.delete_on_close and entry["dlq_stream"] and entry["dlq_seq"]:
+            detail["dlq_delete"] = delete_from_dlq(rt, [entry])[entry_id]
+        now = utcnow()
+        conn.execute(update(ENTRIES).where(ENTRIES.c.id == entry_id, ENTRIES.c.version == version)
+                     .values(version=version + 1, **close_values(actor, note, now)))
+        conn.execute(insert(ACTIONS).values(entry_id=entry_id, action="close", actor=actor, at=now, note=note,
+                                            version=version, detail=json.dumps(detail)))
+    return Outcome(rt.store.get_entry(entry_id))
+
+
+def delete_from_dlq(rt: Runtime, entries: list[Mapping]) -> dict[int, str]:
+    """Delete entries' messages from the DLQ stream; {entry id: what happened}. NatsDown if unreachable."""
+    down = nats_unreachable(rt)
+    if down:
+        raise NatsDown(f"{down}; DLQ_DELETE_ON_CLOSE needs NATS to delete the message, so nothing was closed.")
+
+    async def delete_all():
+        results: dict[int, str] = {}
+        epochs: dict[str, str] = {}
+        for entry in entries:
+            stream = entry["dlq_stream"]
+            if stream not in epochs:
+                epochs[stream] = stream_epoch(await rt.bridge.js.stream_info(stream))
+            if epochs[stream] != entry["dlq_epoch"]:
+                # Sequences restart in a recreated stream: this seq is another message now.
+                results[entry["id"]] = "not deleted: the DLQ stream was recreated since"
+                continue
+            try:
+                await rt.bridge.js.delete_msg(stream, entry["dlq_seq"])
+                results[entry["id"]] = "deleted"
+            except nats.js.errors.NotFoundError:
+                results[entry["id"]] = "already gone"
+        return results
+
+    try:
+        return rt.bridge.call(delete_all, rt.settings.request_timeout + 0.05 * len(entries))
+    except NatsUnavailable as exc:
+        raise NatsDown(f"{exc}; the DLQ message could not be deleted, so nothing was closed.") from None
+    except nats.js.errors.NotFoundError:
+        raise NatsDown("The DLQ stream does not exist now, so nothing was closed.") from None
+
+
+def reopen_entry(rt: Runtime, entry_id: int, version: int, *, actor: str) -> Outcome:
+    """Reopen a closed or republished entry."""
+    with write_transaction(rt.engine) as conn:
+        entry = load_entry(conn, entry_id)
+        decide_reopen(entry, version, pending_intents(conn, [entry_id]).get(entry_id, []))
+        now = utcnow()
+        conn.execute(update(ENTRIES).where(ENTRIES.c.id == entry_id, ENTRIES.c.version == version).values(
+            status="open", version=version + 1, closed_by=None, closed_at=None, close_note=None, updated_at=now))
+        conn.execute(insert(ACTIONS).values(entry_id=entry_id, action="reopen", actor=actor, at=now,
+                                            version=version, detail=json.dumps({"was": entry["status"]})))
+    return Outcome(rt.store.get_entry(entry_id))

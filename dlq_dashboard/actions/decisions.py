@@ -1,0 +1,170 @@
+"""Deciding whether an action may be done: the version the operator saw, the entry's status,
+a republish still waiting for NATS's answer, the schema. Each decision reads the entry inside
+the caller's transaction and raises an ActionError, or says what to write.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Mapping
+
+from sqlalchemy import Connection, select
+
+from dlq_consumer import headers as contract
+
+from ..db.models import Entry
+from ..db.rows import insert_rows, update_rows
+from ..entries.schemas import ValidationResult
+from ..entries.view import EntryView
+from ..errors import EntryNotFound
+from ..times import utcnow
+from .errors import AlreadyRepublished, Conflict, InFlight, Refused
+from .intents import INTENTS, Intent, Published, entry_ref, republish_headers, republish_msg_id
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+ENTRIES = Entry.__table__
+#: The statuses an entry can be republished from (a closed one is reopened first).
+REPUBLISHABLE = ("open", "republished")
+
+
+@dataclass
+class Outcome:
+    """What an action answers: the entry after it, and the PubAck of a republish."""
+
+    entry: EntryView
+    publish: Published | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"entry": self.entry.to_dict()}
+        if self.publish is not None:
+            body["publish"] = self.publish.to_dict()
+        return body
+
+
+def load_entry(conn: Connection, entry_id: int):
+    """The entry row, or EntryNotFound."""
+    row = conn.execute(select(ENTRIES).where(ENTRIES.c.id == entry_id)).first()
+    if row is None:
+        raise EntryNotFound(entry_id)
+    return row._mapping
+
+
+def pending_intents(conn: Connection, entry_ids: list[int]) -> dict[int, list[Intent]]:
+    """The unfinished intents of these entries."""
+    found: dict[int, list[Intent]] = {}
+    rows = conn.execute(select(INTENTS).where(INTENTS.c.entry_id.in_(entry_ids), INTENTS.c.state == "pending"))
+    for row in rows:
+        intent = Intent.from_row(row)
+        found.setdefault(intent.entry_id, []).append(intent)
+    return found
+
+
+def _check_nothing_pending(pending: list[Intent], entry_id: int, version: int) -> None:
+    if pending:
+        raise Conflict(f"Entry {entry_id} has a republish (msgId {pending[0].msg_id}) waiting for NATS's "
+                       "answer; it is completed first. Reload and decide again.",
+                       entry_id=entry_id, seen_version=version)
+
+
+def _check_version(entry: Mapping, version: int) -> None:
+    if entry["version"] != version:
+        raise Conflict(f"Entry {entry['id']} changed since you saw it (version {version}, now "
+                       f"{entry['version']}); nothing was done.", entry_id=entry["id"], seen_version=version)
+
+
+_NO_SCHEMA = ValidationResult(None, [])
+
+
+def decide_republish(rt: Runtime, entry: Mapping, version: int, existing: Intent | None, pending: list[Intent], *,
+                     actor: str, payload: bytes | None = None, force: bool = False,
+                     job_id: int | None = None, resume_pending: bool = False,
+                     now: datetime | None = None) -> tuple[str, Intent]:
+    """Decide what a republish request means; raise an ActionError when it cannot be done.
+
+    Returns ("new", intent) to insert, ("retry", intent) to reuse a failed intent's row, or
+    ("resume", intent) to publish again an intent that is pending and not in flight.
+    ``resume_pending``: the caller owns the intent (a job holding its lease), so only this
+    process's publishes count as in flight.
+    """
+    entry_id = entry["id"]
+    if existing is not None and existing.state == "published":
+        raise AlreadyRepublished(f"Entry {entry_id} was already republished at version {version} "
+                                 f"(msgId {existing.msg_id}); nothing more was published.",
+                                 entry_id=entry_id, seen_version=version,
+                                 publish=Published(existing.msg_id, existing.stream, existing.seq, existing.duplicate))
+    if existing is not None and existing.state == "pending":
+        if rt.flights.busy(existing, request_timeout=rt.settings.request_timeout,
+                           other_processes=not resume_pending):
+            raise InFlight(f"Entry {entry_id} is being republished right now (msgId {existing.msg_id}).",
+                           entry_id=entry_id, seen_version=version)
+        if payload is not None and payload != existing.payload:
+            raise Conflict(f"An earlier republish of entry {entry_id} at version {version} (msgId "
+                           f"{existing.msg_id}) may have reached NATS; it is completed with its own payload "
+                           "first. Reload and decide again.", entry_id=entry_id, seen_version=version)
+        existing.resumed = True
+        return "resume", existing
+    _check_nothing_pending(pending, entry_id, version)
+    _check_version(entry, version)
+    if entry["status"] not in REPUBLISHABLE:
+        raise Conflict(f"Entry {entry_id} is {entry['status']}; reopen it before republishing.",
+                       entry_id=entry_id, seen_version=version)
+    subject = entry["original_subject"]
+    if not subject:
+        raise Refused(f"Entry {entry_id} has no {contract.ORIGINAL_SUBJECT}, so there is nowhere to republish it.",
+                      entry_id=entry_id)
+    original = bytes(entry["payload"] or b"")
+    if payload is None and not entry["payload_available"]:
+        raise Refused(f"Entry {entry_id} has no payload (the source stream no longer had it); "
+                      "edit one in to republish.", entry_id=entry_id)
+    body = original if payload is None else payload
+    verdict = rt.schemas.validate(subject, body) if rt.schemas.schemas else _NO_SCHEMA
+    if not verdict.valid and not force:
+        first = verdict.errors[0]
+        raise Refused(f"The payload does not pass the current schema {verdict.schema} "
+                      f"({first.path or '/'}: {first.message}); republishing it needs the override.",
+                      entry_id=entry_id, errors=[e.to_dict() for e in verdict.errors])
+    msg_id = republish_msg_id(entry, version)
+    headers = republish_headers(json.loads(entry["headers"] or "{}"), msg_id, entry_ref(entry))
+    intent = Intent(id=existing.id if existing else None, entry_id=entry_id, version=version, msg_id=msg_id,
+                    subject=subject, payload=body, headers=headers, edited=body != original, actor=actor,
+                    job_id=job_id, created_at=now or utcnow(), forced=not verdict.valid)
+    return ("retry" if existing else "new"), intent
+
+
+def write_claims(conn: Connection, claims: list[tuple[str, Intent]]) -> None:
+    """Commit new intents; resumed ones need no write. The entry's version is raised only when
+    the outcome is recorded: until then the pending intent itself refuses every other action.
+    Intents are known by their msgId (unique) from here on."""
+    def values(i: Intent) -> dict[str, Any]:
+        return {"msg_id": i.msg_id, "entry_id": i.entry_id, "version": i.version, "subject": i.subject,
+                "payload": i.payload, "headers": json.dumps(i.headers), "edited": i.edited, "actor": i.actor,
+                "job_id": i.job_id, "created_at": i.created_at}
+
+    insert_rows(conn, INTENTS, [{**values(i), "state": "pending"} for kind, i in claims if kind == "new"])
+    update_rows(conn, INTENTS, "msg_id", [values(i) for kind, i in claims if kind == "retry"],
+                constants={"state": "pending", "error": None})
+
+
+def decide_close(entry: Mapping, version: int, pending: list[Intent]) -> None:
+    """Raise unless the entry can be closed at ``version``."""
+    _check_nothing_pending(pending, entry["id"], version)
+    _check_version(entry, version)
+    if entry["status"] == "closed":
+        raise Conflict(f"Entry {entry['id']} is already closed.", entry_id=entry["id"], seen_version=version)
+
+
+def close_values(actor: str, note: str | None, now: datetime) -> dict[str, Any]:
+    """The columns a close sets (the version is raised by the caller's WHERE)."""
+    return {"status": "closed", "closed_by": actor, "closed_at": now, "close_note": note, "updated_at": now}
+
+
+def decide_reopen(entry: Mapping, version: int, pending: list[Intent]) -> None:
+    """Raise unless the entry can be reopened at ``version``."""
+    _check_nothing_pending(pending, entry["id"], version)
+    _check_version(entry, version)
+    if entry["status"] == "open":
+        raise Conflict(f"Entry {entry['id']} is already open.", entry_id=entry["id"], seen_version=version)

@@ -1,0 +1,38 @@
+"""Why an operator action was not done. Raised by the actions, the republish machinery and bulk
+jobs alike; the web layer maps each kind to a status code (web/errors.py), this module knows
+nothing of HTTP."""
+
+from __future__ import annotations
+
+from ..errors import DashboardError
+from .intents import Published
+
+
+class ActionError(DashboardError):
+    """An action that was not done; the message is a sentence for the operator."""
+
+    def __init__(self, message: str, *, entry_id: int | None = None, seen_version: int | None = None,
+                 publish: Published | None = None, errors: list[dict] | None = None):
+        super().__init__(message)
+        self.entry_id, self.seen_version, self.publish = entry_id, seen_version, publish
+        self.errors = errors or []
+
+
+class Conflict(ActionError):
+    """The entry is not at the version the operator saw, or not in a state that allows this."""
+
+
+class AlreadyRepublished(Conflict):
+    """This decision (entry and version) was republished before; ``publish`` says where."""
+
+
+class InFlight(Conflict):
+    """Another request, job or recovery is publishing this very intent right now."""
+
+
+class Refused(ActionError):
+    """The request cannot be done as asked (no subject, no stream, an invalid payload)."""
+
+
+class NatsDown(ActionError):
+    """NATS is unreachable or did not answer; the message says whether anything may still arrive."""

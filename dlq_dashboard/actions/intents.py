@@ -1,0 +1,203 @@
+"""Republish intents: exactly what a republish will publish (or did), and its recorded outcome.
+
+A republish is committed as an intent (a Republish row with a msgId derived from the entry and
+the version the operator saw) before anything is published. publishing.py publishes it and
+records the outcome here: the PubAck, status ``republished``, the version raised and the audit
+record; or, when nothing can have been stored, the failure and its audit record. Bulk jobs
+record whole windows of intents the same way. docs/actions.md explains the design.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, Mapping
+
+from sqlalchemy import Connection, update
+
+from dlq_consumer import headers as contract
+
+from ..db.models import Action, Entry, Republish
+from ..db.rows import insert_rows, update_rows
+from ..times import utcnow
+
+ENTRIES, INTENTS, ACTIONS = Entry.__table__, Republish.__table__, Action.__table__
+
+
+@dataclass(frozen=True)
+class Published:
+    """The broker's answer to a republish."""
+
+    msg_id: str
+    stream: str | None
+    seq: int | None
+    duplicate: bool | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"msg_id": self.msg_id, "stream": self.stream, "seq": self.seq, "duplicate": self.duplicate}
+
+
+@dataclass
+class Intent:
+    """A republish intent as committed: exactly what will be (or was) published."""
+
+    id: int | None
+    entry_id: int
+    version: int
+    msg_id: str
+    subject: str
+    payload: bytes
+    headers: dict[str, str]
+    edited: bool
+    actor: str
+    job_id: int | None
+    created_at: datetime
+    state: str = "pending"
+    error: str | None = None
+    forced: bool = False
+    stream: str | None = None
+    seq: int | None = None
+    duplicate: bool | None = None
+    # Published before (a retry, a recovery): an earlier attempt may have been stored, so a
+    # failure now never counts as "nothing was stored" unless the broker itself said so.
+    resumed: bool = False
+
+    @classmethod
+    def from_row(cls, row) -> "Intent":
+        m = row._mapping
+        return cls(id=m["id"], entry_id=m["entry_id"], version=m["version"], msg_id=m["msg_id"],
+                   subject=m["subject"], payload=bytes(m["payload"]), headers=json.loads(m["headers"] or "{}"),
+                   edited=bool(m["edited"]), actor=m["actor"], job_id=m["job_id"],
+                   created_at=m["created_at"], state=m["state"], error=m["error"], stream=m["stream"],
+                   seq=m["seq"], duplicate=m["duplicate"])
+
+
+def entry_ref(entry: Mapping[str, Any]) -> str:
+    """``<dlq stream>:<seq>`` (Dlq-Replay-Of); an advisory-only entry is named by its original message."""
+    if entry["dlq_stream"] and entry["dlq_seq"]:
+        return f"{entry['dlq_stream']}:{entry['dlq_seq']}"
+    return f"{entry['original_stream']}:{entry['original_seq']}"
+
+
+def republish_msg_id(entry: Mapping[str, Any], version: int) -> str:
+    """The msgId of the decision to republish ``entry`` as seen at ``version``.
+
+    The same for a retried request or a recovery; different from every earlier republish
+    (each raises the version) and from the message's own ids (``<stream>:<seq>:dlq``, the
+    service's), which never start with ``dlq-dashboard:``.
+    """
+    return f"dlq-dashboard:{entry_ref(entry)}:e{entry['id']}:v{version}"
+
+
+def republish_headers(headers: Mapping[str, list[str]], msg_id: str, replay_of: str) -> dict[str, str]:
+    """Original headers minus Dlq-* and Nats-*, plus a fresh Nats-Msg-Id and Dlq-Replay-Of.
+
+    A leftover Nats-Msg-Id would make the republish a silent duplicate and Nats-Stream-Source is
+    refused (err 10227); the Dlq-* headers describe the failure, not the message.
+    """
+    result: dict[str, str] = {}
+    for name, values in headers.items():
+        low = name.lower()
+        if low.startswith(contract.CONTRACT_PREFIX) or low.startswith(contract.SERVER_PREFIX):
+            continue
+        if values:
+            # nats-py sends one value a header name; the last one wins as it did on receipt.
+            result[name] = values[-1]
+    result[contract.NATS_MSG_ID] = msg_id
+    result[contract.REPLAY_OF] = replay_of
+    return result
+
+
+class Flights:
+    """The intents this runtime is publishing right now: a concurrent request for one of them
+    is a double-click (409), not a retry of an abandoned publish. One per runtime."""
+
+    def __init__(self) -> None:
+        self._msg_ids: set[str] = set()
+        self._lock = threading.Lock()
+
+    def start(self, intents: list[Intent]) -> None:
+        """Note that these intents are being published now."""
+        with self._lock:
+            self._msg_ids.update(i.msg_id for i in intents)
+
+    def end(self, intents: list[Intent]) -> None:
+        """Note that these publishes have ended (answered, failed or abandoned)."""
+        with self._lock:
+            self._msg_ids.difference_update(i.msg_id for i in intents)
+
+    def __contains__(self, intent: Intent) -> bool:
+        with self._lock:
+            return intent.msg_id in self._msg_ids
+
+    def busy(self, intent: Intent, *, request_timeout: float, other_processes: bool = True) -> bool:
+        """True when this runtime is publishing ``intent``, or (``other_processes``) another
+        process may be: a young pending intent without a recorded failure."""
+        if intent in self:
+            return True
+        if not other_processes:
+            return False
+        age = (utcnow() - intent.created_at).total_seconds()
+        return intent.error is None and age < request_timeout + 5
+
+
+# --- outcomes ----------------------------------------------------------------------------------
+
+@lru_cache(maxsize=256)
+def _audit_detail(subject: str, edited: bool, forced: bool, recovered: bool) -> str:
+    detail: dict[str, Any] = {"subject": subject, "edited": edited}
+    if forced:
+        detail["forced"] = True
+    if recovered:
+        detail["recovered"] = True
+    return json.dumps(detail)
+
+
+def _audit(intent: Intent, action: str, now: datetime, *, recovered: bool, **values) -> dict[str, Any]:
+    return {"entry_id": intent.entry_id, "job_id": intent.job_id, "action": action, "actor": intent.actor,
+            "at": now, "note": None, "version": intent.version, "msg_id": intent.msg_id,
+            "publish_stream": None, "publish_seq": None, "duplicate": None, "error": None,
+            "detail": _audit_detail(intent.subject, intent.edited, intent.forced, recovered), **values}
+
+
+def record_published(conn: Connection, results: list[tuple[Intent, Any]], *, recovered: bool = False) -> list[Intent]:
+    """Record PubAcks: intent published, entry ``republished`` (version raised), one audit row each."""
+    acks = {i.msg_id: ack for i, ack in results}
+    now = utcnow()
+    # Only the first outcome counts: another thread or process may have finished some already.
+    changed = update_rows(conn, INTENTS, "msg_id", [
+        {"msg_id": i.msg_id, "stream": ack.stream, "seq": ack.seq, "duplicate": bool(ack.duplicate)}
+        for i, ack in results], constants={"state": "published", "published_at": now, "error": None},
+        match={"state": "pending"})
+    done = [i for i, _ in results if i.msg_id in changed]
+    if not done:
+        return done
+    conn.execute(update(ENTRIES).where(ENTRIES.c.id.in_([i.entry_id for i in done]))
+                 .values(status="republished", version=ENTRIES.c.version + 1, updated_at=now))
+    insert_rows(conn, ACTIONS, [_audit(i, "republish", now, recovered=recovered, publish_stream=acks[i.msg_id].stream,
+                                       publish_seq=acks[i.msg_id].seq, duplicate=bool(acks[i.msg_id].duplicate))
+                                for i in done])
+    return done
+
+
+def record_failed(conn: Connection, results: list[tuple[Intent, str]], *, recovered: bool = False) -> list[Intent]:
+    """Record publishes that cannot have stored anything. The entry was never changed, so it is
+    as it was, and the same request retried (same version) reuses the msgId."""
+    errors = {i.msg_id: e for i, e in results}
+    changed = update_rows(conn, INTENTS, "msg_id", [{"msg_id": i.msg_id, "error": e} for i, e in results],
+                          constants={"state": "failed"}, match={"state": "pending"})
+    done = [i for i, _ in results if i.msg_id in changed]
+    insert_rows(conn, ACTIONS, [_audit(i, "republish_failed", utcnow(), recovered=recovered, error=errors[i.msg_id])
+                                for i in done])
+    return done
+
+
+def mark_in_doubt(conn: Connection, intents: list[Intent], error: str) -> None:
+    """Note on pending intents that their publish got no answer; recovery completes them."""
+    for intent in intents:
+        intent.error = error
+        conn.execute(update(INTENTS).where(INTENTS.c.msg_id == intent.msg_id, INTENTS.c.state == "pending")
+                     .values(error=error))

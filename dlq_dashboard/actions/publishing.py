@@ -1,0 +1,98 @@
+"""Publishing a committed republish intent with its own msgId, and recording what NATS answered.
+
+A failure is told apart by whether anything can have been stored: if not, the intent is
+recorded as failed and the entry is as it was; if maybe (no answer), the intent stays pending
+and recovery.py completes it with the same msgId, which the stream's duplicate window absorbs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import nats.errors
+import nats.js.errors
+
+from ..db.engine import write_transaction
+from ..nats.bridge import NatsUnavailable
+from .errors import ActionError, NatsDown, Refused
+from .intents import Intent, Published, mark_in_doubt, record_failed, record_published
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+
+def fault_point(stage: str, intent: Intent) -> None:
+    """A no-op hook between the steps of a republish ("after_intent", "after_publish"): the tests
+    replace it to crash there. Bulk jobs look it up here too."""
+
+
+def nats_unreachable(rt: Runtime) -> str | None:
+    """Why NATS cannot be used now (a sentence), or None when it is connected."""
+    if rt.bridge is None:
+        return "NATS is not connected (the dashboard's background services are not running)"
+    if not rt.bridge.state.connected:
+        return f"NATS is not reachable ({rt.bridge.state.last_error or 'connecting'})"
+    return None
+
+
+def classify_failure(exc: BaseException, intent: Intent) -> tuple[bool, ActionError]:
+    """(nothing can have been stored, the error to report) for an exception from publishing ``intent``."""
+    nothing_stored, error = _classify(exc, intent.subject)
+    if nothing_stored and isinstance(error, NatsDown) and intent.resumed:
+        # This attempt was not sent, but an earlier one may have been stored.
+        return False, NatsDown(f"{str(error).split(';')[0]}. The republish may have been stored by an earlier "
+                               "attempt; it will be completed with the same msgId once NATS answers.",
+                               entry_id=intent.entry_id)
+    return nothing_stored, error
+
+
+def _classify(exc: BaseException, subject: str) -> tuple[bool, ActionError]:
+    if isinstance(exc, nats.js.errors.NoStreamResponseError):
+        return True, Refused(f"No stream stores subject {subject}, so nothing was republished.")
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError):
+        return True, NatsDown(f"JetStream is temporarily unavailable ({exc.description}); nothing was republished.")
+    if isinstance(exc, nats.js.errors.APIError):
+        return True, Refused(f"NATS refused the message ({exc.description}, error {exc.err_code}).")
+    if isinstance(exc, (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError,
+                        nats.errors.MaxPayloadError, nats.errors.BadHeaderError, nats.errors.BadSubjectError)):
+        return True, NatsDown(f"The message could not be sent ({type(exc).__name__}: {exc}); "
+                              "nothing was republished.")
+    reason = str(exc) if isinstance(exc, NatsUnavailable) else f"no answer from NATS ({type(exc).__name__})"
+    return False, NatsDown(f"{reason}. The republish may still arrive; it will be completed with the same "
+                           "msgId once NATS answers, and nothing is published twice.")
+
+
+def publish_intent(rt: Runtime, intent: Intent, *, recovered: bool = False) -> Published:
+    """Publish a committed intent with its msgId and record the outcome; raise Refused or NatsDown."""
+    rt.flights.start([intent])
+    try:
+        fault_point("after_intent", intent)
+        down = nats_unreachable(rt)
+        if down and intent.resumed:
+            raise NatsDown(f"{down}. The republish (msgId {intent.msg_id}) is completed with that msgId "
+                           "when NATS is back; nothing is published twice.", entry_id=intent.entry_id)
+        if down:
+            with write_transaction(rt.engine) as conn:
+                record_failed(conn, [(intent, down)], recovered=recovered)
+            raise NatsDown(f"{down}; nothing was republished and entry {intent.entry_id} is as it was. "
+                           "Try again when NATS is back.", entry_id=intent.entry_id)
+        timeout = rt.settings.request_timeout
+        try:
+            ack = rt.bridge.call(lambda: rt.bridge.js.publish(intent.subject, intent.payload,
+                                                              headers=dict(intent.headers), timeout=timeout),
+                                 timeout + 1.0)
+        except Exception as exc:
+            nothing_stored, error = classify_failure(exc, intent)
+            with write_transaction(rt.engine) as conn:
+                if nothing_stored:
+                    record_failed(conn, [(intent, str(error))], recovered=recovered)
+                else:
+                    mark_in_doubt(conn, [intent], str(error))
+            sentence = str(error) + (f" Entry {intent.entry_id} is as it was." if nothing_stored else "")
+            raise type(error)(sentence, entry_id=intent.entry_id) from None
+        fault_point("after_publish", intent)
+        with write_transaction(rt.engine) as conn:
+            record_published(conn, [(intent, ack)], recovered=recovered)
+        return Published(intent.msg_id, ack.stream, ack.seq, bool(ack.duplicate))
+    finally:
+        rt.flights.end([intent])

@@ -1,0 +1,84 @@
+"""Republishing one entry exactly once, for the version the operator saw.
+
+A republish is two transactions around one publish (commit first, publish second):
+
+1. the intent: the version the operator saw is checked and a Republish row is committed with a
+   msgId derived from the entry and that version; while it is pending, every other action on
+   the entry is refused (409);
+2. the publish, with that msgId (publishing.py);
+3. the outcome: the PubAck, status ``republished``, the version raised and the audit record;
+   or, when nothing can have been stored, the failure and its audit record. The entry itself
+   was never touched, so it is as it was, and the same request retried reuses the msgId.
+
+A crash between 1 and 3, or a publish whose answer never came, leaves the intent pending;
+recovery.py publishes it again with the same msgId and payload, and the broker's duplicate
+window absorbs the copy. docs/actions.md explains the design.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import nats.js.errors
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from ..db.engine import write_transaction
+from ..entries.filters import subject_pattern_regex
+from ..nats.bridge import NatsUnavailable
+from .decisions import Outcome, decide_republish, load_entry, pending_intents, write_claims
+from .errors import Conflict
+from .intents import INTENTS, Intent, republish_msg_id
+from .publishing import nats_unreachable, publish_intent
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+
+def republish_entry(rt: Runtime, entry_id: int, version: int, *, actor: str, payload: bytes | None = None,
+                    force: bool = False) -> Outcome:
+    """Republish an entry (or an edited payload) exactly once for the version the operator saw."""
+    with write_transaction(rt.engine) as conn:
+        entry = load_entry(conn, entry_id)
+        msg_id = republish_msg_id(entry, version)
+        row = conn.execute(select(INTENTS).where(INTENTS.c.msg_id == msg_id)).first()
+        existing = Intent.from_row(row) if row else None
+        pending = [i for i in pending_intents(conn, [entry_id]).get(entry_id, []) if i.msg_id != msg_id]
+        kind, intent = decide_republish(rt, entry, version, existing, pending, actor=actor,
+                                        payload=payload, force=force)
+        try:
+            write_claims(conn, [(kind, intent)])
+        except IntegrityError:  # PostgreSQL: a concurrent request inserted this msgId first
+            raise Conflict(f"Entry {entry_id} is being republished right now (msgId {msg_id}).",
+                           entry_id=entry_id, seen_version=version) from None
+    published = publish_intent(rt, intent, recovered=kind == "resume")
+    return Outcome(rt.store.get_entry(entry_id), published)
+
+
+def republish_targets(rt: Runtime, subject: str | None) -> dict[str, Any]:
+    """The stream that stores ``subject`` and the consumers that will receive a republish of it."""
+    if not subject:
+        return {"stream": None, "consumers": [], "error": "The entry has no original subject."}
+    if nats_unreachable(rt):
+        return {"stream": None, "consumers": [], "error": f"{nats_unreachable(rt)}; the consumers cannot be listed."}
+
+    async def look_up():
+        try:
+            stream = await rt.bridge.js.find_stream_name_by_subject(subject)
+        except nats.js.errors.NotFoundError:
+            return {"stream": None, "consumers": [],
+                    "error": f"No stream stores subject {subject}: a republish would be refused."}
+        consumers = []
+        for info in await rt.bridge.js.consumers_info(stream):
+            filters = list(info.config.filter_subjects or []) or (
+                [info.config.filter_subject] if info.config.filter_subject else [])
+            if not filters or any(re.match(subject_pattern_regex(f), subject) for f in filters):
+                consumers.append({"name": info.name, "filters": filters or [">"],
+                                  "durable": bool(info.config.durable_name)})
+        return {"stream": stream, "consumers": sorted(consumers, key=lambda c: c["name"]), "error": None}
+
+    try:
+        return rt.bridge.call(look_up, rt.settings.request_timeout)
+    except NatsUnavailable as exc:
+        return {"stream": None, "consumers": [], "error": f"{exc}; the consumers cannot be listed."}

@@ -1,0 +1,61 @@
+"""Named leases in the database, so that one process at a time does a job: the mirror, each
+bulk job. A holder renews its lease well before it expires; a crashed holder's lease is taken
+over when it expires, or at once when the holder was a process on this host that is gone."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, and_, insert, select, update
+
+from ..times import utcnow
+from .engine import write_transaction
+from .models import Lease
+
+LEASES = Lease.__table__
+
+
+def new_holder() -> str:
+    """A name for a lease holder: ``<host>:<pid>:<random>``, unique to one runtime."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def acquire_lease(engine: Engine, name: str, holder: str, seconds: float) -> bool:
+    """Take or renew a named lease; False while another live holder has it."""
+    now = utcnow()
+    expires = now + timedelta(seconds=seconds)
+    with write_transaction(engine) as conn:
+        row = conn.execute(select(LEASES.c.holder, LEASES.c.expires_at).where(LEASES.c.name == name)).first()
+        if row is None:
+            conn.execute(insert(LEASES).values(name=name, holder=holder, expires_at=expires))
+            return True
+        if row.holder != holder and row.expires_at > now and holder_alive(row.holder):
+            return False
+        conn.execute(update(LEASES).where(LEASES.c.name == name).values(holder=holder, expires_at=expires))
+        return True
+
+
+def holder_alive(holder: str) -> bool:
+    """False when the holder was a process on this host that no longer exists (a crash):
+    a restart then takes the lease at once instead of waiting for it to expire."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def release_lease(engine: Engine, name: str, holder: str) -> None:
+    """Give a lease up so that another process can take it at once."""
+    with write_transaction(engine) as conn:
+        conn.execute(update(LEASES).where(and_(LEASES.c.name == name, LEASES.c.holder == holder))
+                     .values(expires_at=datetime(1970, 1, 1)))

@@ -1,0 +1,80 @@
+"""Bring a database to the newest schema with the Alembic revisions in ``migrations/versions``.
+
+Migrations are the only way the schema changes: nothing is created at query time. Each start
+runs :func:`migrate`, which applies what is missing in one write transaction (on SQLite the
+write lock is taken first, so two processes starting at once migrate one after the other).
+A database made before Alembic was used (it has ``schema_version`` 1) is taken as revision
+0001 and upgraded from there.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect, text
+
+from .engine import write_transaction
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+#: The revision of the schema before Alembic: ``schema_version`` 1 of the first release.
+LEGACY_BASELINE = "0001"
+
+
+@lru_cache(maxsize=1)
+def _script() -> ScriptDirectory:
+    # Reading the revision files once a process: create_app runs migrate() at every start.
+    return ScriptDirectory(str(MIGRATIONS))
+
+
+def head() -> str:
+    """The newest revision this code knows."""
+    return _script().get_current_head()
+
+
+def revisions() -> list[str]:
+    """Every revision, oldest first."""
+    return [r.revision for r in reversed(list(_script().walk_revisions()))]
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The revision the database is at (None for an empty database)."""
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def _config(conn: Connection) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = conn
+    return config
+
+
+def _legacy_version(conn: Connection) -> int:
+    if not inspect(conn).has_table("schema_version"):
+        return 0
+    return int(conn.execute(text("SELECT MAX(version) FROM schema_version")).scalar() or 0)
+
+
+def migrate(engine: Engine, target: str = "head") -> str:
+    """Upgrade the database to ``target`` (the newest revision by default), keeping all data;
+    return the revision reached."""
+    wanted = head() if target == "head" else target
+    with write_transaction(engine) as conn:
+        current = current_revision(conn)
+        if current == wanted:
+            return current
+        config = _config(conn)
+        if current is None and _legacy_version(conn) >= 1:
+            log.info("the database predates revision numbers: taking it as revision %s", LEGACY_BASELINE)
+            command.stamp(config, LEGACY_BASELINE)
+        command.upgrade(config, target)
+        reached = current_revision(conn)
+    log.info("the database schema is at revision %s", reached)
+    return reached

@@ -1,0 +1,1 @@
+"""Alembic migrations, applied at every start by :func:`dlq_dashboard.db.migrate.migrate`."""

@@ -1,0 +1,214 @@
+"""What entries are selected by: the filter of the list, the API, the export and bulk jobs,
+NATS subject wildcards, full-text queries and keyset cursors."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Mapping
+
+from sqlalchemy import Engine, literal_column, or_, select, text
+
+from ..db.engine import is_sqlite
+from ..db.models import Entry
+from ..errors import InvalidRequest
+from ..times import format_time, parse_time
+from .groups import group_expression
+from .shape import STATUSES
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+
+
+class FilterError(InvalidRequest):
+    """A filter value that does not parse; the message says which and what it accepts."""
+
+
+# --- NATS subject wildcards -------------------------------------------------------------------
+
+_SUBJECT_TOKEN = re.compile(r"^[^\s.]+$")
+
+
+def subject_pattern_regex(pattern: str) -> str:
+    """Translate a NATS subject pattern (``*`` one token, ``>`` the rest) into an anchored regex."""
+    tokens = pattern.split(".")
+    parts = []
+    for i, token in enumerate(tokens):
+        if token == ">" and i == len(tokens) - 1:
+            parts.append(r"[^.]+(\.[^.]+)*")
+        elif token == "*":
+            parts.append(r"[^.]+")
+        else:
+            parts.append(re.escape(token))
+    return "^" + r"\.".join(parts) + "$"
+
+
+def validate_subject_pattern(pattern: str) -> str:
+    """Return the pattern, or raise FilterError when it is not a NATS subject or wildcard."""
+    tokens = pattern.split(".")
+    for i, token in enumerate(tokens):
+        if not _SUBJECT_TOKEN.match(token) or (">" in token and (token != ">" or i != len(tokens) - 1)) \
+                or ("*" in token and token != "*"):
+            raise FilterError(
+                f"subject {pattern!r} is not a NATS subject: use tokens separated by dots, "
+                "'*' for one token and '>' at the end for the rest (e.g. orders.* or orders.>)"
+            )
+    return pattern
+
+
+def _literal_prefix(pattern: str) -> str:
+    literal = []
+    for token in pattern.split("."):
+        if token in ("*", ">"):
+            break
+        literal.append(token)
+    return ".".join(literal) + ("." if literal else "")
+
+
+def _like_escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+# --- full-text queries ------------------------------------------------------------------------
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def fts_query(q: str) -> str | None:
+    """Turn what a person typed into a safe FTS5 query: every word must match, the last as a prefix."""
+    words = _WORD.findall(q)
+    if not words:
+        return None
+    quoted = ['"' + w.replace('"', '""') + '"' for w in words]
+    quoted[-1] += "*"
+    return " AND ".join(quoted)
+
+
+# --- the filter -------------------------------------------------------------------------------
+
+def encode_cursor(entry_id: int) -> str:
+    """An opaque cursor for keyset pagination (entries are listed newest first, by id)."""
+    return base64.urlsafe_b64encode(f"e{entry_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    """The id a cursor stands for; FilterError when it was not made by encode_cursor."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        if raw[0] != "e":
+            raise ValueError
+        value = int(raw[1:])
+        if not 0 <= value < 2**63:  # what the database stores
+            raise ValueError
+    except (ValueError, IndexError, UnicodeDecodeError, binascii.Error):
+        raise FilterError(f"cursor {cursor!r} is not valid: use next_cursor from a previous page") from None
+    return value
+
+
+@dataclass(frozen=True)
+class EntryFilter:
+    """What the list, the API, the export and bulk jobs select entries by."""
+
+    status: str | None = None
+    subject: str | None = None
+    stream: str | None = None
+    consumer: str | None = None
+    reason: str | None = None
+    q: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = DEFAULT_LIMIT
+    cursor: str | None = None
+    # A failure group's normalized error (see groups.py): the entries a /groups row stands for.
+    group: str | None = None
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, str], *, max_limit: int = MAX_LIMIT) -> "EntryFilter":
+        """Parse request arguments; raise FilterError with a sentence for a bad value."""
+        def clean(name):
+            value = args.get(name)
+            return value.strip() if isinstance(value, str) and value.strip() else None
+
+        status = clean("status")
+        if status is not None and status not in STATUSES:
+            raise FilterError(f"status {status!r} is not valid: use one of {', '.join(STATUSES)}")
+        subject = clean("subject")
+        if subject is not None:
+            validate_subject_pattern(subject)
+        times = {}
+        for name in ("since", "until"):
+            raw = clean(name)
+            times[name] = parse_time(raw) if raw else None
+            if raw and times[name] is None:
+                raise FilterError(f"{name} {raw!r} is not valid: use an RFC 3339 time such as 2026-11-29T10:00:00Z")
+        limit_raw = clean("limit")
+        limit = DEFAULT_LIMIT
+        if limit_raw is not None:
+            if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= max_limit:
+                raise FilterError(f"limit {limit_raw!r} is not valid: use a whole number from 1 to {max_limit}")
+            limit = int(limit_raw)
+        cursor = clean("cursor")
+        if cursor is not None:
+            decode_cursor(cursor)
+        return cls(status=status, subject=subject, stream=clean("stream"), consumer=clean("consumer"),
+                   reason=clean("reason"), q=clean("q"), since=times["since"], until=times["until"],
+                   limit=limit, cursor=cursor, group=clean("group"))
+
+    def to_args(self) -> dict[str, str]:
+        """The filter as query arguments (for URLs that share a view), without paging."""
+        args = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("limit", "cursor") or value is None:
+                continue
+            args[f.name] = format_time(value) if isinstance(value, datetime) else str(value)
+        return args
+
+    @property
+    def filtered(self) -> bool:
+        """True when anything narrows the selection (paging aside)."""
+        return bool(self.to_args())
+
+    def conditions(self, engine: Engine, *, search: bool = True) -> list:
+        """SQL conditions for everything but paging (``search=False``: without ``q``)."""
+        conds = []
+        if self.status:
+            conds.append(Entry.status == self.status)
+        if self.subject:
+            if "*" in self.subject or ">" in self.subject.split("."):
+                prefix = _literal_prefix(self.subject)
+                if prefix:
+                    # The prefix lets the subject index narrow the rows the regex must look at.
+                    conds.append(Entry.original_subject.like(_like_escape(prefix) + "%", escape="\\"))
+                conds.append(Entry.original_subject.regexp_match(subject_pattern_regex(self.subject)))
+            else:
+                conds.append(Entry.original_subject == self.subject)
+        if self.stream:
+            conds.append(or_(Entry.original_stream == self.stream, Entry.dlq_stream == self.stream))
+        if self.consumer:
+            conds.append(Entry.consumer == self.consumer)
+        if self.reason:
+            conds.append(Entry.reason == self.reason)
+        if self.since:
+            conds.append(Entry.received_at >= self.since)
+        if self.until:
+            conds.append(Entry.received_at < self.until)
+        if self.group:
+            conds.append(group_expression(engine, Entry.error, Entry.schema_errors) == self.group)
+        if self.q and search:
+            conds.append(_search_condition(engine, self.q))
+        return conds
+
+
+def _search_condition(engine: Engine, q: str):
+    if is_sqlite(engine):
+        match = fts_query(q)
+        if match is None:
+            return literal_column("0") == 1
+        return Entry.id.in_(select(literal_column("rowid")).select_from(text("entries_fts"))
+                            .where(text("entries_fts MATCH :fts_q").bindparams(fts_q=match)))
+    pattern = "%" + _like_escape(q) + "%"
+    return or_(Entry.original_subject.ilike(pattern, escape="\\"), Entry.error.ilike(pattern, escape="\\"))

@@ -1,0 +1,111 @@
+"""The registry of DLQ_SCHEMAS (SPEC section 7): the current schema of each subject.
+
+Every schema file names the subjects it covers in ``"x-subjects"`` (NATS wildcards). A broken
+file is reported with its name, never raised: one bad file must not take the dashboard down.
+Validation itself is the consumer library's, so the dashboard reports what services report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlq_consumer.validation import SchemaViolation, Validator, make_validator, parse_and_validate
+
+from .filters import FilterError, subject_pattern_regex, validate_subject_pattern
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SchemaFile:
+    """One loaded schema: its file, the subject patterns it covers, its validator."""
+
+    name: str
+    patterns: tuple[str, ...]
+    schema: dict
+    validator: Validator
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """The current schema's verdict on a payload (schema None: no schema covers the subject)."""
+
+    schema: str | None
+    errors: list[SchemaViolation]
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema, "valid": self.valid, "errors": [e.to_dict() for e in self.errors]}
+
+
+@dataclass
+class SchemaRegistry:
+    """The schemas of a folder, matched to subjects by their ``x-subjects`` patterns."""
+
+    folder: str | None = None
+    schemas: list[SchemaFile] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (file name, sentence)
+
+    @classmethod
+    def load(cls, folder: str | None) -> "SchemaRegistry":
+        """Load every ``*.json`` file of ``folder``; broken files become ``problems``."""
+        registry = cls(folder=folder)
+        if not folder:
+            return registry
+        for path in sorted(Path(folder).glob("*.json")):
+            try:
+                registry.schemas.append(_load_schema_file(path))
+            except (OSError, ValueError, TypeError) as exc:
+                problem = f"{exc}"
+                registry.problems.append((path.name, problem))
+                log.error("schema file %s is not usable: %s", path.name, problem)
+        return registry
+
+    def for_subject(self, subject: str | None) -> SchemaFile | None:
+        """The schema covering ``subject`` (the first file by name whose pattern matches)."""
+        if not subject:
+            return None
+        for schema in self.schemas:
+            if any(re.match(subject_pattern_regex(p), subject) for p in schema.patterns):
+                return schema
+        return None
+
+    def validate(self, subject: str | None, payload: bytes) -> ValidationResult:
+        """Validate a payload against the schema of its subject."""
+        schema = self.for_subject(subject)
+        if schema is None:
+            return ValidationResult(None, [])
+        _, errors = parse_and_validate(payload, schema.validator)
+        return ValidationResult(schema.name, errors)
+
+
+def _load_schema_file(path: Path) -> SchemaFile:
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
+    if not isinstance(schema, dict):
+        raise ValueError("a schema must be a JSON object")
+    patterns = schema.get("x-subjects")
+    if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+        raise ValueError('"x-subjects" must be a non-empty list of subjects, e.g. ["orders.*"]')
+    for pattern in patterns:
+        try:
+            validate_subject_pattern(pattern)
+        except FilterError as exc:
+            raise ValueError(f'"x-subjects": {exc}') from None
+    try:
+        validator = make_validator(schema)
+    except Exception as exc:  # jsonschema's SchemaError and friends
+        raise ValueError(f"not a valid JSON Schema: {getattr(exc, 'message', exc)}") from None
+    return SchemaFile(name=path.name, patterns=tuple(patterns), schema=schema, validator=validator)

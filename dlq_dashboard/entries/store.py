@@ -1,0 +1,234 @@
+"""The one query layer: pages, single entries, counts and groups as plain values with
+to_dict(). What selects entries (EntryFilter and friends) lives in filters.py, the shape of an
+entry in view.py and shape.py."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterator
+
+from sqlalchemy import (
+    Engine, Select, and_, case, column, false, func, literal_column, or_, select, table, text,
+)
+
+from ..db.engine import is_sqlite, read_transaction, write_transaction
+from ..db.models import Action, Entry, EntryGroup, Event, Republish
+from ..db.rows import replace_rows
+from ..times import as_time, format_time
+from .audit import audit_record
+from .filters import STATUSES, EntryFilter, decode_cursor, encode_cursor, fts_query
+from .groups import NO_ERROR, Group, error_group, group_expression, register_sql_function
+from .view import EntryView, Page
+
+
+def _event_dict(row) -> dict[str, Any]:
+    m = row._mapping
+    return {"kind": m["kind"], "at": format_time(m["at"]), "deliveries": m["deliveries"],
+            "consumer": m["consumer"], "detail": json.loads(m["detail"] or "{}")}
+
+
+_FTS = table("entries_fts", column("rowid"))
+ENTRIES = Entry.__table__
+
+
+@dataclass
+class Store:
+    """Read queries over the database; writes live with the code that owns them."""
+
+    engine: Engine
+
+    def __post_init__(self) -> None:
+        register_sql_function(self.engine)
+
+    def _searching(self, flt: EntryFilter) -> bool:
+        return bool(flt.q) and is_sqlite(self.engine)
+
+    def _key(self, flt: EntryFilter):
+        """The id column keyset paging compares: the full-text index's rowid when searching."""
+        return _FTS.c.rowid if self._searching(flt) else Entry.id
+
+    def select_entries(self, flt: EntryFilter, *columns) -> Select:
+        """The SELECT for a filter, newest first, without limit or cursor.
+
+        A search is driven from the full-text index in rowid order (rowid = entry id), so a
+        page reads its 50 matches and stops, however many rows match in all.
+        """
+        columns = columns or (ENTRIES,)
+        if not self._searching(flt):
+            return select(*columns).where(and_(True, *flt.conditions(self.engine))).order_by(Entry.id.desc())
+        match = fts_query(flt.q)
+        condition = text("entries_fts MATCH :fts_q").bindparams(fts_q=match) if match else false()
+        return (select(*columns).select_from(_FTS.join(ENTRIES, ENTRIES.c.id == _FTS.c.rowid))
+                .where(condition, *flt.conditions(self.engine, search=False)).order_by(_FTS.c.rowid.desc()))
+
+    def list_entries(self, flt: EntryFilter) -> Page:
+        """One page of entries matching the filter, newest first (keyset pagination)."""
+        query = self.select_entries(flt)
+        if flt.cursor:
+            query = query.where(self._key(flt) < decode_cursor(flt.cursor))
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(query.limit(flt.limit + 1)).all()
+        entries = [EntryView.from_row(r) for r in rows[: flt.limit]]
+        next_cursor = encode_cursor(entries[-1].id) if len(rows) > flt.limit else None
+        return Page(entries, next_cursor)
+
+    def iter_entries(self, flt: EntryFilter, batch: int = 1000) -> Iterator[EntryView]:
+        """Every matching entry, newest first, read in keyset batches (constant memory)."""
+        last_id = decode_cursor(flt.cursor) if flt.cursor else None
+        while True:
+            query = self.select_entries(flt)
+            if last_id is not None:
+                query = query.where(self._key(flt) < last_id)
+            with read_transaction(self.engine) as conn:
+                rows = conn.execute(query.limit(batch)).all()
+            if not rows:
+                return
+            for row in rows:
+                yield EntryView.from_row(row)
+            last_id = rows[-1]._mapping["id"]
+
+    def count_newer(self, flt: EntryFilter, after_id: int, cap: int = 1000) -> int:
+        """How many entries under the filter are newer than ``after_id`` (counted up to ``cap``)."""
+        query = self.select_entries(flt, Entry.id).where(self._key(flt) > after_id).limit(cap)
+        with read_transaction(self.engine) as conn:
+            return conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+
+    def get_entry(self, entry_id: int, *, with_history: bool = True) -> EntryView | None:
+        """One entry, with its delivery history and its actions."""
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(select(ENTRIES).where(Entry.id == entry_id)).first()
+            if row is None:
+                return None
+            entry = EntryView.from_row(row)
+            if with_history:
+                entry.history = self._history(conn, entry)
+                entry.actions = [audit_record(r) for r in conn.execute(
+                    select(Action.__table__).where(Action.entry_id == entry_id).order_by(Action.id))]
+        return entry
+
+    def entry_by_dlq_ref(self, ref: str) -> EntryView | None:
+        """The entry a ``<dlq stream>:<seq>`` reference names (the newest, if the stream was recreated)."""
+        stream, _, seq = ref.rpartition(":")
+        if not stream or not seq.isdigit():
+            return None
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(select(ENTRIES).where(Entry.dlq_stream == stream, Entry.dlq_seq == int(seq))
+                               .order_by(Entry.id.desc()).limit(1)).first()
+        return EntryView.from_row(row) if row else None
+
+    def _history(self, conn, entry: EntryView) -> list[dict]:
+        if entry.original_stream is None or entry.original_seq is None:
+            return []
+        query = select(Event.__table__).where(
+            Event.original_stream == entry.original_stream, Event.original_seq == entry.original_seq)
+        if entry.consumer:
+            query = query.where(or_(Event.consumer == entry.consumer, Event.consumer.is_(None)))
+        return [_event_dict(r) for r in conn.execute(query.order_by(Event.at, Event.id))]
+
+    def counts_by_status(self, flt: EntryFilter | None = None) -> dict[str, int]:
+        """How many entries each status has (under the filter, status aside)."""
+        conds = []
+        if flt is not None:
+            conds = EntryFilter(**{**flt.__dict__, "status": None}).conditions(self.engine)
+        # One count per status rather than a GROUP BY: each is a range of the status index.
+        counts = {}
+        with read_transaction(self.engine) as conn:
+            for status in STATUSES:
+                counts[status] = conn.execute(select(func.count()).select_from(ENTRIES)
+                                              .where(Entry.status == status, *conds)).scalar_one()
+        return counts
+
+    def received_per_minute(self, flt: EntryFilter) -> dict[datetime, int] | None:
+        """Entries under the filter per minute received, in one pass; None when nothing narrows
+        the selection (then received_range and count_received_between are cheaper)."""
+        conds = flt.conditions(self.engine)
+        if not conds:
+            return None
+        if is_sqlite(self.engine):
+            minute = func.substr(Entry.received_at, 1, 16)  # stored as 'YYYY-MM-DD HH:MM:SS...'
+        else:
+            minute = func.date_trunc("minute", Entry.received_at)
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(select(minute.label("minute"), func.count()).where(and_(True, *conds))
+                                .group_by(literal_column("minute"))).all()
+        result: dict[datetime, int] = {}
+        for at, n in rows:
+            at = as_time(at if isinstance(at, datetime) else f"{at}:00")
+            if at is not None:
+                result[at] = result.get(at, 0) + n
+        return result
+
+    def received_range(self, flt: EntryFilter) -> tuple[datetime | None, datetime | None]:
+        """When the first and the last entry under the filter were received."""
+        conds = flt.conditions(self.engine)
+        with read_transaction(self.engine) as conn:
+            # Two queries: SQLite reads min() or max() off the index only when it is alone.
+            first = conn.execute(select(func.min(Entry.received_at)).where(and_(True, *conds))).scalar()
+            last = conn.execute(select(func.max(Entry.received_at)).where(and_(True, *conds))).scalar()
+        return as_time(first), as_time(last)
+
+    def count_received_between(self, flt: EntryFilter, bounds: list[datetime]) -> list[int]:
+        """Entries under the filter received in each [bounds[i], bounds[i+1]).
+
+        Each count is a range of the received_at index: fast without other conditions. With
+        them, received_per_minute reads the matching rows once instead of once a bar.
+        """
+        conds = flt.conditions(self.engine)
+        with read_transaction(self.engine) as conn:
+            return [conn.execute(select(func.count()).select_from(ENTRIES).where(
+                        Entry.received_at >= start, Entry.received_at < end, *conds)).scalar_one()
+                    for start, end in zip(bounds, bounds[1:])]
+
+    def fill_error_groups(self, batch: int = 20000) -> int:
+        """Compute the failure group of entries newer than the last grouped one; returns how many."""
+        table = EntryGroup.__table__
+        filled = 0
+        while True:
+            with read_transaction(self.engine) as conn:
+                last = conn.execute(select(func.max(table.c.entry_id))).scalar() or 0
+                rows = conn.execute(select(Entry.id, Entry.version, Entry.error, Entry.schema_errors)
+                                    .where(Entry.id > last).order_by(Entry.id).limit(batch)).all()
+            if not rows:
+                return filled
+            # Short write transactions: the mirror writes in between.
+            with write_transaction(self.engine) as conn:
+                replace_rows(conn, table, [
+                    {"entry_id": r.id, "version": r.version, "key": error_group(r.error, r.schema_errors)}
+                    for r in rows], key="entry_id")
+            filled += len(rows)
+
+    def groups(self, flt: EntryFilter, limit: int = 200) -> list[Group]:
+        """Failure groups under the filter: subject, reason and normalized error, largest first."""
+        self.fill_error_groups()
+        stored = EntryGroup.__table__
+        fresh = group_expression(self.engine, Entry.error, Entry.schema_errors)
+        # The stored group where it was computed at the entry's current version, else afresh.
+        key = case((stored.c.version == Entry.version, stored.c.key), else_=fresh)
+        query = (select(Entry.original_subject, Entry.reason, key.label("key"), func.count().label("n"),
+                        func.min(Entry.received_at), func.max(Entry.received_at))
+                 .select_from(ENTRIES.outerjoin(stored, stored.c.entry_id == Entry.id))
+                 .where(and_(True, *flt.conditions(self.engine)))
+                 .group_by(Entry.original_subject, Entry.reason, literal_column("key"))
+                 .order_by(literal_column("n").desc(), Entry.original_subject).limit(limit))
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(query).all()
+        return [Group(subject, reason, key_ or NO_ERROR, n, as_time(first), as_time(last))
+                for subject, reason, key_, n, first, last in rows]
+
+    def replays_of(self, ref: str) -> list[EntryView]:
+        """Entries whose message was a republish of the entry named ``<stream>:<seq>``."""
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(select(ENTRIES).where(Entry.replay_of == ref).order_by(Entry.id)).all()
+        return [EntryView.from_row(r) for r in rows]
+
+    def republishes_of(self, entry_id: int) -> list[dict]:
+        """The republish intents of an entry, oldest first."""
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(select(Republish.__table__).where(Republish.entry_id == entry_id)
+                                .order_by(Republish.id)).all()
+        return [{"msg_id": r.msg_id, "state": r.state, "version": r.version, "stream": r.stream,
+                 "seq": r.seq, "duplicate": r.duplicate, "error": r.error, "actor": r.actor,
+                 "created_at": format_time(r.created_at), "published_at": format_time(r.published_at)}
+                for r in rows]

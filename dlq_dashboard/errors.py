@@ -1,0 +1,35 @@
+"""What the dashboard could not do, as exceptions that carry a sentence for a person.
+
+These know nothing of HTTP: the web layer maps each kind to a status code in one place
+(``web/errors.py``), the CLI prints the sentence.
+"""
+
+from __future__ import annotations
+
+
+class DashboardError(Exception):
+    """A request that was not done; the message says why, as a sentence for a person."""
+
+
+class InvalidRequest(DashboardError, ValueError):
+    """A parameter that does not parse or is out of bounds."""
+
+
+class NotFound(DashboardError, LookupError):
+    """The thing asked for does not exist (an unknown entry or job id)."""
+
+
+class EntryNotFound(NotFound):
+    """No entry has this id."""
+
+    def __init__(self, entry_id: int):
+        super().__init__(f"There is no entry {entry_id}.")
+        self.entry_id = entry_id
+
+
+class JobNotFound(NotFound):
+    """No bulk job has this id."""
+
+    def __init__(self, job_id: int):
+        super().__init__(f"There is no job {job_id}.")
+        self.job_id = job_id

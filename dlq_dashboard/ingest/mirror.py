@@ -1,0 +1,286 @@
+"""The mirror: DLQ stream and advisory stream -> entries, commit first, then move on.
+
+Each stream is read with an ordered consumer (no acks, flow-controlled) from the position
+committed in the database, and every batch is written together with its last sequence in
+one transaction. A crash therefore loses nothing and a restart stores nothing twice: the
+next run resumes after the last committed sequence, and the unique key on
+(stream, epoch, sequence) absorbs any overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timezone
+from typing import Awaitable, Callable
+
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+from sqlalchemy import Engine
+
+from ..config import Settings
+from ..db.leases import acquire_lease, new_holder, release_lease
+from ..nats.bridge import Bridge
+from ..nats.streams import StreamSetup, stream_epoch
+from ..times import utcnow
+from .parse import parse_advisory
+from .writes import FetchedMessage, StreamMessage, ingest_advisory_batch, ingest_dlq_batch, read_position
+
+log = logging.getLogger(__name__)
+
+# Larger batches: each commit costs an fsync (synchronous=FULL), about 9 ms here.
+BATCH = 2000
+QUEUE = 4 * BATCH
+CHECK_INTERVAL = 1.0
+QUEUE_BYTES = 64 * 1024 * 1024
+BATCH_BYTES = 16 * 1024 * 1024
+LEASE_NAME = "mirror"
+LEASE_SECONDS = 15.0
+
+
+@dataclass
+class StreamProgress:
+    """How far one stream has been mirrored (for /healthz and /metrics)."""
+
+    stream: str
+    epoch: str | None = None
+    last_seq: int = 0
+    stream_last_seq: int = 0
+    ingested: int = 0
+    error: str | None = None
+    queued_seq: int = 0  # handed to the writer, maybe not yet committed
+
+    @property
+    def lag(self) -> int:
+        return max(self.stream_last_seq - self.last_seq, 0)
+
+
+class StreamChanged(Exception):
+    """The stream was deleted or recreated under the mirror: start over from the database."""
+
+
+@dataclass
+class Mirror:
+    """Runs the stream followers on the bridge while this process holds the mirror lease."""
+
+    bridge: Bridge
+    engine: Engine
+    settings: Settings
+    streams: StreamSetup
+    holder: str = field(default_factory=new_holder)
+    leader: bool = False
+    progress: dict[str, StreamProgress] = field(init=False)
+
+    def __post_init__(self):
+        # One writer thread: the DLQ and advisory followers never write at the same time,
+        # and the bridge's loop never blocks on the database.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mirror-writer")
+        self.progress = {self.settings.dlq_stream: StreamProgress(self.settings.dlq_stream)}
+        if self.settings.capture_advisories:
+            self.progress[self.settings.advisory_stream] = StreamProgress(self.settings.advisory_stream)
+
+    def start(self) -> None:
+        """Start competing for the lease and mirroring (returns at once)."""
+        self.bridge.spawn(self._run())
+
+    def close(self) -> None:
+        """Release the lease and the writer thread (after the bridge has stopped)."""
+        if self.leader:
+            try:
+                release_lease(self.engine, LEASE_NAME, self.holder)
+            except Exception:
+                log.warning("releasing the mirror lease failed", exc_info=True)
+        self._writer.shutdown(wait=True)
+
+    async def _db(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+
+    async def _run(self) -> None:
+        followers: list[asyncio.Task] = []
+        try:
+            while True:
+                try:
+                    held = await self._db(acquire_lease, self.engine, LEASE_NAME, self.holder, LEASE_SECONDS)
+                except Exception:
+                    log.exception("the mirror lease could not be read")
+                    held = False
+                if held and not followers:
+                    log.info("this process mirrors %s", ", ".join(self.progress))
+                    followers = [asyncio.create_task(self._follow_forever(self.settings.dlq_stream,
+                                                                          self._write_dlq))]
+                    if self.settings.capture_advisories:
+                        followers.append(asyncio.create_task(
+                            self._follow_forever(self.settings.advisory_stream, self._write_advisories)))
+                elif not held and followers:
+                    log.warning("the mirror lease went to another process; this one stops mirroring")
+                    for task in followers:
+                        task.cancel()
+                    await asyncio.gather(*followers, return_exceptions=True)
+                    followers = []
+                self.leader = held
+                await asyncio.sleep(LEASE_SECONDS / 3)
+        finally:
+            for task in followers:
+                task.cancel()
+            await asyncio.gather(*followers, return_exceptions=True)
+
+    async def _follow_forever(self, stream: str, write: Callable[[str, str, list], Awaitable[None]]) -> None:
+        progress = self.progress[stream]
+        delay = 0.5
+        while True:
+            try:
+                await self._follow(stream, write, progress)
+            except asyncio.CancelledError:
+                raise
+            except StreamChanged as exc:
+                log.warning("%s", exc)
+                delay = 0.0
+            except Exception as exc:  # an outage, a deleted stream: start over from the database
+                progress.error = f"{type(exc).__name__}: {exc}"
+                log.warning("mirroring %s stopped (%s); resuming in %.1f s", stream, progress.error, delay)
+            await asyncio.sleep(delay)
+            delay = min(max(delay * 2, 0.5), 10)
+
+    async def _stream_info(self, stream: str):
+        js = self.bridge.js
+        try:
+            return await js.stream_info(stream)
+        except NotFoundError:
+            await self.streams.ensure(js)
+            return await js.stream_info(stream)
+
+    async def _follow(self, stream: str, write, progress: StreamProgress) -> None:
+        while not self.bridge.state.connected or self.bridge.js is None:
+            await asyncio.sleep(0.2)
+        js = self.bridge.js
+        info = await self._stream_info(stream)
+        epoch = stream_epoch(info)
+        saved_epoch, last_seq = await self._db(read_position, self.engine, stream)
+        if saved_epoch is not None and saved_epoch != epoch:
+            # Sequences restart at 1 in a recreated stream. Old entries keep their epoch, so
+            # nothing is overwritten; the new stream is read from its start.
+            log.warning("stream %s was recreated (created %s, was %s): reading it from the start",
+                        stream, epoch, saved_epoch)
+            last_seq = 0
+        if info.state.first_seq > last_seq + 1 and info.state.messages:
+            log.warning("stream %s no longer holds sequences %d to %d (removed by its limits before "
+                        "they were mirrored)", stream, last_seq + 1, info.state.first_seq - 1)
+        progress.epoch, progress.last_seq, progress.queued_seq = epoch, last_seq, last_seq
+        progress.stream_last_seq, progress.error = info.state.last_seq, None
+
+        queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUE)
+        room = asyncio.Condition()
+        queued_bytes = 0
+
+        async def enqueue(msg):
+            # Waiting for room (in messages and in bytes: payloads may be megabytes) holds up
+            # delivery, so the consumer's flow control paces the server instead of letting a
+            # backlog pile up in memory.
+            nonlocal queued_bytes
+            async with room:
+                await room.wait_for(lambda: queued_bytes < QUEUE_BYTES)
+                queued_bytes += len(msg.data)
+            await queue.put(msg)
+
+        async def taken(messages) -> None:
+            nonlocal queued_bytes
+            async with room:
+                queued_bytes -= sum(len(m.data) for m in messages)
+                room.notify_all()
+
+        sub = await js.subscribe(">", stream=stream, ordered_consumer=True, cb=enqueue,
+                                 idle_heartbeat=2.0,
+                                 config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                                       opt_start_seq=last_seq + 1))
+        # One write in flight while the next batch gathers: the database and the network
+        # overlap. Each write commits its rows with its last sequence, in order.
+        writing: asyncio.Future | None = None
+        last_check = 0.0
+        try:
+            while True:
+                try:
+                    first = await asyncio.wait_for(queue.get(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    await self._check_stream(stream, epoch, progress)
+                    continue
+                batch, size = [first], len(first.data)
+                while len(batch) < BATCH and size < BATCH_BYTES and not queue.empty():
+                    batch.append(queue.get_nowait())
+                    size += len(batch[-1].data)
+                await taken(batch)
+                batch = [m for m in batch if m.metadata.sequence.stream > progress.queued_seq]
+                if not batch:
+                    continue
+                progress.queued_seq = batch[-1].metadata.sequence.stream
+                now = asyncio.get_running_loop().time()
+                if now - last_check > CHECK_INTERVAL:
+                    # A message delivered after the stream was recreated must not be stored
+                    # under the old epoch. nats-py re-creates a lost ordered consumer only after
+                    # missed heartbeats (seconds), so a check a second is soon enough.
+                    await self._check_stream(stream, epoch, progress)
+                    last_check = now
+                if writing is not None:
+                    await writing
+                writing = asyncio.ensure_future(self._commit(write, stream, epoch, batch, progress))
+        finally:
+            if writing is not None and not writing.done():
+                await asyncio.shield(writing)
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                log.debug("unsubscribing from %s failed", stream, exc_info=True)
+
+    async def _commit(self, write, stream: str, epoch: str, batch: list, progress: StreamProgress) -> None:
+        await write(stream, epoch, batch)
+        progress.last_seq = batch[-1].metadata.sequence.stream
+        progress.ingested += len(batch)
+
+    async def _check_stream(self, stream: str, epoch: str, progress: StreamProgress) -> None:
+        try:
+            info = await self.bridge.js.stream_info(stream)
+        except NotFoundError:
+            raise StreamChanged(f"stream {stream} was deleted; waiting for it to be recreated") from None
+        if stream_epoch(info) != epoch:
+            raise StreamChanged(f"stream {stream} was recreated; reading the new one from its start")
+        progress.stream_last_seq = info.state.last_seq
+
+    async def _write_dlq(self, stream: str, epoch: str, batch: list) -> None:
+        messages = [StreamMessage(seq=m.metadata.sequence.stream, subject=m.subject, headers=m.headers,
+                                  data=m.data, stored_at=_naive(m.metadata.timestamp)) for m in batch]
+        await self._db(ingest_dlq_batch, self.engine, stream, epoch, messages)
+
+    async def _write_advisories(self, stream: str, epoch: str, batch: list) -> None:
+        now = utcnow()
+        items = []
+        for m in batch:
+            advisory = parse_advisory(m.subject, m.data, f"{stream}:{epoch}:{m.metadata.sequence.stream}", now)
+            if advisory is None or advisory.stream in (self.settings.dlq_stream, self.settings.advisory_stream):
+                continue
+            fetched, missing = None, None
+            if advisory.kind != "nak":
+                fetched, missing = await self._fetch(advisory.stream, advisory.stream_seq)
+            items.append((advisory, fetched, missing))
+        await self._db(ingest_advisory_batch, self.engine, stream, epoch, items,
+                       batch[-1].metadata.sequence.stream)
+
+    async def _fetch(self, stream: str, seq: int) -> tuple[FetchedMessage | None, str | None]:
+        try:
+            raw = await self.bridge.js.get_msg(stream, seq)
+        except NotFoundError as exc:
+            if getattr(exc, "err_code", None) == 10059:
+                return None, f"Stream {stream} no longer exists, so the payload could not be read."
+            return None, (f"Stream {stream} no longer holds sequence {seq} (workqueue and interest "
+                          "streams delete a terminated message), so the payload could not be read.")
+        except (NoRespondersError, NatsTimeoutError, asyncio.TimeoutError):
+            raise  # an outage: the batch is retried from the committed position
+        return FetchedMessage(subject=raw.subject, headers=raw.headers, data=raw.data or b""), None
+
+
+def _naive(value):
+    if value is None:
+        return None
+    return value if value.tzinfo is None else value.astimezone(timezone.utc).replace(tzinfo=None)

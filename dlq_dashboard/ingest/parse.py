@@ -1,0 +1,194 @@
+"""Reading what the mirror receives: a DLQ message's contract headers (SPEC section 4) into an
+entry's columns, and JetStream's consumer advisories (SPEC section 5).
+
+Parsing never raises: a malformed field is kept raw in the headers and explained in
+``notes``, so that no message can crash or stall the mirror.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Mapping
+
+from dlq_consumer import headers as contract
+
+from ..nats.streams import ADVISORY_PREFIX
+from ..times import parse_time
+
+# The contract's names as they are compared: header names match case-insensitively.
+H_ORIGINAL_SUBJECT = contract.ORIGINAL_SUBJECT.lower()
+H_ORIGINAL_STREAM = contract.ORIGINAL_STREAM.lower()
+H_ORIGINAL_SEQ = contract.ORIGINAL_SEQ.lower()
+H_CONSUMER = contract.CONSUMER.lower()
+H_ORIGINAL_MSG_ID = contract.ORIGINAL_MSG_ID.lower()
+H_REASON = contract.REASON.lower()
+H_ERROR = contract.ERROR.lower()
+H_SCHEMA_ERRORS = contract.SCHEMA_ERRORS.lower()
+H_DELIVERIES = contract.DELIVERIES.lower()
+H_FAILED_AT = contract.FAILED_AT.lower()
+H_REPLAY_OF = contract.REPLAY_OF.lower()
+H_NATS_MSG_ID = contract.NATS_MSG_ID.lower()
+
+
+def normalize_headers(headers: Mapping[str, Any] | None) -> dict[str, list[str]]:
+    """Headers as name -> list of values, names as given (nats-py keeps one value a name)."""
+    result: dict[str, list[str]] = {}
+    for name, value in (headers or {}).items():
+        values = value if isinstance(value, list) else [value]
+        result.setdefault(str(name), []).extend(str(v) for v in values)
+    return result
+
+
+def _int_field(first: Mapping[str, str], name: str, label: str, notes: list[str]) -> int | None:
+    raw = first.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        notes.append(f"{label} {raw!r} is not a whole number; kept as given in the headers.")
+        return None
+    if value < 0:
+        notes.append(f"{label} {raw!r} is negative; kept as given in the headers.")
+        return None
+    return value
+
+
+def parse_schema_errors(raw: str | None, notes: list[str]) -> list[dict] | None:
+    """Parse a ``Dlq-Schema-Errors`` value into [{"path", "message"}], noting what is malformed."""
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        notes.append(f"{contract.SCHEMA_ERRORS} is not valid JSON; kept as given in the headers.")
+        return None
+    if not isinstance(value, list):
+        notes.append(f"{contract.SCHEMA_ERRORS} is not a JSON array; kept as given in the headers.")
+        return None
+    errors = []
+    for item in value:
+        if isinstance(item, dict) and isinstance(item.get("message"), str):
+            path = item.get("path", "")
+            errors.append({"path": path if isinstance(path, str) else json.dumps(path),
+                           "message": item["message"]})
+        else:
+            errors.append({"path": "", "message": json.dumps(item)})
+            notes.append(f"A {contract.SCHEMA_ERRORS} item is not {{\"path\", \"message\"}}; shown as given.")
+    return errors
+
+
+def entry_from_dlq_message(
+    *, stream: str, epoch: str, seq: int, headers: Mapping[str, Any] | None, payload: bytes,
+    stored_at: datetime | None, received_at: datetime,
+) -> dict[str, Any]:
+    """Turn one DLQ-stream message into the column values of an entry."""
+    # This runs for every mirrored message: nats-py hands over one string a name, so the
+    # common case skips the general normalisation.
+    if headers and all(type(v) is str for v in headers.values()):
+        normalized = {str(k): [v] for k, v in headers.items()}
+    else:
+        normalized = normalize_headers(headers)
+    first = {}
+    for name, values in normalized.items():
+        if values:
+            first.setdefault(name.lower(), values[0])
+    notes: list[str] = []
+    if not normalized:
+        notes.append("The message has no headers: it was not dead-lettered by the contract.")
+    subject = first.get(H_ORIGINAL_SUBJECT)
+    if subject is not None and subject.strip() == "":
+        subject = None
+    if subject is None:
+        notes.append(f"No {contract.ORIGINAL_SUBJECT} header: it cannot be republished.")
+    reason = first.get(H_REASON)
+    reason = reason.strip() if reason and reason.strip() else None
+    failed_raw = first.get(H_FAILED_AT)
+    failed_at = parse_time(failed_raw)
+    if failed_raw and failed_at is None:
+        notes.append(f"{contract.FAILED_AT} {failed_raw!r} is not an RFC 3339 time; kept as given in the headers.")
+    schema_errors = parse_schema_errors(first.get(H_SCHEMA_ERRORS), notes)
+    original_seq = _int_field(first, H_ORIGINAL_SEQ, contract.ORIGINAL_SEQ, notes)
+    original_stream = first.get(H_ORIGINAL_STREAM)
+    return {
+        "status": "open",
+        "version": 1,
+        "dlq_stream": stream,
+        "dlq_epoch": epoch,
+        "dlq_seq": seq,
+        "original_subject": subject,
+        "original_stream": original_stream.strip() if original_stream else None,
+        "original_seq": original_seq,
+        "consumer": first.get(H_CONSUMER),
+        "original_msg_id": first.get(H_ORIGINAL_MSG_ID),
+        "reason": reason,
+        "error": first.get(H_ERROR),
+        "schema_errors": json.dumps(schema_errors) if schema_errors is not None else None,
+        "deliveries": _int_field(first, H_DELIVERIES, contract.DELIVERIES, notes),
+        "failed_at": failed_at or stored_at,
+        "received_at": received_at,
+        "headers": json.dumps(normalized, ensure_ascii=False),
+        "payload": payload,
+        "payload_available": True,
+        "replay_of": first.get(H_REPLAY_OF),
+        "sources": "dlq",
+        "notes": json.dumps(notes) if notes else "[]",
+        "closed_by": None,
+        "closed_at": None,
+        "close_note": None,
+        "updated_at": received_at,
+    }
+
+
+# --- advisories ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Advisory:
+    """A parsed consumer advisory: a nak, a max-deliveries or a termination."""
+
+    kind: str  # "nak", "max_deliveries" or "terminated"
+    id: str
+    at: datetime
+    stream: str
+    consumer: str | None
+    stream_seq: int
+    deliveries: int | None
+    reason: str | None
+    raw: dict
+
+
+_KIND_BY_SUBJECT = {"MAX_DELIVERIES": "max_deliveries", "MSG_TERMINATED": "terminated",
+                    "MSG_NAKED": "nak"}
+
+
+def parse_advisory(subject: str, data: bytes, fallback_id: str, received_at: datetime) -> Advisory | None:
+    """Parse an advisory message; None when it is not one this dashboard understands."""
+    if not subject.startswith(ADVISORY_PREFIX):
+        return None
+    kind = _KIND_BY_SUBJECT.get(subject[len(ADVISORY_PREFIX):].split(".", 1)[0])
+    if kind is None:
+        return None
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("stream"), str):
+        return None
+    try:
+        stream_seq = int(body.get("stream_seq"))
+    except (TypeError, ValueError):
+        return None
+    deliveries = body.get("deliveries")
+    return Advisory(
+        kind=kind,
+        id=str(body.get("id") or fallback_id),
+        at=parse_time(body.get("timestamp")) or received_at,
+        stream=body["stream"],
+        consumer=body.get("consumer") if isinstance(body.get("consumer"), str) else None,
+        stream_seq=stream_seq,
+        deliveries=deliveries if isinstance(deliveries, int) else None,
+        reason=body.get("reason") if isinstance(body.get("reason"), str) else None,
+        raw=body,
+    )

@@ -1,0 +1,232 @@
+"""The mirror's writes: DLQ messages and advisories become entries and history, with the
+stream position committed in the same transaction (commit first, then move on)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterable
+
+from sqlalchemy import Connection, Engine, func, insert, or_, select, update
+
+from ..db.engine import write_transaction
+from ..db.models import Entry, Event, MirrorState
+from ..db.rows import insert_rows
+from ..times import utcnow
+from .parse import H_NATS_MSG_ID, H_REPLAY_OF, Advisory, entry_from_dlq_message, normalize_headers
+
+ENTRIES = Entry.__table__
+EVENTS = Event.__table__
+
+
+@dataclass(frozen=True)
+class StreamMessage:
+    """What the mirror keeps of one stream message."""
+
+    seq: int
+    subject: str
+    headers: dict | None
+    data: bytes
+    stored_at: datetime | None
+
+
+# --- position ---------------------------------------------------------------------------------
+
+def read_position(engine: Engine, stream: str) -> tuple[str | None, int]:
+    """The (epoch, last sequence) the mirror has committed for a stream."""
+    with engine.connect() as conn:
+        row = conn.execute(select(MirrorState.epoch, MirrorState.last_seq)
+                           .where(MirrorState.stream == stream)).first()
+    return (row[0], row[1]) if row else (None, 0)
+
+
+def _save_position(conn: Connection, stream: str, epoch: str, last_seq: int) -> None:
+    table = MirrorState.__table__
+    done = conn.execute(update(table).where(table.c.stream == stream)
+                        .values(epoch=epoch, last_seq=last_seq, updated_at=utcnow()))
+    if done.rowcount == 0:
+        conn.execute(insert(table).values(stream=stream, epoch=epoch, last_seq=last_seq, updated_at=utcnow()))
+
+
+def reset_position(engine: Engine, stream: str, epoch: str) -> None:
+    """Start a recreated stream (a new epoch) from its beginning, keeping every old entry."""
+    with write_transaction(engine) as conn:
+        _save_position(conn, stream, epoch, 0)
+
+
+# --- DLQ messages -----------------------------------------------------------------------------
+
+# Columns a DLQ copy brings to an entry first made from an advisory.
+_DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "original_msg_id", "reason",
+               "error", "schema_errors", "headers", "payload", "payload_available", "replay_of", "notes")
+
+
+def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[StreamMessage]) -> int:
+    """Store a batch of DLQ messages and the stream position after it, in one transaction.
+
+    Returns how many new entries were made. A message already stored (same stream, epoch and
+    sequence) is skipped; a failure an advisory already reported is merged into its entry.
+    """
+    if not messages:
+        return 0
+    now = utcnow()
+    rows = [entry_from_dlq_message(stream=stream, epoch=epoch, seq=m.seq, headers=m.headers,
+                                   payload=m.data, stored_at=m.stored_at, received_at=now)
+            for m in messages]
+    with write_transaction(engine) as conn:
+        rows = _merge_into_advisory_entries(conn, rows)
+        made = 0
+        if rows:
+            newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
+            made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS, skip_duplicates=True)
+            index_new_entries(conn, newest)
+        _save_position(conn, stream, epoch, max(m.seq for m in messages))
+    return max(made, 0)
+
+
+# The mirror's hot path: on SQLite one multi-row INSERT a chunk, which skips SQLAlchemy's
+# per-row parameter processing and gives the GIL up once a statement, not once a row.
+_COLUMNS = [c.name for c in ENTRIES.columns if c.name != "id"]
+
+
+def index_new_entries(conn: Connection, after_id: int) -> None:
+    """Add entries with an id above ``after_id`` to the full-text index (SQLite), in ``conn``'s
+    transaction. Every code path that inserts entries calls it."""
+    if conn.dialect.name != "sqlite":
+        return
+    conn.exec_driver_sql(
+        "INSERT INTO entries_fts(rowid, subject, error, payload) SELECT id, original_subject, error, "
+        "CASE WHEN payload_available THEN substr(CAST(payload AS TEXT), 1, 65536) END "
+        "FROM entries WHERE id > ?", (after_id,))
+
+
+def _merge_into_advisory_entries(conn: Connection, rows: list[dict]) -> list[dict]:
+    """Merge rows into entries made earlier from an advisory; return the rows still to insert."""
+    keyed = [r for r in rows if r["original_stream"] and r["original_seq"] is not None]
+    if not keyed:
+        return rows
+    # Only entries made from an advisory alone can take a DLQ copy (a small partial index);
+    # one range query a source stream instead of a lookup a row.
+    ranges: dict[str, list[int]] = {}
+    for r in keyed:
+        low_high = ranges.setdefault(r["original_stream"], [r["original_seq"], r["original_seq"]])
+        low_high[0] = min(low_high[0], r["original_seq"])
+        low_high[1] = max(low_high[1], r["original_seq"])
+    candidates = []
+    for stream_name, (low, high) in ranges.items():
+        candidates.extend(conn.execute(
+            select(Entry.id, Entry.original_stream, Entry.original_seq, Entry.consumer, Entry.deliveries,
+                   Entry.failed_at)
+            .where(Entry.dlq_seq.is_(None), Entry.original_stream == stream_name,
+                   Entry.original_seq.between(low, high))).all())
+    if not candidates:
+        return rows
+    remaining = []
+    taken: set[int] = set()
+    for row in rows:
+        match = next((c for c in candidates if c.id not in taken
+                      and (c.original_stream, c.original_seq) == (row["original_stream"], row["original_seq"])
+                      and (c.consumer is None or row["consumer"] is None or c.consumer == row["consumer"])),
+                     None)
+        if match is None:
+            remaining.append(row)
+            continue
+        taken.add(match.id)
+        values = {k: row[k] for k in _DLQ_FIELDS}
+        values["reason"] = row["reason"] or None
+        values["consumer"] = match.consumer or row["consumer"]
+        values["deliveries"] = row["deliveries"] if row["deliveries"] is not None else match.deliveries
+        values["failed_at"] = row["failed_at"] or match.failed_at
+        values["sources"] = "dlq,advisory"
+        values["updated_at"] = row["received_at"]
+        if values["reason"] is None:
+            values.pop("reason")
+        conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id)
+                     .values(**values, version=ENTRIES.c.version + 1))
+    return remaining
+
+
+# --- advisories -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FetchedMessage:
+    """The failed message as read back from its source stream by sequence (None if gone)."""
+
+    subject: str
+    headers: dict | None
+    data: bytes
+
+
+def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
+                          items: Iterable[tuple[Advisory, FetchedMessage | None, str | None]],
+                          last_seq: int) -> int:
+    """Store advisories (history, and entries for terminal ones) and the position, in one transaction.
+
+    ``items`` pairs each advisory with the failed message fetched from its stream (or None
+    and a sentence saying why it could not be). Returns how many new entries were made.
+    """
+    made = 0
+    with write_transaction(engine) as conn:
+        for advisory, fetched, missing_reason in items:
+            stored = insert_rows(conn, EVENTS, [{
+                "original_stream": advisory.stream, "original_seq": advisory.stream_seq,
+                "consumer": advisory.consumer, "kind": advisory.kind, "deliveries": advisory.deliveries,
+                "at": advisory.at, "source_key": f"advisory:{advisory.id}",
+                "detail": json.dumps({"reason": advisory.reason} if advisory.reason else {})}],
+                skip_duplicates=True)
+            if not stored:
+                continue  # this advisory was stored before: a replay after a crash
+            if advisory.kind != "nak":
+                made += _entry_from_advisory(conn, advisory, fetched, missing_reason)
+        _save_position(conn, stream, epoch, last_seq)
+    return made
+
+
+def _advisory_error(advisory: Advisory) -> str:
+    if advisory.reason:
+        return advisory.reason
+    if advisory.kind == "max_deliveries":
+        return f"Reached the consumer's maximum of {advisory.deliveries} deliveries."
+    return "Terminated by the consumer (no reason given)."
+
+
+def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedMessage | None,
+                         missing_reason: str | None) -> int:
+    """Merge a terminal advisory into the entry of its DLQ copy, or make an entry of it."""
+    existing = conn.execute(
+        select(Entry.id, Entry.consumer, Entry.deliveries, Entry.sources)
+        .where(Entry.original_stream == advisory.stream, Entry.original_seq == advisory.stream_seq,
+               or_(Entry.consumer.is_(None), Entry.consumer == advisory.consumer))
+        .order_by(Entry.id.desc())
+    ).all()
+    match = next((e for e in existing if "advisory" not in e.sources.split(",")), None)
+    if match is not None:
+        # The advisory only confirms a failure its DLQ copy already told: it adds provenance,
+        # not something an operator must have seen, so the version (and any open form) stays.
+        conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id).values(
+            consumer=match.consumer or advisory.consumer,
+            deliveries=match.deliveries if match.deliveries is not None else advisory.deliveries,
+            sources="dlq,advisory", updated_at=utcnow()))
+        return 0
+    if existing:
+        return 0  # this failure already has an entry from an advisory of its own
+    now = utcnow()
+    notes = []
+    headers = normalize_headers(fetched.headers if fetched else None)
+    if fetched is None:
+        notes.append(missing_reason or "The source stream no longer has this message.")
+    replay_of = next((v[0] for k, v in headers.items() if k.lower() == H_REPLAY_OF and v), None)
+    newest = conn.exec_driver_sql("SELECT COALESCE(MAX(id), 0) FROM entries").scalar()
+    conn.execute(insert(ENTRIES).values(
+        status="open", version=1, dlq_stream=None, dlq_epoch=None, dlq_seq=None,
+        original_subject=fetched.subject if fetched else None,
+        original_stream=advisory.stream, original_seq=advisory.stream_seq, consumer=advisory.consumer,
+        original_msg_id=next((v[0] for k, v in headers.items() if k.lower() == H_NATS_MSG_ID and v), None),
+        reason=advisory.kind, error=_advisory_error(advisory), schema_errors=None,
+        deliveries=advisory.deliveries, failed_at=advisory.at, received_at=now,
+        headers=json.dumps(headers, ensure_ascii=False), payload=fetched.data if fetched else b"",
+        payload_available=fetched is not None, replay_of=replay_of, sources="advisory",
+        notes=json.dumps(notes), updated_at=now))
+    index_new_entries(conn, newest)
+    return 1

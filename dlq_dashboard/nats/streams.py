@@ -1,0 +1,64 @@
+"""The streams the dashboard creates: the DLQ stream it mirrors and the stream that captures
+JetStream's consumer advisories (SPEC section 5)."""
+
+from __future__ import annotations
+
+import logging
+
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamInfo
+from nats.js.errors import NotFoundError
+
+from ..config import Settings
+
+log = logging.getLogger(__name__)
+
+ADVISORY_PREFIX = "$JS.EVENT.ADVISORY.CONSUMER."
+ADVISORY_KINDS = ("MAX_DELIVERIES", "MSG_TERMINATED", "MSG_NAKED")
+ADVISORY_MAX_AGE = 30 * 24 * 3600
+
+
+def advisory_subjects() -> list[str]:
+    """The advisory subjects the capture stream listens to."""
+    return [f"{ADVISORY_PREFIX}{kind}.>" for kind in ADVISORY_KINDS]
+
+
+def stream_epoch(info: StreamInfo) -> str:
+    """A stream's creation time: sequences restart at 1 when a stream is recreated, so
+    (stream, epoch, seq) names a message where (stream, seq) does not."""
+    return info.created.isoformat() if info.created else "unknown"
+
+
+class StreamSetup:
+    """Creates the DLQ stream and the advisory capture stream when they are missing.
+
+    Run after every (re)connection and whenever the mirror finds a stream gone. Several tasks
+    may ensure at once and the server does not say which created a stream, so each creation
+    (stream and creation time) is announced once per runtime.
+    """
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._announced: set[tuple[str, str]] = set()
+
+    async def ensure(self, js: JetStreamContext) -> None:
+        """Create the streams that are missing; leave existing ones as they are."""
+        settings = self.settings
+        await self._ensure(js, settings.dlq_stream, list(settings.dlq_subjects), "the DLQ stream")
+        if settings.capture_advisories:
+            # The server emits an advisory only if someone listens at that moment.
+            await self._ensure(js, settings.advisory_stream, advisory_subjects(), "the advisory capture stream",
+                               max_age=ADVISORY_MAX_AGE)
+
+    async def _ensure(self, js: JetStreamContext, name: str, subjects: list[str], what: str, **config) -> None:
+        try:
+            await js.stream_info(name)
+            return
+        except NotFoundError:
+            pass
+        info = await js.add_stream(name=name, subjects=subjects, storage=StorageType.FILE,
+                                   retention=RetentionPolicy.LIMITS, **config)
+        key = (name, stream_epoch(info))
+        if key not in self._announced:
+            self._announced.add(key)
+            log.info("created %s %s (%s)", what, name, ", ".join(subjects))

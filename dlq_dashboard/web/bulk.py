@@ -1,0 +1,101 @@
+"""Bulk jobs over HTTP: preview a selection, start a job, follow and cancel it (pages and JSON)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, render_template, request, url_for
+
+from ..actions.bulk.jobs import cancel_job, create_job, job_status, select_items
+from ..actions.republish import republish_targets
+from ..errors import DashboardError
+from . import current_runtime, params
+from .auth import actor_name, requires
+from .errors import status_of
+from .responses import after_post, page_or_fragment
+
+bp = Blueprint("bulk", __name__)
+PREVIEW_ROWS = 20
+MAX_ITEMS_SHOWN = 1000
+
+
+# --- JSON ----------------------------------------------------------------------------------------
+
+@bp.route("/api/bulk", methods=["POST"])
+@requires("operator")
+def api_bulk():
+    """Start a bulk republish or close over ids or a filter; 202 with the job's id."""
+    body = params.json_body()
+    job_id = create_job(current_runtime(), str(body.get("action")), actor=actor_name(), note=body.get("note"),
+                        force=bool(body.get("force")), **params.bulk_selection(body))
+    response = jsonify(job=job_id)
+    response.headers["Location"] = url_for("bulk.api_job", job_id=job_id)
+    return response, 202
+
+
+@bp.route("/api/jobs/<int:job_id>")
+@requires("viewer")
+def api_job(job_id: int):
+    """A job's progress and its items' results (``state`` narrows the items, ``limit`` up to 1000)."""
+    raw = request.args.get("limit", "")
+    limit = min(int(raw), MAX_ITEMS_SHOWN) if raw.isdigit() else 200
+    return jsonify(job_status(current_runtime(), job_id, item_state=request.args.get("state") or None, limit=limit))
+
+
+@bp.route("/api/jobs/<int:job_id>/cancel", methods=["POST"])
+@requires("operator")
+def api_cancel_job(job_id: int):
+    """Cancel a job after its current window."""
+    cancel_job(current_runtime(), job_id, actor=actor_name())
+    return jsonify(job_status(current_runtime(), job_id, limit=0))
+
+
+# --- pages ---------------------------------------------------------------------------------------
+
+@bp.route("/bulk/preview", methods=["POST"])
+@requires("operator")
+def bulk_preview():
+    """How many entries a bulk action would take, before it starts."""
+    rt = current_runtime()
+    action = request.form.get("action", "republish")
+    try:
+        selection = params.form_selection()
+        items, summary = select_items(rt, **selection)
+        error = None if items else "No entries match; nothing to do."
+    except DashboardError as exc:
+        items, summary, selection, error = [], {}, {}, str(exc)
+    # A republish reaches every consumer of its subject: show them before the job starts.
+    targets = {subject: republish_targets(rt, subject) for subject in list(summary.get("subjects", {}))[:5]
+               if subject} if action == "republish" else {}
+    return render_template("job.html", preview=True, action=action, items=items[:PREVIEW_ROWS], summary=summary,
+                           targets=targets, selection=selection, form=request.form, error=error, job=None), \
+        (400 if error else 200)
+
+
+@bp.route("/bulk", methods=["POST"])
+@requires("operator")
+def bulk_create():
+    """Start the bulk job the preview showed; the preview again with the reason if it cannot start."""
+    try:
+        job_id = create_job(current_runtime(), request.form.get("action", ""), actor=actor_name(),
+                            note=request.form.get("note"), force=request.form.get("force") == "on",
+                            **params.form_selection())
+    except DashboardError as exc:
+        return render_template("job.html", preview=True, action=request.form.get("action"), items=[], targets={},
+                               summary={}, selection={}, form=request.form, error=str(exc), job=None), \
+            status_of(exc)
+    return after_post(url_for("bulk.job_page", job_id=job_id))
+
+
+@bp.route("/jobs/<int:job_id>")
+@requires("viewer")
+def job_page(job_id: int):
+    """A job's progress; the widget polls itself through htmx until the job ends."""
+    status = job_status(current_runtime(), job_id, item_state=request.args.get("state") or None)
+    return page_or_fragment("job.html", "progress", job=status, preview=False, state=request.args.get("state"))
+
+
+@bp.route("/jobs/<int:job_id>/cancel", methods=["POST"])
+@requires("operator")
+def job_cancel(job_id: int):
+    """Cancel a job; its page shows it stop."""
+    cancel_job(current_runtime(), job_id, actor=actor_name())
+    return after_post(url_for("bulk.job_page", job_id=job_id))

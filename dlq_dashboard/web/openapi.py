@@ -1,0 +1,388 @@
+"""The API's OpenAPI 3.1 document, served at GET /api/openapi.json.
+
+Each operation is listed once here; the served document keeps those the running app
+actually routes, so it never promises a route that is not there. Schemas are JSON Schema
+2020-12, the dialect of OpenAPI 3.1.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+from flask import Blueprint, Flask, current_app, jsonify
+
+from ..entries.filters import MAX_LIMIT
+from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, entry_schema
+from ..entries.shape import nullable as _nullable
+from ..entries.shape import schema_ref as _ref
+from .auth import requires
+
+bp = Blueprint("openapi", __name__)
+
+INT64_MAX = 2**63 - 1
+
+SCHEMAS: dict[str, dict] = {
+    "Error": {
+        "type": "object", "required": ["error"],
+        "properties": {
+            "error": {**STR, "description": "What went wrong, as a sentence."},
+            "entry": {"anyOf": [_ref("Entry"), {"type": "null"}],
+                      "description": "On 409 from an action: the entry as it is now."},
+            "publish": {**_ref("Publish"), "description": "On 409 when this decision was republished before."},
+            "schema_errors": {"type": "array", "items": _ref("SchemaError"),
+                              "description": "On 422 when a payload fails its schema (send force to override)."},
+        },
+    },
+    "SchemaError": {
+        "type": "object", "required": ["path", "message"],
+        "properties": {"path": {**STR, "description": "JSON Pointer into the payload."}, "message": STR},
+    },
+    "Entry": entry_schema(),
+    "HistoryEvent": {
+        "type": "object", "required": ["kind", "at"],
+        "properties": {"kind": STR, "at": TIME, "deliveries": _nullable(INT), "consumer": _nullable(STR),
+                       "detail": {"type": "object"}},
+    },
+    "AuditRecord": {
+        "type": "object", "required": ["id", "action", "actor", "at"],
+        "properties": {
+            "id": INT, "entry_id": _nullable(INT), "job_id": _nullable(INT), "action": STR, "actor": STR,
+            "at": TIME, "note": _nullable(STR), "version": _nullable(INT), "msg_id": _nullable(STR),
+            "publish_stream": _nullable(STR), "publish_seq": _nullable(INT), "duplicate": _nullable(BOOL),
+            "error": _nullable(STR), "detail": {"type": "object"},
+        },
+    },
+    "EntryDetail": {
+        "allOf": [_ref("Entry"), {
+            "type": "object", "required": ["history", "actions"],
+            "properties": {"history": {"type": "array", "items": _ref("HistoryEvent")},
+                           "actions": {"type": "array", "items": _ref("AuditRecord")}},
+        }],
+    },
+    "EntryPage": {
+        "type": "object", "required": ["entries", "next_cursor"],
+        "properties": {"entries": {"type": "array", "items": _ref("Entry")},
+                       "next_cursor": {**_nullable(STR),
+                                       "description": "Pass as cursor for the next page; null on the last."}},
+    },
+    "AuditPage": {
+        "type": "object", "required": ["actions", "next_cursor"],
+        "properties": {"actions": {"type": "array", "items": _ref("AuditRecord")},
+                       "next_cursor": _nullable(STR)},
+    },
+    "Publish": {
+        "type": "object", "required": ["msg_id", "stream", "seq", "duplicate"],
+        "properties": {"msg_id": {**STR, "description": "The fresh Nats-Msg-Id sent."},
+                       "stream": STR, "seq": INT,
+                       "duplicate": {**BOOL, "description": "The broker had this msgId already."}},
+    },
+    "EntryResult": {
+        "type": "object", "required": ["entry"], "properties": {"entry": _ref("Entry")},
+    },
+    "RepublishResult": {
+        "type": "object", "required": ["entry", "publish"],
+        "properties": {"entry": _ref("Entry"), "publish": _ref("Publish")},
+    },
+    "RepublishRequest": {
+        "type": "object", "required": ["version"],
+        "properties": {
+            "version": {**INT, "description": "The entry's version as seen; a stale one gets 409."},
+            "payload_base64": {**STR, "contentEncoding": "base64",
+                               "description": "An edited payload; without it the stored one is sent."},
+            "force": {**BOOL, "description": "Republish even though the payload fails its schema."},
+        },
+    },
+    "CloseRequest": {
+        "type": "object", "required": ["version"],
+        "properties": {"version": INT, "note": STR},
+    },
+    "ReopenRequest": {
+        "type": "object", "required": ["version"], "properties": {"version": INT},
+    },
+    "Filter": {
+        "type": "object", "description": "The filters of GET /api/entries, as strings.",
+        "properties": {name: STR for name in
+                       ("status", "subject", "stream", "consumer", "reason", "q", "since", "until", "group")},
+    },
+    "BulkRequest": {
+        "type": "object", "required": ["action"],
+        "description": ("Select entries either by ids or by filter (a filter without status takes open "
+                        "entries only). Each entry is taken at the version it has now, or at the version "
+                        "given with its id."),
+        "properties": {
+            "action": {"type": "string", "enum": ["republish", "close"]},
+            "ids": {"type": "array", "items": {"anyOf": [
+                {**INT, "minimum": 1},
+                {"type": "object", "required": ["id"],
+                 "properties": {"id": {**INT, "minimum": 1}, "version": INT}}]}},
+            "filter": _ref("Filter"),
+            "note": STR,
+            "force": {**BOOL, "description": "Republish payloads that fail their schema too."},
+            "only_valid": {**BOOL, "description": "Take only entries whose payload passes its schema."},
+            "upto": {**INT, "description": "Leave out entries newer than this id (what a preview showed)."},
+        },
+    },
+    "JobAccepted": {
+        "type": "object", "required": ["job"], "properties": {"job": INT},
+    },
+    "JobItem": {
+        "type": "object", "required": ["entry_id", "state"],
+        "properties": {"entry_id": INT, "version": INT, "state": STR, "result": _nullable(STR)},
+    },
+    "Job": {
+        "type": "object", "required": ["id", "action", "state", "total", "done", "failed"],
+        "description": "A bulk job, its progress and (some of) its items' results.",
+        "properties": {
+            "id": INT, "action": {"type": "string", "enum": ["republish", "close"]}, "actor": STR,
+            "state": STR, "note": _nullable(STR), "selection": {"type": "object"},
+            "total": INT, "done": INT, "failed": INT, "skipped": INT, "cancelled": INT, "pending": INT,
+            "percent": {"type": "number"}, "cancel_requested": BOOL,
+            "created_at": TIME, "finished_at": _nullable(TIME),
+            "items": {"type": "array", "items": _ref("JobItem")},
+        },
+    },
+    "Targets": {
+        "type": "object", "required": ["stream", "consumers", "error"],
+        "description": "Where a republish of the entry would go.",
+        "properties": {
+            "stream": {**_nullable(STR), "description": "The stream that stores the original subject."},
+            "consumers": {"type": "array", "items": {
+                "type": "object", "required": ["name"],
+                "properties": {"name": STR, "filters": {"type": "array", "items": STR}, "durable": BOOL}}},
+            "error": {**_nullable(STR), "description": "Why there is no target (or it cannot be listed now)."},
+        },
+    },
+    "Health": {
+        "type": "object", "required": ["status", "nats", "mirror_lag"],
+        "properties": {
+            "status": {"type": "string", "enum": ["ok", "degraded"]},
+            "nats": {"type": "object", "required": ["connected"],
+                     "properties": {"connected": BOOL, "url": _nullable(STR), "last_error": _nullable(STR)}},
+            "mirror_lag": {**_nullable(INT), "description": "Messages not yet mirrored; null if unknown."},
+            "mirror": {"type": ["object", "null"]},
+        },
+    },
+}
+
+_ERROR_TEXT = {
+    400: "A parameter or body value is not valid; the error says which and what it accepts.",
+    401: "No session and no valid API token.",
+    403: "The caller's role may not do this.",
+    404: "No such entry or job.",
+    409: "The version sent is stale, or the entry's status does not allow the action.",
+    422: "The request is well-formed but cannot be carried out (e.g. no subject to republish to).",
+    503: "NATS or the database cannot be reached now; nothing was changed.",
+}
+
+
+def _json(schema: dict, description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict:
+    return {str(code): {"$ref": f"#/components/responses/E{code}"} for code in codes}
+
+
+def _query(name: str, description: str, schema: dict | None = None) -> dict:
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": schema or STR}
+
+
+def _path_id(name: str, what: str) -> dict:
+    return {"name": name, "in": "path", "required": True, "description": f"The {what}'s id.",
+            "schema": {**INT, "minimum": 1, "maximum": INT64_MAX}, "example": 1}
+
+
+FILTER_PARAMETERS = [
+    _query("status", "Only entries with this status.", {"type": "string", "enum": list(STATUSES)}),
+    _query("subject", "Original subject; NATS wildcards: '*' one token, '>' the rest."),
+    _query("stream", "Original stream or DLQ stream."),
+    _query("consumer", "Durable consumer that gave up."),
+    _query("reason", "Dlq-Reason."),
+    _query("q", "Full text over payload, error and subject; every word must match, the last as a prefix."),
+    _query("since", "Received at or after (RFC 3339).", {"type": "string", "format": "date-time"}),
+    _query("until", "Received before (RFC 3339).", {"type": "string", "format": "date-time"}),
+    _query("group", "A failure group's normalized error, as /groups links it."),
+]
+CURSOR = _query("cursor", "Opaque: next_cursor of the previous page. Stable while new entries arrive.")
+PAGE_LIMIT = _query("limit", f"Entries per page, 1 to {MAX_LIMIT} (default 50).",
+                    {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT})
+
+
+def _export(fmt: str, media_type: str, body_schema: dict, what: str) -> dict:
+    return {
+        "operationId": f"export{fmt.capitalize()}", "tags": ["export"],
+        "summary": f"Every matching entry as {what}, streamed",
+        "description": ("The filters and search of GET /api/entries, newest first. `limit` caps the "
+                        "export (no upper bound); `cursor` starts after that entry. Payloads are base64 "
+                        "(exact) and text where UTF-8. Entries arriving during an export are not in it."),
+        "parameters": [*FILTER_PARAMETERS, CURSOR,
+                       _query("limit", "The most entries to export (default: all).",
+                              {"type": "integer", "minimum": 1, "maximum": INT64_MAX})],
+        "responses": {
+            "200": {"description": f"An attachment named dlq-entries-<UTC time>-<filter>.{fmt}.",
+                    "headers": {"Content-Disposition": {"schema": STR, "description": "attachment; filename=..."}},
+                    "content": {media_type: {"schema": body_schema}}},
+            **_errors(400, 401, 403),
+        },
+    }
+
+
+def _entry_action(op_id: str, summary: str, body: str, result: str, codes: Iterable[int]) -> dict:
+    return {
+        "operationId": op_id, "tags": ["actions"], "summary": summary,
+        "description": "Needs the operator role. Writes an audit record in the same transaction.",
+        "parameters": [_path_id("entry_id", "entry")],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(body)}}},
+        "responses": {"200": _json(_ref(result), "The entry after the action."), **_errors(*codes)},
+    }
+
+
+CSV_DESCRIPTION = ("A header row, then one row per entry with the Entry fields as columns; headers, "
+                   "schema_errors, sources and notes as JSON text; text cells that a spreadsheet would "
+                   "take for a formula (starting with = + - @ tab or CR) get a leading apostrophe, "
+                   "payload_base64 is always exact.")
+
+# (method, path) -> operation. The served document keeps those the app routes.
+OPERATIONS: dict[tuple[str, str], dict] = {
+    ("get", "/api/entries"): {
+        "operationId": "listEntries", "tags": ["entries"], "summary": "One page of entries, newest first",
+        "parameters": [*FILTER_PARAMETERS, PAGE_LIMIT, CURSOR],
+        "responses": {"200": _json(_ref("EntryPage"), "A page and the cursor of the next."),
+                      **_errors(400, 401, 403)},
+    },
+    ("get", "/api/entries/{entry_id}"): {
+        "operationId": "getEntry", "tags": ["entries"], "summary": "One entry with its history and actions",
+        "parameters": [_path_id("entry_id", "entry")],
+        "responses": {"200": _json(_ref("EntryDetail"), "The entry."), **_errors(401, 403, 404)},
+    },
+    ("post", "/api/entries/{entry_id}/republish"): _entry_action(
+        "republishEntry", "Publish the payload (or an edited one) to the original subject",
+        "RepublishRequest", "RepublishResult", (400, 401, 403, 404, 409, 422, 503)),
+    ("post", "/api/entries/{entry_id}/close"): _entry_action(
+        "closeEntry", "Acknowledge and close, with a note", "CloseRequest", "EntryResult",
+        (400, 401, 403, 404, 409, 422)),
+    ("post", "/api/entries/{entry_id}/reopen"): _entry_action(
+        "reopenEntry", "Undo a close", "ReopenRequest", "EntryResult", (400, 401, 403, 404, 409, 422)),
+    ("post", "/api/bulk"): {
+        "operationId": "startBulkJob", "tags": ["actions"],
+        "summary": "Republish or close many entries as a job",
+        "description": "Needs the operator role. The job runs with a rate limit; poll GET /api/jobs/{job_id}.",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkRequest")}}},
+        "responses": {"202": _json(_ref("JobAccepted"), "The job was started."),
+                      **_errors(400, 401, 403, 422, 503)},
+    },
+    ("get", "/api/entries/{entry_id}/targets"): {
+        "operationId": "getTargets", "tags": ["entries"],
+        "summary": "The stream and consumers a republish of the entry would reach",
+        "parameters": [_path_id("entry_id", "entry")],
+        "responses": {"200": _json(_ref("Targets"), "The targets, or why there are none."),
+                      **_errors(401, 403, 404)},
+    },
+    ("get", "/api/jobs/{job_id}"): {
+        "operationId": "getJob", "tags": ["actions"], "summary": "A bulk job's progress",
+        "parameters": [_path_id("job_id", "job"),
+                       _query("state", "Only items in this state (pending, done, failed, skipped, cancelled)."),
+                       _query("limit", "Items to include, up to 1000 (default 200).", {**INT, "minimum": 0})],
+        "responses": {"200": _json(_ref("Job"), "The job."), **_errors(401, 403, 404)},
+    },
+    ("post", "/api/jobs/{job_id}/cancel"): {
+        "operationId": "cancelJob", "tags": ["actions"], "summary": "Ask a bulk job to stop",
+        "parameters": [_path_id("job_id", "job")],
+        "description": "Needs the operator role. The job stops after its current window.",
+        "responses": {"200": _json(_ref("Job"), "The job, cancel requested."), **_errors(401, 403, 404)},
+    },
+    ("get", "/api/audit"): {
+        "operationId": "listAudit", "tags": ["actions"], "summary": "The audit, newest first",
+        "parameters": [_query("entry", "Only records of this entry id.", {**INT, "minimum": 0, "maximum": INT64_MAX}),
+                       _query("job", "Only records of this job id.", {**INT, "minimum": 0, "maximum": INT64_MAX}),
+                       _query("actor", "Only records by this user or token:<name>."),
+                       _query("action", "Only this action (republish, close, reopen, ...)."),
+                       _query("limit", "Records per page, 1 to 1000 (default 100).",
+                              {**INT, "minimum": 1, "maximum": 1000}),
+                       CURSOR],
+        "responses": {"200": _json(_ref("AuditPage"), "A page of audit records."), **_errors(400, 401, 403)},
+    },
+    ("get", "/api/export.json"): _export("json", "application/json",
+                                         {"type": "array", "items": _ref("Entry")}, "one JSON array"),
+    ("get", "/api/export.ndjson"): _export("ndjson", "application/x-ndjson",
+                                           {"type": "string", "description": "One Entry object per line."},
+                                           "newline-delimited JSON"),
+    ("get", "/api/export.csv"): _export("csv", "text/csv", {"type": "string", "description": CSV_DESCRIPTION},
+                                        "CSV"),
+    ("get", "/healthz"): {
+        "operationId": "health", "tags": ["operations"], "summary": "NATS connection and mirror lag",
+        "security": [],
+        "responses": {"200": _json(_ref("Health"), "All well."),
+                      "503": _json(_ref("Health"), "Degraded: NATS is down or the lag is unknown.")},
+    },
+    ("get", "/metrics"): {
+        "operationId": "metrics", "tags": ["operations"], "summary": "Prometheus text exposition",
+        "security": [],
+        "responses": {"200": {"description": "Metrics (no message data).",
+                              "content": {"text/plain": {"schema": STR}}}},
+    },
+    ("get", "/api/openapi.json"): {
+        "operationId": "openapi", "tags": ["operations"], "summary": "This document", "security": [],
+        "responses": {"200": _json({"type": "object"}, "The OpenAPI 3.1 document.")},
+    },
+}
+
+DESCRIPTION = """\
+The dead-letter dashboard's JSON API. Every page of the dashboard is also JSON.
+
+Authenticate with `Authorization: Bearer <token>` (create one with
+`flask --app app tokens create NAME --role ROLE`) or a browser session. Roles:
+`viewer` reads and exports, `operator` also acts, `admin` also manages users.
+Errors are `{"error": "sentence"}` with the status code. Pages are newest first and
+keyset-paginated: pass `next_cursor` back as `cursor`; new entries never shift a page."""
+
+
+def route_key(rule: str) -> str:
+    """A Flask rule or OpenAPI path with its parameter names dropped, for matching."""
+    return re.sub(r"<[^>]*>|\{[^}]*\}", "{}", rule)
+
+
+def routed_operations(app: Flask) -> set[tuple[str, str]]:
+    """(method, normalised path) of every route the app serves."""
+    routed = set()
+    for rule in app.url_map.iter_rules():
+        for method in rule.methods or ():
+            if method not in ("HEAD", "OPTIONS"):
+                routed.add((method.lower(), route_key(rule.rule)))
+    return routed
+
+
+def openapi_document(app: Flask) -> dict[str, Any]:
+    """The OpenAPI 3.1 document for the operations ``app`` routes."""
+    routed = routed_operations(app)
+    paths: dict[str, dict] = {}
+    for (method, path), operation in OPERATIONS.items():
+        if (method, route_key(path)) in routed:
+            paths.setdefault(path, {})[method] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "DLQ Dashboard API", "version": "1", "description": DESCRIPTION},
+        "servers": [{"url": "/"}],
+        "security": [{"bearerToken": []}, {"sessionCookie": []}],
+        "tags": [{"name": "entries"}, {"name": "actions"}, {"name": "export"}, {"name": "operations"}],
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "responses": {f"E{code}": _json(_ref("Error"), text) for code, text in _ERROR_TEXT.items()},
+            "securitySchemes": {
+                "bearerToken": {"type": "http", "scheme": "bearer",
+                                "description": "An API token from `flask --app app tokens create`."},
+                "sessionCookie": {"type": "apiKey", "in": "cookie", "name": "session",
+                                  "description": "A browser session after /login."},
+            },
+        },
+    }
+
+
+@bp.route("/api/openapi.json")
+@requires(None)
+def openapi_json():
+    """The API document; open to all, it holds no data."""
+    return jsonify(openapi_document(current_app))

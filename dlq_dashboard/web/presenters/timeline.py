@@ -1,0 +1,102 @@
+"""The detail page's timeline: naks and advisories, the dead-lettering, each republish and
+whether it failed again, and the operators' closes and reopens, in time order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable
+
+from ...entries.view import EntryView
+from ...times import parse_time
+
+
+@dataclass
+class Moment:
+    """One line of the timeline. Every text field is shown as text, never as markup."""
+
+    at: datetime | None
+    kind: str
+    title: str
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    actor: str | None = None
+    note: str | None = None
+    entry_id: int | None = None  # a linked entry (the failure of a republished message)
+
+
+def _time(value: Any) -> datetime | None:
+    return value if isinstance(value, datetime) or value is None else parse_time(str(value))
+
+
+def _facts(*pairs: tuple[str, Any]) -> list[tuple[str, str]]:
+    return [(label, str(value)) for label, value in pairs if value not in (None, "")]
+
+
+def _history_moment(event: dict) -> Moment:
+    kind = event.get("kind") or "event"
+    deliveries = event.get("deliveries")
+    reason = (event.get("detail") or {}).get("reason")
+    if kind == "nak":
+        title = f"Delivery {deliveries} was nak'ed" if deliveries else "A delivery was nak'ed"
+    elif kind == "max_deliveries":
+        title = f"Gave up after {deliveries} deliveries" if deliveries else "Reached the maximum deliveries"
+    elif kind == "terminated":
+        title = "Terminated by the consumer"
+    else:
+        title = kind
+    return Moment(_time(event.get("at")), kind, title,
+                  _facts(("consumer", event.get("consumer")), ("reason", reason)))
+
+
+def _republish_moment(rep: dict, subject: str | None) -> Moment:
+    state = rep.get("state")
+    if state == "published":
+        title = f"Republished to {subject}" if subject else "Republished"
+    elif state == "failed":
+        title = "Republish failed"
+    else:
+        title = f"Republish {state or 'pending'}"
+    duplicate = rep.get("duplicate")
+    return Moment(_time(rep.get("published_at") or rep.get("created_at")), "republish", title,
+                  _facts(("msgId", rep.get("msg_id")), ("stream", rep.get("stream")), ("seq", rep.get("seq")),
+                         ("duplicate", None if duplicate is None else ("yes" if duplicate else "no")),
+                         ("error", rep.get("error"))),
+                  actor=rep.get("actor"))
+
+
+_ACTION_TITLES = {"close": "Closed", "reopen": "Reopened", "edit": "Payload edited", "republish": "Republished"}
+
+
+def _action_moment(action: dict) -> Moment:
+    name = action.get("action") or "action"
+    title = _ACTION_TITLES.get(name, name.replace("_", " ").capitalize())
+    return Moment(_time(action.get("at")), name, title,
+                  _facts(("job", action.get("job_id")), ("msgId", action.get("msg_id")),
+                         ("error", action.get("error"))),
+                  actor=action.get("actor"), note=action.get("note"))
+
+
+def build_timeline(entry: EntryView, republishes: Iterable[dict] = (),
+                   replays: Iterable[EntryView] = ()) -> list[Moment]:
+    """Every moment of an entry's life, oldest first (moments without a time last)."""
+    moments = [_history_moment(e) for e in entry.history or []]
+    reason = entry.reason or "a failure"
+    moments.append(Moment(entry.failed_at, "failed", f"Failed: {reason}",
+                          _facts(("error", entry.error), ("deliveries", entry.deliveries),
+                                 ("consumer", entry.consumer))))
+    where = entry.dlq_ref or ("the advisory stream" if "advisory" in entry.sources else None)
+    moments.append(Moment(entry.received_at, "mirrored", "Dead-lettered and mirrored",
+                          _facts(("stored as", where), ("sources", entry.sources.replace(",", " and ")))))
+    republishes = list(republishes)
+    moments.extend(_republish_moment(r, entry.original_subject) for r in republishes)
+    for replay in replays:
+        moments.append(Moment(replay.failed_at or replay.received_at, "failed-again",
+                              "The republished message failed again",
+                              _facts(("reason", replay.reason), ("error", replay.error)),
+                              entry_id=replay.id))
+    for action in entry.actions or []:
+        # Republishes are told from their intents above (they carry the broker's answer).
+        if action.get("action") == "republish" and republishes:
+            continue
+        moments.append(_action_moment(action))
+    return sorted(moments, key=lambda m: (m.at is None, m.at or datetime.min))

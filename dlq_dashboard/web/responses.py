@@ -1,0 +1,67 @@
+"""How a view answers: a full page or one block of it for htmx, JSON or a page for an error,
+POST-redirect-GET. Shared by every blueprint."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from flask import Response, current_app, jsonify, make_response, redirect, render_template, request, url_for
+from flask_htmx import HTMX
+
+htmx = HTMX()  # request detection; create_app registers it, which also puts `htmx` in templates
+
+
+def bearer_token() -> str | None:
+    """The token of an ``Authorization: Bearer`` header ('' if empty), or None without one."""
+    scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip()
+
+
+def wants_json() -> bool:
+    """API and export routes, and every bearer-token call, answer errors as JSON; pages as HTML."""
+    return request.path.startswith("/api/") or bearer_token() is not None
+
+
+def refusal(message: str, status: int, title: str = "Not allowed") -> Response:
+    """A refusal as JSON for the API, a sentence for htmx, a page for a browser."""
+    if wants_json():
+        return make_response(jsonify(error=message), status)
+    if request.headers.get("HX-Request"):
+        return current_app.response_class(message + "\n", status=status, mimetype="text/plain")
+    return make_response(render_template("error.html", title=title, message=message), status)
+
+
+def render_block(template_name: str, block: str, **context) -> str:
+    """Render one named block of a template with the same context a full render gets."""
+    app = current_app._get_current_object()
+    template = app.jinja_env.get_template(template_name)
+    app.update_template_context(context)
+    return "".join(template.blocks[block](template.new_context(context)))
+
+
+def page_or_fragment(template_name: str, block: str, status: int = 200, **context) -> Response:
+    """The full page, or for an htmx request the named block (a history restore gets the page)."""
+    if htmx and not htmx.history_restore_request:
+        body = render_block(template_name, block, **context)
+    else:
+        body = render_template(template_name, **context)
+    response = make_response(body, status)
+    response.vary.add("HX-Request")
+    return response
+
+
+def after_post(url: str) -> Response:
+    """POST-redirect-GET; htmx follows HX-Redirect instead of swapping a redirect in."""
+    if request.headers.get("HX-Request"):
+        response = make_response("", 204)
+        response.headers["HX-Redirect"] = url
+        return response
+    return redirect(url, 303)
+
+
+def list_url(endpoint: str = "pages.index", **args) -> str:
+    """A URL with the given query arguments, empty ones left out."""
+    query = urlencode({k: v for k, v in args.items() if v not in (None, "")})
+    return url_for(endpoint) + (f"?{query}" if query else "")

@@ -1,0 +1,60 @@
+"""What every template may use: filters for times and numbers, the identity of the request, and
+the domain's constants (statuses, reasons, what can be republished, the contract's header names),
+so no template spells them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from flask import Flask
+
+from dlq_consumer import headers as contract
+
+from ..actions.decisions import REPUBLISHABLE
+from ..entries.shape import STATUSES
+from ..times import format_time, utcnow
+from .auth import current_identity
+from .responses import list_url
+
+
+def when(value: datetime | None) -> str:
+    """A stored (naive UTC) time as '2026-11-29 10:00:05'."""
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "—"
+
+
+def rfc3339(value: datetime | None) -> str:
+    """A stored time as RFC 3339 UTC (for <time datetime=...>)."""
+    return format_time(value) or ""
+
+
+def ago(value: datetime | None) -> str:
+    """How long ago, in the largest unit that fits ('3 min ago')."""
+    if value is None:
+        return "—"
+    seconds = int((utcnow() - value).total_seconds())
+    if seconds < 0:
+        return "just now" if seconds > -60 else value.strftime("%Y-%m-%d %H:%M")
+    for unit, length in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= length:
+            return f"{seconds // length} {unit} ago"
+    return f"{seconds} s ago"
+
+
+def number(value: int | float | None) -> str:
+    """A count with its thousands separated: '1,234,567'."""
+    if value is None:
+        return "—"
+    return f"{value:,}"
+
+
+def init_app(app: Flask) -> None:
+    """Register the filters and the context every template gets."""
+    app.add_template_filter(when)
+    app.add_template_filter(rfc3339)
+    app.add_template_filter(ago)
+    app.add_template_filter(number)
+
+    @app.context_processor
+    def _context():
+        return {"identity": current_identity(), "list_url": list_url, "statuses": STATUSES,
+                "reasons": contract.REASONS, "republishable": REPUBLISHABLE, "contract": contract}

@@ -1,0 +1,233 @@
+"""What tests share besides fixtures: waiting with a deadline, running a coroutine, publishing to
+a real server, dead-lettering into the mirror, logging in. Imported as ``from . import support``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import nats
+from sqlalchemy import func, select
+
+from dlq_dashboard.accounts import create_user
+from dlq_dashboard.config import Settings
+from dlq_dashboard.db.models import Entry
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
+
+PASSWORD = "correct horse battery"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+# --- time and coroutines ---------------------------------------------------------------------
+
+def wait_for(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, message: str = ""):
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {message or condition} (last: {last!r})")
+
+
+def run(coro, timeout: float | None = None):
+    """Run a coroutine on a fresh event loop and return its result (tests are synchronous).
+
+    ``timeout`` bounds the whole coroutine. Playwright's sync API keeps an event loop running
+    in the main thread while a browser is open; then the coroutine runs on a loop of its own
+    in a worker thread.
+    """
+    if timeout is not None:
+        coro = asyncio.wait_for(coro, timeout)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+# --- a real nats-server ----------------------------------------------------------------------
+
+def make_settings(tmp_path, nats_url: str | None = None, **changes) -> Settings:
+    """Settings for a test: a SQLite file in tmp_path, the given server (or a closed port)."""
+    return Settings(database_url=f"sqlite:///{tmp_path}/dlq.sqlite3",
+                    nats_urls=(nats_url,) if nats_url else ("nats://127.0.0.1:1",),
+                    instance_path=str(tmp_path / "instance"), secret_key="test-secret",
+                    connect_timeout=2.0, **changes)
+
+
+async def publish_many(url: str, messages: list[tuple[str, bytes, dict | None]]) -> list:
+    """Publish (subject, payload, headers) messages through JetStream; returns the PubAcks."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        return [await js.publish(subject, payload, headers=headers) for subject, payload, headers in messages]
+    finally:
+        await nc.close()
+
+
+async def publish_fast(url: str, subject: str, count: int, make: Callable[[int], tuple[bytes, dict]]) -> None:
+    """Publish ``count`` messages with publish_async in windows (for large backlogs)."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream(publish_async_max_pending=512)
+        for i in range(count):
+            payload, headers = make(i)
+            await js.publish_async(subject, payload, headers=headers)
+            if i % 256 == 255:
+                await js.publish_async_completed()
+        await js.publish_async_completed()
+    finally:
+        await nc.close()
+
+
+def dlq_headers(subject: str = "orders.created", **extra: str) -> dict[str, str]:
+    """Contract headers for a dead letter of ``subject`` (``Dlq_Reason="fatal"``: underscores for dashes)."""
+    headers = {"Dlq-Original-Subject": subject}
+    headers.update({k.replace("_", "-"): v for k, v in extra.items()})
+    return headers
+
+
+def make_orders_stream(url: str, **config) -> None:
+    """Create stream ORDERS over ``orders.>``, the stream republishes go to."""
+    async def create():
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().add_stream(name="ORDERS", subjects=["orders.>"], **config)
+        finally:
+            await nc.close()
+
+    run(create())
+
+
+def stream_messages(url: str, stream: str = "ORDERS") -> list:
+    """Every message a stream holds now (RawStreamMsg, by sequence)."""
+    from nats.js.errors import NotFoundError
+
+    async def read():
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(stream)
+            found = []
+            if not info.state.messages:
+                return found
+            for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                try:
+                    found.append(await js.get_msg(stream, seq))
+                except NotFoundError:
+                    pass
+            return found
+        finally:
+            await nc.close()
+
+    return run(read())
+
+
+# --- dead letters ------------------------------------------------------------------------------
+
+def entry_count(engine) -> int:
+    """How many entries the database holds."""
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(Entry)).scalar()
+
+
+def dead_letter_orders(app, url: str, payloads: list[bytes], *, subject: str = "orders.created",
+                       headers: dict | None = None) -> list[int]:
+    """Dead-letter ``payloads`` of ``subject`` into the DLQ through NATS, wait for the mirror,
+    return the new entry ids."""
+    engine = runtime_of(app).engine
+    before = entry_count(engine)
+    base = {**dlq_headers(subject, Dlq_Reason="fatal", Dlq_Error="handler failed"), **(headers or {})}
+    run(publish_fast(url, f"dlq.{subject}", len(payloads), lambda i: (payloads[i], dict(base))))
+    wait_for(lambda: entry_count(engine) >= before + len(payloads), timeout=30,
+             message="the mirror to store the dead letters")
+    with engine.connect() as conn:
+        return list(conn.execute(select(Entry.id).order_by(Entry.id).offset(before)).scalars())
+
+
+def dead_letter(app_or_engine, seq: int, subject: str | None = "orders.created", payload: bytes = b"{}",
+                stream: str = "DLQ", stored_at=None, **headers: str) -> int:
+    """Store one DLQ message as the mirror would (ingest_dlq_batch) and return its entry id.
+
+    ``headers`` are given with underscores for dashes (Dlq_Reason="fatal").
+    """
+    engine = runtime_of(app_or_engine).engine if hasattr(app_or_engine, "extensions") else app_or_engine
+    values = {k.replace("_", "-"): v for k, v in headers.items()}
+    if subject is not None:
+        values.setdefault("Dlq-Original-Subject", subject)
+    ingest_dlq_batch(engine, stream, "e1", [StreamMessage(seq, f"dlq.{subject or 'unknown'}", values or None,
+                                                          payload, stored_at or utcnow())])
+    with engine.connect() as conn:
+        return conn.execute(select(Entry.id).where(Entry.dlq_stream == stream, Entry.dlq_seq == seq)).scalar_one()
+
+
+def orders_schema_folder(tmp_path, schema: dict | None = None) -> str:
+    """A DLQ_SCHEMAS folder whose orders.json covers orders.* (by default: customer_id required)."""
+    folder = tmp_path / "schemas"
+    folder.mkdir(exist_ok=True)
+    (folder / "orders.json").write_text(json.dumps(
+        schema or {"x-subjects": ["orders.*"], "type": "object", "required": ["customer_id"]}))
+    return str(folder)
+
+
+# --- logging in --------------------------------------------------------------------------------
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header for an API token."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def csrf_token(client, path: str = "/login") -> str:
+    """The CSRF token from a page's form."""
+    html = client.get(path).get_data(as_text=True)
+    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert match, f"no csrf_token on {path}"
+    return match.group(1)
+
+
+def login(client, name: str, password: str):
+    """Log a test client in through the login form."""
+    return client.post("/login", data={"username": name, "password": password,
+                                       "csrf_token": csrf_token(client)})
+
+
+def ensure_user(app, name: str, role: str) -> None:
+    """Create user ``name`` with ``role`` and the tests' password, unless it exists."""
+    try:
+        create_user(runtime_of(app).engine, name, PASSWORD, role)
+    except ValueError:
+        pass
+
+
+def logged_in(app, role: str):
+    """A test client logged in as a user with ``role`` (made on first use)."""
+    name = f"{role}-user"
+    ensure_user(app, name, role)
+    client = app.test_client()
+    response = login(client, name, PASSWORD)
+    assert response.status_code == 302, response.get_data(as_text=True)
+    return client
+
+
+def browser_login(page, base_url: str, app, role: str) -> None:
+    """Log a browser page in as a user with ``role`` (made on first use)."""
+    name = f"{role}-browser"
+    ensure_user(app, name, role)
+    page.goto(f"{base_url}/login")
+    page.fill("input[name=username]", name)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/login" not in url)
