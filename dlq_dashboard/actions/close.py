@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import nats.js.errors
 from sqlalchemy import insert, update
@@ -13,17 +13,15 @@ from ..db.models import Action, Entry
 from ..nats.bridge import NatsUnavailable
 from ..nats.streams import stream_epoch
 from ..times import utcnow
+from .context import ActionContext
 from .decisions import Outcome, close_values, decide_close, decide_reopen, load_entry, pending_intents
 from .errors import NatsDown
 from .publishing import nats_unreachable
 
-if TYPE_CHECKING:
-    from ..runtime import Runtime
-
 ENTRIES, ACTIONS = Entry.__table__, Action.__table__
 
 
-def close_entry(rt: Runtime, entry_id: int, version: int, *, actor: str, note: str | None = None) -> Outcome:
+def close_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str, note: str | None = None) -> Outcome:
     """Acknowledge and close an entry with a note; with DLQ_DELETE_ON_CLOSE also delete its DLQ message.
 
     The delete happens inside the transaction: if NATS cannot delete it, nothing changes.
@@ -43,7 +41,7 @@ def close_entry(rt: Runtime, entry_id: int, version: int, *, actor: str, note: s
     return Outcome(rt.store.get_entry(entry_id))
 
 
-def delete_from_dlq(rt: Runtime, entries: list[Mapping]) -> dict[int, str]:
+def delete_from_dlq(rt: ActionContext, entries: list[Mapping]) -> dict[int, str]:
     """Delete entries' messages from the DLQ stream; {entry id: what happened}. NatsDown if unreachable."""
     down = nats_unreachable(rt)
     if down:
@@ -75,7 +73,7 @@ def delete_from_dlq(rt: Runtime, entries: list[Mapping]) -> dict[int, str]:
         raise NatsDown("The DLQ stream does not exist now, so nothing was closed.") from None
 
 
-def reopen_entry(rt: Runtime, entry_id: int, version: int, *, actor: str) -> Outcome:
+def reopen_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str) -> Outcome:
     """Reopen a closed or republished entry."""
     with write_transaction(rt.engine) as conn:
         entry = load_entry(conn, entry_id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from sqlalchemy import Connection, select
 
@@ -20,11 +20,9 @@ from ..entries.schemas import ValidationResult
 from ..entries.view import EntryView
 from ..errors import EntryNotFound
 from ..times import utcnow
+from .context import ActionContext
 from .errors import AlreadyRepublished, Conflict, InFlight, Refused
 from .intents import INTENTS, Intent, Published, entry_ref, republish_headers, republish_msg_id
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
 
 ENTRIES = Entry.__table__
 #: The statuses an entry can be republished from (a closed one is reopened first).
@@ -79,7 +77,7 @@ def _check_version(entry: Mapping, version: int) -> None:
 _NO_SCHEMA = ValidationResult(None, [])
 
 
-def decide_republish(rt: Runtime, entry: Mapping, version: int, existing: Intent | None, pending: list[Intent], *,
+def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: Intent | None, pending: list[Intent], *,
                      actor: str, payload: bytes | None = None, force: bool = False,
                      job_id: int | None = None, resume_pending: bool = False,
                      now: datetime | None = None) -> tuple[str, Intent]:

@@ -7,18 +7,14 @@ and recovery.py completes it with the same msgId, which the stream's duplicate w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import nats.errors
 import nats.js.errors
 
 from ..db.engine import write_transaction
 from ..nats.bridge import NatsUnavailable
+from .context import ActionContext
 from .errors import ActionError, NatsDown, Refused
 from .intents import Intent, Published, mark_in_doubt, record_failed, record_published
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
 
 
 def fault_point(stage: str, intent: Intent) -> None:
@@ -26,7 +22,7 @@ def fault_point(stage: str, intent: Intent) -> None:
     replace it to crash there. Bulk jobs look it up here too."""
 
 
-def nats_unreachable(rt: Runtime) -> str | None:
+def nats_unreachable(rt: ActionContext) -> str | None:
     """Why NATS cannot be used now (a sentence), or None when it is connected."""
     if rt.bridge is None:
         return "NATS is not connected (the dashboard's background services are not running)"
@@ -62,7 +58,7 @@ def _classify(exc: BaseException, subject: str) -> tuple[bool, ActionError]:
                            "msgId once NATS answers, and nothing is published twice.")
 
 
-def publish_intent(rt: Runtime, intent: Intent, *, recovered: bool = False) -> Published:
+def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False) -> Published:
     """Publish a committed intent with its msgId and record the outcome; raise Refused or NatsDown."""
     rt.flights.start([intent])
     try:

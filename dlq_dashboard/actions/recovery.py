@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta, timezone
-from typing import TYPE_CHECKING
 
 import nats.errors
 import nats.js.errors
@@ -22,17 +21,15 @@ from dlq_consumer import headers as contract
 from ..db.engine import write_transaction
 from ..nats.bridge import NatsUnavailable
 from ..times import utcnow
+from .context import ActionContext
 from .errors import NatsDown, Refused
 from .intents import INTENTS, Intent, record_published
 from .publishing import nats_unreachable, publish_intent
 
-if TYPE_CHECKING:
-    from ..runtime import Runtime
-
 log = logging.getLogger(__name__)
 
 
-def recover_pending(rt: Runtime, *, older_than: float = 0.0) -> int:
+def recover_pending(rt: ActionContext, *, older_than: float = 0.0) -> int:
     """Finish intents left pending (a crash, an unanswered publish) with their own msgId.
 
     Returns how many were finished. Past the target stream's duplicate window the broker no

@@ -18,7 +18,7 @@ window absorbs the copy. docs/actions.md explains the design.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import nats.js.errors
 from sqlalchemy import select
@@ -27,16 +27,14 @@ from sqlalchemy.exc import IntegrityError
 from ..db.engine import write_transaction
 from ..entries.filters import subject_pattern_regex
 from ..nats.bridge import NatsUnavailable
+from .context import ActionContext
 from .decisions import Outcome, decide_republish, load_entry, pending_intents, write_claims
 from .errors import Conflict
 from .intents import INTENTS, Intent, republish_msg_id
 from .publishing import nats_unreachable, publish_intent
 
-if TYPE_CHECKING:
-    from ..runtime import Runtime
 
-
-def republish_entry(rt: Runtime, entry_id: int, version: int, *, actor: str, payload: bytes | None = None,
+def republish_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str, payload: bytes | None = None,
                     force: bool = False) -> Outcome:
     """Republish an entry (or an edited payload) exactly once for the version the operator saw."""
     with write_transaction(rt.engine) as conn:
@@ -56,7 +54,7 @@ def republish_entry(rt: Runtime, entry_id: int, version: int, *, actor: str, pay
     return Outcome(rt.store.get_entry(entry_id), published)
 
 
-def republish_targets(rt: Runtime, subject: str | None) -> dict[str, Any]:
+def republish_targets(rt: ActionContext, subject: str | None) -> dict[str, Any]:
     """The stream that stores ``subject`` and the consumers that will receive a republish of it."""
     if not subject:
         return {"stream": None, "consumers": [], "error": "The entry has no original subject."}

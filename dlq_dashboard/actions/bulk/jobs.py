@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from sqlalchemy import and_, func, insert, select, update
 
@@ -26,10 +26,8 @@ from ...db.rows import insert_rows
 from ...entries.filters import EntryFilter, encode_cursor
 from ...errors import InvalidRequest, JobNotFound
 from ...times import format_time, utcnow
+from ..context import ActionContext
 from ..intents import Published
-
-if TYPE_CHECKING:
-    from ...runtime import Runtime
 
 JOBS, ITEMS = Job.__table__, JobItem.__table__
 ENTRIES, INTENTS, ACTIONS = Entry.__table__, Republish.__table__, Action.__table__
@@ -69,7 +67,7 @@ def _parse_ids(ids: Iterable[Any]) -> dict[int, int | None]:
     return wanted
 
 
-def select_items(rt: Runtime, *, ids=None, filter_args: dict | None = None, only_valid: bool = False,
+def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None, only_valid: bool = False,
                  upto: int | None = None) -> tuple[list[dict], dict[str, Any]]:
     """The entries a job would take, as [{"id", "version", "status"}], and a summary of the choice.
 
@@ -127,7 +125,7 @@ def select_items(rt: Runtime, *, ids=None, filter_args: dict | None = None, only
     return items, summary
 
 
-def create_job(rt: Runtime, action: str, *, actor: str, ids=None, filter_args: dict | None = None,
+def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_args: dict | None = None,
                only_valid: bool = False, upto: int | None = None, note: str | None = None,
                force: bool = False, start: bool = True) -> int:
     """Make a job over the selected entries (fixed now, with their versions) and start it."""
@@ -153,7 +151,7 @@ def create_job(rt: Runtime, action: str, *, actor: str, ids=None, filter_args: d
     return job_id
 
 
-def cancel_job(rt: Runtime, job_id: int, *, actor: str) -> bool:
+def cancel_job(rt: ActionContext, job_id: int, *, actor: str) -> bool:
     """Ask a job to stop after its current window; False if it had already finished."""
     with write_transaction(rt.engine) as conn:
         job = conn.execute(select(JOBS.c.state).where(JOBS.c.id == job_id)).first()
@@ -168,7 +166,7 @@ def cancel_job(rt: Runtime, job_id: int, *, actor: str) -> bool:
     return True
 
 
-def job_status(rt: Runtime, job_id: int, *, item_state: str | None = None, limit: int = 200) -> dict[str, Any]:
+def job_status(rt: ActionContext, job_id: int, *, item_state: str | None = None, limit: int = 200) -> dict[str, Any]:
     """A job's progress and the results of (some of) its items; JobNotFound for an unknown id."""
     with rt.engine.connect() as conn:
         job = conn.execute(select(JOBS).where(JOBS.c.id == job_id)).first()

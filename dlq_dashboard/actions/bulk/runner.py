@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
 
 from ...db.engine import write_transaction
 from ...db.leases import acquire_lease, new_holder, release_lease
+from ..context import ActionContext
 from ..recovery import recover_pending
 from .jobs import JOBS
 from .work import LEASE_SECONDS, JobWork
-
-if TYPE_CHECKING:
-    from ...runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +26,7 @@ class JobRunner:
     """One thread per running job, plus a recovery thread that finishes pending intents and
     resumes jobs left unfinished (by a crash here, or by another process whose lease ran out)."""
 
-    def __init__(self, rt: Runtime):
+    def __init__(self, rt: ActionContext):
         self.rt = rt
         self.holder = new_holder()
         self._stop = threading.Event()

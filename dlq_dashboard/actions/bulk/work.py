@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
 
@@ -22,18 +22,26 @@ from ...db.leases import acquire_lease
 from ...db.rows import update_rows
 from ...nats.bridge import NatsUnavailable
 from ...times import utcnow
+
 # fault_point is looked up on its module at each call, so that tests replacing it reach jobs too.
 from .. import publishing
 from ..close import delete_from_dlq
+from ..context import ActionContext
 from ..decisions import close_values, decide_close, decide_republish, pending_intents, write_claims
 from ..errors import AlreadyRepublished, Conflict, InFlight, NatsDown, Refused
-from ..intents import ACTIONS, ENTRIES, INTENTS, Intent, mark_in_doubt, record_failed, record_published, republish_msg_id
+from ..intents import (
+    ACTIONS,
+    ENTRIES,
+    INTENTS,
+    Intent,
+    mark_in_doubt,
+    record_failed,
+    record_published,
+    republish_msg_id,
+)
 from ..publishing import classify_failure, nats_unreachable
 from .jobs import FINISHED, ITEMS, JOBS, ack_sentence
 from .pacing import TokenBucket, window_size
-
-if TYPE_CHECKING:
-    from ...runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +94,7 @@ class JobWork:
     publish starts, and its outcomes after its answers arrive.
     """
 
-    def __init__(self, rt: Runtime, job_id: int, *, lease: str, holder: str, wake: threading.Event,
+    def __init__(self, rt: ActionContext, job_id: int, *, lease: str, holder: str, wake: threading.Event,
                  stop: threading.Event):
         self.rt, self.job_id, self.lease, self.holder = rt, job_id, lease, holder
         self.wake, self.stop = wake, stop
