@@ -24,6 +24,7 @@ import nats
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig
 
+from dlq_consumer import headers as contract
 from dlq_consumer import (
     Backoff, ConsumerRunner, Lifecycle, default_is_transient, ensure_stream, publish_with_retry,
 )
@@ -252,7 +253,7 @@ class Demo:
         services = self.services
         await services.look_up_customer(order["customer_id"])
         md = msg.metadata
-        replay_of = (msg.headers or {}).get("Dlq-Replay-Of")
+        replay_of = (msg.headers or {}).get(contract.REPLAY_OF)
         # Commit before the reservation: if that fails, the redelivery upserts the same row.
         await asyncio.get_running_loop().run_in_executor(
             self._db, self.table.upsert, order, f"{md.stream}:{md.sequence.stream}", replay_of)

@@ -12,6 +12,8 @@ from typing import Any, Iterable
 
 from flask import Blueprint, Flask, current_app, jsonify
 
+from dlq_consumer import headers as contract
+
 from ..entries.filters import MAX_LIMIT
 from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, entry_schema
 from ..entries.shape import nullable as _nullable
@@ -199,7 +201,7 @@ FILTER_PARAMETERS = [
     _query("subject", "Original subject; NATS wildcards: '*' one token, '>' the rest."),
     _query("stream", "Original stream or DLQ stream."),
     _query("consumer", "Durable consumer that gave up."),
-    _query("reason", "Dlq-Reason."),
+    _query("reason", f"{contract.REASON}: schema_invalid, max_deliveries, fatal, terminated, or as given."),
     _query("q", "Full text over payload, error and subject; every word must match, the last as a prefix."),
     _query("since", "Received at or after (RFC 3339).", {"type": "string", "format": "date-time"}),
     _query("until", "Received before (RFC 3339).", {"type": "string", "format": "date-time"}),
