@@ -74,8 +74,8 @@ def build_database(workdir: Path, rows: int) -> Path:
     """Create the schema with the app's migrations, then ``rows`` entries in one bulk insert."""
     from dlq_dashboard.db.engine import create_db_engine, dispose_quietly, write_transaction
     from dlq_dashboard.db.migrate import migrate
-    from dlq_dashboard.ingest.writes import ingest_dlq_batch
     from dlq_dashboard.db.models import Entry
+    from dlq_dashboard.ingest.writes import ingest_dlq_batch
 
     try:
         from dlq_dashboard.ingest.writes import index_new_entries

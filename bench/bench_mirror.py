@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import nats  # noqa: E402
 from nats.js.api import ConsumerConfig, DeliverPolicy  # noqa: E402
 
-from dlq_dashboard.config import Settings
-from dlq_dashboard.ingest.writes import read_position
-from dlq_dashboard.nats.server import NatsServer
-from dlq_dashboard.runtime import Runtime
+from dlq_dashboard.config import Settings  # noqa: E402
+from dlq_dashboard.ingest.writes import read_position  # noqa: E402
+from dlq_dashboard.nats.server import NatsServer  # noqa: E402
+from dlq_dashboard.runtime import Runtime  # noqa: E402
 
 
 def headers(i: int) -> dict[str, str]:

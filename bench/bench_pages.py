@@ -120,12 +120,13 @@ def open_client(db_path: Path, workdir: Path):
     from dlq_dashboard import create_app
     from dlq_dashboard.accounts import create_user
     from dlq_dashboard.config import Settings
+    from dlq_dashboard.runtime import runtime_of
 
     settings = Settings(database_url=f"sqlite:///{db_path}", nats_urls=("nats://127.0.0.1:1",),
                         instance_path=str(workdir / "instance"), secret_key="bench")
     app = create_app({"SETTINGS": settings, "TESTING": True})
     try:
-        create_user(app.extensions["dlq"].engine, "bench", "bench-password", "viewer")
+        create_user(runtime_of(app).engine, "bench", "bench-password", "viewer")
     except ValueError:
         pass
     client = app.test_client()
@@ -209,6 +210,8 @@ def main() -> int:
     import platform
     import tempfile
 
+    from dlq_dashboard.runtime import runtime_of
+
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     sizes = [1000, options.entries]
@@ -227,7 +230,7 @@ def main() -> int:
             fills[size] = time.perf_counter() - began
         timings = time_requests(clients, options.runs)
         for app in apps:
-            app.extensions["dlq"].stop()
+            runtime_of(app).stop()
     small, large = sizes
     rows = []
     for i, (label, _, _) in enumerate(requests_for(large)):

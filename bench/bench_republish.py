@@ -93,6 +93,7 @@ def one_round(n: int) -> tuple[float, float]:
     from dlq_dashboard.config import Settings
     from dlq_dashboard.db.models import Entry
     from dlq_dashboard.nats.server import NatsServer
+    from dlq_dashboard.runtime import runtime_of
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -100,7 +101,7 @@ def one_round(n: int) -> tuple[float, float]:
         settings = Settings(database_url=f"sqlite:///{work / 'dlq.sqlite3'}", nats_urls=(server.url,),
                             instance_path=str(work / "instance"), secret_key="bench", republish_rate=0)
         app = create_app({"SETTINGS": settings})
-        rt = app.extensions["dlq"].start()
+        rt = runtime_of(app).start()
         try:
             assert rt.bridge.wait_connected(10)
             while not all(p.epoch for p in rt.mirror.progress.values()):

@@ -31,8 +31,8 @@ SCHEMA = {"$schema": "https://json-schema.org/draft/2020-12/schema", "x-subjects
 def fill(engine) -> None:
     """Three hours of failures of a small shop, with a history for the photographed entry."""
     from dlq_dashboard.ingest.parse import Advisory
-    from dlq_dashboard.times import utcnow
     from dlq_dashboard.ingest.writes import StreamMessage, ingest_advisory_batch, ingest_dlq_batch
+    from dlq_dashboard.times import utcnow
 
     rng = random.Random(3)
     now = utcnow()
@@ -89,6 +89,7 @@ def main() -> int:
     from dlq_dashboard.accounts import create_user
     from dlq_dashboard.config import Settings
     from dlq_dashboard.db.models import Entry
+    from dlq_dashboard.runtime import runtime_of
 
     with tempfile.TemporaryDirectory() as workdir:
         work = Path(workdir)
@@ -98,7 +99,7 @@ def main() -> int:
                             instance_path=str(work / "instance"), secret_key="screenshots",
                             schemas_dir=str(work / "schemas"))
         app = create_app({"SETTINGS": settings})
-        engine = app.extensions["dlq"].engine
+        engine = runtime_of(app).engine
         fill(engine)
         create_user(engine, "mara", "screenshots-password", "operator")
         with engine.connect() as conn:
@@ -110,7 +111,8 @@ def main() -> int:
         try:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                             args=["--no-sandbox", "--disable-gpu"])
+                                             args=["--headless", "--no-sandbox", "--disable-gpu",
+                                                   "--disable-background-networking"])
                 page = browser.new_page(viewport={"width": 1280, "height": 860})
                 page.goto(f"{base}/login")
                 page.fill("input[name=username]", "mara")
@@ -125,7 +127,7 @@ def main() -> int:
                 browser.close()
         finally:
             server.close()
-            app.extensions["dlq"].stop()
+            runtime_of(app).stop()
     print("wrote docs/screenshot-list.png and docs/screenshot-detail.png")
     return 0
 
