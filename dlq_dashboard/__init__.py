@@ -54,6 +54,9 @@ def create_app(config: dict[str, Any] | None = None):
         WTF_CSRF_CHECK_DEFAULT=False,
     )
     app.config.update(config)
+    # JSON keeps the order it was built in: an entry's fields in the order entries/shape.py
+    # declares them (SPEC section 6), not sorted.
+    app.json.sort_keys = False
     app.extensions[EXTENSION] = Runtime.create(settings)
 
     csrf = CSRFProtect(app)
