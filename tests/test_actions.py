@@ -395,7 +395,7 @@ def test_a_republished_message_that_fails_again_arrives_as_a_new_entry_linked_to
 
 # --- the pages ---------------------------------------------------------------------------------
 
-def test_the_confirm_page_lists_the_consumers_that_will_receive_the_republish(app, rt, nats_server):
+def test_the_confirm_page_lists_the_consumers_that_will_receive_the_republish(app, rt, nats_server, auth):
     support.make_orders_stream(nats_server.url)
 
     async def consumers():
@@ -408,15 +408,15 @@ def test_the_confirm_page_lists_the_consumers_that_will_receive_the_republish(ap
 
     support.run(consumers())
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
-    page = support.logged_in(app, "operator").get(f"/entries/{entry_id}/republish?version=1").get_data(as_text=True)
+    page = auth.client("operator").get(f"/entries/{entry_id}/republish?version=1").get_data(as_text=True)
     assert "billing" in page and "everything" in page and "shipping" not in page
     assert "stored by stream <code>ORDERS</code>" in page
 
 
-def test_a_stale_close_from_the_page_shows_what_changed(app, rt, nats_server):
+def test_a_stale_close_from_the_page_shows_what_changed(app, rt, nats_server, auth):
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     close_entry(rt, entry_id, 1, actor="bob", note="bob handled it")
-    client = support.logged_in(app, "operator")
+    client = auth.client("operator")
     response = client.post(f"/entries/{entry_id}/close", data={
         "version": "1", "note": "me too", "csrf_token": support.csrf_token(client, f"/entries/{entry_id}/edit")})
     page = response.get_data(as_text=True)
@@ -426,10 +426,10 @@ def test_a_stale_close_from_the_page_shows_what_changed(app, rt, nats_server):
     assert tuple(entry_row(rt, entry_id)) == ("closed", 2)
 
 
-def test_the_page_republish_redirects_to_the_entry_and_a_double_submit_shows_the_conflict(app, rt, nats_server):
+def test_the_page_republish_redirects_to_the_entry_and_a_double_submit_shows_the_conflict(app, rt, nats_server, auth):
     support.make_orders_stream(nats_server.url)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
-    client = support.logged_in(app, "operator")
+    client = auth.client("operator")
     form = {"version": "1", "csrf_token": support.csrf_token(client, f"/entries/{entry_id}/republish?version=1")}
     first = client.post(f"/entries/{entry_id}/republish", data=form)
     assert first.status_code == 303 and first.headers["Location"].endswith(f"/entries/{entry_id}")
@@ -438,9 +438,9 @@ def test_the_page_republish_redirects_to_the_entry_and_a_double_submit_shows_the
     assert len(support.stream_messages(nats_server.url)) == 1
 
 
-def test_the_editor_checks_the_payload_as_it_is_typed_and_shows_the_diff(app, rt, nats_server):
+def test_the_editor_checks_the_payload_as_it_is_typed_and_shows_the_diff(app, rt, nats_server, auth):
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [INVALID])
-    client = support.logged_in(app, "operator")
+    client = auth.client("operator")
     token = support.csrf_token(client, f"/entries/{entry_id}/edit")
     invalid = client.post(f"/entries/{entry_id}/validate", data={"payload": '{"order_id": 7}', "csrf_token": token},
                           headers={"HX-Request": "true"}).get_data(as_text=True)
@@ -452,9 +452,9 @@ def test_the_editor_checks_the_payload_as_it_is_typed_and_shows_the_diff(app, rt
     assert "It passes the current schema" in valid
 
 
-def test_the_audit_page_shows_the_msg_id_and_the_brokers_answer(app, rt, nats_server):
+def test_the_audit_page_shows_the_msg_id_and_the_brokers_answer(app, rt, nats_server, auth):
     support.make_orders_stream(nats_server.url)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     published = republish_entry(rt, entry_id, 1, actor="carol").publish
-    page = support.logged_in(app, "viewer").get("/audit").get_data(as_text=True)
+    page = auth.client("viewer").get("/audit").get_data(as_text=True)
     assert "carol" in page and published.msg_id in page and "ORDERS seq 1" in page

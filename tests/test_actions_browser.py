@@ -6,44 +6,22 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from . import support
 
 EXPECT_TIMEOUT = 10_000
 
 
-@pytest.fixture(scope="module")
-def browser(request):
-    """Chromium for this module only. Sync Playwright runs an event loop on the main thread while
-    it is open; the session-wide browser would stay open for every module collected after this
-    one, where tests call asyncio.run() on that thread. If an earlier module opened the
-    session-wide one already, that one is used."""
-    import asyncio
-
-    from playwright.sync_api import sync_playwright
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        yield request.getfixturevalue("browser")
-        return
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=support.CHROMIUM, args=support.CHROMIUM_ARGS, headless=True)
-        yield chromium
-        chromium.close()
-
-
 @pytest.fixture
 def settings(tmp_path, nats_server):
-    return support.make_settings(tmp_path, nats_server.url, schemas_dir=support.orders_schema_folder(tmp_path), republish_rate=500)
+    """The orders schema (customer_id required) and a republish rate a bulk job of 300 finishes at."""
+    return support.make_settings(tmp_path, nats_server.url, schemas_dir=support.orders_schema_folder(tmp_path),
+                                 republish_rate=500)
 
 
 def test_an_operator_clicks_republish_confirms_and_sees_the_result_in_the_timeline(app, live_server, page,
                                                                                      nats_server):
-    from playwright.sync_api import expect
-
     support.make_orders_stream(nats_server.url)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-1", "customer_id": "c-1"}'])
     support.browser_login(page, live_server, app, "operator")
@@ -66,8 +44,6 @@ def test_an_operator_clicks_republish_confirms_and_sees_the_result_in_the_timeli
 
 def test_the_editor_validates_while_typing_and_needs_the_override_for_an_invalid_payload(
         app, live_server, page, nats_server):
-    from playwright.sync_api import expect
-
     support.make_orders_stream(nats_server.url)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-2"}'])
     support.browser_login(page, live_server, app, "operator")
@@ -94,8 +70,6 @@ def test_the_editor_validates_while_typing_and_needs_the_override_for_an_invalid
 
 
 def test_an_operator_closes_with_a_note_and_reopens(app, live_server, page, nats_server):
-    from playwright.sync_api import expect
-
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c"}'])
     support.browser_login(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}")
@@ -111,8 +85,6 @@ def test_an_operator_closes_with_a_note_and_reopens(app, live_server, page, nats
 
 
 def test_a_bulk_job_from_the_list_shows_its_progress_until_done(app, live_server, page, nats_server):
-    from playwright.sync_api import expect
-
     support.make_orders_stream(nats_server.url)
     ids = support.dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c-%d"}' % i for i in range(300)])
     support.browser_login(page, live_server, app, "operator")

@@ -101,22 +101,22 @@ def test_tokens_revoke_stops_the_token_at_once(cli, offline_app):
 
 
 def test_flask_app_finds_the_app_without_starting_anything(tmp_path):
-    """`flask --app app users ...` as the README says, in a fresh process, from the repo root."""
+    """`flask --app app users ...` as the README says, in a fresh process with the repo on its path."""
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path}/cli.sqlite3", "SECRET_KEY": "cli-test",
            "PYTHONPATH": str(REPO)}
     env.pop("NATS_URL", None)
     flask = [sys.executable, "-m", "flask", "--app", "app"]
 
-    def run(*args, stdin=""):
+    def invoke(*args, stdin=""):
         return subprocess.run([*flask, *args], cwd=tmp_path, env=env, input=stdin, capture_output=True,
                               text=True, timeout=60)
 
-    created = run("users", "create", "root", "--role", "admin", "--password-stdin", stdin=support.PASSWORD + "\n")
+    created = invoke("users", "create", "root", "--role", "admin", "--password-stdin", stdin=support.PASSWORD + "\n")
     assert created.returncode == 0, created.stderr
-    listed = run("users", "list")
+    listed = invoke("users", "list")
     assert listed.returncode == 0, listed.stderr
     assert "root" in listed.stdout and "admin" in listed.stdout
-    token = run("tokens", "create", "ops", "--role", "operator")
+    token = invoke("tokens", "create", "ops", "--role", "operator")
     assert token.stdout.strip().startswith("dlq_") and "shown once" in token.stderr
     # No bundled nats-server was started: it would have made instance/nats in the working folder.
     assert not (tmp_path / "instance").exists()

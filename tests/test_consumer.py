@@ -15,9 +15,21 @@ import pytest
 from nats.js.api import ConsumerConfig
 
 from dlq_consumer import (
-    Backoff, ConsumerRunner, Lifecycle, Outcome, TransientError, dead_letter, default_is_transient, ensure_stream, make_validator, publish_with_retry,
+    Backoff,
+    ConsumerRunner,
+    Lifecycle,
+    Outcome,
+    TransientError,
+    dead_letter,
+    default_is_transient,
+    ensure_stream,
+    json_pointer,
+    make_validator,
+    parse_and_validate,
+    publish_with_retry,
 )
-from dlq_consumer import json_pointer, parse_and_validate
+
+from . import support
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,14 +53,10 @@ ORDER_SCHEMA = {
 }
 GOOD_ORDER = {"order_id": "o-1", "customer_id": "c-1", "items": [{"sku": "tea", "qty": 2}]}
 FAST = Backoff(initial=0.05, factor=2.0, maximum=1.0, jitter=0.1)
+DEADLINE = 45  # seconds for one test's coroutine, start to finish
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def run(coro):
-    """Run one test's coroutine with an overall deadline."""
-    return asyncio.run(asyncio.wait_for(coro, timeout=45))
 
 
 async def connect(server):
@@ -158,7 +166,7 @@ def test_a_schema_invalid_message_is_dead_lettered_once_with_its_errors_and_not_
         assert any("customer_id" in e["message"] for e in errors if e["path"] == "")
         assert "customer_id" in dead.headers["Dlq-Error"]
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
 
 
 def test_a_transient_failure_is_retried_with_growing_delays_then_succeeds_without_a_dead_letter(nats_server):
@@ -189,7 +197,7 @@ def test_a_transient_failure_is_retried_with_growing_delays_then_succeeds_withou
         assert gaps[0] < gaps[1] < gaps[2] < 5.0, gaps
         assert dlq == []
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
 
 
 def test_exhausting_max_deliver_dead_letters_once_with_the_delivery_count(nats_server):
@@ -217,7 +225,7 @@ def test_exhausting_max_deliver_dead_letters_once_with_the_delivery_count(nats_s
         assert dead.headers["Dlq-Error"] == "ConnectionError: payments database unreachable"
         assert "Dlq-Schema-Errors" not in dead.headers
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
 
 
 def test_a_fatal_error_is_dead_lettered_at_once(nats_server):
@@ -243,7 +251,7 @@ def test_a_fatal_error_is_dead_lettered_at_once(nats_server):
         assert dead.headers["Dlq-Reason"] == "fatal"
         assert dead.headers["Dlq-Error"] == "LookupError: unknown sku 'tea' while pricing"
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
 
 
 def test_a_crash_between_commit_and_ack_redelivers_and_the_upsert_leaves_one_row(nats_server, tmp_path):
@@ -292,7 +300,7 @@ def test_a_crash_between_commit_and_ack_redelivers_and_the_upsert_leaves_one_row
         assert done
         assert dlq == []
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
     with sqlite3.connect(db_path) as db:
         assert db.execute("SELECT order_id, customer_id, items FROM invoices").fetchall() == [
             ("o-1", "c-1", 1)
@@ -331,7 +339,7 @@ def test_a_failed_dead_letter_publish_leaves_the_message_unterminated_and_it_is_
         assert dead.headers["Dlq-Deliveries"] == "2"
         assert done
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
 
 
 def test_a_handler_slower_than_ack_wait_is_not_redelivered_while_in_progress_is_sent(nats_server):
@@ -355,7 +363,7 @@ def test_a_handler_slower_than_ack_wait_is_not_redelivered_while_in_progress_is_
         assert calls == [1]
         assert info.num_redelivered == 0
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
 
 
 def test_without_in_progress_the_same_slow_handler_would_be_redelivered(nats_server):
@@ -375,9 +383,13 @@ def test_without_in_progress_the_same_slow_handler_would_be_redelivered(nats_ser
         await js.publish("orders.created", json.dumps(GOOD_ORDER).encode())
         async with Runner(nc, consumer(ack_wait=1.0), lifecycle, concurrency=4):
             await eventually(lambda: 2 in calls, message="a redelivery")
+            info = await js.consumer_info("ORDERS", "billing")
         await nc.close()
 
-    run(main())
+        assert calls[:2] == [1, 2]
+        assert info.num_redelivered >= 1
+
+    support.run(main(), timeout=DEADLINE)
 
 
 def test_on_a_workqueue_stream_the_dead_letter_keeps_the_payload_byte_for_byte(nats_server):
@@ -411,7 +423,7 @@ def test_on_a_workqueue_stream_the_dead_letter_keeps_the_payload_byte_for_byte(n
         [violation] = json.loads(by_reason["schema_invalid"].headers["Dlq-Schema-Errors"])
         assert violation["path"] == "" and "not valid JSON" in violation["message"]
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
 
 
 def test_original_headers_travel_with_the_dead_letter_whose_msg_id_is_deterministic(nats_server):
@@ -458,7 +470,7 @@ def test_original_headers_travel_with_the_dead_letter_whose_msg_id_is_determinis
         datetime.fromisoformat(h["Dlq-Failed-At"].replace("Z", "+00:00"))
         assert retried.duplicate and retried.seq == dead.seq and count == 1
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
 
 
 def test_a_pydantic_model_validates_and_reports_json_pointer_paths(nats_server):
@@ -495,7 +507,7 @@ def test_a_pydantic_model_validates_and_reports_json_pointer_paths(nats_server):
         [error] = json.loads(dead.headers["Dlq-Schema-Errors"])
         assert error["path"] == "/items/0/qty"
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
 
 
 # --- publishing and streams --------------------------------------------------------------------
@@ -521,7 +533,7 @@ def test_publish_with_retry_retries_no_responders_with_the_same_msg_id_and_store
         assert again.duplicate and again.seq == first.seq
         assert stored.headers["Nats-Msg-Id"] == "evt-1"
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
 
 
 def test_publish_with_retry_gives_up_after_its_attempts(nats_server):
@@ -534,7 +546,7 @@ def test_publish_with_retry_gives_up_after_its_attempts(nats_server):
         await nc.close()
         return time.monotonic() - started
 
-    assert run(main()) >= 0.05 + 0.1
+    assert support.run(main(), timeout=DEADLINE) >= 0.05 + 0.1
 
 
 def test_ensure_stream_creates_then_leaves_alone_then_updates(nats_server):
@@ -547,7 +559,7 @@ def test_ensure_stream_creates_then_leaves_alone_then_updates(nats_server):
         await nc.close()
         return created, same, updated
 
-    created, same, updated = run(main())
+    created, same, updated = support.run(main(), timeout=DEADLINE)
     assert created.config.subjects == ["orders.>"]
     assert same.created == created.created
     assert updated.config.subjects == ["orders.>", "refunds.>"]
@@ -583,7 +595,7 @@ def test_the_runner_stops_gracefully_after_finishing_messages_in_flight(nats_ser
         assert sorted(finished) == ["o-0", "o-1", "o-2"]
         assert done
 
-    run(main())
+    support.run(main(), timeout=DEADLINE)
 
 
 def test_the_runner_updates_an_existing_durable_to_the_new_config(nats_server):
@@ -601,7 +613,7 @@ def test_the_runner_updates_an_existing_durable_to_the_new_config(nats_server):
         await nc.close()
         return info.config.max_deliver
 
-    assert run(main()) == 7
+    assert support.run(main(), timeout=DEADLINE) == 7
 
 
 def test_a_sync_handler_is_refused_before_it_could_dead_letter_everything():

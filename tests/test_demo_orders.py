@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 
 import pytest
 
+from dlq_consumer import make_validator, parse_and_validate
 from dlq_dashboard.demo import order_schema
 from dlq_dashboard.demo.orders import (
-    BURST, OrderFactory, OrderTable, OUTAGE_CUSTOMER, SimulatedServices, read_orders,
+    BURST,
+    OUTAGE_CUSTOMER,
+    OrderFactory,
+    OrderTable,
+    SimulatedServices,
+    read_orders,
 )
-from dlq_consumer import make_validator, parse_and_validate
+
+from . import support
 
 VALIDATE = make_validator(order_schema())
 
@@ -76,10 +82,10 @@ def test_the_crm_times_out_for_the_outage_customer_until_the_outage_ends():
     services = SimulatedServices(outage_seconds=10, clock=lambda: now[0])
 
     with pytest.raises(TimeoutError):
-        asyncio.run(services.look_up_customer(OUTAGE_CUSTOMER))
-    asyncio.run(services.look_up_customer("C-1001"))
+        support.run(services.look_up_customer(OUTAGE_CUSTOMER))
+    support.run(services.look_up_customer("C-1001"))
     now[0] = 10.0
-    asyncio.run(services.look_up_customer(OUTAGE_CUSTOMER))
+    support.run(services.look_up_customer(OUTAGE_CUSTOMER))
     assert services.outage_over()
 
 
@@ -89,8 +95,8 @@ def test_the_inventory_times_out_as_often_as_planned_then_reserves():
 
     for _ in range(2):
         with pytest.raises(TimeoutError):
-            asyncio.run(services.reserve_stock("ORD-00000001"))
-    asyncio.run(services.reserve_stock("ORD-00000001"))
+            support.run(services.reserve_stock("ORD-00000001"))
+    support.run(services.reserve_stock("ORD-00000001"))
 
 
 def test_the_opening_burst_has_exactly_one_poison_pill_and_every_failure():

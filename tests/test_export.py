@@ -13,10 +13,11 @@ import requests
 from sqlalchemy import event, update
 
 from dlq_dashboard import create_app
-from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.db.models import Entry
-from dlq_dashboard.entries.view import EntryView
-from dlq_dashboard.web.export import CSV_COLUMNS, _FORMULA_STARTS
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.entries.shape import CSV_COLUMNS
+from dlq_dashboard.web.export import _FORMULA_STARTS
+from dlq_dashboard.web.openapi import openapi_document
 
 from . import support
 
@@ -129,15 +130,29 @@ def test_csv_has_one_row_per_entry_with_headers_as_json_and_formulas_defused(off
     assert json.loads(oldest["sources"]) == ["dlq"] and oldest["payload_available"] == "true"
 
 
-def test_csv_columns_are_the_fields_of_the_entry_json():
-    from datetime import datetime
+#: The fields of an entry SPEC section 6 names, each required in the OpenAPI Entry schema.
+SPEC_FIELDS = ("id", "status", "version", "dlq_stream", "dlq_seq", "original_subject", "original_stream",
+               "original_seq", "consumer", "original_msg_id", "reason", "error", "schema_errors", "deliveries",
+               "failed_at", "received_at", "headers", "payload_base64", "payload_text", "payload_available",
+               "replay_of")
 
-    view = EntryView(id=1, status="open", version=1, dlq_stream="DLQ", dlq_seq=1, original_subject="a",
-                     original_stream=None, original_seq=None, consumer=None, original_msg_id=None, reason=None,
-                     error=None, schema_errors=None, deliveries=None, failed_at=None,
-                     received_at=datetime(2026, 1, 1), headers={}, payload=b"", payload_available=True,
-                     replay_of=None, sources="dlq", notes=[], closed_by=None, closed_at=None, close_note=None)
-    assert list(view.to_dict()) == list(CSV_COLUMNS)
+
+def test_the_entry_json_the_csv_header_and_the_openapi_entry_schema_name_the_same_fields_in_order(
+        offline_app, tokens):
+    support.dead_letter(offline_app, 1, payload=b'{"a": 1}', Dlq_Reason="fatal")
+    client = offline_app.test_client()
+    headers = support.bearer(tokens["viewer"])
+    [listed] = client.get("/api/entries", headers=headers).get_json()["entries"]
+    [exported] = json.loads(client.get("/api/export.json", headers=headers).get_data())
+    csv_body = client.get("/api/export.csv", headers=headers).get_data(as_text=True)
+    header = next(csv.reader(io.StringIO(csv_body, newline="")))
+    served = client.get("/api/openapi.json").get_json()["components"]["schemas"]["Entry"]
+    documented = openapi_document(offline_app)["components"]["schemas"]["Entry"]
+
+    assert list(listed) == list(exported) == header == list(served["properties"]) == list(CSV_COLUMNS)
+    assert exported == listed
+    assert served == documented
+    assert set(SPEC_FIELDS) <= set(served["required"]) <= set(served["properties"])
 
 
 FILTERS = [

@@ -73,10 +73,10 @@ def test_a_bulk_job_over_2000_entries_publishes_exactly_2000_messages_at_the_rat
     assert count(rt, Action, Action.job_id == job_id, Action.action == "republish") == 2000
 
 
-def test_cancelling_a_job_stops_it_cleanly(app, rt, nats_server, tokens):
+def test_cancelling_a_job_stops_it_cleanly(app, rt, nats_server, tokens, auth):
     support.make_orders_stream(nats_server.url)
     support.dead_letter_orders(app, nats_server.url, payloads(2000))
-    client = support.logged_in(app, "operator")
+    client = auth.client("operator")
     job_id = jobs.create_job(rt, "republish", actor="alice", filter_args={"subject": "orders.created"})
     support.wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["done"] >= 200, message="the job to make progress")
 
@@ -156,10 +156,10 @@ def test_by_filter_only_those_that_now_pass_the_current_schema_are_taken(app, rt
     assert (summary["count"], summary["left_out_invalid"]) == (3, 2)
 
 
-def test_the_preview_counts_and_the_job_page_shows_progress(app, rt, nats_server):
+def test_the_preview_counts_and_the_job_page_shows_progress(app, rt, nats_server, auth):
     support.make_orders_stream(nats_server.url)
     ids = support.dead_letter_orders(app, nats_server.url, payloads(4))
-    client = support.logged_in(app, "operator")
+    client = auth.client("operator")
     token = support.csrf_token(client, f"/entries/{ids[0]}/edit")
     preview = client.post("/bulk/preview", data={"csrf_token": token, "by": "filter", "action": "republish",
                                                  "subject": "orders.*", "only_valid": "on"})

@@ -16,14 +16,16 @@ from openapi_spec_validator import validate as validate_spec
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
-    content_type_conformance, response_schema_conformance, status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
 )
 from sqlalchemy import select
 
-from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.db.models import Base
-from dlq_dashboard.web.openapi import openapi_document, route_key
 from dlq_dashboard.entries.filters import MAX_LIMIT
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.web.openapi import openapi_document, route_key
 
 from . import support
 
@@ -74,13 +76,6 @@ def test_each_operation_states_the_login_its_route_requires(offline_app):
             else:
                 assert "security" not in operation and {"401", "403"} <= set(operation["responses"]), (method, path)
                 assert role in ("viewer", "operator") and (role == "operator") == (method == "post"), (method, path)
-
-
-def test_the_entry_schema_lists_every_field_of_the_entry_json(offline_app, tokens):
-    support.dead_letter(offline_app, 1, payload=b"{}", Dlq_Reason="fatal")
-    entry = offline_app.test_client().get("/api/entries", headers=support.bearer(tokens["viewer"])).get_json()["entries"][0]
-
-    assert set(openapi_document(offline_app)["components"]["schemas"]["Entry"]["properties"]) == set(entry)
 
 
 # --- the document against real responses ----------------------------------------------------
@@ -213,14 +208,14 @@ def fuzz(api, operation, examples: int, **fixed) -> None:
     @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
     @given(case=operation.as_strategy(GenerationMode.POSITIVE, **fixed))
-    def run(case):
+    def call_case(case):
         before = snapshot(engine) if case.method == "GET" else None
         response = case.call(headers=headers)
         case.validate_response(response, checks=CHECKS)
         if before is not None:
             assert snapshot(engine) == before, f"GET {case.formatted_path} changed the database"
 
-    run()
+    call_case()
 
 
 def test_schemathesis_finds_no_5xx_no_answer_off_the_document_and_no_get_that_changes_anything(api):

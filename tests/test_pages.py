@@ -61,6 +61,17 @@ def row_ids(html: str) -> list[int]:
 
 # --- the list ---------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("path", ["/", "/groups"])
+def test_the_filter_fields_offer_every_status_and_reason_and_keep_the_one_chosen(client, path):
+    html = html_of(client.get(f"{path}?status=closed&reason=fatal"))
+    status_select = re.search(r'<select name="status">(.*?)</select>', html, re.S).group(1)
+    assert re.findall(r'<option value="([^"]*)"', status_select) == ["", "open", "republished", "closed"]
+    assert re.findall(r'<option value="([^"]*)" selected', status_select) == ["closed"]
+    reasons = re.search(r'<datalist id="reasons">(.*?)</datalist>', html, re.S).group(1)
+    assert re.findall(r'<option value="([^"]*)"', reasons) == ["schema_invalid", "max_deliveries", "fatal", "terminated"]
+    assert 'name="reason" value="fatal"' in html
+
+
 def test_the_list_is_a_full_page_with_the_login_and_htmx_wired(web, client):
     support.dead_letter(web, 1, "orders.created", b'{"order_id": "a-1"}', Dlq_Reason="fatal", Dlq_Error="kaput")
     response = client.get("/")

@@ -4,7 +4,6 @@ real nats-server and the mirror: what a support person sees and clicks."""
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from playwright.sync_api import expect
@@ -37,11 +36,9 @@ def dead_letter_and_wait(app, nats_server, messages: list[tuple[str, bytes, dict
     """Publish dead letters to the DLQ stream and wait until the mirror has stored them."""
     store = app.extensions["dlq"].store
     before = len(list(store.iter_entries(EntryFilter())))
-    # Playwright's sync API keeps an event loop in this thread: publish from another one.
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(support.run, support.publish_many(nats_server.url, messages)).result(30)
+    support.run(support.publish_many(nats_server.url, messages), timeout=30)
     support.wait_for(lambda: len(list(store.iter_entries(EntryFilter()))) >= before + len(messages), timeout=15,
-             message="the mirror to store the dead letters")
+                     message="the mirror to store the dead letters")
 
 
 def rows(page):

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import select
 
 from dlq_dashboard.accounts import AccountError, create_token, create_user
-from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.db.models import Base
 from dlq_dashboard.entries.filters import EntryFilter
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 
 from . import support
 
@@ -64,7 +64,7 @@ def snapshot(app) -> dict:
 
 
 @pytest.fixture
-def world(app):
+def world(app, auth):
     """An entry to act on, a stream its republish would land in, and a session and token per role."""
     bridge = app.extensions["dlq"].bridge
     bridge.call(lambda: bridge.js.add_stream(name="ORDERS", subjects=["orders.>"]), timeout=5)
@@ -74,7 +74,7 @@ def world(app):
                       b'{"id": 1}', None)])
     entry_id = app.extensions["dlq"].store.list_entries(EntryFilter()).entries[0].id
     sessions = {None: app.test_client()}
-    sessions.update({role: support.logged_in(app, role) for role in IDENTITIES[1:]})
+    sessions.update({role: auth.client(role) for role in IDENTITIES[1:]})
     tokens = {role: create_token(engine, f"matrix-{role}", role) for role in IDENTITIES[1:]}
     return {"entry_id": entry_id, "sessions": sessions, "tokens": tokens}
 

@@ -54,24 +54,28 @@ def test_the_content_security_policy_allows_no_inline_code_no_eval_and_no_framin
     assert policy["base-uri"] == "'none'" and policy["object-src"] == "'none'"
 
 
-def test_every_get_route_answers_with_the_security_headers(app):
+def test_every_get_route_answers_with_the_security_headers(app, auth):
     """Every GET route of app.url_map, anonymous and as admin (entry ids filled in)."""
     engine = app.extensions["dlq"].engine
     ingest_dlq_batch(engine, "HDR", "e1", [StreamMessage(1, "dlq.orders.created", support.dlq_headers(), b"{}", None)])
-    admin = support.logged_in(app, "admin")
-    checked = 0
+    clients = {"anonymous": app.test_client(), "admin": auth.client("admin")}
+    get_rules = [rule.rule for rule in app.url_map.iter_rules() if "GET" in rule.methods]
+    checked = []
     for rule in app.url_map.iter_rules():
         if "GET" not in rule.methods:
             continue
         path = re.sub(r"<int:[^>]+>", "1", rule.rule)
         path = re.sub(r"<(?:path:|string:)?[^>]+>", "app.css" if rule.endpoint == "static" else "x", path)
-        for who, client in (("anonymous", app.test_client()), ("admin", admin)):
+        for who, client in clients.items():
             response = client.get(path)
             response.get_data()  # a streamed export finishes and pops its request context
             response.close()
             assert_security_headers(response, f"GET {path} as {who}")
-            checked += 1
-    assert checked >= 8
+            checked.append((rule.rule, who))
+    assert len(checked) == len(get_rules) * len(clients)
+    assert sorted(checked) == sorted((rule, who) for rule in get_rules for who in clients)
+    assert {"/", "/login", "/entries/<int:entry_id>", "/api/entries", "/api/openapi.json", "/healthz",
+            "/metrics", "/static/<path:filename>"} <= set(get_rules)
 
 
 def test_error_answers_carry_the_headers_too(web):

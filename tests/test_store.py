@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import update
 
-from dlq_dashboard.times import format_time, utcnow
 from dlq_dashboard.db.engine import write_transaction
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.entries.filters import EntryFilter, FilterError, decode_cursor, encode_cursor
+from dlq_dashboard.times import format_time, utcnow
 
 from . import support
 
@@ -115,9 +116,43 @@ def test_search_combines_with_the_other_filters(store, corpus):
     assert ids_of(store, q="warehouse", consumer="billing") == [corpus["deep"]]
 
 
-@pytest.mark.parametrize("q", ['"', "*", "NEAR(a b)", "a OR", "-x", "'); DROP TABLE entries; --", "^", "{{7*7}}"])
-def test_search_syntax_in_what_people_type_never_raises(store, corpus, q):
-    store.list_entries(EntryFilter.from_args({"q": q}))
+def words_of(text: str | None) -> list[str]:
+    return re.findall(r"\w+", (text or "").lower())
+
+
+def containing(store, corpus, q: str) -> list[int]:
+    """The corpus entries, newest first, whose subject, error or payload text holds every word of
+    ``q`` (the last as the start of a word): what a search for ``q`` should find."""
+    *whole, last = words_of(q) or [None]
+    if last is None:
+        return []
+    found = []
+    for entry_id in sorted(corpus.values(), reverse=True):
+        entry = store.get_entry(entry_id, with_history=False)
+        words = set(words_of(entry.original_subject) + words_of(entry.error) + words_of(entry.payload_text))
+        if set(whole) <= words and any(w.startswith(last) for w in words):
+            found.append(entry_id)
+    return found
+
+
+@pytest.mark.parametrize("q", ['"', "*", "^", "NEAR(a b)", "a OR", "-x", "'); DROP TABLE entries; --", "{{7*7}}",
+                               '"zebulon', "zebulon)", "NOT warehouse", "order*", "gateway OR zebulon",
+                               "warehouse'); DROP TABLE entries; --", "captured:", "-gateway", "^timeout"])
+def test_search_syntax_in_what_people_type_finds_the_words_and_leaves_the_database_alone(store, engine, corpus, q):
+    page = store.list_entries(EntryFilter.from_args({"q": q}))
+
+    assert isinstance(page.entries, list)
+    assert [e.id for e in page.entries] == containing(store, corpus, q)
+    assert support.entry_count(engine) == len(corpus)
+    assert ids_of(store, q="zebulon") == [corpus["created"]]  # the search index is intact too
+
+
+def test_what_a_search_should_find_is_worked_out_from_the_words_of_each_entry(store, corpus):
+    # The reference the test above holds the store to, on queries whose answer is plain.
+    assert containing(store, corpus, '"') == []
+    assert containing(store, corpus, "NOT warehouse") == [corpus["deep"], corpus["updated"]]
+    assert containing(store, corpus, "order*") == [corpus["deep"], corpus["updated"], corpus["created"]]
+    assert containing(store, corpus, "captured:") == [corpus["payment"]]
 
 
 def test_keyset_pages_cover_everything_once(store, engine):
