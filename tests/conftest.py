@@ -128,5 +128,6 @@ def page(browser):
 
 def pytest_collection_modifyitems(config, items):
     """Run browser tests last: once Playwright's sync API has started, its event loop stays
-    running in the main thread, and tests that call asyncio.run() directly would fail."""
+    running in the main thread for the rest of the session (support.run works around it;
+    code under test that starts a loop of its own in that thread could not)."""
     items.sort(key=lambda item: "browser" in getattr(item, "fixturenames", ()))
