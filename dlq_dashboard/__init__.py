@@ -44,6 +44,12 @@ def create_app(config: dict[str, Any] | None = None):
     app.url_map.converters["int"] = IdConverter
     config = dict(config or {})
     settings: Settings = config.pop("SETTINGS", None) or load_settings()
+    if not settings.secret_key and not settings.database_url.startswith("sqlite"):
+        # Replicas behind one load balancer must sign sessions with one key, or a login made on
+        # one replica is a stranger to the next.
+        logging.getLogger(__name__).warning(
+            "SECRET_KEY is not set: sessions are signed with instance/secret_key, valid on this "
+            "process only; give every replica the same SECRET_KEY")
     settings = ensure_secret_key(settings)
     app.config.update(
         SECRET_KEY=settings.secret_key,

@@ -15,6 +15,39 @@ from dlq_dashboard.nats.server import NatsServer
 from dlq_dashboard.runtime import Runtime, runtime_of
 
 from . import support
+from .postgres import PostgresServer
+
+DATABASES = ("sqlite", "postgresql")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "both_databases: run the test on SQLite and on PostgreSQL")
+
+
+def pytest_generate_tests(metafunc):
+    """A test marked ``both_databases`` runs once on SQLite and once on PostgreSQL."""
+    if metafunc.definition.get_closest_marker("both_databases") and "database_url" in metafunc.fixturenames:
+        metafunc.parametrize("database_url", DATABASES, indirect=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One PostgreSQL server for the session, started when a test first needs it."""
+    server = PostgresServer().start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def database_url(request, tmp_path):
+    """The test's database: a SQLite file in tmp_path, or (parametrized) a new PostgreSQL database."""
+    if getattr(request, "param", "sqlite") == "sqlite":
+        yield f"sqlite:///{tmp_path}/dlq.sqlite3"
+        return
+    server = request.getfixturevalue("postgres_server")
+    url = server.create_database()
+    yield url
+    server.drop_database(url)
 
 
 @pytest.fixture
@@ -26,9 +59,9 @@ def nats_server(tmp_path):
 
 
 @pytest.fixture
-def settings(tmp_path, nats_server):
-    """Settings over a SQLite file in tmp_path and the test's nats-server."""
-    return support.make_settings(tmp_path, nats_server.url)
+def settings(tmp_path, nats_server, database_url):
+    """Settings over the test's database and nats-server."""
+    return support.make_settings(tmp_path, nats_server.url, database_url=database_url)
 
 
 @pytest.fixture
@@ -45,9 +78,10 @@ def app(settings):
 
 
 @pytest.fixture
-def offline_app(tmp_path):
-    """The app over a real SQLite file with nothing started (no NATS, no mirror)."""
-    application = create_app({"SETTINGS": support.make_settings(tmp_path), "TESTING": True})
+def offline_app(tmp_path, database_url):
+    """The app over the test's database with nothing started (no NATS, no mirror)."""
+    application = create_app({"SETTINGS": support.make_settings(tmp_path, database_url=database_url),
+                              "TESTING": True})
     yield application
     runtime_of(application).stop()
 

@@ -60,9 +60,11 @@ def run(coro, timeout: float | None = None):
 
 # --- a real nats-server ----------------------------------------------------------------------
 
-def make_settings(tmp_path, nats_url: str | None = None, **changes) -> Settings:
-    """Settings for a test: a SQLite file in tmp_path, the given server (or a closed port)."""
-    return Settings(database_url=f"sqlite:///{tmp_path}/dlq.sqlite3",
+def make_settings(tmp_path, nats_url: str | None = None, *, database_url: str | None = None,
+                  **changes) -> Settings:
+    """Settings for a test: the given database (a SQLite file in tmp_path by default) and
+    server (or a closed port)."""
+    return Settings(database_url=database_url or f"sqlite:///{tmp_path}/dlq.sqlite3",
                     nats_urls=(nats_url,) if nats_url else ("nats://127.0.0.1:1",),
                     instance_path=str(tmp_path / "instance"), secret_key="test-secret",
                     connect_timeout=2.0, **changes)

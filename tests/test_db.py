@@ -1,29 +1,41 @@
 """The database: SQLite pragmas for a crash-safe mirror, and migrations that are the only way the
 schema changes and keep every row."""
 
+import json
+import os
 import shutil
 import sqlite3
+import subprocess
+import sys
+from datetime import datetime
 from pathlib import Path
+
+import pytest
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
+from dlq_dashboard.config import ConfigError
 from dlq_dashboard.db.engine import create_db_engine, write_transaction
 from dlq_dashboard.db.migrate import current_revision, head, migrate, revisions
 from dlq_dashboard.db.models import Base
 from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.entries.store import Store
+from dlq_dashboard.nats.server import free_port
 
 from . import support
 
-V1_RELEASE = Path(__file__).parent / "data" / "v1-release.sqlite3"
+ROOT = Path(__file__).resolve().parent.parent
+V1_RELEASE = ROOT / "tests" / "data" / "v1-release.sqlite3"
 # What SQLite's full-text index adds beside the models' tables.
 FTS_TABLES = {"entries_fts", "entries_fts_config", "entries_fts_content", "entries_fts_data",
               "entries_fts_docsize", "entries_fts_idx"}
 
 
 def triggers(engine) -> set[str]:
+    if engine.dialect.name != "sqlite":
+        return set()
     with engine.connect() as conn:
         return set(conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'trigger'").scalars())
 
@@ -59,32 +71,67 @@ def test_write_transactions_take_the_write_lock_at_their_start(tmp_path):
     assert locked
 
 
-def test_migrate_brings_an_empty_database_to_the_newest_revision_once(tmp_path):
-    engine = create_db_engine(f"sqlite:///{tmp_path}/a.sqlite3")
-    assert revisions() == ["0001", "0002"]
-    assert migrate(engine) == head() == "0002"
-    assert migrate(engine) == "0002"
+@pytest.mark.both_databases
+def test_migrate_brings_an_empty_database_to_the_newest_revision_once(database_url):
+    engine = create_db_engine(database_url)
+    assert revisions() == ["0001", "0002", "0003"]
+    assert migrate(engine) == head() == "0003"
+    assert migrate(engine) == "0003"
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0002"]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0003"]
+    engine.dispose()
 
 
-def test_the_migrated_schema_is_exactly_what_the_models_declare(tmp_path):
+def _beside_the_models(name, kind, parent) -> bool:
+    # The full-text index lives beside the models: SQLite's FTS5 tables, PostgreSQL's column.
+    return not ((kind == "table" and name in FTS_TABLES) or (kind == "column" and name == "search")
+                or (kind == "index" and name == "ix_entries_search"))
+
+
+@pytest.mark.both_databases
+def test_the_migrated_schema_is_exactly_what_the_models_declare(database_url):
     # Migrations are the only way the schema changes: a model changed without a revision
     # (or a revision that differs from its model) shows up here as a difference.
-    engine = create_db_engine(f"sqlite:///{tmp_path}/a.sqlite3")
+    engine = create_db_engine(database_url)
     migrate(engine)
     with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={
-            "include_name": lambda name, kind, parent: not (kind == "table" and name in FTS_TABLES)})
+        context = MigrationContext.configure(conn, opts={"include_name": _beside_the_models})
         assert compare_metadata(context, Base.metadata) == []
+    engine.dispose()
+
+
+@pytest.mark.both_databases
+def test_a_database_upgraded_by_a_newer_release_is_refused_in_one_line(database_url):
+    engine = create_db_engine(database_url)
+    migrate(engine)
+    with write_transaction(engine) as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0099'")
+    with pytest.raises(ConfigError) as refused:
+        migrate(engine)
+    message = str(refused.value)
+    assert message.startswith("DATABASE_URL=") and "revision 0099" in message and "\n" not in message
+    engine.dispose()
+
+
+def test_a_postgresql_url_that_cannot_connect_stops_the_start_in_one_line_without_the_password(tmp_path):
+    closed = free_port()
+    url = f"postgresql://dlq:s3cret@127.0.0.1:{closed}/dlq"
+    result = subprocess.run([sys.executable, "app.py", "--port", str(free_port())], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60,
+                            env={**os.environ, "DATABASE_URL": url, "NATS_URL": "nats://127.0.0.1:1",
+                                 "SECRET_KEY": "x", "DLQ_CAPTURE_ADVISORIES": "false"})
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: DATABASE_URL='postgresql://dlq:***@127.0.0.1:") , result.stderr
+    assert "cannot be used" in lines[-1] and "Traceback" not in result.stderr and "s3cret" not in result.stderr
 
 
 def test_a_database_of_the_first_release_is_upgraded_with_every_row_kept(tmp_path):
     path = tmp_path / "dlq.sqlite3"
     shutil.copy(V1_RELEASE, path)
     before = {table: sqlite3.connect(path).execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-              for table in ("entries", "events", "actions", "republishes", "users", "api_tokens", "entry_groups")}
-    assert before["entries"] == 7 and before["events"] == 2 and before["entry_groups"] == 7
+              for table in ("entries", "events", "actions", "republishes", "users", "api_tokens")}
+    assert before["entries"] == 7 and before["events"] == 2
 
     engine = create_db_engine(f"sqlite:///{path}")
     assert migrate(engine) == head()
@@ -98,33 +145,47 @@ def test_a_database_of_the_first_release_is_upgraded_with_every_row_kept(tmp_pat
     store = Store(engine)
     assert [e.dlq_seq for e in store.list_entries(EntryFilter(q="price")).entries] == [5, 4, 3, 2, 1]
     assert store.get_entry(7).history[0]["kind"] == "nak"
+    # Its entries are grouped as new ones are, and the old cache of groups is gone.
+    groups = {g.key: g.count for g in store.groups(EntryFilter())}
+    assert groups["/price: … is not of type 'number'"] == 5 and sum(groups.values()) == 7
+    assert not inspect(engine).has_table("entry_groups")
     # A new entry is indexed for search once, by the mirror (no trigger does it twice).
     support.dead_letter(engine, 7, payload=b'{"note": "after the upgrade"}')
     assert indexed_rows(engine) == 8
     assert len(store.list_entries(EntryFilter(q="upgrade")).entries) == 1
 
 
-def test_a_database_at_revision_0001_holding_data_is_upgraded_keeping_it(tmp_path):
-    engine = create_db_engine(f"sqlite:///{tmp_path}/a.sqlite3")
+@pytest.mark.both_databases
+def test_a_database_at_revision_0001_holding_data_is_upgraded_keeping_it(database_url):
+    engine = create_db_engine(database_url)
+    sqlite = engine.dialect.name == "sqlite"
     assert migrate(engine, "0001") == "0001"
-    assert "entries_fts_insert" in triggers(engine)  # how v1 indexed new entries
+    assert not sqlite or "entries_fts_insert" in triggers(engine)  # how v1 indexed new entries
     assert not inspect(engine).has_table("entry_groups")
-    # v1 wrote entries through its insert trigger: one row in the index each.
     with write_transaction(engine) as conn:
-        conn.exec_driver_sql(
+        conn.execute(text(
             "INSERT INTO entries (status, version, dlq_stream, dlq_epoch, dlq_seq, original_subject, received_at, "
-            "headers, payload, payload_available, sources, notes, error) VALUES ('open', 1, 'DLQ', 'e1', 1, "
-            "'orders.created', '2026-11-29 10:00:00.000000', '{}', X'7B7D', 1, 'dlq', '[]', 'price is a string')")
-        conn.exec_driver_sql("INSERT INTO mirror_state (stream, epoch, last_seq) VALUES ('DLQ', 'e1', 1)")
+            "headers, payload, payload_available, sources, notes, error, schema_errors) VALUES ('open', 1, 'DLQ', "
+            "'e1', :seq, 'orders.created', :at, '{}', :payload, :yes, 'dlq', '[]', :error, :schema)"), [
+            {"seq": 1, "at": datetime(2026, 11, 29, 10), "payload": b"{}", "yes": True, "error": "price is a string",
+             "schema": None},
+            {"seq": 2, "at": datetime(2026, 11, 29, 10), "payload": b'{"price": "1"}', "yes": True, "error": None,
+             "schema": json.dumps([{"path": "/price", "message": "'1' is not of type 'number'"}])}])
+        conn.execute(text("INSERT INTO mirror_state (stream, epoch, last_seq) VALUES ('DLQ', 'e1', 2)"))
 
-    assert migrate(engine) == "0002"
-    assert "entries_fts_insert" not in triggers(engine)
+    assert migrate(engine) == "0003"
+    assert not triggers(engine) or "entries_fts_insert" not in triggers(engine)
     names = {index["name"] for index in inspect(engine).get_indexes("entries")}
-    assert {"ix_entries_advisory_only", "ix_entries_status_reason", "ix_entries_dlq_ref"} <= names
+    assert {"ix_entries_advisory_only", "ix_entries_status_reason", "ix_entries_dlq_ref", "ix_entries_group_key"} <= names
     store = Store(engine)
-    assert [g.count for g in store.groups(EntryFilter())] == [1]
-    assert store.list_entries(EntryFilter(q="price")).entries[0].dlq_seq == 1
+    # 0003 grouped the entries v1 stored.
+    assert sorted((g.key, g.count) for g in store.groups(EntryFilter())) == [
+        ("/price: … is not of type 'number'", 1), ("price is a string", 1)]
+    assert store.list_entries(EntryFilter(q="price")).entries[-1].dlq_seq == 1
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT last_seq FROM mirror_state").scalar() == 1
-    support.dead_letter(engine, 2)
-    assert indexed_rows(engine) == 2
+        assert conn.exec_driver_sql("SELECT last_seq FROM mirror_state").scalar() == 2
+    support.dead_letter(engine, 3, payload=b'{"note": "after the upgrade"}')
+    if sqlite:
+        assert indexed_rows(engine) == 3
+    assert [e.dlq_seq for e in store.list_entries(EntryFilter(q="upgrade")).entries] == [3]
+    engine.dispose()

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from dlq_dashboard.entries.groups import (
-    Group, NO_ERROR, error_group, normalize_error_text, normalize_schema_message,
-)
+from dlq_dashboard.entries.groups import Group
+from dlq_dashboard.ingest.grouping import NO_ERROR, error_group, normalize_error_text, normalize_schema_message
 
 
 def test_errors_that_differ_only_in_ids_and_numbers_are_one_group():

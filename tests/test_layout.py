@@ -23,6 +23,8 @@ LOWER = {
     "db": {"base"},
     "nats": {"base"},
     "ingest": {"db", "nats", "base", "consumer"},
+    # A revision may compute what it stores with the code that computes it at ingest (group keys).
+    "migrations": {"ingest", "db", "base", "consumer"},
     "entries": {"ingest", "db", "base", "consumer"},
     "accounts": {"db", "base"},
     "actions": {"entries", "ingest", "db", "nats", "base", "consumer"},
@@ -41,6 +43,8 @@ def layer_of(module: str) -> str:
         return "consumer"
     if len(parts) == 1 or parts[1] == "cli":
         return "app"  # the factory and the admin commands it registers
+    if parts[1:3] == ["db", "migrations"]:
+        return "migrations"
     return {"config": "base", "times": "base", "errors": "base"}.get(parts[1], parts[1])
 
 

@@ -7,14 +7,19 @@ import re
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from dlq_dashboard.db.engine import write_transaction
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.entries.filters import EntryFilter, FilterError, decode_cursor, encode_cursor
+from dlq_dashboard.ingest.grouping import NO_ERROR
+from dlq_dashboard.ingest.parse import Advisory
+from dlq_dashboard.ingest.writes import ingest_advisory_batch
 from dlq_dashboard.times import format_time, utcnow
 
 from . import support
+
+pytestmark = pytest.mark.both_databases
 
 
 @pytest.fixture
@@ -110,6 +115,19 @@ def test_search_takes_the_last_word_as_a_prefix_and_needs_every_word(store, corp
     assert ids_of(store, q="zebu") == [corpus["created"]]
     assert sorted(ids_of(store, q="warehouse order")) == [corpus["updated"], corpus["deep"]]
     assert ids_of(store, q="warehouse zebulon") == []
+
+
+def test_search_means_the_same_on_either_database(store, engine):
+    # Case and diacritics do not matter, words are runs of letters, digits and '_', the last
+    # word is a prefix, and the first 64 Ki characters of a payload count even past 64 KiB.
+    support.dead_letter(engine, 1, "orders.created", '{"customer_id": "Zoë Café", "note": "Über-fast"}'.encode())
+    support.dead_letter(engine, 2, "orders.created", b'{"x": "' + "\u00e9 ".encode() * 30000 + b'tail"}')
+    support.dead_letter(engine, 3, "orders.created", b"\xff\xfe secretword")
+    support.dead_letter(engine, 4, "orders.created", b"{}", Dlq_Error="Timeout calling payments-api v2.3")
+    expected = {"cafe": [1], "CAFÉ": [1], "zoe": [1], "customer_id": [1], "uber fast": [1], "über": [1],
+                "caf": [1], "secretword": [3], "tail": [2], "payments api": [4], "v2": [4], "created": [4, 3, 2, 1],
+                "2.3": [], "fast tail": []}
+    assert {q: [e.dlq_seq for e in store.list_entries(EntryFilter(q=q)).entries] for q in expected} == expected
 
 
 def test_search_combines_with_the_other_filters(store, corpus):
@@ -241,24 +259,30 @@ def test_groups_count_first_and_last_seen_and_open_the_same_entries(store, engin
         assert len(listed) == group.count
 
 
-def test_failure_groups_are_computed_once_and_new_entries_join_later(store, engine):
-    support.dead_letter(engine, 1, "orders.created", b"{}", Dlq_Error="boom 1")
-    assert store.fill_error_groups() == 1
-    assert store.fill_error_groups() == 0
+def test_each_entry_is_grouped_once_when_it_is_written(store, engine):
+    first = support.dead_letter(engine, 1, "orders.created", b"{}", Dlq_Error="boom 1")
     support.dead_letter(engine, 2, "orders.created", b"{}", Dlq_Error="boom 2")
-    # The list filter finds an entry whose group is not stored yet.
-    assert len(store.list_entries(EntryFilter.from_args({"group": "boom <n>"})).entries) == 2
-    assert [g.count for g in store.groups(EntryFilter())] == [2]
-    assert store.fill_error_groups() == 0
-
-
-def test_an_entry_changed_since_it_was_grouped_is_grouped_afresh(store, engine):
-    entry_id = support.dead_letter(engine, 1, "orders.created", b"{}", Dlq_Error="first text 1")
-    store.fill_error_groups()
+    support.dead_letter(engine, 3, "orders.created", b"{}")
+    with engine.connect() as conn:
+        keys = dict(conn.execute(select(Entry.dlq_seq, Entry.group_key)).all())
+    assert keys == {1: "boom <n>", 2: "boom <n>", 3: NO_ERROR}
+    assert [e.dlq_seq for e in store.list_entries(EntryFilter.from_args({"group": "boom <n>"})).entries] == [2, 1]
+    # The key is the entry's own: an error text changed behind the mirror's back leaves it.
     with write_transaction(engine) as conn:
-        conn.execute(update(Entry).where(Entry.id == entry_id)
-                     .values(error="second text 2", version=Entry.version + 1))
-    assert [g.key for g in store.groups(EntryFilter())] == ["second text <n>"]
+        conn.execute(update(Entry).where(Entry.id == first).values(error="second text 2"))
+    assert {g.key: g.count for g in store.groups(EntryFilter())} == {"boom <n>": 2, NO_ERROR: 1}
+
+
+def test_a_dlq_copy_merged_into_an_advisorys_entry_brings_its_own_group(store, engine):
+    advisory = Advisory(kind="max_deliveries", id="a-1", at=utcnow(), stream="ORDERS", consumer="billing",
+                        stream_seq=7, deliveries=4, reason=None, raw={})
+    ingest_advisory_batch(engine, "DLQ_ADVISORIES", "e1", [(advisory, None, "gone")], 1)
+    [group] = store.groups(EntryFilter())
+    assert group.key == "Reached the consumer's maximum of <n> deliveries."
+    support.dead_letter(engine, 1, "orders.created", b"{}", Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="7",
+                        Dlq_Consumer="billing", Dlq_Error="warehouse 12 is closed")
+    [group] = store.groups(EntryFilter())
+    assert (group.key, group.count) == ("warehouse <n> is closed", 1)
 
 
 def test_groups_take_the_list_filters(store, engine, corpus):

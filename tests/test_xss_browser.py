@@ -151,7 +151,7 @@ def test_hostile_entries_are_only_text_on_the_groups_page(app, live_server, page
     text = visit(page, watch, f"{live_server}/groups?status=")
     assert HOSTILE_SUBJECT in text
     # A group shows its key: the error with numbers and quoted values left out, as text.
-    from dlq_dashboard.entries.groups import normalize_error_text
+    from dlq_dashboard.ingest.grouping import normalize_error_text
 
     for raw in CORPUS:
         assert normalize_error_text(raw)[:24] in text, f"the groups do not show {raw!r} as text"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 log = logging.getLogger(__name__)
 
@@ -18,15 +18,36 @@ def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def create_db_engine(url: str) -> Engine:
-    """Create the engine; for SQLite: WAL, synchronous=FULL, busy_timeout, IMMEDIATE writes."""
+def engine_url(url: str) -> URL:
+    """The URL with the driver the dashboard uses: psycopg 3 for ``postgresql://`` (and the
+    ``postgres://`` some hosts hand out)."""
     parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def shown_url(url: str | URL) -> str:
+    """The URL as it may be printed: the password hidden, the driver as the operator wrote it."""
+    try:
+        parsed = make_url(url)
+    except Exception:  # an URL that does not even parse has no password we could find
+        return "(not a database URL)"
+    if parsed.drivername == "postgresql+psycopg":
+        parsed = parsed.set(drivername="postgresql")
+    return parsed.render_as_string(hide_password=True)
+
+
+def create_db_engine(url: str) -> Engine:
+    """Create the engine; for SQLite: WAL, synchronous=FULL, busy_timeout, IMMEDIATE writes;
+    for PostgreSQL: psycopg 3, connections checked before use (a restarted server is no error)."""
+    parsed = engine_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record):
@@ -60,7 +81,7 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
 
 @contextmanager
 def read_transaction(engine: Engine) -> Iterator[Connection]:
-    """A read-only snapshot (a deferred transaction)."""
+    """A read transaction (on SQLite a snapshot: deferred, so it takes no write lock)."""
     with engine.connect() as conn:
         with conn.begin():
             yield conn

@@ -9,11 +9,12 @@ import socket
 import uuid
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, and_, insert, select, update
+from sqlalchemy import Engine, and_, select, update
 
 from ..times import utcnow
 from .engine import write_transaction
 from .models import Lease
+from .rows import insert_rows
 
 LEASES = Lease.__table__
 
@@ -24,18 +25,26 @@ def new_holder() -> str:
 
 
 def acquire_lease(engine: Engine, name: str, holder: str, seconds: float) -> bool:
-    """Take or renew a named lease; False while another live holder has it."""
+    """Take or renew a named lease; False while another live holder has it.
+
+    Every step is a compare-and-swap on the row, so two processes racing for an expired lease
+    on PostgreSQL (where a transaction takes no table lock first) cannot both win.
+    """
     now = utcnow()
     expires = now + timedelta(seconds=seconds)
     with write_transaction(engine) as conn:
+        if insert_rows(conn, LEASES, [{"name": name, "holder": holder, "expires_at": expires}],
+                       skip_duplicates=True):
+            return True
         row = conn.execute(select(LEASES.c.holder, LEASES.c.expires_at).where(LEASES.c.name == name)).first()
         if row is None:
-            conn.execute(insert(LEASES).values(name=name, holder=holder, expires_at=expires))
-            return True
+            return False  # released and deleted meanwhile: try again at the next renewal
         if row.holder != holder and row.expires_at > now and holder_alive(row.holder):
             return False
-        conn.execute(update(LEASES).where(LEASES.c.name == name).values(holder=holder, expires_at=expires))
-        return True
+        taken = conn.execute(update(LEASES).where(LEASES.c.name == name, LEASES.c.holder == row.holder,
+                                                  LEASES.c.expires_at == row.expires_at)
+                             .values(holder=holder, expires_at=expires))
+        return taken.rowcount == 1
 
 
 def holder_alive(holder: str) -> bool:

@@ -1,10 +1,11 @@
 """Bring a database to the newest schema with the Alembic revisions in ``migrations/versions``.
 
 Migrations are the only way the schema changes: nothing is created at query time. Each start
-runs :func:`migrate`, which applies what is missing in one write transaction (on SQLite the
-write lock is taken first, so two processes starting at once migrate one after the other).
+runs :func:`migrate`, which applies what is missing in one write transaction; two processes
+starting at once migrate one after the other (SQLite's write lock, PostgreSQL's advisory lock).
 A database made before Alembic was used (it has ``schema_version`` 1) is taken as revision
-0001 and upgraded from there.
+0001 and upgraded from there. A database at a revision this code does not know was upgraded by
+a newer release: this one refuses to run on it rather than misread it.
 """
 
 from __future__ import annotations
@@ -18,14 +19,22 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy.exc import InterfaceError, OperationalError
 
-from .engine import write_transaction
+from ..config import ConfigError
+from .engine import shown_url, write_transaction
 
 log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 #: The revision of the schema before Alembic: ``schema_version`` 1 of the first release.
 LEGACY_BASELINE = "0001"
+# Any constant: the key of the PostgreSQL advisory lock two starting replicas queue on.
+_MIGRATION_LOCK = 0x444C51
+
+
+class SchemaTooNew(ConfigError):
+    """The database was upgraded by a newer release than this one."""
 
 
 @lru_cache(maxsize=1)
@@ -64,17 +73,32 @@ def _legacy_version(conn: Connection) -> int:
 
 def migrate(engine: Engine, target: str = "head") -> str:
     """Upgrade the database to ``target`` (the newest revision by default), keeping all data;
-    return the revision reached."""
+    return the revision reached. ConfigError (one line naming DATABASE_URL) when the database
+    cannot be reached or is newer than this code."""
     wanted = head() if target == "head" else target
-    with write_transaction(engine) as conn:
-        current = current_revision(conn)
-        if current == wanted:
-            return current
-        config = _config(conn)
-        if current is None and _legacy_version(conn) >= 1:
-            log.info("the database predates revision numbers: taking it as revision %s", LEGACY_BASELINE)
-            command.stamp(config, LEGACY_BASELINE)
-        command.upgrade(config, target)
-        reached = current_revision(conn)
+    try:
+        with write_transaction(engine) as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+            current = current_revision(conn)
+            if current is not None and current not in revisions():
+                raise SchemaTooNew(
+                    f"DATABASE_URL={shown_url(engine.url)!r} is at schema revision {current}, which this "
+                    f"release does not know (it knows {', '.join(revisions())}): a newer release upgraded it; "
+                    "run that release here too")
+            if current == wanted:
+                return current
+            config = _config(conn)
+            if current is None and _legacy_version(conn) >= 1:
+                log.info("the database predates revision numbers: taking it as revision %s", LEGACY_BASELINE)
+                command.stamp(config, LEGACY_BASELINE)
+            command.upgrade(config, target)
+            reached = current_revision(conn)
+    except (OperationalError, InterfaceError) as exc:
+        # Connecting failed (refused, unknown host, bad password, no such database, a file that
+        # cannot be opened): the operator's setting, said in one line, not a traceback.
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        raise ConfigError(f"DATABASE_URL={shown_url(engine.url)!r} cannot be used: {reason}") from None
     log.info("the database schema is at revision %s", reached)
     return reached
+

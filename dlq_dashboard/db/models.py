@@ -5,9 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (
-    Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint, text,
+    BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint, text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Ids and stream sequences: 64-bit on PostgreSQL; SQLite's INTEGER is 64-bit already, and an
+# INTEGER PRIMARY KEY is the table's rowid (which "BIGINT PRIMARY KEY" would not be).
+BigInt = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class Base(DeclarativeBase):
@@ -19,17 +23,17 @@ class Entry(Base):
 
     __tablename__ = "entries"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
     status: Mapped[str] = mapped_column(String(16), default="open")
     version: Mapped[int] = mapped_column(Integer, default=1)
     dlq_stream: Mapped[str | None] = mapped_column(String(255))
     # The DLQ stream's creation time: sequences restart at 1 when a stream is recreated,
     # so (stream, epoch, seq) identifies a DLQ message, not (stream, seq).
     dlq_epoch: Mapped[str | None] = mapped_column(String(64))
-    dlq_seq: Mapped[int | None] = mapped_column(Integer)
+    dlq_seq: Mapped[int | None] = mapped_column(BigInt)
     original_subject: Mapped[str | None] = mapped_column(String(1024))
     original_stream: Mapped[str | None] = mapped_column(String(255))
-    original_seq: Mapped[int | None] = mapped_column(Integer)
+    original_seq: Mapped[int | None] = mapped_column(BigInt)
     consumer: Mapped[str | None] = mapped_column(String(255))
     original_msg_id: Mapped[str | None] = mapped_column(String(1024))
     reason: Mapped[str | None] = mapped_column(String(255))
@@ -51,6 +55,8 @@ class Entry(Base):
     closed_at: Mapped[datetime | None] = mapped_column(DateTime)
     close_note: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime | None] = mapped_column(DateTime)
+    # The failure group (ingest/grouping.py), computed once when the entry is written.
+    group_key: Mapped[str | None] = mapped_column(String(300))
 
     __table_args__ = (
         UniqueConstraint("dlq_stream", "dlq_epoch", "dlq_seq", name="uq_entries_dlq_message"),
@@ -69,6 +75,7 @@ class Entry(Base):
         Index("ix_entries_replay_of", "replay_of"),
         # "this is a republish of <stream>:<seq>" looks an entry up without its epoch.
         Index("ix_entries_dlq_ref", "dlq_stream", "dlq_seq"),
+        Index("ix_entries_group_key", "group_key"),
     )
 
 
@@ -81,9 +88,9 @@ class Event(Base):
 
     __tablename__ = "events"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
     original_stream: Mapped[str] = mapped_column(String(255))
-    original_seq: Mapped[int] = mapped_column(Integer)
+    original_seq: Mapped[int] = mapped_column(BigInt)
     consumer: Mapped[str | None] = mapped_column(String(255))
     kind: Mapped[str] = mapped_column(String(32))
     deliveries: Mapped[int | None] = mapped_column(Integer)
@@ -100,9 +107,9 @@ class Action(Base):
 
     __tablename__ = "actions"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    entry_id: Mapped[int | None] = mapped_column(ForeignKey("entries.id"), index=True)
-    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+    entry_id: Mapped[int | None] = mapped_column(BigInt, ForeignKey("entries.id"), index=True)
+    job_id: Mapped[int | None] = mapped_column(BigInt, index=True)
     action: Mapped[str] = mapped_column(String(32))
     actor: Mapped[str] = mapped_column(String(255))
     at: Mapped[datetime] = mapped_column(DateTime, index=True)
@@ -110,7 +117,7 @@ class Action(Base):
     version: Mapped[int | None] = mapped_column(Integer)
     msg_id: Mapped[str | None] = mapped_column(String(255))
     publish_stream: Mapped[str | None] = mapped_column(String(255))
-    publish_seq: Mapped[int | None] = mapped_column(Integer)
+    publish_seq: Mapped[int | None] = mapped_column(BigInt)
     duplicate: Mapped[bool | None] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text)
     detail: Mapped[str] = mapped_column(Text, default="{}")
@@ -121,8 +128,8 @@ class Republish(Base):
 
     __tablename__ = "republishes"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id"), index=True)
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+    entry_id: Mapped[int] = mapped_column(BigInt, ForeignKey("entries.id"), index=True)
     version: Mapped[int] = mapped_column(Integer)
     msg_id: Mapped[str] = mapped_column(String(255), unique=True)
     subject: Mapped[str] = mapped_column(String(1024))
@@ -131,11 +138,11 @@ class Republish(Base):
     edited: Mapped[bool] = mapped_column(Boolean, default=False)
     state: Mapped[str] = mapped_column(String(16), default="pending", index=True)
     actor: Mapped[str] = mapped_column(String(255))
-    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    job_id: Mapped[int | None] = mapped_column(BigInt, index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     published_at: Mapped[datetime | None] = mapped_column(DateTime)
     stream: Mapped[str | None] = mapped_column(String(255))
-    seq: Mapped[int | None] = mapped_column(Integer)
+    seq: Mapped[int | None] = mapped_column(BigInt)
     duplicate: Mapped[bool | None] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text)
 
@@ -145,7 +152,7 @@ class Job(Base):
 
     __tablename__ = "jobs"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
     action: Mapped[str] = mapped_column(String(32))
     actor: Mapped[str] = mapped_column(String(255))
     state: Mapped[str] = mapped_column(String(16), default="queued")
@@ -164,8 +171,8 @@ class JobItem(Base):
 
     __tablename__ = "job_items"
 
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
-    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInt, ForeignKey("jobs.id"), primary_key=True)
+    entry_id: Mapped[int] = mapped_column(BigInt, ForeignKey("entries.id"), primary_key=True)
     version: Mapped[int] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(16), default="pending")
     result: Mapped[str | None] = mapped_column(Text)
@@ -207,7 +214,7 @@ class MirrorState(Base):
 
     stream: Mapped[str] = mapped_column(String(255), primary_key=True)
     epoch: Mapped[str | None] = mapped_column(String(64))
-    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    last_seq: Mapped[int] = mapped_column(BigInt, default=0)
     updated_at: Mapped[datetime | None] = mapped_column(DateTime)
 
 
@@ -221,13 +228,13 @@ class Lease(Base):
     expires_at: Mapped[datetime] = mapped_column(DateTime)
 
 
-class EntryGroup(Base):
-    """An entry's failure group (groups.error_group), kept with the entry version it was
-    computed at: /groups then reads it instead of normalizing every error text again, and
-    an entry changed since is grouped afresh. Filled by the store, not by writers."""
+class LoginFailure(Base):
+    """A failed login, counted against a user name and an address by every replica alike."""
 
-    __tablename__ = "entry_groups"
+    __tablename__ = "login_failures"
 
-    entry_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    version: Mapped[int] = mapped_column(Integer)
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
     key: Mapped[str] = mapped_column(String(300))
+    at: Mapped[datetime] = mapped_column(DateTime)
+
+    __table_args__ = (Index("ix_login_failures_key_at", "key", "at"),)

@@ -13,7 +13,7 @@ from datetime import datetime
 from itertools import chain
 from operator import itemgetter
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, insert, text
 from sqlalchemy.dialects import postgresql
 
 _SQLITE_VARIABLES = 30000
@@ -52,8 +52,14 @@ def insert_rows(conn: Connection, table, rows: list[dict], *, names: list[str] |
         return 0
     names = names or list(rows[0])
     if conn.dialect.name != "sqlite":
-        statement = postgresql.insert(table).on_conflict_do_nothing() if skip_duplicates else insert(table)
-        return conn.execute(statement, [{n: row.get(n) for n in names} for row in rows]).rowcount
+        params = [{n: row.get(n) for n in names} for row in rows]
+        if not skip_duplicates:
+            conn.execute(insert(table), params)
+            return len(rows)
+        # The rows RETURNING names are the ones inserted (the driver's executemany rowcount is not
+        # a count to rely on); SQLAlchemy sends them as multi-row VALUES statements.
+        statement = postgresql.insert(table).on_conflict_do_nothing().returning(*table.primary_key.columns)
+        return len(conn.execute(statement, params).all())
     return _sqlite_insert(conn, "INSERT OR IGNORE" if skip_duplicates else "INSERT", table, rows, names)
 
 
@@ -90,13 +96,7 @@ def update_rows(conn: Connection, table, key: str, rows: list[dict], *, constant
     names = list(rows[0])
     columns = [n for n in names if n != key]
     if conn.dialect.name != "sqlite":
-        column = table.c[key]
-        narrowed = [column.in_([row[key] for row in rows]), *[table.c[c] == v for c, v in match.items()]]
-        changed = {r[0] for r in conn.execute(select(column).where(*narrowed))}
-        statement = update(table).where(column == bindparam("b_" + key), *narrowed[1:])
-        conn.execute(statement.values(**{c: bindparam("b_" + c) for c in columns}, **constants),
-                     [{"b_" + n: v for n, v in row.items()} for row in rows if row[key] in changed])
-        return changed
+        return _update_rows_postgresql(conn, table, key, rows, names, columns, constants, match)
     sets = ", ".join([f"{c} = v.{c}" for c in columns] + [f"{c} = ?" for c in constants])
     where = "".join(f" AND {table.name}.{c} = ?" for c in match)
     tail = sqlite_values([{**constants, **{f"match_{c}": v for c, v in match.items()}}],
@@ -109,4 +109,26 @@ def update_rows(conn: Connection, table, key: str, rows: list[dict], *, constant
             f"UPDATE {table.name} SET {sets} FROM v WHERE {table.name}.{key} = v.{key}{where} "
             f"RETURNING {table.name}.{key}",
             tuple(chain.from_iterable(chunk)) + tail))
+    return changed
+
+
+def _update_rows_postgresql(conn: Connection, table, key: str, rows: list[dict], names: list[str],
+                            columns: list[str], constants: dict, match: dict) -> set:
+    # One UPDATE ... FROM (VALUES ...) RETURNING a chunk: the rows it returns are the ones this
+    # statement changed, even while another process updates the same rows (a row that no longer
+    # matches once the other's change commits is not returned). Each value is cast to its
+    # column's type: a NULL in VALUES would otherwise be taken for text.
+    types = {n: table.c[n].type.compile(dialect=conn.dialect) for n in names}
+    sets = ", ".join([f"{c} = v.{c}" for c in columns] + [f"{c} = :const_{c}" for c in constants])
+    where = "".join(f" AND {table.name}.{c} = :match_{c}" for c in match)
+    fixed = {**{f"const_{c}": v for c, v in constants.items()}, **{f"match_{c}": v for c, v in match.items()}}
+    changed = set()
+    for start in range(0, len(rows), 1000):
+        chunk = rows[start:start + 1000]
+        rows_sql = ", ".join("(" + ", ".join(f"CAST(:r{i}_{j} AS {types[n]})" for j, n in enumerate(names)) + ")"
+                             for i in range(len(chunk)))
+        params = {f"r{i}_{j}": row[n] for i, row in enumerate(chunk) for j, n in enumerate(names)}
+        changed.update(r[0] for r in conn.execute(text(
+            f"UPDATE {table.name} SET {sets} FROM (VALUES {rows_sql}) AS v ({', '.join(names)}) "
+            f"WHERE {table.name}.{key} = v.{key}{where} RETURNING {table.name}.{key}"), {**params, **fixed}))
     return changed

@@ -10,13 +10,12 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Mapping
 
-from sqlalchemy import Engine, literal_column, or_, select, text
+from sqlalchemy import Engine, func, literal_column, or_, select, text
 
 from ..db.engine import is_sqlite
 from ..db.models import Entry
 from ..errors import InvalidRequest
 from ..times import format_time, parse_time
-from .groups import group_expression
 from .shape import STATUSES
 
 DEFAULT_LIMIT = 50
@@ -85,6 +84,21 @@ def fts_query(q: str) -> str | None:
     quoted = ['"' + w.replace('"', '""') + '"' for w in words]
     quoted[-1] += "*"
     return " AND ".join(quoted)
+
+
+#: PostgreSQL's text search configuration for entries (migration 0003): words as SQLite's
+#: tokenizer makes them, case and (where the server has unaccent) diacritics ignored.
+PG_SEARCH_CONFIG = "dlq_search"
+
+
+def tsquery(q: str) -> str | None:
+    """The same query for PostgreSQL's to_tsquery: every word must match, the last as a prefix."""
+    words = _WORD.findall(q)
+    if not words:
+        return None
+    quoted = ["'" + w.replace("'", "''") + "'" for w in words]  # \w+ holds no quote; kept safe anyway
+    quoted[-1] += ":*"
+    return " & ".join(quoted)
 
 
 # --- the filter -------------------------------------------------------------------------------
@@ -197,7 +211,7 @@ class EntryFilter:
         if self.until:
             conds.append(Entry.received_at < self.until)
         if self.group:
-            conds.append(group_expression(engine, Entry.error, Entry.schema_errors) == self.group)
+            conds.append(Entry.group_key == self.group)
         if self.q and search:
             conds.append(_search_condition(engine, self.q))
         return conds
@@ -210,5 +224,9 @@ def _search_condition(engine: Engine, q: str):
             return literal_column("0") == 1
         return Entry.id.in_(select(literal_column("rowid")).select_from(text("entries_fts"))
                             .where(text("entries_fts MATCH :fts_q").bindparams(fts_q=match)))
-    pattern = "%" + _like_escape(q) + "%"
-    return or_(Entry.original_subject.ilike(pattern, escape="\\"), Entry.error.ilike(pattern, escape="\\"))
+    # PostgreSQL: the GIN-indexed tsvector column the migration added beside the models.
+    query = tsquery(q)
+    if query is None:
+        return literal_column("0") == 1
+    config = literal_column(f"'{PG_SEARCH_CONFIG}'::regconfig")
+    return literal_column("entries.search").op("@@")(func.to_tsquery(config, query))

@@ -9,17 +9,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterator
 
-from sqlalchemy import (
-    Engine, Select, and_, case, column, false, func, literal_column, or_, select, table, text,
-)
+from sqlalchemy import Engine, Select, and_, column, false, func, literal_column, or_, select, table, text
 
-from ..db.engine import is_sqlite, read_transaction, write_transaction
-from ..db.models import Action, Entry, EntryGroup, Event, Republish
-from ..db.rows import replace_rows
+from ..db.engine import is_sqlite, read_transaction
+from ..db.models import Action, Entry, Event, Republish
+from ..ingest.grouping import NO_ERROR
 from ..times import as_time, format_time
 from .audit import audit_record
 from .filters import STATUSES, EntryFilter, decode_cursor, encode_cursor, fts_query
-from .groups import NO_ERROR, Group, error_group, group_expression, register_sql_function
+from .groups import Group
 from .view import EntryView, Page
 
 
@@ -38,9 +36,6 @@ class Store:
     """Read queries over the database; writes live with the code that owns them."""
 
     engine: Engine
-
-    def __post_init__(self) -> None:
-        register_sql_function(self.engine)
 
     def _searching(self, flt: EntryFilter) -> bool:
         return bool(flt.q) and is_sqlite(self.engine)
@@ -181,41 +176,17 @@ class Store:
                         Entry.received_at >= start, Entry.received_at < end, *conds)).scalar_one()
                     for start, end in zip(bounds, bounds[1:])]
 
-    def fill_error_groups(self, batch: int = 20000) -> int:
-        """Compute the failure group of entries newer than the last grouped one; returns how many."""
-        table = EntryGroup.__table__
-        filled = 0
-        while True:
-            with read_transaction(self.engine) as conn:
-                last = conn.execute(select(func.max(table.c.entry_id))).scalar() or 0
-                rows = conn.execute(select(Entry.id, Entry.version, Entry.error, Entry.schema_errors)
-                                    .where(Entry.id > last).order_by(Entry.id).limit(batch)).all()
-            if not rows:
-                return filled
-            # Short write transactions: the mirror writes in between.
-            with write_transaction(self.engine) as conn:
-                replace_rows(conn, table, [
-                    {"entry_id": r.id, "version": r.version, "key": error_group(r.error, r.schema_errors)}
-                    for r in rows], key="entry_id")
-            filled += len(rows)
-
     def groups(self, flt: EntryFilter, limit: int = 200) -> list[Group]:
-        """Failure groups under the filter: subject, reason and normalized error, largest first."""
-        self.fill_error_groups()
-        stored = EntryGroup.__table__
-        fresh = group_expression(self.engine, Entry.error, Entry.schema_errors)
-        # The stored group where it was computed at the entry's current version, else afresh.
-        key = case((stored.c.version == Entry.version, stored.c.key), else_=fresh)
-        query = (select(Entry.original_subject, Entry.reason, key.label("key"), func.count().label("n"),
+        """Failure groups under the filter: subject, reason and group key, largest first."""
+        query = (select(Entry.original_subject, Entry.reason, Entry.group_key, func.count().label("n"),
                         func.min(Entry.received_at), func.max(Entry.received_at))
-                 .select_from(ENTRIES.outerjoin(stored, stored.c.entry_id == Entry.id))
                  .where(and_(True, *flt.conditions(self.engine)))
-                 .group_by(Entry.original_subject, Entry.reason, literal_column("key"))
+                 .group_by(Entry.original_subject, Entry.reason, Entry.group_key)
                  .order_by(literal_column("n").desc(), Entry.original_subject).limit(limit))
         with read_transaction(self.engine) as conn:
             rows = conn.execute(query).all()
-        return [Group(subject, reason, key_ or NO_ERROR, n, as_time(first), as_time(last))
-                for subject, reason, key_, n, first, last in rows]
+        return [Group(subject, reason, key or NO_ERROR, n, as_time(first), as_time(last))
+                for subject, reason, key, n, first, last in rows]
 
     def replays_of(self, ref: str) -> list[EntryView]:
         """Entries whose message was a republish of the entry named ``<stream>:<seq>``."""

@@ -105,9 +105,12 @@ class Mirror:
             while True:
                 try:
                     held = await self._db(acquire_lease, self.engine, LEASE_NAME, self.holder, LEASE_SECONDS)
-                except Exception:
-                    log.exception("the mirror lease could not be read")
-                    held = False
+                except Exception as exc:
+                    # The database is unreachable: no other process can take the lease either.
+                    # The followers keep trying (their writes fail and restart from the committed
+                    # position); the lease is renewed, or found taken, once the database answers.
+                    log.warning("the mirror lease could not be renewed (%s: %s)", type(exc).__name__, exc)
+                    held = self.leader
                 if held and not followers:
                     log.info("this process mirrors %s", ", ".join(self.progress))
                     followers = [asyncio.create_task(self._follow_forever(self.settings.dlq_stream,

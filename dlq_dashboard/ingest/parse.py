@@ -16,6 +16,7 @@ from dlq_consumer import headers as contract
 
 from ..nats.streams import ADVISORY_PREFIX
 from ..times import parse_time
+from .grouping import error_group
 
 # The contract's names as they are compared: header names match case-insensitively.
 H_ORIGINAL_SUBJECT = contract.ORIGINAL_SUBJECT.lower()
@@ -110,6 +111,8 @@ def entry_from_dlq_message(
     if failed_raw and failed_at is None:
         notes.append(f"{contract.FAILED_AT} {failed_raw!r} is not an RFC 3339 time; kept as given in the headers.")
     schema_errors = parse_schema_errors(first.get(H_SCHEMA_ERRORS), notes)
+    schema_errors_json = json.dumps(schema_errors) if schema_errors is not None else None
+    error = first.get(H_ERROR)
     original_seq = _int_field(first, H_ORIGINAL_SEQ, contract.ORIGINAL_SEQ, notes)
     original_stream = first.get(H_ORIGINAL_STREAM)
     return {
@@ -124,8 +127,8 @@ def entry_from_dlq_message(
         "consumer": first.get(H_CONSUMER),
         "original_msg_id": first.get(H_ORIGINAL_MSG_ID),
         "reason": reason,
-        "error": first.get(H_ERROR),
-        "schema_errors": json.dumps(schema_errors) if schema_errors is not None else None,
+        "error": error,
+        "schema_errors": schema_errors_json,
         "deliveries": _int_field(first, H_DELIVERIES, contract.DELIVERIES, notes),
         "failed_at": failed_at or stored_at,
         "received_at": received_at,
@@ -139,6 +142,7 @@ def entry_from_dlq_message(
         "closed_at": None,
         "close_note": None,
         "updated_at": received_at,
+        "group_key": error_group(error, schema_errors_json),
     }
 
 

@@ -14,6 +14,7 @@ from ..db.engine import write_transaction
 from ..db.models import Entry, Event, MirrorState
 from ..db.rows import insert_rows
 from ..times import utcnow
+from .grouping import error_group
 from .parse import H_NATS_MSG_ID, H_REPLAY_OF, Advisory, entry_from_dlq_message, normalize_headers
 
 ENTRIES = Entry.__table__
@@ -59,7 +60,8 @@ def reset_position(engine: Engine, stream: str, epoch: str) -> None:
 
 # Columns a DLQ copy brings to an entry first made from an advisory.
 _DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "original_msg_id", "reason",
-               "error", "schema_errors", "headers", "payload", "payload_available", "replay_of", "notes")
+               "error", "schema_errors", "headers", "payload", "payload_available", "replay_of", "notes",
+               "group_key")
 
 
 def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[StreamMessage]) -> int:
@@ -213,6 +215,7 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
         return 0  # this failure already has an entry from an advisory of its own
     now = utcnow()
     notes = []
+    error = _advisory_error(advisory)
     headers = normalize_headers(fetched.headers if fetched else None)
     if fetched is None:
         notes.append(missing_reason or "The source stream no longer has this message.")
@@ -223,7 +226,7 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
         original_subject=fetched.subject if fetched else None,
         original_stream=advisory.stream, original_seq=advisory.stream_seq, consumer=advisory.consumer,
         original_msg_id=next((v[0] for k, v in headers.items() if k.lower() == H_NATS_MSG_ID and v), None),
-        reason=advisory.kind, error=_advisory_error(advisory), schema_errors=None,
+        reason=advisory.kind, error=error, schema_errors=None, group_key=error_group(error, None),
         deliveries=advisory.deliveries, failed_at=advisory.at, received_at=now,
         headers=json.dumps(headers, ensure_ascii=False), payload=fetched.data if fetched else b"",
         payload_available=fetched is not None, replay_of=replay_of, sources="advisory",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
+from sqlalchemy.exc import SQLAlchemyError
 
 from ..ingest.writes import read_position
 from ..nats.bridge import NatsUnavailable
@@ -29,17 +30,23 @@ def get_entry(entry_id: int):
 
 
 def health() -> tuple[dict, int]:
-    """The NATS connection and the mirror's lag; 'degraded' while either is not well."""
+    """The NATS connection, the database and the mirror's lag; 'degraded' while any is not well."""
     rt = current_runtime()
+    stream = rt.settings.dlq_stream
+    database = {"connected": True, "last_error": None}
+    position = None
+    try:
+        _, position = read_position(rt.engine, stream)
+    except SQLAlchemyError as exc:
+        database = {"connected": False, "last_error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
     nats = {"connected": False, "last_error": "not started"}
     lag = None
     if rt.bridge is not None:
         nats = rt.bridge.state.to_dict()
-        stream = rt.settings.dlq_stream
         try:
             info = rt.bridge.call(lambda: rt.bridge.js.stream_info(stream), timeout=2.0)
-            _, position = read_position(rt.engine, stream)
-            lag = max(info.state.last_seq - position, 0) if position <= info.state.last_seq else 0
+            if position is not None:
+                lag = max(info.state.last_seq - position, 0)
         except NatsUnavailable as exc:
             nats["last_error"] = nats.get("last_error") or str(exc)
         except Exception as exc:  # a missing stream is reported, not raised
@@ -49,8 +56,9 @@ def health() -> tuple[dict, int]:
         mirror = {"leader": rt.mirror.leader,
                   "streams": {name: {"last_seq": p.last_seq, "lag": p.lag, "error": p.error}
                               for name, p in rt.mirror.progress.items()}}
-    ok = nats.get("connected") and lag is not None
-    body = {"status": "ok" if ok else "degraded", "nats": nats, "mirror_lag": lag, "mirror": mirror}
+    ok = nats.get("connected") and database["connected"] and lag is not None
+    body = {"status": "ok" if ok else "degraded", "nats": nats, "database": database, "mirror_lag": lag,
+            "mirror": mirror}
     return body, 200 if ok else 503
 
 

@@ -161,6 +161,8 @@ SCHEMAS: dict[str, dict] = {
             "status": {"type": "string", "enum": ["ok", "degraded"]},
             "nats": {"type": "object", "required": ["connected"],
                      "properties": {"connected": BOOL, "url": _nullable(STR), "last_error": _nullable(STR)}},
+            "database": {"type": "object", "required": ["connected"],
+                         "properties": {"connected": BOOL, "last_error": _nullable(STR)}},
             "mirror_lag": {**_nullable(INT), "description": "Messages not yet mirrored; null if unknown."},
             "mirror": {"type": ["object", "null"]},
         },
@@ -317,7 +319,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "operationId": "health", "tags": ["operations"], "summary": "NATS connection and mirror lag",
         "security": [],
         "responses": {"200": _json(_ref("Health"), "All well."),
-                      "503": _json(_ref("Health"), "Degraded: NATS is down or the lag is unknown.")},
+                      "503": _json(_ref("Health"), "Degraded: NATS or the database is down, or the lag is unknown.")},
     },
     ("get", "/metrics"): {
         "operationId": "metrics", "tags": ["operations"], "summary": "Prometheus text exposition",
