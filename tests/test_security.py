@@ -4,14 +4,18 @@ CSRF refusals, the login throttle, and what /healthz and /metrics do not tell.""
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
 
 import pytest
 from flask import jsonify
+from sqlalchemy import select
 
 from dlq_dashboard import create_app
 from dlq_dashboard.accounts import create_user
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.web.auth import requires
+from dlq_dashboard.db.models import LoginFailure
+from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.web.security import CONTENT_SECURITY_POLICY, LoginThrottle
 
 from . import support
@@ -227,21 +231,25 @@ def test_one_address_trying_many_names_is_throttled(tmp_path):
     app.extensions["dlq"].stop()
 
 
-def test_the_throttle_window_slides():
-    now = [1000.0]
-    throttle = LoginThrottle(per_user=3, per_address=100, window=60, clock=lambda: now[0])
+def _throttle(offline_app, clock, **limits) -> LoginThrottle:
+    return LoginThrottle(runtime_of(offline_app).engine, clock=clock, **limits)
+
+
+def test_the_throttle_window_slides(offline_app):
+    now = [datetime(2026, 11, 30, 12, 0, 0)]
+    throttle = _throttle(offline_app, lambda: now[0], per_user=3, per_address=100, window=60)
     for step in (0, 10, 20):
-        now[0] = 1000 + step
+        now[0] = datetime(2026, 11, 30, 12, 0, step)
         throttle.failed("eve", "192.0.2.1")
     assert throttle.retry_after("eve", "192.0.2.1") == 40  # until the first failure is 60 s old
-    now[0] = 1060.5
+    now[0] = datetime(2026, 11, 30, 12, 1, 0, 500000)
     assert throttle.retry_after("eve", "192.0.2.1") == 0
     throttle.failed("eve", "192.0.2.1")
     assert throttle.retry_after("EVE ", "192.0.2.1") == 10  # names count case-insensitively
 
 
-def test_a_good_login_forgets_the_names_failures_but_not_the_addresss():
-    throttle = LoginThrottle(per_user=2, per_address=3, window=60, clock=lambda: 5.0)
+def test_a_good_login_forgets_the_names_failures_but_not_the_addresss(offline_app):
+    throttle = _throttle(offline_app, lambda: datetime(2026, 11, 30, 12), per_user=2, per_address=3, window=60)
     throttle.failed("frank", "192.0.2.1")
     throttle.failed("frank", "192.0.2.1")
     throttle.succeeded("frank")
@@ -255,11 +263,16 @@ def test_an_ipv6_client_is_counted_by_its_64_network():
     assert LoginThrottle.address_key("::ffff:192.0.2.1") == LoginThrottle.address_key("192.0.2.1")
 
 
-def test_the_throttle_keeps_a_bounded_number_of_keys():
-    throttle = LoginThrottle(max_keys=10)
+def test_the_throttle_forgets_failures_older_than_its_window(offline_app):
+    now = [datetime(2026, 11, 30, 12)]
+    throttle = _throttle(offline_app, lambda: now[0], window=60)
     for i in range(50):
         throttle.failed(f"user{i}", "192.0.2.1")
-    assert len(throttle._failures) == 10
+    now[0] += timedelta(seconds=61)
+    throttle.failed("late", "192.0.2.2")
+    with runtime_of(offline_app).engine.connect() as conn:
+        kept = conn.execute(select(LoginFailure.key).order_by(LoginFailure.key)).scalars().all()
+    assert kept == ["addr:192.0.2.2", "user:late"]
 
 
 def test_behind_a_trusted_proxy_the_forwarded_client_address_is_counted(web):

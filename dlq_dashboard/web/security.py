@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import threading
-import time
-from collections import OrderedDict, deque
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Callable
 
 from flask import Flask, current_app, has_request_context, request
 from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError
+from sqlalchemy import Engine, delete, insert, select
 
+from ..db.engine import read_transaction, write_transaction
+from ..db.models import LoginFailure
+from ..runtime import runtime_of
+from ..times import utcnow
 from . import current_runtime
 from .responses import refusal
+
+FAILURES = LoginFailure.__table__
 
 # No 'unsafe-inline' and no 'unsafe-eval': a payload that slipped into the markup still could
 # not run. htmx 2 needs neither when configured from a <meta> tag with allowEval false and
@@ -56,6 +60,7 @@ def init_app(app: Flask) -> None:
     if app.config.get("PERMANENT_SESSION_LIFETIME") == timedelta(days=31):  # Flask's default
         app.config["PERMANENT_SESSION_LIFETIME"] = SESSION_IDLE
     app.extensions["dlq_login_throttle"] = LoginThrottle(
+        runtime_of(app).engine,
         per_user=app.config.get("LOGIN_FAILURES_PER_USER", 5),
         per_address=app.config.get("LOGIN_FAILURES_PER_ADDRESS", 20),
         window=app.config.get("LOGIN_FAILURE_WINDOW", 300.0),
@@ -147,19 +152,18 @@ def add_security_headers(response):
 
 class LoginThrottle:
     """At most ``per_user`` failed logins per user name and ``per_address`` per client address
-    within a sliding ``window`` of seconds. In-process: each server process counts its own."""
+    within a sliding ``window`` of seconds. The failures are rows in the database, so every
+    replica counts every failure (a guesser gains nothing by spreading attempts)."""
 
-    def __init__(self, per_user: int = 5, per_address: int = 20, window: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic, max_keys: int = 10_000):
-        self.per_user, self.per_address, self.window = per_user, per_address, window
-        self.clock, self.max_keys = clock, max_keys
-        self._failures: OrderedDict[str, deque] = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, engine: Engine, per_user: int = 5, per_address: int = 20, window: float = 300.0,
+                 clock: Callable[[], datetime] = utcnow):
+        self.engine, self.per_user, self.per_address = engine, per_user, per_address
+        self.window, self.clock = timedelta(seconds=window), clock
 
     @staticmethod
     def user_key(name: str) -> str:
         """User names are counted case-insensitively, so 'Admin' shares 'admin''s budget."""
-        return "user:" + (name or "").strip().lower()
+        return "user:" + (name or "").strip().lower()[:250]
 
     @staticmethod
     def address_key(address: str) -> str:
@@ -167,49 +171,38 @@ class LoginThrottle:
         try:
             ip = ipaddress.ip_address(address)
         except ValueError:
-            return "addr:" + address
+            return "addr:" + address[:250]
         if ip.version == 6:
             if ip.ipv4_mapped:
                 return "addr:" + str(ip.ipv4_mapped)
             return "addr:" + str(ipaddress.ip_network(f"{ip}/64", strict=False))
         return "addr:" + str(ip)
 
-    def _recent(self, key: str, now: float) -> deque:
-        failures = self._failures.get(key)
-        if failures is None:
-            return deque()
-        while failures and failures[0] <= now - self.window:
-            failures.popleft()
-        return failures
-
     def retry_after(self, name: str, address: str) -> int:
         """Seconds until another attempt for this name from this address is allowed (0: now)."""
         now = self.clock()
-        wait = 0.0
-        with self._lock:
-            for key, limit in ((self.user_key(name), self.per_user),
-                               (self.address_key(address), self.per_address)):
-                failures = self._recent(key, now)
-                if len(failures) >= limit:
-                    wait = max(wait, failures[len(failures) - limit] + self.window - now)
-        return math.ceil(wait) if wait > 0 else 0
+        wait = timedelta(0)
+        with read_transaction(self.engine) as conn:
+            for key, limit in ((self.user_key(name), self.per_user), (self.address_key(address), self.per_address)):
+                # The limit-th newest failure in the window: when it leaves, one more try is allowed.
+                oldest = conn.execute(select(FAILURES.c.at).where(FAILURES.c.key == key, FAILURES.c.at > now - self.window)
+                                      .order_by(FAILURES.c.at.desc()).offset(limit - 1).limit(1)).scalar()
+                if oldest is not None:
+                    wait = max(wait, oldest + self.window - now)
+        return math.ceil(wait.total_seconds()) if wait > timedelta(0) else 0
 
     def failed(self, name: str, address: str) -> None:
-        """Count a failed login against the name and the address."""
+        """Count a failed login against the name and the address; forget failures past the window."""
         now = self.clock()
-        with self._lock:
-            for key in (self.user_key(name), self.address_key(address)):
-                failures = self._recent(key, now)
-                failures.append(now)
-                self._failures[key] = failures
-                self._failures.move_to_end(key)
-            while len(self._failures) > self.max_keys:
-                self._failures.popitem(last=False)  # the least recently failing key
+        with write_transaction(self.engine) as conn:
+            conn.execute(delete(FAILURES).where(FAILURES.c.at <= now - self.window))
+            conn.execute(insert(FAILURES), [{"key": self.user_key(name), "at": now},
+                                            {"key": self.address_key(address), "at": now}])
 
     def succeeded(self, name: str) -> None:
         """Forget the name's failures (not the address's: one good account must not reset it)."""
-        with self._lock:
-            self._failures.pop(self.user_key(name), None)
+        with write_transaction(self.engine) as conn:
+            conn.execute(delete(FAILURES).where(FAILURES.c.key == self.user_key(name)))
 
 
 def login_throttle() -> LoginThrottle:
