@@ -22,6 +22,8 @@ from dlq_dashboard.db.models import Action, Entry, Republish
 
 from . import support
 
+pytestmark = pytest.mark.both_databases
+
 ORDER_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "x-subjects": ["orders.*"],
@@ -34,12 +36,13 @@ INVALID = b'{"order_id": "o-2"}'
 
 
 @pytest.fixture
-def settings(tmp_path, nats_server):
+def settings(tmp_path, nats_server, database_url):
     """The app's settings, with a schema for orders.* and a short publish timeout."""
     schemas = tmp_path / "schemas"
     schemas.mkdir()
     (schemas / "orders.json").write_text(json.dumps(ORDER_SCHEMA))
-    return support.make_settings(tmp_path, nats_server.url, schemas_dir=str(schemas), request_timeout=2.0)
+    return support.make_settings(tmp_path, nats_server.url, database_url=database_url, schemas_dir=str(schemas),
+                                 request_timeout=2.0)
 
 
 @pytest.fixture
@@ -301,8 +304,6 @@ def test_a_subject_without_a_stream_is_refused_with_422_and_the_entry_stays_retr
 
 
 def test_an_entry_without_a_subject_cannot_be_republished(app, rt, nats_server, tokens):
-    from . import support
-
     support.run(support.publish_many(nats_server.url, [("dlq.unknown", b"x", {"Dlq-Reason": "fatal"})]))
     support.wait_for(lambda: rt.store.get_entry(1))
     response = post(app.test_client(), "/api/entries/1/republish", {"version": 1}, tokens["operator"])

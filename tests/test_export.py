@@ -82,6 +82,7 @@ def _expected_text(payload: bytes) -> str | None:
         return None
 
 
+@pytest.mark.both_databases
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_each_format_round_trips_hostile_and_binary_payloads_byte_for_byte(offline_app, tokens, fmt):
     engine = offline_app.extensions["dlq"].engine
@@ -163,6 +164,7 @@ FILTERS = [
 ]
 
 
+@pytest.mark.both_databases
 def test_filters_apply_to_exports_exactly_as_to_the_list(offline_app, tokens):
     engine = offline_app.extensions["dlq"].engine
     messages = []
@@ -232,6 +234,7 @@ def test_an_export_needs_a_login_or_a_token(offline_app):
     assert response.status_code == 401 and "error" in response.get_json()
 
 
+@pytest.mark.both_databases
 def test_entries_arriving_during_an_export_are_not_in_it(offline_app, tokens):
     engine = offline_app.extensions["dlq"].engine
     ingest_dlq_batch(engine, "DLQ", "e1", [_message(i + 1, b"before") for i in range(2500)])

@@ -15,14 +15,17 @@ from dlq_dashboard.db.models import Action, Entry, Republish
 
 from . import support
 
+pytestmark = pytest.mark.both_databases
+
 RATE = 2000
 PAYLOAD = b'{"order_id": "o-%d", "customer_id": "c-1"}'
 
 
 @pytest.fixture
-def settings(tmp_path, nats_server):
+def settings(tmp_path, nats_server, database_url):
     """Settings with a bulk rate of 2,000 republishes a second."""
-    return support.make_settings(tmp_path, nats_server.url, republish_rate=RATE, request_timeout=2.0,
+    return support.make_settings(tmp_path, nats_server.url, database_url=database_url, republish_rate=RATE,
+                                 request_timeout=2.0,
                          schemas_dir=support.orders_schema_folder(tmp_path))
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import insert, update
 
@@ -13,6 +15,8 @@ from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.db.models import Entry, Republish
 
 from . import support
+
+pytestmark = pytest.mark.both_databases
 
 SECRET_PAYLOAD = b'{"card": "4111-1111-1111-1111"}'
 

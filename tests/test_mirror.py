@@ -8,6 +8,7 @@ import base64
 import json
 
 import nats
+import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy
 from sqlalchemy import func, select
 
@@ -15,6 +16,8 @@ from dlq_dashboard.ingest.writes import read_position
 from dlq_dashboard.db.models import Entry
 
 from . import support
+
+pytestmark = pytest.mark.both_databases
 
 
 def entry_count(app) -> int:

@@ -19,6 +19,8 @@ from dlq_dashboard.web.presenters.payloads import TEXT_LIMIT
 
 from . import support
 
+pytestmark = pytest.mark.both_databases
+
 ORDER_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "x-subjects": ["orders.*"],
@@ -39,9 +41,10 @@ def schemas_dir(tmp_path):
 
 
 @pytest.fixture
-def web(tmp_path, schemas_dir):
+def web(tmp_path, schemas_dir, database_url):
     """The app over a real SQLite file, with a schema folder; nothing else started."""
-    application = create_app({"SETTINGS": support.make_settings(tmp_path, schemas_dir=str(schemas_dir)), "TESTING": True})
+    application = create_app({"SETTINGS": support.make_settings(tmp_path, database_url=database_url,
+                                                                schemas_dir=str(schemas_dir)), "TESTING": True})
     yield application
     application.extensions["dlq"].stop()
 
