@@ -27,14 +27,15 @@ def _bool(name: str, raw: str) -> bool:
     raise ConfigError(f"{name}={raw!r} is not valid: use true or false")
 
 
-def _positive_int(name: str, raw: str, allow_zero: bool = False) -> int:
+def _positive_int(name: str, raw: str, allow_zero: bool = False, highest: int | None = None) -> int:
     try:
         value = int(raw.strip())
     except ValueError:
         value = -1
-    if value < 0 or (value == 0 and not allow_zero):
-        lowest = "0" if allow_zero else "1"
-        raise ConfigError(f"{name}={raw!r} is not valid: use a whole number of {lowest} or more")
+    lowest = 0 if allow_zero else 1
+    if value < lowest or (highest is not None and value > highest):
+        accepted = f"of {lowest} or more" if highest is None else f"from {lowest} to {highest}"
+        raise ConfigError(f"{name}={raw!r} is not valid: use a whole number {accepted}")
     return value
 
 
@@ -139,6 +140,8 @@ class Settings:
     delete_on_close: bool = False
     republish_rate: int = 200
     secret_key: str | None = None
+    # Replicas of the streams the dashboard creates; JetStream allows at most 5.
+    stream_replicas: int = 1
     instance_path: str = "instance"
     advisory_stream: str = "DLQ_ADVISORIES"
     # How long the bridge waits for its first connection before it reports the outage and
@@ -176,6 +179,7 @@ _PARSERS = {
     "DLQ_DELETE_ON_CLOSE": ("delete_on_close", _bool),
     "DLQ_REPUBLISH_RATE": ("republish_rate", lambda n, r: _positive_int(n, r, allow_zero=True)),
     "SECRET_KEY": ("secret_key", lambda n, r: r),
+    "DLQ_REPLICAS": ("stream_replicas", lambda n, r: _positive_int(n, r, highest=5)),
     "DLQ_TRUSTED_HEADER": ("trusted_header", _header_name),
     "DLQ_TRUSTED_PROXIES": ("trusted_proxies", _networks),
 }

@@ -11,17 +11,20 @@ def test_defaults_follow_the_spec():
     assert s.dlq_stream == "DLQ" and s.dlq_subjects == ("dlq.>",)
     assert s.capture_advisories is True and s.delete_on_close is False
     assert s.republish_rate == 200 and s.bundled_nats is True
+    assert s.stream_replicas == 1
 
 
 def test_every_variable_is_read():
     s = load_settings({"NATS_URL": "nats://a:4222, nats://b:4222", "DATABASE_URL": "sqlite:////tmp/x.db",
                        "DLQ_STREAM": "DEAD", "DLQ_SUBJECTS": "dead.>,failed.*",
                        "DLQ_CAPTURE_ADVISORIES": "false", "DLQ_DELETE_ON_CLOSE": "yes",
-                       "DLQ_REPUBLISH_RATE": "0", "SECRET_KEY": "k", "NATS_USER": "u", "NATS_PASSWORD": "p"})
+                       "DLQ_REPUBLISH_RATE": "0", "SECRET_KEY": "k", "NATS_USER": "u", "NATS_PASSWORD": "p",
+                       "DLQ_REPLICAS": "3"})
     assert s.nats_urls == ("nats://a:4222", "nats://b:4222")
     assert s.dlq_stream == "DEAD" and s.dlq_subjects == ("dead.>", "failed.*")
     assert s.capture_advisories is False and s.delete_on_close is True and s.republish_rate == 0
     assert (s.nats_user, s.nats_password, s.secret_key) == ("u", "p", "k")
+    assert s.stream_replicas == 3
 
 
 @pytest.mark.parametrize("variable,value", [
@@ -34,6 +37,9 @@ def test_every_variable_is_read():
     ("DLQ_DELETE_ON_CLOSE", "2"),
     ("DLQ_REPUBLISH_RATE", "-5"),
     ("DLQ_REPUBLISH_RATE", "fast"),
+    ("DLQ_REPLICAS", "0"),
+    ("DLQ_REPLICAS", "6"),
+    ("DLQ_REPLICAS", "three"),
     ("DLQ_SCHEMAS", "/no/such/folder"),
     ("NATS_CREDS", "/no/such/file.creds"),
     ("DATABASE_URL", "not a url"),
@@ -44,6 +50,13 @@ def test_a_bad_value_is_refused_with_one_line_naming_the_variable(variable, valu
     message = str(raised.value)
     assert message.startswith(f"{variable}=") and "\n" not in message
     assert "use" in message  # says what it accepts
+
+
+def test_replicas_are_a_whole_number_from_1_to_5():
+    assert [load_settings({"DLQ_REPLICAS": v}).stream_replicas for v in ("1", "3", " 5 ")] == [1, 3, 5]
+    with pytest.raises(ConfigError) as raised:
+        load_settings({"DLQ_REPLICAS": "7"})
+    assert str(raised.value) == "DLQ_REPLICAS='7' is not valid: use a whole number from 1 to 5"
 
 
 def test_flags_override_the_environment():

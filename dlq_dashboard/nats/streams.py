@@ -3,7 +3,9 @@ JetStream's consumer advisories (SPEC section 5)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamInfo
@@ -40,24 +42,41 @@ class StreamSetup:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._announced: set[tuple[str, str]] = set()
+        # One ensure at a time per event loop. On a cluster a lookup sent while another task's
+        # creation of that stream is in flight goes unanswered (its RAFT group has no leader
+        # yet) and times out after 5 s; on one server the race was harmless.
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary())
 
     async def ensure(self, js: JetStreamContext) -> None:
         """Create the streams that are missing; leave existing ones as they are."""
         settings = self.settings
-        await self._ensure(js, settings.dlq_stream, list(settings.dlq_subjects), "the DLQ stream")
-        if settings.capture_advisories:
-            # The server emits an advisory only if someone listens at that moment.
-            await self._ensure(js, settings.advisory_stream, advisory_subjects(), "the advisory capture stream",
-                               max_age=ADVISORY_MAX_AGE)
+        lock = self._locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        async with lock:
+            await self._ensure(js, settings.dlq_stream, list(settings.dlq_subjects), "the DLQ stream")
+            if settings.capture_advisories:
+                # The server emits an advisory only if someone listens at that moment.
+                await self._ensure(js, settings.advisory_stream, advisory_subjects(),
+                                   "the advisory capture stream", max_age=ADVISORY_MAX_AGE)
 
     async def _ensure(self, js: JetStreamContext, name: str, subjects: list[str], what: str, **config) -> None:
+        replicas = self.settings.stream_replicas
         try:
-            await js.stream_info(name)
-            return
+            info = await js.stream_info(name)
         except NotFoundError:
             pass
+        else:
+            existing = info.config.num_replicas or 1
+            if existing != replicas and (name, "replicas") not in self._announced:
+                # An existing stream is never changed here: raising its replicas moves data
+                # between servers, a step for an operator to take deliberately.
+                self._announced.add((name, "replicas"))
+                log.warning("%s %s has %d replica(s), DLQ_REPLICAS is %d: it is left as it is "
+                            "(nats stream edit %s --replicas %d changes it)",
+                            what, name, existing, replicas, name, replicas)
+            return
         info = await js.add_stream(name=name, subjects=subjects, storage=StorageType.FILE,
-                                   retention=RetentionPolicy.LIMITS, **config)
+                                   retention=RetentionPolicy.LIMITS, num_replicas=replicas, **config)
         key = (name, stream_epoch(info))
         if key not in self._announced:
             self._announced.add(key)
