@@ -56,7 +56,11 @@ def health() -> tuple[dict, int]:
         mirror = {"leader": rt.mirror.leader,
                   "streams": {name: {"last_seq": p.last_seq, "lag": p.lag, "error": p.error}
                               for name, p in rt.mirror.progress.items()}}
-    ok = nats.get("connected") and database["connected"] and lag is not None
+    # The process that mirrors also says whether it is mirroring: a follower that failed (a
+    # stream leader being elected, the database gone) resumes by itself, degraded meanwhile.
+    following = not (rt.mirror is not None and rt.mirror.leader
+                     and any(p.error for p in rt.mirror.progress.values()))
+    ok = nats.get("connected") and database["connected"] and lag is not None and following
     body = {"status": "ok" if ok else "degraded", "nats": nats, "database": database, "mirror_lag": lag,
             "mirror": mirror}
     return body, 200 if ok else 503
