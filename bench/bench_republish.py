@@ -1,10 +1,12 @@
 """Bulk republish speed: a job over 20,000 entries with the rate limit off, side by side in the
 same run with raw nats-py ``publish_async`` of the same payloads with msgIds.
 
-    python bench/bench_republish.py [--entries 20000] [--rounds 3] [--record]
+    python bench/bench_republish.py [--entries 20000] [--rounds 3] [--record] [--database sqlite|postgresql]
 
-Each round starts a fresh nats-server and database, dead-letters the entries (~300-byte JSON
-orders with contract headers) and lets the mirror store them. Then, on the same server:
+Each round starts a fresh nats-server and database (a SQLite file, or with --database postgresql
+a new database on a PostgreSQL server started for the run from tests/postgres.py and removed
+at the end), dead-letters the entries (~300-byte JSON orders with contract headers) and lets
+the mirror store them. Then, on the same server:
 raw publish_async in windows of 256 with a Nats-Msg-Id each, into a stream of its own; and a
 bulk job (POST /api/bulk) that republishes every entry through the dashboard's intents,
 PubAck records and audit. The job is timed from the request to its last item. Target: the
@@ -85,7 +87,7 @@ async def raw_publish(url: str, n: int) -> float:
     return n / elapsed
 
 
-def one_round(n: int) -> tuple[float, float]:
+def one_round(n: int, postgres=None) -> tuple[float, float]:
     from sqlalchemy import func, select
 
     from dlq_dashboard import create_app
@@ -98,7 +100,8 @@ def one_round(n: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         server = NatsServer(store_dir=work / "nats", log_path=work / "nats.log").start()
-        settings = Settings(database_url=f"sqlite:///{work / 'dlq.sqlite3'}", nats_urls=(server.url,),
+        database_url = postgres.create_database() if postgres else f"sqlite:///{work / 'dlq.sqlite3'}"
+        settings = Settings(database_url=database_url, nats_urls=(server.url,),
                             instance_path=str(work / "instance"), secret_key="bench", republish_rate=0)
         app = create_app({"SETTINGS": settings})
         rt = runtime_of(app).start()
@@ -152,14 +155,25 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--record", action="store_true", help="append the results to docs/PERFORMANCE.md")
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite",
+                        help="a SQLite file a round, or a PostgreSQL server started here (a database a round)")
     args = parser.parse_args()
 
     results = []
-    for round_no in range(1, args.rounds + 1):
-        raw, job = one_round(args.entries)
-        results.append((raw, job))
-        print(f"round {round_no}: raw publish_async {raw:,.0f} msg/s, bulk job {job:,.0f} msg/s "
-              f"({job / raw:.0%} of raw)", flush=True)
+    postgres = None
+    if args.database == "postgresql":
+        from tests.postgres import PostgresServer
+
+        postgres = PostgresServer().start()
+    try:
+        for round_no in range(1, args.rounds + 1):
+            raw, job = one_round(args.entries, postgres)
+            results.append((raw, job))
+            print(f"round {round_no}: raw publish_async {raw:,.0f} msg/s, bulk job {job:,.0f} msg/s "
+                  f"({job / raw:.0%} of raw)", flush=True)
+    finally:
+        if postgres is not None:
+            postgres.remove()
     raw_med = statistics.median(r for r, _ in results)
     job_med = statistics.median(j for _, j in results)
     ratio = statistics.median(j / r for r, j in results)
@@ -176,8 +190,9 @@ def record(args, results, raw_med, job_med, ratio, verdict) -> None:
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
-        "", "## Republish", "",
-        f"`python bench/bench_republish.py --entries {args.entries} --rounds {args.rounds} --record` "
+        "", "## Republish" + (" on PostgreSQL" if args.database == "postgresql" else ""), "",
+        f"`python bench/bench_republish.py --entries {args.entries} --rounds {args.rounds} --record"
+        + (" --database postgresql" if args.database == "postgresql" else "") + "` "
         f"({datetime.now(timezone.utc):%Y-%m-%d}, Python {platform.python_version()}, nats-py {version('nats-py')}, "
         f"{platform.machine()}, {os.cpu_count()} CPUs, nats-server on the same host; load average {load} "
         "at the end: the machine was shared).", "",
