@@ -37,7 +37,9 @@ def test_an_entry_without_an_error_has_a_group_too():
     assert error_group(None, None) == error_group("  ", "not json") == NO_ERROR
 
 
-def test_a_group_opens_the_list_by_subject_reason_and_key():
-    group = Group("orders.created", "fatal", "order <n> not found", 3, None, None)
-    assert group.filter_args() == {"group": "order <n> not found", "subject": "orders.created", "reason": "fatal"}
-    assert Group(None, None, NO_ERROR, 1, None, None).filter_args() == {"group": NO_ERROR}
+def test_a_group_opens_the_list_by_its_id_and_reads_as_json():
+    group = Group(7, "orders.created", "fatal", "order <n> not found", 3, None, None, {"open": 3})
+    assert group.filter_args() == {"group": "7"}
+    assert group.to_dict() == {"id": 7, "subject": "orders.created", "reason": "fatal", "label": "order <n> not found",
+                               "count": 3, "by_status": {"open": 3}, "first_seen": None, "last_seen": None,
+                               "filter": {"group": "7"}}

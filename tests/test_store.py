@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from dlq_dashboard.db.engine import write_transaction
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.entries.filters import EntryFilter, FilterError, decode_cursor, encode_cursor
-from dlq_dashboard.ingest.grouping import NO_ERROR
-from dlq_dashboard.ingest.parse import Advisory
-from dlq_dashboard.ingest.writes import ingest_advisory_batch
 from dlq_dashboard.times import format_time, utcnow
 
 from . import support
@@ -202,21 +199,6 @@ def test_count_newer_counts_only_later_matching_entries_up_to_a_cap(store, engin
     assert store.count_newer(EntryFilter(), 0, cap=3) == 3
 
 
-def test_counts_by_status_ignore_the_status_filter_but_keep_the_others(store, engine, corpus):
-    with write_transaction(engine) as conn:
-        conn.execute(update(Entry).where(Entry.id == corpus["payment"]).values(status="republished"))
-    counts = store.counts_by_status(EntryFilter.from_args({"status": "open", "consumer": "billing"}))
-    assert counts == {"open": 1, "republished": 1, "closed": 0}
-
-
-def test_received_counts_split_by_the_given_bounds(store, engine, corpus):
-    first, last = store.received_range(EntryFilter())
-    assert first <= last
-    bounds = [first - timedelta(minutes=1), first + (last - first) / 2, last + timedelta(minutes=1)]
-    assert sum(store.count_received_between(EntryFilter(), bounds)) == len(corpus)
-    assert store.received_range(EntryFilter.from_args({"q": "nothing-like-this"})) == (None, None)
-
-
 def test_an_entry_is_found_by_its_dlq_reference(store, corpus):
     assert store.entry_by_dlq_ref("DLQ:4").id == corpus["payment"]
     assert store.entry_by_dlq_ref("DLQ:404") is None
@@ -238,57 +220,6 @@ def test_a_filter_survives_the_round_trip_through_its_url_arguments():
                                  "since": "2026-11-29T10:00:00Z"})
     assert EntryFilter.from_args(flt.to_args()) == flt
     assert decode_cursor(encode_cursor(42)) == 42
-
-
-# --- groups -----------------------------------------------------------------------------------
-
-def test_groups_count_first_and_last_seen_and_open_the_same_entries(store, engine):
-    for seq, price in enumerate(["'1'", "'2'", "'x'"], start=1):
-        support.dead_letter(engine, seq, "orders.created", b"{}", Dlq_Reason="schema_invalid",
-                    Dlq_Schema_Errors=json.dumps([{"path": "/items/0/price", "message": f"{price} is not of type 'number'"}]))
-    support.dead_letter(engine, 4, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 4 not found")
-    support.dead_letter(engine, 5, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 5 not found")
-    groups = store.groups(EntryFilter())
-    assert [(g.subject, g.reason, g.key, g.count) for g in groups] == [
-        ("orders.created", "schema_invalid", "/items/0/price: … is not of type 'number'", 3),
-        ("orders.created", "fatal", "order <n> not found", 2),
-    ]
-    assert groups[0].first_seen <= groups[0].last_seen
-    for group in groups:
-        listed = store.list_entries(EntryFilter.from_args(group.filter_args())).entries
-        assert len(listed) == group.count
-
-
-def test_each_entry_is_grouped_once_when_it_is_written(store, engine):
-    first = support.dead_letter(engine, 1, "orders.created", b"{}", Dlq_Error="boom 1")
-    support.dead_letter(engine, 2, "orders.created", b"{}", Dlq_Error="boom 2")
-    support.dead_letter(engine, 3, "orders.created", b"{}")
-    with engine.connect() as conn:
-        keys = dict(conn.execute(select(Entry.dlq_seq, Entry.group_key)).all())
-    assert keys == {1: "boom <n>", 2: "boom <n>", 3: NO_ERROR}
-    assert [e.dlq_seq for e in store.list_entries(EntryFilter.from_args({"group": "boom <n>"})).entries] == [2, 1]
-    # The key is the entry's own: an error text changed behind the mirror's back leaves it.
-    with write_transaction(engine) as conn:
-        conn.execute(update(Entry).where(Entry.id == first).values(error="second text 2"))
-    assert {g.key: g.count for g in store.groups(EntryFilter())} == {"boom <n>": 2, NO_ERROR: 1}
-
-
-def test_a_dlq_copy_merged_into_an_advisorys_entry_brings_its_own_group(store, engine):
-    advisory = Advisory(kind="max_deliveries", id="a-1", at=utcnow(), stream="ORDERS", consumer="billing",
-                        stream_seq=7, deliveries=4, reason=None, raw={})
-    ingest_advisory_batch(engine, "DLQ_ADVISORIES", "e1", [(advisory, None, "gone")], 1)
-    [group] = store.groups(EntryFilter())
-    assert group.key == "Reached the consumer's maximum of <n> deliveries."
-    support.dead_letter(engine, 1, "orders.created", b"{}", Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="7",
-                        Dlq_Consumer="billing", Dlq_Error="warehouse 12 is closed")
-    [group] = store.groups(EntryFilter())
-    assert (group.key, group.count) == ("warehouse <n> is closed", 1)
-
-
-def test_groups_take_the_list_filters(store, engine, corpus):
-    assert {g.subject for g in store.groups(EntryFilter.from_args({"subject": "payments.>"}))} == {
-        "payments.captured", "payments.refunded"}
-    assert {g.subject for g in store.groups(EntryFilter.from_args({"q": "zebulon"}))} == {"orders.created"}
 
 
 def test_an_entry_keeps_its_history_and_actions(store, engine, corpus):

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import nats.js.errors
 from sqlalchemy import insert, update
 
+from ..db.counts import Change, count_changes
 from ..db.engine import write_transaction
 from ..db.models import Action, Entry
 from ..nats.bridge import NatsUnavailable
@@ -36,6 +37,7 @@ def close_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str, n
         now = utcnow()
         conn.execute(update(ENTRIES).where(ENTRIES.c.id == entry_id, ENTRIES.c.version == version)
                      .values(version=version + 1, **close_values(actor, note, now)))
+        count_changes(conn, [_moved(entry, "closed")])
         conn.execute(insert(ACTIONS).values(entry_id=entry_id, action="close", actor=actor, at=now, note=note,
                                             version=version, detail=json.dumps(detail)))
     return Outcome(rt.store.get_entry(entry_id))
@@ -81,6 +83,12 @@ def reopen_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str) 
         now = utcnow()
         conn.execute(update(ENTRIES).where(ENTRIES.c.id == entry_id, ENTRIES.c.version == version).values(
             status="open", version=version + 1, closed_by=None, closed_at=None, close_note=None, updated_at=now))
+        count_changes(conn, [_moved(entry, "open")])
         conn.execute(insert(ACTIONS).values(entry_id=entry_id, action="reopen", actor=actor, at=now,
                                             version=version, detail=json.dumps({"was": entry["status"]})))
     return Outcome(rt.store.get_entry(entry_id))
+
+
+def _moved(entry: Mapping, status: str) -> Change:
+    """The change of the counts when ``entry`` (as loaded) takes ``status``."""
+    return Change(entry["group_id"], entry["group_id"], entry["received_at"], entry["status"], status)

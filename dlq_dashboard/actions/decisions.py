@@ -44,8 +44,13 @@ class Outcome:
 
 
 def load_entry(conn: Connection, entry_id: int):
-    """The entry row, or EntryNotFound."""
-    row = conn.execute(select(ENTRIES).where(ENTRIES.c.id == entry_id)).first()
+    """The entry row, or EntryNotFound; inside a write transaction, so on PostgreSQL the row is
+    locked until it commits (a second replica deciding on the same entry waits and sees the
+    change; on SQLite the transaction holds the write lock already)."""
+    query = select(ENTRIES).where(ENTRIES.c.id == entry_id)
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    row = conn.execute(query).first()
     if row is None:
         raise EntryNotFound(entry_id)
     return row._mapping

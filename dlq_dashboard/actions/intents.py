@@ -20,6 +20,7 @@ from sqlalchemy import Connection, update
 
 from dlq_consumer import headers as contract
 
+from ..db.counts import count_changes, entries_as_counted, status_changes
 from ..db.models import Action, Entry, Republish
 from ..db.rows import insert_rows, update_rows
 from ..times import utcnow
@@ -175,8 +176,10 @@ def record_published(conn: Connection, results: list[tuple[Intent, Any]], *, rec
     done = [i for i, _ in results if i.msg_id in changed]
     if not done:
         return done
+    before = entries_as_counted(conn, [i.entry_id for i in done])
     conn.execute(update(ENTRIES).where(ENTRIES.c.id.in_([i.entry_id for i in done]))
                  .values(status="republished", version=ENTRIES.c.version + 1, updated_at=now))
+    count_changes(conn, status_changes(before, "republished"))
     insert_rows(conn, ACTIONS, [_audit(i, "republish", now, recovered=recovered, publish_stream=acks[i.msg_id].stream,
                                        publish_seq=acks[i.msg_id].seq, duplicate=bool(acks[i.msg_id].duplicate))
                                 for i in done])

@@ -55,8 +55,8 @@ class Entry(Base):
     closed_at: Mapped[datetime | None] = mapped_column(DateTime)
     close_note: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime | None] = mapped_column(DateTime)
-    # The failure group (ingest/grouping.py), computed once when the entry is written.
-    group_key: Mapped[str | None] = mapped_column(String(300))
+    # The failure group (ingest/grouping.py), chosen once when the entry is written.
+    group_id: Mapped[int | None] = mapped_column(BigInt)
 
     __table_args__ = (
         UniqueConstraint("dlq_stream", "dlq_epoch", "dlq_seq", name="uq_entries_dlq_message"),
@@ -75,7 +75,7 @@ class Entry(Base):
         Index("ix_entries_replay_of", "replay_of"),
         # "this is a republish of <stream>:<seq>" looks an entry up without its epoch.
         Index("ix_entries_dlq_ref", "dlq_stream", "dlq_seq"),
-        Index("ix_entries_group_key", "group_key"),
+        Index("ix_entries_group_id", "group_id", "id"),
     )
 
 
@@ -226,6 +226,40 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(255))
     expires_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class FailureGroup(Base):
+    """Entries of one subject and reason whose errors say the same thing, with how many of them
+    have each status and when the first and the last arrived. The counts are kept in the
+    transaction of every change (db/counts.py), so /groups reads groups, not entries."""
+
+    __tablename__ = "failure_groups"
+
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+    # '' where the entries have no subject or reason: a unique key needs values, not NULLs.
+    subject: Mapped[str] = mapped_column(String(1024))
+    reason: Mapped[str] = mapped_column(String(255))
+    key: Mapped[str] = mapped_column(String(300))
+    open_count: Mapped[int] = mapped_column(BigInt, default=0)
+    republished_count: Mapped[int] = mapped_column(BigInt, default=0)
+    closed_count: Mapped[int] = mapped_column(BigInt, default=0)
+    first_seen: Mapped[datetime | None] = mapped_column(DateTime)
+    last_seen: Mapped[datetime | None] = mapped_column(DateTime)
+
+    __table_args__ = (UniqueConstraint("subject", "reason", "key", name="uq_failure_groups"),)
+
+
+class Arrival(Base):
+    """How many entries of a group and status arrived in a minute (width 60) or an hour (3600):
+    the chart of failures over time, read without reading the entries."""
+
+    __tablename__ = "arrivals"
+
+    width: Mapped[int] = mapped_column(Integer, primary_key=True)
+    bucket: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    group_id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), primary_key=True)
+    count: Mapped[int] = mapped_column(BigInt, default=0)
 
 
 class LoginFailure(Base):

@@ -76,6 +76,25 @@ def replace_rows(conn: Connection, table, rows: list[dict], *, key: str) -> None
     _sqlite_insert(conn, "INSERT OR REPLACE", table, rows, names)
 
 
+def add_to_counts(conn: Connection, table, rows: list[dict], *, key: list[str], count: str) -> None:
+    """INSERT rows, or where ``key`` is taken add their ``count`` to the stored row's."""
+    if not rows:
+        return
+    names = list(rows[0])
+    if conn.dialect.name != "sqlite":
+        statement = postgresql.insert(table)
+        conn.execute(statement.on_conflict_do_update(
+            index_elements=[table.c[k] for k in key], set_={count: table.c[count] + statement.excluded[count]}),
+            rows)
+        return
+    mark = "(" + ", ".join("?" * len(names)) + ")"
+    for chunk in _chunks(sqlite_values(rows, names), len(names)):
+        conn.exec_driver_sql(
+            f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {', '.join([mark] * len(chunk))} "
+            f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {count} = {table.name}.{count} + excluded.{count}",
+            tuple(chain.from_iterable(chunk)))
+
+
 def _sqlite_insert(conn: Connection, verb: str, table, rows: list[dict], names: list[str]) -> int:
     mark = "(" + ", ".join("?" * len(names)) + ")"
     inserted = 0

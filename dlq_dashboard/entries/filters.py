@@ -13,11 +13,12 @@ from typing import Mapping
 from sqlalchemy import Engine, func, literal_column, or_, select, text
 
 from ..db.engine import is_sqlite
-from ..db.models import Entry
+from ..db.models import Entry, FailureGroup
 from ..errors import InvalidRequest
 from ..times import format_time, parse_time
 from .shape import STATUSES
 
+GROUPS = FailureGroup.__table__
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
@@ -136,7 +137,7 @@ class EntryFilter:
     until: datetime | None = None
     limit: int = DEFAULT_LIMIT
     cursor: str | None = None
-    # A failure group's normalized error (see groups.py): the entries a /groups row stands for.
+    # A failure group: its id as /groups links it (or, from older links, its key text).
     group: str | None = None
 
     @classmethod
@@ -192,14 +193,7 @@ class EntryFilter:
         if self.status:
             conds.append(Entry.status == self.status)
         if self.subject:
-            if "*" in self.subject or ">" in self.subject.split("."):
-                prefix = _literal_prefix(self.subject)
-                if prefix:
-                    # The prefix lets the subject index narrow the rows the regex must look at.
-                    conds.append(Entry.original_subject.like(_like_escape(prefix) + "%", escape="\\"))
-                conds.append(Entry.original_subject.regexp_match(subject_pattern_regex(self.subject)))
-            else:
-                conds.append(Entry.original_subject == self.subject)
+            conds.extend(_subject_conditions(Entry.original_subject, self.subject))
         if self.stream:
             conds.append(or_(Entry.original_stream == self.stream, Entry.dlq_stream == self.stream))
         if self.consumer:
@@ -211,10 +205,39 @@ class EntryFilter:
         if self.until:
             conds.append(Entry.received_at < self.until)
         if self.group:
-            conds.append(Entry.group_key == self.group)
+            conds.append(Entry.group_id.in_(select(GROUPS.c.id).where(self._group_condition())))
         if self.q and search:
             conds.append(_search_condition(engine, self.q))
         return conds
+
+    def group_conditions(self) -> list:
+        """SQL conditions on failure_groups for the filters the kept counts hold (subject,
+        reason, group; a group's subject and reason are '' where its entries have none)."""
+        conds = []
+        if self.subject:
+            conds.extend(_subject_conditions(GROUPS.c.subject, self.subject))
+        if self.reason:
+            conds.append(GROUPS.c.reason == self.reason)
+        if self.group:
+            conds.append(self._group_condition())
+        return conds
+
+    def _group_condition(self):
+        if self.group.isdigit() and int(self.group) < 2**63:
+            return GROUPS.c.id == int(self.group)
+        return GROUPS.c.key == self.group  # a link made before groups had ids
+
+
+def _subject_conditions(column, pattern: str) -> list:
+    if "*" in pattern or ">" in pattern.split("."):
+        conds = []
+        prefix = _literal_prefix(pattern)
+        if prefix:
+            # The prefix lets the subject index narrow the rows the regex must look at.
+            conds.append(column.like(_like_escape(prefix) + "%", escape="\\"))
+        conds.append(column.regexp_match(subject_pattern_regex(pattern)))
+        return conds
+    return [column == pattern]
 
 
 def _search_condition(engine: Engine, q: str):

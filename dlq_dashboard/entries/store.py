@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Iterator
 
-from sqlalchemy import Engine, Select, and_, column, false, func, literal_column, or_, select, table, text
+from sqlalchemy import Engine, Select, and_, column, false, func, or_, select, table, text
 
 from ..db.engine import is_sqlite, read_transaction
 from ..db.models import Action, Entry, Event, Republish
-from ..ingest.grouping import NO_ERROR
-from ..times import as_time, format_time
+from ..times import format_time
 from .audit import audit_record
-from .filters import STATUSES, EntryFilter, decode_cursor, encode_cursor, fts_query
-from .groups import Group
+from .filters import EntryFilter, decode_cursor, encode_cursor, fts_query
 from .view import EntryView, Page
 
 
@@ -121,72 +118,6 @@ class Store:
         if entry.consumer:
             query = query.where(or_(Event.consumer == entry.consumer, Event.consumer.is_(None)))
         return [_event_dict(r) for r in conn.execute(query.order_by(Event.at, Event.id))]
-
-    def counts_by_status(self, flt: EntryFilter | None = None) -> dict[str, int]:
-        """How many entries each status has (under the filter, status aside)."""
-        conds = []
-        if flt is not None:
-            conds = EntryFilter(**{**flt.__dict__, "status": None}).conditions(self.engine)
-        # One count per status rather than a GROUP BY: each is a range of the status index.
-        counts = {}
-        with read_transaction(self.engine) as conn:
-            for status in STATUSES:
-                counts[status] = conn.execute(select(func.count()).select_from(ENTRIES)
-                                              .where(Entry.status == status, *conds)).scalar_one()
-        return counts
-
-    def received_per_minute(self, flt: EntryFilter) -> dict[datetime, int] | None:
-        """Entries under the filter per minute received, in one pass; None when nothing narrows
-        the selection (then received_range and count_received_between are cheaper)."""
-        conds = flt.conditions(self.engine)
-        if not conds:
-            return None
-        if is_sqlite(self.engine):
-            minute = func.substr(Entry.received_at, 1, 16)  # stored as 'YYYY-MM-DD HH:MM:SS...'
-        else:
-            minute = func.date_trunc("minute", Entry.received_at)
-        with read_transaction(self.engine) as conn:
-            rows = conn.execute(select(minute.label("minute"), func.count()).where(and_(True, *conds))
-                                .group_by(literal_column("minute"))).all()
-        result: dict[datetime, int] = {}
-        for at, n in rows:
-            at = as_time(at if isinstance(at, datetime) else f"{at}:00")
-            if at is not None:
-                result[at] = result.get(at, 0) + n
-        return result
-
-    def received_range(self, flt: EntryFilter) -> tuple[datetime | None, datetime | None]:
-        """When the first and the last entry under the filter were received."""
-        conds = flt.conditions(self.engine)
-        with read_transaction(self.engine) as conn:
-            # Two queries: SQLite reads min() or max() off the index only when it is alone.
-            first = conn.execute(select(func.min(Entry.received_at)).where(and_(True, *conds))).scalar()
-            last = conn.execute(select(func.max(Entry.received_at)).where(and_(True, *conds))).scalar()
-        return as_time(first), as_time(last)
-
-    def count_received_between(self, flt: EntryFilter, bounds: list[datetime]) -> list[int]:
-        """Entries under the filter received in each [bounds[i], bounds[i+1]).
-
-        Each count is a range of the received_at index: fast without other conditions. With
-        them, received_per_minute reads the matching rows once instead of once a bar.
-        """
-        conds = flt.conditions(self.engine)
-        with read_transaction(self.engine) as conn:
-            return [conn.execute(select(func.count()).select_from(ENTRIES).where(
-                        Entry.received_at >= start, Entry.received_at < end, *conds)).scalar_one()
-                    for start, end in zip(bounds, bounds[1:])]
-
-    def groups(self, flt: EntryFilter, limit: int = 200) -> list[Group]:
-        """Failure groups under the filter: subject, reason and group key, largest first."""
-        query = (select(Entry.original_subject, Entry.reason, Entry.group_key, func.count().label("n"),
-                        func.min(Entry.received_at), func.max(Entry.received_at))
-                 .where(and_(True, *flt.conditions(self.engine)))
-                 .group_by(Entry.original_subject, Entry.reason, Entry.group_key)
-                 .order_by(literal_column("n").desc(), Entry.original_subject).limit(limit))
-        with read_transaction(self.engine) as conn:
-            rows = conn.execute(query).all()
-        return [Group(subject, reason, key or NO_ERROR, n, as_time(first), as_time(last))
-                for subject, reason, key, n, first, last in rows]
 
     def replays_of(self, ref: str) -> list[EntryView]:
         """Entries whose message was a republish of the entry named ``<stream>:<seq>``."""

@@ -4,8 +4,8 @@ when the mirror writes it.
 An error text is normalized so that the parts that differ from message to message (ids,
 numbers, quoted values) do not split a group: "order 17 not found" and "order 42 not found"
 are one group, and so are 500 schema failures "/items/0/price: 'abc' is not of type 'number'"
-with different wrong values. The key is stored in ``entries.group_key``: /groups counts by it
-and the list filters by it (``group=``).
+with different wrong values. An entry belongs to the failure group of its subject, reason and
+key (db/counts.py keeps each group's counts); the list filters by it (``group=``).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from typing import Iterable
 
 from sqlalchemy import Connection, Engine, func, insert, or_, select, update
 
+from ..db.counts import Change, count_changes, group_ids, group_of
 from ..db.engine import write_transaction
 from ..db.models import Entry, Event, MirrorState
 from ..db.rows import insert_rows
@@ -60,8 +61,7 @@ def reset_position(engine: Engine, stream: str, epoch: str) -> None:
 
 # Columns a DLQ copy brings to an entry first made from an advisory.
 _DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "original_msg_id", "reason",
-               "error", "schema_errors", "headers", "payload", "payload_available", "replay_of", "notes",
-               "group_key")
+               "error", "schema_errors", "headers", "payload", "payload_available", "replay_of", "notes")
 
 
 def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[StreamMessage]) -> int:
@@ -77,14 +77,29 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
                                    payload=m.data, stored_at=m.stored_at, received_at=now)
             for m in messages]
     with write_transaction(engine) as conn:
+        ids = group_ids(conn, {_group_of(r) for r in rows})
+        for row in rows:
+            row["group_id"] = ids[_group_of(row)]
         rows = _merge_into_advisory_entries(conn, rows)
         made = 0
         if rows:
             newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
             made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS, skip_duplicates=True)
             index_new_entries(conn, newest)
+            count_new_entries(conn, newest)
         _save_position(conn, stream, epoch, max(m.seq for m in messages))
     return max(made, 0)
+
+
+def _group_of(row: dict) -> tuple[str, str, str]:
+    return group_of(row["original_subject"], row["reason"], row["group_key"])
+
+
+def count_new_entries(conn: Connection, after_id: int) -> None:
+    """Count entries with an id above ``after_id`` in their groups (db/counts.py), in ``conn``'s
+    transaction. Every code path that inserts entries calls it."""
+    count_changes(conn, [Change(None, r.group_id, r.received_at, None, r.status) for r in conn.execute(
+        select(ENTRIES.c.group_id, ENTRIES.c.received_at, ENTRIES.c.status).where(ENTRIES.c.id > after_id))])
 
 
 # The mirror's hot path: on SQLite one multi-row INSERT a chunk, which skips SQLAlchemy's
@@ -119,12 +134,12 @@ def _merge_into_advisory_entries(conn: Connection, rows: list[dict]) -> list[dic
     for stream_name, (low, high) in ranges.items():
         candidates.extend(conn.execute(
             select(Entry.id, Entry.original_stream, Entry.original_seq, Entry.consumer, Entry.deliveries,
-                   Entry.failed_at)
+                   Entry.failed_at, Entry.reason, Entry.group_id, Entry.received_at, Entry.status)
             .where(Entry.dlq_seq.is_(None), Entry.original_stream == stream_name,
                    Entry.original_seq.between(low, high))).all())
     if not candidates:
         return rows
-    remaining = []
+    remaining, merged = [], []
     taken: set[int] = set()
     for row in rows:
         match = next((c for c in candidates if c.id not in taken
@@ -144,8 +159,15 @@ def _merge_into_advisory_entries(conn: Connection, rows: list[dict]) -> list[dic
         values["updated_at"] = row["received_at"]
         if values["reason"] is None:
             values.pop("reason")
+        merged.append((match, values, group_of(row["original_subject"], values.get("reason", match.reason),
+                                               row["group_key"])))
+    # The DLQ copy's error decides the group: the entry moves from its advisory's group.
+    ids = group_ids(conn, {group for _, _, group in merged})
+    for match, values, group in merged:
         conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id)
-                     .values(**values, version=ENTRIES.c.version + 1))
+                     .values(**values, group_id=ids[group], version=ENTRIES.c.version + 1))
+    count_changes(conn, [Change(match.group_id, ids[group], match.received_at, match.status, match.status)
+                         for match, _, group in merged])
     return remaining
 
 
@@ -216,6 +238,7 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
     now = utcnow()
     notes = []
     error = _advisory_error(advisory)
+    group = group_of(fetched.subject if fetched else None, advisory.kind, error_group(error, None))
     headers = normalize_headers(fetched.headers if fetched else None)
     if fetched is None:
         notes.append(missing_reason or "The source stream no longer has this message.")
@@ -226,10 +249,12 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
         original_subject=fetched.subject if fetched else None,
         original_stream=advisory.stream, original_seq=advisory.stream_seq, consumer=advisory.consumer,
         original_msg_id=next((v[0] for k, v in headers.items() if k.lower() == H_NATS_MSG_ID and v), None),
-        reason=advisory.kind, error=error, schema_errors=None, group_key=error_group(error, None),
+        reason=advisory.kind, error=error, schema_errors=None,
+        group_id=group_ids(conn, [group])[group],
         deliveries=advisory.deliveries, failed_at=advisory.at, received_at=now,
         headers=json.dumps(headers, ensure_ascii=False), payload=fetched.data if fetched else b"",
         payload_available=fetched is not None, replay_of=replay_of, sources="advisory",
         notes=json.dumps(notes), updated_at=now))
     index_new_entries(conn, newest)
+    count_new_entries(conn, newest)
     return 1

@@ -13,10 +13,11 @@ from flask import Blueprint, make_response, render_template, request
 from dlq_consumer import headers as contract
 
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
+from ..entries.tallies import BOUND, Tallies
 from . import current_runtime
 from .auth import requires
 from .data import entries_page, get_entry_or_404
-from .presenters.charts import Chart, build_chart, chart_bounds, describe_size, totals_per_bar
+from .presenters.charts import build_chart, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.timeline import build_timeline
 from .responses import htmx, list_url, page_or_fragment, render_block
@@ -68,25 +69,17 @@ def index():
 def summary():
     """Counts by status and the chart of failures over time, for the list's filters."""
     flt, filter_error = parse_filter(request.args)
-    counts, chart = None, None
+    counts, chart, tally = None, None, None
     if not filter_error:
-        counts = current_runtime().store.counts_by_status(flt)
-        chart = failures_chart(flt)
+        tallies = Tallies(current_runtime().store)
+        counts, tally = tallies.counts_by_status(flt)
+        bounds = chart_bounds(*tallies.received_range(flt))
+        totals, _ = tallies.received_between(flt, bounds)
+        chart = build_chart(bounds, totals)
     return make_response(render_block(
-        "index.html", "summary", flt=flt, counts=counts, chart=chart, filter_error=filter_error,
-        filter_args=flt.to_args(), bar_size=describe_size(chart.bar_size) if chart else ""),
-        400 if filter_error else 200)
-
-
-def failures_chart(flt: EntryFilter) -> Chart:
-    """The bars of failures received over time under a filter."""
-    store = current_runtime().store
-    minutes = store.received_per_minute(flt)
-    if minutes is None:  # nothing narrows the selection: ranges of the received_at index
-        bounds = chart_bounds(*store.received_range(flt))
-        return build_chart(bounds, store.count_received_between(flt, bounds))
-    bounds = chart_bounds(min(minutes, default=None), max(minutes, default=None))
-    return build_chart(bounds, totals_per_bar(bounds, minutes))
+        "index.html", "summary", flt=flt, counts=counts, chart=chart, tally=tally, bound=BOUND,
+        filter_error=filter_error, filter_args=flt.to_args(),
+        bar_size=describe_size(chart.bar_size) if chart else ""), 400 if filter_error else 200)
 
 
 @bp.route("/entries/new")
@@ -110,11 +103,11 @@ def groups():
     """Failures grouped by subject, reason and normalized error; a group opens the filtered list."""
     defaults = {} if "status" in request.args else {"status": "open"}
     flt, filter_error = parse_filter(request.args, **defaults)
-    found = None if filter_error else current_runtime().store.groups(flt)
+    found, tally = (None, None) if filter_error else Tallies(current_runtime().store).groups(flt)
     base = {k: v for k, v in flt.to_args().items() if k not in ("group", "subject", "reason")}
     return page_or_fragment("groups.html", "results", 400 if filter_error else 200,
-                            groups=found, flt=flt, args={**defaults, **request.args.to_dict()},
-                            filter_error=filter_error, base_args=base)
+                            groups=found, tally=tally, bound=BOUND, flt=flt,
+                            args={**defaults, **request.args.to_dict()}, filter_error=filter_error, base_args=base)
 
 
 # --- one entry --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
 
+from ...db.counts import Change, count_changes
 from ...db.engine import write_transaction
 from ...db.leases import acquire_lease
 from ...db.rows import update_rows
@@ -284,7 +285,10 @@ class JobWork:
         results: dict[int, tuple[str, str]] = {}
         with write_transaction(rt.engine) as conn:
             ids = [i.entry_id for i in items]
-            rows = {r.id: r._mapping for r in conn.execute(select(ENTRIES).where(ENTRIES.c.id.in_(ids)))}
+            query = select(ENTRIES).where(ENTRIES.c.id.in_(ids))
+            if conn.dialect.name == "postgresql":
+                query = query.with_for_update()  # decided and changed in this transaction only
+            rows = {r.id: r._mapping for r in conn.execute(query)}
             pending = pending_intents(conn, ids)
             closing = []
             for item in items:
@@ -306,6 +310,8 @@ class JobWork:
                                                    ENTRIES.c.version == bindparam("b_version"))
                              .values(version=ENTRIES.c.version + 1, **close_values(job["actor"], job["note"], now)),
                              [{"b_id": item.entry_id, "b_version": item.version} for item, _ in closing])
+                count_changes(conn, [Change(row["group_id"], row["group_id"], row["received_at"], row["status"],
+                                            "closed") for _, row in closing])
                 conn.execute(insert(ACTIONS), [{
                     "entry_id": item.entry_id, "job_id": self.job_id, "action": "close", "actor": job["actor"],
                     "at": now, "note": job["note"], "version": item.version,

@@ -1,4 +1,4 @@
-"""The list page's chart of failures over time: bar edges, then counts into bars, drawn as
+"""The list page's chart of failures over time: bar edges, then the counts of each bar drawn as
 SVG by the template (server-side; no script)."""
 
 from __future__ import annotations
@@ -58,19 +58,6 @@ def chart_bounds(first: datetime | None, last: datetime | None, *, max_bars: int
     count = max(count, MIN_BARS)
     start = _floor(last, size) - (count - 1) * size
     return [start + i * size for i in range(count + 1)]
-
-
-def totals_per_bar(bounds: list[datetime], minutes: dict[datetime, int]) -> list[int]:
-    """Sum per-minute counts into the bars between ``bounds``."""
-    totals = [0] * max(len(bounds) - 1, 0)
-    if not totals:
-        return totals
-    size = bounds[1] - bounds[0]
-    for at, n in minutes.items():
-        index = int((at - bounds[0]) / size)
-        if 0 <= index < len(totals):
-            totals[index] += n
-    return totals
 
 
 def build_chart(bounds: list[datetime], totals: list[int]) -> Chart:

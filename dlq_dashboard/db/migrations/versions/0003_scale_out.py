@@ -1,5 +1,6 @@
-"""v3, for several replicas and PostgreSQL: each entry's failure group stored with it (old entries
-grouped here), the entry_groups cache dropped, failed logins in the database (every replica
+"""v3, for several replicas, PostgreSQL and a million entries: failure groups as rows with their
+counts kept (failure_groups, arrivals), each entry's group chosen once (old entries grouped and
+counted here; the entry_groups cache dropped), failed logins in the database (every replica
 counts them), and on PostgreSQL 64-bit ids and sequences and a full-text index.
 
 Revision ID: 0003
@@ -11,6 +12,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from dlq_dashboard.db.counts import Change, count_changes, group_ids, group_of
 from dlq_dashboard.ingest.grouping import error_group
 
 revision = "0003"
@@ -67,15 +69,37 @@ def upgrade() -> None:
             if is_id:
                 op.execute(f"ALTER SEQUENCE {table}_id_seq AS bigint")
 
-    op.add_column("entries", sa.Column("group_key", sa.String(300)))
+    big_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+    op.create_table(
+        "failure_groups",
+        sa.Column("id", big_id, primary_key=True),
+        sa.Column("subject", sa.String(1024), nullable=False),
+        sa.Column("reason", sa.String(255), nullable=False),
+        sa.Column("key", sa.String(300), nullable=False),
+        sa.Column("open_count", big_id, nullable=False),
+        sa.Column("republished_count", big_id, nullable=False),
+        sa.Column("closed_count", big_id, nullable=False),
+        sa.Column("first_seen", sa.DateTime),
+        sa.Column("last_seen", sa.DateTime),
+        sa.UniqueConstraint("subject", "reason", "key", name="uq_failure_groups"),
+    )
+    op.create_table(
+        "arrivals",
+        sa.Column("width", sa.Integer, primary_key=True),
+        sa.Column("bucket", sa.DateTime, primary_key=True),
+        sa.Column("group_id", big_id, primary_key=True),
+        sa.Column("status", sa.String(16), primary_key=True),
+        sa.Column("count", big_id, nullable=False),
+    )
+    op.add_column("entries", sa.Column("group_id", big_id))
     _group_existing_entries(bind)
-    op.create_index("ix_entries_group_key", "entries", ["group_key"])
-    # /groups read this cache of keys; the key now lives on the entry.
+    op.create_index("ix_entries_group_id", "entries", ["group_id", "id"])
+    # /groups read this cache of keys; an entry's group is now chosen when it is written.
     op.drop_table("entry_groups")
 
     op.create_table(
         "login_failures",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+        sa.Column("id", big_id, primary_key=True),
         sa.Column("key", sa.String(300), nullable=False),
         sa.Column("at", sa.DateTime, nullable=False),
     )
@@ -86,17 +110,23 @@ def upgrade() -> None:
 
 
 def _group_existing_entries(bind) -> None:
-    entries = sa.table("entries", sa.column("id"), sa.column("error"), sa.column("schema_errors"),
-                       sa.column("group_key"))
+    """Group and count the entries of an older database, as the mirror does new ones."""
+    entries = sa.table("entries", sa.column("id"), sa.column("original_subject"), sa.column("reason"),
+                       sa.column("error"), sa.column("schema_errors"), sa.column("received_at", sa.DateTime),
+                       sa.column("status"), sa.column("group_id"))
     after = 0
     while True:
-        rows = bind.execute(sa.select(entries.c.id, entries.c.error, entries.c.schema_errors)
+        rows = bind.execute(sa.select(entries.c.id, entries.c.original_subject, entries.c.reason, entries.c.error,
+                                      entries.c.schema_errors, entries.c.received_at, entries.c.status)
                             .where(entries.c.id > after).order_by(entries.c.id).limit(BATCH)).all()
         if not rows:
             return
+        named = {r.id: group_of(r.original_subject, r.reason, error_group(r.error, r.schema_errors)) for r in rows}
+        ids = group_ids(bind, named.values())
         bind.execute(sa.update(entries).where(entries.c.id == sa.bindparam("b_id"))
-                     .values(group_key=sa.bindparam("b_key")),
-                     [{"b_id": r.id, "b_key": error_group(r.error, r.schema_errors)} for r in rows])
+                     .values(group_id=sa.bindparam("b_group")),
+                     [{"b_id": r.id, "b_group": ids[named[r.id]]} for r in rows])
+        count_changes(bind, [Change(None, ids[named[r.id]], r.received_at, None, r.status) for r in rows])
         after = rows[-1].id
 
 

@@ -1,0 +1,116 @@
+"""Counts kept beside the entries, so that the groups and the summary read no more rows as the
+table grows: each failure group with its entries per status and its first and last arrival
+(failure_groups), and arrivals per minute and per hour by group and status (arrivals).
+
+Every write that adds an entry, moves one to another group or changes its status calls
+:func:`count_changes` in its own transaction, so the counts are exactly as true as the entries.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Iterable
+
+from sqlalchemy import Connection, DateTime, bindparam, case, select, tuple_, update
+
+from .models import Arrival, Entry, FailureGroup
+from .rows import add_to_counts, insert_rows
+
+GROUPS, ARRIVALS, ENTRIES = FailureGroup.__table__, Arrival.__table__, Entry.__table__
+#: Bucket widths in seconds: minutes for short charts, hours for long ones.
+WIDTHS = (60, 3600)
+STATUS_COLUMNS = {"open": "open_count", "republished": "republished_count", "closed": "closed_count"}
+_EPOCH = datetime(1970, 1, 1)
+
+
+def bucket(at: datetime, width: int) -> datetime:
+    """The start of the ``width``-second bucket ``at`` falls in."""
+    return _EPOCH + timedelta(seconds=(int((at - _EPOCH).total_seconds()) // width) * width)
+
+
+def group_of(subject: str | None, reason: str | None, key: str) -> tuple[str, str, str]:
+    """How a group is named in failure_groups: no subject or reason is ''."""
+    return subject or "", reason or "", key
+
+
+def group_ids(conn: Connection, groups: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str], int]:
+    """The id of each group (as group_of names it), made when it is new."""
+    wanted = set(groups)
+    if not wanted:
+        return {}
+    insert_rows(conn, GROUPS, [{"subject": s, "reason": r, "key": k, "open_count": 0, "republished_count": 0,
+                                "closed_count": 0} for s, r, k in sorted(wanted)], skip_duplicates=True)
+    found: dict[tuple, int] = {}
+    ordered = sorted(wanted)
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start:start + 500]
+        for group_id, s, r, k in conn.execute(
+                select(GROUPS.c.id, GROUPS.c.subject, GROUPS.c.reason, GROUPS.c.key)
+                .where(tuple_(GROUPS.c.subject, GROUPS.c.reason, GROUPS.c.key).in_(chunk))):
+            found[(s, r, k)] = group_id
+    return found
+
+
+@dataclass(frozen=True)
+class Change:
+    """An entry counted somewhere new: written (``old_group`` None), moved to another group, or
+    given another status."""
+
+    old_group: int | None
+    new_group: int
+    received_at: datetime
+    old_status: str | None
+    new_status: str
+
+
+def count_changes(conn: Connection, changes: Iterable[Change]) -> None:
+    """Move the counts of these entries from where they were counted to where they are now."""
+    per_group: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    per_bucket: dict[tuple, int] = defaultdict(int)
+    seen: dict[int, list[datetime]] = {}
+    for c in changes:
+        if c.old_group == c.new_group and c.old_status == c.new_status:
+            continue
+        if c.old_group is not None:
+            per_group[c.old_group][c.old_status] -= 1
+            for width in WIDTHS:
+                per_bucket[(width, bucket(c.received_at, width), c.old_group, c.old_status)] -= 1
+        else:
+            first_last = seen.setdefault(c.new_group, [c.received_at, c.received_at])
+            first_last[0], first_last[1] = min(first_last[0], c.received_at), max(first_last[1], c.received_at)
+        per_group[c.new_group][c.new_status] += 1
+        for width in WIDTHS:
+            per_bucket[(width, bucket(c.received_at, width), c.new_group, c.new_status)] += 1
+    if not per_group:
+        return
+    deltas = [{"b_id": group_id, **{f"b_{column}": by_status.get(status, 0)
+                                    for status, column in STATUS_COLUMNS.items()},
+               "b_first": seen.get(group_id, (None, None))[0], "b_last": seen.get(group_id, (None, None))[1]}
+              for group_id, by_status in per_group.items()]
+    first, last = bindparam("b_first", type_=DateTime()), bindparam("b_last", type_=DateTime())
+    conn.execute(update(GROUPS).where(GROUPS.c.id == bindparam("b_id")).values(
+        **{column: GROUPS.c[column] + bindparam(f"b_{column}") for column in STATUS_COLUMNS.values()},
+        first_seen=case((first.is_(None), GROUPS.c.first_seen), (GROUPS.c.first_seen.is_(None), first),
+                        (first < GROUPS.c.first_seen, first), else_=GROUPS.c.first_seen),
+        last_seen=case((last.is_(None), GROUPS.c.last_seen), (GROUPS.c.last_seen.is_(None), last),
+                       (last > GROUPS.c.last_seen, last), else_=GROUPS.c.last_seen)), deltas)
+    add_to_counts(conn, ARRIVALS, [{"width": w, "bucket": b, "group_id": g, "status": s, "count": n}
+                                   for (w, b, g, s), n in sorted(per_bucket.items()) if n],
+                  key=["width", "bucket", "group_id", "status"], count="count")
+
+
+def entries_as_counted(conn: Connection, ids: list[int]) -> dict[int, tuple[int, datetime, str]]:
+    """(group id, received_at, status) of each entry, read inside the write transaction that is
+    about to change them (on PostgreSQL the rows are locked until it commits)."""
+    query = select(ENTRIES.c.id, ENTRIES.c.group_id, ENTRIES.c.received_at, ENTRIES.c.status) \
+        .where(ENTRIES.c.id.in_(ids))
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    return {r.id: (r.group_id, r.received_at, r.status) for r in conn.execute(query)}
+
+
+def status_changes(before: dict[int, tuple[int, datetime, str]], new_status: str) -> list[Change]:
+    """The changes of entries read by entries_as_counted that now have ``new_status``."""
+    return [Change(group, group, at, status, new_status) for group, at, status in before.values()]

@@ -1,0 +1,160 @@
+"""What the groups page and the list's summary count: from the counts kept beside the entries
+(db/counts.py) when the filter is one they hold (status, subject, reason, group), so the answer
+costs the same at a thousand entries and at a million; otherwise from the matching entries
+themselves, the newest BOUND of them at most, and the answer says so."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, Select, and_, func, literal_column, select
+
+from ..db.counts import ARRIVALS, GROUPS, STATUS_COLUMNS
+from ..db.engine import is_sqlite, read_transaction
+from ..db.models import Entry
+from ..ingest.grouping import NO_ERROR
+from ..times import as_time
+from .filters import STATUSES, EntryFilter
+from .groups import Group
+from .store import Store
+
+#: The most matching entries counted when the kept counts cannot answer a filter.
+BOUND = 100_000
+# The filters the kept counts hold; any other one (stream, consumer, q, since, until) needs the entries.
+_KEPT = {"status", "subject", "reason", "group"}
+
+
+@dataclass(frozen=True)
+class Tally:
+    """How counts were made: ``kept`` from the kept counts (exact at any size); otherwise from
+    the entries, ``whole`` when every matching entry was counted (False: only the newest BOUND)."""
+
+    kept: bool
+    whole: bool = True
+
+
+KEPT = Tally(kept=True)
+
+
+def served_by_kept_counts(flt: EntryFilter) -> bool:
+    """True when every filter given is one the kept counts hold."""
+    return set(flt.to_args()) <= _KEPT
+
+
+class Tallies:
+    """Groups, counts by status and arrivals over time, under a filter."""
+
+    def __init__(self, store: Store):
+        self.store, self.engine = store, store.engine
+
+    # --- groups --------------------------------------------------------------------------------
+
+    def groups(self, flt: EntryFilter, limit: int = 200) -> tuple[list[Group], Tally]:
+        """Failure groups under the filter, largest first."""
+        if served_by_kept_counts(flt):
+            count = _count_column(flt.status)
+            query = (select(GROUPS, count.label("n")).where(count > 0, *flt.group_conditions())
+                     .order_by(literal_column("n").desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
+            with read_transaction(self.engine) as conn:
+                rows = conn.execute(query).all()
+            return [_group(r, r.n, r.first_seen, r.last_seen) for r in rows], KEPT
+        newest, tally = self._newest(flt)
+        counted = (select(Entry.group_id, func.count().label("n"), func.min(Entry.received_at).label("first"),
+                          func.max(Entry.received_at).label("last"))
+                   .where(Entry.id.in_(newest)).group_by(Entry.group_id).subquery())
+        query = (select(GROUPS, counted.c.n, counted.c.first, counted.c.last)
+                 .join(counted, counted.c.group_id == GROUPS.c.id)
+                 .order_by(counted.c.n.desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(query).all()
+        return [_group(r, r.n, as_time(r.first), as_time(r.last)) for r in rows], tally
+
+    # --- counts by status ----------------------------------------------------------------------
+
+    def counts_by_status(self, flt: EntryFilter) -> tuple[dict[str, int], Tally]:
+        """How many entries each status has under the filter (its status aside)."""
+        others = EntryFilter(**{**flt.__dict__, "status": None, "cursor": None})
+        if served_by_kept_counts(others):
+            sums = [func.coalesce(func.sum(GROUPS.c[STATUS_COLUMNS[s]]), 0) for s in STATUSES]
+            with read_transaction(self.engine) as conn:
+                row = conn.execute(select(*sums).where(and_(True, *others.group_conditions()))).one()
+            return {status: int(n) for status, n in zip(STATUSES, row)}, KEPT
+        newest, tally = self._newest(others)
+        with read_transaction(self.engine) as conn:
+            rows = dict(conn.execute(select(Entry.status, func.count()).where(Entry.id.in_(newest))
+                                     .group_by(Entry.status)).all())
+        return {status: rows.get(status, 0) for status in STATUSES}, tally
+
+    # --- arrivals over time --------------------------------------------------------------------
+
+    def received_range(self, flt: EntryFilter) -> tuple[datetime | None, datetime | None]:
+        """When the first and the last entry under the filter arrived."""
+        if served_by_kept_counts(flt):
+            query = select(func.min(GROUPS.c.first_seen), func.max(GROUPS.c.last_seen)).where(
+                _count_column(flt.status) > 0, *flt.group_conditions())
+        else:
+            newest, _ = self._newest(flt)
+            query = select(func.min(Entry.received_at), func.max(Entry.received_at)).where(Entry.id.in_(newest))
+        with read_transaction(self.engine) as conn:
+            first, last = conn.execute(query).one()
+        return as_time(first), as_time(last)
+
+    def received_between(self, flt: EntryFilter, bounds: list[datetime]) -> tuple[list[int], Tally]:
+        """Entries under the filter that arrived in each [bounds[i], bounds[i+1])."""
+        totals = [0] * max(len(bounds) - 1, 0)
+        if not totals:
+            return totals, KEPT
+        size = bounds[1] - bounds[0]
+        if served_by_kept_counts(flt):
+            # Hour buckets for bars of an hour or more (each bar a whole number of hours), else minutes.
+            width = 3600 if size >= timedelta(hours=1) else 60
+            query = (select(ARRIVALS.c.bucket, func.sum(ARRIVALS.c.count))
+                     .join(GROUPS, GROUPS.c.id == ARRIVALS.c.group_id)
+                     .where(ARRIVALS.c.width == width, ARRIVALS.c.bucket >= bounds[0], ARRIVALS.c.bucket < bounds[-1],
+                            *flt.group_conditions())
+                     .group_by(ARRIVALS.c.bucket))
+            if flt.status:
+                query = query.where(ARRIVALS.c.status == flt.status)
+            tally = KEPT
+        else:
+            newest, tally = self._newest(flt)
+            query = (select(_minute(self.engine).label("minute"), func.count())
+                     .where(Entry.id.in_(newest), Entry.received_at >= bounds[0], Entry.received_at < bounds[-1])
+                     .group_by(literal_column("minute")))
+        with read_transaction(self.engine) as conn:
+            for at, n in conn.execute(query):
+                at = as_time(f"{at}:00" if isinstance(at, str) else at)  # SQLite's minute is text
+                if at is not None:
+                    index = int((at - bounds[0]) / size)
+                    if 0 <= index < len(totals):
+                        totals[index] += int(n)
+        return totals, tally
+
+    # --- the entries themselves, bounded ---------------------------------------------------------
+
+    def _newest(self, flt: EntryFilter) -> tuple[Select, Tally]:
+        """The ids of the newest BOUND entries under the filter, and whether that is all of them."""
+        matching = self.store.select_entries(flt, Entry.id)
+        with read_transaction(self.engine) as conn:
+            more = conn.execute(matching.offset(BOUND).limit(1)).first()
+        return matching.limit(BOUND), Tally(kept=False, whole=more is None)
+
+
+def _count_column(status: str | None):
+    if status:
+        return GROUPS.c[STATUS_COLUMNS[status]]
+    return GROUPS.c.open_count + GROUPS.c.republished_count + GROUPS.c.closed_count
+
+
+def _group(row, count: int, first: datetime | None, last: datetime | None) -> Group:
+    m = row._mapping
+    return Group(id=m["id"], subject=m["subject"] or None, reason=m["reason"] or None, key=m["key"] or NO_ERROR,
+                 count=int(count), by_status={s: int(m[STATUS_COLUMNS[s]]) for s in STATUSES},
+                 first_seen=first, last_seen=last)
+
+
+def _minute(engine: Engine):
+    if is_sqlite(engine):
+        return func.substr(Entry.received_at, 1, 16)  # stored as 'YYYY-MM-DD HH:MM:SS...'
+    return func.date_trunc("minute", Entry.received_at)

@@ -1,0 +1,239 @@
+"""Failure groups and the summary: the counts kept beside the entries agree with the entries
+after every kind of write, and what they cannot answer is counted from the entries, bounded."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import func, select, update
+
+from dlq_dashboard.actions.close import close_entry, reopen_entry
+from dlq_dashboard.actions.decisions import decide_republish, load_entry, write_claims
+from dlq_dashboard.actions.intents import record_published
+from dlq_dashboard.db.counts import ARRIVALS, GROUPS, bucket
+from dlq_dashboard.db.engine import write_transaction
+from dlq_dashboard.db.models import Entry
+from dlq_dashboard.entries import tallies
+from dlq_dashboard.entries.filters import EntryFilter
+from dlq_dashboard.entries.tallies import Tallies
+from dlq_dashboard.ingest.grouping import NO_ERROR
+from dlq_dashboard.ingest.parse import Advisory
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_advisory_batch, ingest_dlq_batch
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
+
+from . import support
+
+pytestmark = pytest.mark.both_databases
+
+
+@pytest.fixture
+def rt(offline_app):
+    return runtime_of(offline_app)
+
+
+@pytest.fixture
+def counted(rt):
+    return Tallies(rt.store)
+
+
+def flt(**args) -> EntryFilter:
+    return EntryFilter.from_args({k: str(v) for k, v in args.items()})
+
+
+# --- the kept counts agree with the entries ------------------------------------------------------
+
+def truth(engine) -> tuple[dict, dict]:
+    """What the kept counts should say, counted from the entries: per (group, status), and per
+    (width, bucket, group, status)."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(Entry.group_id, Entry.status, Entry.received_at)).all()
+    groups: dict = {}
+    buckets: dict = {}
+    for group_id, status, at in rows:
+        groups[(group_id, status)] = groups.get((group_id, status), 0) + 1
+        for width in (60, 3600):
+            key = (width, bucket(at, width), group_id, status)
+            buckets[key] = buckets.get(key, 0) + 1
+    return groups, buckets
+
+
+def kept(engine) -> tuple[dict, dict]:
+    with engine.connect() as conn:
+        groups = {}
+        for row in conn.execute(select(GROUPS)):
+            for status in ("open", "republished", "closed"):
+                if row._mapping[f"{status}_count"]:
+                    groups[(row.id, status)] = row._mapping[f"{status}_count"]
+        buckets = {(r.width, r.bucket, r.group_id, r.status): r.count
+                   for r in conn.execute(select(ARRIVALS)) if r.count}
+    return groups, buckets
+
+
+class Ack:
+    """What NATS answers a publish, as record_published reads it."""
+
+    def __init__(self, seq: int):
+        self.stream, self.seq, self.duplicate = "ORDERS", seq, False
+
+
+def republish(rt, entry_id: int, seq: int) -> None:
+    """Record a republish as a single republish or a bulk window does, without NATS."""
+    with write_transaction(rt.engine) as conn:
+        entry = load_entry(conn, entry_id)
+        claim = decide_republish(rt, entry, entry["version"], None, [], actor="test")
+        write_claims(conn, [claim])
+    with write_transaction(rt.engine) as conn:
+        record_published(conn, [(claim[1], Ack(seq))])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_kept_counts_agree_with_the_entries_after_any_mix_of_writes(rt, seed):
+    rnd = random.Random(seed)
+    errors = ["order 1 not found", "order 2 not found", "timeout after 30 ms", "disk full", None]
+    subjects = ["orders.created", "orders.updated", "payments.captured", None]
+    seq, advisory_seq = 0, 0
+    for step in range(40):
+        action = rnd.choice(["ingest", "ingest", "advisory", "close", "reopen", "republish"])
+        with rt.engine.connect() as conn:
+            entries = conn.execute(select(Entry.id, Entry.status, Entry.version)).all()
+        if action == "ingest":
+            batch = []
+            for _ in range(rnd.randint(1, 6)):
+                seq += 1
+                headers = {"Dlq-Reason": rnd.choice(["fatal", "max_deliveries"])}
+                if (subject := rnd.choice(subjects)) is not None:
+                    headers["Dlq-Original-Subject"] = subject
+                if (error := rnd.choice(errors)) is not None:
+                    headers["Dlq-Error"] = error
+                if rnd.random() < 0.3 and advisory_seq:  # the DLQ copy of a failure an advisory told
+                    headers.update({"Dlq-Original-Stream": "ORDERS", "Dlq-Original-Seq": str(rnd.randint(1, advisory_seq)),
+                                    "Dlq-Consumer": "billing"})
+                batch.append(StreamMessage(seq, "dlq.x", headers, b"{}", utcnow() - timedelta(hours=rnd.randint(0, 30))))
+            ingest_dlq_batch(rt.engine, "DLQ", "e1", batch)
+        elif action == "advisory":
+            advisory_seq += 1
+            advisory = Advisory(kind="max_deliveries", id=f"a-{advisory_seq}", at=utcnow(), stream="ORDERS",
+                                consumer="billing", stream_seq=advisory_seq, deliveries=3, reason=None, raw={})
+            ingest_advisory_batch(rt.engine, "DLQ_ADVISORIES", "e1", [(advisory, None, "gone")], advisory_seq)
+        elif entries:
+            entry = rnd.choice(entries)
+            if action == "close" and entry.status != "closed":
+                close_entry(rt, entry.id, entry.version, actor="test")
+            elif action == "reopen" and entry.status != "open":
+                reopen_entry(rt, entry.id, entry.version, actor="test")
+            elif action == "republish" and entry.status != "closed":
+                with rt.engine.connect() as conn:
+                    has_subject = conn.execute(select(Entry.original_subject).where(Entry.id == entry.id)).scalar()
+                if has_subject:
+                    republish(rt, entry.id, step)
+        assert kept(rt.engine) == truth(rt.engine), f"after step {step}: {action}"
+
+
+def test_groups_from_the_kept_counts_list_counts_by_status_and_open_their_entries(rt, counted):
+    engine = rt.engine
+    for seq, price in enumerate(["'1'", "'2'", "'x'"], start=1):
+        support.dead_letter(engine, seq, "orders.created", b"{}", Dlq_Reason="schema_invalid",
+                            Dlq_Schema_Errors=json.dumps([{"path": "/items/0/price",
+                                                           "message": f"{price} is not of type 'number'"}]))
+    closed = support.dead_letter(engine, 4, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 4 not found")
+    support.dead_letter(engine, 5, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error="order 5 not found")
+    support.dead_letter(engine, 6, None, b"{}")
+    close_entry(rt, closed, 1, actor="test")
+
+    groups, tally = counted.groups(flt())
+    assert tally.kept
+    assert [(g.subject, g.reason, g.key, g.count, g.by_status) for g in groups] == [
+        ("orders.created", "schema_invalid", "/items/0/price: … is not of type 'number'", 3,
+         {"open": 3, "republished": 0, "closed": 0}),
+        ("orders.created", "fatal", "order <n> not found", 2, {"open": 1, "republished": 0, "closed": 1}),
+        (None, None, NO_ERROR, 1, {"open": 1, "republished": 0, "closed": 0}),
+    ]
+    assert groups[0].first_seen <= groups[0].last_seen
+    for group in groups:
+        listed = rt.store.list_entries(EntryFilter.from_args(group.filter_args())).entries
+        assert len(listed) == group.count
+    # A status filter counts that status only, and leaves out groups without it.
+    assert [(g.key, g.count) for g in counted.groups(flt(status="closed"))[0]] == [("order <n> not found", 1)]
+    assert [g.key for g in counted.groups(flt(subject="orders.*", reason="fatal"))[0]] == ["order <n> not found"]
+    # Links made before groups had ids name the key.
+    assert len(rt.store.list_entries(flt(group="order <n> not found")).entries) == 2
+
+
+def test_filters_the_kept_counts_do_not_hold_are_counted_from_the_entries_and_agree(rt, counted):
+    for seq in range(1, 9):
+        support.dead_letter(rt.engine, seq, "orders.created" if seq % 2 else "payments.captured", b"{}",
+                            Dlq_Error=f"order {seq} not found", Dlq_Consumer="billing" if seq <= 4 else "shop")
+    by_consumer, tally = counted.groups(flt(consumer="billing"))
+    assert not tally.kept and tally.whole
+    assert sorted((g.subject, g.count) for g in by_consumer) == [("orders.created", 2), ("payments.captured", 2)]
+    searched, tally = counted.groups(flt(q="order"))
+    assert not tally.kept
+    assert sorted((g.subject, g.count) for g in searched) == sorted(
+        (g.subject, g.count) for g in counted.groups(flt())[0])
+    counts, tally = counted.counts_by_status(flt(status="open", consumer="shop"))
+    assert counts == {"open": 4, "republished": 0, "closed": 0} and not tally.kept
+
+
+def test_counting_from_the_entries_stops_at_the_bound_and_says_so(rt, counted, monkeypatch):
+    monkeypatch.setattr(tallies, "BOUND", 5)
+    for seq in range(1, 9):
+        support.dead_letter(rt.engine, seq, "orders.created", b"{}", Dlq_Error="boom", Dlq_Consumer="billing")
+    groups, tally = counted.groups(flt(consumer="billing"))
+    assert [g.count for g in groups] == [5] and not tally.whole
+    counts, tally = counted.counts_by_status(flt(consumer="billing"))
+    assert counts["open"] == 5 and not tally.whole
+    kept_groups, tally = counted.groups(flt())
+    assert [g.count for g in kept_groups] == [8] and tally.kept and tally.whole
+
+
+def test_the_summary_counts_by_status_from_the_kept_counts_under_subject_and_reason(rt, counted):
+    ids = [support.dead_letter(rt.engine, seq, subject, b"{}", Dlq_Reason=reason, Dlq_Error="boom")
+           for seq, (subject, reason) in enumerate([("orders.created", "fatal"), ("orders.created", "fatal"),
+                                                     ("payments.captured", "fatal"), ("orders.updated", "terminated")],
+                                                    start=1)]
+    close_entry(rt, ids[0], 1, actor="test")
+    counts, tally = counted.counts_by_status(flt(status="open", subject="orders.>"))
+    assert counts == {"open": 2, "republished": 0, "closed": 1} and tally.kept
+    assert counted.counts_by_status(flt(reason="fatal"))[0] == {"open": 2, "republished": 0, "closed": 1}
+    assert counted.counts_by_status(flt(subject="nothing.here"))[0] == {"open": 0, "republished": 0, "closed": 0}
+
+
+@pytest.mark.parametrize("bar", [timedelta(minutes=5), timedelta(hours=3)])
+def test_arrivals_over_time_come_from_minute_or_hour_buckets_and_match_the_entries(rt, counted, bar):
+    base = datetime(2026, 11, 29, 12, 0)
+    at = [base - timedelta(minutes=m) for m in (1, 2, 7, 90, 200, 400)]
+    for seq, when in enumerate(at, start=1):
+        support.dead_letter(rt.engine, seq, "orders.created", b"{}", Dlq_Error="boom")
+    with write_transaction(rt.engine) as conn:  # arrival times as if received then
+        for seq, when in enumerate(at, start=1):
+            conn.execute(update(Entry).where(Entry.dlq_seq == seq).values(received_at=when))
+    # The kept counts were made at insert time: rebuild them as the migration would for old rows.
+    _recount(rt.engine)
+    first, last = counted.received_range(flt())
+    assert (first, last) == (min(at), max(at))
+    start = datetime(2026, 11, 29, 0, 0)
+    bounds = [start + i * bar for i in range(int(timedelta(hours=13) / bar) + 1)]
+    totals, tally = counted.received_between(flt(), bounds)
+    assert tally.kept and sum(totals) == 6
+    for when in at:
+        assert totals[int((when - start) / bar)] >= 1
+    from_entries, tally = counted.received_between(flt(consumer="nobody-but-all", q="boom"), bounds)
+    assert not tally.kept and from_entries == [0] * len(totals)
+    assert counted.received_between(flt(q="boom"), bounds)[0] == totals
+
+
+def _recount(engine) -> None:
+    from dlq_dashboard.db.counts import Change, count_changes
+
+    with write_transaction(engine) as conn:
+        conn.execute(ARRIVALS.delete())
+        conn.execute(update(GROUPS).values(open_count=0, republished_count=0, closed_count=0,
+                                           first_seen=None, last_seen=None))
+        rows = conn.execute(select(Entry.group_id, Entry.received_at, Entry.status)).all()
+        count_changes(conn, [Change(None, g, at, None, s) for g, at, s in rows])
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(ARRIVALS)).scalar() > 0
