@@ -56,8 +56,9 @@ def truth(engine) -> tuple[dict, dict]:
     for group_id, status, at in rows:
         groups[(group_id, status)] = groups.get((group_id, status), 0) + 1
         for width in (60, 3600):
-            key = (width, bucket(at, width), group_id, status)
-            buckets[key] = buckets.get(key, 0) + 1
+            for counted_in in (group_id, 0):  # its group, and every group together
+                key = (width, bucket(at, width), counted_in, status)
+                buckets[key] = buckets.get(key, 0) + 1
     return groups, buckets
 
 

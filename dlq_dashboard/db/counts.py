@@ -21,12 +21,18 @@ from .rows import add_to_counts, insert_rows
 GROUPS, ARRIVALS, ENTRIES = FailureGroup.__table__, Arrival.__table__, Entry.__table__
 #: Bucket widths in seconds: minutes for short charts, hours for long ones.
 WIDTHS = (60, 3600)
+#: The group_id of the arrivals of every group together: what an unfiltered chart reads.
+ALL_GROUPS = 0
 STATUS_COLUMNS = {"open": "open_count", "republished": "republished_count", "closed": "closed_count"}
 _EPOCH = datetime(1970, 1, 1)
 
 
 def bucket(at: datetime, width: int) -> datetime:
     """The start of the ``width``-second bucket ``at`` falls in."""
+    if width == 60:
+        return at.replace(second=0, microsecond=0)
+    if width == 3600:
+        return at.replace(minute=0, second=0, microsecond=0)
     return _EPOCH + timedelta(seconds=(int((at - _EPOCH).total_seconds()) // width) * width)
 
 
@@ -76,13 +82,17 @@ def count_changes(conn: Connection, changes: Iterable[Change]) -> None:
         if c.old_group is not None:
             per_group[c.old_group][c.old_status] -= 1
             for width in WIDTHS:
-                per_bucket[(width, bucket(c.received_at, width), c.old_group, c.old_status)] -= 1
+                at = bucket(c.received_at, width)
+                per_bucket[(width, at, c.old_group, c.old_status)] -= 1
+                per_bucket[(width, at, ALL_GROUPS, c.old_status)] -= 1
         else:
             first_last = seen.setdefault(c.new_group, [c.received_at, c.received_at])
             first_last[0], first_last[1] = min(first_last[0], c.received_at), max(first_last[1], c.received_at)
         per_group[c.new_group][c.new_status] += 1
         for width in WIDTHS:
-            per_bucket[(width, bucket(c.received_at, width), c.new_group, c.new_status)] += 1
+            at = bucket(c.received_at, width)
+            per_bucket[(width, at, c.new_group, c.new_status)] += 1
+            per_bucket[(width, at, ALL_GROUPS, c.new_status)] += 1
     if not per_group:
         return
     deltas = [{"b_id": group_id, **{f"b_{column}": by_status.get(status, 0)

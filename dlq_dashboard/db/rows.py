@@ -25,16 +25,18 @@ def sqlite_values(rows: list[dict], names: list[str]) -> list[tuple]:
     if not names:
         return [() for _ in rows]
     get = itemgetter(*names)
-    single = len(names) == 1
+    result = [(v,) for v in map(get, rows)] if len(names) == 1 else list(map(get, rows))
+    # Which columns hold times, found a column at a time (the types of a column as a set):
+    # looking at every value of every row in Python cost more than the statement itself.
+    columns = list(zip(*result))
+    timed = [j for j, column in enumerate(columns) if any(issubclass(t, datetime) for t in set(map(type, column)))]
+    if not timed:
+        return result
     formatted: dict[datetime, str] = {}
-    result = []
-    for row in rows:
-        values = (get(row),) if single else get(row)
-        if any(isinstance(v, datetime) for v in values):
-            values = tuple(formatted.get(v) or formatted.setdefault(v, v.strftime("%Y-%m-%d %H:%M:%S.%f"))
-                           if isinstance(v, datetime) else v for v in values)
-        result.append(values)
-    return result
+    for j in timed:
+        columns[j] = tuple(formatted.get(v) or formatted.setdefault(v, v.strftime("%Y-%m-%d %H:%M:%S.%f"))
+                           if isinstance(v, datetime) else v for v in columns[j])
+    return list(zip(*columns))
 
 
 def _chunks(rows: list, width: int):

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, Select, and_, func, literal_column, select
 
-from ..db.counts import ARRIVALS, GROUPS, STATUS_COLUMNS
+from ..db.counts import ALL_GROUPS, ARRIVALS, GROUPS, STATUS_COLUMNS
 from ..db.engine import is_sqlite, read_transaction
 from ..db.models import Entry
 from ..ingest.grouping import NO_ERROR
@@ -110,10 +110,12 @@ class Tallies:
             # Hour buckets for bars of an hour or more (each bar a whole number of hours), else minutes.
             width = 3600 if size >= timedelta(hours=1) else 60
             query = (select(ARRIVALS.c.bucket, func.sum(ARRIVALS.c.count))
-                     .join(GROUPS, GROUPS.c.id == ARRIVALS.c.group_id)
-                     .where(ARRIVALS.c.width == width, ARRIVALS.c.bucket >= bounds[0], ARRIVALS.c.bucket < bounds[-1],
-                            *flt.group_conditions())
+                     .where(ARRIVALS.c.width == width, ARRIVALS.c.bucket >= bounds[0], ARRIVALS.c.bucket < bounds[-1])
                      .group_by(ARRIVALS.c.bucket))
+            if conditions := flt.group_conditions():
+                query = query.where(ARRIVALS.c.group_id.in_(select(GROUPS.c.id).where(*conditions)))
+            else:
+                query = query.where(ARRIVALS.c.group_id == ALL_GROUPS)
             if flt.status:
                 query = query.where(ARRIVALS.c.status == flt.status)
             tally = KEPT

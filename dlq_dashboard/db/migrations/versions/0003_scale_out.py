@@ -90,6 +90,7 @@ def upgrade() -> None:
         sa.Column("group_id", big_id, primary_key=True),
         sa.Column("status", sa.String(16), primary_key=True),
         sa.Column("count", big_id, nullable=False),
+        sqlite_with_rowid=False,
     )
     op.add_column("entries", sa.Column("group_id", big_id))
     _group_existing_entries(bind)
