@@ -31,6 +31,7 @@ _LEADING_VALUE = re.compile(
     r"true|false|null|\{.*\}|\[.*\])\s+(?=(?:is|are|does|should|has|was|must|cannot)\b)", re.DOTALL)
 
 
+@lru_cache(maxsize=65536)
 def normalize_error_text(text: str) -> str:
     """An error text with ids, numbers and quoted values replaced by placeholders."""
     text = _UUID.sub("<id>", text)
@@ -41,6 +42,7 @@ def normalize_error_text(text: str) -> str:
     return _SPACES.sub(" ", text).strip()[:MAX_KEY]
 
 
+@lru_cache(maxsize=4096)
 def normalize_schema_message(message: str) -> str:
     """A schema error message with its failing value left out, its rule kept."""
     message = _SPACES.sub(" ", message).strip()
@@ -49,17 +51,24 @@ def normalize_schema_message(message: str) -> str:
     return _LEADING_VALUE.sub("… ", message)[:MAX_KEY]
 
 
-@lru_cache(maxsize=65536)
 def error_group(error: str | None, schema_errors: str | None) -> str:
-    """The group key of an entry from its stored error text and schema errors (JSON text).
-
-    Schema failures group by each failing path and rule; other failures by the normalized text.
-    """
+    """The group key of an entry from its stored error text and schema errors (JSON text)."""
+    items = None
     if schema_errors:
         try:
             items = json.loads(schema_errors)
         except ValueError:
             items = None
+    return group_key(error, items)
+
+
+def group_key(error: str | None, schema_errors: list | None) -> str:
+    """The group key of an entry from its error text and its parsed schema errors.
+
+    Schema failures group by each failing path and rule; other failures by the normalized text.
+    """
+    if schema_errors:
+        items = schema_errors
         if isinstance(items, list) and items:
             parts = []
             for item in items:

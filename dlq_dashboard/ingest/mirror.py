@@ -4,13 +4,15 @@ Each stream is read with an ordered consumer (no acks, flow-controlled) from the
 committed in the database, and every batch is written together with its last sequence in
 one transaction. A crash therefore loses nothing and a restart stores nothing twice: the
 next run resumes after the last committed sequence, and the unique key on
-(stream, epoch, sequence) absorbs any overlap.
+(stream, epoch, sequence) absorbs any overlap. The batches are parsed and written by a
+process of its own (writer.py), so receiving and writing run side by side.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timezone
@@ -28,7 +30,8 @@ from ..nats.bridge import Bridge
 from ..nats.streams import StreamSetup, stream_epoch
 from ..times import utcnow
 from .parse import parse_advisory
-from .writes import FetchedMessage, StreamMessage, ingest_advisory_batch, ingest_dlq_batch, read_position
+from .writer import WriterProcess
+from .writes import FetchedMessage, read_position
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,8 @@ QUEUE = 4 * BATCH
 CHECK_INTERVAL = 1.0
 QUEUE_BYTES = 64 * 1024 * 1024
 BATCH_BYTES = 16 * 1024 * 1024
+# Batches sent to the writer process before the first is committed: it never waits for the next.
+WRITES_IN_FLIGHT = 2
 LEASE_NAME = "mirror"
 LEASE_SECONDS = 15.0
 
@@ -76,9 +81,10 @@ class Mirror:
     progress: dict[str, StreamProgress] = field(init=False)
 
     def __post_init__(self):
-        # One writer thread: the DLQ and advisory followers never write at the same time,
-        # and the bridge's loop never blocks on the database.
+        # One thread waits on the database and on the writer process: the DLQ and advisory
+        # followers never write at the same time, and the bridge's loop never blocks.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mirror-writer")
+        self._process = WriterProcess(self.settings.database_url)
         self.progress = {self.settings.dlq_stream: StreamProgress(self.settings.dlq_stream)}
         if self.settings.capture_advisories:
             self.progress[self.settings.advisory_stream] = StreamProgress(self.settings.advisory_stream)
@@ -95,9 +101,16 @@ class Mirror:
             except Exception:
                 log.warning("releasing the mirror lease failed", exc_info=True)
         self._writer.shutdown(wait=True)
+        self._process.close()
 
     async def _db(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+
+    async def _write(self, name: str, *args):
+        # Sent (pickled) on the writer thread, then awaited without holding it: the next batch
+        # can be on its way while the writer process commits this one.
+        sent = await self._db(self._process.submit, name, *args)
+        return await asyncio.wrap_future(sent)
 
     async def _run(self) -> None:
         followers: list[asyncio.Task] = []
@@ -131,7 +144,7 @@ class Mirror:
                 task.cancel()
             await asyncio.gather(*followers, return_exceptions=True)
 
-    async def _follow_forever(self, stream: str, write: Callable[[str, str, list], Awaitable[None]]) -> None:
+    async def _follow_forever(self, stream: str, write: Callable[[str, str, list, int], Awaitable[None]]) -> None:
         progress = self.progress[stream]
         delay = 0.5
         while True:
@@ -199,9 +212,9 @@ class Mirror:
                                  idle_heartbeat=2.0,
                                  config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                                                        opt_start_seq=last_seq + 1))
-        # One write in flight while the next batch gathers: the database and the network
-        # overlap. Each write commits its rows with its last sequence, in order.
-        writing: asyncio.Future | None = None
+        # Writes in flight while the next batch gathers: the database and the network overlap.
+        # Each commits its rows with its last sequence, in order, and only after the one before.
+        writing: deque[asyncio.Future] = deque()
         last_check = 0.0
         try:
             while True:
@@ -218,7 +231,7 @@ class Mirror:
                 batch = [m for m in batch if m.metadata.sequence.stream > progress.queued_seq]
                 if not batch:
                     continue
-                progress.queued_seq = batch[-1].metadata.sequence.stream
+                after, progress.queued_seq = progress.queued_seq, batch[-1].metadata.sequence.stream
                 now = asyncio.get_running_loop().time()
                 if now - last_check > CHECK_INTERVAL:
                     # A message delivered after the stream was recreated must not be stored
@@ -226,19 +239,20 @@ class Mirror:
                     # missed heartbeats (seconds), so a check a second is soon enough.
                     await self._check_stream(stream, epoch, progress)
                     last_check = now
-                if writing is not None:
-                    await writing
-                writing = asyncio.ensure_future(self._commit(write, stream, epoch, batch, progress))
+                while len(writing) >= WRITES_IN_FLIGHT:
+                    await writing.popleft()
+                writing.append(asyncio.ensure_future(self._commit(write, stream, epoch, batch, after, progress)))
         finally:
-            if writing is not None and not writing.done():
-                await asyncio.shield(writing)
+            if writing:
+                await asyncio.shield(asyncio.gather(*writing, return_exceptions=True))
             try:
                 await sub.unsubscribe()
             except Exception:
                 log.debug("unsubscribing from %s failed", stream, exc_info=True)
 
-    async def _commit(self, write, stream: str, epoch: str, batch: list, progress: StreamProgress) -> None:
-        await write(stream, epoch, batch)
+    async def _commit(self, write, stream: str, epoch: str, batch: list, after: int,
+                      progress: StreamProgress) -> None:
+        await write(stream, epoch, batch, after)
         progress.last_seq = batch[-1].metadata.sequence.stream
         progress.ingested += len(batch)
 
@@ -251,12 +265,13 @@ class Mirror:
             raise StreamChanged(f"stream {stream} was recreated; reading the new one from its start")
         progress.stream_last_seq = info.state.last_seq
 
-    async def _write_dlq(self, stream: str, epoch: str, batch: list) -> None:
-        messages = [StreamMessage(seq=m.metadata.sequence.stream, subject=m.subject, headers=m.headers,
-                                  data=m.data, stored_at=_naive(m.metadata.timestamp)) for m in batch]
-        await self._db(ingest_dlq_batch, self.engine, stream, epoch, messages)
+    async def _write_dlq(self, stream: str, epoch: str, batch: list, after: int) -> None:
+        # StreamMessage fields as tuples: the writer process rebuilds them.
+        rows = [(m.metadata.sequence.stream, m.subject, m.headers, m.data, _naive(m.metadata.timestamp))
+                for m in batch]
+        await self._write("ingest_dlq_rows", stream, epoch, rows, after)
 
-    async def _write_advisories(self, stream: str, epoch: str, batch: list) -> None:
+    async def _write_advisories(self, stream: str, epoch: str, batch: list, after: int) -> None:
         now = utcnow()
         items = []
         for m in batch:
@@ -267,8 +282,7 @@ class Mirror:
             if advisory.kind != "nak":
                 fetched, missing = await self._fetch(advisory.stream, advisory.stream_seq)
             items.append((advisory, fetched, missing))
-        await self._db(ingest_advisory_batch, self.engine, stream, epoch, items,
-                       batch[-1].metadata.sequence.stream)
+        await self._write("ingest_advisory_batch", stream, epoch, items, batch[-1].metadata.sequence.stream, after)
 
     async def _fetch(self, stream: str, seq: int) -> tuple[FetchedMessage | None, str | None]:
         try:

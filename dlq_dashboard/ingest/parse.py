@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping
 
+import orjson
+
 from dlq_consumer import headers as contract
 
 from ..nats.streams import ADVISORY_PREFIX
 from ..times import parse_time
-from .grouping import error_group
+from .grouping import group_key
 
 # The contract's names as they are compared: header names match case-insensitively.
 H_ORIGINAL_SUBJECT = contract.ORIGINAL_SUBJECT.lower()
@@ -90,12 +92,14 @@ def entry_from_dlq_message(
     # common case skips the general normalisation.
     if headers and all(type(v) is str for v in headers.values()):
         normalized = {str(k): [v] for k, v in headers.items()}
+        # A name given twice in other cases (rare): the first one counts, as below.
+        first = {k.lower(): v for k, v in reversed(headers.items())}
     else:
         normalized = normalize_headers(headers)
-    first = {}
-    for name, values in normalized.items():
-        if values:
-            first.setdefault(name.lower(), values[0])
+        first = {}
+        for name, values in normalized.items():
+            if values:
+                first.setdefault(name.lower(), values[0])
     notes: list[str] = []
     if not normalized:
         notes.append("The message has no headers: it was not dead-lettered by the contract.")
@@ -111,7 +115,6 @@ def entry_from_dlq_message(
     if failed_raw and failed_at is None:
         notes.append(f"{contract.FAILED_AT} {failed_raw!r} is not an RFC 3339 time; kept as given in the headers.")
     schema_errors = parse_schema_errors(first.get(H_SCHEMA_ERRORS), notes)
-    schema_errors_json = json.dumps(schema_errors) if schema_errors is not None else None
     error = first.get(H_ERROR)
     original_seq = _int_field(first, H_ORIGINAL_SEQ, contract.ORIGINAL_SEQ, notes)
     original_stream = first.get(H_ORIGINAL_STREAM)
@@ -128,21 +131,21 @@ def entry_from_dlq_message(
         "original_msg_id": first.get(H_ORIGINAL_MSG_ID),
         "reason": reason,
         "error": error,
-        "schema_errors": schema_errors_json,
+        "schema_errors": orjson.dumps(schema_errors).decode() if schema_errors is not None else None,
         "deliveries": _int_field(first, H_DELIVERIES, contract.DELIVERIES, notes),
         "failed_at": failed_at or stored_at,
         "received_at": received_at,
-        "headers": json.dumps(normalized, ensure_ascii=False),
+        "headers": orjson.dumps(normalized).decode(),
         "payload": payload,
         "payload_available": True,
         "replay_of": first.get(H_REPLAY_OF),
         "sources": "dlq",
-        "notes": json.dumps(notes) if notes else "[]",
+        "notes": orjson.dumps(notes).decode() if notes else "[]",
         "closed_by": None,
         "closed_at": None,
         "close_note": None,
         "updated_at": received_at,
-        "group_key": error_group(error, schema_errors_json),
+        "group_key": group_key(error, schema_errors),
     }
 
 

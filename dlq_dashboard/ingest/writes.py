@@ -43,6 +43,21 @@ def read_position(engine: Engine, stream: str) -> tuple[str | None, int]:
     return (row[0], row[1]) if row else (None, 0)
 
 
+class OutOfOrder(RuntimeError):
+    """A batch follows one that was not committed: writing it would skip that one's messages."""
+
+
+def _check_position(conn: Connection, stream: str, epoch: str, after: int | None) -> None:
+    # Batches may be sent to the writer before the one they follow is committed. If that one
+    # failed, this one must not commit: its position would move past messages never stored.
+    if after is None:
+        return
+    row = conn.execute(select(MirrorState.epoch, MirrorState.last_seq).where(MirrorState.stream == stream)).first()
+    stored = row.last_seq if row is not None and row.epoch == epoch else 0
+    if stored != after:
+        raise OutOfOrder(f"{stream}: the batch follows sequence {after}, the database is at {stored}")
+
+
 def _save_position(conn: Connection, stream: str, epoch: str, last_seq: int) -> None:
     table = MirrorState.__table__
     done = conn.execute(update(table).where(table.c.stream == stream)
@@ -64,8 +79,10 @@ _DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "origin
                "error", "schema_errors", "headers", "payload", "payload_available", "replay_of", "notes")
 
 
-def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[StreamMessage]) -> int:
-    """Store a batch of DLQ messages and the stream position after it, in one transaction.
+def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[StreamMessage],
+                     after: int | None = None) -> int:
+    """Store a batch of DLQ messages and the stream position after it, in one transaction;
+    with ``after``, only if the database's position is that sequence (OutOfOrder otherwise).
 
     Returns how many new entries were made. A message already stored (same stream, epoch and
     sequence) is skipped; a failure an advisory already reported is merged into its entry.
@@ -77,6 +94,7 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
                                    payload=m.data, stored_at=m.stored_at, received_at=now)
             for m in messages]
     with write_transaction(engine) as conn:
+        _check_position(conn, stream, epoch, after)
         ids = group_ids(conn, {_group_of(r) for r in rows})
         for row in rows:
             row["group_id"] = ids[_group_of(row)]
@@ -184,7 +202,7 @@ class FetchedMessage:
 
 def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
                           items: Iterable[tuple[Advisory, FetchedMessage | None, str | None]],
-                          last_seq: int) -> int:
+                          last_seq: int, after: int | None = None) -> int:
     """Store advisories (history, and entries for terminal ones) and the position, in one transaction.
 
     ``items`` pairs each advisory with the failed message fetched from its stream (or None
@@ -192,6 +210,7 @@ def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
     """
     made = 0
     with write_transaction(engine) as conn:
+        _check_position(conn, stream, epoch, after)
         for advisory, fetched, missing_reason in items:
             stored = insert_rows(conn, EVENTS, [{
                 "original_stream": advisory.stream, "original_seq": advisory.stream_seq,

@@ -1,0 +1,154 @@
+"""The mirror's writer in a process of its own: it parses and commits each batch while the
+bridge's event loop, in the dashboard's process, receives the next one. In one process the two
+share one interpreter lock, and each waits for the other (docs/PERFORMANCE.md measured it).
+
+The writer is started from a forkserver (a small process forked before any thread exists, with
+the ingest code preloaded), so starting one is quick and never forks the dashboard's threads.
+It runs only the ingest functions, with its own database engine; a batch's rows and its stream
+position still commit in one transaction there. When the dashboard's process ends, however it
+ends, the writer sees its pipe close and exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+from collections import deque
+from concurrent.futures import Future
+from functools import lru_cache
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..db.engine import create_db_engine, dispose_quietly
+from . import writes
+
+log = logging.getLogger(__name__)
+
+
+class WriterError(RuntimeError):
+    """A batch could not be written; the message is the writer's exception, in one line."""
+
+
+@lru_cache(maxsize=1)
+def _context():
+    # One forkserver a process (multiprocessing's own rule); the first writer starts it.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["dlq_dashboard.ingest.writer"])
+    return context
+
+
+class WriterProcess:
+    """A child process that runs the ingest writes on its own database engine, in the order they
+    are submitted. Several may be in flight: while it commits one batch the next one is already
+    waiting in its pipe, so the writer never waits for the dashboard's process."""
+
+    def __init__(self, database_url: str):
+        self.database_url = database_url
+        self._conn: Connection | None = None
+        self._proc = None
+        self._pending: deque[Future] = deque()  # the calls the current process has not answered
+        self._lock = threading.Lock()
+
+    def submit(self, name: str, *args: Any) -> Future:
+        """Send ingest function ``name`` and its ``args`` to the writer; the future has its
+        result. A writer that died is replaced; the calls it had are failed (the mirror resumes
+        from the committed position)."""
+        future: Future = Future()
+        with self._lock:
+            if self._proc is None or not self._proc.is_alive():
+                if self._proc is not None:
+                    log.warning("the mirror's writer process ended (exit code %s); starting another",
+                                self._proc.exitcode)
+                    self._stop_process()
+                self._start()
+            try:
+                self._conn.send((name, args))
+            except OSError as exc:
+                future.set_exception(WriterError(f"the writer process ended before {name}: {type(exc).__name__}"))
+                return future
+            self._pending.append(future)
+        return future
+
+    def call(self, name: str, *args: Any) -> Any:
+        """Run ingest function ``name`` in the writer and return its result."""
+        return self.submit(name, *args).result()
+
+    def _start(self) -> None:
+        ours, theirs = _context().Pipe()
+        self._proc = _context().Process(target=serve, args=(self.database_url, theirs), name="dlq-mirror-writer",
+                                        daemon=True)
+        self._proc.start()
+        theirs.close()
+        self._conn, self._pending = ours, deque()
+        threading.Thread(target=self._read_replies, args=(ours, self._pending), name="mirror-writer-replies",
+                         daemon=True).start()
+
+    def _read_replies(self, conn: Connection, pending: deque[Future]) -> None:
+        # Replies come in the order of the calls: each settles the oldest pending future.
+        while True:
+            try:
+                status, value = conn.recv()
+            except (EOFError, OSError):
+                with self._lock:
+                    while pending:
+                        pending.popleft().set_exception(WriterError("the writer process ended"))
+                return
+            with self._lock:
+                future = pending.popleft()
+            if status == "ok":
+                future.set_result(value)
+            else:
+                future.set_exception(WriterError(value))
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Let the writer finish what it was sent, and exit."""
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    self._conn.send(None)
+                except OSError:
+                    pass
+            self._stop_process(timeout)
+
+    def _stop_process(self, timeout: float = 10.0) -> None:
+        if self._proc is not None:
+            self._proc.join(timeout)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(timeout)
+        if self._conn is not None:
+            self._conn.close()  # the reply reader sees the end and fails what is left
+        self._proc, self._conn = None, None
+
+
+def _ingest_dlq_rows(engine, stream: str, epoch: str, rows: list[tuple], after: int | None = None) -> int:
+    # Plain tuples cross the pipe: pickling them costs a fraction of pickling dataclasses.
+    return writes.ingest_dlq_batch(engine, stream, epoch, [writes.StreamMessage(*row) for row in rows], after)
+
+
+FUNCTIONS = {"ingest_dlq_rows": _ingest_dlq_rows, "ingest_advisory_batch": writes.ingest_advisory_batch}
+
+
+def serve(database_url: str, conn: Connection) -> None:
+    """The writer's loop: run each requested ingest function until told to stop or orphaned."""
+    engine = create_db_engine(database_url)
+    try:
+        while True:
+            try:
+                request = conn.recv()
+            except (EOFError, OSError):
+                return  # the dashboard's process is gone
+            if request is None:
+                return
+            name, args = request
+            try:
+                reply = ("ok", FUNCTIONS[name](engine, *args))
+            except Exception as exc:  # reported to the mirror, which resumes from the committed position
+                reply = ("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            try:
+                conn.send(reply)
+            except OSError:
+                return
+    finally:
+        dispose_quietly(engine)

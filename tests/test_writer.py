@@ -1,0 +1,136 @@
+"""The mirror's writer process: batches commit in order or not at all, a killed writer is
+replaced without losing or doubling a message, and a writer never outlives the dashboard."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
+from dlq_dashboard.db.migrate import migrate
+from dlq_dashboard.db.models import Entry
+from dlq_dashboard.ingest.writer import WriterError, WriterProcess
+from dlq_dashboard.ingest.writes import OutOfOrder, StreamMessage, ingest_dlq_batch, read_position
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
+
+from . import support
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rows(first: int, last: int) -> list[tuple]:
+    return [(seq, "dlq.orders.created", {"Dlq-Original-Subject": "orders.created", "Dlq-Reason": "fatal"},
+             f'{{"n": {seq}}}'.encode(), utcnow()) for seq in range(first, last + 1)]
+
+
+def entry_seqs(engine) -> list[int]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(Entry.dlq_seq).order_by(Entry.dlq_seq)).scalars())
+
+
+def gone(pid: int) -> bool:
+    # A process that exited is gone, or a zombie its new parent has not reaped yet.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.fixture
+def engine(database_url):
+    engine = create_db_engine(database_url)
+    migrate(engine)
+    yield engine
+    dispose_quietly(engine)
+
+
+@pytest.mark.both_databases
+def test_a_batch_that_follows_an_uncommitted_one_is_refused_and_stores_nothing(engine):
+    assert ingest_dlq_batch(engine, "DLQ", "e1", [StreamMessage(*r) for r in rows(1, 3)], after=0) == 3
+    with pytest.raises(OutOfOrder, match="follows sequence 5, the database is at 3"):
+        ingest_dlq_batch(engine, "DLQ", "e1", [StreamMessage(*r) for r in rows(6, 8)], after=5)
+    assert entry_seqs(engine) == [1, 2, 3] and read_position(engine, "DLQ") == ("e1", 3)
+    # A new epoch (the stream was recreated) starts from nothing.
+    with pytest.raises(OutOfOrder, match="the database is at 0"):
+        ingest_dlq_batch(engine, "DLQ", "e2", [StreamMessage(*r) for r in rows(4, 4)], after=3)
+    assert ingest_dlq_batch(engine, "DLQ", "e1", [StreamMessage(*r) for r in rows(4, 5)], after=3) == 2
+    assert entry_seqs(engine) == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.both_databases
+def test_the_writer_process_commits_batches_in_order_and_a_killed_one_is_replaced(engine, database_url):
+    writer = WriterProcess(database_url)
+    try:
+        futures = [writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(i, i + 9), i - 1) for i in range(1, 101, 10)]
+        assert [f.result(timeout=60) for f in futures] == [10] * 10
+        first = writer._proc.pid
+        os.kill(first, signal.SIGKILL)
+        support.wait_for(lambda: gone(first), message="the writer to die")
+        # The next call starts another writer; what was committed stays, nothing is stored twice.
+        assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(91, 110), 100) == 10
+        assert writer._proc.pid != first
+        assert entry_seqs(engine) == list(range(1, 111))
+        # A failure in the writer comes back as an error with the writer's message.
+        refused: Future = writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(200, 201), 150)
+        with pytest.raises(WriterError, match="OutOfOrder: DLQ: the batch follows sequence 150"):
+            refused.result(timeout=60)
+    finally:
+        writer.close()
+    assert gone(first) and writer._proc is None
+
+
+def test_calls_in_flight_when_the_writer_dies_fail_rather_than_hang(engine, database_url):
+    writer = WriterProcess(database_url)
+    try:
+        assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(1, 1), 0) == 1
+        pid = writer._proc.pid
+        os.kill(pid, signal.SIGSTOP)  # it cannot answer what it is sent now
+        waiting = [writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(i, i), i - 1) for i in (2, 3)]
+        os.kill(pid, signal.SIGKILL)
+        for future in waiting:
+            with pytest.raises(WriterError, match="the writer process ended"):
+                future.result(timeout=30)
+    finally:
+        writer.close()
+    assert entry_seqs(engine) == [1]
+
+
+def test_a_killed_writer_process_costs_the_mirror_nothing(app, nats_server):
+    mirror = runtime_of(app).mirror
+    support.run(support.publish_fast(nats_server.url, "dlq.orders.created", 5_000,
+                                     lambda i: (f'{{"n": {i}}}'.encode(), support.dlq_headers())))
+    engine = runtime_of(app).engine
+    support.wait_for(lambda: support.entry_count(engine) > 0, timeout=30, message="ingest to begin")
+    pid = mirror._process._proc.pid
+    os.kill(pid, signal.SIGKILL)
+    support.run(support.publish_fast(nats_server.url, "dlq.orders.created", 1_000,
+                                     lambda i: (f'{{"n": {5_000 + i}}}'.encode(), support.dlq_headers())))
+    support.wait_for(lambda: support.entry_count(engine) == 6_000, timeout=60, message="every message stored")
+    assert entry_seqs(engine) == list(range(1, 6_001))
+    assert mirror._process._proc.pid != pid
+
+
+def test_the_writer_process_ends_when_the_dashboard_process_is_killed(tmp_path):
+    code = ("import time; from dlq_dashboard.ingest.writer import WriterProcess; "
+            f"w = WriterProcess('sqlite:///{tmp_path / 'dlq.db'}'); w._start(); "
+            "print(w._proc.pid, flush=True); time.sleep(600)")
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert not gone(child)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        support.wait_for(lambda: gone(child), timeout=30, message="the orphaned writer to exit")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
