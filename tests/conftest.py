@@ -8,6 +8,7 @@ import threading
 
 import pytest
 import waitress
+from hypothesis import settings
 
 from dlq_dashboard import create_app
 from dlq_dashboard.accounts import create_token
@@ -18,6 +19,12 @@ from . import support
 from .postgres import PostgresServer
 
 DATABASES = ("sqlite", "postgresql")
+
+# Generated tests run the same examples every time ("ci"); HYPOTHESIS_PROFILE=long runs many
+# more, random ones (README: "A longer random run").
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, max_examples=400)
+settings.register_profile("long", max_examples=50_000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_configure(config):

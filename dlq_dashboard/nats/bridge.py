@@ -21,6 +21,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from ..config import Settings
+from . import headers
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -173,7 +174,7 @@ class Bridge:
         delay = 0.5
         while not self._stopping:
             try:
-                self.nc = await asyncio.wait_for(nats.connect(**self._connect_options()),
+                self.nc = await asyncio.wait_for(headers.connect(**self._connect_options()),
                                                  self.settings.connect_timeout)
                 break
             except asyncio.CancelledError:

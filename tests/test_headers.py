@@ -1,0 +1,57 @@
+"""The dashboard's reading of header blocks gives what nats-py's gives, for any block, and its
+NATS connections use it."""
+
+from __future__ import annotations
+
+import nats
+from hypothesis import example, given
+from hypothesis import strategies as st
+from nats.aio.client import Client as NatsClient
+
+from dlq_dashboard.nats import headers
+from dlq_dashboard.nats.bridge import Bridge
+
+from . import support
+
+# Pieces a block is made of: names and values, every kind of blank and line end on its own,
+# control and non-ASCII characters, and bytes that are not UTF-8.
+PIECES = [b"Dlq-Reason", b"a", b"Z-9", b":", b": ", b" ", b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1f", b"\x00",
+          b"\x7f", b"\r\n", b"\r", b"\n", "é".encode(), "\u00a0".encode(), "\u2028".encode(), "\u3000".encode(),
+          b"\xff", b"\xc3", b"{\"path\": \"/items/0\"}"]
+blocks = st.lists(st.sampled_from(PIECES), max_size=40).map(b"".join)
+
+
+@given(blocks)
+@example(b"Dlq-Reason: fatal\r\nDlq-Error:  two  spaces \r\n\r\n")
+@example(b"A: 1\r\nA: 2\r\n")  # the last value counts, at the first one's place
+@example(b": no name\r\nno colon\r\nin side: x\r\n \tpadded\t : y\r\n")
+@example(b"caf\xc3\xa9: name not ASCII\r\nv: caf\xc3\xa9\r\nbad: \xff\r\n")
+@example(b"lone: cr\rx: y\r\nlone: lf\nz: w\r\n")
+@example(b"sep\x1c: x\r\nnul\x00: y\r\n")
+def test_any_block_reads_as_nats_py_reads_it(block):
+    assert headers.parse_header_lines(block) == NatsClient._parse_header_lines(block)
+
+
+def test_the_bridge_and_a_real_server_deliver_the_headers_nats_py_delivers(nats_server, settings):
+    sent = {"Dlq-Original-Subject": "orders.created", "Dlq-Error": "  spaced  ", "Dlq-Note": "café ✓",
+            "X-Empty": "", "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}
+
+    async def receive_with(connect) -> dict:
+        nc = await connect(servers=[nats_server.url])
+        sub = await nc.subscribe("probe")
+        publisher = await nats.connect(nats_server.url)
+        await publisher.publish("probe", b"{}", headers=sent)
+        await publisher.flush()
+        msg = await sub.next_msg(timeout=5)
+        await publisher.close()
+        await nc.close()
+        return msg.headers
+
+    ours, theirs = support.run(receive_with(headers.connect)), support.run(receive_with(nats.connect))
+    assert ours == theirs == {**sent, "Dlq-Error": "spaced"}
+    bridge = Bridge(settings, [nats_server.url]).start()
+    try:
+        support.wait_for(lambda: bridge.state.connected, message="the bridge to connect")
+        assert isinstance(bridge.nc, headers.Client)
+    finally:
+        bridge.stop()
