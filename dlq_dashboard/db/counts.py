@@ -62,13 +62,14 @@ def group_ids(conn: Connection, groups: Iterable[tuple[str, str, str]]) -> dict[
 @dataclass(frozen=True)
 class Change:
     """An entry counted somewhere new: written (``old_group`` None), moved to another group, or
-    given another status."""
+    given another status; ``count`` entries that changed alike."""
 
     old_group: int | None
     new_group: int
     received_at: datetime
     old_status: str | None
     new_status: str
+    count: int = 1
 
 
 def count_changes(conn: Connection, changes: Iterable[Change]) -> None:
@@ -79,20 +80,21 @@ def count_changes(conn: Connection, changes: Iterable[Change]) -> None:
     for c in changes:
         if c.old_group == c.new_group and c.old_status == c.new_status:
             continue
+        n = c.count
         if c.old_group is not None:
-            per_group[c.old_group][c.old_status] -= 1
+            per_group[c.old_group][c.old_status] -= n
             for width in WIDTHS:
                 at = bucket(c.received_at, width)
-                per_bucket[(width, at, c.old_group, c.old_status)] -= 1
-                per_bucket[(width, at, ALL_GROUPS, c.old_status)] -= 1
+                per_bucket[(width, at, c.old_group, c.old_status)] -= n
+                per_bucket[(width, at, ALL_GROUPS, c.old_status)] -= n
         else:
             first_last = seen.setdefault(c.new_group, [c.received_at, c.received_at])
             first_last[0], first_last[1] = min(first_last[0], c.received_at), max(first_last[1], c.received_at)
-        per_group[c.new_group][c.new_status] += 1
+        per_group[c.new_group][c.new_status] += n
         for width in WIDTHS:
             at = bucket(c.received_at, width)
-            per_bucket[(width, at, c.new_group, c.new_status)] += 1
-            per_bucket[(width, at, ALL_GROUPS, c.new_status)] += 1
+            per_bucket[(width, at, c.new_group, c.new_status)] += n
+            per_bucket[(width, at, ALL_GROUPS, c.new_status)] += n
     if not per_group:
         return
     deltas = [{"b_id": group_id, **{f"b_{column}": by_status.get(status, 0)

@@ -64,10 +64,13 @@ def parse_schema_errors(raw: str | None, notes: list[str]) -> list[dict] | None:
     if raw is None or raw.strip() == "":
         return None
     try:
-        value = json.loads(raw)
+        value = orjson.loads(raw)
     except ValueError:
-        notes.append(f"{contract.SCHEMA_ERRORS} is not valid JSON; kept as given in the headers.")
-        return None
+        try:  # what orjson refuses and Python's json reads: NaN, numbers past 64 bits
+            value = json.loads(raw)
+        except ValueError:
+            notes.append(f"{contract.SCHEMA_ERRORS} is not valid JSON; kept as given in the headers.")
+            return None
     if not isinstance(value, list):
         notes.append(f"{contract.SCHEMA_ERRORS} is not a JSON array; kept as given in the headers.")
         return None

@@ -11,6 +11,7 @@ ends, the writer sees its pipe close and exits.
 
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing
 import threading
@@ -133,6 +134,9 @@ FUNCTIONS = {"ingest_dlq_rows": _ingest_dlq_rows, "ingest_advisory_batch": write
 def serve(database_url: str, conn: Connection) -> None:
     """The writer's loop: run each requested ingest function until told to stop or orphaned."""
     engine = create_db_engine(database_url)
+    # What exists now (modules, the engine) lives as long as the writer: the collector need not
+    # walk it again at every full collection, which a batch's many new objects bring about.
+    gc.freeze()
     try:
         while True:
             try:

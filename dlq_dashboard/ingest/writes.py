@@ -4,6 +4,7 @@ stream position committed in the same transaction (commit first, then move on)."
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
@@ -104,7 +105,12 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
             newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
             made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS, skip_duplicates=True)
             index_new_entries(conn, newest)
-            count_new_entries(conn, newest)
+            if made == len(rows):  # every row is a new entry: counted as they are
+                count_changes(conn, [Change(None, group_id, received_at, None, status, n) for
+                                     (group_id, received_at, status), n in Counter(
+                                         (r["group_id"], r["received_at"], r["status"]) for r in rows).items()])
+            else:
+                count_new_entries(conn, newest)
         _save_position(conn, stream, epoch, max(m.seq for m in messages))
     return max(made, 0)
 
@@ -116,8 +122,11 @@ def _group_of(row: dict) -> tuple[str, str, str]:
 def count_new_entries(conn: Connection, after_id: int) -> None:
     """Count entries with an id above ``after_id`` in their groups (db/counts.py), in ``conn``'s
     transaction. Every code path that inserts entries calls it."""
-    count_changes(conn, [Change(None, r.group_id, r.received_at, None, r.status) for r in conn.execute(
-        select(ENTRIES.c.group_id, ENTRIES.c.received_at, ENTRIES.c.status).where(ENTRIES.c.id > after_id))])
+    # Counted by the database: a batch's entries share a few (group, time, status) values.
+    columns = (ENTRIES.c.group_id, ENTRIES.c.received_at, ENTRIES.c.status)
+    count_changes(conn, [Change(None, group_id, received_at, None, status, n) for group_id, received_at, status, n
+                         in conn.execute(select(*columns, func.count()).where(ENTRIES.c.id > after_id)
+                                         .group_by(*columns))])
 
 
 # The mirror's hot path: on SQLite one multi-row INSERT a chunk, which skips SQLAlchemy's
