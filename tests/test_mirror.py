@@ -278,3 +278,36 @@ def test_a_backlog_of_large_payloads_is_mirrored_within_a_byte_budget(app, nats_
     with app.extensions["dlq"].engine.connect() as conn:
         stored = [bytes(r[0]) for r in conn.execute(select(Entry.payload).order_by(Entry.dlq_seq))]
     assert [hashlib.sha256(p).digest() for p in stored] == [hashlib.sha256(p).digest() for p in payloads]
+
+
+def test_a_backlog_far_larger_than_the_budget_is_mirrored_whole_holding_only_the_budget(app, nats_server, monkeypatch):
+    """The client must not take in the backlog faster than the writer stores it: nats-py held
+    a million-message backlog in memory (1.3 GB) and then dropped messages for good."""
+    import gc
+
+    from nats.aio.msg import Msg
+
+    from dlq_dashboard.ingest import mirror
+
+    monkeypatch.setattr(mirror, "QUEUE", 1000)
+    monkeypatch.setattr(mirror, "BATCH", 250)
+    write = mirror.Mirror._write_dlq
+
+    async def slow_write(self, *args):  # a writer far slower than delivery
+        await asyncio.sleep(0.05)
+        await write(self, *args)
+
+    monkeypatch.setattr(mirror.Mirror, "_write_dlq", slow_write)
+    total = 20_000
+    support.run(support.publish_fast(nats_server.url, "dlq.orders.created", total,
+                                     lambda i: (f'{{"n": {i}}}'.encode(), support.dlq_headers())))
+    held = []
+    while entry_count(app) < total:
+        held.append(sum(1 for o in gc.get_objects() if type(o) is Msg))
+        assert len(held) < 2000, f"the backlog was not mirrored ({entry_count(app)} of {total} entries)"
+    # The budget, the two batches being written and what arrives before the server stops.
+    assert max(held) < 5 * mirror.QUEUE, f"{max(held)} messages held at once"
+    assert len(held) > 10  # sampled while the backlog was being mirrored
+    with app.extensions["dlq"].engine.connect() as conn:
+        seqs = [r[0] for r in conn.execute(select(Entry.dlq_seq).order_by(Entry.dlq_seq))]
+    assert seqs == list(range(1, total + 1))

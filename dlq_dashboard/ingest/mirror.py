@@ -188,46 +188,21 @@ class Mirror:
         progress.epoch, progress.last_seq, progress.queued_seq = epoch, last_seq, last_seq
         progress.stream_last_seq, progress.error = info.state.last_seq, None
 
-        queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUE)
-        room = asyncio.Condition()
-        queued_bytes = 0
-
-        async def enqueue(msg):
-            # Waiting for room (in messages and in bytes: payloads may be megabytes) holds up
-            # delivery, so the consumer's flow control paces the server instead of letting a
-            # backlog pile up in memory.
-            nonlocal queued_bytes
-            async with room:
-                await room.wait_for(lambda: queued_bytes < QUEUE_BYTES)
-                queued_bytes += len(msg.data)
-            await queue.put(msg)
-
-        async def taken(messages) -> None:
-            nonlocal queued_bytes
-            async with room:
-                queued_bytes -= sum(len(m.data) for m in messages)
-                room.notify_all()
-
-        sub = await js.subscribe(">", stream=stream, ordered_consumer=True, cb=enqueue,
-                                 idle_heartbeat=2.0,
-                                 config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                                                       opt_start_seq=last_seq + 1))
+        inbox = _Inbox(progress.queued_seq)
         # Writes in flight while the next batch gathers: the database and the network overlap.
         # Each commits its rows with its last sequence, in order, and only after the one before.
         writing: deque[asyncio.Future] = deque()
         last_check = 0.0
         try:
             while True:
-                try:
-                    first = await asyncio.wait_for(queue.get(), timeout=1.0)
-                except asyncio.TimeoutError:
-                    await self._check_stream(stream, epoch, progress)
+                await inbox.follow(js, stream)
+                if not inbox.messages:
+                    try:
+                        await asyncio.wait_for(inbox.arrived.wait(), timeout=1.0)
+                    except asyncio.TimeoutError:
+                        await self._check_stream(stream, epoch, progress)
                     continue
-                batch, size = [first], len(first.data)
-                while len(batch) < BATCH and size < BATCH_BYTES and not queue.empty():
-                    batch.append(queue.get_nowait())
-                    size += len(batch[-1].data)
-                await taken(batch)
+                batch = inbox.take(BATCH, BATCH_BYTES)
                 batch = [m for m in batch if m.metadata.sequence.stream > progress.queued_seq]
                 if not batch:
                     continue
@@ -245,10 +220,7 @@ class Mirror:
         finally:
             if writing:
                 await asyncio.shield(asyncio.gather(*writing, return_exceptions=True))
-            try:
-                await sub.unsubscribe()
-            except Exception:
-                log.debug("unsubscribing from %s failed", stream, exc_info=True)
+            await inbox.close()
 
     async def _commit(self, write, stream: str, epoch: str, batch: list, after: int,
                       progress: StreamProgress) -> None:
@@ -295,6 +267,91 @@ class Mirror:
         except (NoRespondersError, NatsTimeoutError, asyncio.TimeoutError):
             raise  # an outage: the batch is retried from the committed position
         return FetchedMessage(subject=raw.subject, headers=raw.headers, data=raw.data or b""), None
+
+
+class _Inbox:
+    """The messages of one stream received and not yet handed to the writer, at most QUEUE of
+    them and QUEUE_BYTES of payload: the budget that keeps the mirror's memory flat however
+    long the backlog.
+
+    An ordered consumer's flow control cannot keep that budget. nats-py counts a message as
+    delivered when it arrives, not when a callback has taken it, so it answers the server's
+    flow control at once, and without a callback its reply to a "consumer stalled" heartbeat
+    lets another window in every heartbeat. Messages then pile up in the client (1.3 GB for
+    a backlog of a million, measured), and once its pending limit is reached nats-py drops
+    messages while moving the ordered consumer's position past them: entries lost. So the
+    callback only appends, the client's own limits are off (it never drops), and when the
+    budget is full the subscription is ended; it is made again after the last message taken
+    once the writer has used up most of the budget (a new ordered consumer a few thousand
+    messages). A message that arrives after the budget is full is not taken: the next
+    subscription starts with it.
+    """
+
+    def __init__(self, last_seq: int):
+        self.messages: deque = deque()
+        self.size = 0
+        self.last_seq = last_seq  # the last sequence taken
+        self.arrived = asyncio.Event()
+        self.full = False
+        self._sub = None
+        self._generation = 0  # of the current subscription; a callback of an older one takes nothing
+        self._closing: asyncio.Future | None = None
+
+    async def follow(self, js, stream: str) -> None:
+        """Make a subscription after the last message taken if there is none and the budget
+        has room again."""
+        if self._sub is None and len(self.messages) <= QUEUE // 4 and self.size <= QUEUE_BYTES // 4:
+            self.full = False
+            self._generation += 1
+            generation = self._generation
+            sub = await js.subscribe(
+                ">", stream=stream, ordered_consumer=True, cb=self._received(generation), idle_heartbeat=2.0,
+                pending_msgs_limit=0, pending_bytes_limit=0,
+                config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                      opt_start_seq=self.last_seq + 1))
+            self._sub = sub
+            if generation != self._generation:  # filled (and so ended) before it was returned
+                await self.close()
+
+    def _received(self, generation: int):
+        async def received(msg) -> None:
+            if self.full or generation != self._generation:
+                return  # over budget, or a subscription being ended: the next starts after last_seq
+            seq = msg.metadata.sequence.stream
+            if seq <= self.last_seq:
+                return
+            self.messages.append(msg)
+            self.size += len(msg.data)
+            self.last_seq = seq
+            self.arrived.set()
+            if len(self.messages) >= QUEUE or self.size >= QUEUE_BYTES:
+                # Ended at once: what the server sends until it reads the unsubscribe is parsed
+                # for nothing.
+                self.full = True
+                self._closing = asyncio.ensure_future(self.close())
+
+        return received
+
+    def take(self, count: int, size: int) -> list:
+        """Up to ``count`` messages and about ``size`` bytes of payload, oldest first."""
+        batch = [self.messages.popleft()]
+        taken = len(batch[0].data)
+        while self.messages and len(batch) < count and taken < size:
+            batch.append(self.messages.popleft())
+            taken += len(batch[-1].data)
+        self.size -= taken
+        if not self.messages:
+            self.arrived.clear()
+        return batch
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        self._generation += 1
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                log.debug("unsubscribing from the stream failed", exc_info=True)
 
 
 def _naive(value):
