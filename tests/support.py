@@ -7,8 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Callable
 
 import nats
@@ -56,6 +60,32 @@ def run(coro, timeout: float | None = None):
         return asyncio.run(coro)
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended: no longer there, or a zombie its new parent has not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def assert_child_ends_with_its_parent(code: str, what: str) -> None:
+    """Run ``code`` in a Python process of its own (it prints the pid of a child it started),
+    kill that process as a crash would, and wait for the orphaned child to end."""
+    root = Path(__file__).resolve().parent.parent
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert not gone(child)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        wait_for(lambda: gone(child), timeout=30, message=f"the orphaned {what} to exit")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
 
 
 # --- a real nats-server ----------------------------------------------------------------------

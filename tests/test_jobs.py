@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import func, select
 
 from dlq_dashboard.actions import publishing
-from dlq_dashboard.actions.bulk import jobs, pacing
+from dlq_dashboard.actions.bulk import jobs, pacing, publisher, work
 from dlq_dashboard.actions.bulk.runner import JobRunner
 from dlq_dashboard.actions.close import close_entry
 from dlq_dashboard.db.models import Action, Entry, Republish
@@ -121,6 +121,52 @@ def test_a_crash_mid_job_resumes_without_publishing_anything_twice(app, rt, nats
     assert len(published) == 600
     assert len({m.headers["Nats-Msg-Id"] for m in published}) == 600
     assert count(rt, Action, Action.action == "republish") == 600
+
+
+def test_a_big_job_publishes_from_a_process_of_its_own_exactly_once(app, rt, nats_server, monkeypatch):
+    support.make_orders_stream(nats_server.url)
+    ids = support.dead_letter_orders(app, nats_server.url, payloads(2000))
+    monkeypatch.setattr(work, "OWN_PUBLISHER_FROM", 1)
+    sent = []
+    original = publisher.Publisher.publish
+    monkeypatch.setattr(publisher.Publisher, "publish", lambda self, messages: sent.append(len(messages))
+                        or original(self, messages))
+    job_id = jobs.create_job(rt, "republish", actor="alice", filter_args={"subject": "orders.created"})
+    rt.jobs.join(job_id, timeout=60)
+    status = jobs.job_status(rt, job_id, limit=5)
+    assert (status["state"], status["done"], status["failed"]) == ("done", 2000, 0)
+    assert sum(sent) > 0  # the first windows go through the bridge while the process connects
+    assert all(i["result"].startswith("Published to ORDERS seq ") for i in status["items"])
+    published = support.stream_messages(nats_server.url)
+    assert len(published) == 2000 and len({m.headers["Nats-Msg-Id"] for m in published}) == 2000
+    assert count(rt, Entry, Entry.id.in_(ids), Entry.status == "republished", Entry.version == 2) == 2000
+    assert count(rt, Action, Action.job_id == job_id, Action.action == "republish") == 2000
+    assert count(rt, Republish, Republish.state == "published", Republish.seq.isnot(None)) == 2000
+
+
+def test_a_publishing_process_that_dies_mid_job_publishes_nothing_twice(app, rt, nats_server, monkeypatch):
+    support.make_orders_stream(nats_server.url)
+    support.dead_letter_orders(app, nats_server.url, payloads(2000))
+    monkeypatch.setattr(work, "OWN_PUBLISHER_FROM", 1)
+    original, sent = publisher.Publisher.publish, []
+
+    def publish_then_die(self, messages):
+        future = original(self, messages)
+        sent.append(len(messages))
+        if len(sent) == 2:  # killed with two windows sent: their answers never come
+            self._proc.kill()
+        return future
+
+    monkeypatch.setattr(publisher.Publisher, "publish", publish_then_die)
+    job_id = jobs.create_job(rt, "republish", actor="alice", filter_args={"subject": "orders.created"})
+    status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
+                              timeout=60, message="the job to finish through the bridge")
+    assert (status["done"], status["failed"]) == (2000, 0)
+    assert len(sent) == 2
+    published = support.stream_messages(nats_server.url)
+    assert len(published) == 2000 and len({m.headers["Nats-Msg-Id"] for m in published}) == 2000
+    assert count(rt, Republish, Republish.state == "pending") == 0
+    assert count(rt, Action, Action.job_id == job_id, Action.action == "republish") == 2000
 
 
 def test_a_bulk_close_by_selection_closes_those_entries_with_the_note(app, rt, nats_server, tokens):

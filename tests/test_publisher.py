@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 from nats.js.errors import NoStreamResponseError
 
@@ -15,7 +12,6 @@ from dlq_dashboard.nats.bridge import NatsUnavailable
 
 from . import support
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def window(start: int, n: int) -> list[tuple[str, bytes, dict[str, str]]]:
@@ -89,14 +85,4 @@ def test_the_process_ends_when_the_dashboard_process_is_killed(tmp_path, nats_se
             "from dlq_dashboard.config import Settings; "
             f"p = Publisher(Settings(nats_urls=({nats_server.url!r},)), 5.0); "
             "print(p._proc.pid, flush=True); time.sleep(600)")
-    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    try:
-        child = int(parent.stdout.readline())
-        assert not support.gone(child)
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=30)
-        support.wait_for(lambda: support.gone(child), timeout=30, message="the orphaned publisher to exit")
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
+    support.assert_child_ends_with_its_parent(code, "publisher")

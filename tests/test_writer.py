@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from concurrent.futures import Future
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -23,7 +20,6 @@ from dlq_dashboard.times import utcnow
 
 from . import support
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def rows(first: int, last: int) -> list[tuple]:
@@ -34,15 +30,6 @@ def rows(first: int, last: int) -> list[tuple]:
 def entry_seqs(engine) -> list[int]:
     with engine.connect() as conn:
         return list(conn.execute(select(Entry.dlq_seq).order_by(Entry.dlq_seq)).scalars())
-
-
-def gone(pid: int) -> bool:
-    # A process that exited is gone, or a zombie its new parent has not reaped yet.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 @pytest.fixture
@@ -74,7 +61,7 @@ def test_the_writer_process_commits_batches_in_order_and_a_killed_one_is_replace
         assert [f.result(timeout=60) for f in futures] == [10] * 10
         first = writer._proc.pid
         os.kill(first, signal.SIGKILL)
-        support.wait_for(lambda: gone(first), message="the writer to die")
+        support.wait_for(lambda: support.gone(first), message="the writer to die")
         # The next call starts another writer; what was committed stays, nothing is stored twice.
         assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(91, 110), 100) == 10
         assert writer._proc.pid != first
@@ -85,7 +72,7 @@ def test_the_writer_process_commits_batches_in_order_and_a_killed_one_is_replace
             refused.result(timeout=60)
     finally:
         writer.close()
-    assert gone(first) and writer._proc is None
+    assert support.gone(first) and writer._proc is None
 
 
 def test_calls_in_flight_when_the_writer_dies_fail_rather_than_hang(engine, database_url):
@@ -123,14 +110,4 @@ def test_the_writer_process_ends_when_the_dashboard_process_is_killed(tmp_path):
     code = ("import time; from dlq_dashboard.ingest.writer import WriterProcess; "
             f"w = WriterProcess('sqlite:///{tmp_path / 'dlq.db'}'); w._start(); "
             "print(w._proc.pid, flush=True); time.sleep(600)")
-    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    try:
-        child = int(parent.stdout.readline())
-        assert not gone(child)
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=30)
-        support.wait_for(lambda: gone(child), timeout=30, message="the orphaned writer to exit")
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
+    support.assert_child_ends_with_its_parent(code, "writer")

@@ -5,11 +5,11 @@ the caller's transaction and raises an ActionError, or says what to write.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping
 
+import orjson
 from sqlalchemy import Connection, select
 
 from dlq_consumer import headers as contract
@@ -131,7 +131,7 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
                       f"({first.path or '/'}: {first.message}); republishing it needs the override.",
                       entry_id=entry_id, errors=[e.to_dict() for e in verdict.errors])
     msg_id = republish_msg_id(entry, version)
-    headers = republish_headers(json.loads(entry["headers"] or "{}"), msg_id, entry_ref(entry))
+    headers = republish_headers(orjson.loads(entry["headers"] or "{}"), msg_id, entry_ref(entry))
     intent = Intent(id=existing.id if existing else None, entry_id=entry_id, version=version, msg_id=msg_id,
                     subject=subject, payload=body, headers=headers, edited=body != original, actor=actor,
                     job_id=job_id, created_at=now or utcnow(), forced=not verdict.valid)
@@ -144,8 +144,8 @@ def write_claims(conn: Connection, claims: list[tuple[str, Intent]]) -> None:
     Intents are known by their msgId (unique) from here on."""
     def values(i: Intent) -> dict[str, Any]:
         return {"msg_id": i.msg_id, "entry_id": i.entry_id, "version": i.version, "subject": i.subject,
-                "payload": i.payload, "headers": json.dumps(i.headers), "edited": i.edited, "actor": i.actor,
-                "job_id": i.job_id, "created_at": i.created_at}
+                "payload": i.payload, "headers": orjson.dumps(i.headers).decode(), "edited": i.edited,
+                "actor": i.actor, "job_id": i.job_id, "created_at": i.created_at}
 
     insert_rows(conn, INTENTS, [{**values(i), "state": "pending"} for kind, i in claims if kind == "new"])
     update_rows(conn, INTENTS, "msg_id", [values(i) for kind, i in claims if kind == "retry"],

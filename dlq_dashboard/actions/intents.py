@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, Mapping
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection, DateTime, insert, literal, select, update
 
 from dlq_consumer import headers as contract
 
-from ..db.counts import count_changes, entries_as_counted, status_changes
+from ..db.counts import STATUS_COLUMNS, Change, bucket, count_changes
 from ..db.models import Action, Entry, Republish
-from ..db.rows import insert_rows, update_rows
+from ..db.rows import UNCACHED, among, insert_rows, update_rows, update_rows_returning
 from ..times import utcnow
 
 ENTRIES, INTENTS, ACTIONS = Entry.__table__, Republish.__table__, Action.__table__
@@ -41,7 +42,7 @@ class Published:
         return {"msg_id": self.msg_id, "stream": self.stream, "seq": self.seq, "duplicate": self.duplicate}
 
 
-@dataclass
+@dataclass(slots=True)
 class Intent:
     """A republish intent as committed: exactly what will be (or was) published."""
 
@@ -101,15 +102,19 @@ def republish_headers(headers: Mapping[str, list[str]], msg_id: str, replay_of: 
     """
     result: dict[str, str] = {}
     for name, values in headers.items():
-        low = name.lower()
-        if low.startswith(contract.CONTRACT_PREFIX) or low.startswith(contract.SERVER_PREFIX):
-            continue
-        if values:
+        if values and _kept(name):
             # nats-py sends one value a header name; the last one wins as it did on receipt.
             result[name] = values[-1]
     result[contract.NATS_MSG_ID] = msg_id
     result[contract.REPLAY_OF] = replay_of
     return result
+
+
+@lru_cache(maxsize=1024)
+def _kept(name: str) -> bool:
+    """Whether a republish keeps a header of this name (the names repeat from entry to entry)."""
+    low = name.lower()
+    return not (low.startswith(contract.CONTRACT_PREFIX) or low.startswith(contract.SERVER_PREFIX))
 
 
 class Flights:
@@ -147,6 +152,30 @@ class Flights:
 
 # --- outcomes ----------------------------------------------------------------------------------
 
+def set_status(conn: Connection, ids: list[int], status: str, **values) -> list[Change]:
+    """Give these entries ``status`` (and ``values``) and raise their version; returns the changes
+    to count. One UPDATE for each status they had, most likely first, its RETURNING naming the
+    entries it changed (locked as they change): a window of open entries is one statement,
+    where reading them first and updating them took two."""
+    left, changes = set(ids), []
+    values = {"status": status, "version": ENTRIES.c.version + 1, **values}
+    for old in sorted(STATUS_COLUMNS, key=lambda s: (s != "open", s != status)):
+        if not left:
+            break
+        rows = conn.execute(update(ENTRIES).where(among(conn, ENTRIES.c.id, sorted(left)), ENTRIES.c.status == old)
+                            .values(values).returning(ENTRIES.c.id, ENTRIES.c.group_id, ENTRIES.c.received_at),
+                            execution_options=UNCACHED).all()
+        left.difference_update(r.id for r in rows)
+        # Counted a group and minute at a time: the counts' hour of a minute's start is the hour
+        # of every moment in that minute, and a window's entries share a few minutes.
+        alike = Counter((r.group_id, bucket(r.received_at, 60)) for r in rows)
+        changes.extend(Change(group, group, minute, old, status, n) for (group, minute), n in alike.items())
+    if left:  # a status the counts do not know: changed, not counted
+        conn.execute(update(ENTRIES).where(among(conn, ENTRIES.c.id, sorted(left))).values(values),
+                     execution_options=UNCACHED)
+    return changes
+
+
 @lru_cache(maxsize=256)
 def _audit_detail(subject: str, edited: bool, forced: bool, recovered: bool) -> str:
     detail: dict[str, Any] = {"subject": subject, "edited": edited}
@@ -169,21 +198,30 @@ def record_published(conn: Connection, results: list[tuple[Intent, Any]], *, rec
     acks = {i.msg_id: ack for i, ack in results}
     now = utcnow()
     # Only the first outcome counts: another thread or process may have finished some already.
-    changed = update_rows(conn, INTENTS, "msg_id", [
-        {"msg_id": i.msg_id, "stream": ack.stream, "seq": ack.seq, "duplicate": bool(ack.duplicate)}
-        for i, ack in results], constants={"state": "published", "published_at": now, "error": None},
-        match={"state": "pending"})
+    changed = update_rows_returning(conn, INTENTS, "msg_id", [
+        {"msg_id": msg_id, "stream": ack.stream, "seq": ack.seq, "duplicate": bool(ack.duplicate)}
+        for msg_id, ack in acks.items()], constants={"state": "published", "published_at": now, "error": None},
+        match={"state": "pending"}, returning="id")
     done = [i for i, _ in results if i.msg_id in changed]
     if not done:
         return done
-    before = entries_as_counted(conn, [i.entry_id for i in done])
-    conn.execute(update(ENTRIES).where(ENTRIES.c.id.in_([i.entry_id for i in done]))
-                 .values(status="republished", version=ENTRIES.c.version + 1, updated_at=now))
-    count_changes(conn, status_changes(before, "republished"))
-    insert_rows(conn, ACTIONS, [_audit(i, "republish", now, recovered=recovered, publish_stream=acks[i.msg_id].stream,
-                                       publish_seq=acks[i.msg_id].seq, duplicate=bool(acks[i.msg_id].duplicate))
-                                for i in done])
+    count_changes(conn, set_status(conn, [i.entry_id for i in done], "republished", updated_at=now))
+    # The audit rows are copied from the intents just recorded (entry, job, actor, version, msgId
+    # and PubAck), one statement for each kind of detail, rather than sent row by row.
+    by_detail: dict[str, list[int]] = {}
+    for i in done:
+        by_detail.setdefault(_audit_detail(i.subject, i.edited, i.forced, recovered), []).append(changed[i.msg_id])
+    for detail, ids in by_detail.items():
+        copied = select(INTENTS.c.entry_id, INTENTS.c.job_id, literal("republish"), INTENTS.c.actor,
+                        literal(now, DateTime()), INTENTS.c.version, INTENTS.c.msg_id, INTENTS.c.stream,
+                        INTENTS.c.seq, INTENTS.c.duplicate, literal(detail)) \
+            .where(among(conn, INTENTS.c.id, ids)).order_by(INTENTS.c.id)
+        conn.execute(insert(ACTIONS).from_select(_AUDIT_COPIED, copied), execution_options=UNCACHED)
     return done
+
+
+_AUDIT_COPIED = ["entry_id", "job_id", "action", "actor", "at", "version", "msg_id", "publish_stream", "publish_seq",
+                 "duplicate", "detail"]
 
 
 def record_failed(conn: Connection, results: list[tuple[Intent, str]], *, recovered: bool = False) -> list[Intent]:

@@ -111,18 +111,3 @@ def count_changes(conn: Connection, changes: Iterable[Change]) -> None:
     add_to_counts(conn, ARRIVALS, [{"width": w, "bucket": b, "group_id": g, "status": s, "count": n}
                                    for (w, b, g, s), n in sorted(per_bucket.items()) if n],
                   key=["width", "bucket", "group_id", "status"], count="count")
-
-
-def entries_as_counted(conn: Connection, ids: list[int]) -> dict[int, tuple[int, datetime, str]]:
-    """(group id, received_at, status) of each entry, read inside the write transaction that is
-    about to change them (on PostgreSQL the rows are locked until it commits)."""
-    query = select(ENTRIES.c.id, ENTRIES.c.group_id, ENTRIES.c.received_at, ENTRIES.c.status) \
-        .where(ENTRIES.c.id.in_(ids))
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    return {r.id: (r.group_id, r.received_at, r.status) for r in conn.execute(query)}
-
-
-def status_changes(before: dict[int, tuple[int, datetime, str]], new_status: str) -> list[Change]:
-    """The changes of entries read by entries_as_counted that now have ``new_status``."""
-    return [Change(group, group, at, status, new_status) for group, at, status in before.values()]

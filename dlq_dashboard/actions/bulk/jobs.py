@@ -105,7 +105,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
             if flt.cursor:
                 query = query.where(ENTRIES.c.id < int(upto) + 1)
             with rt.engine.connect() as conn:
-                candidates = [(r.id, r.version, r.status, r.original_subject, None, True) for r in conn.execute(query)]
+                candidates = [(*r, None, True) for r in conn.execute(query)]  # unpacked: no lookup by name
     items, invalid = [], 0
     for entry_id, version, status, subject, payload, available in candidates:
         if only_valid and (not available or not rt.schemas.validate(subject, bytes(payload or b"")).valid):

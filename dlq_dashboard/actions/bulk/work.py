@@ -1,26 +1,27 @@
 """One bulk job's work: its windows of items, republished or closed, and the items' results.
 
 Republish windows go through the same intents as a single republish (actions/intents.py),
-published with ``publish_async`` so a window costs one round trip, and the outcome of a window
-is committed with the items' results. A crash leaves intents pending; they are finished with
-their own msgIds, and the job resumes with the items not yet done. runner.py runs the threads.
+published with ``publish_async`` so a window costs one round trip (from a process of its own
+for a big job, publisher.py), and the outcome of a window is committed with the items' results.
+A crash leaves intents pending; they are finished with their own msgIds, and the job resumes
+with the items not yet done. runner.py runs the threads.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
 
 from ...db.counts import Change, count_changes
-from ...db.engine import write_transaction
+from ...db.engine import is_sqlite, write_transaction
 from ...db.leases import acquire_lease
-from ...db.rows import update_rows
+from ...db.rows import UNCACHED, among, update_rows
 from ...nats.bridge import NatsUnavailable
 from ...times import utcnow
 
@@ -43,41 +44,20 @@ from ..intents import (
 from ..publishing import classify_failure, nats_unreachable
 from .jobs import FINISHED, ITEMS, JOBS, ack_sentence
 from .pacing import TokenBucket, window_size
+from .publisher import Publisher, publish_window
 
 log = logging.getLogger(__name__)
 
 LEASE_SECONDS = 30.0
+#: A republish job of at least this many items, with no rate limit or one of at least
+#: OWN_PUBLISHER_RATE a second, publishes from a process of its own (publisher.py): a smaller
+#: or slower one is over, or barely busy, before that process would pay for itself.
+OWN_PUBLISHER_FROM = 5000
+OWN_PUBLISHER_RATE = 1000
 # What deciding a republish reads of an entry (no times: parsing them is most of a wide row's cost).
 _CLAIM_COLUMNS = [ENTRIES.c[name] for name in (
     "id", "version", "status", "original_subject", "payload", "payload_available", "headers", "dlq_stream",
     "dlq_seq", "original_stream", "original_seq")]
-
-
-# --- publishing a window ---------------------------------------------------------------------
-
-async def publish_window(js, intents: list[Intent], timeout: float) -> list[Any]:
-    """Publish intents pipelined (publish_async) and return each one's PubAck or exception."""
-    futures: list[Any] = []
-    for intent in intents:
-        try:
-            # No wait_stall: with a timeout, asyncio.wait_for makes a task per message (a third
-            # of the throughput); two windows in flight stay under the client's pending limit.
-            futures.append(await js.publish_async(intent.subject, intent.payload, headers=dict(intent.headers)))
-        except Exception as exc:  # not sent: classified by the caller
-            futures.append(exc)
-    waiting = [f for f in futures if isinstance(f, asyncio.Future)]
-    if waiting:
-        await asyncio.wait(waiting, timeout=timeout)
-    results = []
-    for f in futures:
-        if not isinstance(f, asyncio.Future):
-            results.append(f)
-        elif not f.done():
-            f.cancel()
-            results.append(asyncio.TimeoutError())
-        else:
-            results.append(f.exception() or f.result())
-    return results
 
 
 # --- one job ---------------------------------------------------------------------------------
@@ -92,7 +72,8 @@ class JobWork:
     Republish windows are pipelined: while one window's publishes are out, the next window's
     intents are committed and the previous window's outcomes are recorded, so the database
     and the broker work at the same time. Each window's intents are committed before its
-    publish starts, and its outcomes after its answers arrive.
+    publish starts, and its outcomes after its answers arrive. On SQLite one transaction a
+    window does both; on PostgreSQL the outcomes have a connection and a thread of their own.
     """
 
     def __init__(self, rt: ActionContext, job_id: int, *, lease: str, holder: str, wake: threading.Event,
@@ -104,19 +85,39 @@ class JobWork:
         self.bucket = TokenBucket(rate, self.size)
         self.renewed = time.monotonic()
         self.flights: list[tuple[list[Intent], Any]] = []
+        self.publisher: Publisher | bool | None = None  # False: could not be started
+        # PostgreSQL: a window's outcome is recorded on a connection of its own (see _alongside).
+        self.recorder: ThreadPoolExecutor | None = None
+        self.recording: Future | None = None
 
-    def _job(self):
+    def _renew(self) -> None:
         if time.monotonic() - self.renewed > LEASE_SECONDS / 3:
             acquire_lease(self.rt.engine, self.lease, self.holder, LEASE_SECONDS)
             self.renewed = time.monotonic()
-        with self.rt.engine.connect() as conn:
-            return conn.execute(select(JOBS).where(JOBS.c.id == self.job_id)).first()._mapping
 
-    def _pending(self, after: int):
-        with self.rt.engine.connect() as conn:
-            return conn.execute(select(ITEMS.c.entry_id, ITEMS.c.version).where(
-                ITEMS.c.job_id == self.job_id, ITEMS.c.state == "pending", ITEMS.c.entry_id > after)
-                .order_by(ITEMS.c.entry_id).limit(self.size)).all()
+    def _look(self, conn, after: int):
+        """The job as it is now, and its next window of pending items after ``after``."""
+        job = conn.execute(select(JOBS).where(JOBS.c.id == self.job_id)).first()._mapping
+        # (entry id, version) as plain tuples, which the garbage collector stops tracking: rows
+        # kept from one window to the next would be scanned again by every full collection.
+        items = [tuple(r) for r in conn.execute(select(ITEMS.c.entry_id, ITEMS.c.version).where(
+            ITEMS.c.job_id == self.job_id, ITEMS.c.state == "pending", ITEMS.c.entry_id > after)
+            .order_by(ITEMS.c.entry_id).limit(self.size))]
+        return job, items
+
+    def _wants_publisher(self, job) -> bool:
+        rate = self.rt.settings.republish_rate
+        return job["total"] >= OWN_PUBLISHER_FROM and (rate <= 0 or rate >= OWN_PUBLISHER_RATE)
+
+    def _start_publisher(self) -> Publisher | bool:
+        """The job's publishing process, started in the background (windows go through the
+        bridge until it is connected); False if it cannot be started."""
+        try:
+            return Publisher(self.rt.settings, self.rt.settings.request_timeout)
+        except Exception:  # e.g. no processes allowed: the bridge publishes every window
+            log.warning("job %d publishes through the bridge: its own process did not start", self.job_id,
+                        exc_info=True)
+            return False
 
     def _pause(self, seconds: float) -> None:
         self.wake.wait(seconds)
@@ -124,10 +125,25 @@ class JobWork:
 
     def run(self) -> None:
         after = 0  # items are taken in entry order; a pass from the start again picks up leftovers
+        # The job and its next window, read at the end of the window before's transaction: a
+        # connection and two statements a window fewer, each a wait for the interpreter lock
+        # while the bridge's loop publishes.
+        ahead = None
         try:
             while True:
-                job = self._job()
+                self._renew()
+                if self.wake.is_set():  # a cancel: read the job as it is now
+                    self.wake.clear()
+                    ahead = None
+                if ahead is None:
+                    with self.rt.engine.connect() as conn:
+                        ahead = self._look(conn, after)
+                (job, items), ahead = ahead, None
                 republish = job["action"] == "republish"
+                if republish and items and self.publisher is None and self._wants_publisher(job):
+                    self.publisher = self._start_publisher()
+                if republish and self.recorder is None and not is_sqlite(self.rt.engine):
+                    self.recorder = ThreadPoolExecutor(1, thread_name_prefix=f"job-{self.job_id}-outcomes")
                 if self.stop.is_set() or job["state"] in FINISHED:
                     return self._land()
                 if job["cancel_requested"]:
@@ -138,8 +154,11 @@ class JobWork:
                     after = 0
                     self._pause(1.0)
                     continue
-                items = self._pending(after)
                 if not items and not self.flights:
+                    if self._recorded():  # the outcome still being recorded left some waiting
+                        self._pause(1.0)
+                        after = 0
+                        continue
                     if after == 0:
                         return self._finish(cancelled=False)
                     after = 0
@@ -149,7 +168,7 @@ class JobWork:
                     continue  # woken by a cancel: look at the job again
                 try:
                     if republish:
-                        self._republish(job, items)
+                        ahead = self._republish(job, items, items[-1][0] if items else after)
                     elif items:
                         self._close(job, items)
                 except (WaitForNats, NatsDown, NatsUnavailable) as exc:
@@ -158,15 +177,22 @@ class JobWork:
                     after = 0
                     continue
                 if items:
-                    after = items[-1].entry_id
+                    after = items[-1][0]
         finally:
+            if self.recorder is not None:
+                self.recorder.shutdown(wait=True)
             for intents, _ in self.flights:  # a window whose outcome is not recorded stays pending
                 self.rt.flights.end(intents)
+            if self.publisher:
+                self.publisher.close()
 
-    def _republish(self, job, items) -> None:
+    def _republish(self, job, items, after: int):
         """Keep two windows in flight. When the older one's answers are in, one transaction
-        records them and commits the next window's intents (one commit a window), and the next
-        window's publish starts while the other is still out."""
+        records them, commits the next window's intents (one commit a window) and reads the
+        window after; the next window's publish starts while the other is still out. Returns
+        what it read: the job and its next items after ``after``."""
+        if self.recorder is not None:
+            return self._alongside(job, items, after)
         oldest = None
         if len(self.flights) >= 2 or (self.flights and not items):
             oldest = self.flights.pop(0)
@@ -175,6 +201,7 @@ class JobWork:
             with write_transaction(self.rt.engine) as conn:
                 waiting = self._write_outcomes(conn, oldest[0], answers) if oldest else 0
                 claims = self._claim(conn, job, items) if items else []
+                ahead = self._look(conn, after)
         finally:
             if oldest:
                 self.rt.flights.end(oldest[0])
@@ -182,9 +209,42 @@ class JobWork:
             self.flights.append(self._start([intent for _, intent in claims]))
         if waiting:
             raise WaitForNats(f"{waiting} republishes wait for NATS")
+        return ahead
+
+    def _alongside(self, job, items, after: int):
+        """_republish on PostgreSQL: the older window's answers are awaited and recorded by the
+        recorder thread, in a transaction of its own, while this one commits the next window's
+        intents. The server's work for an outcome (a new version of each entry in every one of
+        its indexes) is most of a window's time; one connection made the job wait for it."""
+        waiting = self._recorded()  # the window before's outcome (its error is raised here)
+        if len(self.flights) >= 2 or (self.flights and not items):
+            self.recording = self.recorder.submit(self._record, *self.flights.pop(0))
+        with write_transaction(self.rt.engine) as conn:
+            claims = self._claim(conn, job, items) if items else []
+            ahead = self._look(conn, after)
+        if claims:
+            self.flights.append(self._start([intent for _, intent in claims]))
+        if waiting:
+            raise WaitForNats(f"{waiting} republishes wait for NATS")
+        return ahead
+
+    def _record(self, intents: list[Intent], future) -> int:
+        try:
+            answers = self._answers(intents, future)
+            with write_transaction(self.rt.engine) as conn:
+                return self._write_outcomes(conn, intents, answers)
+        finally:
+            self.rt.flights.end(intents)
+
+    def _recorded(self) -> int:
+        """Wait for the outcome being recorded (its error is raised here); returns how many of
+        its republishes wait for NATS."""
+        recording, self.recording = self.recording, None
+        return recording.result() if recording is not None else 0
 
     def _land(self) -> None:
         """Record every window still in flight."""
+        self._recorded()
         while self.flights:
             intents, future = self.flights.pop(0)
             try:
@@ -199,36 +259,39 @@ class JobWork:
         force = bool(json.loads(job["selection"] or "{}").get("force"))
         results: dict[int, tuple[str, str]] = {}
         claims: list[tuple[str, Intent]] = []
-        ids = [i.entry_id for i in items]
+        ids = [entry_id for entry_id, _ in items]
         names = [c.name for c in _CLAIM_COLUMNS]
-        rows = {r[0]: dict(zip(names, r)) for r in conn.execute(select(*_CLAIM_COLUMNS).where(ENTRIES.c.id.in_(ids)))}
-        msg_ids = {i.entry_id: republish_msg_id(rows[i.entry_id], i.version) for i in items if i.entry_id in rows}
+        rows = {r[0]: dict(zip(names, r)) for r in conn.execute(
+            select(*_CLAIM_COLUMNS).where(among(conn, ENTRIES.c.id, ids)), execution_options=UNCACHED).all()}
+        msg_ids = {entry_id: republish_msg_id(rows[entry_id], version)
+                   for entry_id, version in items if entry_id in rows}
         # One look at these entries' intents: this decision's own (a retry, a resume) and any pending.
         wanted, existing, pending = set(msg_ids.values()), {}, {}
-        for row in conn.execute(select(INTENTS).where(INTENTS.c.entry_id.in_(ids))):
+        for row in conn.execute(select(INTENTS).where(among(conn, INTENTS.c.entry_id, ids)),
+                                execution_options=UNCACHED):
             intent = Intent.from_row(row)
             if intent.msg_id in wanted:
                 existing[intent.msg_id] = intent
             if intent.state == "pending":
                 pending.setdefault(intent.entry_id, []).append(intent)
-        for item in items:
-            if item.entry_id not in rows:
-                results[item.entry_id] = ("failed", "The entry no longer exists.")
+        for entry_id, version in items:
+            if entry_id not in rows:
+                results[entry_id] = ("failed", "The entry no longer exists.")
                 continue
-            msg_id = msg_ids[item.entry_id]
+            msg_id = msg_ids[entry_id]
             try:
                 claims.append(decide_republish(
-                    rt, rows[item.entry_id], item.version, existing.get(msg_id),
-                    [p for p in pending.get(item.entry_id, []) if p.msg_id != msg_id],
+                    rt, rows[entry_id], version, existing.get(msg_id),
+                    [p for p in pending.get(entry_id, []) if p.msg_id != msg_id],
                     actor=job["actor"], force=force, job_id=self.job_id, resume_pending=True, now=now))
             except AlreadyRepublished as exc:
-                results[item.entry_id] = ("done", ack_sentence(exc.publish))
+                results[entry_id] = ("done", ack_sentence(exc.publish))
             except InFlight:
                 pass  # recovery is publishing it: its outcome is read on a later pass
             except Conflict as exc:
-                results[item.entry_id] = ("skipped", str(exc))
+                results[entry_id] = ("skipped", str(exc))
             except Refused as exc:
-                results[item.entry_id] = ("failed", str(exc))
+                results[entry_id] = ("failed", str(exc))
         write_claims(conn, claims)
         _write_results(conn, self.job_id, results)
         return claims
@@ -238,6 +301,11 @@ class JobWork:
         try:
             for intent in intents:
                 publishing.fault_point("after_intent", intent)
+            if self.publisher and self.publisher.ready:
+                try:
+                    return intents, self.publisher.publish([(i.subject, i.payload, i.headers) for i in intents])
+                except NatsUnavailable:  # the child has ended: the bridge publishes the rest
+                    pass
             bridge = self.rt.bridge
             return intents, bridge.spawn(publish_window(bridge.js, intents, self.rt.settings.request_timeout))
         except BaseException:
@@ -284,23 +352,23 @@ class JobWork:
         rt, now = self.rt, utcnow()
         results: dict[int, tuple[str, str]] = {}
         with write_transaction(rt.engine) as conn:
-            ids = [i.entry_id for i in items]
+            ids = [entry_id for entry_id, _ in items]
             query = select(ENTRIES).where(ENTRIES.c.id.in_(ids))
             if conn.dialect.name == "postgresql":
                 query = query.with_for_update()  # decided and changed in this transaction only
             rows = {r.id: r._mapping for r in conn.execute(query)}
             pending = pending_intents(conn, ids)
             closing = []
-            for item in items:
-                row = rows.get(item.entry_id)
+            for entry_id, version in items:
+                row = rows.get(entry_id)
                 if row is None:
-                    results[item.entry_id] = ("failed", "The entry no longer exists.")
+                    results[entry_id] = ("failed", "The entry no longer exists.")
                     continue
                 try:
-                    decide_close(row, item.version, pending.get(item.entry_id, []))
-                    closing.append((item, row))
+                    decide_close(row, version, pending.get(entry_id, []))
+                    closing.append(((entry_id, version), row))
                 except Conflict as exc:
-                    results[item.entry_id] = ("skipped", str(exc))
+                    results[entry_id] = ("skipped", str(exc))
             deleted: dict[int, str] = {}
             to_delete = [row for _, row in closing if row["dlq_stream"] and row["dlq_seq"]]
             if rt.settings.delete_on_close and to_delete:
@@ -309,17 +377,17 @@ class JobWork:
                 conn.execute(update(ENTRIES).where(ENTRIES.c.id == bindparam("b_id"),
                                                    ENTRIES.c.version == bindparam("b_version"))
                              .values(version=ENTRIES.c.version + 1, **close_values(job["actor"], job["note"], now)),
-                             [{"b_id": item.entry_id, "b_version": item.version} for item, _ in closing])
+                             [{"b_id": entry_id, "b_version": version} for (entry_id, version), _ in closing])
                 count_changes(conn, [Change(row["group_id"], row["group_id"], row["received_at"], row["status"],
                                             "closed") for _, row in closing])
                 conn.execute(insert(ACTIONS), [{
-                    "entry_id": item.entry_id, "job_id": self.job_id, "action": "close", "actor": job["actor"],
-                    "at": now, "note": job["note"], "version": item.version,
-                    "detail": json.dumps({"dlq_delete": deleted[item.entry_id]} if item.entry_id in deleted else {}),
-                } for item, _ in closing])
-                for item, _ in closing:
-                    results[item.entry_id] = ("done", "Closed." + (f" DLQ message {deleted[item.entry_id]}."
-                                                                   if item.entry_id in deleted else ""))
+                    "entry_id": entry_id, "job_id": self.job_id, "action": "close", "actor": job["actor"],
+                    "at": now, "note": job["note"], "version": version,
+                    "detail": json.dumps({"dlq_delete": deleted[entry_id]} if entry_id in deleted else {}),
+                } for (entry_id, version), _ in closing])
+                for (entry_id, _), _ in closing:
+                    results[entry_id] = ("done", "Closed." + (f" DLQ message {deleted[entry_id]}."
+                                                              if entry_id in deleted else ""))
             _write_results(conn, self.job_id, results)
 
     def _finish(self, *, cancelled: bool) -> None:
@@ -340,8 +408,8 @@ def _write_results(conn, job_id: int, results: dict[int, tuple[str, str | None]]
     # Only this job's runner (it holds the job's lease) moves its items out of pending, once.
     plain = [e for e, (s, r) in results.items() if s == "done" and r is None]
     if plain:
-        conn.execute(update(ITEMS).where(ITEMS.c.job_id == job_id, ITEMS.c.entry_id.in_(plain),
-                                         ITEMS.c.state == "pending").values(state="done"))
+        conn.execute(update(ITEMS).where(ITEMS.c.job_id == job_id, among(conn, ITEMS.c.entry_id, plain),
+                                         ITEMS.c.state == "pending").values(state="done"), execution_options=UNCACHED)
     update_rows(conn, ITEMS, "entry_id", [{"entry_id": e, "state": s, "result": r}
                                           for e, (s, r) in results.items() if r is not None],
                 match={"job_id": job_id, "state": "pending"})
