@@ -22,7 +22,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,9 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_mirror import publish_backlog  # noqa: E402
+from bench_mirror import publish_backlog, servers  # noqa: E402
 
-from dlq_dashboard.nats.server import NatsServer, free_port  # noqa: E402
+from dlq_dashboard.nats.server import free_port  # noqa: E402
 
 INTERVAL = 0.2
 STALLED = 60  # seconds without progress before the run is called stuck
@@ -80,6 +79,8 @@ def role(pid: int, app_pid: int) -> str:
         parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (FileNotFoundError, ProcessLookupError):
         return "gone"
+    if not command:
+        return "gone"  # between fork and exec, or exiting: nothing of its own to count
     if parent != app_pid:
         return "mirror writer"  # forked by the forkserver, whose command line it keeps
     if "forkserver" in command:
@@ -147,74 +148,60 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
     args = parser.parse_args()
-    postgres = None
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        server = NatsServer(store_dir=folder / "nats").start()
+    with servers(args.database) as (folder, server, fresh_database):
+        process, port = start_app(folder / "idle", server.url, fresh_database("idle"))
         try:
-            if args.database == "postgresql":
-                from tests.postgres import PostgresServer
-
-                postgres = PostgresServer().start()
-
-            def fresh_database(name: str) -> str:
-                return postgres.create_database() if postgres else f"sqlite:///{folder}/{name}.sqlite3"
-
-            process, port = start_app(folder / "idle", server.url, fresh_database("idle"))
-            try:
-                wait_until_serving(process, port)
-                time.sleep(2)  # let the mirror find the (missing) stream and settle
-                idle = sum(pss_kb(p) for p in [process.pid, *descendants(process.pid)])
-            finally:
-                stop(process)
-
-            started = time.perf_counter()
-            asyncio.run(publish_backlog(server.url, args.messages))
-            print(f"published {args.messages:,} messages in {time.perf_counter() - started:.0f} s", flush=True)
-
-            database_url = fresh_database("backlog")
-            process, port = start_app(folder / "backlog", server.url, database_url)
-            peaks: dict[str, int] = {"app.py": 0}
-            tree_peak = 0
-            started = time.perf_counter()
-            try:
-                last_report = 0.0
-                moved, last_position = time.monotonic(), -1
-                while (position := committed(database_url)) < args.messages:
-                    if process.poll() is not None:
-                        raise RuntimeError(f"app.py exited with {process.returncode}")
-                    if position != last_position:
-                        moved, last_position = time.monotonic(), position
-                    elif time.monotonic() - moved > STALLED:
-                        raise RuntimeError(f"the mirror stopped at sequence {position:,} for {STALLED} s")
-                    peaks["app.py"] = max(peaks["app.py"], rss_kb(process.pid))
-                    tree = pss_kb(process.pid)
-                    for pid in descendants(process.pid):
-                        who = role(pid, process.pid)
-                        peaks[who] = max(peaks.get(who, 0), rss_kb(pid))
-                        tree += pss_kb(pid)
-                    tree_peak = max(tree_peak, tree)
-                    if time.perf_counter() - last_report > 10:
-                        last_report = time.perf_counter()
-                        print(f"  {position:,} mirrored, app.py {peaks['app.py'] / 1024:.0f} MB RSS peak, "
-                              f"all together {tree_peak / 1024:.0f} MB PSS peak", flush=True)
-                    time.sleep(INTERVAL)
-                elapsed = time.perf_counter() - started
-                stored = committed(database_url, "SELECT count(*) FROM entries")
-                if stored != args.messages:
-                    raise RuntimeError(f"{stored:,} entries for {args.messages:,} messages: some were lost")
-            finally:
-                stop(process)
+            wait_until_serving(process, port)
+            time.sleep(2)  # let the mirror find the (missing) stream and settle
+            idle = sum(pss_kb(p) for p in [process.pid, *descendants(process.pid)])
         finally:
-            server.stop()
-            if postgres is not None:
-                postgres.remove()
+            stop(process)
+
+        started = time.perf_counter()
+        asyncio.run(publish_backlog(server.url, args.messages))
+        print(f"published {args.messages:,} messages in {time.perf_counter() - started:.0f} s", flush=True)
+
+        database_url = fresh_database("backlog")
+        process, port = start_app(folder / "backlog", server.url, database_url)
+        peaks: dict[str, int] = {"app.py": 0}
+        tree_peak = 0
+        started = time.perf_counter()
+        try:
+            last_report = 0.0
+            moved, last_position = time.monotonic(), -1
+            while (position := committed(database_url)) < args.messages:
+                if process.poll() is not None:
+                    raise RuntimeError(f"app.py exited with {process.returncode}")
+                if position != last_position:
+                    moved, last_position = time.monotonic(), position
+                elif time.monotonic() - moved > STALLED:
+                    raise RuntimeError(f"the mirror stopped at sequence {position:,} for {STALLED} s")
+                peaks["app.py"] = max(peaks["app.py"], rss_kb(process.pid))
+                tree = pss_kb(process.pid)
+                for pid in descendants(process.pid):
+                    who = role(pid, process.pid)
+                    peaks[who] = max(peaks.get(who, 0), rss_kb(pid))
+                    tree += pss_kb(pid)
+                tree_peak = max(tree_peak, tree)
+                if time.perf_counter() - last_report > 10:
+                    last_report = time.perf_counter()
+                    print(f"  {position:,} mirrored, app.py {peaks['app.py'] / 1024:.0f} MB RSS peak, "
+                          f"all together {tree_peak / 1024:.0f} MB PSS peak", flush=True)
+                time.sleep(INTERVAL)
+            elapsed = time.perf_counter() - started
+            stored = committed(database_url, "SELECT count(*) FROM entries")
+            if stored != args.messages:
+                raise RuntimeError(f"{stored:,} entries for {args.messages:,} messages: some were lost")
+        finally:
+            stop(process)
     name = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}[args.database]
     print(f"\n`python app.py` mirroring {args.messages:,} messages into {name} "
           f"({args.messages / elapsed:,.0f} msg/s over the whole backlog; {stored:,} entries, one a message)\n")
     print("| process | peak |")
     print("| --- | ---: |")
     for who, kb in peaks.items():
+        if who == "gone":
+            continue
         print(f"| {who} (RSS) | {kb / 1024:.0f} MB |")
     print(f"| all of them together, idle on an empty stream (PSS) | {idle / 1024:.0f} MB |")
     print(f"| all of them together while mirroring (PSS, at one moment) | **{tree_peak / 1024:.0f} MB** |")
