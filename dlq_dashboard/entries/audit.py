@@ -9,7 +9,7 @@ from sqlalchemy import Engine, select
 
 from ..db.engine import read_transaction
 from ..db.models import Action
-from ..errors import InvalidRequest
+from ..numbers import whole_number
 from ..times import format_time
 from .filters import decode_cursor, encode_cursor
 
@@ -27,32 +27,20 @@ def audit_record(row) -> dict[str, Any]:
             "duplicate": m["duplicate"], "error": m["error"], "detail": json.loads(m["detail"] or "{}")}
 
 
-def _whole_number(args: Mapping[str, str], name: str) -> int | None:
-    raw = args.get(name)
-    if not raw:
-        return None
-    if not str(raw).isdigit() or int(raw) >= 2**63:
-        raise InvalidRequest(f"{name} must be a whole number below 2^63.")
-    return int(raw)
-
-
 def audit_page(engine: Engine, args: Mapping[str, str]) -> dict[str, Any]:
     """One page of the audit, newest first, narrowed by ``entry``, ``job``, ``actor`` or
     ``action``; ``limit`` and ``cursor`` page it. InvalidRequest names a bad argument."""
     query = select(ACTIONS).order_by(ACTIONS.c.id.desc())
     for name, column in (("entry", ACTIONS.c.entry_id), ("job", ACTIONS.c.job_id)):
-        value = _whole_number(args, name)
-        if value is not None:
-            query = query.where(column == value)
+        if args.get(name):
+            query = query.where(column == whole_number(args[name], name, what=f"an {name} id" if name == "entry"
+                                                       else f"a {name} id"))
     for name, column in (("actor", ACTIONS.c.actor), ("action", ACTIONS.c.action)):
         if args.get(name):
             query = query.where(column == args[name])
     if args.get("cursor"):
         query = query.where(ACTIONS.c.id < decode_cursor(args["cursor"]))
-    raw = args.get("limit") or str(DEFAULT_LIMIT)
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise InvalidRequest(f"limit must be a whole number from 1 to {MAX_LIMIT}.")
-    limit = int(raw)
+    limit = whole_number(args.get("limit") or DEFAULT_LIMIT, "limit", low=1, high=MAX_LIMIT, what="records a page")
     with read_transaction(engine) as conn:
         rows = conn.execute(query.limit(limit + 1)).all()
     records = [audit_record(r) for r in rows[:limit]]

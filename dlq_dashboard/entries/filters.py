@@ -15,6 +15,7 @@ from sqlalchemy import Engine, func, literal_column, or_, select, text
 from ..db.engine import is_sqlite
 from ..db.models import Entry, FailureGroup
 from ..errors import InvalidRequest
+from ..numbers import whole_number
 from ..times import format_time, parse_time
 from .shape import STATUSES
 
@@ -148,6 +149,8 @@ class EntryFilter:
             return value.strip() if isinstance(value, str) and value.strip() else None
 
         status = clean("status")
+        if status == "any":  # what the status select calls no status filter
+            status = None
         if status is not None and status not in STATUSES:
             raise FilterError(f"status {status!r} is not valid: use one of {', '.join(STATUSES)}")
         subject = clean("subject")
@@ -162,9 +165,10 @@ class EntryFilter:
         limit_raw = clean("limit")
         limit = DEFAULT_LIMIT
         if limit_raw is not None:
-            if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= max_limit:
-                raise FilterError(f"limit {limit_raw!r} is not valid: use a whole number from 1 to {max_limit}")
-            limit = int(limit_raw)
+            try:
+                limit = whole_number(limit_raw, "limit", low=1, high=max_limit)
+            except InvalidRequest as exc:
+                raise FilterError(str(exc)) from None
         cursor = clean("cursor")
         if cursor is not None:
             decode_cursor(cursor)

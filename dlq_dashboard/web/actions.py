@@ -74,8 +74,8 @@ def api_targets(entry_id: int):
 def _editor(entry: EntryView, *, editing: bool, payload_text: str | None = None, error: Exception | None = None,
             force: bool = False, status: int = 200):
     # The version the operator saw on the page they came from: a change since then is a 409.
-    seen = request.values.get("version", "")
-    version = int(seen) if seen.isdigit() else entry.version
+    seen = request.values.get("version", "").strip()
+    version = params.version(seen) if seen else entry.version
     text_payload = entry.payload_text
     encoding = "text" if text_payload is not None else "base64"
     original = text_payload if text_payload is not None else base64.b64encode(entry.payload).decode()

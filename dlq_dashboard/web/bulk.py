@@ -7,6 +7,7 @@ from flask import Blueprint, jsonify, render_template, request, url_for
 from ..actions.bulk.jobs import cancel_job, create_job, job_status, select_items
 from ..actions.republish import republish_targets
 from ..errors import DashboardError
+from ..numbers import whole_number
 from . import current_runtime, params
 from .auth import actor_name, requires
 from .errors import status_of
@@ -35,8 +36,8 @@ def api_bulk():
 @requires("viewer")
 def api_job(job_id: int):
     """A job's progress and its items' results (``state`` narrows the items, ``limit`` up to 1000)."""
-    raw = request.args.get("limit", "")
-    limit = min(int(raw), MAX_ITEMS_SHOWN) if raw.isdigit() else 200
+    raw = request.args.get("limit", "").strip()
+    limit = min(whole_number(raw, "limit", what="items to include"), MAX_ITEMS_SHOWN) if raw else 200
     return jsonify(job_status(current_runtime(), job_id, item_state=request.args.get("state") or None, limit=limit))
 
 

@@ -16,9 +16,10 @@ from typing import Any, Callable, Iterable, Iterator
 import orjson
 from flask import Blueprint, Response, request, stream_with_context
 
-from ..entries.filters import EntryFilter, FilterError
+from ..entries.filters import EntryFilter
 from ..entries.shape import CSV_COLUMNS
 from ..entries.view import EntryView
+from ..numbers import whole_number
 from . import current_runtime
 from .auth import requires
 
@@ -42,12 +43,7 @@ def export_request(args) -> tuple[EntryFilter, int | None]:
     ``cursor`` starts after the entry it names, as on the list.
     """
     limit_raw = (args.get("limit") or "").strip()
-    max_rows = None
-    if limit_raw:
-        if not limit_raw.isdigit() or int(limit_raw) < 1:
-            raise FilterError(f"limit {limit_raw!r} is not valid: use a whole number of 1 or more "
-                              "(the most entries to export)")
-        max_rows = int(limit_raw)
+    max_rows = whole_number(limit_raw, "limit", low=1, what="the most entries to export") if limit_raw else None
     rest = {k: v for k, v in args.items() if k != "limit"}
     return EntryFilter.from_args(rest), max_rows
 

@@ -288,8 +288,9 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "operationId": "getJob", "tags": ["actions"], "summary": "A bulk job's progress",
         "parameters": [_path_id("job_id", "job"),
                        _query("state", "Only items in this state (pending, done, failed, skipped, cancelled)."),
-                       _query("limit", "Items to include, up to 1000 (default 200).", {**INT, "minimum": 0})],
-        "responses": {"200": _json(_ref("Job"), "The job."), **_errors(401, 403, 404)},
+                       _query("limit", "Items to include, up to 1000 (default 200; more is taken as 1000).",
+                              {**INT, "minimum": 0, "maximum": INT64_MAX})],
+        "responses": {"200": _json(_ref("Job"), "The job."), **_errors(400, 401, 403, 404)},
     },
     ("post", "/api/jobs/{job_id}/cancel"): {
         "operationId": "cancelJob", "tags": ["actions"], "summary": "Ask a bulk job to stop",

@@ -8,12 +8,13 @@ entry share their data functions with the JSON API (data.py).
 
 from __future__ import annotations
 
-from flask import Blueprint, make_response, render_template, request
+from flask import Blueprint, current_app, make_response, render_template, request, send_from_directory
 
 from dlq_consumer import headers as contract
 
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
 from ..entries.tallies import BOUND, Tallies
+from ..numbers import whole_number
 from . import current_runtime
 from .auth import requires
 from .data import entries_page, get_entry_or_404
@@ -87,12 +88,21 @@ def summary():
 def newer():
     """How many entries under the filters arrived after the first one on the page."""
     flt, filter_error = parse_filter(request.args)
-    after = request.args.get("after", "0")
+    after = request.args.get("after", "").strip()
     count = 0
-    if not filter_error and after.isdigit():
-        count = current_runtime().store.count_newer(flt, int(after), cap=NEW_CAP)
+    if not filter_error and after:
+        after_id = whole_number(after, "after", what="the newest entry id on the page")
+        count = current_runtime().store.count_newer(flt, after_id, cap=NEW_CAP)
     return render_block("index.html", "new_entries", new_count=count, cap=NEW_CAP,
                         filter_args=flt.to_args())
+
+
+@bp.route("/favicon.ico")
+@requires(None)
+def favicon():
+    """The icon a browser asks for at the root (the pages link the same file)."""
+    return send_from_directory(current_app.static_folder, "favicon.ico", mimetype="image/vnd.microsoft.icon",
+                               max_age=86400)
 
 
 # --- groups -----------------------------------------------------------------------------------

@@ -10,13 +10,14 @@ from typing import Any
 from flask import request
 
 from ..errors import InvalidRequest
+from ..numbers import VERSION_MAX, whole_number
 
 
 def version(raw: Any) -> int:
     """The entry version an operator saw, from a form field or a JSON value."""
-    if isinstance(raw, bool) or raw is None or not str(raw).strip().lstrip("-").isdigit():
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
         raise InvalidRequest("version is required: send the entry's version as you saw it (a whole number).")
-    return int(str(raw).strip())
+    return whole_number(raw, "version", high=VERSION_MAX, what="the entry's version as you saw it")
 
 
 def json_body() -> dict:
@@ -45,10 +46,30 @@ def bulk_selection(source: dict) -> dict[str, Any]:
     if ids is not None and not isinstance(ids, list):
         raise InvalidRequest("ids must be a list of entry ids.")
     upto = source.get("upto")
-    if upto not in (None, "") and (isinstance(upto, bool) or not str(upto).isdigit() or int(upto) >= 2**63):
-        raise InvalidRequest("upto must be an entry id: a whole number below 2^63.")
-    return {"ids": ids, "filter_args": {k: str(v) for k, v in flt.items()} if flt is not None else None,
-            "only_valid": bool(source.get("only_valid")), "upto": int(upto) if upto not in (None, "") else None}
+    return {"ids": entry_ids(ids) if ids is not None else None,
+            "filter_args": {k: str(v) for k, v in flt.items()} if flt is not None else None,
+            "only_valid": bool(source.get("only_valid")),
+            "upto": whole_number(upto, "upto", what="the newest entry id the preview showed")
+            if upto not in (None, "") else None}
+
+
+def entry_ids(raw: list) -> dict[int, int | None]:
+    """{entry id: the version seen, or None} from ids as a form sends them ("12", or "12:3" with
+    the version seen) or JSON (12, or {"id": 12, "version": 3})."""
+    wanted: dict[int, int | None] = {}
+    for item in raw:
+        if isinstance(item, dict) and "id" in item:
+            entry_id, seen = item["id"], item.get("version")
+        elif isinstance(item, str) and ":" in item:
+            entry_id, seen = item.split(":", 1)
+        elif isinstance(item, (int, str)) and not isinstance(item, bool):
+            entry_id, seen = item, None
+        else:
+            raise InvalidRequest(f"{item!r} is not an entry id: use numbers, or objects with id and version.")
+        wanted[whole_number(entry_id, "id", low=1, what="an entry id")] = (
+            whole_number(seen, "version", high=VERSION_MAX, what="the entry's version as you saw it")
+            if seen is not None else None)
+    return wanted
 
 
 FILTER_FIELDS = ("status", "subject", "stream", "consumer", "reason", "q", "since", "until", "group")

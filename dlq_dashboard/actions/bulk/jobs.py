@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any
 
 from sqlalchemy import and_, func, insert, select, update
 
@@ -50,21 +50,10 @@ def ack_sentence(publish: Published | None) -> str:
 
 # --- selecting -------------------------------------------------------------------------------
 
-def _parse_ids(ids: Iterable[Any]) -> dict[int, int | None]:
-    """Ids as given by a form ("12" or "12:3" with the version seen) or JSON (12 or {"id", "version"})."""
-    wanted: dict[int, int | None] = {}
-    for raw in ids:
-        try:
-            if isinstance(raw, dict):
-                entry_id, version = int(raw["id"]), (int(raw["version"]) if raw.get("version") is not None else None)
-            elif isinstance(raw, str) and ":" in raw:
-                entry_id, version = (int(x) for x in raw.split(":", 1))
-            else:
-                entry_id, version = int(raw), None
-        except (KeyError, TypeError, ValueError):
-            raise JobError(f"{raw!r} is not an entry id: use numbers, or objects with id and version") from None
-        wanted[entry_id] = version
-    return wanted
+def _wanted(ids) -> dict[int, int | None]:
+    """{entry id: version seen or None}: as web/params.entry_ids reads a request's ids, or from
+    plain ids given by code."""
+    return dict(ids) if isinstance(ids, dict) else {int(i): None for i in ids}
 
 
 def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None, only_valid: bool = False,
@@ -78,7 +67,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         raise JobError("Choose the entries either by ids or by filter.")
     summary: dict[str, Any] = {"only_valid": only_valid}
     if ids is not None:
-        wanted = _parse_ids(ids)
+        wanted = _wanted(ids)
         if not wanted:
             raise JobError("No entries were selected.")
         with rt.engine.connect() as conn:
