@@ -1,5 +1,5 @@
-"""Writing many rows at once, and the one place that knows each database's way to skip or
-replace a row whose key is taken.
+"""Writing many rows at once, and the one place that knows each database's way to skip a row
+whose key is taken or add to the one stored.
 
 On SQLite each call is one multi-row statement per chunk: the driver's executemany gives the
 GIL up and takes it back for every row, and with the bridge's loop busy in another thread that
@@ -76,19 +76,6 @@ def insert_rows(conn: Connection, table, rows: list[dict], *, names: list[str] |
         statement = postgresql.insert(table).on_conflict_do_nothing().returning(*table.primary_key.columns)
         return len(conn.execute(statement, params).all())
     return _sqlite_insert(conn, "INSERT OR IGNORE" if skip_duplicates else "INSERT", table, rows, names)
-
-
-def replace_rows(conn: Connection, table, rows: list[dict], *, key: str) -> None:
-    """INSERT rows, replacing the stored row where ``key`` (the primary key) is taken."""
-    if not rows:
-        return
-    names = list(rows[0])
-    if conn.dialect.name != "sqlite":
-        statement = postgresql.insert(table)
-        conn.execute(statement.on_conflict_do_update(
-            index_elements=[table.c[key]], set_={n: statement.excluded[n] for n in names if n != key}), rows)
-        return
-    _sqlite_insert(conn, "INSERT OR REPLACE", table, rows, names)
 
 
 def add_to_counts(conn: Connection, table, rows: list[dict], *, key: list[str], count: str) -> None:
