@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
@@ -19,8 +20,9 @@ import nats
 from sqlalchemy import func, select
 
 from dlq_dashboard.accounts import create_user
+from dlq_dashboard.actions.bulk.jobs import FINISHED
 from dlq_dashboard.config import Settings
-from dlq_dashboard.db.models import Entry
+from dlq_dashboard.db.models import Entry, Job
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
@@ -29,6 +31,10 @@ PASSWORD = "correct horse battery"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+# A long random run (README): generated tests run random examples, many times more of them.
+LONG_RUN = os.environ.get("HYPOTHESIS_PROFILE") == "long"
+FUZZ_SCALE = 50 if LONG_RUN else 1
 
 
 # --- time and coroutines ---------------------------------------------------------------------
@@ -43,6 +49,14 @@ def wait_for(condition: Callable[[], Any], timeout: float = 10.0, interval: floa
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {message or condition} (last: {last!r})")
+
+
+def jobs_settled(engine, timeout: float = 30.0) -> None:
+    """Wait until no bulk job runs (a job changes entries by itself, after its request)."""
+    def running() -> int:
+        with engine.connect() as conn:
+            return conn.execute(select(func.count()).select_from(Job).where(Job.state.not_in(FINISHED))).scalar()
+    wait_for(lambda: running() == 0, timeout=timeout, message="the bulk jobs to finish")
 
 
 def run(coro, timeout: float | None = None):

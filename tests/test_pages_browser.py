@@ -134,3 +134,29 @@ def test_hostile_dead_letters_trigger_no_dialog_and_no_request(app, nats_server,
     assert page.evaluate("document.getElementById('evil')") is None
     page.goto(f"{live_server}/?q=7")
     assert "{{7*7}}" in page.locator("#entry-rows").inner_text()
+
+
+@pytest.mark.parametrize("path, list_path", [("/", "/"), ("/groups", "/groups")])
+def test_changing_the_status_sends_one_request_and_adds_one_history_entry(app, nats_server, live_server, page,
+                                                                          path, list_path):
+    dead_letter_and_wait(app, nats_server, [("dlq.orders.created", b"{}", support.dlq_headers("orders.created"))])
+    support.browser_login(page, live_server, app, "viewer")
+    page.goto(f"{live_server}{path}")
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if r.url.split("?")[0] == f"{live_server}{list_path}" else None)
+    went_back = False
+    for value, back in (("closed", False), ("open", False), ("republished", True), ("", False)):
+        sent.clear()
+        length = page.evaluate("history.length")
+        with page.expect_response(lambda r: r.url.split("?")[0] == f"{live_server}{list_path}"):
+            page.select_option("select[name=status]", value)
+        page.wait_for_load_state("networkidle")
+        assert len(sent) == 1, f"status {value!r} sent {sent}"
+        assert f"status={value}" in sent[0]
+        # One entry pushed; after going back it takes the place of the one ahead.
+        assert page.evaluate("history.length") == length + (0 if went_back else 1)
+        went_back = back
+        if back:  # a page restored from history sends one request a change too
+            with page.expect_response(lambda r: r.url.split("?")[0] == f"{live_server}{list_path}"):
+                page.go_back()
+            page.wait_for_load_state("networkidle")

@@ -7,37 +7,56 @@ from __future__ import annotations
 from datetime import datetime
 
 from flask import Flask
+from markupsafe import Markup
 
 from dlq_consumer import headers as contract
 
 from ..actions.decisions import REPUBLISHABLE
 from ..entries.shape import STATUSES
-from ..times import format_time, utcnow
+from ..times import as_time, format_time, utcnow
 from .auth import current_identity
 from .responses import list_url
 
 
-def when(value: datetime | None) -> str:
-    """A stored (naive UTC) time as '2026-11-29 10:00:05'."""
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "—"
+def when(value: datetime | str | None) -> str:
+    """A time as every page shows it: '2026-11-29 10:00:05 UTC' (stored times are naive UTC;
+    RFC 3339 text, as the JSON shapes carry it, is read first)."""
+    value = as_time(value)
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
 
 
-def rfc3339(value: datetime | None) -> str:
+def rfc3339(value: datetime | str | None) -> str:
     """A stored time as RFC 3339 UTC (for <time datetime=...>)."""
-    return format_time(value) or ""
+    return format_time(as_time(value)) or ""
 
 
-def ago(value: datetime | None) -> str:
+def ago(value: datetime | str | None) -> str:
     """How long ago, in the largest unit that fits ('3 min ago')."""
+    value = as_time(value)
     if value is None:
         return "—"
     seconds = int((utcnow() - value).total_seconds())
     if seconds < 0:
-        return "just now" if seconds > -60 else value.strftime("%Y-%m-%d %H:%M")
+        return "just now" if seconds > -60 else when(value)
     for unit, length in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= length:
             return f"{seconds // length} {unit} ago"
     return f"{seconds} s ago"
+
+
+def timestamp(value: datetime | str | None) -> Markup:
+    """A time as a <time> element in the one format of every page."""
+    if as_time(value) is None:
+        return Markup("—")
+    return Markup('<time datetime="{}">{}</time>').format(rfc3339(value), when(value))
+
+
+def relative(value: datetime | str | None) -> Markup:
+    """How long ago as a <time> element whose title is the exact time: '3 min ago' on the page,
+    '2026-11-29 10:00:05 UTC' on hover."""
+    if as_time(value) is None:
+        return Markup("—")
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(rfc3339(value), when(value), ago(value))
 
 
 def number(value: int | float | None) -> str:
@@ -52,6 +71,8 @@ def init_app(app: Flask) -> None:
     app.add_template_filter(when)
     app.add_template_filter(rfc3339)
     app.add_template_filter(ago)
+    app.add_template_filter(timestamp)
+    app.add_template_filter(relative)
     app.add_template_filter(number)
 
     @app.context_processor
