@@ -4,6 +4,7 @@ real nats-server and the mirror: what a support person sees and clicks."""
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import expect
@@ -150,6 +151,8 @@ def test_changing_the_status_sends_one_request_and_adds_one_history_entry(app, n
         length = page.evaluate("history.length")
         with page.expect_response(lambda r: r.url.split("?")[0] == f"{live_server}{list_path}"):
             page.select_option("select[name=status]", value)
+        # htmx pushes the address after it swapped the answer in.
+        page.wait_for_url(lambda url: parse_qs(urlsplit(url).query).get("status", [""])[0] == value)
         page.wait_for_load_state("networkidle")
         assert len(sent) == 1, f"status {value!r} sent {sent}"
         assert f"status={value}" in sent[0]
@@ -159,4 +162,5 @@ def test_changing_the_status_sends_one_request_and_adds_one_history_entry(app, n
         if back:  # a page restored from history sends one request a change too
             with page.expect_response(lambda r: r.url.split("?")[0] == f"{live_server}{list_path}"):
                 page.go_back()
+            page.wait_for_url(lambda url: parse_qs(urlsplit(url).query).get("status", [""])[0] == "open")
             page.wait_for_load_state("networkidle")
