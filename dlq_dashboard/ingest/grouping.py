@@ -40,11 +40,12 @@ _IPV6 = re.compile(r"\[[0-9A-Fa-f:.%\w]+\](?::\d{1,5})?|(?<![\w:.])(?:[0-9A-Fa-f
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _HTTP_DATE = re.compile(r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d? (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
                         r"\d{4} \d\d:\d\d:\d\d(?: (?:GMT|UTC|[+-]\d{4}))?")
-# One pass for what starts with a digit not inside a word: times, addresses, durations, hex,
-# numbers with a fraction or a unit. Whole numbers are left to the words (an HTTP status is kept).
-# Each branch is written without its first digit, so that the search skips to digits quickly.
-_VARIABLE = re.compile(
-    r"\d(?<![\w.-]\d)(?:"
+# One pass for the rest: what starts with a digit not inside a word (times, addresses, durations,
+# hex, numbers with a fraction or a unit), else a word worth a look (a digit or a case change
+# inside, or a pod's suffix). The digit branches are written without their first digit, and whole
+# numbers are left to the words (an HTTP status is kept).
+_TOKEN = re.compile(
+    r"(?<![\w-])(?:(?<!\.)\d(?:"
     r"(?P<time>\d{3}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?"
     r"|\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?!\w)"
     r"|(?P<ip>\d{0,2}(?:\.\d{1,3}){3}(?::\d{1,5})?)(?![\w.])"
@@ -52,7 +53,8 @@ _VARIABLE = re.compile(
     r"|\d*(?:\.\d+)?(?:ns|us|µs|ms|s|m|h|d)|\d*(?:\.\d+)? ?(?:ms|secs?|seconds?|mins?|minutes?|hours?|days?"
     r"|millis(?:econds)?))(?!\w)"
     r"|(?<=0)(?P<hex>x[0-9a-fA-F]+)(?!\w)"
-    r"|(?P<n>\d*(?:\.\d+)+(?![\w.])|\d*(?=(?:[kKMGTP]i?[Bb]?|[KMGT]iB|B|b|bytes|x|px|%|rps|qps|ops)(?!\w))))")
+    r"|(?P<n>\d*(?:\.\d+)+(?![\w.])|\d*(?=(?:[kKMGTP]i?[Bb]?|[KMGT]iB|B|b|bytes|x|px|%|rps|qps|ops)(?!\w))))"
+    r"|(?P<word>(?=[\w-]*?(?:\d|[a-z][A-Z]|-[b-df-hj-np-tv-xz2-9]{5}(?![\w-])))[\w-]+))")
 _PLACEHOLDERS = {"time": "<time>", "ip": "<ip>", "duration": "<duration>", "hex": "<id>",
                  "n": "<n>"}
 # PostgreSQL's DETAIL lines hold the values: "Key (id)=(42) already exists", "Failing row contains (...)".
@@ -64,8 +66,11 @@ _FAILING_ROW = re.compile(r"(?i)(failing row contains )\((?:[^()]|\([^()]*\))*\)
 _NOUNS = ("tenant", "customer", "user", "account", "org", "organization", "merchant", "shop", "workspace", "order",
           "job", "device", "request", "trace", "span", "correlation", "session", "transaction", "txn")
 _SEPARATOR_VALUE = r"(\s*[=:#]\s*|\s+)(?!<)([^\s'\",;:()\[\]{}<>]+(?::[^\s'\",;:()\[\]{}<>]+)*)"
-# Searched in the lowercased text (literal branches are quick; \b is checked by hand).
-_NOUN_VALUE = re.compile(r"(?:" + "|".join(_NOUNS) + r")s?" + _SEPARATOR_VALUE)
+# Searched in the lowercased text, the names as a tree of their letters (quicker than a list of
+# them), \b checked by hand.
+_NOUN_TREE = (r"(?:t(?:enant|race|ransaction|xn)|c(?:ustomer|orrelation)|user|account|or(?:g(?:anization)?|der)"
+              r"|merchant|s(?:hop|pan|ession)|workspace|job|device|request)")
+_NOUN_VALUE = re.compile(_NOUN_TREE + r"s?" + _SEPARATOR_VALUE)
 _ID_NAME_VALUE = re.compile(r"(?:_id|Id|ID|-id)\b" + _SEPARATOR_VALUE)
 _VALUE_WORDS = frozenset(["value", "values", "literal", "got", "received", "input", "given"]
                          + list(_NOUNS) + [noun + "s" for noun in _NOUNS])
@@ -73,17 +78,13 @@ _PLAIN_WORD = re.compile(r"[A-Za-z]+\.?")
 _QUOTED = re.compile(r"(?<!\w)'(?:[^'\\]|\\.)*'(?!\w)|\"(?:[^\"\\]|\\.)*\"")
 _IDENTIFIER = re.compile(r"[A-Za-z_$][\w.\-$]{0,63}(?:\(\))?")
 # What makes a quoted word a value, not a name: the words before it ("invalid literal for int()
-# with base 10: 'abc'", "got 'x'", "tenant 'acme'") or after it ("'abc' is not a valid Currency").
-_LAST_WORDS = re.compile(r"([\w<>]+)\W*?([\w<>]+)?[\s:=]*$")
+# with base 10: 'abc'", "got 'x'", "tenant 'acme'": _value_before) or after it ("'abc' is not a
+# valid Currency").
 _VALUE_AFTER = re.compile(
     r"\s+(?:is not (?:a valid|of type|one of|valid)|is too (?:long|short)|is (?:less|greater) than"
     r"|does not match)\b")
 _STRUCTURED = re.compile(r"[\s/:@<]")
 _WORD = re.compile(r"[A-Za-z0-9_](?<![\w<].)[A-Za-z0-9_]*(?:-[A-Za-z0-9_]+)*(?![\w>])")
-# Only the words worth a look (a digit or a case change inside), whole: the rest stays as it is.
-_ODD_WORD = re.compile(r"[\w-]*(?:\d|[a-z][A-Z]|-[b-df-hj-np-tv-xz2-9]{5}(?![\w-]))[\w-]*")
-# The words worth a look: with a digit or a case change inside.
-_SOME_WORD = re.compile(r"\d|[a-z][A-Z]")
 # A word that reads as one, digits and all: Http2Exception, sha256, address_line2, JSONDecodeError.
 _WORDLIKE = re.compile(r"[a-z]?(?:[A-Z]+(?![a-z])|[A-Z]?[a-z]{2,}|\d{1,3}(?!\d))+")
 _HEX_TOKEN = re.compile(r"(?=[a-f]*\d)(?=\d*[a-f])[0-9a-f]{8,}|(?=[A-F]*\d)(?=\d*[A-F])[0-9A-F]{8,}")
@@ -183,8 +184,8 @@ def _ipv6(match: re.Match) -> str:
     return "<ip>" if ":" in address and _is_ip(address) else text
 
 
-def _variable(match: re.Match) -> str:
-    return _PLACEHOLDERS[match.lastgroup]
+def _token(match: re.Match) -> str:
+    return _odd_word(match) if match.lastgroup == "word" else _PLACEHOLDERS[match.lastgroup]
 
 
 def _value_before(before: str) -> bool:
@@ -255,13 +256,12 @@ def normalize_error_text(text: str) -> str:
         text = _HTTP_DATE.sub("<time>", text)
     if "-" in text:
         text = _UUID.sub("<uuid>", text)
-    text = _VARIABLE.sub(_variable, text)
-    text = _identity_values(text)
     if ")=(" in text:
         text = _DETAIL_VALUES.sub(")=(…)", text)
     if "ow contains (" in text:
         text = _FAILING_ROW.sub(r"\1(…)", text)
-    text = _ODD_WORD.sub(_odd_word, text)
+    text = _identity_values(text)
+    text = _TOKEN.sub(_token, text)
     if "'" in text or '"' in text:
         text = _QUOTED.sub(_quoted, text)
     return text[:MAX_KEY]
