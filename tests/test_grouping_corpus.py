@@ -120,3 +120,10 @@ def test_keys_stay_short_and_labels_read_well():
     assert len(label) <= 120 and label.endswith("…") and not label.endswith(" …")
     assert group_label("/a: is a required property; /b: is a required property; /c: … is not of type 'number'") \
         == "/a: is a required property (and 2 more)"
+
+
+@pytest.mark.parametrize("text", ["a-" * 3000, "'" * 5000, '"\\' * 3000, "1." * 3000, "1:" * 3000, "[::" * 2000,
+                                  "tenant " * 1000, "x" * 5000 + "1", "https://" + "a/" * 3000, "a@" * 3000,
+                                  "Failing row contains (" * 500, ")=(" * 1500, "\x00\r\n\t€…", ""])
+def test_any_text_gives_a_short_key_without_raising(text):
+    assert len(normalize_error_text(text)) <= MAX_KEY

@@ -75,7 +75,8 @@ _ID_NAME_VALUE = re.compile(r"(?:_id|Id|ID|-id)\b" + _SEPARATOR_VALUE)
 _VALUE_WORDS = frozenset(["value", "values", "literal", "got", "received", "input", "given"]
                          + list(_NOUNS) + [noun + "s" for noun in _NOUNS])
 _PLAIN_WORD = re.compile(r"[A-Za-z]+\.?")
-_QUOTED = re.compile(r"(?<!\w)'(?:[^'\\]|\\.)*'(?!\w)|\"(?:[^\"\\]|\\.)*\"")
+# Bounded, so that a text of unclosed quotes costs no more than a few passes over it.
+_QUOTED = re.compile(r"(?<!\w)'(?:[^'\\]|\\.){0,256}'(?!\w)|\"(?:[^\"\\]|\\.){0,256}\"")
 _IDENTIFIER = re.compile(r"[A-Za-z_$][\w.\-$]{0,63}(?:\(\))?")
 # What makes a quoted word a value, not a name: the words before it ("invalid literal for int()
 # with base 10: 'abc'", "got 'x'", "tenant 'acme'": _value_before) or after it ("'abc' is not a
