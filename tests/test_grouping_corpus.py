@@ -63,6 +63,7 @@ def test_quoted_values_are_dropped():
 
 def test_stripe_ids_hex_digests_and_uuids_are_dropped():
     assert normalize_error_text("charge ch_3c425c8d99d19b failed") == "charge ch_<id> failed"
+    assert keys("refund for cus_AbCdEfGhIjKl", "refund for cus_9f8A7b6C5d") == {"refund for cus_<id>"}
     assert normalize_error_text("checksum deadbeefcafe1234 mismatch") == "checksum <id> mismatch"
     assert normalize_error_text("object at 0x7f3a2b1c9d") == "object at <id>"
     assert normalize_error_text("invoice 3f2a9c1e-8b7d-4c6e-9f0a-1b2c3d4e5f60 gone") == "invoice <uuid> gone"
@@ -73,6 +74,10 @@ def test_words_with_digits_that_name_things_are_kept():
     assert normalize_error_text("Http2Exception: sha256 of address_line2 in utf8") == \
         "Http2Exception: sha256 of address_line2 in utf8"
     assert normalize_error_text("S3Exception from JSONDecodeError") == "S3Exception from JSONDecodeError"
+    assert normalize_error_text("An error occurred (NoSuchKey) when calling the GetObject operation") == \
+        "An error occurred (NoSuchKey) when calling the GetObject operation"
+    assert normalize_error_text("Expecting ',' delimiter: line 3 column 17") != \
+        normalize_error_text("Expecting ':' delimiter: line 3 column 17")
 
 
 def test_addresses_emails_times_and_durations_are_dropped():

@@ -85,6 +85,7 @@ _VALUE_AFTER = re.compile(
     r"\s+(?:is not (?:a valid|of type|one of|valid)|is too (?:long|short)|is (?:less|greater) than"
     r"|does not match)\b")
 _STRUCTURED = re.compile(r"[\s/:@<]")
+_ALNUM = re.compile(r"[^\W_]")
 _WORD = re.compile(r"[A-Za-z0-9_](?<![\w<].)[A-Za-z0-9_]*(?:-[A-Za-z0-9_]+)*(?![\w>])")
 # A word that reads as one, digits and all: Http2Exception, sha256, address_line2, JSONDecodeError.
 _WORDLIKE = re.compile(r"[a-z]?(?:[A-Z]+(?![a-z])|[A-Z]?[a-z]{2,}|\d{1,3}(?!\d))+")
@@ -111,7 +112,9 @@ def _part(part: str) -> str:
     """One piece of a word (between '-' and '_'): kept, or its placeholder."""
     if part.isdigit():
         return "<n>"
-    if not _MIXED.search(part):
+    if not any(c.isdigit() for c in part):
+        # Letters only, whatever their case, read as a word: NoSuchKey, JSONDecodeError. (A
+        # base-62 id without a digit is rare enough, and is caught by its prefix: cus_AbCdEfGhIj.)
         return part
     if len(part) >= 2 and part[0].isalpha() and part[1:].isdigit():
         # t3, u42: a tenant or user id; v1, v2: a version, kept.
@@ -233,8 +236,8 @@ def _quoted(match: re.Match) -> str:
     if _value_before(match.string[max(0, match.start() - 40):match.start()]) or _VALUE_AFTER.match(
             match.string, match.end()):
         return f"{mark}…{mark}"
-    if _IDENTIFIER.fullmatch(inner) or _STRUCTURED.search(inner):
-        return quoted  # a name, or a message quoted in a message (already normalized)
+    if _IDENTIFIER.fullmatch(inner) or _STRUCTURED.search(inner) or (len(inner) <= 3 and not _ALNUM.search(inner)):
+        return quoted  # a name, a message quoted in a message (already normalized), punctuation
     return f"{mark}…{mark}"
 
 
