@@ -1,31 +1,37 @@
 """The database: SQLite pragmas for a crash-safe mirror, and migrations that are the only way the
 schema changes and keep every row."""
 
+import importlib.util
 import json
 import os
+import random
 import shutil
 import sqlite3
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import func, inspect, select, text
 
 from dlq_dashboard.config import ConfigError
 from dlq_dashboard.db.engine import create_db_engine, write_transaction
-from dlq_dashboard.db.migrate import current_revision, head, migrate, revisions
-from dlq_dashboard.db.models import Base
+from dlq_dashboard.db import regroup
+from dlq_dashboard.db.counts import ARRIVALS, GROUPS, Change, count_changes, group_ids
+from dlq_dashboard.db.migrate import MIGRATIONS, current_revision, head, migrate, revisions
+from dlq_dashboard.db.models import Base, Entry
 from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.entries.store import Store
 from dlq_dashboard.entries.tallies import Tallies
+from dlq_dashboard.ingest.grouping import GROUPING_VERSION, error_group
 from dlq_dashboard.nats.server import free_port
 
 from . import support
+from .test_tallies import kept, truth
 
 ROOT = Path(__file__).resolve().parent.parent
 V1_RELEASE = ROOT / "tests" / "data" / "v1-release.sqlite3"
@@ -75,11 +81,11 @@ def test_write_transactions_take_the_write_lock_at_their_start(tmp_path):
 @pytest.mark.both_databases
 def test_migrate_brings_an_empty_database_to_the_newest_revision_once(database_url):
     engine = create_db_engine(database_url)
-    assert revisions() == ["0001", "0002", "0003"]
-    assert migrate(engine) == head() == "0003"
-    assert migrate(engine) == "0003"
+    assert revisions() == ["0001", "0002", "0003", "0004"]
+    assert migrate(engine) == head() == "0004"
+    assert migrate(engine) == "0004"
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0003"]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0004"]
     engine.dispose()
 
 
@@ -174,7 +180,7 @@ def test_a_database_at_revision_0001_holding_data_is_upgraded_keeping_it(databas
              "schema": json.dumps([{"path": "/price", "message": "'1' is not of type 'number'"}])}])
         conn.execute(text("INSERT INTO mirror_state (stream, epoch, last_seq) VALUES ('DLQ', 'e1', 2)"))
 
-    assert migrate(engine) == "0003"
+    assert migrate(engine) == head()
     assert not triggers(engine) or "entries_fts_insert" not in triggers(engine)
     names = {index["name"] for index in inspect(engine).get_indexes("entries")}
     assert {"ix_entries_advisory_only", "ix_entries_status_reason", "ix_entries_dlq_ref", "ix_entries_group_id"} <= names
@@ -190,3 +196,76 @@ def test_a_database_at_revision_0001_holding_data_is_upgraded_keeping_it(databas
         assert indexed_rows(engine) == 3
     assert [e.dlq_seq for e in store.list_entries(EntryFilter(q="upgrade")).entries] == [3]
     engine.dispose()
+
+
+# --- regrouping when the grouping rules change ------------------------------------------------------
+
+# Entries as the first release grouped them (its key last): "'vat_rate'" and "'currency'" were one
+# group while each tenant was a group of its own, and each array index too.
+OLD_ROWS = [
+    ("orders.created", "fatal", "KeyError: 'vat_rate' for tenant t1", None, "KeyError: '…' for tenant t1"),
+    ("orders.created", "fatal", "KeyError: 'vat_rate' for tenant t2", None, "KeyError: '…' for tenant t2"),
+    ("orders.created", "fatal", "KeyError: 'currency' for tenant t1", None, "KeyError: '…' for tenant t1"),
+    ("orders.created", "schema_invalid", None, [{"path": "/items/0/price", "message": "'x' is not of type 'number'"}],
+     "/items/0/price: … is not of type 'number'"),
+    ("orders.created", "schema_invalid", None, [{"path": "/items/3/price", "message": "'7' is not of type 'number'"}],
+     "/items/3/price: … is not of type 'number'"),
+    ("payments.captured", "fatal", "disk full", None, "disk full"),
+]
+
+
+@pytest.mark.both_databases
+def test_entries_grouped_by_older_rules_are_regrouped_with_counts_equal_to_a_recount(database_url, monkeypatch):
+    monkeypatch.setattr(regroup, "BATCH", 4)  # several chunks, a group split across them
+    engine = create_db_engine(database_url)
+    assert migrate(engine, "0003") == "0003"
+    rnd = random.Random(4)
+    start = datetime(2026, 11, 29, 10)
+    with write_transaction(engine) as conn:
+        rows = []
+        for seq in range(1, 41):
+            subject, reason, error, schema, old_key = OLD_ROWS[seq % len(OLD_ROWS)]
+            rows.append({"seq": seq, "subject": subject, "reason": reason, "error": error,
+                         "schema": json.dumps(schema) if schema else None, "old_key": old_key,
+                         "status": rnd.choice(["open", "open", "republished", "closed"]),
+                         "at": start + timedelta(minutes=rnd.randrange(0, 300))})
+        ids = group_ids(conn, {(r["subject"], r["reason"], r["old_key"]) for r in rows})
+        conn.execute(text(
+            "INSERT INTO entries (status, version, dlq_stream, dlq_epoch, dlq_seq, original_subject, reason, error, "
+            "schema_errors, received_at, headers, payload, payload_available, sources, notes, group_id) VALUES "
+            "(:status, 1, 'DLQ', 'e1', :seq, :subject, :reason, :error, :schema, :at, '{}', :payload, :yes, 'dlq', "
+            "'[]', :group)"),
+            [{**r, "payload": b"{}", "yes": True, "group": ids[(r["subject"], r["reason"], r["old_key"])]}
+             for r in rows])
+        count_changes(conn, [Change(None, ids[(r["subject"], r["reason"], r["old_key"])], r["at"], None, r["status"])
+                             for r in rows])
+    assert kept(engine) == truth(engine)
+
+    assert migrate(engine) == "0004"
+    with engine.connect() as conn:
+        groups = {g.key: g for g in conn.execute(select(GROUPS))}
+        seen = {g: (first, last) for g, first, last in conn.execute(
+            select(Entry.group_id, func.min(Entry.received_at), func.max(Entry.received_at)).group_by(Entry.group_id))}
+        arrival_groups = set(conn.execute(select(ARRIVALS.c.group_id).distinct()).scalars())
+    assert sorted(groups) == ["/items/*/price: … is not of type 'number'", "KeyError: 'currency' for tenant <id>",
+                              "KeyError: 'vat_rate' for tenant <id>", "disk full"]
+    assert kept(engine) == truth(engine)
+    assert {g.id: (g.first_seen, g.last_seen) for g in groups.values()} == seen
+    assert arrival_groups <= {g.id for g in groups.values()} | {0}
+    # A second run (the next start) finds nothing to move.
+    with write_transaction(engine) as conn:
+        assert regroup.regroup_entries(conn, error_group) == 0
+    engine.dispose()
+
+
+def test_the_grouping_rules_in_use_are_the_ones_the_newest_regrouping_revision_applies():
+    # Stored keys are computed once: rules changed without a revision that regroups would leave
+    # the stored entries in groups the new rules never make.
+    regroupings = []
+    for path in sorted((MIGRATIONS / "versions").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"revision_{path.stem}", path)
+        if "RULES = " in path.read_text():
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            regroupings.append(module.RULES)
+    assert regroupings and regroupings[-1] == GROUPING_VERSION

@@ -148,9 +148,9 @@ def test_groups_from_the_kept_counts_list_counts_by_status_and_open_their_entrie
     groups, tally = counted.groups(flt())
     assert tally.kept
     assert [(g.subject, g.reason, g.key, g.count, g.by_status) for g in groups] == [
-        ("orders.created", "schema_invalid", "/items/0/price: … is not of type 'number'", 3,
+        ("orders.created", "schema_invalid", "/items/*/price: … is not of type 'number'", 3,
          {"open": 3, "republished": 0, "closed": 0}),
-        ("orders.created", "fatal", "order <n> not found", 2, {"open": 1, "republished": 0, "closed": 1}),
+        ("orders.created", "fatal", "order <id> not found", 2, {"open": 1, "republished": 0, "closed": 1}),
         (None, None, NO_ERROR, 1, {"open": 1, "republished": 0, "closed": 0}),
     ]
     assert groups[0].first_seen <= groups[0].last_seen
@@ -158,10 +158,10 @@ def test_groups_from_the_kept_counts_list_counts_by_status_and_open_their_entrie
         listed = rt.store.list_entries(EntryFilter.from_args(group.filter_args())).entries
         assert len(listed) == group.count
     # A status filter counts that status only, and leaves out groups without it.
-    assert [(g.key, g.count) for g in counted.groups(flt(status="closed"))[0]] == [("order <n> not found", 1)]
-    assert [g.key for g in counted.groups(flt(subject="orders.*", reason="fatal"))[0]] == ["order <n> not found"]
+    assert [(g.key, g.count) for g in counted.groups(flt(status="closed"))[0]] == [("order <id> not found", 1)]
+    assert [g.key for g in counted.groups(flt(subject="orders.*", reason="fatal"))[0]] == ["order <id> not found"]
     # Links made before groups had ids name the key.
-    assert len(rt.store.list_entries(flt(group="order <n> not found")).entries) == 2
+    assert len(rt.store.list_entries(flt(group="order <id> not found")).entries) == 2
 
 
 def test_filters_the_kept_counts_do_not_hold_are_counted_from_the_entries_and_agree(rt, counted):

@@ -1,0 +1,134 @@
+"""Grouping by cause: the labelled corpus of tests/error_corpus.py gives exactly one group per
+cause, and each rule keeps what names a cause and drops what differs per message."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from dlq_dashboard.ingest.grouping import MAX_KEY, group_key, group_label, normalize_error_text, schema_part
+
+from .error_corpus import CAUSES, samples
+
+
+@pytest.mark.parametrize("seed", [14, 1, 2])
+def test_the_corpus_gives_exactly_one_group_per_cause(seed):
+    groups_of_cause: dict[str, set] = defaultdict(set)
+    causes_of_group: dict[str, set] = defaultdict(set)
+    for cause, error, schema_errors in samples(seed):
+        key = group_key(error, schema_errors)
+        groups_of_cause[cause].add(key)
+        causes_of_group[key].add(cause)
+    split = {cause: keys for cause, keys in groups_of_cause.items() if len(keys) > 1}
+    merged = {key: causes for key, causes in causes_of_group.items() if len(causes) > 1}
+    assert not split, f"causes spread over several groups: {split}"
+    assert not merged, f"groups holding several causes: {merged}"
+    assert len(causes_of_group) == len(CAUSES) >= 15
+
+
+def test_the_corpus_has_pairs_of_causes_that_differ_in_one_meaningful_word():
+    names = {cause.name for cause in CAUSES}
+    for pair in [("python KeyError 'vat_rate'", "python KeyError 'currency'"),
+                 ("postgres unique orders_pkey", "postgres unique customers_email_key"),
+                 ("http 502 from charges", "http 503 from charges"), ("upstream status 502", "upstream status 504"),
+                 ("java IllegalStateException transition", "java IllegalArgumentException transition"),
+                 ("dns payments", "dns ledger"), ("schema customer email missing", "schema customer id missing")]:
+        assert set(pair) <= names
+
+
+def keys(*texts: str) -> set[str]:
+    return {normalize_error_text(text) for text in texts}
+
+
+def test_quoted_field_and_constraint_names_are_kept_and_tenants_dropped():
+    assert keys("KeyError: 'vat_rate' for tenant t0", "KeyError: 'vat_rate' for tenant t6",
+                "KeyError: 'vat_rate' for tenant acme-corp") == {"KeyError: 'vat_rate' for tenant <id>"}
+    assert normalize_error_text("KeyError: 'currency' for tenant t0") == "KeyError: 'currency' for tenant <id>"
+    assert normalize_error_text('duplicate key value violates unique constraint "orders_pkey"') == \
+        'duplicate key value violates unique constraint "orders_pkey"'
+    assert normalize_error_text("tenant=globex user_id: bob") == "tenant=<id> user_id: <id>"
+    assert normalize_error_text("user not found") == "user not found"
+
+
+def test_quoted_values_are_dropped():
+    assert keys("ValueError: invalid literal for int() with base 10: 'abc'",
+                "ValueError: invalid literal for int() with base 10: '12,50'") == {
+        "ValueError: invalid literal for int() with base <n>: '…'"}
+    assert keys("ValueError: 'abc' is not a valid Currency", "ValueError: 'EURO' is not a valid Currency") == {
+        "ValueError: '…' is not a valid Currency"}
+    assert keys("No such customer: 'cus_9f8A7b6C5d'", "No such customer: 'cus_Zz0aB1cD2eF3gH'") == {
+        "No such customer: '…'"}
+
+
+def test_stripe_ids_hex_digests_and_uuids_are_dropped():
+    assert normalize_error_text("charge ch_3c425c8d99d19b failed") == "charge ch_<id> failed"
+    assert keys("refund for cus_AbCdEfGhIjKl", "refund for cus_9f8A7b6C5d") == {"refund for cus_<id>"}
+    assert normalize_error_text("checksum deadbeefcafe1234 mismatch") == "checksum <id> mismatch"
+    assert normalize_error_text("object at 0x7f3a2b1c9d") == "object at <id>"
+    assert normalize_error_text("invoice 3f2a9c1e-8b7d-4c6e-9f0a-1b2c3d4e5f60 gone") == "invoice <uuid> gone"
+    assert normalize_error_text("pod orders-worker-7d9f8c6b5-xkqzt evicted") == "pod orders-worker-<id>-<id> evicted"
+
+
+def test_words_with_digits_that_name_things_are_kept():
+    assert normalize_error_text("Http2Exception: sha256 of address_line2 in utf8") == \
+        "Http2Exception: sha256 of address_line2 in utf8"
+    assert normalize_error_text("S3Exception from JSONDecodeError") == "S3Exception from JSONDecodeError"
+    assert normalize_error_text("An error occurred (NoSuchKey) when calling the GetObject operation") == \
+        "An error occurred (NoSuchKey) when calling the GetObject operation"
+    assert normalize_error_text("Expecting ',' delimiter: line 3 column 17") != \
+        normalize_error_text("Expecting ':' delimiter: line 3 column 17")
+
+
+def test_addresses_emails_times_and_durations_are_dropped():
+    assert keys("context deadline exceeded after 30.02s dialing 10.0.3.17:5432",
+                "context deadline exceeded after 1m2.5s dialing 10.0.3.200:5432") == {
+        "context deadline exceeded after <duration> dialing <ip>"}
+    assert keys("connect ECONNREFUSED [2001:db8::1]:6379", "connect ECONNREFUSED 10.1.2.3:6379",
+                "connect ECONNREFUSED [::1]:6379") == {"connect ECONNREFUSED <ip>"}
+    assert normalize_error_text("token expired at 2026-03-01T12:00:03.123Z for jane.doe@example.com after 1234 ms") \
+        == "token expired at <time> for <email> after <duration>"
+
+
+def test_http_statuses_reason_phrases_and_hosts_are_kept_url_ids_dropped():
+    text = "POST https://api.x.com/v1/customers/cus_9f8A7b6C5d/charges?x=1 returned 502 Bad Gateway after 1234ms"
+    assert normalize_error_text(text) == \
+        "POST https://api.x.com/v1/customers/<id>/charges?… returned 502 Bad Gateway after <duration>"
+    assert normalize_error_text("upstream status 504 for 12 items") == "upstream status 504 for <n> items"
+    assert normalize_error_text("dial tcp: lookup ledger.internal on 10.96.0.10:53: no such host") == \
+        "dial tcp: lookup ledger.internal on <ip>: no such host"
+
+
+def test_postgres_detail_values_are_dropped():
+    assert keys("Key (id)=(42) already exists.", "Key (id)=(ord-7) already exists.") == {"Key (id)=(…) already exists."}
+    assert normalize_error_text("DETAIL: Failing row contains (1, Jane Doe, null, 2026-01-01).") == \
+        "DETAIL: Failing row contains (…)."
+
+
+def test_schema_failures_fold_array_indexes_and_name_the_missing_property():
+    assert schema_part("/items/0/price", "'abc' is not of type 'number'") == \
+        schema_part("/items/7/price", "'12.50' is not of type 'number'") == "/items/*/price: … is not of type 'number'"
+    assert schema_part("/customer", "'email' is a required property") == "/customer/email: is a required property"
+    assert schema_part("/customer", "'customer_id' is a required property") != \
+        schema_part("/customer", "'email' is a required property")
+    assert schema_part("", "'a/b' is a required property") == "/a~1b: is a required property"
+    assert schema_part("", "[] should be non-empty") == "(root): … should be non-empty"
+    several = [{"path": "/items/0/price", "message": "'x' is not of type 'number'"},
+               {"path": "/items/3/price", "message": "'y' is not of type 'number'"}]
+    assert group_key(None, several) == "/items/*/price: … is not of type 'number'"
+
+
+def test_keys_stay_short_and_labels_read_well():
+    assert len(normalize_error_text("x " * 5000)) <= MAX_KEY
+    assert group_label("KeyError: 'vat_rate' for tenant <id>") == "KeyError: 'vat_rate' for tenant <id>"
+    label = group_label("word " * 60)
+    assert len(label) <= 120 and label.endswith("…") and not label.endswith(" …")
+    assert group_label("/a: is a required property; /b: is a required property; /c: … is not of type 'number'") \
+        == "/a: is a required property (and 2 more)"
+
+
+@pytest.mark.parametrize("text", ["a-" * 3000, "'" * 5000, '"\\' * 3000, "1." * 3000, "1:" * 3000, "[::" * 2000,
+                                  "tenant " * 1000, "x" * 5000 + "1", "https://" + "a/" * 3000, "a@" * 3000,
+                                  "Failing row contains (" * 500, ")=(" * 1500, "\x00\r\n\t€…", ""])
+def test_any_text_gives_a_short_key_without_raising(text):
+    assert len(normalize_error_text(text)) <= MAX_KEY
