@@ -129,7 +129,7 @@ class AlertSender:
         self.first_retry, self.longest_retry = settings.alert_first_retry, longest_retry
         self.holder = new_holder()
         self.leader = False
-        self._leased_at = 0.0
+        self._asked_at = -LEASE_SECONDS
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -160,13 +160,15 @@ class AlertSender:
             self._stop.wait(self.poll)
 
     def _hold_lease(self) -> bool:
-        # Renewed a third into its term: a sender that lost it stops before another takes over.
-        if time.monotonic() - self._leased_at >= LEASE_SECONDS / 3 or not self.leader:
+        # Renewed (or, by a replica without it, asked for) a third into its term: a sender that
+        # lost it stops before another takes over, and the others write once every 5 s, not at
+        # every poll.
+        if time.monotonic() - self._asked_at >= LEASE_SECONDS / 3:
+            self._asked_at = time.monotonic()
             held = acquire_lease(self.engine, LEASE_NAME, self.holder, LEASE_SECONDS)
             if held and not self.leader:
                 log.info("this process sends the alerts")
             self.leader = held
-            self._leased_at = time.monotonic() if held else 0.0
         return self.leader
 
     def send_due(self) -> int:

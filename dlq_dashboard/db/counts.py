@@ -48,9 +48,13 @@ def group_ids(conn: Connection, groups: Iterable[tuple[str, str, str]],
     wanted = set(groups)
     if not wanted:
         return {}
-    existing = set(_find_groups(conn, wanted)) if made is not None else set()
+    existing: dict[tuple, int] = {}
+    if made is not None:
+        existing = _find_groups(conn, wanted)
+        if len(existing) == len(wanted):
+            return existing  # nothing to make: the usual batch, one query
     insert_rows(conn, GROUPS, [{"subject": s, "reason": r, "key": k, "open_count": 0, "republished_count": 0,
-                                "closed_count": 0} for s, r, k in sorted(wanted - existing)],
+                                "closed_count": 0} for s, r, k in sorted(wanted - set(existing))],
                 skip_duplicates=True)
     found = _find_groups(conn, wanted)
     if made is not None:
