@@ -323,3 +323,23 @@ def test_a_webhook_url_that_is_not_a_url_stops_the_start_with_one_line_naming_it
     assert result.stderr.strip().splitlines()[-1] == (
         "error: DLQ_WEBHOOK_URL='notaurl' is not valid: use comma-separated URLs such as "
         "https://hooks.slack.com/services/...")
+
+
+def test_a_webhook_that_does_not_answer_in_time_is_tried_again_later(tmp_path, receiver):
+    hook = receiver(["hang"])
+    engine = create_db_engine(f"sqlite:///{tmp_path}/dlq.sqlite3")
+    migrate(engine)
+    write(engine, 1, 1, "slow cause", AlertRule(urls=(hook.url,)))
+    settings = support.make_settings(tmp_path, webhook_urls=(hook.url,), alert_poll=0.05, alert_timeout=0.5,
+                                     alert_first_retry=0.2)
+    sender = AlertSender(engine, settings).start()
+    try:
+        support.wait_for(lambda: outbox(engine)[0].last_error, timeout=30, message="the attempt to time out")
+        assert outbox(engine)[0].last_error == "no answer within 0.5 s" and outbox(engine)[0].sent_at is None
+        hook.released.set()
+        support.wait_for(lambda: outbox(engine)[0].sent_at, timeout=30, message="the retry to be delivered")
+        ids = {h["x-dlq-event-id"] for h, _ in hook.requests}
+        assert len(hook.requests) >= 2 and len(ids) == 1
+    finally:
+        sender.stop()
+        dispose_quietly(engine)
