@@ -75,6 +75,37 @@ def _nats_urls(name: str, raw: str) -> tuple[str, ...]:
     return urls
 
 
+def _http_urls(name: str, raw: str) -> tuple[str, ...]:
+    from urllib.parse import urlsplit
+
+    urls = tuple(u.strip() for u in raw.split(",") if u.strip())
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and " " not in url
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError:
+            valid = False
+        if not valid:
+            raise ConfigError(f"{name}={raw!r} is not valid: use comma-separated URLs such as "
+                              "https://hooks.slack.com/services/...")
+    if not urls:
+        raise ConfigError(f"{name}={raw!r} is not valid: name at least one http:// or https:// URL")
+    return urls
+
+
+def _public_url(name: str, raw: str) -> str:
+    url = raw.strip()
+    try:
+        valid = len(_http_urls(name, url)) == 1 and "?" not in url and "#" not in url
+    except ConfigError:
+        valid = False
+    if not valid:
+        raise ConfigError(f"{name}={raw!r} is not valid: use the dashboard's address as its users open it, "
+                          "such as https://dlq.example.com")
+    return url.rstrip("/")
+
+
 def _existing_file(name: str, raw: str) -> str:
     if not Path(raw).is_file():
         raise ConfigError(f"{name}={raw!r} is not valid: use the path of a readable file")
@@ -151,6 +182,17 @@ class Settings:
     # Single sign-on: a reverse proxy's user header, believed only from these addresses.
     trusted_header: str | None = None
     trusted_proxies: tuple[str, ...] = ()
+    # Alerts (section 9): where they go, what signs them, what makes a spike, and the address
+    # their links start with (unset: links are paths, /?group=<id>).
+    webhook_urls: tuple[str, ...] = ()
+    webhook_secret: str | None = None
+    alert_threshold: int = 100
+    public_url: str | None = None
+    # How often the sender looks for due alerts, how long it waits for a webhook's answer, and
+    # the first retry's delay (doubling to 10 minutes).
+    alert_poll: float = 1.0
+    alert_timeout: float = 5.0
+    alert_first_retry: float = 5.0
 
     @property
     def bundled_nats(self) -> bool:
@@ -182,6 +224,10 @@ _PARSERS = {
     "DLQ_REPLICAS": ("stream_replicas", lambda n, r: _positive_int(n, r, highest=5)),
     "DLQ_TRUSTED_HEADER": ("trusted_header", _header_name),
     "DLQ_TRUSTED_PROXIES": ("trusted_proxies", _networks),
+    "DLQ_WEBHOOK_URL": ("webhook_urls", _http_urls),
+    "DLQ_WEBHOOK_SECRET": ("webhook_secret", lambda n, r: r),
+    "DLQ_ALERT_THRESHOLD": ("alert_threshold", _positive_int),
+    "DLQ_PUBLIC_URL": ("public_url", _public_url),
 }
 
 

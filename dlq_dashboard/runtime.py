@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 
 from .actions.bulk.runner import JobRunner
 from .actions.intents import Flights
+from .alerts.sender import AlertSender
 from .config import Settings
 from .db.engine import create_db_engine, dispose_quietly
 from .db.migrate import migrate
@@ -40,6 +41,8 @@ class Runtime:
     bridge: Bridge | None = None
     mirror: Mirror | None = None
     bundled: NatsServer | None = None
+    # Sends the alerts outbox to DLQ_WEBHOOK_URL while this process holds the alerts lease.
+    alerts: AlertSender | None = None
     jobs: JobRunner = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,8 +57,9 @@ class Runtime:
                    schemas=SchemaRegistry.load(settings.schemas_dir), streams=StreamSetup(settings))
 
     def start(self, *, mirror: bool = True, bundled_port: int = 4222) -> Runtime:
-        """Start the bundled nats-server if no NATS_URL is set, the bridge, the mirror and the
-        job runner (which first completes republishes a crash left pending)."""
+        """Start the bundled nats-server if no NATS_URL is set, the bridge, the mirror, the
+        job runner (which first completes republishes a crash left pending) and, with
+        DLQ_WEBHOOK_URL, the alert sender."""
         servers = list(self.settings.nats_urls)
         if self.settings.bundled_nats:
             instance = Path(self.settings.instance_path)
@@ -70,11 +74,15 @@ class Runtime:
             self.mirror = Mirror(self.bridge, self.engine, self.settings, self.streams)
             self.mirror.start()
         self.jobs.start()
+        if self.settings.webhook_urls:
+            self.alerts = AlertSender(self.engine, self.settings).start()
         return self
 
     def stop(self) -> None:
-        """Stop the jobs, the bridge and the mirror, then the bundled server; close the database."""
+        """Stop the jobs, the alert sender, the bridge and the mirror, then the bundled server; close the database."""
         self.jobs.stop()
+        if self.alerts is not None:
+            self.alerts.stop()
         if self.bridge is not None:
             self.bridge.stop()
         if self.mirror is not None:

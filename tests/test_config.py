@@ -12,6 +12,8 @@ def test_defaults_follow_the_spec():
     assert s.capture_advisories is True and s.delete_on_close is False
     assert s.republish_rate == 200 and s.bundled_nats is True
     assert s.stream_replicas == 1
+    assert s.webhook_urls == () and s.webhook_secret is None and s.alert_threshold == 100
+    assert s.public_url is None
 
 
 def test_every_variable_is_read():
@@ -19,12 +21,16 @@ def test_every_variable_is_read():
                        "DLQ_STREAM": "DEAD", "DLQ_SUBJECTS": "dead.>,failed.*",
                        "DLQ_CAPTURE_ADVISORIES": "false", "DLQ_DELETE_ON_CLOSE": "yes",
                        "DLQ_REPUBLISH_RATE": "0", "SECRET_KEY": "k", "NATS_USER": "u", "NATS_PASSWORD": "p",
-                       "DLQ_REPLICAS": "3"})
+                       "DLQ_REPLICAS": "3", "DLQ_WEBHOOK_URL": "https://a.example/hook, http://b:8080/x",
+                       "DLQ_WEBHOOK_SECRET": "s3cret", "DLQ_ALERT_THRESHOLD": "25",
+                       "DLQ_PUBLIC_URL": "https://dlq.example.com/"})
     assert s.nats_urls == ("nats://a:4222", "nats://b:4222")
     assert s.dlq_stream == "DEAD" and s.dlq_subjects == ("dead.>", "failed.*")
     assert s.capture_advisories is False and s.delete_on_close is True and s.republish_rate == 0
     assert (s.nats_user, s.nats_password, s.secret_key) == ("u", "p", "k")
     assert s.stream_replicas == 3
+    assert s.webhook_urls == ("https://a.example/hook", "http://b:8080/x") and s.webhook_secret == "s3cret"
+    assert s.alert_threshold == 25 and s.public_url == "https://dlq.example.com"
 
 
 @pytest.mark.parametrize("variable,value", [
@@ -43,6 +49,13 @@ def test_every_variable_is_read():
     ("DLQ_SCHEMAS", "/no/such/folder"),
     ("NATS_CREDS", "/no/such/file.creds"),
     ("DATABASE_URL", "not a url"),
+    ("DLQ_WEBHOOK_URL", "notaurl"),
+    ("DLQ_WEBHOOK_URL", "ftp://example.com/hook"),
+    ("DLQ_WEBHOOK_URL", "https://example.com:port/hook"),
+    ("DLQ_ALERT_THRESHOLD", "0"),
+    ("DLQ_ALERT_THRESHOLD", "many"),
+    ("DLQ_PUBLIC_URL", "dlq.example.com"),
+    ("DLQ_PUBLIC_URL", "https://dlq.example.com/?x=1"),
 ])
 def test_a_bad_value_is_refused_with_one_line_naming_the_variable(variable, value):
     with pytest.raises(ConfigError) as raised:

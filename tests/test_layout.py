@@ -22,16 +22,18 @@ LOWER = {
     "consumer": set(),
     "db": {"base"},
     "nats": {"base"},
-    "ingest": {"db", "nats", "base", "consumer"},
+    # Alerts are raised in the mirror's transactions and sent by a thread of the runtime.
+    "alerts": {"db", "base"},
+    "ingest": {"alerts", "db", "nats", "base", "consumer"},
     # A revision may compute what it stores with the code that computes it at ingest (group keys).
-    "migrations": {"ingest", "db", "base", "consumer"},
-    "entries": {"ingest", "db", "base", "consumer"},
+    "migrations": {"ingest", "alerts", "db", "base", "consumer"},
+    "entries": {"ingest", "alerts", "db", "base", "consumer"},
     "accounts": {"db", "base"},
-    "actions": {"entries", "ingest", "db", "nats", "base", "consumer"},
-    "runtime": {"actions", "entries", "ingest", "db", "nats", "base", "consumer"},
-    "web": {"runtime", "actions", "entries", "accounts", "ingest", "db", "nats", "base", "consumer"},
+    "actions": {"entries", "ingest", "alerts", "db", "nats", "base", "consumer"},
+    "runtime": {"actions", "entries", "ingest", "alerts", "db", "nats", "base", "consumer"},
+    "web": {"runtime", "actions", "entries", "accounts", "ingest", "alerts", "db", "nats", "base", "consumer"},
     "demo": {"runtime", "accounts", "nats", "base", "consumer"},
-    "app": {"web", "runtime", "actions", "entries", "accounts", "ingest", "db", "nats", "base", "consumer",
+    "app": {"web", "runtime", "actions", "entries", "accounts", "ingest", "alerts", "db", "nats", "base", "consumer",
             "demo"},
 }
 

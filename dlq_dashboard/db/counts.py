@@ -41,13 +41,28 @@ def group_of(subject: str | None, reason: str | None, key: str) -> tuple[str, st
     return subject or "", reason or "", key
 
 
-def group_ids(conn: Connection, groups: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str], int]:
-    """The id of each group (as group_of names it), made when it is new."""
+def group_ids(conn: Connection, groups: Iterable[tuple[str, str, str]],
+              made: set[int] | None = None) -> dict[tuple[str, str, str], int]:
+    """The id of each group (as group_of names it), made when it is new; ``made`` receives the
+    ids of the groups this call made (what raises a group.new alert)."""
     wanted = set(groups)
     if not wanted:
         return {}
+    existing: dict[tuple, int] = {}
+    if made is not None:
+        existing = _find_groups(conn, wanted)
+        if len(existing) == len(wanted):
+            return existing  # nothing to make: the usual batch, one query
     insert_rows(conn, GROUPS, [{"subject": s, "reason": r, "key": k, "open_count": 0, "republished_count": 0,
-                                "closed_count": 0} for s, r, k in sorted(wanted)], skip_duplicates=True)
+                                "closed_count": 0} for s, r, k in sorted(wanted - set(existing))],
+                skip_duplicates=True)
+    found = _find_groups(conn, wanted)
+    if made is not None:
+        made.update(group_id for group, group_id in found.items() if group not in existing)
+    return found
+
+
+def _find_groups(conn: Connection, wanted: set[tuple[str, str, str]]) -> dict[tuple[str, str, str], int]:
     found: dict[tuple, int] = {}
     ordered = sorted(wanted)
     for start in range(0, len(ordered), 500):
@@ -72,8 +87,10 @@ class Change:
     count: int = 1
 
 
-def count_changes(conn: Connection, changes: Iterable[Change]) -> None:
-    """Move the counts of these entries from where they were counted to where they are now."""
+def count_changes(conn: Connection, changes: Iterable[Change]) -> dict[int, int]:
+    """Move the counts of these entries from where they were counted to where they are now;
+    return how many new entries (changes without an ``old_group``) each group received."""
+    arrived: dict[int, int] = defaultdict(int)
     per_group: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     per_bucket: dict[tuple, int] = defaultdict(int)
     seen: dict[int, list[datetime]] = {}
@@ -88,6 +105,7 @@ def count_changes(conn: Connection, changes: Iterable[Change]) -> None:
                 per_bucket[(width, at, c.old_group, c.old_status)] -= n
                 per_bucket[(width, at, ALL_GROUPS, c.old_status)] -= n
         else:
+            arrived[c.new_group] += n
             first_last = seen.setdefault(c.new_group, [c.received_at, c.received_at])
             first_last[0], first_last[1] = min(first_last[0], c.received_at), max(first_last[1], c.received_at)
         per_group[c.new_group][c.new_status] += n
@@ -96,7 +114,7 @@ def count_changes(conn: Connection, changes: Iterable[Change]) -> None:
             per_bucket[(width, at, c.new_group, c.new_status)] += n
             per_bucket[(width, at, ALL_GROUPS, c.new_status)] += n
     if not per_group:
-        return
+        return dict(arrived)
     deltas = [{"b_id": group_id, **{f"b_{column}": by_status.get(status, 0)
                                     for status, column in STATUS_COLUMNS.items()},
                "b_first": seen.get(group_id, (None, None))[0], "b_last": seen.get(group_id, (None, None))[1]}
@@ -111,3 +129,4 @@ def count_changes(conn: Connection, changes: Iterable[Change]) -> None:
     add_to_counts(conn, ARRIVALS, [{"width": w, "bucket": b, "group_id": g, "status": s, "count": n}
                                    for (w, b, g, s), n in sorted(per_bucket.items()) if n],
                   key=["width", "bucket", "group_id", "status"], count="count")
+    return dict(arrived)

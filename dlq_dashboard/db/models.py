@@ -276,3 +276,35 @@ class LoginFailure(Base):
     at: Mapped[datetime] = mapped_column(DateTime)
 
     __table_args__ = (Index("ix_login_failures_key_at", "key", "at"),)
+
+
+class Alert(Base):
+    """An alert (``group.new``, ``group.spike``) for one webhook URL: written in the transaction
+    that raised it, then sent by the replica holding the ``alerts`` lease, retried with backoff
+    until a 2xx answer. The body is stored as sent, so every attempt carries the same id and
+    signature (an outbox; alerts/outbox.py writes it, alerts/sender.py sends it)."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+    # The event's id: the body's "id" and the X-Dlq-Event-Id header, the same at every URL.
+    event_id: Mapped[str] = mapped_column(String(64))
+    url: Mapped[str] = mapped_column(String(2048))
+    event: Mapped[str] = mapped_column(String(32))
+    group_id: Mapped[int] = mapped_column(BigInt)
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime)
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        # A group.new id is derived from its group: the key makes it once, whichever writer races.
+        UniqueConstraint("event_id", "url", name="uq_alerts_event_url"),
+        # What the sender looks for every second: the unsent, by when they are due.
+        Index("ix_alerts_due", "next_attempt_at", sqlite_where=text("sent_at IS NULL"),
+              postgresql_where=text("sent_at IS NULL")),
+        # A spike looks for the group's last one.
+        Index("ix_alerts_group_event", "group_id", "event", "created_at"),
+    )

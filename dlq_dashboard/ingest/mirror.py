@@ -25,6 +25,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from sqlalchemy import Engine
 
+from ..alerts.outbox import AlertRule
 from ..config import Settings
 from ..db.leases import acquire_lease, new_holder, release_lease
 from ..nats.bridge import Bridge
@@ -86,7 +87,7 @@ class Mirror:
         # One thread waits on the database and on the writer process: the DLQ and advisory
         # followers never write at the same time, and the bridge's loop never blocks.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mirror-writer")
-        self._process = WriterProcess(self.settings.database_url)
+        self._process = WriterProcess(self.settings.database_url, AlertRule.from_settings(self.settings))
         self.progress = {self.settings.dlq_stream: StreamProgress(self.settings.dlq_stream)}
         if self.settings.capture_advisories:
             self.progress[self.settings.advisory_stream] = StreamProgress(self.settings.advisory_stream)

@@ -11,6 +11,7 @@ from typing import Iterable
 
 from sqlalchemy import Connection, Engine, func, insert, or_, select, update
 
+from ..alerts.outbox import AlertRule, raise_alerts
 from ..db.counts import Change, count_changes, group_ids, group_of
 from ..db.engine import write_transaction
 from ..db.models import Entry, Event, MirrorState
@@ -81,9 +82,10 @@ _DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "origin
 
 
 def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[StreamMessage],
-                     after: int | None = None) -> int:
+                     after: int | None = None, alerts: AlertRule | None = None) -> int:
     """Store a batch of DLQ messages and the stream position after it, in one transaction;
     with ``after``, only if the database's position is that sequence (OutOfOrder otherwise).
+    With ``alerts``, the alerts the batch raises are written in that transaction too.
 
     Returns how many new entries were made. A message already stored (same stream, epoch and
     sequence) is skipped; a failure an advisory already reported is merged into its entry.
@@ -96,21 +98,25 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
             for m in messages]
     with write_transaction(engine) as conn:
         _check_position(conn, stream, epoch, after)
-        ids = group_ids(conn, {_group_of(r) for r in rows})
+        # The groups this batch makes, when alerts are on (finding them costs a query).
+        new_groups: set[int] | None = set() if alerts is not None else None
+        ids = group_ids(conn, {_group_of(r) for r in rows}, made=new_groups)
         for row in rows:
             row["group_id"] = ids[_group_of(row)]
-        rows = _merge_into_advisory_entries(conn, rows)
-        made = 0
+        rows = _merge_into_advisory_entries(conn, rows, new_groups)
+        made, arrived = 0, {}
         if rows:
             newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
             made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS, skip_duplicates=True)
             index_new_entries(conn, newest)
             if made == len(rows):  # every row is a new entry: counted as they are
-                count_changes(conn, [Change(None, group_id, received_at, None, status, n) for
-                                     (group_id, received_at, status), n in Counter(
-                                         (r["group_id"], r["received_at"], r["status"]) for r in rows).items()])
+                arrived = count_changes(conn, [Change(None, group_id, received_at, None, status, n) for
+                                               (group_id, received_at, status), n in Counter(
+                                                   (r["group_id"], r["received_at"], r["status"]) for r in rows).items()])
             else:
-                count_new_entries(conn, newest)
+                arrived = count_new_entries(conn, newest)
+        if alerts is not None:
+            raise_alerts(conn, alerts, new_groups, arrived, now)
         _save_position(conn, stream, epoch, max(m.seq for m in messages))
     return max(made, 0)
 
@@ -119,12 +125,12 @@ def _group_of(row: dict) -> tuple[str, str, str]:
     return group_of(row["original_subject"], row["reason"], row["group_key"])
 
 
-def count_new_entries(conn: Connection, after_id: int) -> None:
+def count_new_entries(conn: Connection, after_id: int) -> dict[int, int]:
     """Count entries with an id above ``after_id`` in their groups (db/counts.py), in ``conn``'s
-    transaction. Every code path that inserts entries calls it."""
+    transaction; return how many each group received. Every code path that inserts entries calls it."""
     # Counted by the database: a batch's entries share a few (group, time, status) values.
     columns = (ENTRIES.c.group_id, ENTRIES.c.received_at, ENTRIES.c.status)
-    count_changes(conn, [Change(None, group_id, received_at, None, status, n) for group_id, received_at, status, n
+    return count_changes(conn, [Change(None, group_id, received_at, None, status, n) for group_id, received_at, status, n
                          in conn.execute(select(*columns, func.count()).where(ENTRIES.c.id > after_id)
                                          .group_by(*columns))])
 
@@ -145,8 +151,9 @@ def index_new_entries(conn: Connection, after_id: int) -> None:
         "FROM entries WHERE id > ?", (after_id,))
 
 
-def _merge_into_advisory_entries(conn: Connection, rows: list[dict]) -> list[dict]:
-    """Merge rows into entries made earlier from an advisory; return the rows still to insert."""
+def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: set[int] | None = None) -> list[dict]:
+    """Merge rows into entries made earlier from an advisory; return the rows still to insert.
+    ``new_groups`` receives the groups made for them."""
     keyed = [r for r in rows if r["original_stream"] and r["original_seq"] is not None]
     if not keyed:
         return rows
@@ -189,7 +196,7 @@ def _merge_into_advisory_entries(conn: Connection, rows: list[dict]) -> list[dic
         merged.append((match, values, group_of(row["original_subject"], values.get("reason", match.reason),
                                                row["group_key"])))
     # The DLQ copy's error decides the group: the entry moves from its advisory's group.
-    ids = group_ids(conn, {group for _, _, group in merged})
+    ids = group_ids(conn, {group for _, _, group in merged}, made=new_groups)
     for match, values, group in merged:
         conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id)
                      .values(**values, group_id=ids[group], version=ENTRIES.c.version + 1))
@@ -211,13 +218,16 @@ class FetchedMessage:
 
 def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
                           items: Iterable[tuple[Advisory, FetchedMessage | None, str | None]],
-                          last_seq: int, after: int | None = None) -> int:
-    """Store advisories (history, and entries for terminal ones) and the position, in one transaction.
+                          last_seq: int, after: int | None = None, alerts: AlertRule | None = None) -> int:
+    """Store advisories (history, and entries for terminal ones) and the position, in one
+    transaction; with ``alerts``, the alerts they raise too.
 
     ``items`` pairs each advisory with the failed message fetched from its stream (or None
     and a sentence saying why it could not be). Returns how many new entries were made.
     """
     made = 0
+    new_groups: set[int] | None = set() if alerts is not None else None
+    arrived: Counter[int] = Counter()
     with write_transaction(engine) as conn:
         _check_position(conn, stream, epoch, after)
         for advisory, fetched, missing_reason in items:
@@ -230,7 +240,9 @@ def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
             if not stored:
                 continue  # this advisory was stored before: a replay after a crash
             if advisory.kind != "nak":
-                made += _entry_from_advisory(conn, advisory, fetched, missing_reason)
+                made += _entry_from_advisory(conn, advisory, fetched, missing_reason, new_groups, arrived)
+        if alerts is not None:
+            raise_alerts(conn, alerts, new_groups, arrived, utcnow())
         _save_position(conn, stream, epoch, last_seq)
     return made
 
@@ -244,7 +256,7 @@ def _advisory_error(advisory: Advisory) -> str:
 
 
 def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedMessage | None,
-                         missing_reason: str | None) -> int:
+                         missing_reason: str | None, new_groups: set[int] | None, arrived: Counter) -> int:
     """Merge a terminal advisory into the entry of its DLQ copy, or make an entry of it."""
     existing = conn.execute(
         select(Entry.id, Entry.consumer, Entry.deliveries, Entry.sources)
@@ -278,11 +290,11 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
         original_stream=advisory.stream, original_seq=advisory.stream_seq, consumer=advisory.consumer,
         original_msg_id=next((v[0] for k, v in headers.items() if k.lower() == H_NATS_MSG_ID and v), None),
         reason=advisory.kind, error=error, schema_errors=None,
-        group_id=group_ids(conn, [group])[group],
+        group_id=group_ids(conn, [group], made=new_groups)[group],
         deliveries=advisory.deliveries, failed_at=advisory.at, received_at=now,
         headers=json.dumps(headers, ensure_ascii=False), payload=fetched.data if fetched else b"",
         payload_available=fetched is not None, replay_of=replay_of, sources="advisory",
         notes=json.dumps(notes), updated_at=now))
     index_new_entries(conn, newest)
-    count_new_entries(conn, newest)
+    arrived.update(count_new_entries(conn, newest))
     return 1

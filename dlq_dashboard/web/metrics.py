@@ -19,9 +19,11 @@ from sqlalchemy import func, select
 
 from dlq_consumer.headers import REASONS
 
+from ..alerts.sender import outbox_summary
 from ..db.engine import read_transaction
 from ..db.models import Entry, MirrorState, Republish
 from ..runtime import Runtime
+from ..times import utcnow
 from . import current_runtime
 from .auth import requires
 
@@ -73,6 +75,9 @@ class DashboardCollector(Collector):
         leader = GaugeMetricFamily("dlq_mirror_leader", "1 while this process holds the mirror lease.")
         leader.add_metric([], 1 if mirror is not None and mirror.leader else 0)
         yield leader
+        sender = GaugeMetricFamily("dlq_alert_sender_leader", "1 while this process holds the alerts lease.")
+        sender.add_metric([], 1 if self.runtime.alerts is not None and self.runtime.alerts.leader else 0)
+        yield sender
         if mirror is None:
             return
         ingested = CounterMetricFamily("dlq_mirror_ingested",
@@ -115,6 +120,26 @@ class DashboardCollector(Collector):
         for state, duplicate, count in sorted(republishes, key=lambda r: (_label(r[0]), _label(r[1]))):
             outcomes.add_metric([_label(state), _label(duplicate)], count)
         yield outcomes
+        yield from _alert_metrics(self.runtime)
+
+
+def _alert_metrics(runtime: Runtime) -> Iterator[Metric]:
+    outbox = outbox_summary(runtime.engine)
+    alerts = GaugeMetricFamily("dlq_alerts", "Alert deliveries (one a webhook URL) by event and state.",
+                               labels=["event", "state"])
+    for state, by_event in (("pending", outbox.pending), ("sent", outbox.sent)):
+        for event, count in sorted(by_event.items()):
+            alerts.add_metric([event, state], count)
+    yield alerts
+    failed = CounterMetricFamily("dlq_alert_failed_attempts",
+                                 "Alert deliveries a webhook refused or did not answer (each is retried).")
+    failed.add_metric([], outbox.failed_attempts)
+    yield failed
+    oldest = GaugeMetricFamily("dlq_alert_oldest_pending_seconds",
+                               "Age of the oldest alert not yet delivered (0 when none waits).")
+    oldest.add_metric([], max((utcnow() - outbox.oldest_pending).total_seconds(), 0)
+                      if outbox.oldest_pending else 0)
+    yield oldest
 
 
 def _cap_reasons(rows) -> dict[tuple[str, str], int]:

@@ -1,0 +1,142 @@
+"""Raising alerts inside the mirror's write transaction: a failure group seen for the first time
+(``group.new``) or one whose new entries within 5 minutes reach DLQ_ALERT_THRESHOLD
+(``group.spike``) becomes one row a webhook URL in ``alerts``, its body as it will be sent.
+
+Written with the entries, so an alert is never lost (a crash before the commit loses the entries
+too, and the mirror writes them again) and never made twice (a batch commits once).
+
+The spike rule: a write raises ``group.spike`` for a group when it takes that group's new entries
+of the last 5 minutes (this minute and the four before, from the per-minute arrivals) from below
+the threshold to the threshold or more, and the group had no spike alert in the 5 minutes before.
+A flood that goes on therefore alerts once; one that dies down below the threshold and comes
+back alerts again, at most once every 5 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Iterable
+
+from sqlalchemy import Connection, func, select
+
+from ..config import Settings
+from ..db.counts import ALL_GROUPS, bucket
+from ..db.models import Alert, Arrival, FailureGroup
+from ..db.rows import insert_rows
+from ..times import format_time
+
+ALERTS, ARRIVALS, GROUPS = Alert.__table__, Arrival.__table__, FailureGroup.__table__
+WINDOW = timedelta(minutes=5)
+NEW, SPIKE = "group.new", "group.spike"
+# Group keys are normalised error texts of up to 300 characters; a chat line shows the start.
+_TEXT_KEY = 160
+# The namespace of group.new ids (uuid5 over the group): one id a group, whoever writes it.
+_NAMESPACE = uuid.UUID("5b0c1f2e-7c1d-4a8e-9a43-0d1c6f1e2a77")
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    """What the writer needs to raise alerts: where they go, the spike threshold, and the
+    dashboard's public address for the links (sent to the writer process, so plain values)."""
+
+    urls: tuple[str, ...]
+    threshold: int = 100
+    public_url: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AlertRule | None:
+        """The rule the settings give; None when no DLQ_WEBHOOK_URL is set (nothing is raised)."""
+        if not settings.webhook_urls:
+            return None
+        return cls(urls=settings.webhook_urls, threshold=settings.alert_threshold, public_url=settings.public_url)
+
+    def group_url(self, group_id: int) -> str:
+        """Where the dashboard lists the group's entries."""
+        return f"{self.public_url or ''}/?group={group_id}"
+
+
+def raise_alerts(conn: Connection, rule: AlertRule, made: Iterable[int], arrived: dict[int, int],
+                 now: datetime) -> int:
+    """Write the alerts of a write, in its transaction: ``made`` are the groups it made,
+    ``arrived`` the new entries it gave each group. Returns how many rows were written."""
+    made = set(made)
+    spikes = _spikes(conn, rule, arrived, now)
+    alerting = made | set(spikes)
+    if not alerting:
+        return 0
+    groups = {row.id: row for row in conn.execute(select(GROUPS).where(GROUPS.c.id.in_(sorted(alerting))))}
+    rows = []
+    for group_id in sorted(alerting):
+        group = groups.get(group_id)
+        if group is None:
+            continue
+        if group_id in made:
+            event_id = str(uuid.uuid5(_NAMESPACE, f"{NEW}:{group_id}:{group.subject}\0{group.reason}\0{group.key}"))
+            rows += _rows(rule, NEW, event_id, group, now)
+        if group_id in spikes:
+            rows += _rows(rule, SPIKE, str(uuid.uuid4()), group, now, recent=spikes[group_id])
+    return insert_rows(conn, ALERTS, rows, skip_duplicates=True)
+
+
+def _spikes(conn: Connection, rule: AlertRule, arrived: dict[int, int], now: datetime) -> dict[int, int]:
+    """{group: its new entries within 5 minutes} for the groups this write took over the threshold."""
+    touched = sorted(g for g, n in arrived.items() if n > 0 and g != ALL_GROUPS)
+    if not touched:
+        return {}
+    since = bucket(now, 60) - (WINDOW - timedelta(minutes=1))
+    recent = dict(conn.execute(
+        select(ARRIVALS.c.group_id, func.sum(ARRIVALS.c.count))
+        .where(ARRIVALS.c.width == 60, ARRIVALS.c.bucket >= since, ARRIVALS.c.group_id.in_(touched))
+        .group_by(ARRIVALS.c.group_id)).all())
+    crossed = {g: int(recent.get(g) or 0) for g in touched
+               if int(recent.get(g) or 0) >= rule.threshold > int(recent.get(g) or 0) - arrived[g]}
+    if not crossed:
+        return {}
+    alerted = set(conn.execute(
+        select(ALERTS.c.group_id).distinct()
+        .where(ALERTS.c.group_id.in_(sorted(crossed)), ALERTS.c.event == SPIKE, ALERTS.c.created_at > now - WINDOW)
+    ).scalars())
+    return {g: n for g, n in crossed.items() if g not in alerted}
+
+
+def _rows(rule: AlertRule, event: str, event_id: str, group, now: datetime, recent: int | None = None) -> list[dict]:
+    body = alert_body(rule, event, event_id, group, recent)
+    return [{"event_id": event_id, "url": url, "event": event, "group_id": group.id, "body": body,
+             "created_at": now, "attempts": 0, "next_attempt_at": now, "sent_at": None, "last_error": None}
+            for url in rule.urls]
+
+
+def alert_body(rule: AlertRule, event: str, event_id: str, group, recent: int | None = None) -> str:
+    """The JSON POSTed for an alert (SPEC section 9), as text: stored once, sent as stored."""
+    count = group.open_count + group.republished_count + group.closed_count
+    link = rule.group_url(group.id)
+    body = {"event": event, "id": event_id, "text": alert_text(event, group, count, recent, rule),
+            "group": {"id": group.id, "subject": group.subject or None, "reason": group.reason or None,
+                      "key": group.key, "count": count, "first_seen": format_time(group.first_seen),
+                      "last_seen": format_time(group.last_seen)},
+            "url": link}
+    if recent is not None:
+        body["spike"] = {"count": recent, "minutes": int(WINDOW.total_seconds() // 60), "threshold": rule.threshold}
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+
+
+def alert_text(event: str, group, count: int, recent: int | None, rule: AlertRule) -> str:
+    """One line a person reads in a chat channel; a link only where the address is known."""
+    where = f"{group.subject or '(no subject)'}, {group.reason or '(no reason)'}"
+    key = group.key if len(group.key) <= _TEXT_KEY else group.key[:_TEXT_KEY - 1] + "…"
+    if event == NEW:
+        line = f"New failure group on {where}: \"{key}\" ({count} {_entries(count)} so far)"
+    else:
+        line = (f"Failure spike on {where}: {recent} new {_entries(recent)} within 5 minutes "
+                f"(threshold {rule.threshold}): \"{key}\"")
+    if rule.public_url:
+        line += f" {rule.group_url(group.id)}"
+    # Slack reads <, > and & as markup (Mattermost's Markdown decodes the same entities back).
+    return line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _entries(n: int | None) -> str:
+    return "entry" if n == 1 else "entries"

@@ -1,0 +1,345 @@
+"""Alerts: a new failure group and a spike reach every webhook, signed, written to the outbox
+with the entries and sent after, retried with the same id until a webhook takes them, across
+restarts, without ever slowing the mirror; one sender whatever the replicas."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from sqlalchemy import select
+
+from dlq_dashboard import create_app
+from dlq_dashboard.alerts.outbox import AlertRule
+from dlq_dashboard.alerts.sender import AlertSender, backoff
+from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
+from dlq_dashboard.db.migrate import migrate
+from dlq_dashboard.db.models import Alert
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.nats.server import free_port
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
+
+from . import support
+
+SECRET = "webhook-secret"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Receiver:
+    """A webhook on 127.0.0.1 and a free port that records every POST and answers each with the
+    next of ``answers`` (a status, "close" to hang up without one, "hang" to answer only when
+    released), then 200."""
+
+    def __init__(self, answers=()):
+        self.answers = list(answers)
+        self.requests: list[tuple[dict, bytes]] = []
+        self.hanging = 0
+        self.released = threading.Event()
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with receiver._lock:
+                    receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                    answer = receiver.answers.pop(0) if receiver.answers else 200
+                if answer == "close":
+                    self.close_connection = True
+                    return
+                if answer == "hang":
+                    with receiver._lock:
+                        receiver.hanging += 1
+                    receiver.released.wait(60)
+                    answer = 200
+                self.send_response(answer)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def alerts(self, event: str | None = None) -> list[tuple[dict, dict]]:
+        """(headers, parsed body) of every POST received, of one event or all."""
+        with self._lock:
+            received = [(h, json.loads(b)) for h, b in self.requests]
+        return [(h, b) for h, b in received if event is None or b["event"] == event]
+
+    def close(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def receiver():
+    made: list[Receiver] = []
+
+    def make(answers=()):
+        made.append(Receiver(answers))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.close()
+
+
+def start_app(tmp_path, nats_server, database_url, urls, **changes):
+    """The app with its mirror and alert sender, alerting ``urls`` (fast retries for the tests)."""
+    settings = support.make_settings(tmp_path, nats_server.url, database_url=database_url, webhook_urls=tuple(urls),
+                                     webhook_secret=SECRET, alert_poll=0.1, alert_first_retry=0.3, **changes)
+    app = create_app({"SETTINGS": settings, "TESTING": True})
+    rt = runtime_of(app)
+    rt.start()
+    assert rt.bridge.wait_connected(10), "the bridge did not connect"
+    support.wait_for(lambda: all(p.epoch for p in rt.mirror.progress.values()), message="the mirror to start")
+    return app
+
+
+def dead_letter(nats_server, count: int, error: str, subject: str = "orders.created") -> None:
+    headers = support.dlq_headers(subject, Dlq_Reason="fatal", Dlq_Error=error)
+    support.run(support.publish_fast(nats_server.url, f"dlq.{subject}", count,
+                                     lambda i: (json.dumps({"order": i}).encode(), dict(headers))))
+
+
+def signed(headers: dict, body: bytes) -> bool:
+    expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(headers["x-dlq-signature"], expected)
+
+
+def outbox(engine) -> list:
+    with engine.connect() as conn:
+        return conn.execute(select(Alert).order_by(Alert.id)).all()
+
+
+@pytest.mark.both_databases
+def test_a_new_failure_group_reaches_the_webhook_once_signed_and_retried_with_the_same_id(
+        tmp_path, nats_server, database_url, receiver):
+    hook = receiver([500])
+    app = start_app(tmp_path, nats_server, database_url, [hook.url])
+    try:
+        dead_letter(nats_server, 3, "customer 17 not found")
+        support.wait_for(lambda: len(hook.requests) >= 2, timeout=30, message="the refused alert to be sent again")
+        (first_headers, first_body), (retry_headers, retry_body) = hook.requests[:2]
+        assert first_body == retry_body and first_headers["x-dlq-event-id"] == retry_headers["x-dlq-event-id"]
+        assert signed(retry_headers, retry_body) and retry_headers["content-type"] == "application/json"
+        alert = json.loads(retry_body)
+        assert alert["event"] == "group.new" and alert["id"] == retry_headers["x-dlq-event-id"]
+        assert alert["group"]["subject"] == "orders.created" and alert["group"]["reason"] == "fatal"
+        assert alert["group"]["key"] == "customer <n> not found" and alert["group"]["count"] >= 1
+        assert alert["group"]["first_seen"].endswith("Z") and alert["group"]["last_seen"].endswith("Z")
+        assert alert["url"] == f"/?group={alert['group']['id']}"
+        assert "\n" not in alert["text"] and "orders.created" in alert["text"]
+        assert "customer &lt;n&gt; not found" in alert["text"]  # as Slack wants <, > written
+
+        # More of the same cause is no new group; another cause is, and it is sent after them.
+        dead_letter(nats_server, 5, "customer 18 not found")
+        dead_letter(nats_server, 1, "warehouse closed")
+        # The later group's alert is due after any the earlier writes raised: once it is here, they would be.
+        support.wait_for(lambda: len(hook.alerts("group.new")) == 3, timeout=30, message="the second group's alert")
+        ids = [b["id"] for _, b in hook.alerts("group.new")]
+        assert len(set(ids)) == 2 and hook.alerts("group.spike") == []
+        row = [r for r in outbox(runtime_of(app).engine) if r.event_id == ids[0]][0]
+        assert row.attempts == 2 and row.sent_at is not None and row.last_error == "HTTP 500 Internal Server Error"
+    finally:
+        runtime_of(app).stop()
+
+
+@pytest.mark.both_databases
+def test_a_spike_past_the_threshold_raises_one_group_spike(tmp_path, nats_server, database_url, receiver):
+    hook = receiver()
+    app = start_app(tmp_path, nats_server, database_url, [hook.url], alert_threshold=5,
+                    public_url="https://dlq.example.com")
+    try:
+        dead_letter(nats_server, 12, "payment gateway timeout")
+        support.wait_for(lambda: hook.alerts("group.spike"), timeout=30, message="the spike alert")
+        # The flood goes on: no second spike within 5 minutes.
+        dead_letter(nats_server, 10, "payment gateway timeout")
+        dead_letter(nats_server, 1, "an unrelated failure")
+        support.wait_for(lambda: len(hook.alerts("group.new")) == 2, timeout=30, message="the marker group's alert")
+        spikes = hook.alerts("group.spike")
+        assert len(spikes) == 1
+        headers, spike = spikes[0]
+        assert signed(headers, json.dumps(spike, ensure_ascii=False, separators=(",", ":")).encode())
+        assert spike["spike"]["threshold"] == 5 and spike["spike"]["count"] >= 5
+        assert spike["url"] == f"https://dlq.example.com/?group={spike['group']['id']}"
+        assert spike["text"].startswith("Failure spike on orders.created, fatal:")
+        assert spike["text"].endswith(spike["url"])
+    finally:
+        runtime_of(app).stop()
+
+
+@pytest.mark.both_databases
+def test_an_alert_refused_before_a_restart_is_delivered_after_it_with_the_same_id(
+        tmp_path, nats_server, database_url, receiver):
+    hook = receiver(["close"] * 1000)  # hangs up on every POST until told otherwise
+    app = start_app(tmp_path, nats_server, database_url, [hook.url])
+    dead_letter(nats_server, 2, "stock reservation failed")
+    support.wait_for(lambda: hook.requests, timeout=30, message="the first attempt")
+    runtime_of(app).stop()
+    (refused_headers, refused_body), = hook.requests[:1]
+    with hook._lock:
+        hook.answers.clear()
+
+    app = start_app(tmp_path, nats_server, database_url, [hook.url])
+    try:
+        support.wait_for(lambda: outbox(runtime_of(app).engine)[0].sent_at, timeout=30,
+                         message="the alert to be delivered after the restart")
+        delivered_headers, delivered_body = hook.requests[-1]
+        assert delivered_headers["x-dlq-event-id"] == refused_headers["x-dlq-event-id"]
+        assert delivered_body == refused_body and signed(delivered_headers, delivered_body)
+        rows = outbox(runtime_of(app).engine)
+        assert len(rows) == 1 and rows[0].attempts >= 2  # the restart made no second alert
+    finally:
+        runtime_of(app).stop()
+
+
+@pytest.mark.both_databases
+def test_an_unreachable_webhook_keeps_the_alert_pending_with_its_error(tmp_path, nats_server, database_url):
+    closed = f"http://127.0.0.1:{free_port(39000)}/hook"
+    app = start_app(tmp_path, nats_server, database_url, [closed, "http://nonexistent.invalid/hook"])
+    try:
+        dead_letter(nats_server, 1, "tax service down")
+        engine = runtime_of(app).engine
+        support.wait_for(lambda: all(r.attempts >= 2 for r in outbox(engine)) and len(outbox(engine)) == 2,
+                         timeout=60, message="two failed attempts at each URL")
+        refused, unresolved = outbox(engine)
+        assert refused.event_id == unresolved.event_id
+        assert refused.sent_at is None and refused.last_error == "connection refused"
+        assert unresolved.sent_at is None and unresolved.last_error.startswith("the host name does not resolve")
+        assert refused.next_attempt_at > refused.created_at
+        metrics = app.test_client().get("/metrics").get_data(as_text=True)
+        assert 'dlq_alerts{event="group.new",state="pending"} 2.0' in metrics
+        failed = next(line for line in metrics.splitlines() if line.startswith("dlq_alert_failed_attempts_total"))
+        assert float(failed.split()[-1]) >= 4
+        assert "dlq_alert_sender_leader 1.0" in metrics
+    finally:
+        runtime_of(app).stop()
+
+
+def test_a_webhook_that_hangs_does_not_slow_the_mirror(tmp_path, nats_server, receiver):
+    hook = receiver(["hang"] * 1000)
+    app = start_app(tmp_path, nats_server, None, [hook.url], alert_timeout=50.0)
+    try:
+        dead_letter(nats_server, 1, "first cause")
+        support.wait_for(lambda: hook.hanging, timeout=30, message="the webhook to hang")
+        engine = runtime_of(app).engine
+        started = time.monotonic()
+        dead_letter(nats_server, 500, "second cause")
+        support.wait_for(lambda: support.entry_count(engine) == 501, timeout=30,
+                         message="the mirror to store the dead letters while the webhook hangs")
+        took = time.monotonic() - started
+        assert hook.hanging == 1 and not hook.released.is_set()  # the sender still waits
+        assert took < 20, f"mirroring took {took:.1f} s"
+        # The second group's alerts (500 > the default threshold of 100: a spike too) wait in the
+        # outbox for the sender, not in the mirror.
+        assert [r.event for r in outbox(engine)] == ["group.new", "group.new", "group.spike"]
+    finally:
+        hook.released.set()
+        runtime_of(app).stop()
+
+
+# --- the outbox and the sender without NATS -------------------------------------------------
+
+def write(engine, first_seq: int, count: int, error: str, rule: AlertRule) -> None:
+    headers = support.dlq_headers("orders.created", Dlq_Reason="fatal", Dlq_Error=error)
+    ingest_dlq_batch(engine, "DLQ", "e1", [StreamMessage(seq, "dlq.orders.created", dict(headers), b"{}", utcnow())
+                                           for seq in range(first_seq, first_seq + count)], alerts=rule)
+
+
+@pytest.mark.both_databases
+def test_the_outbox_holds_one_group_new_a_url_and_a_spike_once_a_flood(database_url):
+    engine = create_db_engine(database_url)
+    migrate(engine)
+    rule = AlertRule(urls=("http://a.example/hook", "http://b.example/hook"), threshold=10)
+    try:
+        write(engine, 1, 4, "order 1 failed", rule)
+        write(engine, 5, 5, "order 2 failed", rule)  # 9: below the threshold
+        assert [(r.event, r.url) for r in outbox(engine)] == [("group.new", "http://a.example/hook"),
+                                                              ("group.new", "http://b.example/hook")]
+        write(engine, 10, 3, "order 3 failed", rule)  # 12: over it
+        write(engine, 13, 30, "order 4 failed", rule)  # the flood goes on
+        write(engine, 1, 12, "order 1 failed", rule)  # a replay of stored messages: nothing new
+        events = [r.event for r in outbox(engine)]
+        assert events == ["group.new", "group.new", "group.spike", "group.spike"]
+        spike = json.loads(outbox(engine)[2].body)
+        assert spike["group"]["count"] == 12 and spike["spike"] == {"count": 12, "minutes": 5, "threshold": 10}
+        assert outbox(engine)[2].event_id == outbox(engine)[3].event_id
+        # Without a rule (no DLQ_WEBHOOK_URL) nothing is written.
+        write(engine, 100, 20, "another cause", None)
+        assert len(outbox(engine)) == 4
+    finally:
+        dispose_quietly(engine)
+
+
+@pytest.mark.both_databases
+def test_two_replicas_send_each_alert_once(tmp_path, database_url, receiver):
+    hook = receiver()
+    engine = create_db_engine(database_url)
+    migrate(engine)
+    for n in range(5):
+        write(engine, n + 1, 1, f"cause {'abcde'[n]}", AlertRule(urls=(hook.url,)))
+    settings = support.make_settings(tmp_path, database_url=database_url, webhook_urls=(hook.url,),
+                                     alert_poll=0.05)
+    senders = [AlertSender(engine, settings).start() for _ in range(2)]
+    try:
+        support.wait_for(lambda: all(r.sent_at for r in outbox(engine)), timeout=30, message="every alert sent")
+        assert senders[0].leader + senders[1].leader == 1
+        assert len(hook.requests) == 5
+        assert len({h["x-dlq-event-id"] for h, _ in hook.requests}) == 5
+        assert "x-dlq-signature" not in hook.requests[0][0]  # no secret, no signature
+    finally:
+        for sender in senders:
+            sender.stop()
+        dispose_quietly(engine)
+
+
+def test_retries_wait_5_seconds_doubling_to_10_minutes():
+    assert [backoff(n) for n in (1, 2, 3, 4, 8, 9, 50)] == [5, 10, 20, 40, 600, 600, 600]
+
+
+def test_a_webhook_url_that_is_not_a_url_stops_the_start_with_one_line_naming_it(tmp_path):
+    # The other alert settings are refused alike (tests/test_config.py).
+    result = subprocess.run([sys.executable, "app.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "DLQ_WEBHOOK_URL": "notaurl"})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: DLQ_WEBHOOK_URL='notaurl' is not valid: use comma-separated URLs such as "
+        "https://hooks.slack.com/services/...")
+
+
+def test_a_webhook_that_does_not_answer_in_time_is_tried_again_later(tmp_path, receiver):
+    hook = receiver(["hang"])
+    engine = create_db_engine(f"sqlite:///{tmp_path}/dlq.sqlite3")
+    migrate(engine)
+    write(engine, 1, 1, "slow cause", AlertRule(urls=(hook.url,)))
+    settings = support.make_settings(tmp_path, webhook_urls=(hook.url,), alert_poll=0.05, alert_timeout=0.5,
+                                     alert_first_retry=0.2)
+    sender = AlertSender(engine, settings).start()
+    try:
+        support.wait_for(lambda: outbox(engine)[0].last_error, timeout=30, message="the attempt to time out")
+        assert outbox(engine)[0].last_error == "no answer within 0.5 s" and outbox(engine)[0].sent_at is None
+        hook.released.set()
+        support.wait_for(lambda: outbox(engine)[0].sent_at, timeout=30, message="the retry to be delivered")
+        ids = {h["x-dlq-event-id"] for h, _ in hook.requests}
+        assert len(hook.requests) >= 2 and len(ids) == 1
+    finally:
+        sender.stop()
+        dispose_quietly(engine)
