@@ -143,11 +143,11 @@ def test_a_new_failure_group_reaches_the_webhook_once_signed_and_retried_with_th
         alert = json.loads(retry_body)
         assert alert["event"] == "group.new" and alert["id"] == retry_headers["x-dlq-event-id"]
         assert alert["group"]["subject"] == "orders.created" and alert["group"]["reason"] == "fatal"
-        assert alert["group"]["key"] == "customer <n> not found" and alert["group"]["count"] >= 1
+        assert alert["group"]["key"] == "customer <id> not found" and alert["group"]["count"] >= 1
         assert alert["group"]["first_seen"].endswith("Z") and alert["group"]["last_seen"].endswith("Z")
         assert alert["url"] == f"/?group={alert['group']['id']}"
         assert "\n" not in alert["text"] and "orders.created" in alert["text"]
-        assert "customer &lt;n&gt; not found" in alert["text"]  # as Slack wants <, > written
+        assert "customer &lt;id&gt; not found" in alert["text"]  # as Slack wants <, > written
 
         # More of the same cause is no new group; another cause is, and it is sent after them.
         dead_letter(nats_server, 5, "customer 18 not found")
