@@ -161,12 +161,15 @@ def delete_messages(rt: ActionContext, rows: list, epochs: dict[str, str | None]
             nonlocal deleted
             async with window:
                 try:
-                    await js.delete_msg(row.dlq_stream, row.dlq_seq)
-                    deleted += 1
-                except nats.js.errors.NotFoundError:
-                    pass  # already gone (removed by hand, by its limits, or by DLQ_DELETE_ON_CLOSE)
-                except (nats.errors.Error, asyncio.TimeoutError):
+                    answer = await _delete_without_erase(rt, row.dlq_stream, row.dlq_seq)
+                except (nats.errors.Error, asyncio.TimeoutError, ValueError):
                     failed.add(row.id)
+                    return
+                if answer.get("success"):
+                    deleted += 1
+                elif answer.get("error", {}).get("err_code") not in _GONE:
+                    failed.add(row.id)
+                # else already gone (removed by hand, by its limits, or by DLQ_DELETE_ON_CLOSE)
 
         await asyncio.gather(*(delete_one(r) for r in rows
                                if epochs.get(r.dlq_stream) is not None and epochs[r.dlq_stream] == r.dlq_epoch))
@@ -177,6 +180,22 @@ def delete_messages(rt: ActionContext, rows: list, epochs: dict[str, str | None]
     except NatsUnavailable as exc:
         return {r.id for r in rows}, 0, str(exc)
     return failed, deleted, "NATS did not delete their DLQ messages" if failed else None
+
+
+# JetStream's answers for a message or a stream that is not there.
+_GONE = (10037, 10059)
+
+
+async def _delete_without_erase(rt: ActionContext, stream: str, seq: int) -> dict:
+    # nats-py's delete_msg asks for a secure erase (the bytes overwritten on disk): about 100
+    # deletes a second here, against 4,000 with no_erase (measured). A purge frees the space
+    # as the database's own DELETE does, without overwriting it.
+    js = rt.bridge.js
+    prefix = getattr(js, "_prefix", None) or "$JS.API"
+    reply = await rt.bridge.nc.request(f"{prefix}.STREAM.MSG.DELETE.{stream}",
+                                       json.dumps({"seq": seq, "no_erase": True}).encode(),
+                                       timeout=rt.settings.request_timeout)
+    return json.loads(reply.data)
 
 
 def _remove(rt: ActionContext, ids: list[int], status: str, cutoff: datetime, purge_id: int | None, actor: str,
