@@ -8,13 +8,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 
 from dlq_dashboard import create_app
 from dlq_dashboard.actions.close import close_entry
 from dlq_dashboard.actions.purge import purge_entries
 from dlq_dashboard.db.engine import write_transaction
-from dlq_dashboard.db.models import Action, Entry, Event, Purge, Republish
+from dlq_dashboard.db.models import Action, Entry, Event, Job, JobItem, Purge, Republish
 from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.ingest.parse import Advisory
 from dlq_dashboard.ingest.writes import ingest_advisory_batch
@@ -108,6 +108,28 @@ def test_open_entries_are_never_purged_whatever_their_age(app):
     assert stored_ids(rt.engine) == set(ids)
     with pytest.raises(ValueError, match="never purged"):
         purge_entries(rt, older_than=1, actor="test", statuses=("open",))
+
+
+@pytest.mark.both_databases
+def test_an_entry_with_a_pending_republish_or_a_running_jobs_item_waits(app):
+    rt = runtime_of(app)
+    ids = [support.dead_letter(rt.engine, seq) for seq in (1, 2)]
+    for entry_id in ids:
+        close_entry(rt, entry_id, 1, actor="test")
+    age(rt.engine, ids, 40)
+    now = utcnow()
+    with write_transaction(rt.engine) as conn:
+        conn.execute(insert(Republish).values(entry_id=ids[0], version=2, msg_id="m-1", subject="orders.created",
+                                              payload=b"{}", headers="{}", edited=False, state="pending",
+                                              actor="test", created_at=now))
+        job = conn.execute(insert(Job).values(action="close", actor="test", state="running", selection="{}",
+                                              created_at=now).returning(Job.id)).scalar_one()
+        conn.execute(insert(JobItem).values(job_id=job, entry_id=ids[1], version=2, state="pending"))
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").total == 0
+    with write_transaction(rt.engine) as conn:
+        conn.execute(update(Republish).values(state="published"))
+        conn.execute(update(Job).values(state="cancelled"))  # its untouched item stays pending
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").total == 2
 
 
 @pytest.mark.both_databases

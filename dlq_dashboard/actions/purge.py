@@ -30,18 +30,19 @@ from sqlalchemy import Connection, and_, delete, exists, func, insert, or_, sele
 from ..config import format_duration
 from ..db.counts import ARRIVALS, GROUPS, WIDTHS, Change, bucket, count_changes
 from ..db.engine import read_transaction, write_transaction
-from ..db.models import Action, Entry, Event, JobItem, Purge, Republish
+from ..db.models import Action, Entry, Event, Job, JobItem, Purge, Republish
 from ..db.rows import UNCACHED, among
 from ..nats.bridge import NatsUnavailable
 from ..nats.streams import stream_epoch
 from ..times import utcnow
+from .bulk.jobs import FINISHED
 from .context import ActionContext
 from .publishing import nats_unreachable
 
 log = logging.getLogger(__name__)
 
 ENTRIES, EVENTS, INTENTS, ITEMS = Entry.__table__, Event.__table__, Republish.__table__, JobItem.__table__
-PURGES, ACTIONS = Purge.__table__, Action.__table__
+PURGES, ACTIONS, JOBS = Purge.__table__, Action.__table__, Job.__table__
 #: The statuses a purge may remove: resolved ones. Open entries are never purged.
 RESOLVED = ("closed", "republished")
 #: Entries a transaction: small enough that the mirror never waits long for the write lock.
@@ -77,9 +78,12 @@ class PurgeReport:
 
 
 def _unfinished():
-    """Entries a purge must leave: a republish waiting for NATS's answer, a bulk item to do."""
+    """Entries a purge must leave: a republish waiting for NATS's answer, an item a running bulk
+    job has still to do (a cancelled job's untouched items stay pending for good)."""
+    running = select(JOBS.c.id).where(JOBS.c.state.not_in(FINISHED))
     return or_(exists().where(INTENTS.c.entry_id == ENTRIES.c.id, INTENTS.c.state == "pending"),
-               exists().where(ITEMS.c.entry_id == ENTRIES.c.id, ITEMS.c.state == "pending"))
+               exists().where(ITEMS.c.entry_id == ENTRIES.c.id, ITEMS.c.state == "pending",
+                              ITEMS.c.job_id.in_(running)))
 
 
 def _purgeable(status: str, cutoff: datetime):

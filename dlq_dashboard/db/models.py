@@ -180,6 +180,10 @@ class JobItem(Base):
     state: Mapped[str] = mapped_column(String(16), default="pending")
     result: Mapped[str | None] = mapped_column(Text)
 
+    # Deleting an entry looks its items up by entry (the foreign key's check, the purge's test
+    # for a pending item): without it, a scan of every job's items for each entry.
+    __table_args__ = (Index("ix_job_items_entry_id", "entry_id"),)
+
 
 class User(Base):
     """A person who logs in; the password is stored as a slow hash."""

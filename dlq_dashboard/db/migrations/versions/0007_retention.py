@@ -1,6 +1,6 @@
 """v7, retention: the audit keeps naming entries that a purge removed (its foreign key to
-entries is dropped), a record of each purge (purges), and an index the purge reads resolved
-entries by (status, then when they were resolved).
+entries is dropped), a record of each purge (purges), an index the purge reads resolved
+entries by (status, then when they were resolved), and bulk items found by entry.
 
 Revision ID: 0007
 Revises: 0003
@@ -38,6 +38,9 @@ def upgrade() -> None:
     op.execute(sa.update(entries).where(entries.c.updated_at.is_(None))
                .values(updated_at=sa.func.coalesce(entries.c.closed_at, entries.c.received_at)))
     op.create_index("ix_entries_status_updated", "entries", ["status", "updated_at", "id"])
+    # Deleting an entry looks up its bulk items by entry (the foreign key's check and the
+    # purge's "no pending item" test); the key (job_id, entry_id) cannot serve that.
+    op.create_index("ix_job_items_entry_id", "job_items", ["entry_id"])
 
     big_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
     op.create_table(
