@@ -39,6 +39,37 @@ def _positive_int(name: str, raw: str, allow_zero: bool = False, highest: int | 
     return value
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(raw: str) -> int | None:
+    """Seconds in a duration such as ``90s`` or ``30d`` (SPEC section 3; ``0`` alone is zero),
+    or None when it does not parse."""
+    value = raw.strip().lower()
+    if value == "0":
+        return 0
+    if len(value) < 2 or value[-1] not in _DURATION_UNITS or not value[:-1].isdigit():
+        return None
+    return int(value[:-1]) * _DURATION_UNITS[value[-1]]
+
+
+def format_duration(seconds: int) -> str:
+    """The shortest way to write ``seconds`` as a duration: ``30d``, ``36h``, ``90s``."""
+    for unit in ("d", "h", "m"):
+        if seconds and seconds % _DURATION_UNITS[unit] == 0:
+            return f"{seconds // _DURATION_UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+def _retention(name: str, raw: str) -> int:
+    seconds = parse_duration(raw)
+    # At most 100 years: a longer one would put the cut-off before the year 1 (use 0: forever).
+    if seconds is None or seconds > 36500 * 86400:
+        raise ConfigError(f"{name}={raw!r} is not valid: use a duration such as 30d, 12h or 90s, "
+                          "or 0 to keep resolved entries forever")
+    return seconds
+
+
 def _stream_name(name: str, raw: str) -> str:
     value = raw.strip()
     if not value or not set(value) <= _TOKEN_CHARS:
@@ -193,6 +224,10 @@ class Settings:
     alert_poll: float = 1.0
     alert_timeout: float = 5.0
     alert_first_retry: float = 5.0
+    # Resolved entries older than this are purged, in seconds (DLQ_RETENTION; 0: kept forever).
+    retention: int = 30 * 86400
+    # How often the replica that mirrors runs the purge (and once when it takes the mirror).
+    purge_interval: float = 3600.0
 
     @property
     def bundled_nats(self) -> bool:
@@ -228,6 +263,7 @@ _PARSERS = {
     "DLQ_WEBHOOK_SECRET": ("webhook_secret", lambda n, r: r),
     "DLQ_ALERT_THRESHOLD": ("alert_threshold", _positive_int),
     "DLQ_PUBLIC_URL": ("public_url", _public_url),
+    "DLQ_RETENTION": ("retention", _retention),
 }
 
 

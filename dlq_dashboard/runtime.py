@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from .actions.bulk.runner import JobRunner
 from .actions.intents import Flights
 from .alerts.sender import AlertSender
+from .actions.purge import RetentionSchedule
 from .config import Settings
 from .db.engine import create_db_engine, dispose_quietly
 from .db.migrate import migrate
@@ -43,6 +44,7 @@ class Runtime:
     bundled: NatsServer | None = None
     # Sends the alerts outbox to DLQ_WEBHOOK_URL while this process holds the alerts lease.
     alerts: AlertSender | None = None
+    retention: RetentionSchedule | None = None
     jobs: JobRunner = field(init=False)
 
     def __post_init__(self) -> None:
@@ -67,27 +69,50 @@ class Runtime:
                                       log_path=instance / "nats-server.log").start()
             servers = [self.bundled.url]
             print(f"Started the bundled nats-server at {self.bundled.url}", flush=True)
+            # For `flask --app app entries republish` and `purge`, which run beside this process.
+            self._bundled_url_file().write_text(self.bundled.url)
         self.bridge = Bridge(self.settings, servers)
         self.bridge.on_connect(lambda: self.streams.ensure(self.bridge.js))
         self.bridge.start()
         if mirror:
             self.mirror = Mirror(self.bridge, self.engine, self.settings, self.streams)
             self.mirror.start()
+            # The purge runs where the mirror runs: one replica, beside the writes it could slow.
+            self.retention = RetentionSchedule(self, lambda: self.mirror is not None and self.mirror.leader).start()
         self.jobs.start()
         if self.settings.webhook_urls:
             self.alerts = AlertSender(self.engine, self.settings).start()
         return self
+
+    def connect_nats(self) -> bool:
+        """Start the bridge alone (the CLI's republish and purge): to NATS_URL, or to the bundled
+        server of a dashboard running on this instance folder. False if it did not connect
+        within the connect timeout."""
+        servers = list(self.settings.nats_urls)
+        if self.settings.bundled_nats:
+            path = self._bundled_url_file()
+            if not path.exists():
+                return False
+            servers = [path.read_text().strip()]
+        self.bridge = Bridge(self.settings, servers).start()
+        return self.bridge.wait_connected(self.settings.connect_timeout)
+
+    def _bundled_url_file(self) -> Path:
+        return Path(self.settings.instance_path) / "nats-server.url"
 
     def stop(self) -> None:
         """Stop the jobs, the alert sender, the bridge and the mirror, then the bundled server; close the database."""
         self.jobs.stop()
         if self.alerts is not None:
             self.alerts.stop()
+        if self.retention is not None:
+            self.retention.stop()
         if self.bridge is not None:
             self.bridge.stop()
         if self.mirror is not None:
             self.mirror.close()
         if self.bundled is not None:
+            self._bundled_url_file().unlink(missing_ok=True)
             self.bundled.stop()
         dispose_quietly(self.engine)
 

@@ -14,6 +14,7 @@ def test_defaults_follow_the_spec():
     assert s.stream_replicas == 1
     assert s.webhook_urls == () and s.webhook_secret is None and s.alert_threshold == 100
     assert s.public_url is None
+    assert s.retention == 30 * 86400
 
 
 def test_every_variable_is_read():
@@ -56,6 +57,10 @@ def test_every_variable_is_read():
     ("DLQ_ALERT_THRESHOLD", "many"),
     ("DLQ_PUBLIC_URL", "dlq.example.com"),
     ("DLQ_PUBLIC_URL", "https://dlq.example.com/?x=1"),
+    ("DLQ_RETENTION", "abc"),
+    ("DLQ_RETENTION", "30"),
+    ("DLQ_RETENTION", "-1d"),
+    ("DLQ_RETENTION", "1.5d"),
 ])
 def test_a_bad_value_is_refused_with_one_line_naming_the_variable(variable, value):
     with pytest.raises(ConfigError) as raised:
@@ -106,3 +111,12 @@ def test_the_admin_cli_refuses_a_bad_value_in_one_line_too(tmp_path):
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1] == (
         "error: DLQ_STREAM='no spaces allowed' is not valid: use a stream name of letters, digits, '-' and '_'")
+
+
+def test_retention_is_a_duration_and_zero_keeps_forever():
+    assert [load_settings({"DLQ_RETENTION": v}).retention for v in ("90s", "15m", "12h", "30d", " 7D ", "0")] == [
+        90, 900, 43200, 30 * 86400, 7 * 86400, 0]
+    with pytest.raises(ConfigError) as raised:
+        load_settings({"DLQ_RETENTION": "abc"})
+    assert str(raised.value) == ("DLQ_RETENTION='abc' is not valid: use a duration such as 30d, 12h or 90s, "
+                                 "or 0 to keep resolved entries forever")

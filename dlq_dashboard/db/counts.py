@@ -2,8 +2,9 @@
 table grows: each failure group with its entries per status and its first and last arrival
 (failure_groups), and arrivals per minute and per hour by group and status (arrivals).
 
-Every write that adds an entry, moves one to another group or changes its status calls
-:func:`count_changes` in its own transaction, so the counts are exactly as true as the entries.
+Every write that adds an entry, moves one to another group, changes its status or purges it
+calls :func:`count_changes` in its own transaction, so the counts are exactly as true as the
+entries.
 """
 
 from __future__ import annotations
@@ -76,14 +77,14 @@ def _find_groups(conn: Connection, wanted: set[tuple[str, str, str]]) -> dict[tu
 
 @dataclass(frozen=True)
 class Change:
-    """An entry counted somewhere new: written (``old_group`` None), moved to another group, or
-    given another status; ``count`` entries that changed alike."""
+    """An entry counted somewhere new: written (``old_group`` None), moved to another group,
+    given another status, or purged (``new_group`` None); ``count`` entries that changed alike."""
 
     old_group: int | None
-    new_group: int
+    new_group: int | None
     received_at: datetime
     old_status: str | None
-    new_status: str
+    new_status: str | None
     count: int = 1
 
 
@@ -108,6 +109,8 @@ def count_changes(conn: Connection, changes: Iterable[Change]) -> dict[int, int]
             arrived[c.new_group] += n
             first_last = seen.setdefault(c.new_group, [c.received_at, c.received_at])
             first_last[0], first_last[1] = min(first_last[0], c.received_at), max(first_last[1], c.received_at)
+        if c.new_group is None:
+            continue  # purged: counted nowhere any more
         per_group[c.new_group][c.new_status] += n
         for width in WIDTHS:
             at = bucket(c.received_at, width)

@@ -76,6 +76,8 @@ class Entry(Base):
         # "this is a republish of <stream>:<seq>" looks an entry up without its epoch.
         Index("ix_entries_dlq_ref", "dlq_stream", "dlq_seq"),
         Index("ix_entries_group_id", "group_id", "id"),
+        # The purge reads the resolved entries in the order they were resolved (updated_at).
+        Index("ix_entries_status_updated", "status", "updated_at", "id"),
     )
 
 
@@ -108,7 +110,8 @@ class Action(Base):
     __tablename__ = "actions"
 
     id: Mapped[int] = mapped_column(BigInt, primary_key=True)
-    entry_id: Mapped[int | None] = mapped_column(BigInt, ForeignKey("entries.id"), index=True)
+    # No foreign key: the audit outlives the entries it names (a purge keeps it).
+    entry_id: Mapped[int | None] = mapped_column(BigInt, index=True)
     job_id: Mapped[int | None] = mapped_column(BigInt, index=True)
     action: Mapped[str] = mapped_column(String(32))
     actor: Mapped[str] = mapped_column(String(255))
@@ -176,6 +179,10 @@ class JobItem(Base):
     version: Mapped[int] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(16), default="pending")
     result: Mapped[str | None] = mapped_column(Text)
+
+    # Deleting an entry looks its items up by entry (the foreign key's check, the purge's test
+    # for a pending item): without it, a scan of every job's items for each entry.
+    __table_args__ = (Index("ix_job_items_entry_id", "entry_id"),)
 
 
 class User(Base):
@@ -308,3 +315,23 @@ class Alert(Base):
         # A spike looks for the group's last one.
         Index("ix_alerts_group_event", "group_id", "event", "created_at"),
     )
+
+
+class Purge(Base):
+    """One run of the retention purge (periodic or ``flask --app app purge``): what it removed,
+    raised in the transaction of each batch it deletes, so /metrics adds up what every replica
+    and every command ever purged."""
+
+    __tablename__ = "purges"
+
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+    actor: Mapped[str] = mapped_column(String(255))
+    # The age it purged at, in seconds since an entry was resolved.
+    older_than: Mapped[int] = mapped_column(BigInt)
+    republished: Mapped[int] = mapped_column(BigInt, default=0)
+    closed: Mapped[int] = mapped_column(BigInt, default=0)
+    messages_deleted: Mapped[int] = mapped_column(BigInt, default=0)
+    # Entries left for the next run because their DLQ message could not be deleted (NATS down).
+    deferred: Mapped[int] = mapped_column(BigInt, default=0)

@@ -137,16 +137,22 @@ ENCODERS: dict[str, Callable[[Iterable[EntryView]], Iterator[bytes]]] = {
 }
 
 
-def export_response(fmt: str) -> Response:
-    """Stream every entry under the request's filters in ``fmt``."""
-    flt, max_rows = export_request(request.args)
+def export_body(args, fmt: str) -> tuple[EntryFilter, Iterator[bytes]]:
+    """The filter of ``args`` and every entry it selects encoded in ``fmt``, in chunks (the
+    route and ``flask --app app entries export`` alike). The first batch is read here, so a
+    failing query raises before anything is sent."""
+    flt, max_rows = export_request(args)
     entries: Iterator[EntryView] = current_runtime().store.iter_entries(flt)
     if max_rows is not None:
         entries = itertools.islice(entries, max_rows)
-    # Read the first batch before answering, so that a failing query is an error status
-    # rather than a 200 that breaks off.
     head = list(itertools.islice(entries, 1))
-    body = _chunks(ENCODERS[fmt](itertools.chain(head, entries)))
+    return flt, _chunks(ENCODERS[fmt](itertools.chain(head, entries)))
+
+
+def export_response(fmt: str) -> Response:
+    """Stream every entry under the request's filters in ``fmt``."""
+    # A failing query is an error status rather than a 200 that breaks off (export_body).
+    flt, body = export_body(request.args, fmt)
     response = Response(stream_with_context(body), content_type=MEDIA_TYPES[fmt])
     response.headers["Content-Disposition"] = f'attachment; filename="{export_filename(flt, fmt)}"'
     response.headers["Cache-Control"] = "no-store"

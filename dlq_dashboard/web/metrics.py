@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 from dlq_consumer.headers import REASONS
 
 from ..alerts.sender import outbox_summary
+from ..actions.purge import purged_totals
 from ..db.engine import read_transaction
 from ..db.models import Entry, MirrorState, Republish
 from ..runtime import Runtime
@@ -102,6 +103,8 @@ class DashboardCollector(Collector):
             republishes = conn.execute(
                 select(Republish.state, Republish.duplicate, func.count())
                 .group_by(Republish.state, Republish.duplicate)).all()
+            purged = purged_totals(conn)
+            size = database_size(conn)
 
         entries = GaugeMetricFamily("dlq_entries", "Entries by status and reason.", labels=["status", "reason"])
         for (status, reason), count in sorted(_cap_reasons(by_status_reason).items()):
@@ -140,6 +143,27 @@ def _alert_metrics(runtime: Runtime) -> Iterator[Metric]:
     oldest.add_metric([], max((utcnow() - outbox.oldest_pending).total_seconds(), 0)
                       if outbox.oldest_pending else 0)
     yield oldest
+
+        # Kept in the database, so every replica reports the same total.
+        purged_family = CounterMetricFamily("dlq_entries_purged", "Resolved entries removed by retention purges, "
+                                            "by the status they had.", labels=["status"])
+        for status, count in sorted(purged.items()):
+            purged_family.add_metric([status], count)
+        yield purged_family
+
+        size_family = GaugeMetricFamily("dlq_database_size_bytes", "The size of the database (SQLite: its pages; "
+                                        "PostgreSQL: pg_database_size).")
+        size_family.add_metric([], size)
+        yield size_family
+
+
+def database_size(conn) -> int:
+    """The database's size in bytes: SQLite's pages in use and free (the file, without its WAL),
+    PostgreSQL's pg_database_size."""
+    if conn.dialect.name == "sqlite":
+        return conn.exec_driver_sql("SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
+                                    ).scalar()
+    return conn.exec_driver_sql("SELECT pg_database_size(current_database())").scalar()
 
 
 def _cap_reasons(rows) -> dict[tuple[str, str], int]:

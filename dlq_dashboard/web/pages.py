@@ -8,6 +8,8 @@ entry share their data functions with the JSON API (data.py).
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from flask import Blueprint, current_app, make_response, render_template, request, send_from_directory
 
 from dlq_consumer import headers as contract
@@ -70,16 +72,20 @@ def index():
 def summary():
     """Counts by status and the chart of failures over time, for the list's filters."""
     flt, filter_error = parse_filter(request.args)
-    counts, chart, tally = None, None, None
+    counts, chart, tally, stored = None, None, None, 0
     if not filter_error:
         tallies = Tallies(current_runtime().store)
         counts, tally = tallies.counts_by_status(flt)
         bounds = chart_bounds(*tallies.received_range(flt))
         totals, _ = tallies.received_between(flt, bounds)
         chart = build_chart(bounds, totals)
+        # Every entry stored, whatever the filters: what the retention line speaks of.
+        stored = sum((counts if not flt.filtered else tallies.counts_by_status(EntryFilter())[0]).values())
+    retention = current_runtime().settings.retention
     return make_response(render_block(
         "index.html", "summary", flt=flt, counts=counts, chart=chart, tally=tally, bound=BOUND,
-        filter_error=filter_error, filter_args=flt.to_args(),
+        filter_error=filter_error, filter_args=flt.to_args(), stored=stored,
+        kept_for=describe_size(timedelta(seconds=retention)) if retention else None,
         bar_size=describe_size(chart.bar_size) if chart else ""), 400 if filter_error else 200)
 
 

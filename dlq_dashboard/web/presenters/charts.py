@@ -76,9 +76,12 @@ def build_chart(bounds: list[datetime], totals: list[int]) -> Chart:
 
 
 def describe_size(size: timedelta | None) -> str:
-    """'5 minutes', '1 hour', '1 day' for the chart's caption."""
+    """'5 minutes', '1 hour', '1 day' for the chart's caption (and the retention's)."""
     if size is None:
         return ""
+    if size.total_seconds() % 60:
+        seconds = int(size.total_seconds())
+        return f"{seconds} second{'s' if seconds != 1 else ''}"
     minutes = int(size.total_seconds() // 60)
     for unit, length in (("week", 10080), ("day", 1440), ("hour", 60), ("minute", 1)):
         if minutes % length == 0:

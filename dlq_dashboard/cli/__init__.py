@@ -1,4 +1,5 @@
-"""Admin commands: ``flask --app app users ...`` and ``flask --app app tokens ...``."""
+"""Admin commands: ``flask --app app users ...`` and ``tokens ...`` (here), ``entries ...``
+(entries.py) and ``purge`` (purge.py)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,24 @@ import click
 from flask import Flask, current_app
 from flask.cli import AppGroup
 
-from . import accounts
-from .accounts import ROLES, AccountError
-from .runtime import runtime_of
-from .times import format_time
+from .. import accounts
+from ..accounts import ROLES, AccountError
+from ..runtime import runtime_of
+from ..times import format_time
+from .entries import entries
+from .output import table as _table
+from .purge import purge
 
 users = AppGroup("users", help="Create, list, disable and enable the people who log in.")
 tokens = AppGroup("tokens", help="Create, list and revoke API tokens for scripts.")
 
 
 def init_app(app: Flask) -> None:
-    """Register the ``users`` and ``tokens`` command groups."""
+    """Register the ``users``, ``tokens`` and ``entries`` command groups and ``purge``."""
     app.cli.add_command(users)
     app.cli.add_command(tokens)
+    app.cli.add_command(entries)
+    app.cli.add_command(purge)
 
 
 def _engine():
@@ -39,12 +45,6 @@ def _done(call, *args):
         return call(*args)
     except AccountError as exc:
         raise click.ClickException(str(exc)) from None
-
-
-def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
 
 
 _role = click.option("--role", required=True, type=click.Choice(ROLES), help="viewer, operator or admin")

@@ -1,0 +1,199 @@
+"""``flask --app app entries list|show|republish|close|reopen|export``: what the API does, on the
+server, through the same functions as the web routes (web/data.py, web/export.py and the
+actions), audited as ``cli:<os user>``.
+
+An action acts on the entry's current version unless ``--version`` names the one the operator
+saw: without it, a change made meanwhile is not noticed (the web's 409 cannot happen).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import click
+from flask import current_app
+from flask.cli import AppGroup
+
+from ..actions.close import close_entry, reopen_entry
+from ..actions.republish import republish_entry
+from ..errors import DashboardError, InvalidRequest
+from ..runtime import runtime_of
+from ..times import format_time
+from ..web.data import entries_page, get_entry_or_404
+from ..web.export import MEDIA_TYPES, export_body
+from .output import BAD_INPUT, FAILED, CommandError, cli_actor, nats_connected, table
+
+entries = AppGroup("entries", help="List, show, republish, close, reopen and export dead-letter entries.")
+
+#: The filters of GET /api/entries, as options of the same names.
+FILTERS = ("status", "subject", "stream", "consumer", "reason", "group", "q", "since", "until")
+
+
+def _filter_options(command):
+    for name in reversed(FILTERS):
+        command = click.option(f"--{name}", metavar="VALUE", help=f"The list's {name} filter (as in the API).")(command)
+    return command
+
+
+def _refusals(command):
+    """Answer the project's errors as one line and an exit code: 2 for a bad request, 1 otherwise."""
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except InvalidRequest as exc:
+            raise CommandError(str(exc), BAD_INPUT) from None
+        except DashboardError as exc:  # not found, a conflict, a refusal, NATS down
+            raise CommandError(str(exc), FAILED) from None
+    return run
+
+
+def _args(options: dict) -> dict[str, str]:
+    return {name: str(value) for name, value in options.items() if value is not None}
+
+
+def _echo_json(body) -> None:
+    click.echo(json.dumps(body, ensure_ascii=False, indent=2))
+
+
+def _one_line(text: str | None, width: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+@entries.command("list")
+@_filter_options
+@click.option("--limit", metavar="N", help="Entries a page (as in the API).")
+@click.option("--cursor", metavar="CURSOR", help="Continue after a page: its next_cursor.")
+@click.option("--json", "as_json", is_flag=True, help="The API's JSON: {\"entries\": [...], \"next_cursor\"}.")
+@_refusals
+def list_entries(as_json: bool, **options) -> None:
+    """One page of entries, newest first, under the list's filters."""
+    _, page = entries_page(_args(options))
+    if as_json:
+        _echo_json(page.to_dict())
+        return
+    if not page.entries:
+        click.echo("No entries match.")
+        return
+    table([(e.id, e.status, e.version, e.original_subject or "-", e.reason or "-", _one_line(e.error, 60),
+            format_time(e.received_at)) for e in page.entries],
+          ("ID", "STATUS", "VERSION", "SUBJECT", "REASON", "ERROR", "RECEIVED"))
+    if page.next_cursor:
+        click.echo(f"More: --cursor {page.next_cursor}", err=True)
+
+
+@entries.command("show")
+@click.argument("entry_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="The API's JSON, with history and actions.")
+@_refusals
+def show_entry(entry_id: int, as_json: bool) -> None:
+    """One entry with its payload, delivery history and audit."""
+    entry = get_entry_or_404(entry_id)
+    if as_json:
+        _echo_json(entry.to_dict())
+        return
+    body = entry.to_dict()
+    for name in ("id", "status", "version", "original_subject", "reason", "error", "deliveries", "consumer",
+                 "original_stream", "original_seq", "dlq_stream", "dlq_seq", "failed_at", "received_at",
+                 "replay_of", "closed_by", "closed_at", "close_note"):
+        if body.get(name) is not None:
+            click.echo(f"{name + ':':<18}{body[name]}")
+    for error in body.get("schema_errors") or []:
+        click.echo(f"{'schema error:':<18}{error.get('path') or '/'}: {error.get('message')}")
+    click.echo("payload:")
+    click.echo(entry.payload_text if entry.payload_text is not None else f"(not UTF-8; base64) {entry.payload_base64}")
+    for event in body.get("history") or []:
+        click.echo(f"history:          {event.get('at')} {event.get('kind')} {event.get('deliveries') or ''}".rstrip())
+    for action in body.get("actions") or []:
+        click.echo(f"audit:            {action.get('at')} {action.get('action')} by {action.get('actor')}")
+
+
+def _version(entry_id: int, version: int | None) -> int:
+    # Without --version the command acts on the entry as it is now (documented above).
+    return version if version is not None else get_entry_or_404(entry_id, with_history=False).version
+
+
+@entries.command("republish")
+@click.argument("entry_id", type=int)
+@click.option("--version", type=int, help="The version you saw; a change since then refuses it. "
+                                          "Default: the current one.")
+@click.option("--payload-file", type=click.File("rb"), help="Publish this file's bytes instead (- reads stdin).")
+@click.option("--force", is_flag=True, help="Publish a payload the current schema refuses.")
+@click.option("--json", "as_json", is_flag=True, help="The API's answer: {\"entry\", \"publish\"}.")
+@_refusals
+def republish(entry_id: int, version: int | None, payload_file, force: bool, as_json: bool) -> None:
+    """Republish an entry to its original subject, exactly once (needs NATS)."""
+    rt = runtime_of(current_app)
+    payload = payload_file.read() if payload_file is not None else None
+    seen = _version(entry_id, version)
+    with nats_connected(rt):
+        outcome = republish_entry(rt, entry_id, seen, actor=cli_actor(), payload=payload, force=force)
+    if as_json:
+        _echo_json(outcome.to_dict())
+        return
+    published = outcome.publish
+    where = f"stream {published.stream}, seq {published.seq}" + (" (a duplicate)" if published.duplicate else "")
+    click.echo(f"Republished entry {entry_id} to {outcome.entry.original_subject} as {published.msg_id}: "
+               f"{where}. It is at version {outcome.entry.version}.")
+
+
+@entries.command("close")
+@click.argument("entry_id", type=int)
+@click.option("--note", help="Why it is closed (kept with the entry and in the audit).")
+@click.option("--version", type=int, help="The version you saw; default: the current one.")
+@click.option("--json", "as_json", is_flag=True, help="The API's answer: {\"entry\"}.")
+@_refusals
+def close(entry_id: int, note: str | None, version: int | None, as_json: bool) -> None:
+    """Acknowledge and close an entry (with DLQ_DELETE_ON_CLOSE, also delete its DLQ message)."""
+    rt = runtime_of(current_app)
+    seen = _version(entry_id, version)
+    if rt.settings.delete_on_close:
+        with nats_connected(rt):
+            outcome = close_entry(rt, entry_id, seen, actor=cli_actor(), note=note)
+    else:
+        outcome = close_entry(rt, entry_id, seen, actor=cli_actor(), note=note)
+    if as_json:
+        _echo_json(outcome.to_dict())
+        return
+    click.echo(f"Closed entry {entry_id}; it is at version {outcome.entry.version}.")
+
+
+@entries.command("reopen")
+@click.argument("entry_id", type=int)
+@click.option("--version", type=int, help="The version you saw; default: the current one.")
+@click.option("--json", "as_json", is_flag=True, help="The API's answer: {\"entry\"}.")
+@_refusals
+def reopen(entry_id: int, version: int | None, as_json: bool) -> None:
+    """Reopen a closed or republished entry."""
+    outcome = reopen_entry(runtime_of(current_app), entry_id, _version(entry_id, version), actor=cli_actor())
+    if as_json:
+        _echo_json(outcome.to_dict())
+        return
+    click.echo(f"Reopened entry {entry_id}; it is at version {outcome.entry.version}.")
+
+
+@entries.command("export")
+@_filter_options
+@click.option("--format", "fmt", type=click.Choice(sorted(MEDIA_TYPES)), default="json", show_default=True)
+@click.option("--limit", metavar="N", help="Export at most N entries.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+              help="Write to this file (default: standard output).")
+@_refusals
+def export(fmt: str, output: Path | None, **options) -> None:
+    """Every entry under the filters as JSON, NDJSON or CSV, streamed as the API streams it."""
+    _, body = export_body(_args(options), fmt)
+    if output is None:
+        out = click.get_binary_stream("stdout")
+        for chunk in body:
+            out.write(chunk)
+        out.flush()
+        return
+    # Written beside the file and moved over it once complete: a failed export leaves no half file.
+    partial = output.with_name(output.name + ".partial")
+    with partial.open("wb") as out:
+        for chunk in body:
+            out.write(chunk)
+    partial.replace(output)

@@ -1,0 +1,59 @@
+"""What every command shares: tables, one-line errors with their exit codes, the CLI's actor,
+and NATS for the commands that need it."""
+
+from __future__ import annotations
+
+import getpass
+from contextlib import contextmanager
+from typing import Iterator
+
+import click
+
+from ..runtime import Runtime
+
+#: Exit codes: 1 when the thing asked for cannot be done (not found, a conflict, NATS down),
+#: 2 when the request itself is wrong (a bad filter or value), as click uses 2 for a bad option.
+FAILED, BAD_INPUT = 1, 2
+
+
+class CommandError(click.ClickException):
+    """One line on standard error ("Error: ...") and an exit code."""
+
+    def __init__(self, message: str, exit_code: int = FAILED):
+        super().__init__(" ".join(str(message).split()))
+        self.exit_code = exit_code
+
+
+def table(rows: list[tuple], header: tuple[str, ...]) -> None:
+    """Print rows under a header, each column as wide as its widest value."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def cli_actor() -> str:
+    """Who the audit names for a command: ``cli:<operating-system user>``."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no name for this uid (a container's bare user id)
+        return "cli:unknown"
+
+
+@contextmanager
+def nats_connected(rt: Runtime, *, required: bool = True) -> Iterator[bool]:
+    """NATS through the runtime's bridge for the length of a command (only the bridge: no
+    mirror, no jobs). Yields whether it is connected; CommandError if ``required`` and not."""
+    if rt.bridge is not None:  # a runtime already started (the tests' app)
+        yield rt.bridge.state.connected
+        return
+    connected = rt.connect_nats()
+    try:
+        if required and not connected:
+            where = (", ".join(rt.settings.nats_urls) if not rt.settings.bundled_nats
+                     else "the bundled nats-server (start the dashboard, or set NATS_URL)")
+            raise CommandError(f"NATS is not reachable at {where}; nothing was done.")
+        yield connected
+    finally:
+        if rt.bridge is not None:
+            rt.bridge.stop()
+            rt.bridge = None

@@ -1,0 +1,169 @@
+"""`flask --app app entries ...`: the API's reads and actions on the server, through the same code,
+audited as cli:<os user>."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from dlq_dashboard.db.models import Action
+from dlq_dashboard.runtime import runtime_of
+
+from . import support
+
+REPO = Path(__file__).resolve().parent.parent
+ACTOR = f"cli:{getpass.getuser()}"
+
+
+@pytest.fixture
+def cli(app):
+    runner = app.test_cli_runner()
+    return lambda *args, input=None: runner.invoke(args=["entries", *args], input=input)
+
+
+@pytest.fixture
+def api(app, tokens):
+    client = app.test_client()
+    return lambda path: client.get(path, headers=support.bearer(tokens["viewer"]))
+
+
+def audit(engine, entry_id: int) -> list[tuple[str, str]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(select(Action.action, Action.actor).where(Action.entry_id == entry_id)
+                                               .order_by(Action.id))]
+
+
+@pytest.fixture
+def three(app):
+    engine = runtime_of(app).engine
+    return [support.dead_letter(engine, 1, "orders.created", b'{"order": 1}', Dlq_Reason="fatal", Dlq_Error="boom"),
+            support.dead_letter(engine, 2, "orders.updated", b'{"order": 2}', Dlq_Reason="fatal"),
+            support.dead_letter(engine, 3, "payments.captured", b'{"pay": 3}', Dlq_Reason="max_deliveries")]
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+def test_list_prints_a_table_and_its_json_is_the_apis(cli, api, three):
+    table = cli("list", "--subject", "orders.*")
+    assert table.exit_code == 0, table.output
+    lines = table.output.strip().splitlines()
+    assert lines[0].split()[:4] == ["ID", "STATUS", "VERSION", "SUBJECT"]
+    assert [line.split()[0] for line in lines[1:]] == [str(three[1]), str(three[0])]
+    as_json = cli("list", "--subject", "orders.*", "--reason", "fatal", "--json")
+    assert json.loads(as_json.stdout) == api("/api/entries?subject=orders.*&reason=fatal").get_json()
+
+
+def test_list_pages_with_the_apis_cursor(cli, three):
+    first = json.loads(cli("list", "--limit", "2", "--json").stdout)
+    assert [e["id"] for e in first["entries"]] == [three[2], three[1]] and first["next_cursor"]
+    second = json.loads(cli("list", "--limit", "2", "--cursor", first["next_cursor"], "--json").stdout)
+    assert [e["id"] for e in second["entries"]] == [three[0]] and second["next_cursor"] is None
+
+
+def test_a_bad_filter_is_one_line_and_exit_code_2(cli, three):
+    result = cli("list", "--since", "yesterday")
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and "since" in result.output
+
+
+def test_show_is_the_apis_entry_and_an_unknown_id_is_exit_code_1(cli, api, three):
+    shown = cli("show", str(three[0]), "--json")
+    assert json.loads(shown.stdout) == api(f"/api/entries/{three[0]}").get_json()
+    text = cli("show", str(three[0])).output
+    assert "orders.created" in text and '{"order": 1}' in text and "boom" in text
+    missing = cli("show", "999999")
+    assert missing.exit_code == 1 and missing.output.strip() == "Error: There is no entry 999999."
+
+
+# --- acting --------------------------------------------------------------------------------------
+
+def test_close_and_reopen_act_on_the_current_version_audited_as_the_os_user(app, cli, three):
+    engine = runtime_of(app).engine
+    closed = cli("close", str(three[0]), "--note", "known issue", "--json")
+    assert closed.exit_code == 0, closed.output
+    entry = json.loads(closed.stdout)["entry"]
+    assert (entry["status"], entry["version"], entry["close_note"]) == ("closed", 2, "known issue")
+    assert "Reopened entry" in cli("reopen", str(three[0])).output
+    assert audit(engine, three[0]) == [("close", ACTOR), ("reopen", ACTOR)]
+
+
+def test_a_stale_version_is_refused_and_changes_nothing(app, cli, three):
+    cli("close", str(three[1]))
+    stale = cli("reopen", str(three[1]), "--version", "1")
+    assert stale.exit_code == 1 and "version" in stale.output
+    assert runtime_of(app).store.get_entry(three[1]).status == "closed"
+
+
+def test_republish_publishes_once_to_the_original_subject(app, cli, nats_server, three, tmp_path):
+    support.make_orders_stream(nats_server.url)
+    edited = tmp_path / "fixed.json"
+    edited.write_bytes(b'{"order": 1, "fixed": true}')
+    done = cli("republish", str(three[0]), "--payload-file", str(edited))
+    assert done.exit_code == 0, done.output
+    assert f"Republished entry {three[0]} to orders.created" in done.output
+    messages = support.stream_messages(nats_server.url)
+    assert [m.data for m in messages] == [b'{"order": 1, "fixed": true}']
+    again = cli("republish", str(three[0]), "--version", "1")  # what was seen before: refused
+    assert again.exit_code == 1 and len(support.stream_messages(nats_server.url)) == 1
+    assert audit(runtime_of(app).engine, three[0]) == [("republish", ACTOR)]
+
+
+def test_republish_without_a_stream_for_the_subject_is_refused(cli, three):
+    result = cli("republish", str(three[2]))  # no stream stores payments.>
+    assert result.exit_code == 1 and "No stream stores subject payments.captured" in result.output
+
+
+# --- export --------------------------------------------------------------------------------------
+
+def test_export_streams_what_the_api_exports(cli, api, three, tmp_path):
+    ndjson = cli("export", "--format", "ndjson", "--status", "open", "-o", str(tmp_path / "open.ndjson"))
+    assert ndjson.exit_code == 0, ndjson.output
+    assert (tmp_path / "open.ndjson").read_bytes() == api("/api/export.ndjson?status=open").get_data()
+    csv = cli("export", "--format", "csv", "--subject", "orders.>")
+    assert csv.stdout_bytes == api("/api/export.csv?subject=orders.>").get_data()
+    assert cli("export", "--format", "xml").exit_code == 2
+
+
+# --- a process of its own ------------------------------------------------------------------------
+
+def test_the_command_connects_to_nats_by_itself_and_acts(tmp_path, nats_server):
+    """As the README says, in a fresh process: NATS from NATS_URL, nothing else started."""
+    support.make_orders_stream(nats_server.url)
+    database = f"sqlite:///{tmp_path}/cli.sqlite3"
+    engine = _migrated(database)
+    entry = support.dead_letter(engine, 1, "orders.created", b'{"order": 7}')
+    engine.dispose()
+    env = {**os.environ, "DATABASE_URL": database, "NATS_URL": nats_server.url, "SECRET_KEY": "cli-test",
+           "PYTHONPATH": str(REPO)}
+    flask = [sys.executable, "-m", "flask", "--app", "app", "entries"]
+
+    def invoke(*args):
+        return subprocess.run([*flask, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    listed = invoke("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [e["id"] for e in json.loads(listed.stdout)["entries"]] == [entry]
+    republished = invoke("republish", str(entry), "--json")
+    assert republished.returncode == 0, republished.stderr
+    answer = json.loads(republished.stdout)
+    assert answer["entry"]["status"] == "republished" and answer["publish"]["stream"] == "ORDERS"
+    assert [m.data for m in support.stream_messages(nats_server.url)] == [b'{"order": 7}']
+    down = subprocess.run([*flask, "republish", str(entry)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**env, "NATS_URL": "nats://127.0.0.1:1"})
+    assert down.returncode == 1 and "NATS is not reachable" in down.stderr
+
+
+def _migrated(database: str):
+    from dlq_dashboard.db.engine import create_db_engine
+    from dlq_dashboard.db.migrate import migrate
+
+    engine = create_db_engine(database)
+    migrate(engine)
+    return engine

@@ -1,0 +1,310 @@
+"""Retention: resolved entries older than DLQ_RETENTION are purged with their history, search
+index and DLQ stream messages; the audit stays, open entries stay, and the kept counts still
+agree with the entries. The periodic purge runs on the replica that mirrors; the command
+`flask --app app purge` runs it by hand."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, insert, select, update
+
+from dlq_dashboard import create_app
+from dlq_dashboard.actions.close import close_entry
+from dlq_dashboard.actions.purge import purge_entries
+from dlq_dashboard.db.engine import write_transaction
+from dlq_dashboard.db.models import Action, Entry, Event, Job, JobItem, Purge, Republish
+from dlq_dashboard.entries.filters import EntryFilter
+from dlq_dashboard.ingest.parse import Advisory
+from dlq_dashboard.ingest.writes import ingest_advisory_batch
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
+
+from . import support
+from .test_metrics import scrape, value
+from .test_tallies import kept, republish, truth
+
+DAY = 86400
+
+
+@pytest.fixture
+def settings(tmp_path, nats_server, database_url):
+    """The running app's settings with no periodic purge: each test purges when it says so."""
+    return support.make_settings(tmp_path, nats_server.url, database_url=database_url, retention=0)
+
+
+def age(engine, ids, days: float) -> None:
+    """Make these entries look resolved ``days`` ago."""
+    with write_transaction(engine) as conn:
+        conn.execute(update(Entry).where(Entry.id.in_(ids)).values(updated_at=utcnow() - timedelta(days=days)))
+
+
+def stored_ids(engine) -> set[int]:
+    with engine.connect() as conn:
+        return set(conn.execute(select(Entry.id)).scalars())
+
+
+def searched(rt, word: str) -> set[int]:
+    return {e.id for e in rt.store.list_entries(EntryFilter.from_args({"q": word})).entries}
+
+
+def nak(engine, seq: int, original_seq: int) -> None:
+    """A delivery-history event of message ORDERS:<original_seq>."""
+    advisory = Advisory(kind="nak", id=f"nak-{seq}", at=utcnow(), stream="ORDERS", consumer="billing",
+                        stream_seq=original_seq, deliveries=1, reason=None, raw={})
+    ingest_advisory_batch(engine, "DLQ_ADVISORIES", "e1", [(advisory, None, None)], seq)
+
+
+def history_of(engine, original_seq: int) -> int:
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(Event)
+                            .where(Event.original_stream == "ORDERS", Event.original_seq == original_seq)).scalar()
+
+
+# --- what goes and what stays ----------------------------------------------------------------------
+
+@pytest.mark.both_databases
+def test_old_resolved_entries_go_with_their_history_search_and_republishes_and_the_audit_stays(app):
+    rt = runtime_of(app)
+    engine = rt.engine
+    ids = {}
+    for seq, name in enumerate(["old_closed", "old_republished", "young_closed", "old_open", "shared"], start=1):
+        nak(engine, seq, 100 + seq)
+        ids[name] = support.dead_letter(engine, seq, "orders.created", f'{{"word": "zebra{name}"}}'.encode(),
+                                        Dlq_Reason="fatal", Dlq_Error=f"order {seq} failed",
+                                        Dlq_Original_Stream="ORDERS", Dlq_Original_Seq=str(100 + seq))
+    # A second failure of the "shared" message, still open: their one history must stay.
+    still_open = support.dead_letter(engine, 6, "orders.created", b"{}", Dlq_Reason="fatal",
+                                     Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="105")
+    for name in ("old_closed", "young_closed", "shared"):
+        close_entry(rt, ids[name], 1, actor="alice", note="handled")
+    republish(rt, ids["old_republished"], 7)
+    age(engine, [ids["old_closed"], ids["old_republished"], ids["old_open"], ids["shared"]], 40)
+    assert searched(rt, "zebraold_closed") == {ids["old_closed"]}
+
+    report = purge_entries(rt, older_than=30 * DAY, actor="test")
+
+    assert dict(report.purged) == {"closed": 2, "republished": 1} and report.deferred == 0
+    assert stored_ids(engine) == {ids["young_closed"], ids["old_open"], still_open}
+    assert searched(rt, "zebraold_closed") == set() and searched(rt, "zebrayoung_closed") == {ids["young_closed"]}
+    assert history_of(engine, 101) == 0 and history_of(engine, 102) == 0
+    assert history_of(engine, 103) == 1 and history_of(engine, 105) == 1  # kept: an entry of it is kept
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(Republish)).scalar() == 0
+        audit = conn.execute(select(Action.entry_id, Action.action, Action.actor).order_by(Action.id)).all()
+    # Every record of the purged entries stays, and the purge itself is one more.
+    assert (ids["old_closed"], "close", "alice") in audit and (ids["old_republished"], "republish", "test") in audit
+    assert audit[-1] == (None, "purge", "test")
+    assert kept(engine) == truth(engine)
+
+
+@pytest.mark.both_databases
+def test_open_entries_are_never_purged_whatever_their_age(app):
+    rt = runtime_of(app)
+    ids = [support.dead_letter(rt.engine, seq) for seq in range(1, 4)]
+    age(rt.engine, ids, 400)
+    assert purge_entries(rt, older_than=1, actor="test").total == 0
+    assert stored_ids(rt.engine) == set(ids)
+    with pytest.raises(ValueError, match="never purged"):
+        purge_entries(rt, older_than=1, actor="test", statuses=("open",))
+
+
+@pytest.mark.both_databases
+def test_an_entry_with_a_pending_republish_or_a_running_jobs_item_waits(app):
+    rt = runtime_of(app)
+    ids = [support.dead_letter(rt.engine, seq) for seq in (1, 2)]
+    for entry_id in ids:
+        close_entry(rt, entry_id, 1, actor="test")
+    age(rt.engine, ids, 40)
+    now = utcnow()
+    with write_transaction(rt.engine) as conn:
+        conn.execute(insert(Republish).values(entry_id=ids[0], version=2, msg_id="m-1", subject="orders.created",
+                                              payload=b"{}", headers="{}", edited=False, state="pending",
+                                              actor="test", created_at=now))
+        job = conn.execute(insert(Job).values(action="close", actor="test", state="running", selection="{}",
+                                              created_at=now).returning(Job.id)).scalar_one()
+        conn.execute(insert(JobItem).values(job_id=job, entry_id=ids[1], version=2, state="pending"))
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").total == 0
+    with write_transaction(rt.engine) as conn:
+        conn.execute(update(Republish).values(state="published"))
+        conn.execute(update(Job).values(state="cancelled"))  # its untouched item stays pending
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").total == 2
+
+
+@pytest.mark.both_databases
+def test_an_entry_is_aged_from_when_it_was_resolved_not_received(app):
+    rt = runtime_of(app)
+    entry = support.dead_letter(rt.engine, 1, stored_at=utcnow() - timedelta(days=90))
+    with write_transaction(rt.engine) as conn:  # received 90 days ago
+        conn.execute(update(Entry).values(received_at=utcnow() - timedelta(days=90)))
+    close_entry(rt, entry, 1, actor="test")  # closed now
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").total == 0
+    assert purge_entries(rt, older_than=30 * DAY, actor="test", now=utcnow() + timedelta(days=31)).total == 1
+
+
+@pytest.mark.both_databases
+def test_purging_in_small_batches_keeps_the_counts_equal_to_a_recount(app):
+    rt = runtime_of(app)
+    ids = [support.dead_letter(rt.engine, seq, f"orders.s{seq % 3}", Dlq_Reason="fatal",
+                               Dlq_Error=f"error {seq % 4}") for seq in range(1, 41)]
+    for entry_id in ids[::2]:
+        close_entry(rt, entry_id, 1, actor="test")
+    for step, entry_id in enumerate(ids[1::4]):
+        republish(rt, entry_id, 1000 + step)
+    age(rt.engine, ids[:30], 40)
+    report = purge_entries(rt, older_than=30 * DAY, actor="test", batch=3)
+    assert report.total == 23 and kept(rt.engine) == truth(rt.engine)
+    with rt.engine.connect() as conn:
+        runs = conn.execute(select(Purge.closed, Purge.republished, Purge.finished_at.is_not(None))).all()
+    assert runs == [(15, 8, True)]  # one record a run, raised batch by batch
+
+
+@pytest.mark.both_databases
+def test_a_dry_run_counts_by_status_and_changes_nothing(app):
+    rt = runtime_of(app)
+    ids = [support.dead_letter(rt.engine, seq) for seq in range(1, 6)]
+    for entry_id in ids[:3]:
+        close_entry(rt, entry_id, 1, actor="test")
+    republish(rt, ids[3], 1)
+    age(rt.engine, ids, 40)
+    report = purge_entries(rt, older_than=30 * DAY, actor="test", dry_run=True)
+    assert dict(report.purged) == {"closed": 3, "republished": 1} and report.with_messages == 4
+    assert stored_ids(rt.engine) == set(ids)
+    with rt.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(Purge)).scalar() == 0
+    assert purge_entries(rt, older_than=30 * DAY, actor="test", statuses=("closed",)).total == 3
+    assert stored_ids(rt.engine) == set(ids[3:])
+
+
+# --- the DLQ stream -------------------------------------------------------------------------------
+
+def test_the_dlq_stream_messages_of_purged_entries_are_deleted(app, nats_server):
+    rt = runtime_of(app)
+    ids = support.dead_letter_orders(app, nats_server.url, [b'{"n": %d}' % i for i in range(4)])
+    for entry_id in ids[:3]:
+        close_entry(rt, entry_id, 1, actor="test")
+    age(rt.engine, ids[:2], 40)  # the third is closed, but recently
+    with rt.engine.connect() as conn:
+        seqs = dict(conn.execute(select(Entry.id, Entry.dlq_seq).where(Entry.id.in_(ids))).all())
+
+    report = purge_entries(rt, older_than=30 * DAY, actor="test")
+
+    assert report.total == 2 and report.messages_deleted == 2
+    left = {m.seq for m in support.stream_messages(nats_server.url, "DLQ")}
+    assert left == {seqs[ids[2]], seqs[ids[3]]}
+
+
+def test_without_nats_entries_with_a_dlq_message_wait_for_the_next_purge(offline_app):
+    rt = runtime_of(offline_app)
+    ids = [support.dead_letter(rt.engine, seq) for seq in range(1, 3)]
+    for entry_id in ids:
+        close_entry(rt, entry_id, 1, actor="test")
+    age(rt.engine, ids, 40)
+    report = purge_entries(rt, older_than=30 * DAY, actor="test")
+    assert report.total == 0 and report.deferred == 2 and "NATS is not connected" in report.deferred_reason
+    assert stored_ids(rt.engine) == set(ids) and kept(rt.engine) == truth(rt.engine)
+
+
+# --- the periodic purge ----------------------------------------------------------------------------
+
+def test_the_periodic_purge_runs_on_the_replica_that_mirrors_only(tmp_path, nats_server):
+    """Two dashboards over one database: the one holding the mirror lease purges."""
+    database = f"sqlite:///{tmp_path}/shared.sqlite3"
+    apps = []
+    try:
+        for name in ("a", "b"):
+            settings = support.make_settings(tmp_path / name, nats_server.url, database_url=database,
+                                             retention=DAY, purge_interval=0.2)
+            application = create_app({"SETTINGS": settings, "TESTING": True})
+            runtime_of(application).start()
+            apps.append(application)
+            if name == "a":
+                support.wait_for(lambda: runtime_of(application).mirror.leader, timeout=30,
+                                 message="the first dashboard to mirror")
+        leader, follower = (runtime_of(a) for a in apps)
+        entry = support.dead_letter(leader.engine, 1)
+        close_entry(leader, entry, 1, actor="test")
+        age(leader.engine, [entry], 2)
+        support.wait_for(lambda: not stored_ids(leader.engine), timeout=30, message="the periodic purge")
+        assert leader.retention.runs > 0 and follower.retention.runs == 0
+        assert not follower.mirror.leader
+    finally:
+        for application in apps:
+            runtime_of(application).stop()
+
+
+# --- what people see ---------------------------------------------------------------------------------
+
+@pytest.mark.both_databases
+def test_metrics_report_the_entries_purged_and_the_database_size(app):
+    rt = runtime_of(app)
+    ids = [support.dead_letter(rt.engine, seq) for seq in range(1, 4)]
+    close_entry(rt, ids[0], 1, actor="test")
+    republish(rt, ids[1], 1)
+    age(rt.engine, ids, 40)
+    before = scrape(app.test_client())
+    assert value(before, "dlq_entries_purged_total", status="closed") == 0
+    assert value(before, "dlq_database_size_bytes") > 0
+    purge_entries(rt, older_than=30 * DAY, actor="test")
+    after = scrape(app.test_client())
+    assert value(after, "dlq_entries_purged_total", status="closed") == 1
+    assert value(after, "dlq_entries_purged_total", status="republished") == 1
+
+
+def test_the_list_says_how_long_resolved_entries_are_kept_and_how_many_are_stored(tmp_path):
+    for retention, sentence in ((30 * DAY, "are kept for 30 days after they were resolved"),
+                                (0, "are kept forever")):
+        application = create_app({"SETTINGS": support.make_settings(tmp_path, retention=retention), "TESTING": True})
+        try:
+            for seq in (1, 2):
+                support.dead_letter(application, seq if retention else seq + 2)
+            client = support.logged_in(application, "viewer")
+            html = " ".join(client.get("/summary?status=open").get_data(as_text=True).split())
+            assert sentence in html
+            assert ("2 entries stored" if retention else "4 entries stored") in html
+        finally:
+            runtime_of(application).stop()
+
+
+# --- flask --app app purge ----------------------------------------------------------------------------
+
+@pytest.fixture
+def cli(app):
+    runner = app.test_cli_runner()
+    return lambda *args: runner.invoke(args=list(args))
+
+
+def test_the_purge_command_says_what_it_would_do_and_then_does_it(app, cli):
+    rt = runtime_of(app)
+    ids = [support.dead_letter(rt.engine, seq) for seq in range(1, 5)]
+    for entry_id in ids[:2]:
+        close_entry(rt, entry_id, 1, actor="test")
+    republish(rt, ids[2], 1)
+    age(rt.engine, ids, 10)
+
+    dry = cli("purge", "--older-than", "7d", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "Would purge 3 entries resolved more than 7d ago: 2 closed, 1 republished" in dry.output
+    assert "Nothing was changed" in dry.output and len(stored_ids(rt.engine)) == 4
+
+    done = cli("purge", "--older-than", "7d", "--status", "closed")
+    assert done.exit_code == 0, done.output
+    assert "Purged 2 entries resolved more than 7d ago: 2 closed" in done.output
+    assert stored_ids(rt.engine) == set(ids[2:])
+    with rt.engine.connect() as conn:
+        assert conn.execute(select(Action.actor).where(Action.action == "purge")).scalar().startswith("cli:")
+
+
+def test_the_purge_command_refuses_open_entries_and_bad_ages_in_one_line(cli):
+    refused = cli("purge", "--status", "open")
+    assert refused.exit_code == 2 and "open entries are never purged" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1
+    for bad in ("abc", "0", "7x"):
+        result = cli("purge", "--older-than", bad)
+        assert result.exit_code == 2 and "--older-than" in result.output
+
+
+def test_the_purge_command_keeps_everything_when_retention_is_forever(cli):
+    result = cli("purge")  # this module's app runs with DLQ_RETENTION=0
+    assert result.exit_code == 0 and "kept forever" in result.output
