@@ -19,8 +19,8 @@ from sqlalchemy import func, select
 
 from dlq_consumer.headers import REASONS
 
-from ..alerts.sender import outbox_summary
 from ..actions.purge import purged_totals
+from ..alerts.sender import outbox_summary
 from ..db.engine import read_transaction
 from ..db.models import Entry, MirrorState, Republish
 from ..runtime import Runtime
@@ -123,6 +123,18 @@ class DashboardCollector(Collector):
         for state, duplicate, count in sorted(republishes, key=lambda r: (_label(r[0]), _label(r[1]))):
             outcomes.add_metric([_label(state), _label(duplicate)], count)
         yield outcomes
+
+        # Kept in the database, so every replica reports the same total.
+        purged_family = CounterMetricFamily("dlq_entries_purged", "Resolved entries removed by retention purges, "
+                                            "by the status they had.", labels=["status"])
+        for status, count in sorted(purged.items()):
+            purged_family.add_metric([status], count)
+        yield purged_family
+
+        size_family = GaugeMetricFamily("dlq_database_size_bytes", "The size of the database (SQLite: its pages; "
+                                        "PostgreSQL: pg_database_size).")
+        size_family.add_metric([], size)
+        yield size_family
         yield from _alert_metrics(self.runtime)
 
 
@@ -143,19 +155,6 @@ def _alert_metrics(runtime: Runtime) -> Iterator[Metric]:
     oldest.add_metric([], max((utcnow() - outbox.oldest_pending).total_seconds(), 0)
                       if outbox.oldest_pending else 0)
     yield oldest
-
-        # Kept in the database, so every replica reports the same total.
-        purged_family = CounterMetricFamily("dlq_entries_purged", "Resolved entries removed by retention purges, "
-                                            "by the status they had.", labels=["status"])
-        for status, count in sorted(purged.items()):
-            purged_family.add_metric([status], count)
-        yield purged_family
-
-        size_family = GaugeMetricFamily("dlq_database_size_bytes", "The size of the database (SQLite: its pages; "
-                                        "PostgreSQL: pg_database_size).")
-        size_family.add_metric([], size)
-        yield size_family
-
 
 def database_size(conn) -> int:
     """The database's size in bytes: SQLite's pages in use and free (the file, without its WAL),
