@@ -12,8 +12,8 @@ from sqlalchemy import Engine
 
 from .actions.bulk.runner import JobRunner
 from .actions.intents import Flights
-from .alerts.sender import AlertSender
 from .actions.purge import RetentionSchedule
+from .alerts.sender import AlertSender
 from .config import Settings
 from .db.engine import create_db_engine, dispose_quietly
 from .db.migrate import migrate
