@@ -85,3 +85,39 @@ def describe_size(size: timedelta | None) -> str:
             n = minutes // length
             return f"{n} {unit}{'s' if n != 1 else ''}"
     return f"{minutes} minutes"
+
+
+# --- a group's trend -----------------------------------------------------------------------------
+
+SPARK_BAR, SPARK_HEIGHT = 4, 20
+
+
+@dataclass
+class Sparkline:
+    """A small bar per hour (the current hour last), drawn as SVG by the groups page."""
+
+    bars: list[Bar]
+    total: int
+    peak: int
+    width: int
+    height: int = SPARK_HEIGHT
+
+    @property
+    def description(self) -> str:
+        """The text alternative: what the bars say, for those who do not see them."""
+        hours = len(self.bars)
+        if not self.total:
+            return f"none in the last {hours} h"
+        return f"{self.total:,} in the last {hours} h, peak {self.peak:,}/h"
+
+
+def build_sparkline(start: datetime, counts: list[int]) -> Sparkline:
+    """Bars for hourly ``counts`` from ``start``, scaled to the busiest hour; an hour with any
+    arrival gets a visible bar, however small next to the peak."""
+    peak = max(counts, default=0)
+    bars = []
+    for i, n in enumerate(counts):
+        height = 0 if not n else max(2, round((SPARK_HEIGHT - 1) * n / peak))
+        bars.append(Bar(start + timedelta(hours=i), start + timedelta(hours=i + 1), n, i * SPARK_BAR,
+                        SPARK_HEIGHT - height, SPARK_BAR - 1, height))
+    return Sparkline(bars, sum(counts), peak, SPARK_BAR * len(counts))
