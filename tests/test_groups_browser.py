@@ -45,8 +45,10 @@ def test_a_viewer_sees_each_groups_trend_counts_and_label_and_no_actions(app, li
     trend = row.locator("svg.sparkline")
     expect(trend).to_have_attribute("aria-label", "3 in the last 24 h, peak 3/h")
     expect(trend.locator("title")).to_contain_text("3 in the last 24 h, peak 3/h")
-    assert trend.locator("rect.spark-bar").count() == 1
-    expect(row.locator(".group-label")).to_have_attribute("title", "order <n> not found")
+    # One bar, the peak: this hour's (or the last one's, had the hour just turned).
+    expect(trend.locator("path.spark-bars")).to_have_attribute("d", re.compile(r"^M(93|89)\.5 20v-19$"))
+    row.get_by_text("Key").click()
+    expect(row.locator(".group-key code")).to_have_text("order <n> not found")
     expect(group_row(page, "carrier down").locator("td.num")).to_have_text("2")
     assert page.get_by_role("button", name="Republish").count() == 0
     assert page.get_by_role("button", name="Close").count() == 0

@@ -154,11 +154,12 @@ def test_hostile_entries_are_only_text_on_the_groups_page(app, live_server, page
     text = visit(page, watch, f"{live_server}/groups?status=")
     assert HOSTILE_SUBJECT in text and HOSTILE_REASON in text and LONG_HOSTILE_SUBJECT in text
     # A group shows its label: the error with numbers and quoted values left out, as text; the
-    # key itself is in a title and a details element.
+    # key itself in a details element.
     from dlq_dashboard.entries.groups import group_label
     from dlq_dashboard.ingest.grouping import normalize_error_text
 
-    keys = page.evaluate("[...document.querySelectorAll('.group-label')].map(e => e.title)")
+    keys = page.evaluate("[...document.querySelectorAll('.error-text')].map(e => e.querySelector('.group-key code')"
+                         "?.textContent ?? e.querySelector('.group-label').textContent)")
     for raw in CORPUS:
         assert group_label(normalize_error_text(raw))[:24] in text, f"the groups do not show {raw!r} as text"
         assert normalize_error_text(raw) in keys

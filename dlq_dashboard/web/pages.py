@@ -119,8 +119,8 @@ def groups():
     except FilterError as exc:
         flt, filter_error = EntryFilter(), str(exc)
     if found:
-        start, hourly = Tallies(current_runtime().store).hourly_arrivals([g.id for g in found])
-        trends = {group_id: build_sparkline(start, counts) for group_id, counts in hourly.items()}
+        _, hourly = Tallies(current_runtime().store).hourly_arrivals([g.id for g in found])
+        trends = {group_id: build_sparkline(counts) for group_id, counts in hourly.items()}
     return page_or_fragment("groups.html", "results", 400 if filter_error else 200,
                             groups=found, tally=tally, bound=BOUND, flt=flt, args=args,
                             filter_error=filter_error, base_args=base, trends=trends)
