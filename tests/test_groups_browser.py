@@ -72,7 +72,7 @@ def test_a_subject_stays_on_one_line_on_a_phone_and_a_wide_screen(app, live_serv
 
 
 def test_an_operator_republishes_a_whole_group_through_the_preview(app, live_server, page, nats_server):
-    orders, carrier = two_groups(app, nats_server)
+    two_groups(app, nats_server)
     support.browser_login(page, live_server, app, "operator")
     page.goto(f"{live_server}/groups")
 
@@ -89,3 +89,20 @@ def test_an_operator_republishes_a_whole_group_through_the_preview(app, live_ser
     page.goto(f"{live_server}/groups?status=any")
     expect(group_row(page, "order … not found").locator(".by-status")).to_have_text("republished 3")
     expect(group_row(page, "carrier down").locator(".by-status")).to_have_text("open 2")
+
+
+def test_an_operator_closes_a_whole_group_with_a_note(app, live_server, page, nats_server):
+    two_groups(app, nats_server)
+    support.browser_login(page, live_server, app, "operator")
+    page.goto(f"{live_server}/groups")
+
+    group_row(page, "carrier down").get_by_role("button", name="Close").click()
+    expect(page.locator("main")).to_contain_text("2 entries will be closed")
+    page.get_by_label("Note").fill("carrier outage, orders re-sent by hand")
+    page.get_by_role("button", name="Start").click()
+
+    expect(page.locator(".job-state")).to_contain_text("done: 2 done", timeout=20_000)
+    page.goto(f"{live_server}/groups")  # open entries: the closed group is gone
+    expect(page.locator("table.groups tbody tr")).to_have_count(1)
+    expect(group_row(page, "order … not found").locator("td.num")).to_have_text("3")
+    assert support.stream_messages(nats_server.url) == []
