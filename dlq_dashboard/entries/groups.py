@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime
 from typing import Any, Mapping
 
@@ -41,7 +42,7 @@ class Group:
     last_seen: datetime | None
     by_status: dict[str, int] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def label(self) -> str:
         """The key as one readable line."""
         return group_label(self.key)
