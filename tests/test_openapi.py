@@ -130,6 +130,11 @@ def test_real_responses_match_the_document(api):
     call("get", "/api/entries", 200, query={"status": "open", "subject": "orders.*", "q": "order", "limit": 2})
     assert f"from 1 to {MAX_LIMIT}" in call("get", "/api/entries", 400, query={"limit": MAX_LIMIT + 1}).json()["error"]
     call("get", "/api/entries", 401, role=None)
+    groups = call("get", "/api/groups", 200).json()["groups"]
+    assert sum(g["count"] for g in groups) == len(ids) + 1
+    call("get", "/api/groups", 200, query={"status": "open", "subject": "orders.*", "limit": 5})
+    call("get", "/api/groups", 400, query={"since": "yesterday"})
+    call("get", "/api/groups", 401, role=None)
     call("get", "/api/entries/{entry_id}", 200, path_parameters=entry)
     call("get", "/api/entries/{entry_id}", 404, path_parameters={"entry_id": MISSING + 1})
     call("get", "/api/entries/{entry_id}/targets", 200, path_parameters=entry)

@@ -194,6 +194,36 @@ def test_groups_count_failures_by_subject_reason_and_rule_and_open_the_list(web,
     assert fragment.lstrip().startswith('<section id="results"')
 
 
+def test_groups_show_a_trend_a_readable_label_and_operators_get_the_group_actions(web, client):
+    for seq in (1, 2, 3):
+        support.dead_letter(web, seq, "orders.created", b"{}", Dlq_Reason="fatal", Dlq_Error=f"order {seq} not found")
+    html = html_of(client.get("/groups"))
+
+    row = re.findall(r"<tr hx-disable>(.*?)</tr>", html, re.S)[0]
+    assert 'aria-label="3 in the last 24 h, peak 3/h"' in row and "<title>3 in the last 24 h, peak 3/h</title>" in row
+    # One bar, the peak: this hour's (or the last one's, had the hour just turned).
+    assert re.search(r'<path class="spark-bars" d="M(93|89).5 20v-19"></path>', row)
+    assert ">order … not found</span>" in row and "<code>order &lt;n&gt; not found</code>" in row
+    assert '<span class="subject-name">orders.created</span>' in row
+    assert "<form" not in row and ">Republish<" not in row  # a viewer reads only
+    operator = html_of(support.logged_in(web, "operator").get("/groups"))
+    row = re.findall(r"<tr hx-disable>(.*?)</tr>", operator, re.S)[0]
+    forms = re.findall(r'<form method="post" action="/bulk/preview".*?</form>', row, re.S)
+    assert [re.search(r'name="action" value="(\w+)"', f).group(1) for f in forms] == ["republish", "close"]
+    group_id = re.search(r'name="group" value="(\d+)"', forms[0]).group(1)
+    for form in forms:
+        assert 'name="by" value="filter"' in form and 'name="status" value="open"' in form
+        assert f'name="group" value="{group_id}"' in form and 'name="csrf_token"' in form
+
+
+def test_a_long_subject_may_break_only_after_a_dot(web, client):
+    subject = "warehouse.europe-west.frankfurt.inventory.reservations.created.v2"
+    support.dead_letter(web, 1, subject, b"{}", Dlq_Error="boom")
+    html = html_of(client.get("/groups"))
+    assert ('<span class="subject-name subject-long"><span>warehouse.</span><wbr><span>europe-west.</span><wbr>'
+            in html) and "<span>v2</span></span>" in html
+
+
 def test_groups_say_what_to_do_when_nothing_is_open(client):
     assert "No failures to group among open entries" in html_of(client.get("/groups"))
 

@@ -41,6 +41,8 @@ CORPUS = [
 # Subjects cannot contain spaces, so these are space-free.
 HOSTILE_SUBJECT = "orders.<svg/onload=alert(11)>"
 HOSTILE_REASON = '<b/onmouseover=alert(12)>fatal</b>'
+# Long enough that the groups page lets it break after its dots.
+LONG_HOSTILE_SUBJECT = "orders.<img/src=x/onerror=alert(15)>.<svg/onload=alert(16)>.created"
 
 
 @pytest.fixture
@@ -74,6 +76,7 @@ def hostile_entries(app):
                                 {"path": "/<img src=x onerror=alert(14)>", "message": CORPUS[7]}])
     messages.append(message(big + 1, "orders.created", payload, **{
         "Dlq-Reason": "schema_invalid", "Dlq-Error": CORPUS[5], "Dlq-Schema-Errors": schema_errors}))
+    messages.append(message(big + 2, LONG_HOSTILE_SUBJECT, b"{}", **{"Dlq-Error": CORPUS[0]}))
     engine = app.extensions["dlq"].engine
     ingest_dlq_batch(engine, "XSS", "e1", messages)
     entries = app.extensions["dlq"].store.list_entries(EntryFilter(limit=100)).entries
@@ -149,12 +152,19 @@ def test_hostile_entries_are_only_text_on_the_groups_page(app, live_server, page
     support.browser_login(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/groups?status=")
-    assert HOSTILE_SUBJECT in text
-    # A group shows its key: the error with numbers and quoted values left out, as text.
+    assert HOSTILE_SUBJECT in text and HOSTILE_REASON in text and LONG_HOSTILE_SUBJECT in text
+    # A group shows its label: the error with numbers and quoted values left out, as text; the
+    # key itself in a details element.
+    from dlq_dashboard.entries.groups import group_label
     from dlq_dashboard.ingest.grouping import normalize_error_text
 
+    keys = page.evaluate("[...document.querySelectorAll('.error-text')].map(e => e.querySelector('.group-key code')"
+                         "?.textContent ?? e.querySelector('.group-label').textContent)")
     for raw in CORPUS:
-        assert normalize_error_text(raw)[:24] in text, f"the groups do not show {raw!r} as text"
+        assert group_label(normalize_error_text(raw))[:24] in text, f"the groups do not show {raw!r} as text"
+        assert normalize_error_text(raw) in keys
+    # The operator's Republish and Close forms carry the group's filter, and nothing else.
+    assert page.locator("form[action='/bulk/preview']").count() == 2 * page.locator("table.groups tbody tr").count()
 
 
 def test_a_hostile_entry_is_only_text_on_its_detail_page(app, live_server, page, hostile_entries):

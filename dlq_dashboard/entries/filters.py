@@ -227,7 +227,8 @@ class EntryFilter:
         return conds
 
     def _group_condition(self):
-        if self.group.isdigit() and int(self.group) < 2**63:
+        # isascii: "²" is a digit to str.isdigit, but no number to int().
+        if self.group.isascii() and self.group.isdigit() and int(self.group) < 2**63:
             return GROUPS.c.id == int(self.group)
         return GROUPS.c.key == self.group  # a link made before groups had ids
 

@@ -4,11 +4,29 @@ its counts are kept in failure_groups: db/counts.py)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime
-from typing import Any
+from typing import Any, Mapping
 
 from ..times import format_time
+
+#: The longest label shown; the full key stays available beside it.
+LABEL_LENGTH = 120
+_PLACEHOLDERS = re.compile(r"<n>|<id>|'…'|\"…\"")
+_SPACES = re.compile(r"\s+")
+
+
+def group_label(key: str) -> str:
+    """A group's key as one readable line: the placeholders ingest put in for ids, numbers and
+    quoted values read as "…", and a long key is cut to LABEL_LENGTH characters."""
+    # Kept as one function so that it can hand over to ingest/grouping.py once the grouping
+    # rules there say how their own keys read.
+    text = _SPACES.sub(" ", _PLACEHOLDERS.sub("…", key or "")).strip()
+    if len(text) > LABEL_LENGTH:
+        text = text[:LABEL_LENGTH - 1].rstrip() + "…"
+    return text
 
 
 @dataclass
@@ -24,11 +42,19 @@ class Group:
     last_seen: datetime | None
     by_status: dict[str, int] = field(default_factory=dict)
 
-    def filter_args(self) -> dict[str, str]:
-        """The list filter that shows this group's entries."""
-        return {"group": str(self.id)}
+    @cached_property
+    def label(self) -> str:
+        """The key as one readable line."""
+        return group_label(self.key)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "subject": self.subject, "reason": self.reason, "label": self.key,
+    def filter_args(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The list filter that shows this group's entries: ``base`` (the other filters the
+        group was counted under) with this group's id."""
+        return {**(base or {}), "group": str(self.id)}
+
+    def to_dict(self, base: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The group as /api/groups answers it; ``filter`` lists exactly its ``count`` entries
+        when ``base`` holds the filters it was counted under."""
+        return {"id": self.id, "subject": self.subject, "reason": self.reason, "label": self.label,
                 "count": self.count, "by_status": self.by_status, "first_seen": format_time(self.first_seen),
-                "last_seen": format_time(self.last_seen), "filter": self.filter_args()}
+                "last_seen": format_time(self.last_seen), "filter": self.filter_args(base)}

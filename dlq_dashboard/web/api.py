@@ -9,7 +9,7 @@ from ..ingest.writes import read_position
 from ..nats.bridge import NatsUnavailable
 from . import current_runtime
 from .auth import requires
-from .data import entries_page, get_entry_or_404
+from .data import entries_page, failure_groups, get_entry_or_404
 
 bp = Blueprint("api", __name__)
 
@@ -27,6 +27,15 @@ def list_entries():
 def get_entry(entry_id: int):
     """One entry with its delivery history and its actions."""
     return jsonify(get_entry_or_404(entry_id).to_dict())
+
+
+@bp.route("/api/groups")
+@requires("viewer")
+def list_groups():
+    """Failure groups under the list's filters (every status unless one is given), largest first;
+    each with the filter of /api/entries that lists exactly its entries."""
+    _, found, tally, base = failure_groups(request.args)
+    return jsonify(groups=[g.to_dict(base) for g in found], exact=tally.whole)
 
 
 def health() -> tuple[dict, int]:

@@ -68,6 +68,29 @@ SCHEMAS: dict[str, dict] = {
                        "next_cursor": {**_nullable(STR),
                                        "description": "Pass as cursor for the next page; null on the last."}},
     },
+    "Group": {
+        "type": "object",
+        "required": ["id", "subject", "reason", "label", "count", "by_status", "first_seen", "last_seen", "filter"],
+        "description": "Entries of one subject and reason whose errors say the same thing.",
+        "properties": {
+            "id": INT, "subject": _nullable(STR), "reason": _nullable(STR),
+            "label": {**STR, "description": "The normalized error (or schema path and rule) as one readable line."},
+            "count": {**INT, "description": "Its entries under the filters."},
+            "by_status": {"type": "object", "required": list(STATUSES),
+                          "properties": {s: INT for s in STATUSES},
+                          "description": "All its entries by status (the filters aside)."},
+            "first_seen": _nullable(TIME), "last_seen": _nullable(TIME),
+            "filter": {**_ref("Filter"), "required": ["group"],
+                       "description": "The GET /api/entries parameters that list exactly its count entries."},
+        },
+    },
+    "GroupList": {
+        "type": "object", "required": ["groups"],
+        "properties": {"groups": {"type": "array", "items": _ref("Group")},
+                       "exact": {**BOOL, "description": ("False when a filter the kept counts do not hold "
+                                                         "(stream, consumer, q, since, until) matched more "
+                                                         "entries than are counted: the newest 100,000.")}},
+    },
     "AuditPage": {
         "type": "object", "required": ["actions", "next_cursor"],
         "properties": {"actions": {"type": "array", "items": _ref("AuditRecord")},
@@ -207,7 +230,7 @@ FILTER_PARAMETERS = [
     _query("q", "Full text over payload, error and subject; every word must match, the last as a prefix."),
     _query("since", "Received at or after (RFC 3339).", {"type": "string", "format": "date-time"}),
     _query("until", "Received before (RFC 3339).", {"type": "string", "format": "date-time"}),
-    _query("group", "A failure group's normalized error, as /groups links it."),
+    _query("group", "A failure group's id, as GET /api/groups and /groups give it."),
 ]
 CURSOR = _query("cursor", "Opaque: next_cursor of the previous page. Stable while new entries arrive.")
 PAGE_LIMIT = _query("limit", f"Entries per page, 1 to {MAX_LIMIT} (default 50).",
@@ -255,6 +278,16 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "parameters": [*FILTER_PARAMETERS, PAGE_LIMIT, CURSOR],
         "responses": {"200": _json(_ref("EntryPage"), "A page and the cursor of the next."),
                       **_errors(400, 401, 403)},
+    },
+    ("get", "/api/groups"): {
+        "operationId": "listGroups", "tags": ["entries"],
+        "summary": "Failure groups under the filters of GET /api/entries, largest first",
+        "description": ("Every status unless `status` is given (the /groups page shows open entries by "
+                        "default). Each group's `filter` lists exactly its `count` entries on GET /api/entries."),
+        "parameters": [*FILTER_PARAMETERS,
+                       _query("limit", "The most groups, 1 to 1000 (default 200).",
+                              {"type": "integer", "minimum": 1, "maximum": 1000})],
+        "responses": {"200": _json(_ref("GroupList"), "The groups, largest first."), **_errors(400, 401, 403)},
     },
     ("get", "/api/entries/{entry_id}"): {
         "operationId": "getEntry", "tags": ["entries"], "summary": "One entry with its history and actions",

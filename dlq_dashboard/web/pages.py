@@ -19,8 +19,8 @@ from ..entries.tallies import BOUND, Tallies
 from ..numbers import whole_number
 from . import current_runtime
 from .auth import requires
-from .data import entries_page, get_entry_or_404
-from .presenters.charts import build_chart, chart_bounds, describe_size
+from .data import entries_page, failure_groups, get_entry_or_404
+from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.timeline import build_timeline
 from .responses import htmx, list_url, page_or_fragment, render_block
@@ -116,14 +116,20 @@ def favicon():
 @bp.route("/groups")
 @requires("viewer")
 def groups():
-    """Failures grouped by subject, reason and normalized error; a group opens the filtered list."""
-    defaults = {} if "status" in request.args else {"status": "open"}
-    flt, filter_error = parse_filter(request.args, **defaults)
-    found, tally = (None, None) if filter_error else Tallies(current_runtime().store).groups(flt)
-    base = {k: v for k, v in flt.to_args().items() if k not in ("group", "subject", "reason")}
+    """Failures grouped by subject, reason and normalized error, each with its trend over the last
+    24 hours; a group opens the filtered list, or (operators) a bulk preview of its entries."""
+    args = {**({} if "status" in request.args else {"status": "open"}), **request.args.to_dict()}
+    found, tally, base, trends, filter_error = None, None, {}, {}, None
+    try:
+        flt, found, tally, base = failure_groups(args)
+    except FilterError as exc:
+        flt, filter_error = EntryFilter(), str(exc)
+    if found:
+        _, hourly = Tallies(current_runtime().store).hourly_arrivals([g.id for g in found])
+        trends = {group_id: build_sparkline(counts) for group_id, counts in hourly.items()}
     return page_or_fragment("groups.html", "results", 400 if filter_error else 200,
-                            groups=found, tally=tally, bound=BOUND, flt=flt,
-                            args={**defaults, **request.args.to_dict()}, filter_error=filter_error, base_args=base)
+                            groups=found, tally=tally, bound=BOUND, flt=flt, args=args,
+                            filter_error=filter_error, base_args=base, trends=trends)
 
 
 # --- one entry --------------------------------------------------------------------------------

@@ -88,3 +88,40 @@ def describe_size(size: timedelta | None) -> str:
             n = minutes // length
             return f"{n} {unit}{'s' if n != 1 else ''}"
     return f"{minutes} minutes"
+
+
+# --- a group's trend -----------------------------------------------------------------------------
+
+SPARK_BAR, SPARK_HEIGHT = 4, 20
+
+
+@dataclass(frozen=True)
+class Sparkline:
+    """A small bar per hour (the current hour last), drawn as one SVG path by the groups page."""
+
+    counts: tuple[int, ...]
+    path: str
+    total: int
+    peak: int
+    width: int
+    height: int = SPARK_HEIGHT
+
+    @property
+    def description(self) -> str:
+        """The text alternative: what the bars say, for those who do not see them."""
+        hours = len(self.counts)
+        if not self.total:
+            return f"none in the last {hours} h"
+        return f"{self.total:,} in the last {hours} h, peak {self.peak:,}/h"
+
+
+def build_sparkline(counts: list[int]) -> Sparkline:
+    """Bars for hourly ``counts``, scaled to the busiest hour, as one SVG path of vertical strokes
+    (a page shows up to 200 of them: one short attribute each, no element per bar; the stroke
+    width is in app.css); an hour with any arrival gets a visible bar, however small next to
+    the peak."""
+    peak = max(counts, default=0)
+    scale = (SPARK_HEIGHT - 1) / peak if peak else 0
+    path = "".join(f"M{i * SPARK_BAR + 1.5} {SPARK_HEIGHT}v-{max(2, round(n * scale))}"
+                   for i, n in enumerate(counts) if n)
+    return Sparkline(tuple(counts), path, sum(counts), peak, SPARK_BAR * len(counts))

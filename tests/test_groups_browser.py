@@ -1,0 +1,108 @@
+"""The failure groups in Debian's Chromium: each group's trend with its text alternative, its
+counts by status and readable label, a subject that never breaks inside a word, and Republish
+for a whole group through the bulk preview (operators only)."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import expect
+
+from . import support
+
+EXPECT_TIMEOUT = 10_000
+
+# Lines the subject's text occupies: the distinct tops of the rectangles of its text.
+SUBJECT_LINES = """(cell) => {
+  const range = document.createRange();
+  range.selectNodeContents(cell.querySelector('.subject-name'));
+  return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size;
+}"""
+
+
+def two_groups(app, nats_server) -> tuple[list[int], list[int]]:
+    """3 "order <n> not found" and 2 "carrier down" dead letters of orders.created, through NATS."""
+    support.make_orders_stream(nats_server.url)
+    orders = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": %d}' % i for i in range(3)],
+                                        headers={"Dlq-Error": "order 4711 not found"})
+    carrier = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": 9}', b'{"order_id": 10}'],
+                                         headers={"Dlq-Error": "carrier down"})
+    return orders, carrier
+
+
+def group_row(page, label: str):
+    return page.locator("table.groups tbody tr").filter(has_text=label)
+
+
+def test_a_viewer_sees_each_groups_trend_counts_and_label_and_no_actions(app, live_server, page, nats_server):
+    two_groups(app, nats_server)
+    support.browser_login(page, live_server, app, "viewer")
+    page.goto(f"{live_server}/groups")
+
+    row = group_row(page, "order … not found")
+    expect(row.locator("td.num")).to_have_text("3")
+    expect(row.locator(".by-status")).to_have_text("open 3")
+    trend = row.locator("svg.sparkline")
+    expect(trend).to_have_attribute("aria-label", "3 in the last 24 h, peak 3/h")
+    expect(trend.locator("title")).to_contain_text("3 in the last 24 h, peak 3/h")
+    # One bar, the peak: this hour's (or the last one's, had the hour just turned).
+    expect(trend.locator("path.spark-bars")).to_have_attribute("d", re.compile(r"^M(93|89)\.5 20v-19$"))
+    row.get_by_text("Key").click()
+    expect(row.locator(".group-key code")).to_have_text("order <n> not found")
+    expect(group_row(page, "carrier down").locator("td.num")).to_have_text("2")
+    assert page.get_by_role("button", name="Republish").count() == 0
+    assert page.get_by_role("button", name="Close").count() == 0
+
+
+def test_a_subject_stays_on_one_line_on_a_phone_and_a_wide_screen(app, live_server, page, nats_server):
+    two_groups(app, nats_server)
+    support.browser_login(page, live_server, app, "operator")  # the widest rows: with the actions
+    for width in (390, 1440):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server}/groups")
+        cells = page.locator("td.group-subject")
+        assert cells.count() == 2
+        for i in range(cells.count()):
+            cell = cells.nth(i)
+            assert cell.inner_text() == "orders.created"
+            assert cell.evaluate(SUBJECT_LINES) == 1, f"the subject wraps at {width} px"
+            height, line = cell.locator(".subject-name").evaluate(
+                "e => [e.getBoundingClientRect().height, parseFloat(getComputedStyle(e).lineHeight)]")
+            assert height < 1.5 * line, f"the subject is {height} px high at {width} px, a line is {line}"
+
+
+def test_an_operator_republishes_a_whole_group_through_the_preview(app, live_server, page, nats_server):
+    two_groups(app, nats_server)
+    support.browser_login(page, live_server, app, "operator")
+    page.goto(f"{live_server}/groups")
+
+    group_row(page, "order … not found").get_by_role("button", name="Republish").click()
+    expect(page.locator("main")).to_contain_text("3 entries will be republished")
+    expect(page.locator("main")).to_contain_text("status=open")
+    assert support.stream_messages(nats_server.url) == []  # nothing is sent before the confirmation
+    page.get_by_role("button", name="Start").click()
+
+    page.wait_for_url(re.compile(r"/jobs/\d+$"))
+    expect(page.locator(".job-state")).to_contain_text("done: 3 done", timeout=20_000)
+    assert sorted(m.data for m in support.stream_messages(nats_server.url)) == [
+        b'{"order_id": 0}', b'{"order_id": 1}', b'{"order_id": 2}']
+    page.goto(f"{live_server}/groups?status=any")
+    expect(group_row(page, "order … not found").locator(".by-status")).to_have_text("republished 3")
+    expect(group_row(page, "carrier down").locator(".by-status")).to_have_text("open 2")
+
+
+def test_an_operator_closes_a_whole_group_with_a_note(app, live_server, page, nats_server):
+    two_groups(app, nats_server)
+    support.browser_login(page, live_server, app, "operator")
+    page.goto(f"{live_server}/groups")
+
+    group_row(page, "carrier down").get_by_role("button", name="Close").click()
+    expect(page.locator("main")).to_contain_text("2 entries will be closed")
+    page.get_by_label("Note").fill("carrier outage, orders re-sent by hand")
+    page.get_by_role("button", name="Start").click()
+
+    expect(page.locator(".job-state")).to_contain_text("done: 2 done", timeout=20_000)
+    page.goto(f"{live_server}/groups")  # open entries: the closed group is gone
+    expect(page.locator("table.groups tbody tr")).to_have_count(1)
+    expect(group_row(page, "order … not found").locator("td.num")).to_have_text("3")
+    assert support.stream_messages(nats_server.url) == []
