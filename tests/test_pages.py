@@ -203,7 +203,7 @@ def test_groups_show_a_trend_a_readable_label_and_operators_get_the_group_action
     assert 'aria-label="3 in the last 24 h, peak 3/h"' in row and "<title>3 in the last 24 h, peak 3/h</title>" in row
     # One bar, the peak: this hour's (or the last one's, had the hour just turned).
     assert re.search(r'<path class="spark-bars" d="M(93|89).5 20v-19"></path>', row)
-    assert ">order … not found</span>" in row and "<code>order &lt;n&gt; not found</code>" in row
+    assert ">order &lt;id&gt; not found</span>" in row and "group-key" not in row  # the label is the whole key
     assert '<span class="subject-name">orders.created</span>' in row
     assert "<form" not in row and ">Republish<" not in row  # a viewer reads only
     operator = html_of(support.logged_in(web, "operator").get("/groups"))

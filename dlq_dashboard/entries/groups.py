@@ -10,23 +10,19 @@ from functools import cached_property
 from datetime import datetime
 from typing import Any, Mapping
 
+from ..ingest import grouping
 from ..times import format_time
 
 #: The longest label shown; the full key stays available beside it.
-LABEL_LENGTH = 120
-_PLACEHOLDERS = re.compile(r"<n>|<id>|'…'|\"…\"")
+LABEL_LENGTH = grouping.MAX_LABEL
 _SPACES = re.compile(r"\s+")
 
 
 def group_label(key: str) -> str:
-    """A group's key as one readable line: the placeholders ingest put in for ids, numbers and
-    quoted values read as "…", and a long key is cut to LABEL_LENGTH characters."""
-    # Kept as one function so that it can hand over to ingest/grouping.py once the grouping
-    # rules there say how their own keys read.
-    text = _SPACES.sub(" ", _PLACEHOLDERS.sub("…", key or "")).strip()
-    if len(text) > LABEL_LENGTH:
-        text = text[:LABEL_LENGTH - 1].rstrip() + "…"
-    return text
+    """A group's key as one readable line (ingest/grouping.py says how its keys read): the
+    placeholders stay (``customer <id> not found`` says what varied), several schema failures read
+    as the first and how many more, and a long key is cut at a word."""
+    return grouping.group_label(_SPACES.sub(" ", key or "").strip(), LABEL_LENGTH)
 
 
 @dataclass
