@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -263,3 +265,16 @@ def browser_login(page, base_url: str, app, role: str) -> None:
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(lambda url: "/login" not in url)
+
+
+# --- a frozen nats-server ----------------------------------------------------------------------
+
+@contextmanager
+def frozen(server):
+    """The nats-server stopped with SIGSTOP (its connections stay open, nothing answers),
+    continued with SIGCONT afterwards whatever happens."""
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)

@@ -14,8 +14,9 @@ from playwright.sync_api import expect
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
-from .test_stale import PAYLOAD, frozen
+from .support import frozen
 
+PAYLOAD = b'{"order_id": "o-1", "customer_id": "c-1"}'
 # The banner is polled every 2 s and the probe decides within about a second.
 WITHIN = 15_000
 
