@@ -265,7 +265,6 @@ class Bridge:
         if not self._stopping:
             self._set_state(False, "the NATS connection was closed")
 
-
     # --- liveness ---------------------------------------------------------------------------
 
     async def _probe_forever(self) -> None:
