@@ -210,6 +210,13 @@ class Settings:
     # keeps retrying in the background (nats-py alone would block for minutes).
     connect_timeout: float = 5.0
     request_timeout: float = 5.0
+    # Liveness: a ping every probe_interval; no answer for nats_answer_limit seconds and NATS is
+    # declared unreachable (a frozen server keeps its TCP connection, so nats-py would not notice
+    # for minutes). A request never waits on NATS longer than the two together.
+    probe_interval: float = 0.25
+    nats_answer_limit: float = 0.75
+    # The mirror "lags" (pages say so) once a message NATS holds has waited this long unmirrored.
+    mirror_stale_after: float = 10.0
     # Single sign-on: a reverse proxy's user header, believed only from these addresses.
     trusted_header: str | None = None
     trusted_proxies: tuple[str, ...] = ()

@@ -42,3 +42,50 @@
     });
   });
 })();
+
+// --- The stale-data banner and the actions that need NATS -----------------------------------
+// The banner (base.html, web/status.py) is polled every 2 s. Its marker says whether NATS is
+// reachable; every element marked data-needs-nats is disabled with the reason as its title while
+// it is not, and enabled again when it is back. The reason is set as text, never as markup.
+(function () {
+  "use strict";
+
+  function applyNatsState(root) {
+    var marker = root.querySelector("[data-nats-state]");
+    if (!marker) {
+      return;
+    }
+    var down = marker.getAttribute("data-nats-state") === "down";
+    var reason = marker.getAttribute("data-nats-reason") || "";
+    document.querySelectorAll("[data-needs-nats]").forEach(function (element) {
+      element.disabled = down;
+      if (down) {
+        element.setAttribute("title", reason);
+      } else {
+        element.removeAttribute("title");
+      }
+      // A disabled <option> that is chosen would submit nothing: choose the first one left.
+      var select = element.tagName === "OPTION" ? element.parentElement : null;
+      if (down && select && select.value === element.value) {
+        var usable = Array.prototype.find.call(select.options, function (option) { return !option.disabled; });
+        if (usable) {
+          select.value = usable.value;
+        }
+      }
+    });
+    document.querySelectorAll("[data-needs-nats-note]").forEach(function (note) {
+      note.hidden = !down;
+      var text = note.querySelector("[data-needs-nats-reason]");
+      if (text) {
+        text.textContent = reason;
+      }
+    });
+  }
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var target = event.detail && event.detail.target;
+    if (target && target.matches && target.matches("[data-status-banner]")) {
+      applyNatsState(target);
+    }
+  });
+})();

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -277,3 +278,16 @@ def browser_login(page, base_url: str, app, role: str) -> None:
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(lambda url: "/login" not in url)
+
+
+# --- a frozen nats-server ----------------------------------------------------------------------
+
+@contextmanager
+def frozen(server):
+    """The nats-server stopped with SIGSTOP (its connections stay open, nothing answers),
+    continued with SIGCONT afterwards whatever happens."""
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)

@@ -48,7 +48,7 @@ def test_the_editor_validates_while_typing_and_needs_the_override_for_an_invalid
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-2"}'])
     support.browser_login(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}")
-    page.get_by_role("link", name="Edit and republish").click()
+    page.get_by_role("button", name="Edit and republish").click()
 
     check = page.locator("#payload-check")
     expect(check).to_contain_text("'customer_id' is a required property")

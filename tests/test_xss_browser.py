@@ -198,3 +198,32 @@ def test_the_edit_form_keeps_a_hostile_payload_inside_its_textarea(app, live_ser
     visit(page, watch, live_server + edit[0].replace("<int:entry_id>", str(entry_id)))
     values = page.evaluate("[...document.querySelectorAll('textarea')].map(t => t.value)")
     assert "\n".join(CORPUS) in values
+
+
+def test_a_hostile_nats_error_in_the_stale_data_banner_and_the_disabled_buttons_is_only_text(
+        app, live_server, page, hostile_entries, monkeypatch):
+    # The banner shows the bridge's last error; it comes from nats-py and the configured URLs, not
+    # from a payload, but it is server text all the same. Here it is hostile, and stays text
+    # through the first render, the poll's swap and the buttons' titles that static/app.js sets.
+    from dlq_dashboard.times import utcnow
+    from dlq_dashboard.web import status, templating
+
+    hostile = " ".join(CORPUS)
+    down = status.ServiceStatus(False, utcnow(), hostile, (status.StreamLag("DLQ", 7, utcnow()),))
+    monkeypatch.setattr(status, "service_status", lambda rt: down)
+    monkeypatch.setattr(templating, "service_status", lambda rt: down)
+    support.browser_login(page, live_server, app, "operator")
+    watch = Watch(page, app, live_server)
+    text = visit(page, watch, f"{live_server}/entries/{hostile_entries['first']}")
+    assert hostile in text and "The list is behind NATS" in text
+    # Take the titles away: the next poll's swap and app.js put them back, from the marker's text.
+    page.evaluate("document.querySelectorAll('[data-needs-nats]').forEach(e => e.removeAttribute('title'))")
+    support.wait_for(lambda: page.evaluate("[...document.querySelectorAll('[data-needs-nats]')].every(e => e.title)"),
+                     timeout=10, message="the poll to disable the buttons again")
+    assert page.evaluate(INJECTED) == [] and watch.dialogs == [] and watch.csp == []
+    assert watch.unexpected_requests() == []
+    assert hostile in page.evaluate("document.body.innerText")
+    title = page.get_by_role("button", name="Republish", exact=True).get_attribute("title")
+    assert title == f"NATS is not reachable ({hostile})"
+    reasons = page.evaluate("[...document.querySelectorAll('[data-needs-nats-reason]')].map(e => e.textContent)")
+    assert reasons and all(r == f"NATS is not reachable ({hostile})" for r in reasons)

@@ -26,9 +26,8 @@ def nats_unreachable(rt: ActionContext) -> str | None:
     """Why NATS cannot be used now (a sentence), or None when it is connected."""
     if rt.bridge is None:
         return "NATS is not connected (the dashboard's background services are not running)"
-    if not rt.bridge.state.connected:
-        return f"NATS is not reachable ({rt.bridge.state.last_error or 'connecting'})"
-    return None
+    state = rt.bridge.state
+    return None if state.connected else state.reason()
 
 
 def classify_failure(exc: BaseException, intent: Intent) -> tuple[bool, ActionError]:

@@ -61,10 +61,29 @@ class StreamProgress:
     ingested: int = 0
     error: str | None = None
     queued_seq: int = 0  # handed to the writer, maybe not yet committed
+    # (when, the stream's last seq) each time the stream was seen to have grown: the first one past
+    # last_seq is how long the oldest message not yet mirrored has been known to wait. Changed on
+    # the bridge's thread only; pages read a copy.
+    seen: deque = field(default_factory=lambda: deque(maxlen=4096), repr=False)
 
     @property
     def lag(self) -> int:
         return max(self.stream_last_seq - self.last_seq, 0)
+
+    def saw_stream(self, last_seq: int) -> None:
+        """Note the stream's last sequence as stream_info (or the first sight of it) says now."""
+        self.stream_last_seq = last_seq
+        while self.seen and self.seen[0][1] <= self.last_seq:
+            self.seen.popleft()
+        if not self.seen or last_seq > self.seen[-1][1]:
+            self.seen.append((utcnow(), last_seq))
+
+    def behind_since(self) -> datetime | None:
+        """Since when a message the stream holds has been waiting unmirrored; None when caught up."""
+        last_seq = self.last_seq
+        if self.stream_last_seq <= last_seq:
+            return None
+        return next((at for at, seq in list(self.seen) if seq > last_seq), None)
 
 
 class StreamChanged(Exception):
@@ -188,8 +207,11 @@ class Mirror:
         if info.state.first_seq > last_seq + 1 and info.state.messages:
             log.warning("stream %s no longer holds sequences %d to %d (removed by its limits before "
                         "they were mirrored)", stream, last_seq + 1, info.state.first_seq - 1)
+        if progress.epoch != epoch:
+            progress.seen.clear()
         progress.epoch, progress.last_seq, progress.queued_seq = epoch, last_seq, last_seq
-        progress.stream_last_seq, progress.error = info.state.last_seq, None
+        progress.saw_stream(info.state.last_seq)
+        progress.error = None
 
         inbox = _Inbox(progress.queued_seq)
         # Writes in flight while the next batch gathers: the database and the network overlap.
@@ -238,7 +260,7 @@ class Mirror:
             raise StreamChanged(f"stream {stream} was deleted; waiting for it to be recreated") from None
         if stream_epoch(info) != epoch:
             raise StreamChanged(f"stream {stream} was recreated; reading the new one from its start")
-        progress.stream_last_seq = info.state.last_seq
+        progress.saw_stream(info.state.last_seq)
 
     async def _write_dlq(self, stream: str, epoch: str, batch: list, after: int) -> None:
         # StreamMessage fields as tuples: the writer process rebuilds them.

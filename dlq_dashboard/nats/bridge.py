@@ -12,7 +12,9 @@ import concurrent.futures
 import logging
 import ssl
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, Awaitable, Callable, TypeVar
 
 import nats
@@ -21,10 +23,14 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from ..config import Settings
+from ..times import format_time, utcnow
 from . import headers
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# How often a thread waiting in call() looks whether the probe has given up on the server.
+CALL_SLICE = 0.05
 
 
 class NatsUnavailable(RuntimeError):
@@ -33,14 +39,23 @@ class NatsUnavailable(RuntimeError):
 
 @dataclass
 class ConnectionState:
-    """What /healthz and the pages say about the connection."""
+    """What /healthz and the pages say about the connection. ``connected`` means usable: connected
+    and answering the probe's pings; ``unreachable_since`` is when that stopped (None while usable)."""
 
     connected: bool = False
     url: str | None = None
     last_error: str | None = None
+    unreachable_since: datetime | None = None
+    rtt_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"connected": self.connected, "url": self.url, "last_error": self.last_error}
+        return {"connected": self.connected, "url": self.url, "last_error": self.last_error,
+                "unreachable_since": format_time(self.unreachable_since),
+                "rtt_ms": None if self.rtt_ms is None else round(self.rtt_ms, 1)}
+
+    def reason(self) -> str:
+        """Why NATS cannot be used now, as a sentence (for a refusal)."""
+        return f"NATS is not reachable ({self.last_error or 'connecting'})"
 
 
 def auth_options(settings: Settings) -> dict[str, Any]:
@@ -72,6 +87,8 @@ class Bridge:
         self._stopping = False
         self._tasks: set[asyncio.Task] = set()
         self._on_connect: list[Callable[[], Awaitable[None]]] = []
+        # Raised at every (re)connection: a ping sent on an earlier connection is never answered.
+        self._generation = 0
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -89,7 +106,9 @@ class Bridge:
         self._thread = threading.Thread(target=run, name="nats-bridge", daemon=True)
         self._thread.start()
         ready.wait()
+        self.state = ConnectionState(unreachable_since=utcnow())
         self.spawn(self._connect_forever())
+        self.spawn(self._probe_forever())
         return self
 
     def wait_connected(self, timeout: float) -> bool:
@@ -111,17 +130,27 @@ class Bridge:
     def call(self, make: Callable[[], Awaitable[T]], timeout: float | None = None) -> T:
         """Run a coroutine on the bridge from another thread and return its result.
 
-        Raises NatsUnavailable when not connected or when the call times out.
+        Raises NatsUnavailable at once when NATS is not usable, when the call times out, and as
+        soon as the probe declares the server unreachable while the call waits (what the call
+        sent may still arrive: for a publish the outcome is unknown).
         """
         if not self.state.connected:
-            raise NatsUnavailable(f"NATS is not reachable ({self.state.last_error or 'connecting'})")
+            raise NatsUnavailable(self.state.reason())
         timeout = self.settings.request_timeout if timeout is None else timeout
         future = asyncio.run_coroutine_threadsafe(_awaiting(make), self.loop)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise NatsUnavailable(f"NATS did not answer within {timeout:g} s") from None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return future.result(max(min(CALL_SLICE, deadline - time.monotonic()), 0))
+            except concurrent.futures.TimeoutError:
+                if future.done():  # the coroutine's own timeout (TimeoutError) ended it
+                    raise NatsUnavailable(f"NATS did not answer within {timeout:g} s") from None
+            if not self.state.connected:
+                future.cancel()
+                raise NatsUnavailable(f"{self.state.reason()}; stopped waiting for its answer") from None
+            if time.monotonic() >= deadline:
+                future.cancel()
+                raise NatsUnavailable(f"NATS did not answer within {timeout:g} s") from None
 
     def on_connect(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Run ``callback`` on the bridge after every (re)connection, e.g. to ensure streams."""
@@ -201,10 +230,14 @@ class Bridge:
                 log.exception("a NATS connect callback failed")
 
     def _set_state(self, connected: bool, error: str | None) -> None:
+        # Replaced whole, never changed in place: a Flask thread reads one consistent state.
+        previous = self.state
         self.state = ConnectionState(
             connected=connected,
             url=str(self.nc.connected_url.geturl()) if connected and self.nc and self.nc.connected_url else None,
-            last_error=error)
+            last_error=error,
+            unreachable_since=None if connected else (previous.unreachable_since or utcnow()),
+            rtt_ms=previous.rtt_ms if connected else None)
         if connected:
             self._connected.set()
         else:
@@ -217,6 +250,7 @@ class Bridge:
         log.warning("NATS: disconnected; reconnecting")
 
     async def _reconnected(self) -> None:
+        self._generation += 1
         self._set_state(True, None)
         log.info("NATS: reconnected to %s", self.state.url)
         await self._run_on_connect()
@@ -224,11 +258,64 @@ class Bridge:
     async def _error(self, exc: Exception) -> None:
         log.debug("NATS client error: %r", exc)
         if self.state.connected is False:
-            self.state.last_error = f"cannot connect to {', '.join(self.servers)}: {exc or type(exc).__name__}"
+            self.state = replace(self.state, last_error=f"cannot connect to {', '.join(self.servers)}: "
+                                                        f"{exc or type(exc).__name__}")
 
     async def _closed(self) -> None:
         if not self._stopping:
             self._set_state(False, "the NATS connection was closed")
+
+    # --- liveness ---------------------------------------------------------------------------
+
+    async def _probe_forever(self) -> None:
+        """Ping the server every probe_interval; unanswered for nats_answer_limit seconds, it is
+        declared unreachable, and usable again when the answer comes.
+
+        The ping's future is never cancelled: nats-py answers pongs in order with
+        ``future.set_result``, and a cancelled future there (what ``nc.flush(timeout)`` leaves
+        after a timeout) raises InvalidStateError in its read loop, which then stops reading.
+        """
+        loop = asyncio.get_running_loop()
+        interval, limit = self.settings.probe_interval, self.settings.nats_answer_limit
+        ping: asyncio.Future | None = None
+        sent, generation = 0.0, -1
+        while not self._stopping:
+            nc = self.nc
+            if nc is None or not nc.is_connected:
+                ping = None  # nats-py reports the outage itself and reconnects
+                await asyncio.sleep(interval)
+                continue
+            if ping is None or generation != self._generation:
+                ping, sent, generation = loop.create_future(), loop.time(), self._generation
+                try:
+                    await nc._send_ping(ping)
+                except Exception as exc:  # the connection just went: nats-py reconnects
+                    log.debug("the liveness ping could not be sent: %r", exc)
+                    ping = None
+                    await asyncio.sleep(interval)
+                    continue
+            waited = loop.time() - sent
+            await asyncio.wait({ping}, timeout=max(min(interval, limit - waited), 0.01))
+            waited = loop.time() - sent
+            if ping.done():
+                self._answered(waited)
+                ping = None
+                await asyncio.sleep(max(interval - waited, 0))
+            elif waited >= limit:
+                self._unanswered(waited)
+
+    def _answered(self, rtt: float) -> None:
+        if self.state.connected:
+            self.state = replace(self.state, rtt_ms=rtt * 1000)
+        elif self.nc is not None and self.nc.is_connected and self.js is not None:
+            self._set_state(True, None)
+            self.state = replace(self.state, rtt_ms=rtt * 1000)
+            log.warning("NATS: answering again at %s", self.state.url)
+
+    def _unanswered(self, waited: float) -> None:
+        if self.state.connected:
+            self._set_state(False, f"no answer from NATS at {self.state.url} for {waited:.1f} s")
+            log.warning("NATS: %s; it is treated as unreachable until it answers", self.state.last_error)
 
 
 async def _awaiting(make: Callable[[], Awaitable[T]]) -> T:

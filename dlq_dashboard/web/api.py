@@ -7,11 +7,14 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..ingest.writes import read_position
 from ..nats.bridge import NatsUnavailable
+from ..times import format_time
 from . import current_runtime
 from .auth import requires
 from .data import entries_page, failure_groups, get_entry_or_404
 
 bp = Blueprint("api", __name__)
+# The longest /healthz waits for the stream's answer (seconds).
+HEALTH_TIMEOUT = 0.8
 
 
 @bp.route("/api/entries")
@@ -51,9 +54,13 @@ def health() -> tuple[dict, int]:
     nats = {"connected": False, "last_error": "not started"}
     lag = None
     if rt.bridge is not None:
+        # While the liveness probe says NATS is unreachable this answers at once from memory;
+        # otherwise the stream is asked, for at most HEALTH_TIMEOUT (cut short if the probe gives
+        # up meanwhile), so a load balancer's check never hangs on a frozen server.
         nats = rt.bridge.state.to_dict()
         try:
-            info = rt.bridge.call(lambda: rt.bridge.js.stream_info(stream), timeout=2.0)
+            info = rt.bridge.call(lambda: rt.bridge.js.stream_info(stream),
+                                  timeout=HEALTH_TIMEOUT)
             if position is not None:
                 lag = max(info.state.last_seq - position, 0)
         except NatsUnavailable as exc:
@@ -63,7 +70,8 @@ def health() -> tuple[dict, int]:
     mirror = None
     if rt.mirror is not None:
         mirror = {"leader": rt.mirror.leader,
-                  "streams": {name: {"last_seq": p.last_seq, "lag": p.lag, "error": p.error}
+                  "streams": {name: {"last_seq": p.last_seq, "lag": p.lag, "error": p.error,
+                                     "behind_since": format_time(p.behind_since())}
                               for name, p in rt.mirror.progress.items()}}
     # The process that mirrors also says whether it is mirroring: a follower that failed (a
     # stream leader being elected, the database gone) resumes by itself, degraded meanwhile.

@@ -183,7 +183,11 @@ SCHEMAS: dict[str, dict] = {
         "properties": {
             "status": {"type": "string", "enum": ["ok", "degraded"]},
             "nats": {"type": "object", "required": ["connected"],
-                     "properties": {"connected": BOOL, "url": _nullable(STR), "last_error": _nullable(STR)}},
+                     "properties": {"connected": BOOL, "url": _nullable(STR), "last_error": _nullable(STR),
+                                    "unreachable_since": {**_nullable(STR), "format": "date-time",
+                                                          "description": "Since when NATS has not answered."},
+                                    "rtt_ms": {**_nullable({"type": "number"}),
+                                               "description": "The liveness probe's last round trip."}}},
             "database": {"type": "object", "required": ["connected"],
                          "properties": {"connected": BOOL, "last_error": _nullable(STR)}},
             "mirror_lag": {**_nullable(INT), "description": "Messages not yet mirrored; null if unknown."},

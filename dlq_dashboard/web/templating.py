@@ -14,8 +14,10 @@ from dlq_consumer import headers as contract
 from ..actions.decisions import REPUBLISHABLE
 from ..entries.shape import STATUSES
 from ..times import as_time, format_time, utcnow
+from . import current_runtime
 from .auth import current_identity
 from .responses import list_url
+from .status import service_status
 
 
 def when(value: datetime | str | None) -> str:
@@ -77,5 +79,12 @@ def init_app(app: Flask) -> None:
 
     @app.context_processor
     def _context():
-        return {"identity": current_identity(), "list_url": list_url, "statuses": STATUSES,
-                "reasons": contract.REASONS, "republishable": REPUBLISHABLE, "contract": contract}
+        identity = current_identity()
+        rt = current_runtime()
+        # From memory (the liveness probe, the mirror's progress): the banner's first render and
+        # the actions that need NATS, rendered disabled while it is unreachable.
+        status = service_status(rt) if identity else None
+        return {"identity": identity, "list_url": list_url, "statuses": STATUSES,
+                "reasons": contract.REASONS, "republishable": REPUBLISHABLE, "contract": contract,
+                "service": status, "nats_down": status.nats_down if status else None,
+                "close_needs_nats": rt.settings.delete_on_close}

@@ -1,0 +1,108 @@
+"""Stale data is visible, in Debian's Chromium: the banner appears without a reload when NATS
+freezes or the mirror falls behind, the actions that need NATS are disabled with the reason, and
+both recover by themselves."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+from playwright.sync_api import expect
+
+from dlq_dashboard.runtime import runtime_of
+
+from . import support
+from .support import frozen
+
+PAYLOAD = b'{"order_id": "o-1", "customer_id": "c-1"}'
+# The banner is polled every 2 s and the probe decides within about a second.
+WITHIN = 15_000
+
+
+@pytest.fixture
+def settings(tmp_path, nats_server):
+    """A mirror counted as behind once a message has waited a second (10 s by default)."""
+    return support.make_settings(tmp_path, nats_server.url, mirror_stale_after=1.0)
+
+
+def test_the_banner_appears_without_a_reload_while_nats_is_frozen_and_republish_waits_for_it(
+        app, live_server, page, nats_server):
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [PAYLOAD])
+    support.browser_login(page, live_server, app, "operator")
+    page.goto(f"{live_server}/entries/{entry_id}")
+    banner = page.locator("[data-status-banner]")
+    republish = page.get_by_role("button", name="Republish", exact=True)
+    edit = page.get_by_role("button", name="Edit and republish")
+    note = page.get_by_text("Republishing is unavailable")
+    expect(banner).not_to_contain_text("NATS")
+    expect(republish).to_be_enabled()
+    expect(note).to_be_hidden()
+    page.evaluate("window.notReloaded = true")
+
+    with frozen(nats_server):
+        expect(banner).to_contain_text("NATS is not reachable since", timeout=WITHIN)
+        expect(banner).to_contain_text("no answer from NATS")
+        expect(republish).to_be_disabled()
+        expect(edit).to_be_disabled()
+        expect(republish).to_have_attribute("title", re.compile(r"^NATS is not reachable \(no answer"))
+        expect(note).to_be_visible()
+        expect(note).to_contain_text("NATS is not reachable")
+        assert page.evaluate("window.notReloaded") is True
+        # The close action is a database decision: it stays available.
+        expect(page.get_by_role("button", name="Close", exact=True)).to_be_enabled()
+
+    expect(banner).not_to_contain_text("NATS", timeout=WITHIN)
+    expect(republish).to_be_enabled()
+    expect(edit).to_be_enabled()
+    expect(republish).not_to_have_attribute("title", re.compile("."))
+    expect(note).to_be_hidden()
+    assert page.evaluate("window.notReloaded") is True
+
+    republish.click()
+    expect(page.get_by_text("stored by stream ORDERS")).to_be_visible()
+    page.get_by_role("button", name="Republish", exact=True).click()
+    page.wait_for_url(re.compile(rf"/entries/{entry_id}$"))
+    expect(page.locator("h1 .status")).to_have_text("republished")
+    assert len(support.stream_messages(nats_server.url)) == 1
+
+
+def test_a_page_opened_while_nats_is_frozen_offers_bulk_close_but_not_bulk_republish(
+        app, live_server, page, nats_server):
+    support.dead_letter_orders(app, nats_server.url, [PAYLOAD])
+    support.browser_login(page, live_server, app, "operator")
+    rt = runtime_of(app)
+    with frozen(nats_server):
+        support.wait_for(lambda: not rt.bridge.state.connected, message="the probe's verdict")
+        page.goto(f"{live_server}/")
+        expect(page.locator("[data-status-banner]")).to_contain_text("NATS is not reachable since")
+        choice = page.get_by_label("Selected entries")
+        expect(choice).to_have_value("close")
+        expect(choice.locator("option[value=republish]")).to_be_disabled()
+        expect(page.get_by_text("Bulk republish is unavailable")).to_be_visible()
+    expect(page.locator("[data-status-banner]")).not_to_contain_text("NATS", timeout=WITHIN)
+    expect(page.get_by_label("Selected entries").locator("option[value=republish]")).to_be_enabled()
+    expect(page.get_by_text("Bulk republish is unavailable")).to_be_hidden()
+
+
+def test_the_banner_says_how_far_behind_the_list_is_while_the_mirror_lags(app, live_server, page, nats_server):
+    rt = runtime_of(app)
+    support.dead_letter_orders(app, nats_server.url, [PAYLOAD])
+    support.browser_login(page, live_server, app, "viewer")
+    page.goto(f"{live_server}/groups")
+    banner = page.locator("[data-status-banner]")
+    expect(banner).not_to_contain_text("behind")
+
+    writer = rt.mirror._process._proc.pid
+    os.kill(writer, signal.SIGSTOP)  # the mirror receives, nothing is committed
+    try:
+        support.run(support.publish_fast(nats_server.url, "dlq.orders.created", 7,
+                                         lambda i: (PAYLOAD, support.dlq_headers())))
+        expect(banner).to_contain_text("The list is behind NATS: 7 messages of stream DLQ not mirrored yet",
+                                       timeout=WITHIN)
+        expect(banner).to_contain_text("the oldest waiting since")
+    finally:
+        os.kill(writer, signal.SIGCONT)
+    expect(banner).not_to_contain_text("behind", timeout=WITHIN)
