@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -122,6 +123,30 @@ def _networks(name: str, raw: str) -> tuple[str, ...]:
     return networks
 
 
+# RFC 7230's token characters: what a header name may hold.
+_HEADER_CHARS = set("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_POINTER_ESCAPE = re.compile(r"~(?![01])")
+
+
+def _mask(name: str, raw: str) -> tuple[str, ...]:
+    """DLQ_MASK: JSON Pointers (they start with '/') and header names, comma-separated.
+
+    Only the spelling is checked here; what a pointer means is entries/masking.py's business.
+    """
+    items = tuple(dict.fromkeys(item.strip() for item in raw.split(",") if item.strip()))
+    for item in items:
+        if item.startswith("/"):
+            if _POINTER_ESCAPE.search(item):
+                raise ConfigError(f"{name}={raw!r} is not valid: {item!r} is not a JSON Pointer ('~' must be "
+                                  "followed by 0 or 1); use pointers such as /customer/email and header "
+                                  "names such as X-Card")
+        elif not set(item) <= _HEADER_CHARS:
+            raise ConfigError(f"{name}={raw!r} is not valid: {item!r} is neither a JSON Pointer (they start "
+                              "with '/') nor a header name; use pointers such as /customer/email and header "
+                              "names such as X-Card")
+    return items
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the dashboard is configured with (SPEC section 3)."""
@@ -151,6 +176,8 @@ class Settings:
     # Single sign-on: a reverse proxy's user header, believed only from these addresses.
     trusted_header: str | None = None
     trusted_proxies: tuple[str, ...] = ()
+    # DLQ_MASK: JSON Pointers into payloads and header names, hidden from viewers.
+    mask: tuple[str, ...] = ()
 
     @property
     def bundled_nats(self) -> bool:
@@ -182,6 +209,7 @@ _PARSERS = {
     "DLQ_REPLICAS": ("stream_replicas", lambda n, r: _positive_int(n, r, highest=5)),
     "DLQ_TRUSTED_HEADER": ("trusted_header", _header_name),
     "DLQ_TRUSTED_PROXIES": ("trusted_proxies", _networks),
+    "DLQ_MASK": ("mask", _mask),
 }
 
 

@@ -22,6 +22,7 @@ from ..entries.view import EntryView
 from ..numbers import whole_number
 from . import current_runtime
 from .auth import requires
+from .data import shown_all, viewer_mask
 
 bp = Blueprint("export", __name__)
 
@@ -140,7 +141,8 @@ ENCODERS: dict[str, Callable[[Iterable[EntryView]], Iterator[bytes]]] = {
 def export_response(fmt: str) -> Response:
     """Stream every entry under the request's filters in ``fmt``."""
     flt, max_rows = export_request(request.args)
-    entries: Iterator[EntryView] = current_runtime().store.iter_entries(flt)
+    mask = viewer_mask()
+    entries: Iterator[EntryView] = shown_all(current_runtime().store.iter_entries(flt, mask=mask))
     if max_rows is not None:
         entries = itertools.islice(entries, max_rows)
     # Read the first batch before answering, so that a failing query is an error status
