@@ -29,7 +29,8 @@ def create_app(config: dict[str, Any] | None = None):
     from . import cli
     from .config import Settings, ensure_secret_key, load_settings
     from .runtime import EXTENSION, Runtime
-    from .web import actions, api, audit, auth, bulk, errors, export, metrics, openapi, pages, security, templating
+    from .web import (actions, api, audit, auth, bulk, errors, export, metrics, openapi, pages, saved_views, security,
+                      templating)
     from .web.responses import bearer_token, htmx
 
     class IdConverter(IntegerConverter):
@@ -73,7 +74,7 @@ def create_app(config: dict[str, Any] | None = None):
     templating.init_app(app)
     cli.init_app(app)
     htmx.init_app(app)
-    for module in (auth, pages, api, actions, bulk, audit, export, metrics, openapi):
+    for module in (auth, pages, api, actions, bulk, audit, export, metrics, openapi, saved_views):
         app.register_blueprint(module.bp)
 
     @app.before_request

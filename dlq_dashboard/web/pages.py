@@ -22,6 +22,7 @@ from .data import entries_page, get_entry_or_404, shown, shown_groups, viewer_ma
 from .presenters.charts import build_chart, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.timeline import build_timeline
+from .saved_views import saved_views, view_url
 from .responses import htmx, list_url, page_or_fragment, refusal, render_block
 
 bp = Blueprint("pages", __name__)
@@ -58,7 +59,7 @@ def index():
     response = page_or_fragment(
         "index.html", "results", 400 if filter_error else 200,
         page=page, flt=flt, args=request.args, filter_error=filter_error, top_id=top_id,
-        filter_args=flt.to_args(), example_command=example_command(),
+        filter_args=flt.to_args(), example_command=example_command(), saved=saved_views("list"), view_url=view_url,
         paging={"limit": flt.limit} if flt.limit != DEFAULT_LIMIT else {})
     if htmx and not flt.cursor and not filter_error:
         # The form sends its empty fields too; the address bar gets the tidy, shareable URL.
@@ -119,7 +120,8 @@ def groups():
     base = {k: v for k, v in flt.to_args().items() if k not in ("group", "subject", "reason")}
     return page_or_fragment("groups.html", "results", 400 if filter_error else 200,
                             groups=found, tally=tally, flt=flt,
-                            args={**defaults, **request.args.to_dict()}, filter_error=filter_error, base_args=base)
+                            args={**defaults, **request.args.to_dict()}, filter_error=filter_error, base_args=base,
+                            filter_args=flt.to_args(), saved=saved_views("groups"), view_url=view_url)
 
 
 # --- one entry --------------------------------------------------------------------------------
