@@ -188,3 +188,22 @@ def test_the_edit_form_keeps_a_hostile_payload_inside_its_textarea(app, live_ser
     visit(page, watch, live_server + edit[0].replace("<int:entry_id>", str(entry_id)))
     values = page.evaluate("[...document.querySelectorAll('textarea')].map(t => t.value)")
     assert "\n".join(CORPUS) in values
+
+
+def test_hostile_saved_view_names_and_filters_are_only_text(app, live_server, page):
+    from urllib.parse import urlencode
+
+    from dlq_dashboard.entries.saved_views import save_view, share_view
+    from dlq_dashboard.times import utcnow
+
+    engine = app.extensions["dlq"].engine
+    for i, text in enumerate(CORPUS):
+        for view_page in ("list", "groups"):
+            view = save_view(engine, "someone", text[:100], view_page, urlencode({"q": text}), utcnow())
+            share_view(engine, view.id, True)
+    support.browser_login(page, live_server, app, "admin")
+    watch = Watch(page, app, live_server)
+    for path in ("/", "/groups", "/views", f"/?{urlencode({'q': CORPUS[1]})}"):
+        text = visit(page, watch, live_server + path)
+        for raw in CORPUS:
+            assert raw[:24] in text, f"{path} does not show the view named {raw!r} as text"
