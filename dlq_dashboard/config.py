@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -184,6 +185,30 @@ def _networks(name: str, raw: str) -> tuple[str, ...]:
     return networks
 
 
+# RFC 7230's token characters: what a header name may hold.
+_HEADER_CHARS = set("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_POINTER_ESCAPE = re.compile(r"~(?![01])")
+
+
+def _mask(name: str, raw: str) -> tuple[str, ...]:
+    """DLQ_MASK: JSON Pointers (they start with '/') and header names, comma-separated.
+
+    Only the spelling is checked here; what a pointer means is entries/masking.py's business.
+    """
+    items = tuple(dict.fromkeys(item.strip() for item in raw.split(",") if item.strip()))
+    for item in items:
+        if item.startswith("/"):
+            if _POINTER_ESCAPE.search(item):
+                raise ConfigError(f"{name}={raw!r} is not valid: {item!r} is not a JSON Pointer ('~' must be "
+                                  "followed by 0 or 1); use pointers such as /customer/email and header "
+                                  "names such as X-Card")
+        elif not set(item) <= _HEADER_CHARS:
+            raise ConfigError(f"{name}={raw!r} is not valid: {item!r} is neither a JSON Pointer (they start "
+                              "with '/') nor a header name; use pointers such as /customer/email and header "
+                              "names such as X-Card")
+    return items
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the dashboard is configured with (SPEC section 3)."""
@@ -235,6 +260,8 @@ class Settings:
     retention: int = 30 * 86400
     # How often the replica that mirrors runs the purge (and once when it takes the mirror).
     purge_interval: float = 3600.0
+    # DLQ_MASK: JSON Pointers into payloads and header names, hidden from viewers.
+    mask: tuple[str, ...] = ()
 
     @property
     def bundled_nats(self) -> bool:
@@ -271,6 +298,7 @@ _PARSERS = {
     "DLQ_ALERT_THRESHOLD": ("alert_threshold", _positive_int),
     "DLQ_PUBLIC_URL": ("public_url", _public_url),
     "DLQ_RETENTION": ("retention", _retention),
+    "DLQ_MASK": ("mask", _mask),
 }
 
 

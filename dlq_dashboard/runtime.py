@@ -17,6 +17,7 @@ from .alerts.sender import AlertSender
 from .config import Settings
 from .db.engine import create_db_engine, dispose_quietly
 from .db.migrate import migrate
+from .entries.masking import Mask
 from .entries.schemas import SchemaRegistry
 from .entries.store import Store
 from .ingest.mirror import Mirror
@@ -37,6 +38,8 @@ class Runtime:
     store: Store
     schemas: SchemaRegistry
     streams: StreamSetup
+    # What viewers do not see (DLQ_MASK); empty, and so no mask, by default.
+    mask: Mask = field(default_factory=Mask)
     # The republishes this runtime is publishing right now (a double-click is refused with 409).
     flights: Flights = field(default_factory=Flights)
     bridge: Bridge | None = None
@@ -56,7 +59,8 @@ class Runtime:
         engine = create_db_engine(settings.database_url)
         migrate(engine)
         return cls(settings=settings, engine=engine, store=Store(engine),
-                   schemas=SchemaRegistry.load(settings.schemas_dir), streams=StreamSetup(settings))
+                   schemas=SchemaRegistry.load(settings.schemas_dir), streams=StreamSetup(settings),
+                   mask=Mask.from_settings(settings))
 
     def start(self, *, mirror: bool = True, bundled_port: int = 4222) -> Runtime:
         """Start the bundled nats-server if no NATS_URL is set, the bridge, the mirror, the

@@ -227,3 +227,22 @@ def test_a_hostile_nats_error_in_the_stale_data_banner_and_the_disabled_buttons_
     assert title == f"NATS is not reachable ({hostile})"
     reasons = page.evaluate("[...document.querySelectorAll('[data-needs-nats-reason]')].map(e => e.textContent)")
     assert reasons and all(r == f"NATS is not reachable ({hostile})" for r in reasons)
+
+
+def test_hostile_saved_view_names_and_filters_are_only_text(app, live_server, page):
+    from urllib.parse import urlencode
+
+    from dlq_dashboard.entries.saved_views import save_view, share_view
+    from dlq_dashboard.times import utcnow
+
+    engine = app.extensions["dlq"].engine
+    for i, text in enumerate(CORPUS):
+        for view_page in ("list", "groups"):
+            view = save_view(engine, "someone", text[:100], view_page, urlencode({"q": text}), utcnow())
+            share_view(engine, view.id, True)
+    support.browser_login(page, live_server, app, "admin")
+    watch = Watch(page, app, live_server)
+    for path in ("/", "/groups", "/views", f"/?{urlencode({'q': CORPUS[1]})}"):
+        text = visit(page, watch, live_server + path)
+        for raw in CORPUS:
+            assert raw[:24] in text, f"{path} does not show the view named {raw!r} as text"

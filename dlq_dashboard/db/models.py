@@ -335,3 +335,23 @@ class Purge(Base):
     messages_deleted: Mapped[int] = mapped_column(BigInt, default=0)
     # Entries left for the next run because their DLQ message could not be deleted (NATS down).
     deferred: Mapped[int] = mapped_column(BigInt, default=0)
+
+
+class SavedView(Base):
+    """The filters of the list or the groups page saved under a name by a person; an admin may
+    share one with everyone."""
+
+    __tablename__ = "saved_views"
+
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+    # The name of who saved it (a user, or a trusted proxy's user): views are per person.
+    owner: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(100))
+    page: Mapped[str] = mapped_column(String(16))  # "list" or "groups"
+    # The filters as a query string, as EntryFilter.to_args() writes them.
+    query: Mapped[str] = mapped_column(Text, default="")
+    shared: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+    __table_args__ = (UniqueConstraint("owner", "page", "name", name="uq_saved_views_owner_page_name"),
+                      Index("ix_saved_views_shared", "shared"))

@@ -15,7 +15,12 @@ from ..db.models import Action, Entry, Event, Republish
 from ..times import format_time
 from .audit import audit_record
 from .filters import EntryFilter, decode_cursor, encode_cursor, fts_query
+from .masking import Mask
 from .view import EntryView, Page
+
+#: The most search matches read for one page, count or tally when a viewer's search must skip
+#: the entries it matched by a masked value only (Store.list_entries).
+MASKED_SEARCH_SCAN = 10_000
 
 
 def _event_dict(row) -> dict[str, Any]:
@@ -55,8 +60,14 @@ class Store:
         return (select(*columns).select_from(_FTS.join(ENTRIES, ENTRIES.c.id == _FTS.c.rowid))
                 .where(condition, *flt.conditions(self.engine, search=False)).order_by(_FTS.c.rowid.desc()))
 
-    def list_entries(self, flt: EntryFilter) -> Page:
-        """One page of entries matching the filter, newest first (keyset pagination)."""
+    def list_entries(self, flt: EntryFilter, mask: Mask | None = None) -> Page:
+        """One page of entries matching the filter, newest first (keyset pagination).
+
+        With a ``mask`` (a viewer's), a search keeps only the entries it finds in what the
+        viewer sees of them; see _list_seen.
+        """
+        if mask and flt.q:
+            return self._list_seen(flt, mask)
         query = self.select_entries(flt)
         if flt.cursor:
             query = query.where(self._key(flt) < decode_cursor(flt.cursor))
@@ -66,8 +77,43 @@ class Store:
         next_cursor = encode_cursor(entries[-1].id) if len(rows) > flt.limit else None
         return Page(entries, next_cursor)
 
-    def iter_entries(self, flt: EntryFilter, batch: int = 1000) -> Iterator[EntryView]:
-        """Every matching entry, newest first, read in keyset batches (constant memory)."""
+    def _list_seen(self, flt: EntryFilter, mask: Mask) -> Page:
+        """A page of a viewer's search: the index's matches, read in order, less those matched
+        by a masked value only. Reading stops when the page is full, the matches run out, or
+        MASKED_SEARCH_SCAN were read; then the cursor names the last one read, so the next page
+        carries on after it (a page may hold fewer entries than the limit, never skip one)."""
+        kept: list[EntryView] = []
+        last_read, scanned = None, 0
+        for view in self.iter_entries(flt, batch=min(flt.limit * 4, 1000)):
+            scanned += 1
+            last_read = view.id
+            if mask.finds(view, flt.q):
+                kept.append(view)
+                if len(kept) > flt.limit:
+                    return Page(kept[:flt.limit], encode_cursor(kept[flt.limit - 1].id))
+            if scanned >= MASKED_SEARCH_SCAN:
+                return Page(kept, encode_cursor(last_read))
+        return Page(kept, None)
+
+    def seen_ids(self, flt: EntryFilter, mask: Mask, *, after_id: int | None = None,
+                 scan: int = MASKED_SEARCH_SCAN) -> tuple[list[int], bool]:
+        """The ids of a viewer's search matches (newer than ``after_id``), from the newest
+        ``scan`` of the index's matches, and whether those were all of them."""
+        query = self.select_entries(flt)
+        if after_id is not None:
+            query = query.where(self._key(flt) > after_id)
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(query.limit(scan + 1)).all()
+        views = [EntryView.from_row(r) for r in rows[:scan]]
+        return [v.id for v in views if mask.finds(v, flt.q)], len(rows) <= scan
+
+    def iter_entries(self, flt: EntryFilter, batch: int = 1000, mask: Mask | None = None) -> Iterator[EntryView]:
+        """Every matching entry, newest first, read in keyset batches (constant memory).
+
+        With a ``mask``, a search skips the entries matched by a masked value only."""
+        if mask and flt.q:
+            yield from (v for v in self.iter_entries(flt, batch) if mask.finds(v, flt.q))
+            return
         last_id = decode_cursor(flt.cursor) if flt.cursor else None
         while True:
             query = self.select_entries(flt)
@@ -81,8 +127,10 @@ class Store:
                 yield EntryView.from_row(row)
             last_id = rows[-1]._mapping["id"]
 
-    def count_newer(self, flt: EntryFilter, after_id: int, cap: int = 1000) -> int:
+    def count_newer(self, flt: EntryFilter, after_id: int, cap: int = 1000, mask: Mask | None = None) -> int:
         """How many entries under the filter are newer than ``after_id`` (counted up to ``cap``)."""
+        if mask and flt.q:
+            return min(len(self.seen_ids(flt, mask, after_id=after_id)[0]), cap)
         query = self.select_entries(flt, Entry.id).where(self._key(flt) > after_id).limit(cap)
         with read_transaction(self.engine) as conn:
             return conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
@@ -99,6 +147,15 @@ class Store:
                 entry.actions = [audit_record(r) for r in conn.execute(
                     select(Action.__table__).where(Action.entry_id == entry_id).order_by(Action.id))]
         return entry
+
+    def newest_of_groups(self, group_ids: list[int]) -> dict[int, EntryView]:
+        """The newest entry of each of these failure groups, by group id."""
+        if not group_ids:
+            return {}
+        newest = select(func.max(Entry.id)).where(Entry.group_id.in_(group_ids)).group_by(Entry.group_id)
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(select(ENTRIES).where(Entry.id.in_(newest))).all()
+        return {r._mapping["group_id"]: EntryView.from_row(r) for r in rows}
 
     def entry_by_dlq_ref(self, ref: str) -> EntryView | None:
         """The entry a ``<dlq stream>:<seq>`` reference names (the newest, if the stream was recreated)."""

@@ -17,7 +17,8 @@ from ..ingest.grouping import NO_ERROR
 from ..times import as_time, utcnow
 from .filters import STATUSES, EntryFilter
 from .groups import Group
-from .store import Store
+from .masking import Mask
+from .store import MASKED_SEARCH_SCAN, Store
 
 #: The most matching entries counted when the kept counts cannot answer a filter.
 BOUND = 100_000
@@ -34,6 +35,7 @@ class Tally:
 
     kept: bool
     whole: bool = True
+    bound: int = BOUND  # the most entries counted when not from the kept counts
 
 
 KEPT = Tally(kept=True)
@@ -45,10 +47,11 @@ def served_by_kept_counts(flt: EntryFilter) -> bool:
 
 
 class Tallies:
-    """Groups, counts by status and arrivals over time, under a filter."""
+    """Groups, counts by status and arrivals over time, under a filter (with a viewer's
+    ``mask``, a search counts only the entries it finds in what the viewer sees)."""
 
-    def __init__(self, store: Store):
-        self.store, self.engine = store, store.engine
+    def __init__(self, store: Store, mask: Mask | None = None):
+        self.store, self.engine, self.mask = store, store.engine, mask
 
     # --- groups --------------------------------------------------------------------------------
 
@@ -166,8 +169,12 @@ class Tallies:
 
     # --- the entries themselves, bounded ---------------------------------------------------------
 
-    def _newest(self, flt: EntryFilter) -> tuple[Select, Tally]:
+    def _newest(self, flt: EntryFilter) -> tuple[Select | list[int], Tally]:
         """The ids of the newest BOUND entries under the filter, and whether that is all of them."""
+        if self.mask and flt.q:
+            # Each match is read and searched again as the viewer sees it: fewer of them.
+            ids, whole = self.store.seen_ids(flt, self.mask)
+            return ids, Tally(kept=False, whole=whole, bound=MASKED_SEARCH_SCAN)
         matching = self.store.select_entries(flt, Entry.id)
         with read_transaction(self.engine) as conn:
             more = conn.execute(matching.offset(BOUND).limit(1)).first()

@@ -28,6 +28,9 @@ def _json_or_none(raw):
     return orjson.loads(raw) if raw else None
 
 
+_NOT_STORED = ("history", "actions", "payload_hidden", "hidden_values")
+
+
 @dataclass
 class EntryView:
     """An entry as every renderer sees it: its stored columns, JSON text parsed."""
@@ -59,6 +62,10 @@ class EntryView:
     close_note: str | None
     history: list[dict] | None = None
     actions: list[dict] | None = None
+    # Set on the copy a viewer sees under DLQ_MASK (entries/masking.py): the payload is hidden
+    # whole, and the values hidden (to hide them in other texts about the entry too).
+    payload_hidden: bool = False
+    hidden_values: tuple[str, ...] = ()
 
     @classmethod
     def from_row(cls, row) -> "EntryView":
@@ -95,8 +102,8 @@ class EntryView:
         return result
 
 
-# EntryView's stored fields are table columns of the same names; history and actions are not.
-_STORED = [f.name for f in fields(EntryView) if f.name not in ("history", "actions")]
+# EntryView's stored fields are table columns of the same names; those with a default are not.
+_STORED = [f.name for f in fields(EntryView) if f.name not in _NOT_STORED]
 _STORED_COLUMNS = itemgetter(*(ENTRIES.columns.keys().index(name) for name in _STORED))
 _CONVERSIONS = tuple((_STORED.index(name), convert) for name, convert in (
     ("schema_errors", _json_or_none),

@@ -1,30 +1,77 @@
 """The data functions a page and its JSON twin share, as Datasette's RowView does: one lookup,
-then an HTML or a JSON renderer, so the two cannot drift apart."""
+then an HTML or a JSON renderer, so the two cannot drift apart.
+
+They are also where an entry becomes visible to a person, so they are where DLQ_MASK applies:
+a viewer gets every entry through ``shown`` (entries/masking.py), an operator or admin as it is.
+"""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterable, Iterator, Mapping
 
 from ..entries.filters import EntryFilter, FilterError
 from ..entries.groups import Group
+from ..entries.masking import Mask
 from ..entries.tallies import Tallies, Tally
 from ..entries.view import EntryView, Page
 from ..errors import EntryNotFound
 from . import current_runtime
+from .auth import current_identity
 
 
-def get_entry_or_404(entry_id: int, *, with_history: bool = True) -> EntryView:
-    """The entry with this id (with its history and actions); EntryNotFound, a 404, otherwise."""
+def viewer_mask() -> Mask | None:
+    """The mask this request sees entries through: DLQ_MASK for a viewer, None for an operator,
+    an admin, or when nothing is masked."""
+    mask = current_runtime().mask
+    identity = current_identity()
+    if not mask or (identity is not None and identity.may("operator")):
+        return None
+    return mask
+
+
+def shown(entry: EntryView) -> EntryView:
+    """The entry as this request may see it."""
+    mask = viewer_mask()
+    return mask.entry(entry) if mask else entry
+
+
+def shown_all(entries: Iterable[EntryView]) -> Iterator[EntryView]:
+    """Entries as this request may see them (mask read once, for a long export)."""
+    mask = viewer_mask()
+    return (mask.entry(e) for e in entries) if mask else iter(entries)
+
+
+def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool = True) -> EntryView:
+    """The entry with this id (with its history and actions) as this request may see it
+    (``masked=False``: as stored); EntryNotFound, a 404, otherwise."""
     entry = current_runtime().store.get_entry(entry_id, with_history=with_history)
     if entry is None:
         raise EntryNotFound(entry_id)
-    return entry
+    return shown(entry) if masked else entry
 
 
 def entries_page(args: Mapping[str, str]) -> tuple[EntryFilter, Page]:
     """The filter of a request and the page of entries it selects; FilterError, a 400, for a bad one."""
     flt = EntryFilter.from_args(args)
-    return flt, current_runtime().store.list_entries(flt)
+    mask = viewer_mask()
+    page = current_runtime().store.list_entries(flt, mask=mask)
+    if mask:
+        page.entries = [mask.entry(e) for e in page.entries]
+    return flt, page
+
+
+def shown_groups(groups: list[Group] | None) -> list[Group] | None:
+    """Groups as this request may see them: for a viewer, a value masked in the group's newest
+    entry is hidden in the group's text too (a group's text is its entries' common error)."""
+    mask = viewer_mask()
+    if not mask or not groups:
+        return groups
+    newest = current_runtime().store.newest_of_groups([g.id for g in groups])
+    for group in groups:
+        entry = newest.get(group.id)
+        if entry is not None:
+            group.key = mask.mask_text(group.key, mask.values_of(entry))
+    return groups
 
 
 #: Groups in one answer unless ``limit`` asks for fewer or more (up to GROUPS_MAX).
@@ -40,6 +87,7 @@ def failure_groups(args: Mapping[str, str]) -> tuple[EntryFilter, list[Group], T
         raise FilterError(f"cursor does not apply to groups: they come in one answer, largest first "
                           f"(limit takes up to {GROUPS_MAX:,})")
     limit = flt.limit if (args.get("limit") or "").strip() else GROUPS_LIMIT
-    found, tally = Tallies(current_runtime().store).groups(flt, limit=limit)
+    found, tally = Tallies(current_runtime().store, viewer_mask()).groups(flt, limit=limit)
+    found = shown_groups(found)
     base = {k: v for k, v in flt.to_args().items() if k not in ("group", "subject", "reason")}
     return flt, found, tally, base

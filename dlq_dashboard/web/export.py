@@ -22,6 +22,8 @@ from ..entries.view import EntryView
 from ..numbers import whole_number
 from . import current_runtime
 from .auth import requires
+from ..entries.masking import Mask
+from .data import viewer_mask
 
 bp = Blueprint("export", __name__)
 
@@ -137,12 +139,14 @@ ENCODERS: dict[str, Callable[[Iterable[EntryView]], Iterator[bytes]]] = {
 }
 
 
-def export_body(args, fmt: str) -> tuple[EntryFilter, Iterator[bytes]]:
+def export_body(args, fmt: str, mask: Mask | None = None) -> tuple[EntryFilter, Iterator[bytes]]:
     """The filter of ``args`` and every entry it selects encoded in ``fmt``, in chunks (the
-    route and ``flask --app app entries export`` alike). The first batch is read here, so a
-    failing query raises before anything is sent."""
+    route and ``flask --app app entries export`` alike), through ``mask`` for a viewer. The first
+    batch is read here, so a failing query raises before anything is sent."""
     flt, max_rows = export_request(args)
-    entries: Iterator[EntryView] = current_runtime().store.iter_entries(flt)
+    entries: Iterator[EntryView] = current_runtime().store.iter_entries(flt, mask=mask)
+    if mask is not None:
+        entries = (mask.entry(e) for e in entries)
     if max_rows is not None:
         entries = itertools.islice(entries, max_rows)
     head = list(itertools.islice(entries, 1))
@@ -152,7 +156,7 @@ def export_body(args, fmt: str) -> tuple[EntryFilter, Iterator[bytes]]:
 def export_response(fmt: str) -> Response:
     """Stream every entry under the request's filters in ``fmt``."""
     # A failing query is an error status rather than a 200 that breaks off (export_body).
-    flt, body = export_body(request.args, fmt)
+    flt, body = export_body(request.args, fmt, viewer_mask())
     response = Response(stream_with_context(body), content_type=MEDIA_TYPES[fmt])
     response.headers["Content-Disposition"] = f'attachment; filename="{export_filename(flt, fmt)}"'
     response.headers["Cache-Control"] = "no-store"

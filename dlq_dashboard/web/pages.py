@@ -15,15 +15,17 @@ from flask import Blueprint, current_app, make_response, render_template, reques
 from dlq_consumer import headers as contract
 
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
-from ..entries.tallies import BOUND, Tallies
+from ..entries.masking import PAYLOAD_HIDDEN, Mask
+from ..entries.tallies import Tallies
 from ..numbers import whole_number
 from . import current_runtime
 from .auth import requires
-from .data import entries_page, failure_groups, get_entry_or_404
+from .data import entries_page, failure_groups, get_entry_or_404, shown, viewer_mask
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.timeline import build_timeline
-from .responses import htmx, list_url, page_or_fragment, render_block
+from .saved_views import saved_views, view_url
+from .responses import htmx, list_url, page_or_fragment, refusal, render_block
 
 bp = Blueprint("pages", __name__)
 NEW_CAP = 1000
@@ -59,7 +61,7 @@ def index():
     response = page_or_fragment(
         "index.html", "results", 400 if filter_error else 200,
         page=page, flt=flt, args=request.args, filter_error=filter_error, top_id=top_id,
-        filter_args=flt.to_args(), example_command=example_command(),
+        filter_args=flt.to_args(), example_command=example_command(), saved=saved_views("list"), view_url=view_url,
         paging={"limit": flt.limit} if flt.limit != DEFAULT_LIMIT else {})
     if htmx and not flt.cursor and not filter_error:
         # The form sends its empty fields too; the address bar gets the tidy, shareable URL.
@@ -74,7 +76,7 @@ def summary():
     flt, filter_error = parse_filter(request.args)
     counts, chart, tally, stored = None, None, None, 0
     if not filter_error:
-        tallies = Tallies(current_runtime().store)
+        tallies = Tallies(current_runtime().store, viewer_mask())
         counts, tally = tallies.counts_by_status(flt)
         bounds = chart_bounds(*tallies.received_range(flt))
         totals, _ = tallies.received_between(flt, bounds)
@@ -83,7 +85,7 @@ def summary():
         stored = sum((counts if not flt.filtered else tallies.counts_by_status(EntryFilter())[0]).values())
     retention = current_runtime().settings.retention
     return make_response(render_block(
-        "index.html", "summary", flt=flt, counts=counts, chart=chart, tally=tally, bound=BOUND,
+        "index.html", "summary", flt=flt, counts=counts, chart=chart, tally=tally,
         filter_error=filter_error, filter_args=flt.to_args(), stored=stored,
         kept_for=describe_size(timedelta(seconds=retention)) if retention else None,
         bar_size=describe_size(chart.bar_size) if chart else ""), 400 if filter_error else 200)
@@ -98,7 +100,7 @@ def newer():
     count = 0
     if not filter_error and after:
         after_id = whole_number(after, "after", what="the newest entry id on the page")
-        count = current_runtime().store.count_newer(flt, after_id, cap=NEW_CAP)
+        count = current_runtime().store.count_newer(flt, after_id, cap=NEW_CAP, mask=viewer_mask())
     return render_block("index.html", "new_entries", new_count=count, cap=NEW_CAP,
                         filter_args=flt.to_args())
 
@@ -128,23 +130,30 @@ def groups():
         _, hourly = Tallies(current_runtime().store).hourly_arrivals([g.id for g in found])
         trends = {group_id: build_sparkline(counts) for group_id, counts in hourly.items()}
     return page_or_fragment("groups.html", "results", 400 if filter_error else 200,
-                            groups=found, tally=tally, bound=BOUND, flt=flt, args=args,
-                            filter_error=filter_error, base_args=base, trends=trends)
+                            groups=found, tally=tally, flt=flt, args=args,
+                            filter_error=filter_error, base_args=base, trends=trends,
+                            filter_args=flt.to_args(), saved=saved_views("groups"), view_url=view_url)
 
 
 # --- one entry --------------------------------------------------------------------------------
 
-def _schema_view(entry):
-    """The schema errors of the message's header and of the current schema, each with a mark."""
+def _schema_view(entry, seen):
+    """The schema errors of the message's header and of the current schema, each with a mark.
+
+    The stored payload is validated (a masked one would fail where "•••" stands); the messages
+    are shown with what ``seen``, the entry as this request sees it, hides."""
     registry = current_runtime().schemas
     current, current_error = None, None
-    if entry.payload_available:
+    if seen.payload_available:
         try:
             current = registry.validate(entry.original_subject, entry.payload)
         except RecursionError:
             current_error = "The payload nests too deeply to be validated."
-    header_errors = [e for e in entry.schema_errors or [] if isinstance(e, dict)]
+    header_errors = [e for e in seen.schema_errors or [] if isinstance(e, dict)]
     current_errors = [e.to_dict() for e in current.errors] if current else []
+    if seen.hidden_values:
+        current_errors = [{**e, "message": Mask.mask_text(e.get("message"), seen.hidden_values)}
+                          for e in current_errors]
     pointers = [e.get("path", "") for e in header_errors + current_errors]
     return registry, current, current_error, header_errors, current_errors, pointers
 
@@ -153,9 +162,10 @@ def _schema_view(entry):
 @requires("viewer")
 def entry(entry_id: int):
     """One entry: payload beside its schema errors, headers, the timeline, the actions."""
-    found = get_entry_or_404(entry_id)
+    stored = get_entry_or_404(entry_id, masked=False)
+    found = shown(stored)
     store = current_runtime().store
-    registry, current, current_error, header_errors, current_errors, pointers = _schema_view(found)
+    registry, current, current_error, header_errors, current_errors, pointers = _schema_view(stored, found)
     marks = mark_indexes(pointers)
     payload = view_payload(found.payload, found.payload_available, marks)
     replays = store.replays_of(found.dlq_ref) if found.dlq_ref else []
@@ -172,6 +182,8 @@ def entry(entry_id: int):
 def payload_download(entry_id: int):
     """The payload's bytes as a download, never rendered by the browser."""
     found = get_entry_or_404(entry_id, with_history=False)
+    if found.payload_hidden:
+        return refusal(PAYLOAD_HIDDEN, 403, "Hidden")
     response = make_response(found.payload)
     response.headers["Content-Type"] = "application/octet-stream"
     response.headers["Content-Disposition"] = f'attachment; filename="entry-{entry_id}-payload.bin"'

@@ -3,7 +3,7 @@ entries is dropped), a record of each purge (purges), an index the purge reads r
 entries by (status, then when they were resolved), and bulk items found by entry.
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

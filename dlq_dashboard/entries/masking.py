@@ -1,0 +1,269 @@
+"""DLQ_MASK: the payload fields and headers a viewer sees as "•••" (SPEC section 9).
+
+``Mask`` is built once from the settings. Each place that shows an entry to a viewer shows
+``mask.entry(view)`` instead of the entry; anything else that quotes entries (alerts) uses
+``mask_payload``, ``mask_headers`` and ``mask_text``. Operators and admins never go through it.
+
+What an item of DLQ_MASK means:
+
+- one that starts with ``/`` is a JSON Pointer (RFC 6901) into the payload; a token ``*``
+  also stands for every element of an array and every member of an object
+  (``/items/*/card``). A pointer that reaches nothing in a payload hides nothing there.
+- anything else is a header name, matched case-insensitively; every value of it is hidden.
+
+A masked field keeps its place: the payload stays JSON, the field's value (whatever it was,
+an object too) becomes the string "•••". A payload that is not JSON cannot have a pointer
+applied, so while DLQ_MASK holds a pointer such a payload is hidden from viewers entirely.
+
+The values hidden are also replaced wherever the entry's own texts quote them (the error, the
+schema errors, notes, the close note, the history and the audit), as whole words, ignoring
+case. A value the service changed before quoting it (shortened, reformatted, encoded) is not
+recognised, nor are booleans and nulls (they would replace every "true" in a text).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from .view import EntryView
+
+#: What a viewer sees instead of a masked value.
+MASKED = "•••"
+PAYLOAD_HIDDEN = ("The payload is hidden: DLQ_MASK names fields of JSON payloads, and this payload is not "
+                  "JSON, so they cannot be picked out of it.")
+# The payload text the search index holds (migration 0003, the SQLite index alike).
+_SEARCHED_CHARS = 65536
+_WORD_PART = re.compile(r"[^\W_]+")
+_QUERY_WORD = re.compile(r"\w+")
+
+
+def parse_pointer(pointer: str) -> tuple[str, ...]:
+    """A JSON Pointer's reference tokens, unescaped ('' -> (), '/a~1b/0' -> ('a/b', '0'))."""
+    if not pointer:
+        return ()
+    if not pointer.startswith("/") or re.search(r"~(?![01])", pointer):
+        raise ValueError(f"{pointer!r} is not a JSON Pointer")
+    return tuple(t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/"))
+
+
+@dataclass(frozen=True)
+class Mask:
+    """The payload pointers and header names DLQ_MASK hides from viewers."""
+
+    pointers: tuple[tuple[str, ...], ...] = ()
+    header_names: frozenset[str] = frozenset()  # lower case
+
+    @classmethod
+    def parse(cls, items: Iterable[str]) -> "Mask":
+        """From DLQ_MASK's items: '/...' a JSON Pointer, anything else a header name."""
+        pointers, names = [], set()
+        for item in items:
+            if item.startswith("/"):
+                pointers.append(parse_pointer(item))
+            else:
+                names.add(item.lower())
+        return cls(tuple(pointers), frozenset(names))
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "Mask":
+        """The mask of ``settings.mask`` (DLQ_MASK)."""
+        return cls.parse(getattr(settings, "mask", ()))
+
+    def __bool__(self) -> bool:
+        return bool(self.pointers or self.header_names)
+
+    # --- the pieces -----------------------------------------------------------------------------
+
+    def mask_payload(self, payload: bytes) -> tuple[bytes | None, list[str]]:
+        """The payload with every field a pointer reaches set to "•••", and the values hidden.
+
+        None instead of the payload when pointers are set and the payload is not JSON (it is
+        hidden whole); the payload as it was when nothing matched.
+        """
+        if not self.pointers or not payload:
+            return payload, []
+        try:
+            document = json.loads(payload.decode("utf-8"))
+        except (ValueError, RecursionError):
+            return None, []
+        replaced: list[Any] = []
+        for tokens in self.pointers:
+            document = _mask_at(document, tokens, replaced)
+        if not replaced:
+            return payload, []
+        try:
+            return json.dumps(document, ensure_ascii=False).encode("utf-8"), _values(replaced)
+        except RecursionError:
+            return None, []
+
+    def mask_headers(self, headers: dict[str, list[str]]) -> tuple[dict[str, list[str]], list[str]]:
+        """The headers with every value of a masked name set to "•••", and the values hidden."""
+        if not self.header_names:
+            return headers, []
+        shown, hidden = {}, []
+        for name, values in headers.items():
+            if name.lower() in self.header_names:
+                hidden.extend(v for v in values if isinstance(v, str))
+                shown[name] = [MASKED] * len(values)
+            else:
+                shown[name] = values
+        return shown, hidden
+
+    @staticmethod
+    def mask_text(text: str | None, values: Iterable[str]) -> str | None:
+        """``text`` with each of ``values`` (as a whole word, any case) replaced by "•••"."""
+        if not text:
+            return text
+        pattern = _pattern(tuple(values))
+        return pattern.sub(MASKED, text) if pattern else text
+
+    # --- an entry ---------------------------------------------------------------------------------
+
+    def entry(self, view: EntryView) -> EntryView:
+        """The entry as a viewer sees it: a copy with the masked fields and their quotes hidden."""
+        if not self:
+            return view
+        payload, hidden = self.mask_payload(view.payload) if view.payload_available else (view.payload, [])
+        headers, header_values = self.mask_headers(view.headers)
+        values = tuple(hidden + header_values)
+        notes = [self.mask_text(n, values) for n in view.notes]
+        changes: dict[str, Any] = {}
+        if payload is None:
+            payload = b""
+            changes["payload_available"] = False
+            changes["payload_hidden"] = True
+            notes.append(PAYLOAD_HIDDEN)
+        if values:
+            def text(value):
+                return self.mask_text(value, values)
+            # The Dlq-* headers (and any other) may quote a value too: Dlq-Error is the error.
+            headers = {name: [text(v) for v in values_] for name, values_ in headers.items()}
+            changes.update(
+                error=text(view.error), close_note=text(view.close_note),
+                schema_errors=_mask_strings(view.schema_errors, text),
+                history=_mask_strings(view.history, text), actions=_mask_strings(view.actions, text))
+        return dataclasses.replace(view, payload=payload, headers=headers, notes=notes, hidden_values=values,
+                                   **changes)
+
+    def values_of(self, view: EntryView) -> tuple[str, ...]:
+        """The values of an entry this mask hides (to hide them in texts about it, e.g. a group)."""
+        _, hidden = self.mask_payload(view.payload) if view.payload_available else (None, [])
+        return tuple(hidden + self.mask_headers(view.headers)[1])
+
+    def finds(self, view: EntryView, q: str) -> bool:
+        """Whether a search for ``q`` finds the entry in what a viewer sees of it: every word,
+        the last as a prefix, in its subject, error or payload, case and accents ignored."""
+        if not self:
+            return True
+        seen = self.entry(view)
+        payload = (seen.payload_text or "")[:_SEARCHED_CHARS] if seen.payload_available else ""
+        words = set(_words(" ".join((seen.original_subject or "", seen.error or "", payload))))
+        wanted = _words(" ".join(_QUERY_WORD.findall(q)))
+        if not wanted:
+            return False
+        *whole, last = wanted
+        return all(w in words for w in whole) and any(w.startswith(last) for w in words)
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+def _mask_at(node: Any, tokens: tuple[str, ...], replaced: list) -> Any:
+    """``node`` with what ``tokens`` reach set to MASKED; the values it held go to ``replaced``."""
+    if not tokens:
+        replaced.append(node)
+        return MASKED
+    token, rest = tokens[0], tokens[1:]
+    if isinstance(node, dict):
+        keys = list(node) if token == "*" else ([token] if token in node else [])
+        for key in keys:
+            node[key] = _mask_at(node[key], rest, replaced)
+    elif isinstance(node, list):
+        if token == "*":
+            indexes = range(len(node))
+        elif token.isascii() and token.isdigit() and (token == "0" or not token.startswith("0")) and int(token) < len(node):
+            indexes = [int(token)]
+        else:
+            indexes = []
+        for index in indexes:
+            node[index] = _mask_at(node[index], rest, replaced)
+    return node
+
+
+def _values(replaced: list) -> list[str]:
+    """The text of every string and number inside the values replaced."""
+    out: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str):
+            if value and value != MASKED:
+                out.append(value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(json.dumps(value))
+
+    walk(replaced)
+    return out
+
+
+def _variants(value: str) -> list[str]:
+    """How a text may quote a value: as it is, JSON-escaped, Python-escaped."""
+    found = [value, json.dumps(value, ensure_ascii=False)[1:-1], json.dumps(value)[1:-1], repr(value)[1:-1]]
+    return list(dict.fromkeys(v for v in found if v))
+
+
+_PATTERNS: dict[tuple[str, ...], re.Pattern | None] = {}
+
+
+def _pattern(values: tuple[str, ...]) -> re.Pattern | None:
+    if values in _PATTERNS:
+        return _PATTERNS[values]
+    alternatives = sorted({v for value in values for v in _variants(value)}, key=len, reverse=True)
+    pattern = None
+    if alternatives:
+        # A word character next to the value means it is part of a longer word, not the value.
+        pattern = re.compile("|".join(_bounded(a) for a in alternatives), re.IGNORECASE)
+    if len(_PATTERNS) > 1024:
+        _PATTERNS.clear()
+    _PATTERNS[values] = pattern
+    return pattern
+
+
+def _bounded(value: str) -> str:
+    # A word character beside a value that starts or ends with one makes it part of a longer
+    # word ("12" in "2012"), not the value; a value that starts with "@" needs no such edge.
+    before = r"(?<!\w)" if re.match(r"\w", value) else ""
+    after = r"(?!\w)" if re.search(r"\w$", value) else ""
+    return before + re.escape(value) + after
+
+
+def _mask_strings(value: Any, text) -> Any:
+    """Every string inside ``value`` (lists and dicts of them) passed through ``text``."""
+    if isinstance(value, str):
+        return text(value)
+    if isinstance(value, list):
+        return [_mask_strings(v, text) for v in value]
+    if isinstance(value, dict):
+        return {k: _mask_strings(v, text) for k, v in value.items()}
+    return value
+
+
+def _words(text: str) -> list[str]:
+    """Words as the search index cuts them: runs of letters and digits, case and accents folded."""
+    # Accents are folded word by word, and only in words that are not ASCII: most are, and a
+    # character-by-character fold of the whole text is most of the time a search spends.
+    return [w if w.isascii() else _fold(w) for w in _WORD_PART.findall(text.casefold())]
+
+
+def _fold(word: str) -> str:
+    decomposed = unicodedata.normalize("NFKD", word)
+    return "".join(c for c in decomposed if not unicodedata.combining(c))

@@ -1,0 +1,87 @@
+"""Saved views over HTTP: save the filters of the list or the groups page under a name, list
+one's own and the shared ones, delete one's own (an admin any), share (admins).
+
+A view belongs to whoever saved it: a user (by session or a trusted proxy) or an API token
+(``token:<name>``, as the audit names it). Saving a name again on the same page replaces its
+filters.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, render_template, request, url_for
+from sqlalchemy.exc import IntegrityError
+
+from ..entries.saved_views import clean_view, delete_view, get_view, save_view, share_view, views_for
+from ..errors import NotFound
+from ..times import utcnow
+from . import current_runtime
+from .auth import current_identity, requires
+from .responses import after_post, refusal
+
+bp = Blueprint("views", __name__)
+ENDPOINTS = {"list": "pages.index", "groups": "pages.groups"}
+
+
+def view_url(view) -> str:
+    """Where a saved view opens: its page with its filters."""
+    return url_for(ENDPOINTS[view.page]) + (f"?{view.query}" if view.query else "")
+
+
+def saved_views(page: str) -> list:
+    """The views of a page this request's identity sees (its own and the shared ones)."""
+    identity = current_identity()
+    return views_for(current_runtime().engine, identity.name, page) if identity else []
+
+
+def _owned_view_or_404(view_id: int):
+    view = get_view(current_runtime().engine, view_id)
+    identity = current_identity()
+    # Another person's unshared view is as unknown as a missing one.
+    if view is None or (view.owner != identity.name and not view.shared and not identity.may("admin")):
+        raise NotFound(f"There is no saved view {view_id}.")
+    return view
+
+
+@bp.route("/views")
+@requires("viewer")
+def index():
+    """One's own saved views and the shared ones."""
+    identity = current_identity()
+    views = views_for(current_runtime().engine, identity.name)
+    return render_template("views.html", views=views, view_url=view_url)
+
+
+@bp.route("/views", methods=["POST"])
+@requires("viewer")
+def save():
+    """Save the filters sent with a name and a page; then open the view."""
+    form = request.form
+    filters = {k: v for k, v in form.items() if k not in ("name", "page", "csrf_token")}
+    name, page, query = clean_view(form.get("name", ""), form.get("page", "list"), filters)
+    try:
+        view = save_view(current_runtime().engine, current_identity().name, name, page, query, utcnow())
+    except IntegrityError:
+        return refusal(f"A view named {name!r} was saved at the same moment; save it again.", 409, "Not saved")
+    return after_post(view_url(view))
+
+
+@bp.route("/views/<int:view_id>/delete", methods=["POST"])
+@requires("viewer")
+def delete(view_id: int):
+    """Delete a view: one's own, or as an admin anyone's."""
+    view = _owned_view_or_404(view_id)
+    identity = current_identity()
+    if view.owner != identity.name and not identity.may("admin"):
+        return refusal(f"The view {view.name!r} is {view.owner}'s; only they or an admin may delete it.", 403)
+    delete_view(current_runtime().engine, view.id)
+    return after_post(url_for("views.index"))
+
+
+@bp.route("/views/<int:view_id>/share", methods=["POST"])
+@requires("admin")
+def share(view_id: int):
+    """Share a view with everyone (``shared=false``: stop sharing it)."""
+    view = _owned_view_or_404(view_id)
+    shared = request.form.get("shared", "true").strip().lower() not in ("false", "0", "no", "off")
+    share_view(current_runtime().engine, view.id, shared)
+    return after_post(url_for("views.index"))
