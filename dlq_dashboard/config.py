@@ -193,7 +193,7 @@ _POINTER_ESCAPE = re.compile(r"~(?![01])")
 def _mask(name: str, raw: str) -> tuple[str, ...]:
     """DLQ_MASK: JSON Pointers (they start with '/') and header names, comma-separated.
 
-    Only the spelling is checked here; what a pointer means is entries/masking.py's business.
+    Only the spelling is checked here; what a pointer means is masking.py's business.
     """
     items = tuple(dict.fromkeys(item.strip() for item in raw.split(",") if item.strip()))
     for item in items:

@@ -17,7 +17,7 @@ from .alerts.sender import AlertSender
 from .config import Settings
 from .db.engine import create_db_engine, dispose_quietly
 from .db.migrate import migrate
-from .entries.masking import Mask
+from .masking import Mask
 from .entries.schemas import SchemaRegistry
 from .entries.store import Store
 from .ingest.mirror import Mirror

@@ -22,7 +22,7 @@ from dlq_dashboard.alerts.outbox import AlertRule
 from dlq_dashboard.alerts.sender import AlertSender, backoff
 from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
 from dlq_dashboard.db.migrate import migrate
-from dlq_dashboard.db.models import Alert
+from dlq_dashboard.db.models import Alert, FailureGroup
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.nats.server import free_port
 from dlq_dashboard.runtime import runtime_of
@@ -285,6 +285,28 @@ def test_the_outbox_holds_one_group_new_a_url_and_a_spike_once_a_flood(database_
         # Without a rule (no DLQ_WEBHOOK_URL) nothing is written.
         write(engine, 100, 20, "another cause", None)
         assert len(outbox(engine)) == 4
+    finally:
+        dispose_quietly(engine)
+
+
+@pytest.mark.both_databases
+def test_an_alert_hides_what_dlq_mask_hides_from_viewers(database_url):
+    engine = create_db_engine(database_url)
+    migrate(engine)
+    rule = AlertRule(urls=("http://a.example/hook",), threshold=2, mask=("/customer/email", "X-Card"))
+    headers = support.dlq_headers("orders.created", Dlq_Reason="fatal", Dlq_Error="sender zebulon is blocked")
+    payload = json.dumps({"customer": {"email": "zebulon"}}).encode()
+    try:
+        ingest_dlq_batch(engine, "DLQ", "e1", [StreamMessage(seq, "dlq.orders.created", dict(headers), payload, utcnow())
+                                               for seq in (1, 2)], alerts=rule)
+        bodies = [json.loads(r.body) for r in outbox(engine)]
+        assert [b["event"] for b in bodies] == ["group.new", "group.spike"]
+        for body in bodies:
+            assert "zebulon" not in json.dumps(body)
+            assert body["group"]["key"] == "sender ••• is blocked" and "sender ••• is blocked" in body["text"]
+        # The group itself keeps its key: operators find it by the real text.
+        with engine.connect() as conn:
+            assert conn.execute(select(FailureGroup.key)).scalars().all() == ["sender zebulon is blocked"]
     finally:
         dispose_quietly(engine)
 

@@ -10,7 +10,7 @@ import pytest
 
 from dlq_dashboard import create_app
 from dlq_dashboard.config import ConfigError, load_settings
-from dlq_dashboard.entries.masking import MASKED, Mask
+from dlq_dashboard.masking import MASKED, Mask
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
@@ -187,9 +187,14 @@ def test_a_payload_that_is_not_json_is_hidden_from_a_viewer_with_a_note(masked):
 
 def test_a_group_whose_error_quotes_a_masked_value_hides_it_from_a_viewer(masked):
     app, _, viewer, operator = masked
+    # Grouping leaves an email out of the key by itself; a plain word it keeps.
+    assert EMAIL not in operator.get("/groups?status=").get_data(as_text=True)
+    support.dead_letter(app, 2, payload=json.dumps({"customer": {"email": "zebulon"}}).encode(),
+                        Dlq_Reason="fatal", Dlq_Error="sender zebulon is blocked")
     groups = viewer.get("/groups").get_data(as_text=True)
-    assert EMAIL not in groups and f"customer {MASKED} is blocked" in groups
-    assert EMAIL in operator.get("/groups").get_data(as_text=True)
+    assert "zebulon" not in groups and f"sender {MASKED} is blocked" in groups
+    assert "zebulon" not in viewer.get("/api/groups").get_data(as_text=True)
+    assert "sender zebulon is blocked" in operator.get("/groups").get_data(as_text=True)
 
 
 def test_schema_messages_quoting_a_masked_value_hide_it(tmp_path, database_url):

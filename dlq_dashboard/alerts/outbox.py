@@ -24,11 +24,12 @@ from sqlalchemy import Connection, func, select
 
 from ..config import Settings
 from ..db.counts import ALL_GROUPS, bucket
-from ..db.models import Alert, Arrival, FailureGroup
+from ..db.models import Alert, Arrival, Entry, FailureGroup
 from ..db.rows import insert_rows
+from ..masking import Mask
 from ..times import format_time
 
-ALERTS, ARRIVALS, GROUPS = Alert.__table__, Arrival.__table__, FailureGroup.__table__
+ALERTS, ARRIVALS, ENTRIES, GROUPS = Alert.__table__, Arrival.__table__, Entry.__table__, FailureGroup.__table__
 WINDOW = timedelta(minutes=5)
 NEW, SPIKE = "group.new", "group.spike"
 # Group keys are normalised error texts of up to 300 characters; a chat line shows the start.
@@ -45,13 +46,17 @@ class AlertRule:
     urls: tuple[str, ...]
     threshold: int = 100
     public_url: str | None = None
+    # DLQ_MASK: a chat channel is read as a viewer reads, so a masked value quoted by a group's
+    # error is hidden in its alerts too.
+    mask: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AlertRule | None:
         """The rule the settings give; None when no DLQ_WEBHOOK_URL is set (nothing is raised)."""
         if not settings.webhook_urls:
             return None
-        return cls(urls=settings.webhook_urls, threshold=settings.alert_threshold, public_url=settings.public_url)
+        return cls(urls=settings.webhook_urls, threshold=settings.alert_threshold, public_url=settings.public_url,
+                   mask=tuple(settings.mask))
 
     def group_url(self, group_id: int) -> str:
         """Where the dashboard lists the group's entries."""
@@ -68,6 +73,7 @@ def raise_alerts(conn: Connection, rule: AlertRule, made: Iterable[int], arrived
     if not alerting:
         return 0
     groups = {row.id: row for row in conn.execute(select(GROUPS).where(GROUPS.c.id.in_(sorted(alerting))))}
+    shown = _shown_keys(conn, rule, groups)
     rows = []
     for group_id in sorted(alerting):
         group = groups.get(group_id)
@@ -75,10 +81,34 @@ def raise_alerts(conn: Connection, rule: AlertRule, made: Iterable[int], arrived
             continue
         if group_id in made:
             event_id = str(uuid.uuid5(_NAMESPACE, f"{NEW}:{group_id}:{group.subject}\0{group.reason}\0{group.key}"))
-            rows += _rows(rule, NEW, event_id, group, now)
+            rows += _rows(rule, NEW, event_id, group, now, key=shown.get(group_id))
         if group_id in spikes:
-            rows += _rows(rule, SPIKE, str(uuid.uuid4()), group, now, recent=spikes[group_id])
+            rows += _rows(rule, SPIKE, str(uuid.uuid4()), group, now, recent=spikes[group_id], key=shown.get(group_id))
     return insert_rows(conn, ALERTS, rows, skip_duplicates=True)
+
+
+def _shown_keys(conn: Connection, rule: AlertRule, groups: dict) -> dict[int, str]:
+    """{group: its key with the values DLQ_MASK hides in its newest entry left out} (only where
+    that changes the key)."""
+    mask = Mask.parse(rule.mask) if rule.mask else None
+    if not mask:
+        return {}
+    shown = {}
+    for group_id, group in groups.items():
+        newest = conn.execute(select(ENTRIES.c.payload, ENTRIES.c.payload_available, ENTRIES.c.headers)
+                              .where(ENTRIES.c.group_id == group_id).order_by(ENTRIES.c.id.desc()).limit(1)).first()
+        if newest is None:
+            continue
+        hidden = mask.mask_payload(newest.payload)[1] if newest.payload_available else []
+        try:
+            headers = json.loads(newest.headers or "{}")
+        except ValueError:
+            headers = {}
+        hidden += mask.mask_headers(headers if isinstance(headers, dict) else {})[1]
+        key = Mask.mask_text(group.key, hidden)
+        if key != group.key:
+            shown[group_id] = key
+    return shown
 
 
 def _spikes(conn: Connection, rule: AlertRule, arrived: dict[int, int], now: datetime) -> dict[int, int]:
@@ -102,20 +132,24 @@ def _spikes(conn: Connection, rule: AlertRule, arrived: dict[int, int], now: dat
     return {g: n for g, n in crossed.items() if g not in alerted}
 
 
-def _rows(rule: AlertRule, event: str, event_id: str, group, now: datetime, recent: int | None = None) -> list[dict]:
-    body = alert_body(rule, event, event_id, group, recent)
+def _rows(rule: AlertRule, event: str, event_id: str, group, now: datetime, recent: int | None = None,
+          key: str | None = None) -> list[dict]:
+    body = alert_body(rule, event, event_id, group, recent, key)
     return [{"event_id": event_id, "url": url, "event": event, "group_id": group.id, "body": body,
              "created_at": now, "attempts": 0, "next_attempt_at": now, "sent_at": None, "last_error": None}
             for url in rule.urls]
 
 
-def alert_body(rule: AlertRule, event: str, event_id: str, group, recent: int | None = None) -> str:
-    """The JSON POSTed for an alert (SPEC section 9), as text: stored once, sent as stored."""
+def alert_body(rule: AlertRule, event: str, event_id: str, group, recent: int | None = None,
+               key: str | None = None) -> str:
+    """The JSON POSTed for an alert (SPEC section 9), as text: stored once, sent as stored.
+    ``key`` is the group's key as a viewer reads it, when DLQ_MASK hides part of it."""
     count = group.open_count + group.republished_count + group.closed_count
     link = rule.group_url(group.id)
-    body = {"event": event, "id": event_id, "text": alert_text(event, group, count, recent, rule),
+    key = key or group.key
+    body = {"event": event, "id": event_id, "text": alert_text(event, group, count, recent, rule, key),
             "group": {"id": group.id, "subject": group.subject or None, "reason": group.reason or None,
-                      "key": group.key, "count": count, "first_seen": format_time(group.first_seen),
+                      "key": key, "count": count, "first_seen": format_time(group.first_seen),
                       "last_seen": format_time(group.last_seen)},
             "url": link}
     if recent is not None:
@@ -123,10 +157,11 @@ def alert_body(rule: AlertRule, event: str, event_id: str, group, recent: int | 
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
-def alert_text(event: str, group, count: int, recent: int | None, rule: AlertRule) -> str:
+def alert_text(event: str, group, count: int, recent: int | None, rule: AlertRule, key: str | None = None) -> str:
     """One line a person reads in a chat channel; a link only where the address is known."""
     where = f"{group.subject or '(no subject)'}, {group.reason or '(no reason)'}"
-    key = group.key if len(group.key) <= _TEXT_KEY else group.key[:_TEXT_KEY - 1] + "…"
+    key = key or group.key
+    key = key if len(key) <= _TEXT_KEY else key[:_TEXT_KEY - 1] + "…"
     if event == NEW:
         line = f"New failure group on {where}: \"{key}\" ({count} {_entries(count)} so far)"
     else:

@@ -15,7 +15,7 @@ from ..db.models import Action, Entry, Event, Republish
 from ..times import format_time
 from .audit import audit_record
 from .filters import EntryFilter, decode_cursor, encode_cursor, fts_query
-from .masking import Mask
+from ..masking import Mask
 from .view import EntryView, Page
 
 #: The most search matches read for one page, count or tally when a viewer's search must skip

@@ -17,7 +17,7 @@ from ..ingest.grouping import NO_ERROR
 from ..times import as_time, utcnow
 from .filters import STATUSES, EntryFilter
 from .groups import Group
-from .masking import Mask
+from ..masking import Mask
 from .store import MASKED_SEARCH_SCAN, Store
 
 #: The most matching entries counted when the kept counts cannot answer a filter.

@@ -62,7 +62,7 @@ class EntryView:
     close_note: str | None
     history: list[dict] | None = None
     actions: list[dict] | None = None
-    # Set on the copy a viewer sees under DLQ_MASK (entries/masking.py): the payload is hidden
+    # Set on the copy a viewer sees under DLQ_MASK (masking.py): the payload is hidden
     # whole, and the values hidden (to hide them in other texts about the entry too).
     payload_hidden: bool = False
     hidden_values: tuple[str, ...] = ()

@@ -2,16 +2,18 @@
 then an HTML or a JSON renderer, so the two cannot drift apart.
 
 They are also where an entry becomes visible to a person, so they are where DLQ_MASK applies:
-a viewer gets every entry through ``shown`` (entries/masking.py), an operator or admin as it is.
+a viewer gets every entry through ``shown`` (masking.py), an operator or admin as it is.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, Iterator, Mapping
 
+from flask import has_request_context
+
 from ..entries.filters import EntryFilter, FilterError
 from ..entries.groups import Group
-from ..entries.masking import Mask
+from ..masking import Mask
 from ..entries.tallies import Tallies, Tally
 from ..entries.view import EntryView, Page
 from ..errors import EntryNotFound
@@ -21,8 +23,10 @@ from .auth import current_identity
 
 def viewer_mask() -> Mask | None:
     """The mask this request sees entries through: DLQ_MASK for a viewer, None for an operator,
-    an admin, or when nothing is masked."""
+    an admin, the command line on the server (no request), or when nothing is masked."""
     mask = current_runtime().mask
+    if not has_request_context():
+        return None
     identity = current_identity()
     if not mask or (identity is not None and identity.may("operator")):
         return None

@@ -22,7 +22,7 @@ from ..entries.view import EntryView
 from ..numbers import whole_number
 from . import current_runtime
 from .auth import requires
-from ..entries.masking import Mask
+from ..masking import Mask
 from .data import viewer_mask
 
 bp = Blueprint("export", __name__)

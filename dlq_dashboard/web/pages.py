@@ -15,7 +15,7 @@ from flask import Blueprint, current_app, make_response, render_template, reques
 from dlq_consumer import headers as contract
 
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
-from ..entries.masking import PAYLOAD_HIDDEN, Mask
+from ..masking import PAYLOAD_HIDDEN, Mask
 from ..entries.tallies import Tallies
 from ..numbers import whole_number
 from . import current_runtime
