@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from flask import Blueprint, current_app, make_response, render_template, request, send_from_directory
+from flask import Blueprint, current_app, make_response, render_template, request, send_from_directory, url_for
 
 from dlq_consumer import headers as contract
 
@@ -129,10 +129,15 @@ def groups():
     if found:
         _, hourly = Tallies(current_runtime().store).hourly_arrivals([g.id for g in found])
         trends = {group_id: build_sparkline(counts) for group_id, counts in hourly.items()}
-    return page_or_fragment("groups.html", "results", 400 if filter_error else 200,
-                            groups=found, tally=tally, flt=flt, args=args,
-                            filter_error=filter_error, base_args=base, trends=trends,
-                            filter_args=flt.to_args(), saved=saved_views("groups"), view_url=view_url)
+    response = page_or_fragment("groups.html", "results", 400 if filter_error else 200,
+                                groups=found, tally=tally, flt=flt, args=args,
+                                filter_error=filter_error, base_args=base, trends=trends,
+                                filter_args=flt.to_args(), saved=saved_views("groups"), view_url=view_url)
+    if htmx and not filter_error:
+        # The tidy address, as the list's; "status=" stays, as it means any status here.
+        shown = {**flt.to_args(), **({"status": ""} if not flt.status else {})}
+        response.headers["HX-Push-Url"] = url_for("pages.groups", **shown)
+    return response
 
 
 # --- one entry --------------------------------------------------------------------------------
