@@ -53,7 +53,7 @@ def test_a_viewer_sees_each_groups_trend_counts_and_label_and_no_actions(app, li
     assert page.get_by_role("button", name="Close").count() == 0
 
 
-def test_a_subject_stays_on_one_line_on_a_phone_and_a_wide_screen(app, live_server, page, nats_server):
+def test_a_subject_stays_on_one_line_on_a_phone_and_a_wide_screen_on_the_groups_and_the_list(app, live_server, page, nats_server):
     two_groups(app, nats_server)
     support.browser_login(page, live_server, app, "operator")  # the widest rows: with the actions
     for width in (390, 1440):
@@ -68,6 +68,12 @@ def test_a_subject_stays_on_one_line_on_a_phone_and_a_wide_screen(app, live_serv
             height, line = cell.locator(".subject-name").evaluate(
                 "e => [e.getBoundingClientRect().height, parseFloat(getComputedStyle(e).lineHeight)]")
             assert height < 1.5 * line, f"the subject is {height} px high at {width} px, a line is {line}"
+        page.goto(f"{live_server}/")  # the list's subject column alike
+        cells = page.locator("#entry-rows td.subject")
+        assert cells.count() == 5
+        for i in range(cells.count()):
+            assert cells.nth(i).inner_text() == "orders.created"
+            assert cells.nth(i).evaluate(SUBJECT_LINES) == 1, f"a subject on the list wraps at {width} px"
 
 
 def test_an_operator_republishes_a_whole_group_through_the_preview(app, live_server, page, nats_server):
