@@ -49,7 +49,7 @@ def parse_duration(raw: str) -> int | None:
     value = raw.strip().lower()
     if value == "0":
         return 0
-    if len(value) < 2 or value[-1] not in _DURATION_UNITS or not value[:-1].isdigit():
+    if len(value) < 2 or value[-1] not in _DURATION_UNITS or not (value[:-1].isascii() and value[:-1].isdigit()):
         return None
     return int(value[:-1]) * _DURATION_UNITS[value[-1]]
 

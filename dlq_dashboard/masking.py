@@ -28,6 +28,7 @@ import json
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterable
 
 # An entry as entries/view.py's EntryView holds it (a dataclass; this module sits below it).
@@ -222,20 +223,13 @@ def _variants(value: str) -> list[str]:
     return list(dict.fromkeys(v for v in found if v))
 
 
-_PATTERNS: dict[tuple[str, ...], re.Pattern | None] = {}
-
-
+@lru_cache(maxsize=1024)
 def _pattern(values: tuple[str, ...]) -> re.Pattern | None:
-    if values in _PATTERNS:
-        return _PATTERNS[values]
     alternatives = sorted({v for value in values for v in _variants(value)}, key=len, reverse=True)
     pattern = None
     if alternatives:
         # A word character next to the value means it is part of a longer word, not the value.
         pattern = re.compile("|".join(_bounded(a) for a in alternatives), re.IGNORECASE)
-    if len(_PATTERNS) > 1024:
-        _PATTERNS.clear()
-    _PATTERNS[values] = pattern
     return pattern
 
 

@@ -18,9 +18,10 @@ import pytest
 from sqlalchemy import select
 
 from dlq_dashboard import create_app
-from dlq_dashboard.alerts.outbox import AlertRule
+from dlq_dashboard.alerts.outbox import AlertRule, raise_alerts
 from dlq_dashboard.alerts.sender import AlertSender, backoff
-from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
+from dlq_dashboard.db.counts import group_ids
+from dlq_dashboard.db.engine import create_db_engine, dispose_quietly, write_transaction
 from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Alert, FailureGroup
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
@@ -285,6 +286,22 @@ def test_the_outbox_holds_one_group_new_a_url_and_a_spike_once_a_flood(database_
         # Without a rule (no DLQ_WEBHOOK_URL) nothing is written.
         write(engine, 100, 20, "another cause", None)
         assert len(outbox(engine)) == 4
+    finally:
+        dispose_quietly(engine)
+
+
+@pytest.mark.both_databases
+def test_a_group_the_write_left_empty_raises_no_alert(database_url):
+    engine = create_db_engine(database_url)
+    migrate(engine)
+    rule = AlertRule(urls=("http://a.example/hook",), threshold=1)
+    try:
+        with write_transaction(engine) as conn:
+            made: set[int] = set()
+            ids = group_ids(conn, {("orders.created", "", "order <n> failed")}, made=made)
+            assert made == set(ids.values())
+            assert raise_alerts(conn, rule, made, {}, utcnow()) == 0
+        assert outbox(engine) == []
     finally:
         dispose_quietly(engine)
 

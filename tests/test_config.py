@@ -61,6 +61,7 @@ def test_every_variable_is_read():
     ("DLQ_RETENTION", "30"),
     ("DLQ_RETENTION", "-1d"),
     ("DLQ_RETENTION", "1.5d"),
+    ("DLQ_RETENTION", "²d"),  # a digit to str.isdigit, not to int()
 ])
 def test_a_bad_value_is_refused_with_one_line_naming_the_variable(variable, value):
     with pytest.raises(ConfigError) as raised:

@@ -21,6 +21,7 @@ from dlq_dashboard.runtime import runtime_of
 
 from . import support
 from .support import frozen
+from .test_times_shown import assert_one_format
 
 # What the issue asks: NATS liveness known within about a second (the probe's ping interval plus
 # the time it waits for an answer, 0.25 + 0.75 s); a request refused at once while it is known;
@@ -240,6 +241,7 @@ def test_the_banner_is_empty_while_all_is_well_and_says_since_when_nats_is_unrea
         text = banner(viewer)
         assert 'data-nats-state="down"' in text and "NATS is not reachable</strong> since" in text
         assert "no answer from NATS" in text
+        assert assert_one_format(text, "the banner") == 1  # its time as every page shows one
         # Every page carries it from its first render too.
         assert "NATS is not reachable</strong> since" in viewer.get("/").get_data(as_text=True)
     usable_again(rt)

@@ -9,6 +9,9 @@ with a republish or a bulk item still pending.
 Each batch deletes its DLQ stream messages first and its rows second: a crash in between leaves
 rows whose message is gone (the next run finds it "already gone"), never a message nobody can
 find any more. A message NATS cannot delete now (it is down) keeps its entry for the next run.
+The rows are checked again under the write lock, so an entry reopened or republished while its
+batch's messages were being deleted is kept, but without its DLQ message (the window is the
+deletes of one batch, milliseconds to a second).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime, timedelta
 from typing import Iterable
 
@@ -77,7 +78,9 @@ def raise_alerts(conn: Connection, rule: AlertRule, made: Iterable[int], arrived
     rows = []
     for group_id in sorted(alerting):
         group = groups.get(group_id)
-        if group is None:
+        if group is None or not group.open_count + group.republished_count + group.closed_count:
+            # A group the write named but left empty (a DLQ copy joined its advisory's entry
+            # in another group): nothing failed there to announce.
             continue
         if group_id in made:
             event_id = str(uuid.uuid5(_NAMESPACE, f"{NEW}:{group_id}:{group.subject}\0{group.reason}\0{group.key}"))
@@ -87,10 +90,16 @@ def raise_alerts(conn: Connection, rule: AlertRule, made: Iterable[int], arrived
     return insert_rows(conn, ALERTS, rows, skip_duplicates=True)
 
 
+@lru_cache(maxsize=8)
+def _mask_of(items: tuple[str, ...]) -> Mask:
+    """DLQ_MASK parsed once for the writer process, not at every write that raises an alert."""
+    return Mask.parse(items)
+
+
 def _shown_keys(conn: Connection, rule: AlertRule, groups: dict) -> dict[int, str]:
     """{group: its key with the values DLQ_MASK hides in its newest entry left out} (only where
     that changes the key)."""
-    mask = Mask.parse(rule.mask) if rule.mask else None
+    mask = _mask_of(rule.mask) if rule.mask else None
     if not mask:
         return {}
     shown = {}

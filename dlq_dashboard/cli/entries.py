@@ -193,7 +193,11 @@ def export(fmt: str, output: Path | None, **options) -> None:
         return
     # Written beside the file and moved over it once complete: a failed export leaves no half file.
     partial = output.with_name(output.name + ".partial")
-    with partial.open("wb") as out:
-        for chunk in body:
-            out.write(chunk)
+    try:
+        with partial.open("wb") as out:
+            for chunk in body:
+                out.write(chunk)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     partial.replace(output)

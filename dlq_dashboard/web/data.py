@@ -7,7 +7,7 @@ a viewer gets every entry through ``shown`` (masking.py), an operator or admin a
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Mapping
+from typing import Mapping
 
 from flask import has_request_context
 
@@ -37,12 +37,6 @@ def shown(entry: EntryView) -> EntryView:
     """The entry as this request may see it."""
     mask = viewer_mask()
     return mask.entry(entry) if mask else entry
-
-
-def shown_all(entries: Iterable[EntryView]) -> Iterator[EntryView]:
-    """Entries as this request may see them (mask read once, for a long export)."""
-    mask = viewer_mask()
-    return (mask.entry(e) for e in entries) if mask else iter(entries)
 
 
 def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool = True) -> EntryView:

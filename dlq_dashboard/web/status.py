@@ -31,10 +31,6 @@ class StreamLag:
     messages: int
     since: datetime
 
-    @property
-    def seconds(self) -> float:
-        return max((utcnow() - self.since).total_seconds(), 0.0)
-
 
 @dataclass(frozen=True)
 class ServiceStatus:
