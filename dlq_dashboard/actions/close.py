@@ -12,7 +12,7 @@ from ..db.counts import Change, count_changes
 from ..db.engine import write_transaction
 from ..db.models import Action, Entry
 from ..nats.bridge import NatsUnavailable
-from ..nats.streams import stream_epoch
+from ..nats.streams import NotDeleted, delete_message, stream_epoch
 from ..times import utcnow
 from .context import ActionContext
 from .decisions import Outcome, close_values, decide_close, decide_reopen, load_entry, pending_intents
@@ -60,11 +60,9 @@ def delete_from_dlq(rt: ActionContext, entries: list[Mapping]) -> dict[int, str]
                 # Sequences restart in a recreated stream: this seq is another message now.
                 results[entry["id"]] = "not deleted: the DLQ stream was recreated since"
                 continue
-            try:
-                await rt.bridge.js.delete_msg(stream, entry["dlq_seq"])
-                results[entry["id"]] = "deleted"
-            except nats.js.errors.NotFoundError:
-                results[entry["id"]] = "already gone"
+            gone = not await delete_message(rt.bridge.nc, rt.bridge.js, stream, entry["dlq_seq"],
+                                            rt.settings.request_timeout)
+            results[entry["id"]] = "already gone" if gone else "deleted"
         return results
 
     try:
@@ -73,6 +71,8 @@ def delete_from_dlq(rt: ActionContext, entries: list[Mapping]) -> dict[int, str]
         raise NatsDown(f"{exc}; the DLQ message could not be deleted, so nothing was closed.") from None
     except nats.js.errors.NotFoundError:
         raise NatsDown("The DLQ stream does not exist now, so nothing was closed.") from None
+    except NotDeleted as exc:
+        raise NatsDown(f"JetStream did not delete the DLQ message ({exc}), so nothing was closed.") from None
 
 
 def reopen_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str) -> Outcome:

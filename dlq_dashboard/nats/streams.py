@@ -4,9 +4,11 @@ JetStream's consumer advisories (SPEC section 5)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import weakref
 
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamInfo
 from nats.js.errors import NotFoundError
@@ -29,6 +31,32 @@ def stream_epoch(info: StreamInfo) -> str:
     """A stream's creation time: sequences restart at 1 when a stream is recreated, so
     (stream, epoch, seq) names a message where (stream, seq) does not."""
     return info.created.isoformat() if info.created else "unknown"
+
+
+# JetStream's error codes for a message, or a stream, that is not there.
+GONE = (10037, 10059)
+
+
+async def delete_message(nc: Client, js: JetStreamContext, stream: str, seq: int, timeout: float) -> bool:
+    """Delete one message of a stream: True if deleted, False if it (or its stream) was already
+    gone; raises NotDeleted with JetStream's description for any other refusal."""
+    # nats-py's delete_msg asks for a secure erase (the bytes overwritten on disk): about 100
+    # deletes a second here, against 4,000 with no_erase (measured). A dead letter is removed as
+    # the database's own DELETE removes a row, without overwriting the space it held.
+    prefix = getattr(js, "_prefix", None) or "$JS.API"  # nats-py keeps the API prefix (domain) private
+    reply = await nc.request(f"{prefix}.STREAM.MSG.DELETE.{stream}",
+                             json.dumps({"seq": seq, "no_erase": True}).encode(), timeout=timeout)
+    answer = json.loads(reply.data)
+    if answer.get("success"):
+        return True
+    error = answer.get("error") or {}
+    if error.get("err_code") in GONE:
+        return False
+    raise NotDeleted(error.get("description") or f"JetStream did not delete {stream} #{seq}")
+
+
+class NotDeleted(Exception):
+    """JetStream refused to delete a message for a reason other than its being gone."""
 
 
 class StreamSetup:
