@@ -14,7 +14,7 @@ from dlq_dashboard import create_app
 from dlq_dashboard.actions.close import close_entry
 from dlq_dashboard.actions.purge import purge_entries
 from dlq_dashboard.db.engine import write_transaction
-from dlq_dashboard.db.models import Action, Entry, Event, Job, JobItem, Purge, Republish
+from dlq_dashboard.db.models import Action, Alert, Entry, Event, Job, JobItem, Purge, Republish
 from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.ingest.parse import Advisory
 from dlq_dashboard.ingest.writes import ingest_advisory_batch
@@ -308,3 +308,22 @@ def test_the_purge_command_refuses_open_entries_and_bad_ages_in_one_line(cli):
 def test_the_purge_command_keeps_everything_when_retention_is_forever(cli):
     result = cli("purge")  # this module's app runs with DLQ_RETENTION=0
     assert result.exit_code == 0 and "kept forever" in result.output
+
+
+@pytest.mark.both_databases
+def test_alerts_delivered_before_the_cutoff_go_and_pending_ones_stay_however_old(app):
+    rt = runtime_of(app)
+    now = utcnow()
+    rows = {"old_sent": (now - timedelta(days=40), now - timedelta(days=40)),
+            "young_sent": (now - timedelta(days=2), now - timedelta(days=2)),
+            "old_pending": (now - timedelta(days=40), None)}
+    with write_transaction(rt.engine) as conn:
+        for event_id, (created, sent) in rows.items():
+            conn.execute(insert(Alert).values(event_id=event_id, url="http://127.0.0.1:9/hook", event="group.new",
+                                              group_id=1, body="{}", created_at=created, attempts=1,
+                                              next_attempt_at=created, sent_at=sent))
+    report = purge_entries(rt, older_than=30 * DAY, actor="test")
+    with rt.engine.connect() as conn:
+        left = set(conn.execute(select(Alert.event_id)).scalars())
+    assert left == {"young_sent", "old_pending"}
+    assert report.alerts_removed == 1 and report.to_dict()["alerts_removed"] == 1

@@ -30,6 +30,7 @@ import nats.errors
 import nats.js.errors
 from sqlalchemy import Connection, and_, delete, exists, func, insert, or_, select, tuple_, update
 
+from ..alerts.outbox import forget_sent
 from ..config import format_duration
 from ..db.counts import ARRIVALS, GROUPS, WIDTHS, Change, bucket, count_changes
 from ..db.engine import read_transaction, write_transaction
@@ -68,6 +69,8 @@ class PurgeReport:
     deferred_reason: str | None = None
     # Dry run: how many of the entries have a DLQ stream message to delete.
     with_messages: int = 0
+    # Alerts delivered before the cutoff, removed with the entries (alerts/outbox.py forget_sent).
+    alerts_removed: int = 0
 
     @property
     def total(self) -> int:
@@ -77,7 +80,7 @@ class PurgeReport:
         return {"older_than": format_duration(self.older_than), "statuses": list(self.statuses),
                 "dry_run": self.dry_run, "purged": {s: self.purged.get(s, 0) for s in self.statuses},
                 "total": self.total, "messages_deleted": self.messages_deleted, "deferred": self.deferred,
-                "deferred_reason": self.deferred_reason}
+                "deferred_reason": self.deferred_reason, "alerts_removed": self.alerts_removed}
 
 
 def _unfinished():
@@ -138,6 +141,9 @@ def purge_entries(rt: ActionContext, *, older_than: int, actor: str, statuses: t
             ids = [r.id for r in rows if r.id not in kept]
             if ids:
                 purge_id = _remove(rt, ids, status, cutoff, purge_id, actor, older_than, deleted, len(kept), report)
+    if not stopping():
+        with write_transaction(rt.engine) as conn:
+            report.alerts_removed = forget_sent(conn, cutoff)
     if purge_id is not None:
         _finish(rt, purge_id, actor, report)
     return report

@@ -21,7 +21,7 @@ from functools import lru_cache
 from datetime import datetime, timedelta
 from typing import Iterable
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, delete, func, select
 
 from ..config import Settings
 from ..db.counts import ALL_GROUPS, bucket
@@ -184,3 +184,9 @@ def alert_text(event: str, group, count: int, recent: int | None, rule: AlertRul
 
 def _entries(n: int | None) -> str:
     return "entry" if n == 1 else "entries"
+
+
+def forget_sent(conn: Connection, before: datetime) -> int:
+    """Delete the alerts delivered before ``before`` (history once sent; the retention purge
+    calls it with its cutoff); an alert still pending stays however old. Returns how many."""
+    return conn.execute(delete(ALERTS).where(ALERTS.c.sent_at.is_not(None), ALERTS.c.sent_at < before)).rowcount
