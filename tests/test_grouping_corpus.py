@@ -132,3 +132,20 @@ def test_keys_stay_short_and_labels_read_well():
                                   "Failing row contains (" * 500, ")=(" * 1500, "\x00\r\n\t€…", ""])
 def test_any_text_gives_a_short_key_without_raising(text):
     assert len(normalize_error_text(text)) <= MAX_KEY
+
+
+def test_long_error_texts_are_cut_before_the_cache_so_it_never_keeps_megabytes_alive():
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        texts = [f"Traceback {n}: " + "frame in handler\n" * 60_000 for n in range(20)]  # ~1 MB each
+        keys = [normalize_error_text(text) for text in texts]
+        del texts
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert keys[0] == normalize_error_text("Traceback 0: " + "frame in handler\n" * 300)
+    # What the cache keeps of 20 texts of a megabyte: their first 4,096 characters, not 20 MB.
+    assert kept < 2_000_000, kept

@@ -241,12 +241,17 @@ def _quoted(match: re.Match) -> str:
     return f"{mark}…{mark}"
 
 
-@lru_cache(maxsize=65536)
 def normalize_error_text(text: str) -> str:
     """An error text with its variable parts replaced by placeholders (``<n>``, ``<id>``, ...)."""
+    # Cut before the cache: it keeps its keys, and a stack trace can run to megabytes. 16,384
+    # keys of at most 4,096 characters hold at most ~70 MB in the writer process.
+    return _normalized(text[:_MAX_TEXT])
+
+
+@lru_cache(maxsize=16384)
+def _normalized(text: str) -> str:
     # This runs for every message the mirror stores: each pass that cannot apply is skipped by a
     # look for the character it needs.
-    text = text[:_MAX_TEXT]
     if _ODD_SPACE.search(text):
         text = _SPACES.sub(" ", text)
     text = text.strip()
