@@ -42,8 +42,8 @@ class Unpatchable(Exception):
 def parse_patch(raw: Any) -> list[dict[str, Any]]:
     """The operations of a JSON Patch given as JSON text or as a parsed list; PatchError (a 400) if
     it is not an array of valid operations."""
-    if isinstance(raw, (str, bytes)):
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    if raw is None or isinstance(raw, (str, bytes)):
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else (raw or "")
         if not text.strip():
             raise PatchError("Write a JSON Patch: an array of operations, e.g. "
                              '[{"op": "replace", "path": "/price", "value": 12.5}].')
