@@ -64,3 +64,41 @@ def test_an_operator_previews_a_patch_for_the_list_and_starts_it(app, live_serve
 
     page.goto(f"{live_server}/entries/{ids[0]}")
     expect(page.locator("section.timeline")).to_contain_text("Republished with a JSON Patch to orders.created")
+
+
+def test_hostile_payloads_and_patches_are_only_text_on_the_preview_the_job_and_the_timeline(
+        app, live_server, page, nats_server):
+    from .test_xss_browser import CORPUS, INJECTED, Watch, visit
+
+    support.make_orders_stream(nats_server.url)
+    payloads = [json.dumps({"order_id": text, "price": "1"}).encode() for text in CORPUS[:6]]
+    ids = support.dead_letter_orders(app, nats_server.url, payloads + ["\n".join(CORPUS).encode()])
+    patch = [{"op": "replace", "path": "/price", "value": 1}, {"op": "add", "path": "/note", "value": CORPUS[1]},
+             {"op": "add", "path": "/" + CORPUS[0].replace("/", "~1"), "value": CORPUS[3]}]
+    support.browser_login(page, live_server, app, "operator")
+    watch = Watch(page, app, live_server)
+    visit(page, watch, f"{live_server}/?subject=orders.created")
+    by_filter = page.locator("form:has(input[name=by][value=filter])")
+    by_filter.locator("select[name=action]").select_option("patch")
+    by_filter.get_by_role("button", name="Preview for all matching").click()
+    page.get_by_label("JSON Patch (RFC 6902)").fill(json.dumps(patch))
+    page.get_by_role("button", name="Preview the patch").click()
+    expect(page.locator(".patch-preview")).to_contain_text("6 would then pass the current schema")
+
+    def only_text() -> str:
+        assert page.evaluate(INJECTED) == [], "a payload or the patch became markup"
+        # The forms' own POSTs aside, nothing was requested that the page did not ask for.
+        ours = (f"POST {live_server}/bulk/preview", f"POST {live_server}/bulk")
+        assert [r for r in watch.unexpected_requests() if r not in ours] == []
+        assert watch.dialogs == [] and watch.csp == []
+        watch.requests.clear()
+        return page.evaluate("document.body.innerText")
+
+    text = only_text()
+    assert CORPUS[0] in text and CORPUS[1] in text and CORPUS[3] in text
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_url(re.compile(r"/jobs/\d+$"))
+    expect(page.locator(".job-state")).to_contain_text("done: 6 done, 0 failed, 1 skipped", timeout=20_000)
+    only_text()
+    assert CORPUS[1] in visit(page, watch, page.url)
+    assert CORPUS[3] in visit(page, watch, f"{live_server}/entries/{ids[0]}")
