@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select
 
 from dlq_dashboard.actions import publishing
-from dlq_dashboard.actions.bulk import jobs
+from dlq_dashboard.actions.bulk import jobs, publisher, work
 from dlq_dashboard.actions.bulk.runner import JobRunner
 from dlq_dashboard.db.models import Action, Job
 
@@ -181,3 +181,22 @@ def test_bad_patches_get_a_sentence_and_a_viewer_is_refused(offline_app, tokens,
     assert viewer.post("/bulk", data={**form, "csrf_token": token, "patch": json.dumps(PATCH)}).status_code == 403
     assert '<option value="patch"' not in viewer.get("/").get_data(as_text=True)
     assert "Patch and republish" not in viewer.get("/groups").get_data(as_text=True)
+
+
+def test_a_big_patch_job_sends_the_patched_payloads_from_its_own_publishing_process(app, rt, nats_server,
+                                                                                    monkeypatch):
+    support.make_orders_stream(nats_server.url)
+    support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-%d", "price": "1"}' % i for i in range(2000)])
+    monkeypatch.setattr(work, "OWN_PUBLISHER_FROM", 1)
+    sent = []
+    original = publisher.Publisher.publish
+    monkeypatch.setattr(publisher.Publisher, "publish", lambda self, messages: sent.extend(messages)
+                        or original(self, messages))
+    job_id = jobs.create_job(rt, "patch", actor="alice", patch=PATCH, only_valid=True,
+                             filter_args={"subject": "orders.created"})
+    rt.jobs.join(job_id, timeout=60)
+    assert jobs.job_status(rt, job_id, limit=0)["done"] == 2000
+    assert sent and all(json.loads(payload)["price"] == 12.5 for _, payload, _ in sent)
+    published = support.stream_messages(nats_server.url)
+    assert len(published) == 2000 and len({m.headers["Nats-Msg-Id"] for m in published}) == 2000
+    assert all(json.loads(m.data)["price"] == 12.5 for m in published)
