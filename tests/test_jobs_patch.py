@@ -200,3 +200,22 @@ def test_a_big_patch_job_sends_the_patched_payloads_from_its_own_publishing_proc
     published = support.stream_messages(nats_server.url)
     assert len(published) == 2000 and len({m.headers["Nats-Msg-Id"] for m in published}) == 2000
     assert all(json.loads(m.data)["price"] == 12.5 for m in published)
+
+
+def test_a_patch_gives_the_same_compact_bytes_every_time_or_a_reason_that_quotes_no_payload_value():
+    from dlq_dashboard.actions.bulk.patching import Unpatchable, patched_payload
+
+    payload = '{"order_id": "o-1", "price": "12.50", "name": "é"}'.encode()
+    first = patched_payload(PATCH, payload)
+    assert first == patched_payload(PATCH, payload) == '{"order_id":"o-1","price":12.5,"name":"é"}'.encode()
+    for ops, body, reason in [
+        (PATCH, b"not json", "The payload is not JSON"),
+        (PATCH, b'{"order_id": "o-1"}', "The patch does not apply: can't replace a non-existent object 'price'"),
+        ([{"op": "test", "path": "/price", "value": 1}], b'{"price": "secret-value"}',
+         "A test operation failed: the payload does not hold the tested value."),
+        (PATCH, b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (PATCH, None, "The payload is not available"),
+    ]:
+        with pytest.raises(Unpatchable) as caught:
+            patched_payload(ops, body, available=body is not None)
+        assert reason in str(caught.value) and "secret-value" not in str(caught.value)

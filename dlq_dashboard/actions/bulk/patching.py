@@ -93,13 +93,19 @@ def patched_payload(ops: list[dict[str, Any]], payload: bytes | None, available:
         document = json.loads(bytes(payload or b""))
     except ValueError:
         raise Unpatchable("The payload is not JSON, so a JSON Patch cannot apply.") from None
+    except RecursionError:  # nested deeper than Python parses: no job may stop on it
+        raise Unpatchable("The payload is nested too deeply to patch.") from None
     try:
         result = jsonpatch.apply_patch(document, ops, in_place=False)
-    except jsonpatch.JsonPatchTestFailed as exc:
-        raise Unpatchable(f"A test operation failed: {exc}.") from None
-    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError, ValueError) as exc:
+        return json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode()
+    except jsonpatch.JsonPatchTestFailed:
+        # jsonpatch's message quotes the payload's value: a viewer reads the job's results (DLQ_MASK).
+        raise Unpatchable("A test operation failed: the payload does not hold the tested value.") from None
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError, ValueError,
+            KeyError, IndexError) as exc:
         raise Unpatchable(f"The patch does not apply: {exc}.") from None
-    return json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode()
+    except RecursionError:
+        raise Unpatchable("The payload is nested too deeply to patch.") from None
 
 
 def schema_failure(rt: ActionContext, subject: str | None, payload: bytes) -> str | None:
@@ -129,7 +135,7 @@ def pretty(payload: bytes | None) -> str:
     raw = bytes(payload or b"")
     try:
         return json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw.decode("utf-8", "replace")
 
 
