@@ -121,8 +121,7 @@ def _patch_preview():
         ops = parse_patch(request.form.get("patch"))
     except DashboardError as exc:
         return _patch_page(error=str(exc), status=status_of(exc), summary=summary)
-    preview = preview_patch(rt, ops, [i["id"] for i in items])
-    return _patch_page(summary=summary, preview={**preview, "patch": patch_text(ops)})
+    return _patch_page(summary=summary, preview=preview_patch(rt, ops, [i["id"] for i in items]))
 
 
 @bp.route("/jobs/<int:job_id>")
