@@ -4,7 +4,8 @@
 
 Fills a temporary database with realistic dead letters (through the mirror's ingest, no NATS
 needed), serves the app on 127.0.0.1, and photographs it with Debian's Chromium through
-Playwright into docs/screenshot-list.png and docs/screenshot-detail.png.
+Playwright into docs/screenshot-list.png, docs/screenshot-detail.png and (a bulk JSON Patch's
+preview) docs/screenshot-patch-preview.png.
 """
 
 from __future__ import annotations
@@ -80,6 +81,20 @@ def fill(engine) -> None:
     ingest_advisory_batch(engine, "DLQ_ADVISORIES", "demo", naks, 2)
 
 
+def patch_preview(page, base: str) -> None:
+    """One JSON Patch for every orders.created entry with a string price: its preview."""
+    page.goto(f"{base}/?subject=orders.created&reason=schema_invalid")
+    by_filter = page.locator("form:has(input[name=by][value=filter])")
+    # No NATS here, so the actions that need it are disabled; the preview itself does not need it.
+    by_filter.locator("option[value=patch]").evaluate("option => { option.disabled = false; }")
+    by_filter.locator("select[name=action]").select_option("patch")
+    by_filter.get_by_role("button", name="Preview for all matching").click()
+    page.get_by_label("JSON Patch (RFC 6902)").fill('[{"op": "replace", "path": "/items/0/price", "value": 12.5}]')
+    page.get_by_role("button", name="Preview the patch").click()
+    page.locator(".patch-preview").wait_for()
+    page.screenshot(path=str(ROOT / "docs" / "screenshot-patch-preview.png"), full_page=True)
+
+
 def main() -> int:
     import waitress
     from playwright.sync_api import sync_playwright
@@ -124,11 +139,12 @@ def main() -> int:
                 page.screenshot(path=str(ROOT / "docs" / "screenshot-list.png"))
                 page.goto(f"{base}/entries/{detail_id}")
                 page.screenshot(path=str(ROOT / "docs" / "screenshot-detail.png"), full_page=True)
+                patch_preview(page, base)
                 browser.close()
         finally:
             server.close()
             runtime_of(app).stop()
-    print("wrote docs/screenshot-list.png and docs/screenshot-detail.png")
+    print("wrote docs/screenshot-list.png, docs/screenshot-detail.png and docs/screenshot-patch-preview.png")
     return 0
 
 

@@ -20,7 +20,8 @@ from .test_openapi import snapshot
 # What the forms and links of the pages send, and a few names they do not.
 NAMES = ("status", "subject", "reason", "stream", "consumer", "q", "since", "until", "limit", "cursor", "group",
          "after", "version", "note", "payload", "encoding", "force", "ids", "action", "upto", "only_valid",
-         "entry", "job", "actor", "by", "state", "viewport", "username", "password", "next", "filter", "id")
+         "entry", "job", "actor", "by", "state", "viewport", "username", "password", "next", "filter", "id",
+         "patch")
 HUGE = (2**31, 2**63 - 1, 2**63, 2**64, 10**30)
 NUMBERS = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from((0, 1, 2, -1) + HUGE)).map(str)
 WORDS = st.sampled_from(("", "open", "closed", "republished", "any", "fatal", "max_deliveries", "orders.*",
@@ -37,6 +38,9 @@ FORMS = st.sampled_from((
     (("version", "1"), ("payload", '{"order_id": 2}')), (("action", "close"), ("ids", "1"), ("note", "n")),
     (("action", "republish"), ("ids", "2"), ("ids", "3:1")), (("action", "close"), ("by", "filter"), ("status", "open")),
     (("action", "republish"), ("by", "filter"), ("subject", "orders.*"), ("upto", "4"), ("only_valid", "on")),
+    (("action", "patch"), ("by", "filter"), ("subject", "orders.*"), ("only_valid", "on"),
+     ("patch", '[{"op": "replace", "path": "/order_id", "value": 1}]')),
+    (("action", "patch"), ("ids", "1"), ("patch", '[{"op": "test", "path": "/x", "value": 1}]')),
     (("status", "open"), ("subject", "orders.>"), ("q", "order")), (("after", "1"), ("status", "open")),
     (("group", "1"),), (("entry", "1"), ("job", "1")), (("state", "failed"),)))
 FIELDS = st.builds(lambda form, extra: list(form) + extra, FORMS,

@@ -22,11 +22,12 @@ from sqlalchemy import Connection, DateTime, insert, literal, select, update
 from dlq_consumer import headers as contract
 
 from ..db.counts import STATUS_COLUMNS, Change, bucket, count_changes
-from ..db.models import Action, Entry, Republish
+from ..db.models import Action, Entry, Job, Republish
 from ..db.rows import UNCACHED, among, insert_rows, update_rows, update_rows_returning
 from ..times import utcnow
 
 ENTRIES, INTENTS, ACTIONS = Entry.__table__, Republish.__table__, Action.__table__
+JOBS = Job.__table__
 
 
 @dataclass(frozen=True)
@@ -177,20 +178,35 @@ def set_status(conn: Connection, ids: list[int], status: str, **values) -> list[
 
 
 @lru_cache(maxsize=256)
-def _audit_detail(subject: str, edited: bool, forced: bool, recovered: bool) -> str:
+def _audit_detail(subject: str, edited: bool, forced: bool, recovered: bool, patch: str | None = None) -> str:
     detail: dict[str, Any] = {"subject": subject, "edited": edited}
     if forced:
         detail["forced"] = True
     if recovered:
         detail["recovered"] = True
+    if patch:
+        detail["patch"] = json.loads(patch)
     return json.dumps(detail)
 
 
-def _audit(intent: Intent, action: str, now: datetime, *, recovered: bool, **values) -> dict[str, Any]:
+def _job_patches(conn: Connection, intents: list[Intent]) -> dict[int, str]:
+    """{job id: its JSON Patch as JSON text} for the patch jobs among these intents' (the audit of
+    each republish a patch made carries the patch; a plain job's window costs no query)."""
+    job_ids = {i.job_id for i in intents if i.job_id is not None and i.edited}
+    if not job_ids:
+        return {}
+    rows = conn.execute(select(JOBS.c.id, JOBS.c.selection).where(JOBS.c.id.in_(sorted(job_ids)),
+                                                                  JOBS.c.action == "patch")).all()
+    return {r.id: json.dumps(json.loads(r.selection or "{}").get("patch")) for r in rows}
+
+
+def _audit(intent: Intent, action: str, now: datetime, *, recovered: bool, patches: dict[int, str],
+           **values) -> dict[str, Any]:
     return {"entry_id": intent.entry_id, "job_id": intent.job_id, "action": action, "actor": intent.actor,
             "at": now, "note": None, "version": intent.version, "msg_id": intent.msg_id,
             "publish_stream": None, "publish_seq": None, "duplicate": None, "error": None,
-            "detail": _audit_detail(intent.subject, intent.edited, intent.forced, recovered), **values}
+            "detail": _audit_detail(intent.subject, intent.edited, intent.forced, recovered,
+                                    patches.get(intent.job_id)), **values}
 
 
 def record_published(conn: Connection, results: list[tuple[Intent, Any]], *, recovered: bool = False) -> list[Intent]:
@@ -209,8 +225,10 @@ def record_published(conn: Connection, results: list[tuple[Intent, Any]], *, rec
     # The audit rows are copied from the intents just recorded (entry, job, actor, version, msgId
     # and PubAck), one statement for each kind of detail, rather than sent row by row.
     by_detail: dict[str, list[int]] = {}
+    patches = _job_patches(conn, done)
     for i in done:
-        by_detail.setdefault(_audit_detail(i.subject, i.edited, i.forced, recovered), []).append(changed[i.msg_id])
+        detail = _audit_detail(i.subject, i.edited, i.forced, recovered, patches.get(i.job_id))
+        by_detail.setdefault(detail, []).append(changed[i.msg_id])
     for detail, ids in by_detail.items():
         copied = select(INTENTS.c.entry_id, INTENTS.c.job_id, literal("republish"), INTENTS.c.actor,
                         literal(now, DateTime()), INTENTS.c.version, INTENTS.c.msg_id, INTENTS.c.stream,
@@ -231,8 +249,9 @@ def record_failed(conn: Connection, results: list[tuple[Intent, str]], *, recove
     changed = update_rows(conn, INTENTS, "msg_id", [{"msg_id": i.msg_id, "error": e} for i, e in results],
                           constants={"state": "failed"}, match={"state": "pending"})
     done = [i for i, _ in results if i.msg_id in changed]
-    insert_rows(conn, ACTIONS, [_audit(i, "republish_failed", utcnow(), recovered=recovered, error=errors[i.msg_id])
-                                for i in done])
+    patches = _job_patches(conn, done)
+    insert_rows(conn, ACTIONS, [_audit(i, "republish_failed", utcnow(), recovered=recovered, patches=patches,
+                                       error=errors[i.msg_id]) for i in done])
     return done
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, render_template, request, url_for
 
-from ..actions.bulk.jobs import cancel_job, create_job, job_status, select_items
+from ..actions.bulk.jobs import JobError, cancel_job, create_job, job_status, select_items
+from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
 from ..actions.republish import republish_targets
 from ..errors import DashboardError
 from ..numbers import whole_number
@@ -23,10 +24,14 @@ MAX_ITEMS_SHOWN = 1000
 @bp.route("/api/bulk", methods=["POST"])
 @requires("operator")
 def api_bulk():
-    """Start a bulk republish or close over ids or a filter; 202 with the job's id."""
+    """Start a bulk republish, close or patch (one JSON Patch, then republish) over ids or a filter;
+    202 with the job's id."""
     body = params.json_body()
-    job_id = create_job(current_runtime(), str(body.get("action")), actor=actor_name(), note=body.get("note"),
-                        force=bool(body.get("force")), **params.bulk_selection(body))
+    action, selection = str(body.get("action")), params.bulk_selection(body)
+    if action == "patch":  # only those that pass the schema once patched, unless told otherwise
+        selection["only_valid"] = bool(body.get("only_valid", True))
+    job_id = create_job(current_runtime(), action, actor=actor_name(), note=body.get("note"),
+                        force=bool(body.get("force")), patch=body.get("patch"), **selection)
     response = jsonify(job=job_id)
     response.headers["Location"] = url_for("bulk.api_job", job_id=job_id)
     return response, 202
@@ -57,6 +62,8 @@ def bulk_preview():
     """How many entries a bulk action would take, before it starts."""
     rt = current_runtime()
     action = request.form.get("action", "republish")
+    if action == "patch":
+        return _patch_preview()
     try:
         selection = params.form_selection()
         items, summary = select_items(rt, **selection)
@@ -75,15 +82,46 @@ def bulk_preview():
 @requires("operator")
 def bulk_create():
     """Start the bulk job the preview showed; the preview again with the reason if it cannot start."""
+    patching = request.form.get("action") == "patch"
     try:
+        selection = params.form_selection()
+        if patching:
+            selection["only_valid"] = request.form.get("only_valid") == "on"
         job_id = create_job(current_runtime(), request.form.get("action", ""), actor=actor_name(),
                             note=request.form.get("note"), force=request.form.get("force") == "on",
-                            **params.form_selection())
+                            patch=request.form.get("patch") if patching else None, **selection)
     except DashboardError as exc:
+        if patching:
+            return _patch_page(error=str(exc), status=status_of(exc))
         return render_template("job.html", preview=True, action=request.form.get("action"), items=[], targets={},
                                summary={}, selection={}, form=request.form, error=str(exc), job=None), \
             status_of(exc)
     return after_post(url_for("bulk.job_page", job_id=job_id))
+
+
+def _patch_page(*, error: str | None = None, status: int = 200, summary: dict | None = None,
+                preview: dict | None = None):
+    """The patch form: the selection, the patch and the option; with the preview once a patch is given."""
+    form = request.form
+    # The option is on unless the form that brought the patch said otherwise.
+    only_valid = form.get("only_valid") == "on" if "patch" in form else True
+    return render_template("bulk_patch.html", form=form, error=error, summary=summary or {}, preview=preview,
+                           only_valid=only_valid, patch=form.get("patch", "")), status
+
+
+def _patch_preview():
+    """The patch form for a selection; given a patch, what it would do to the selected entries."""
+    rt, summary = current_runtime(), {}
+    try:
+        items, summary = select_items(rt, **{**params.form_selection(), "only_valid": False})
+        if not items:
+            raise JobError("No entries match; nothing to do.")
+        if "patch" not in request.form:  # arrived from the list or a group: the form first
+            return _patch_page(summary=summary)
+        ops = parse_patch(request.form.get("patch"))
+    except DashboardError as exc:
+        return _patch_page(error=str(exc), status=status_of(exc), summary=summary)
+    return _patch_page(summary=summary, preview=preview_patch(rt, ops, [i["id"] for i in items]))
 
 
 @bp.route("/jobs/<int:job_id>")
@@ -91,7 +129,8 @@ def bulk_create():
 def job_page(job_id: int):
     """A job's progress; the widget polls itself through htmx until the job ends."""
     status = job_status(current_runtime(), job_id, item_state=request.args.get("state") or None)
-    return page_or_fragment("job.html", "progress", job=status, preview=False, state=request.args.get("state"))
+    return page_or_fragment("job.html", "progress", job=status, preview=False, state=request.args.get("state"),
+                            patch_text=patch_text(status["patch"]))
 
 
 @bp.route("/jobs/<int:job_id>/cancel", methods=["POST"])

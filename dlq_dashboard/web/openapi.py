@@ -136,7 +136,11 @@ SCHEMAS: dict[str, dict] = {
                         "entries only). Each entry is taken at the version it has now, or at the version "
                         "given with its id."),
         "properties": {
-            "action": {"type": "string", "enum": ["republish", "close"]},
+            "action": {"type": "string", "enum": ["republish", "close", "patch"],
+                       "description": "patch: apply ``patch`` to each payload, then republish the result."},
+            "patch": {"type": "array", "items": {"type": "object", "required": ["op", "path"]},
+                      "description": ("A JSON Patch (RFC 6902) for action patch. An entry it cannot apply to "
+                                      "(not JSON, a path missing, a test failing) is skipped with the reason.")},
             "ids": {"type": "array", "items": {"anyOf": [
                 {**INT, "minimum": 1},
                 {"type": "object", "required": ["id"],
@@ -144,7 +148,9 @@ SCHEMAS: dict[str, dict] = {
             "filter": _ref("Filter"),
             "note": STR,
             "force": {**BOOL, "description": "Republish payloads that fail their schema too."},
-            "only_valid": {**BOOL, "description": "Take only entries whose payload passes its schema."},
+            "only_valid": {**BOOL, "description": ("Take only entries whose payload passes its schema; for "
+                                                   "patch (default true), only those that pass it once patched: "
+                                                   "the others are skipped with the reason.")},
             "upto": {**INT, "description": "Leave out entries newer than this id (what a preview showed)."},
         },
     },
@@ -159,8 +165,10 @@ SCHEMAS: dict[str, dict] = {
         "type": "object", "required": ["id", "action", "state", "total", "done", "failed"],
         "description": "A bulk job, its progress and (some of) its items' results.",
         "properties": {
-            "id": INT, "action": {"type": "string", "enum": ["republish", "close"]}, "actor": STR,
+            "id": INT, "action": {"type": "string", "enum": ["republish", "close", "patch"]}, "actor": STR,
             "state": STR, "note": _nullable(STR), "selection": {"type": "object"},
+            "patch": {**_nullable({"type": "array", "items": {"type": "object"}}),
+                      "description": "The JSON Patch a patch job applies (null for other jobs)."},
             "total": INT, "done": INT, "failed": INT, "skipped": INT, "cancelled": INT, "pending": INT,
             "percent": {"type": "number"}, "cancel_requested": BOOL,
             "created_at": TIME, "finished_at": _nullable(TIME),
@@ -308,7 +316,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "reopenEntry", "Undo a close", "ReopenRequest", "EntryResult", (400, 401, 403, 404, 409, 422)),
     ("post", "/api/bulk"): {
         "operationId": "startBulkJob", "tags": ["actions"],
-        "summary": "Republish or close many entries as a job",
+        "summary": "Republish, close, or patch and republish many entries as a job",
         "description": "Needs the operator role. The job runs with a rate limit; poll GET /api/jobs/{job_id}.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkRequest")}}},
         "responses": {"202": _json(_ref("JobAccepted"), "The job was started."),

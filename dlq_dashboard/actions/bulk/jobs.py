@@ -28,10 +28,14 @@ from ...errors import InvalidRequest, JobNotFound
 from ...times import format_time, utcnow
 from ..context import ActionContext
 from ..intents import Published
+from .patching import parse_patch
 
 JOBS, ITEMS = Job.__table__, JobItem.__table__
 ENTRIES, INTENTS, ACTIONS = Entry.__table__, Republish.__table__, Action.__table__
-JOB_ACTIONS = ("republish", "close")
+#: patch: apply one JSON Patch to each entry's payload and republish the result (patching.py).
+JOB_ACTIONS = ("republish", "close", "patch")
+#: The actions whose items are republished.
+REPUBLISHING = ("republish", "patch")
 #: A job in one of these states has ended; its items are settled.
 FINISHED = ("done", "cancelled")
 
@@ -116,13 +120,21 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
 
 def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_args: dict | None = None,
                only_valid: bool = False, upto: int | None = None, note: str | None = None,
-               force: bool = False, start: bool = True) -> int:
-    """Make a job over the selected entries (fixed now, with their versions) and start it."""
+               force: bool = False, start: bool = True, patch=None) -> int:
+    """Make a job over the selected entries (fixed now, with their versions) and start it.
+
+    A ``patch`` job takes every selected entry and judges each one when it runs: ``only_valid``
+    then means "only those that pass the schema once patched", the others are skipped with the
+    reason (the patch is kept in the job's selection, and so in its audit record)."""
     if action not in JOB_ACTIONS:
-        raise JobError(f"action {action!r} is not valid: use republish or close")
-    items, summary = select_items(rt, ids=ids, filter_args=filter_args, only_valid=only_valid, upto=upto)
+        raise JobError(f"action {action!r} is not valid: use republish, close or patch")
+    ops = parse_patch(patch) if action == "patch" else None
+    items, summary = select_items(rt, ids=ids, filter_args=filter_args, only_valid=only_valid and ops is None,
+                                  upto=upto)
     if not items:
         raise JobError("No entries match; nothing to do.")
+    if ops is not None:
+        summary.update(patch=ops, only_valid=bool(only_valid))
     summary["force"] = bool(force)
     now = utcnow()
     with write_transaction(rt.engine) as conn:
@@ -175,9 +187,10 @@ def job_status(rt: ActionContext, job_id: int, *, item_state: str | None = None,
         items = conn.execute(query.order_by(ITEMS.c.entry_id).limit(limit)).all()
     m = job._mapping
     finished = sum(counts.get(s, 0) for s in ("done", "failed", "skipped", "cancelled"))
+    selection = json.loads(m["selection"] or "{}")
     return {
         "id": m["id"], "action": m["action"], "actor": m["actor"], "state": m["state"], "note": m["note"],
-        "selection": json.loads(m["selection"] or "{}"), "total": m["total"],
+        "selection": selection, "patch": selection.get("patch"), "total": m["total"],
         "done": counts.get("done", 0), "failed": counts.get("failed", 0), "skipped": counts.get("skipped", 0),
         "cancelled": counts.get("cancelled", 0), "pending": counts.get("pending", 0),
         "percent": round(100 * finished / m["total"], 1) if m["total"] else 100.0,

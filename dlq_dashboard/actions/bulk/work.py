@@ -42,8 +42,9 @@ from ..intents import (
     republish_msg_id,
 )
 from ..publishing import classify_failure, nats_unreachable
-from .jobs import FINISHED, ITEMS, JOBS, ack_sentence
+from .jobs import FINISHED, ITEMS, JOBS, REPUBLISHING, ack_sentence
 from .pacing import TokenBucket, window_size
+from .patching import Unpatchable, patch_for_job
 from .publisher import Publisher, publish_window
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ class JobWork:
                     with self.rt.engine.connect() as conn:
                         ahead = self._look(conn, after)
                 (job, items), ahead = ahead, None
-                republish = job["action"] == "republish"
+                republish = job["action"] in REPUBLISHING
                 if republish and items and self.publisher is None and self._wants_publisher(job):
                     self.publisher = self._start_publisher()
                 if republish and self.recorder is None and not is_sqlite(self.rt.engine):
@@ -256,7 +257,8 @@ class JobWork:
 
     def _claim(self, conn, job, items) -> list[tuple[str, Intent]]:
         rt, now = self.rt, utcnow()
-        force = bool(json.loads(job["selection"] or "{}").get("force"))
+        selection = json.loads(job["selection"] or "{}")
+        force, patch = bool(selection.get("force")), selection.get("patch") if job["action"] == "patch" else None
         results: dict[int, tuple[str, str]] = {}
         claims: list[tuple[str, Intent]] = []
         ids = [entry_id for entry_id, _ in items]
@@ -280,10 +282,16 @@ class JobWork:
                 continue
             msg_id = msg_ids[entry_id]
             try:
+                # A patch gives the same bytes every time (patching.py): a resumed item asks for its own intent.
+                payload = patch_for_job(rt, patch, rows[entry_id], bool(selection.get("only_valid"))) \
+                    if patch is not None else None
                 claims.append(decide_republish(
                     rt, rows[entry_id], version, existing.get(msg_id),
                     [p for p in pending.get(entry_id, []) if p.msg_id != msg_id],
-                    actor=job["actor"], force=force, job_id=self.job_id, resume_pending=True, now=now))
+                    actor=job["actor"], payload=payload, force=force, job_id=self.job_id, resume_pending=True,
+                    now=now))
+            except Unpatchable as exc:
+                results[entry_id] = ("skipped", str(exc))
             except AlreadyRepublished as exc:
                 results[entry_id] = ("done", ack_sentence(exc.publish))
             except InFlight:

@@ -3,6 +3,7 @@ whether it failed again, and the operators' closes and reopens, in time order.""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable
@@ -48,9 +49,11 @@ def _history_moment(event: dict) -> Moment:
                   _facts(("consumer", event.get("consumer")), ("reason", reason)))
 
 
-def _republish_moment(rep: dict, subject: str | None) -> Moment:
+def _republish_moment(rep: dict, subject: str | None, patch: Any = None) -> Moment:
     state = rep.get("state")
-    if state == "published":
+    if state == "published" and patch:
+        title = f"Republished with a JSON Patch to {subject}" if subject else "Republished with a JSON Patch"
+    elif state == "published":
         title = f"Republished to {subject}" if subject else "Republished"
     elif state == "failed":
         title = "Republish failed"
@@ -60,7 +63,9 @@ def _republish_moment(rep: dict, subject: str | None) -> Moment:
     return Moment(_time(rep.get("published_at") or rep.get("created_at")), "republish", title,
                   _facts(("msgId", rep.get("msg_id")), ("stream", rep.get("stream")), ("seq", rep.get("seq")),
                          ("duplicate", None if duplicate is None else ("yes" if duplicate else "no")),
-                         ("error", rep.get("error"))),
+                         ("error", rep.get("error")),
+                         # A bulk patch's republish: the patch its job applied (from the audit record).
+                         ("patch", json.dumps(patch, ensure_ascii=False) if patch else None)),
                   actor=rep.get("actor"))
 
 
@@ -88,7 +93,9 @@ def build_timeline(entry: EntryView, republishes: Iterable[dict] = (),
     moments.append(Moment(entry.received_at, "mirrored", "Dead-lettered and mirrored",
                           _facts(("stored as", where), ("sources", entry.sources.replace(",", " and ")))))
     republishes = list(republishes)
-    moments.extend(_republish_moment(r, entry.original_subject) for r in republishes)
+    patches = {a.get("msg_id"): a["detail"]["patch"] for a in entry.actions or []
+               if isinstance(a.get("detail"), dict) and a["detail"].get("patch")}
+    moments.extend(_republish_moment(r, entry.original_subject, patches.get(r.get("msg_id"))) for r in republishes)
     for replay in replays:
         moments.append(Moment(replay.failed_at or replay.received_at, "failed-again",
                               "The republished message failed again",

@@ -1,0 +1,186 @@
+"""One fix for many: a JSON Patch (RFC 6902) applied to each entry's payload before it is republished.
+
+The patch is checked once when the job is asked for (``parse_patch``), stored in the job's
+selection, and applied again to each entry's stored payload when its window is claimed
+(``patched_payload``). The result is the same bytes every time (the stored payload never
+changes and the JSON is written compactly, keys in their order), so a retried or resumed
+item asks for the same intent and the msgId rule keeps it exactly once. ``preview_patch``
+counts, before anything runs, how many entries the patch would make pass the current schema.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import Counter
+from typing import Any
+
+import jsonpatch
+import jsonpointer
+from sqlalchemy import select
+
+from ...errors import InvalidRequest
+from ..context import ActionContext
+from ..intents import ENTRIES
+
+#: The operations of RFC 6902 and the members each needs besides ``op`` and ``path``.
+OPERATIONS = {"add": ("value",), "remove": (), "replace": ("value",), "move": ("from",), "copy": ("from",),
+              "test": ("value",)}
+#: Entries whose diff a preview shows, and how many a preview counts at most.
+PREVIEW_DIFFS, PREVIEW_BOUND = 5, 10_000
+_CHUNK = 500
+
+
+class PatchError(InvalidRequest):
+    """A JSON Patch document that is not one; the message says why."""
+
+
+class Unpatchable(Exception):
+    """This entry's payload cannot take the patch; the message says why (the same for alike entries)."""
+
+
+def parse_patch(raw: Any) -> list[dict[str, Any]]:
+    """The operations of a JSON Patch given as JSON text or as a parsed list; PatchError (a 400) if
+    it is not an array of valid operations."""
+    if raw is None or isinstance(raw, (str, bytes)):
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else (raw or "")
+        if not text.strip():
+            raise PatchError("Write a JSON Patch: an array of operations, e.g. "
+                             '[{"op": "replace", "path": "/price", "value": 12.5}].')
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise PatchError(f"The patch is not JSON ({exc}).") from None
+    if not isinstance(raw, list):
+        raise PatchError("A JSON Patch is an array of operations, e.g. "
+                         '[{"op": "replace", "path": "/price", "value": 12.5}].')
+    if not raw:
+        raise PatchError("The patch has no operations; nothing would change.")
+    for n, op in enumerate(raw, 1):
+        if not isinstance(op, dict):
+            raise PatchError(f"Operation {n} is not an object with op and path.")
+        name = op.get("op")
+        if name not in OPERATIONS:
+            raise PatchError(f"Operation {n} has op {name!r}: use one of {', '.join(OPERATIONS)}.")
+        for member in ("path", *OPERATIONS[name]):
+            if member not in op:
+                raise PatchError(f"Operation {n} ({name}) has no {member!r}.")
+        for member in ("path", "from"):
+            if member in op:
+                pointer = op[member]
+                if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
+                    raise PatchError(f"Operation {n} ({name}): {member} {pointer!r} is not a JSON Pointer "
+                                     "(\"\" or starting with /).")
+    try:
+        jsonpatch.JsonPatch(raw)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+        raise PatchError(f"The patch is not valid: {exc}.") from None
+    return raw
+
+
+def patch_text(ops: list[dict[str, Any]] | None) -> str:
+    """The patch as people read it: one operation a line."""
+    if not ops:
+        return ""
+    return "[\n" + ",\n".join("  " + json.dumps(op, ensure_ascii=False) for op in ops) + "\n]"
+
+
+def patched_payload(ops: list[dict[str, Any]], payload: bytes | None, available: bool = True) -> bytes:
+    """The payload with the patch applied, as compact JSON; Unpatchable with the reason if it cannot be."""
+    if not available:
+        raise Unpatchable("The payload is not available (the source stream no longer had it).")
+    try:
+        document = json.loads(bytes(payload or b""))
+    except ValueError:
+        raise Unpatchable("The payload is not JSON, so a JSON Patch cannot apply.") from None
+    except RecursionError:  # nested deeper than Python parses: no job may stop on it
+        raise Unpatchable("The payload is nested too deeply to patch.") from None
+    try:
+        result = jsonpatch.apply_patch(document, ops, in_place=False)
+        return json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode()
+    except jsonpatch.JsonPatchTestFailed:
+        # jsonpatch's message quotes the payload's value: a viewer reads the job's results (DLQ_MASK).
+        raise Unpatchable("A test operation failed: the payload does not hold the tested value.") from None
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError, ValueError,
+            KeyError, IndexError) as exc:
+        raise Unpatchable(f"The patch does not apply: {exc}.") from None
+    except RecursionError:
+        raise Unpatchable("The payload is nested too deeply to patch.") from None
+
+
+def schema_failure(rt: ActionContext, subject: str | None, payload: bytes) -> str | None:
+    """Why ``payload`` fails the current schema of ``subject`` (its first error), or None if it passes."""
+    if not rt.schemas.schemas or not subject:
+        return None
+    verdict = rt.schemas.validate(subject, payload)
+    if verdict.valid:
+        return None
+    first = verdict.errors[0]
+    return f"After the patch the payload still fails the schema {verdict.schema} ({first.path or '/'}: {first.message})."
+
+
+def patch_for_job(rt: ActionContext, ops: list[dict[str, Any]], row, only_valid: bool) -> bytes:
+    """The payload a patch job republishes for this entry; Unpatchable (the item is skipped) when
+    the patch does not apply or, with ``only_valid``, the result fails the schema."""
+    payload = patched_payload(ops, row["payload"], bool(row["payload_available"]))
+    if only_valid:
+        failure = schema_failure(rt, row["original_subject"], payload)
+        if failure:
+            raise Unpatchable(failure)
+    return payload
+
+
+def pretty(payload: bytes | None) -> str:
+    """A payload as the diff shows it: indented JSON, or the raw text when it is not JSON."""
+    raw = bytes(payload or b"")
+    try:
+        return json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return raw.decode("utf-8", "replace")
+
+
+def line_diff(before: str, after: str) -> list[tuple[str, str]]:
+    """A unified line diff as (kind, line): kind is "add", "del", "hunk" or "same"."""
+    lines = []
+    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), "before", "after", lineterm="", n=3):
+        if line.startswith(("---", "+++")):
+            continue
+        kind = {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "same")
+        lines.append((kind, line))
+    return lines
+
+
+def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], *,
+                  diffs: int = PREVIEW_DIFFS, bound: int = PREVIEW_BOUND) -> dict[str, Any]:
+    """What the patch would do to the first ``bound`` of these entries: how many would then pass
+    the schema, still fail it (with the first error) or cannot be patched (by reason), and the
+    line diff of the first ``diffs``."""
+    counted = ids[:bound]
+    passing, failing, reasons = 0, 0, Counter()
+    first_failure, examples = None, []
+    for start in range(0, len(counted), _CHUNK):
+        chunk = counted[start:start + _CHUNK]
+        with rt.engine.connect() as conn:
+            rows = conn.execute(select(ENTRIES.c.id, ENTRIES.c.original_subject, ENTRIES.c.payload,
+                                       ENTRIES.c.payload_available).where(ENTRIES.c.id.in_(chunk))
+                                .order_by(ENTRIES.c.id)).all()
+        for row in rows:
+            example: dict[str, Any] = {"id": row.id}
+            try:
+                after = patched_payload(ops, row.payload, bool(row.payload_available))
+            except Unpatchable as exc:
+                reasons[str(exc)] += 1
+                example["skipped"] = str(exc)
+            else:
+                failure = schema_failure(rt, row.original_subject, after)
+                if failure:
+                    failing += 1
+                    first_failure = first_failure or failure
+                passing += failure is None
+                if len(examples) < diffs:
+                    example.update(diff=line_diff(pretty(row.payload), pretty(after)), failure=failure)
+            if len(examples) < diffs:
+                examples.append(example)
+    return {"counted": len(counted), "bounded": len(ids) > bound, "total": len(ids), "pass": passing,
+            "fail": failing, "first_failure": first_failure, "unpatchable": sum(reasons.values()),
+            "reasons": dict(reasons.most_common(5)), "examples": examples}
