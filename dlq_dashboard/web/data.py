@@ -39,6 +39,21 @@ def shown(entry: EntryView) -> EntryView:
     return mask.entry(entry) if mask else entry
 
 
+def shown_republishes(republishes: list[dict]) -> list[dict]:
+    """An entry's republishes (store.republishes_of) as this request may see them: for a viewer
+    the payload each sent is masked like the entry's (None, with ``payload_hidden``, when the
+    mask cannot pick fields out of it), and ``hidden_values`` names what was hidden."""
+    mask = viewer_mask()
+    if not mask:
+        return republishes
+    seen = []
+    for rep in republishes:
+        payload, hidden = mask.mask_payload(rep.get("payload") or b"")
+        seen.append({**rep, "payload": payload, "payload_hidden": payload is None, "hidden_values": tuple(hidden),
+                     "error": mask.mask_text(rep.get("error"), hidden)})
+    return seen
+
+
 def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool = True) -> EntryView:
     """The entry with this id (with its history and actions) as this request may see it
     (``masked=False``: as stored); EntryNotFound, a 404, otherwise."""
