@@ -23,10 +23,10 @@ SCHEMA = {"x-subjects": ["orders.*"], "type": "object", "required": ["customer_i
 
 
 @pytest.fixture
-def settings(tmp_path, nats_server):
+def settings(tmp_path, nats_server, database_url):
     """The orders schema (prices are numbers) and a viewer mask over the customer."""
-    return support.make_settings(tmp_path, nats_server.url, schemas_dir=support.orders_schema_folder(tmp_path, SCHEMA),
-                                 mask=("/customer_id",))
+    return support.make_settings(tmp_path, nats_server.url, database_url=database_url, mask=("/customer_id",),
+                                 schemas_dir=support.orders_schema_folder(tmp_path, SCHEMA))
 
 
 def _text(response) -> str:
@@ -95,6 +95,7 @@ def test_an_unchanged_edit_republishes_the_original_bytes_and_an_edit_what_was_s
         (same_id, False, ORIGINAL), (edited_id, True, edited.encode())]
 
 
+@pytest.mark.both_databases
 def test_the_entry_page_tells_the_edit_and_validates_the_payload_last_sent(app, nats_server):
     support.make_orders_stream(nats_server.url)
     operator = support.logged_in(app, "operator")
