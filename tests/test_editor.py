@@ -131,3 +131,18 @@ def test_the_entry_page_tells_the_edit_and_validates_the_payload_last_sent(app, 
     # (masking.py writes the masked document again, numbers as Python writes them: 12.50 is 12.5)
     assert '"customer_id": "•••"' in seen and '<span class="add">+      "price": 12.5</span>' in seen
     assert "The payload last sent, edited by operator-user" in viewer and "Valid against" in viewer
+
+
+def test_a_viewer_does_not_see_an_edited_payload_the_mask_cannot_pick_fields_out_of(app, nats_server):
+    from dlq_dashboard.actions.republish import republish_entry
+
+    support.make_orders_stream(nats_server.url)
+    entry_id = support.dead_letter(app, 1, payload=b"customer c-42, not JSON")
+    republish_entry(app.extensions["dlq"], entry_id, 1, actor="carol", payload=b"customer c-43, still not JSON",
+                    force=True)
+    operator = _text(support.logged_in(app, "operator").get(f"/entries/{entry_id}"))
+    assert "customer c-43, still not JSON</pre>" in operator and "+customer c-43, still not JSON" in operator
+    viewer = _text(support.logged_in(app, "viewer").get(f"/entries/{entry_id}"))
+    assert "c-43" not in viewer and "c-42" not in viewer
+    assert "The payload sent is hidden from viewers (DLQ_MASK)." in viewer
+    assert "Not shown: the payload sent is hidden from viewers." in viewer
