@@ -3,6 +3,7 @@ entry page tells an edit (its timeline and the validation of the payload last se
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 
@@ -124,6 +125,18 @@ def test_the_entry_page_tells_the_edit_and_validates_the_payload_last_sent(app, 
     assert "Edited and republished" not in plain and "The payload sent" not in plain
     assert "Invalid against <code>orders.json</code>" in plain
 
+    # The page's JSON twin: the payload last sent and the verdict on it.
+    sent = operator.get(f"/api/entries/{fixed_id}").get_json()["last_sent"]
+    assert base64.b64decode(sent.pop("payload_base64")) == fixed.encode()
+    assert sent.pop("at") and sent == {"actor": "operator-user", "edited": True, "msg_id": f"dlq-dashboard:DLQ:1:e{fixed_id}:v1",
+                                       "job_id": None, "hidden": False, "schema": "orders.json", "valid": True,
+                                       "errors": [], "error": None}
+    plain_sent = operator.get(f"/api/entries/{plain_id}").get_json()["last_sent"]
+    assert plain_sent["edited"] is False and plain_sent["valid"] is False
+    assert plain_sent["errors"][0]["path"] == "/items/0/price"
+    unsent = support.dead_letter(app, 3, payload=ORIGINAL)
+    assert operator.get(f"/api/entries/{unsent}").get_json()["last_sent"] is None
+
     # A viewer sees the edit through DLQ_MASK: the customer is hidden in the diff and the payload sent.
     viewer = _text(support.logged_in(app, "viewer").get(f"/entries/{fixed_id}"))
     seen = viewer[viewer.index('id="timeline-title"'):]
@@ -131,6 +144,8 @@ def test_the_entry_page_tells_the_edit_and_validates_the_payload_last_sent(app, 
     # (masking.py writes the masked document again, numbers as Python writes them: 12.50 is 12.5)
     assert '"customer_id": "•••"' in seen and '<span class="add">+      "price": 12.5</span>' in seen
     assert "The payload last sent, edited by operator-user" in viewer and "Valid against" in viewer
+    as_json = support.logged_in(app, "viewer").get(f"/api/entries/{fixed_id}").get_json()["last_sent"]
+    assert json.loads(base64.b64decode(as_json["payload_base64"]))["customer_id"] == "•••"
 
 
 def test_a_viewer_does_not_see_an_edited_payload_the_mask_cannot_pick_fields_out_of(app, nats_server):

@@ -19,6 +19,7 @@ from ..entries.view import EntryView, Page
 from ..errors import EntryNotFound
 from . import current_runtime
 from .auth import current_identity
+from .presenters.sent import LastSent, last_sent
 
 
 def viewer_mask() -> Mask | None:
@@ -52,6 +53,15 @@ def shown_republishes(republishes: list[dict]) -> list[dict]:
         seen.append({**rep, "payload": payload, "payload_hidden": payload is None, "hidden_values": tuple(hidden),
                      "error": mask.mask_text(rep.get("error"), hidden)})
     return seen
+
+
+def republishes_and_last_sent(entry: EntryView) -> tuple[list[dict], LastSent | None]:
+    """An entry's republishes as this request may see them, and the current schema's verdict on
+    the payload last sent (None before any republish); ``entry`` as stored."""
+    rt = current_runtime()
+    stored = rt.store.republishes_of(entry.id)
+    seen = shown_republishes(stored)
+    return seen, last_sent(stored, seen, entry.original_subject, rt.schemas.validate)
 
 
 def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool = True) -> EntryView:

@@ -20,10 +20,9 @@ from ..entries.tallies import Tallies
 from ..numbers import whole_number
 from . import current_runtime
 from .auth import requires
-from .data import entries_page, failure_groups, get_entry_or_404, shown, shown_republishes, viewer_mask
+from .data import entries_page, failure_groups, get_entry_or_404, republishes_and_last_sent, shown, viewer_mask
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
-from .presenters.sent import last_sent
 from .presenters.timeline import build_timeline
 from .saved_views import saved_views, view_url
 from .responses import htmx, list_url, page_or_fragment, refusal, render_block
@@ -175,10 +174,8 @@ def entry(entry_id: int):
     marks = mark_indexes(pointers)
     payload = view_payload(found.payload, found.payload_available, marks)
     replays = store.replays_of(found.dlq_ref) if found.dlq_ref else []
-    republishes = store.republishes_of(entry_id)
-    seen_republishes = shown_republishes(republishes)
-    timeline = build_timeline(found, seen_republishes, replays)
-    sent = last_sent(republishes, seen_republishes, stored.original_subject, registry.validate)
+    republishes, sent = republishes_and_last_sent(stored)
+    timeline = build_timeline(found, republishes, replays)
     original = store.entry_by_dlq_ref(found.replay_of) if found.replay_of else None
     return render_template(
         "entry.html", entry=found, payload=payload, marks=marks, header_errors=header_errors,

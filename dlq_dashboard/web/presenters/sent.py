@@ -7,12 +7,13 @@ fix they sent passes, and the original's verdict is kept below it.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
 from ...masking import Mask
-from ...times import parse_time
+from ...times import format_time, parse_time
 
 
 @dataclass
@@ -29,6 +30,15 @@ class LastSent:
     errors: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None  # it could not be validated
     hidden: bool = False  # a viewer may not see the payload (DLQ_MASK)
+    payload: bytes | None = None  # as this request may see it (None when hidden)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of GET /api/entries/<id>'s ``last_sent`` (web/openapi.py LastSent)."""
+        return {"actor": self.actor, "at": format_time(self.at), "edited": self.edited, "msg_id": self.msg_id,
+                "job_id": self.job_id, "hidden": self.hidden,
+                "payload_base64": None if self.payload is None else base64.b64encode(self.payload).decode(),
+                "schema": self.schema, "valid": None if self.hidden or self.error else self.valid,
+                "errors": self.errors, "error": self.error}
 
 
 def last_sent(stored: list[dict], shown: list[dict], subject: str | None,
@@ -45,7 +55,8 @@ def last_sent(stored: list[dict], shown: list[dict], subject: str | None,
     seen = shown[index]
     at = rep.get("published_at") or rep.get("created_at")
     result = LastSent(rep.get("actor"), parse_time(at) if isinstance(at, str) else at, bool(rep.get("edited")),
-                      rep.get("msg_id"), rep.get("job_id"), hidden=bool(seen.get("payload_hidden")))
+                      rep.get("msg_id"), rep.get("job_id"), hidden=bool(seen.get("payload_hidden")),
+                      payload=None if seen.get("payload_hidden") else seen.get("payload"))
     if result.hidden:
         return result
     try:
