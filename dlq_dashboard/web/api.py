@@ -10,7 +10,7 @@ from ..nats.bridge import NatsUnavailable
 from ..times import format_time
 from . import current_runtime
 from .auth import requires
-from .data import entries_page, failure_groups, get_entry_or_404, republishes_and_last_sent, shown
+from .data import entries_page, entry_detail, failure_groups
 
 bp = Blueprint("api", __name__)
 # The longest /healthz waits for the stream's answer (seconds).
@@ -30,9 +30,7 @@ def list_entries():
 def get_entry(entry_id: int):
     """One entry with its delivery history, its actions, and the payload last sent with the
     current schema's verdict on it (null before any republish)."""
-    stored = get_entry_or_404(entry_id, masked=False)
-    _, sent = republishes_and_last_sent(stored)
-    return jsonify({**shown(stored).to_dict(), "last_sent": sent.to_dict() if sent else None})
+    return jsonify(entry_detail(entry_id))
 
 
 @bp.route("/api/groups")

@@ -64,6 +64,14 @@ def republishes_and_last_sent(entry: EntryView) -> tuple[list[dict], LastSent | 
     return seen, last_sent(stored, seen, entry.original_subject, rt.schemas.validate)
 
 
+def entry_detail(entry_id: int) -> dict:
+    """GET /api/entries/<id> (and the command line's show): the entry as this request may see it,
+    with its history and actions, and ``last_sent``, the payload last sent and the verdict on it."""
+    stored = get_entry_or_404(entry_id, masked=False)
+    _, sent = republishes_and_last_sent(stored)
+    return {**shown(stored).to_dict(), "last_sent": sent.to_dict() if sent else None}
+
+
 def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool = True) -> EntryView:
     """The entry with this id (with its history and actions) as this request may see it
     (``masked=False``: as stored); EntryNotFound, a 404, otherwise."""
