@@ -63,6 +63,7 @@ def test_the_editors_pretty_form_keeps_key_order_and_numbers_as_written():
     assert pretty_json('{"b":1.50,"a":[1e400,-0,{}],"é":"<x>"}') == (
         '{\n  "b": 1.50,\n  "a": [\n    1e400,\n    -0,\n    {}\n  ],\n  "é": "<x>"\n}')
     assert pretty_json("not {json") is None
+    assert pretty_json('{"a": 1, "a": 2}') is None  # laid out again, the first "a" would be lost
     assert editable(b'{"a":1}') == ('{\n  "a": 1\n}', "text")
     assert editable(b"plain text") == ("plain text", "text")
     assert editable(b"\xff\x00") == ("/wA=", "base64")
@@ -73,6 +74,7 @@ def test_an_edit_that_only_lays_the_document_out_again_is_the_same_document():
     assert not same_document(b'{"a":1,"b":2}', b'{"b":2,"a":1}')  # another key order is another document
     assert not same_document(b'{"a":1.50}', b'{"a":1.5}')  # a number written otherwise is an edit
     assert same_document(b"text", b"text") and not same_document(b"text", b"text ")
+    assert not same_document(b'{"a":1,"a":2}', b'{"a":2}')
 
 
 def test_a_line_diff_compares_the_pretty_forms_and_gives_up_on_huge_payloads():

@@ -169,11 +169,21 @@ def hex_dump(data: bytes, width: int = 16) -> list[tuple[str, str, str]]:
 DIFF_LIMIT = 256 * 1024
 
 
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Laid out again, an object with a key twice would keep only the last: the editor would
+    # drop the first without saying so. Such a payload is edited as the text it is.
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ValueError("an object repeats a key")
+    return value
+
+
 def pretty_json(text: str) -> str | None:
     """``text`` laid out as JSON with 2-space indents, keys in their order, numbers as written;
-    None when it is not JSON (or nests too deeply to lay out)."""
+    None when it is not JSON, repeats a key in an object, or nests too deeply to lay out."""
     try:
-        return "".join(s.text for s in _Printer({}).print(_parse(text)))
+        value = json.loads(text, parse_float=_Number, parse_int=_Number, object_pairs_hook=_no_repeated_keys)
+        return "".join(s.text for s in _Printer({}).print(value))
     except (ValueError, RecursionError):
         return None
 
@@ -190,8 +200,7 @@ def editable(payload: bytes) -> tuple[str, str]:
 
 def display_form(payload: bytes) -> str:
     """What a diff compares: the pretty JSON, else the text, else the bytes as base64."""
-    text, encoding = editable(payload)
-    return text
+    return editable(payload)[0]
 
 
 def same_document(original: bytes, edited: bytes) -> bool:
