@@ -1,15 +1,16 @@
-"""Take the README's screenshots of the list and the detail page.
+"""Take the README's screenshots of the list, the detail page and the payload editor.
 
-    python docs/screenshots.py
+    python docs/screenshots.py [list] [detail] [editor] [patch-preview]     (all of them by default)
 
-Fills a temporary database with realistic dead letters (through the mirror's ingest, no NATS
-needed), serves the app on 127.0.0.1, and photographs it with Debian's Chromium through
-Playwright into docs/screenshot-list.png, docs/screenshot-detail.png and (a bulk JSON Patch's
-preview) docs/screenshot-patch-preview.png.
+Fills a temporary database with realistic dead letters (through the mirror's ingest), starts a
+nats-server of its own with the shop's ORDERS stream and consumer (so the pages show NATS
+connected and where a republish goes), serves the app on 127.0.0.1, and photographs it with Debian's Chromium through
+Playwright into docs/screenshot-<name>.png.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import sys
@@ -81,12 +82,24 @@ def fill(engine) -> None:
     ingest_advisory_batch(engine, "DLQ_ADVISORIES", "demo", naks, 2)
 
 
+async def _orders_stream(url: str) -> None:
+    """The shop's stream and the consumer a republish of orders.created reaches."""
+    import nats
+    from nats.js.api import ConsumerConfig
+
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="ORDERS", subjects=["orders.>"])
+        await js.add_consumer("ORDERS", ConsumerConfig(durable_name="order-service", filter_subject="orders.created"))
+    finally:
+        await nc.close()
+
+
 def patch_preview(page, base: str) -> None:
     """One JSON Patch for every orders.created entry with a string price: its preview."""
     page.goto(f"{base}/?subject=orders.created&reason=schema_invalid")
     by_filter = page.locator("form:has(input[name=by][value=filter])")
-    # No NATS here, so the actions that need it are disabled; the preview itself does not need it.
-    by_filter.locator("option[value=patch]").evaluate("option => { option.disabled = false; }")
     by_filter.locator("select[name=action]").select_option("patch")
     by_filter.get_by_role("button", name="Preview for all matching").click()
     page.get_by_label("JSON Patch (RFC 6902)").fill('[{"op": "replace", "path": "/items/0/price", "value": 12.5}]')
@@ -95,7 +108,7 @@ def patch_preview(page, base: str) -> None:
     page.screenshot(path=str(ROOT / "docs" / "screenshot-patch-preview.png"), full_page=True)
 
 
-def main() -> int:
+def main(shots: list[str]) -> int:
     import waitress
     from playwright.sync_api import sync_playwright
     from sqlalchemy import select
@@ -104,18 +117,25 @@ def main() -> int:
     from dlq_dashboard.accounts import create_user
     from dlq_dashboard.config import Settings
     from dlq_dashboard.db.models import Entry
+    from dlq_dashboard.nats.server import NatsServer
     from dlq_dashboard.runtime import runtime_of
 
     with tempfile.TemporaryDirectory() as workdir:
         work = Path(workdir)
+        nats_server = NatsServer(store_dir=work / "nats", log_path=work / "nats.log").start()
+        asyncio.run(_orders_stream(nats_server.url))
         (work / "schemas").mkdir()
         (work / "schemas" / "orders.json").write_text(json.dumps(SCHEMA))
-        settings = Settings(database_url=f"sqlite:///{work}/dlq.sqlite3", nats_urls=("nats://127.0.0.1:1",),
+        # The mirror follows streams of its own: the entries filled in below stand for DLQ's.
+        settings = Settings(database_url=f"sqlite:///{work}/dlq.sqlite3", nats_urls=(nats_server.url,),
                             instance_path=str(work / "instance"), secret_key="screenshots",
-                            schemas_dir=str(work / "schemas"))
+                            schemas_dir=str(work / "schemas"), dlq_stream="SHOTS",
+                            advisory_stream="SHOTS_ADVISORIES")
         app = create_app({"SETTINGS": settings})
         engine = runtime_of(app).engine
         fill(engine)
+        runtime_of(app).start()
+        runtime_of(app).bridge.wait_connected(10)
         create_user(engine, "mara", "screenshots-password", "operator")
         with engine.connect() as conn:
             detail_id = conn.execute(select(Entry.id).where(Entry.reason == "schema_invalid")
@@ -134,19 +154,30 @@ def main() -> int:
                 page.fill("input[name=password]", "screenshots-password")
                 page.click("button[type=submit]")
                 page.wait_for_url(lambda url: "/login" not in url)
-                page.goto(f"{base}/?status=open")
-                page.locator(".chart svg").wait_for()
-                page.screenshot(path=str(ROOT / "docs" / "screenshot-list.png"))
-                page.goto(f"{base}/entries/{detail_id}")
-                page.screenshot(path=str(ROOT / "docs" / "screenshot-detail.png"), full_page=True)
-                patch_preview(page, base)
+                if "list" in shots:
+                    page.goto(f"{base}/?status=open")
+                    page.locator(".chart svg").wait_for()
+                    page.screenshot(path=str(ROOT / "docs" / "screenshot-list.png"))
+                if "detail" in shots:
+                    page.goto(f"{base}/entries/{detail_id}")
+                    page.screenshot(path=str(ROOT / "docs" / "screenshot-detail.png"), full_page=True)
+                if "editor" in shots:
+                    # A string price fixed to a number: one line out, one in, and the schema passes.
+                    page.goto(f"{base}/entries/{detail_id}/edit")
+                    editor = page.locator("#payload")
+                    editor.fill(editor.input_value().replace('"12.50"', "12.50"))
+                    page.locator("#payload-check .ok").wait_for()
+                    page.screenshot(path=str(ROOT / "docs" / "screenshot-editor.png"), full_page=True)
+                if "patch-preview" in shots:
+                    patch_preview(page, base)
                 browser.close()
         finally:
             server.close()
             runtime_of(app).stop()
-    print("wrote docs/screenshot-list.png, docs/screenshot-detail.png and docs/screenshot-patch-preview.png")
+            nats_server.stop()
+    print("wrote " + ", ".join(f"docs/screenshot-{name}.png" for name in shots))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:] or ["list", "detail", "editor", "patch-preview"]))

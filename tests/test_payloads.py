@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from dlq_dashboard.web.presenters.payloads import HEX_LIMIT, TEXT_LIMIT, hex_dump, mark_indexes, view_payload
+from dlq_dashboard.web.presenters.payloads import (DIFF_LIMIT, HEX_LIMIT, TEXT_LIMIT, editable, hex_dump, line_diff,
+                                                   mark_indexes, pretty_json, same_document, view_payload)
 
 ORDER = {"order_id": "o-1", "items": [{"sku": "x", "price": "12.50"}], "note": {"a/b": 1}}
 
@@ -56,3 +57,31 @@ def test_a_large_payload_shows_its_start_only():
 
 def test_a_missing_payload_says_so():
     assert view_payload(b"", available=False).kind == "missing"
+
+
+def test_the_editors_pretty_form_keeps_key_order_and_numbers_as_written():
+    assert pretty_json('{"b":1.50,"a":[1e400,-0,{}],"é":"<x>"}') == (
+        '{\n  "b": 1.50,\n  "a": [\n    1e400,\n    -0,\n    {}\n  ],\n  "é": "<x>"\n}')
+    assert pretty_json("not {json") is None
+    assert pretty_json('{"a": 1, "a": 2}') is None  # laid out again, the first "a" would be lost
+    assert editable(b'{"a":1}') == ('{\n  "a": 1\n}', "text")
+    assert editable(b"plain text") == ("plain text", "text")
+    assert editable(b"\xff\x00") == ("/wA=", "base64")
+
+
+def test_an_edit_that_only_lays_the_document_out_again_is_the_same_document():
+    assert same_document(b'{"a":1,"b":[2]}', b'{\n  "a": 1,\n  "b": [\n    2\n  ]\n}')
+    assert not same_document(b'{"a":1,"b":2}', b'{"b":2,"a":1}')  # another key order is another document
+    assert not same_document(b'{"a":1.50}', b'{"a":1.5}')  # a number written otherwise is an edit
+    assert same_document(b"text", b"text") and not same_document(b"text", b"text ")
+    assert not same_document(b'{"a":1,"a":2}', b'{"a":2}')
+
+
+def test_a_line_diff_compares_the_pretty_forms_and_gives_up_on_huge_payloads():
+    before = b'{"order_id":"o-1","price":"12.50","note":"' + b"n" * 400 + b'"}'
+    after = before.replace(b'"12.50"', b"12.50")
+    assert [line for line in line_diff(before, after) if line[:1] in "+-" and line[:3] not in ("+++", "---")] == [
+        '-  "price": "12.50",', '+  "price": 12.50,']
+    assert line_diff(before, before) == []
+    huge = b'"' + b"x" * DIFF_LIMIT + b'"'
+    assert line_diff(huge, b"{}")[0].startswith("(too large to compare line by line")

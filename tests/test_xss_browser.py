@@ -246,3 +246,32 @@ def test_hostile_saved_view_names_and_filters_are_only_text(app, live_server, pa
         text = visit(page, watch, live_server + path)
         for raw in CORPUS:
             assert raw[:24] in text, f"{path} does not show the view named {raw!r} as text"
+
+
+def test_a_hostile_edit_is_only_text_in_the_editor_the_diff_and_the_timeline(app, live_server, page, hostile_entries,
+                                                                             nats_server):
+    from dlq_dashboard.actions.republish import republish_entry
+    from dlq_dashboard.web.presenters.payloads import display_form
+
+    support.make_orders_stream(nats_server.url)
+    entry_id = hostile_entries["json"]
+    support.browser_login(page, live_server, app, "operator")
+    watch = Watch(page, app, live_server)
+    visit(page, watch, f"{live_server}/entries/{entry_id}/edit")
+    sent = json.dumps({"customer_id": 1, "note": CORPUS, CORPUS[0]: "\n".join(CORPUS)}, ensure_ascii=False).encode()
+    page.locator("#payload").fill(sent.decode())
+    page.locator("#payload-check .diff").wait_for()
+    diff = page.evaluate("document.querySelector('#payload-check .diff').textContent")
+    assert json.dumps(CORPUS[3], ensure_ascii=False) in diff and page.evaluate(INJECTED) == []
+
+    assert [r for r in watch.requests if r[0] == "POST"] == [("POST", f"{live_server}/entries/{entry_id}/validate")] \
+        * len([r for r in watch.requests if r[0] == "POST"])
+    watch.requests.clear()  # the editor's own check, nothing else
+
+    republish_entry(app.extensions["dlq"], entry_id, 1, actor=CORPUS[1], payload=sent, force=True)
+    text = visit(page, watch, f"{live_server}/entries/{entry_id}")
+    assert CORPUS[1] in text and "Edited and republished" in text
+    shown = page.evaluate("document.querySelector('.sent-payload pre').textContent")
+    assert shown == display_form(sent)
+    diff = page.evaluate("document.querySelector('.edit-diff .diff').textContent")
+    assert f'+    {json.dumps(CORPUS[7], ensure_ascii=False)},' in diff

@@ -183,11 +183,13 @@ class Store:
         return [EntryView.from_row(r) for r in rows]
 
     def republishes_of(self, entry_id: int) -> list[dict]:
-        """The republish intents of an entry, oldest first."""
+        """The republish intents of an entry, oldest first, each with the payload it sends and
+        whether that was edited (by hand or by a bulk job's patch)."""
         with read_transaction(self.engine) as conn:
             rows = conn.execute(select(Republish.__table__).where(Republish.entry_id == entry_id)
                                 .order_by(Republish.id)).all()
         return [{"msg_id": r.msg_id, "state": r.state, "version": r.version, "stream": r.stream,
                  "seq": r.seq, "duplicate": r.duplicate, "error": r.error, "actor": r.actor,
+                 "payload": bytes(r.payload or b""), "edited": bool(r.edited), "job_id": r.job_id,
                  "created_at": format_time(r.created_at), "published_at": format_time(r.published_at)}
                 for r in rows]

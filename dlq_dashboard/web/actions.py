@@ -8,9 +8,6 @@ again.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import difflib
 from typing import Any
 
 from flask import Blueprint, jsonify, render_template, request, url_for
@@ -18,12 +15,13 @@ from flask import Blueprint, jsonify, render_template, request, url_for
 from ..actions.close import close_entry, reopen_entry
 from ..actions.errors import NatsDown, Refused
 from ..actions.republish import republish_entry, republish_targets
-from ..entries.view import EntryView, decode_text
+from ..entries.view import EntryView
 from ..errors import InvalidRequest
 from . import current_runtime, params
 from .auth import actor_name, requires
 from .data import get_entry_or_404
 from .errors import status_of
+from .presenters.payloads import editable, line_diff, same_document
 from .responses import after_post, render_block
 
 bp = Blueprint("actions", __name__)
@@ -76,9 +74,7 @@ def _editor(entry: EntryView, *, editing: bool, payload_text: str | None = None,
     # The version the operator saw on the page they came from: a change since then is a 409.
     seen = request.values.get("version", "").strip()
     version = params.version(seen) if seen else entry.version
-    text_payload = entry.payload_text
-    encoding = "text" if text_payload is not None else "base64"
-    original = text_payload if text_payload is not None else base64.b64encode(entry.payload).decode()
+    original, encoding = editable(entry.payload)
     current = payload_text if payload_text is not None else original
     return render_template("edit.html", entry=entry, version=version, editing=editing, encoding=encoding,
                            original=original, payload=current, check=check_payload(entry, current, encoding),
@@ -86,36 +82,41 @@ def _editor(entry: EntryView, *, editing: bool, payload_text: str | None = None,
                            error=error), status
 
 
+def _edited_body(entry: EntryView, text: str, encoding: str) -> bytes:
+    """The bytes an edited payload republishes: what the operator submitted, or the original
+    bytes exactly when the edit left the document as it was (only its layout differs)."""
+    if encoding == "base64":
+        body = params.base64_payload(text, "The payload")
+    else:
+        # Browsers send a textarea's line breaks as CRLF; keep the original's own line breaks.
+        body = (text.replace("\r\n", "\n") if b"\r\n" not in entry.payload else text).encode("utf-8")
+    return entry.payload if same_document(entry.payload, body) else body
+
+
 def _form_payload(entry: EntryView) -> bytes | None:
     """The edited payload of a form, or None for the original (a plain Republish sends none)."""
     if "payload" not in request.form:
         return None
-    raw = request.form["payload"]
-    if request.form.get("encoding") == "base64":
-        return params.base64_payload(raw, "The payload")
-    # Browsers send a textarea's line breaks as CRLF; keep the original's own line breaks.
-    if b"\r\n" not in entry.payload:
-        raw = raw.replace("\r\n", "\n")
-    return raw.encode("utf-8")
+    encoding = "base64" if request.form.get("encoding") == "base64" else "text"
+    body = _edited_body(entry, request.form["payload"], encoding)
+    return None if body == entry.payload else body
 
 
 def check_payload(entry: EntryView, text: str, encoding: str) -> dict[str, Any]:
-    """The current schema's verdict on an edited payload and its diff from the original."""
-    if encoding == "base64":
-        try:
-            body = base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
-            return {"errors": [{"path": "", "message": "not valid base64"}], "schema": None, "diff": [],
-                    "changed": True}
-    else:
-        body = (text.replace("\r\n", "\n") if b"\r\n" not in entry.payload else text).encode("utf-8")
-    verdict = current_runtime().schemas.validate(entry.original_subject, body)
-    before = decode_text(entry.payload) or base64.b64encode(entry.payload).decode()
-    after = decode_text(body) if encoding == "text" else text
-    diff = list(difflib.unified_diff(before.splitlines(), (after or "").splitlines(), "original", "edited",
-                                     lineterm="", n=2))
-    return {"errors": [e.to_dict() for e in verdict.errors], "schema": verdict.schema, "diff": diff,
-            "changed": body != entry.payload}
+    """The current schema's verdict on an edited payload and its line diff from the original
+    (of the pretty forms, so a one-field change is one line out and one in)."""
+    try:
+        body = _edited_body(entry, text, encoding)
+    except InvalidRequest:
+        return {"errors": [{"path": "", "message": "not valid base64"}], "schema": None, "diff": [],
+                "changed": True}
+    try:
+        verdict = current_runtime().schemas.validate(entry.original_subject, body)
+    except RecursionError:
+        return {"errors": [{"path": "", "message": "the payload nests too deeply to be validated"}],
+                "schema": None, "diff": line_diff(entry.payload, body), "changed": body != entry.payload}
+    return {"errors": [e.to_dict() for e in verdict.errors], "schema": verdict.schema,
+            "diff": line_diff(entry.payload, body), "changed": body != entry.payload}
 
 
 @bp.route("/entries/<int:entry_id>/republish", methods=["GET"])

@@ -10,7 +10,7 @@ from ..nats.bridge import NatsUnavailable
 from ..times import format_time
 from . import current_runtime
 from .auth import requires
-from .data import entries_page, failure_groups, get_entry_or_404
+from .data import entries_page, entry_detail, failure_groups
 
 bp = Blueprint("api", __name__)
 # The longest /healthz waits for the stream's answer (seconds).
@@ -28,8 +28,9 @@ def list_entries():
 @bp.route("/api/entries/<int:entry_id>")
 @requires("viewer")
 def get_entry(entry_id: int):
-    """One entry with its delivery history and its actions."""
-    return jsonify(get_entry_or_404(entry_id).to_dict())
+    """One entry with its delivery history, its actions, and the payload last sent with the
+    current schema's verdict on it (null before any republish)."""
+    return jsonify(entry_detail(entry_id))
 
 
 @bp.route("/api/groups")

@@ -19,6 +19,7 @@ from ..entries.view import EntryView, Page
 from ..errors import EntryNotFound
 from . import current_runtime
 from .auth import current_identity
+from .presenters.sent import LastSent, last_sent
 
 
 def viewer_mask() -> Mask | None:
@@ -37,6 +38,38 @@ def shown(entry: EntryView) -> EntryView:
     """The entry as this request may see it."""
     mask = viewer_mask()
     return mask.entry(entry) if mask else entry
+
+
+def shown_republishes(republishes: list[dict]) -> list[dict]:
+    """An entry's republishes (store.republishes_of) as this request may see them: for a viewer
+    the payload each sent is masked like the entry's (None, with ``payload_hidden``, when the
+    mask cannot pick fields out of it), and ``hidden_values`` names what was hidden."""
+    mask = viewer_mask()
+    if not mask:
+        return republishes
+    seen = []
+    for rep in republishes:
+        payload, hidden = mask.mask_payload(rep.get("payload") or b"")
+        seen.append({**rep, "payload": payload, "payload_hidden": payload is None, "hidden_values": tuple(hidden),
+                     "error": mask.mask_text(rep.get("error"), hidden)})
+    return seen
+
+
+def republishes_and_last_sent(entry: EntryView) -> tuple[list[dict], LastSent | None]:
+    """An entry's republishes as this request may see them, and the current schema's verdict on
+    the payload last sent (None before any republish); ``entry`` as stored."""
+    rt = current_runtime()
+    stored = rt.store.republishes_of(entry.id)
+    seen = shown_republishes(stored)
+    return seen, last_sent(stored, seen, entry.original_subject, rt.schemas.validate)
+
+
+def entry_detail(entry_id: int) -> dict:
+    """GET /api/entries/<id> (and the command line's show): the entry as this request may see it,
+    with its history and actions, and ``last_sent``, the payload last sent and the verdict on it."""
+    stored = get_entry_or_404(entry_id, masked=False)
+    _, sent = republishes_and_last_sent(stored)
+    return {**shown(stored).to_dict(), "last_sent": sent.to_dict() if sent else None}
 
 
 def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool = True) -> EntryView:

@@ -57,10 +57,27 @@ SCHEMAS: dict[str, dict] = {
     },
     "EntryDetail": {
         "allOf": [_ref("Entry"), {
-            "type": "object", "required": ["history", "actions"],
+            "type": "object", "required": ["history", "actions", "last_sent"],
             "properties": {"history": {"type": "array", "items": _ref("HistoryEvent")},
-                           "actions": {"type": "array", "items": _ref("AuditRecord")}},
+                           "actions": {"type": "array", "items": _ref("AuditRecord")},
+                           "last_sent": {"anyOf": [_ref("LastSent"), {"type": "null"}],
+                                         "description": "The newest published republish; null before any."}},
         }],
+    },
+    "LastSent": {
+        "type": "object",
+        "required": ["actor", "at", "edited", "msg_id", "job_id", "hidden", "payload_base64", "schema", "valid",
+                     "errors", "error"],
+        "properties": {
+            "actor": _nullable(STR), "at": _nullable(TIME), "msg_id": _nullable(STR), "job_id": _nullable(INT),
+            "edited": {**BOOL, "description": "The payload sent differs from the original (by hand or a patch)."},
+            "hidden": {**BOOL, "description": "DLQ_MASK hides this payload from the viewer asking."},
+            "payload_base64": {**_nullable(STR), "description": "The payload sent, byte for byte (masked for viewers)."},
+            "schema": {**_nullable(STR), "description": "The current schema of the subject; null when none covers it."},
+            "valid": {**_nullable(BOOL), "description": "Whether the payload sent passes the current schema now."},
+            "errors": {"type": "array", "items": _ref("SchemaError")},
+            "error": {**_nullable(STR), "description": "Why it could not be validated."},
+        },
     },
     "EntryPage": {
         "type": "object", "required": ["entries", "next_cursor"],

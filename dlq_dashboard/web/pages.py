@@ -20,7 +20,7 @@ from ..entries.tallies import Tallies
 from ..numbers import whole_number
 from . import current_runtime
 from .auth import requires
-from .data import entries_page, failure_groups, get_entry_or_404, shown, viewer_mask
+from .data import entries_page, failure_groups, get_entry_or_404, republishes_and_last_sent, shown, viewer_mask
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.timeline import build_timeline
@@ -174,12 +174,13 @@ def entry(entry_id: int):
     marks = mark_indexes(pointers)
     payload = view_payload(found.payload, found.payload_available, marks)
     replays = store.replays_of(found.dlq_ref) if found.dlq_ref else []
-    timeline = build_timeline(found, store.republishes_of(entry_id), replays)
+    republishes, sent = republishes_and_last_sent(stored)
+    timeline = build_timeline(found, republishes, replays)
     original = store.entry_by_dlq_ref(found.replay_of) if found.replay_of else None
     return render_template(
         "entry.html", entry=found, payload=payload, marks=marks, header_errors=header_errors,
         current=current, current_errors=current_errors, current_error=current_error,
-        schema_problems=registry.problems, timeline=timeline, original=original)
+        schema_problems=registry.problems, timeline=timeline, original=original, last_sent=sent)
 
 
 @bp.route("/entries/<int:entry_id>/payload")

@@ -1,12 +1,18 @@
-"""How the detail page shows a payload: pretty JSON with the failing fields marked, plain
-text, or a hex dump; truncated past a size limit.
+"""How the pages show a payload: pretty JSON with the failing fields marked, plain text, or a
+hex dump, truncated past a size limit; and the pretty form the editor holds and the line diffs
+of the editor and the timeline compare.
 
 The marked JSON is a list of (text, mark) segments built here and rendered by the template
 with autoescape, so no payload byte ever becomes markup.
+
+Numbers are written back exactly as they were written (``1.50`` stays ``1.50``, ``1e400`` stays
+``1e400``): the pretty form must not change a value the operator did not touch.
 """
 
 from __future__ import annotations
 
+import base64
+import difflib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -60,7 +66,7 @@ def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str]
         return PayloadView("text", size, truncated=True, text=head,
                            note="The payload is large; the fields are not marked in a truncated view.")
     try:
-        value = json.loads(text)
+        value = _parse(text)
     except (ValueError, RecursionError):
         return PayloadView("text", size, text=text, note=None if not text else "The payload is not JSON.")
     order = mark_indexes(pointers)
@@ -116,7 +122,21 @@ class _Printer:
             self._emit("\n" + _INDENT * depth, None)
             self._emit("]", mark)
         else:
-            self._emit(json.dumps(value, ensure_ascii=False), mark)
+            self._emit(_scalar(value), mark)
+
+
+class _Number(str):
+    """A JSON number as it was written."""
+
+
+def _parse(text: str) -> Any:
+    """A JSON document with its numbers kept as written (ValueError or RecursionError if not JSON)."""
+    return json.loads(text, parse_float=_Number, parse_int=_Number)
+
+
+def _scalar(value: Any) -> str:
+    # A number as it was written; every other scalar as json.dumps writes it.
+    return str.__str__(value) if isinstance(value, _Number) else json.dumps(value, ensure_ascii=False)
 
 
 def _merge(segments: list[Segment]) -> list[Segment]:
@@ -141,3 +161,66 @@ def hex_dump(data: bytes, width: int = 16) -> list[tuple[str, str, str]]:
         ascii_part = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
         lines.append((f"{offset:08x}", hex_part, ascii_part))
     return lines
+
+
+# --- the editor's pretty form and line diffs ----------------------------------------------------
+
+#: Beyond this (in characters of either side) a diff is not computed line by line.
+DIFF_LIMIT = 256 * 1024
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Laid out again, an object with a key twice would keep only the last: the editor would
+    # drop the first without saying so. Such a payload is edited as the text it is.
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ValueError("an object repeats a key")
+    return value
+
+
+def pretty_json(text: str) -> str | None:
+    """``text`` laid out as JSON with 2-space indents, keys in their order, numbers as written;
+    None when it is not JSON, repeats a key in an object, or nests too deeply to lay out."""
+    try:
+        value = json.loads(text, parse_float=_Number, parse_int=_Number, object_pairs_hook=_no_repeated_keys)
+        return "".join(s.text for s in _Printer({}).print(value))
+    except (ValueError, RecursionError):
+        return None
+
+
+def editable(payload: bytes) -> tuple[str, str]:
+    """The payload as the editor holds it and how it is encoded: ("text") pretty JSON, or the
+    text itself when it is not JSON; ("base64") the bytes as base64 when they are not UTF-8."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(payload).decode(), "base64"
+    return (pretty_json(text) or text) if len(text) <= DIFF_LIMIT else text, "text"
+
+
+def display_form(payload: bytes) -> str:
+    """What a diff compares: the pretty JSON, else the text, else the bytes as base64."""
+    return editable(payload)[0]
+
+
+def same_document(original: bytes, edited: bytes) -> bool:
+    """Whether ``edited`` is ``original`` in another layout: the same bytes, or the same JSON
+    document (same keys in the same order, same values as written)."""
+    if original == edited:
+        return True
+    try:
+        before, after = original.decode("utf-8"), edited.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    pretty = pretty_json(before)
+    return pretty is not None and pretty == pretty_json(after)
+
+
+def line_diff(before: bytes, after: bytes, names: tuple[str, str] = ("original", "edited")) -> list[str]:
+    """A unified line diff of the pretty forms of two payloads (empty when they are the same)."""
+    old, new = display_form(before), display_form(after)
+    if old == new:
+        return []
+    if len(old) > DIFF_LIMIT or len(new) > DIFF_LIMIT:
+        return [f"(too large to compare line by line: {len(before):,} bytes before, {len(after):,} after)"]
+    return list(difflib.unified_diff(old.splitlines(), new.splitlines(), *names, lineterm="", n=2))

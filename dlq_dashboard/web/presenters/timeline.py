@@ -1,5 +1,9 @@
 """The detail page's timeline: naks and advisories, the dead-lettering, each republish and
-whether it failed again, and the operators' closes and reopens, in time order."""
+whether it failed again, and the operators' closes and reopens, in time order.
+
+A republish whose payload was edited (by hand in the editor or by a bulk job's patch: the
+Republish row says ``edited`` either way) shows the line diff from the original and the payload
+it sent, both as the request may see them (web/data.py masks them for a viewer)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any, Iterable
 
 from ...entries.view import EntryView
 from ...times import parse_time
+from .payloads import TEXT_LIMIT, display_form, line_diff
 
 
 @dataclass
@@ -23,6 +28,9 @@ class Moment:
     actor: str | None = None
     note: str | None = None
     entry_id: int | None = None  # a linked entry (the failure of a republished message)
+    diff: list[str] = field(default_factory=list)  # an edited republish: original -> sent, pretty forms
+    sent: str | None = None  # an edited republish: the payload it sent (pretty), None when not shown
+    sent_note: str | None = None  # why the sent payload is not shown, or shown only in part
 
 
 def _time(value: Any) -> datetime | None:
@@ -49,24 +57,42 @@ def _history_moment(event: dict) -> Moment:
                   _facts(("consumer", event.get("consumer")), ("reason", reason)))
 
 
-def _republish_moment(rep: dict, subject: str | None, patch: Any = None) -> Moment:
+def _republish_moment(rep: dict, entry: EntryView, patch: Any = None) -> Moment:
     state = rep.get("state")
-    if state == "published" and patch:
-        title = f"Republished with a JSON Patch to {subject}" if subject else "Republished with a JSON Patch"
-    elif state == "published":
-        title = f"Republished to {subject}" if subject else "Republished"
+    edited = bool(rep.get("edited"))
+    subject = entry.original_subject
+    if state == "published":
+        title = "Republished with a JSON Patch" if patch else ("Edited and republished" if edited else "Republished")
+        title = f"{title} to {subject}" if subject else title
     elif state == "failed":
-        title = "Republish failed"
+        title = "Edited republish failed" if edited else "Republish failed"
     else:
-        title = f"Republish {state or 'pending'}"
+        title = f"{'Edited republish' if edited else 'Republish'} {state or 'pending'}"
     duplicate = rep.get("duplicate")
-    return Moment(_time(rep.get("published_at") or rep.get("created_at")), "republish", title,
-                  _facts(("msgId", rep.get("msg_id")), ("stream", rep.get("stream")), ("seq", rep.get("seq")),
-                         ("duplicate", None if duplicate is None else ("yes" if duplicate else "no")),
-                         ("error", rep.get("error")),
-                         # A bulk patch's republish: the patch its job applied (from the audit record).
-                         ("patch", json.dumps(patch, ensure_ascii=False) if patch else None)),
-                  actor=rep.get("actor"))
+    moment = Moment(_time(rep.get("published_at") or rep.get("created_at")), "republish", title,
+                    _facts(("msgId", rep.get("msg_id")), ("stream", rep.get("stream")), ("seq", rep.get("seq")),
+                           ("duplicate", None if duplicate is None else ("yes" if duplicate else "no")),
+                           ("job", rep.get("job_id")), ("error", rep.get("error")),
+                           # A bulk patch's republish: the patch its job applied (from the audit record).
+                           ("patch", json.dumps(patch, ensure_ascii=False) if patch else None)),
+                    actor=rep.get("actor"))
+    if edited:
+        _show_edit(moment, rep, entry)
+    return moment
+
+
+def _show_edit(moment: Moment, rep: dict, entry: EntryView) -> None:
+    """The diff from the original and the payload sent, when this request may see them."""
+    sent = rep.get("payload")
+    if sent is None or rep.get("payload_hidden"):
+        moment.sent_note = "The payload sent is hidden from viewers (DLQ_MASK)."
+        return
+    if entry.payload_available:
+        moment.diff = line_diff(entry.payload, sent, ("original", "sent"))
+    text = display_form(sent)
+    if len(text) > TEXT_LIMIT:
+        text, moment.sent_note = text[:TEXT_LIMIT], "Only the start of the payload sent is shown."
+    moment.sent = text
 
 
 _ACTION_TITLES = {"close": "Closed", "reopen": "Reopened", "edit": "Payload edited", "republish": "Republished"}
@@ -95,7 +121,7 @@ def build_timeline(entry: EntryView, republishes: Iterable[dict] = (),
     republishes = list(republishes)
     patches = {a.get("msg_id"): a["detail"]["patch"] for a in entry.actions or []
                if isinstance(a.get("detail"), dict) and a["detail"].get("patch")}
-    moments.extend(_republish_moment(r, entry.original_subject, patches.get(r.get("msg_id"))) for r in republishes)
+    moments.extend(_republish_moment(r, entry, patches.get(r.get("msg_id"))) for r in republishes)
     for replay in replays:
         moments.append(Moment(replay.failed_at or replay.received_at, "failed-again",
                               "The republished message failed again",

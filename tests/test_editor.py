@@ -1,0 +1,163 @@
+"""The payload editor: the pretty form it holds, the line diff, what it republishes, and how the
+entry page tells an edit (its timeline and the validation of the payload last sent)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+
+import pytest
+from sqlalchemy import select
+
+from dlq_dashboard.db.models import Republish
+
+from . import support
+
+ORDER = {"order_id": "o-1", "customer_id": "c-42", "note": "café",
+         "items": [{"sku": "gizmo", "qty": 2, "price": "12.50"}, {"sku": "widget", "qty": 1, "price": 3.10}]}
+# One compact line, with a number written as "3.10" (the editor keeps numbers as written).
+ORIGINAL = json.dumps(ORDER, ensure_ascii=False, separators=(",", ":")).replace("3.1", "3.10").encode()
+PRETTY = json.dumps(ORDER, ensure_ascii=False, indent=2).replace("3.1", "3.10")
+SCHEMA = {"x-subjects": ["orders.*"], "type": "object", "required": ["customer_id"],
+          "properties": {"items": {"type": "array", "items": {"properties": {"price": {"type": "number"}}}}}}
+
+
+@pytest.fixture
+def settings(tmp_path, nats_server, database_url):
+    """The orders schema (prices are numbers) and a viewer mask over the customer."""
+    return support.make_settings(tmp_path, nats_server.url, database_url=database_url, mask=("/customer_id",),
+                                 schemas_dir=support.orders_schema_folder(tmp_path, SCHEMA))
+
+
+def _text(response) -> str:
+    assert response.status_code == 200, response.get_data(as_text=True)[:500]
+    return html.unescape(response.get_data(as_text=True))
+
+
+def _republish(client, entry_id: int, payload: str | None, force: bool = False):
+    form = {"version": "1", "csrf_token": support.csrf_token(client, f"/entries/{entry_id}/edit")}
+    if force:  # the original does not pass the schema (a price is a string)
+        form["force"] = "on"
+    if payload is not None:
+        form.update(payload=payload, encoding="text")
+    response = client.post(f"/entries/{entry_id}/republish", data=form)
+    assert response.status_code == 303, response.get_data(as_text=True)[:800]
+
+
+def test_the_editor_and_the_confirmation_show_the_payload_pretty_and_other_payloads_as_they_are(app):
+    operator = support.logged_in(app, "operator")
+    json_id = support.dead_letter(app, 1, payload=ORIGINAL)
+    text_id = support.dead_letter(app, 2, payload=b"plain text, not {json")
+    binary_id = support.dead_letter(app, 3, payload=b"\xff\x00\xfe")
+
+    edit = _text(operator.get(f"/entries/{json_id}/edit"))
+    assert f">{PRETTY}</textarea>" in edit.replace("\r\n", "\n")
+    assert "Unchanged from the original" in edit
+    confirm = _text(operator.get(f"/entries/{json_id}/republish"))
+    assert f">{PRETTY}</pre>" in confirm
+    assert ">plain text, not {json</textarea>" in _text(operator.get(f"/entries/{text_id}/edit"))
+    binary = _text(operator.get(f"/entries/{binary_id}/edit"))
+    assert ">/wD+</textarea>" in binary and "base64: the original is not UTF-8" in binary
+
+
+def test_a_one_field_change_is_one_line_out_and_one_in(app):
+    operator = support.logged_in(app, "operator")
+    entry_id = support.dead_letter(app, 1, payload=ORIGINAL)
+    token = support.csrf_token(operator, f"/entries/{entry_id}/edit")
+    edited = PRETTY.replace('"12.50"', "12.50")
+    fragment = _text(operator.post(f"/entries/{entry_id}/validate", data={
+        "payload": edited.replace("\n", "\r\n"), "encoding": "text", "csrf_token": token},
+        headers={"HX-Request": "true"}))
+    assert "It passes the current schema" in fragment
+    lines = [line for line in fragment.splitlines() if line.startswith(('<span class="add">', '<span class="del">'))]
+    assert lines == ['<span class="del">-      "price": "12.50"</span>', '<span class="add">+      "price": 12.50</span>']
+    failing = _text(operator.post(f"/entries/{entry_id}/validate", data={
+        "payload": PRETTY.replace('"c-42"', '"c-43"'), "encoding": "text", "csrf_token": token}))
+    assert "'12.50' is not of type 'number'" in failing
+    assert '-  "customer_id": "c-42",' in failing and '+  "customer_id": "c-43",' in failing
+
+
+def test_an_unchanged_edit_republishes_the_original_bytes_and_an_edit_what_was_submitted(app, nats_server):
+    support.make_orders_stream(nats_server.url)
+    operator = support.logged_in(app, "operator")
+    same_id = support.dead_letter(app, 1, payload=ORIGINAL)
+    edited_id = support.dead_letter(app, 2, payload=ORIGINAL)
+    # The pretty form as submitted, and the same document laid out otherwise: the original bytes.
+    _republish(operator, same_id, PRETTY.replace("\n", "\r\n"), force=True)
+    edited = PRETTY.replace('"12.50"', "12.50")
+    _republish(operator, edited_id, edited.replace("\n", "\r\n"))
+    sent = [m.data for m in support.stream_messages(nats_server.url)]
+    assert sent == [ORIGINAL, edited.encode()]
+    with app.extensions["dlq"].engine.connect() as conn:
+        rows = conn.execute(select(Republish.entry_id, Republish.edited, Republish.payload)
+                            .order_by(Republish.id)).all()
+    assert [(r.entry_id, r.edited, bytes(r.payload)) for r in rows] == [
+        (same_id, False, ORIGINAL), (edited_id, True, edited.encode())]
+
+
+@pytest.mark.both_databases
+def test_the_entry_page_tells_the_edit_and_validates_the_payload_last_sent(app, nats_server):
+    support.make_orders_stream(nats_server.url)
+    operator = support.logged_in(app, "operator")
+    fixed_id = support.dead_letter(app, 1, payload=ORIGINAL)
+    plain_id = support.dead_letter(app, 2, payload=ORIGINAL)
+    fixed = PRETTY.replace('"12.50"', "12.50").replace('"c-42"', '"c-77"')
+    _republish(operator, fixed_id, fixed)
+    _republish(operator, plain_id, None, force=True)
+
+    page = _text(operator.get(f"/entries/{fixed_id}"))
+    timeline = page[page.index('id="timeline-title"'):]
+    assert "Edited and republished to orders.created" in timeline
+    assert '<span class="del">-      "price": "12.50"</span>' in timeline
+    assert '<span class="add">+      "price": 12.50</span>' in timeline
+    assert '<span class="add">+  "customer_id": "c-77",</span>' in timeline
+    assert f'<pre class="code payload-pretty" tabindex="0">{fixed}</pre>' in timeline
+    why = page[page.index('id="why-title"'):page.index('id="headers-title"')]
+    assert "The payload last sent, edited by operator-user at" in why
+    assert "Valid against <code>orders.json</code>" in why
+    # The original's verdict is kept below.
+    original = why[why.index("The original payload against the current schema"):]
+    assert "is not of type" in original and "/items/0/price" in original
+
+    plain = _text(operator.get(f"/entries/{plain_id}"))
+    assert "The payload last sent is the original, republished by operator-user" in plain
+    assert "Edited and republished" not in plain and "The payload sent" not in plain
+    assert "Invalid against <code>orders.json</code>" in plain
+
+    # The page's JSON twin: the payload last sent and the verdict on it.
+    sent = operator.get(f"/api/entries/{fixed_id}").get_json()["last_sent"]
+    assert base64.b64decode(sent.pop("payload_base64")) == fixed.encode()
+    assert sent.pop("at") and sent == {"actor": "operator-user", "edited": True, "msg_id": f"dlq-dashboard:DLQ:1:e{fixed_id}:v1",
+                                       "job_id": None, "hidden": False, "schema": "orders.json", "valid": True,
+                                       "errors": [], "error": None}
+    plain_sent = operator.get(f"/api/entries/{plain_id}").get_json()["last_sent"]
+    assert plain_sent["edited"] is False and plain_sent["valid"] is False
+    assert plain_sent["errors"][0]["path"] == "/items/0/price"
+    unsent = support.dead_letter(app, 3, payload=ORIGINAL)
+    assert operator.get(f"/api/entries/{unsent}").get_json()["last_sent"] is None
+
+    # A viewer sees the edit through DLQ_MASK: the customer is hidden in the diff and the payload sent.
+    viewer = _text(support.logged_in(app, "viewer").get(f"/entries/{fixed_id}"))
+    seen = viewer[viewer.index('id="timeline-title"'):]
+    assert "c-77" not in viewer and "c-42" not in viewer
+    # (masking.py writes the masked document again, numbers as Python writes them: 12.50 is 12.5)
+    assert '"customer_id": "•••"' in seen and '<span class="add">+      "price": 12.5</span>' in seen
+    assert "The payload last sent, edited by operator-user" in viewer and "Valid against" in viewer
+    as_json = support.logged_in(app, "viewer").get(f"/api/entries/{fixed_id}").get_json()["last_sent"]
+    assert json.loads(base64.b64decode(as_json["payload_base64"]))["customer_id"] == "•••"
+
+
+def test_a_viewer_does_not_see_an_edited_payload_the_mask_cannot_pick_fields_out_of(app, nats_server):
+    from dlq_dashboard.actions.republish import republish_entry
+
+    support.make_orders_stream(nats_server.url)
+    entry_id = support.dead_letter(app, 1, payload=b"customer c-42, not JSON")
+    republish_entry(app.extensions["dlq"], entry_id, 1, actor="carol", payload=b"customer c-43, still not JSON",
+                    force=True)
+    operator = _text(support.logged_in(app, "operator").get(f"/entries/{entry_id}"))
+    assert "customer c-43, still not JSON</pre>" in operator and "+customer c-43, still not JSON" in operator
+    viewer = _text(support.logged_in(app, "viewer").get(f"/entries/{entry_id}"))
+    assert "c-43" not in viewer and "c-42" not in viewer
+    assert "The payload sent is hidden from viewers (DLQ_MASK)." in viewer
+    assert "Not shown: the payload sent is hidden from viewers." in viewer

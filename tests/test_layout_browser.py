@@ -1,0 +1,121 @@
+"""No page scrolls sideways: every HTML page at 1440 and 390 px wide, with the longest texts a
+dead letter can bring (a one-line payload of 20 KB, a 300-character subject, header and error,
+tokens without a space), fits its window. A wide table or payload may scroll inside its own box.
+
+To cover a new page, add its path to PAGES (ids in braces are filled from the entries made here),
+or, for a page reached by a form, a step in the test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from playwright.sync_api import expect
+
+from dlq_dashboard.actions.republish import republish_entry
+
+from . import support
+
+WIDTHS = (1440, 390)
+
+#: Every page reached by a link, as a viewer or an operator opens it.
+PAGES = [
+    "/",
+    "/?status=",
+    "/?q=zzzzzzzz",  # nothing found: the empty list
+    "/groups",
+    "/groups?status=",
+    "/entries/{huge}",
+    "/entries/{huge}/edit",
+    "/entries/{huge}/republish",
+    "/entries/{edited}",
+    "/entries/{edited}/edit",
+    "/entries/{binary}",
+    "/entries/{binary}/edit",
+    "/audit",
+    "/views",
+    "/jobs/{job}",
+]
+
+TOKEN = "x" * 300  # no space to break at
+LONG_SUBJECT = "orders." + ".".join(["segment" + "y" * 40] * 6) + "." + "z" * 40  # 300+ characters
+ONE_LINE = json.dumps({"order_id": "o-1", "customer_id": "c-1", "blob": "b" * 12_000,
+                       "items": [{"sku": f"sku-{i}", "price": "12.50", "note": "n" * 200} for i in range(30)]})
+
+MEASURE = """() => {
+  const width = window.innerWidth;
+  const wide = [...document.querySelectorAll('body *')]
+    .filter(e => e.getBoundingClientRect().right > width + 1)
+    .slice(0, 5).map(e => e.tagName.toLowerCase() + (e.className ? '.' + String(e.className).split(' ').join('.') : ''));
+  return {scroll: document.documentElement.scrollWidth, width, wide};
+}"""
+# Loaded parts replace themselves (hx-trigger="load"); no request of htmx is still running.
+SETTLED = "() => !document.querySelector('[hx-trigger=\"load\"], .htmx-request')"
+
+
+def _measure(page, where: str, overflows: list) -> None:
+    page.wait_for_function(SETTLED)
+    # What a <details> holds counts too, as if opened.
+    page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
+    found = page.evaluate(MEASURE)
+    if found["scroll"] > found["width"]:
+        overflows.append(f"{where} at {found['width']} px: {found['scroll']} px wide, too wide: {found['wide']}")
+
+
+def _entries(app, nats_server) -> dict[str, int]:
+    """The entries the pages show: the longest texts, an edited republish, bytes, a job."""
+    rt = app.extensions["dlq"]
+    assert rt.jobs.recovered.wait(10)
+    support.make_orders_stream(nats_server.url)
+    ids = {"huge": support.dead_letter(app, 1, subject=LONG_SUBJECT, payload=ONE_LINE.encode(),
+                                       Dlq_Reason="fatal", Dlq_Error="failed: " + TOKEN,
+                                       Dlq_Consumer="consumer-" + TOKEN, Dlq_Original_Msg_Id="msg-" + TOKEN,
+                                       X_Trace=TOKEN, Dlq_Schema_Errors=json.dumps(
+                                           [{"path": "/" + TOKEN, "message": "bad " + TOKEN}]))}
+    ids["edited"] = support.dead_letter(app, 2, payload=ONE_LINE.encode(), Dlq_Reason="schema_invalid",
+                                        Dlq_Error="payload failed schema validation")
+    ids["binary"] = support.dead_letter(app, 3, payload=bytes(range(256)) * 20, Dlq_Reason="fatal")
+    ids["conflict"] = support.dead_letter(app, 4, payload=b'{"order_id": "o-4", "customer_id": "c-4"}')
+    for seq in range(5, 9):
+        support.dead_letter(app, seq, subject="payments.captured", payload=ONE_LINE.encode(), Dlq_Reason="fatal",
+                            Dlq_Error=f"gateway timeout {seq}")
+    edited = json.loads(ONE_LINE)
+    edited["items"][0]["price"] = 12.5
+    republish_entry(rt, ids["edited"], 1, actor="operator-" + TOKEN, payload=json.dumps(edited, indent=2).encode())
+    from dlq_dashboard.actions.bulk.jobs import create_job
+    ids["job"] = create_job(rt, "close", actor="operator-" + TOKEN, filter_args={"subject": "payments.captured"},
+                            note="closing " + TOKEN)
+    support.jobs_settled(rt.engine)
+    return ids
+
+
+def test_no_page_scrolls_sideways_at_1440_and_390_px(app, live_server, page, nats_server):
+    ids = _entries(app, nats_server)
+    overflows: list[str] = []
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.context.clear_cookies()
+        page.goto(f"{live_server}/login")
+        _measure(page, "/login", overflows)
+        support.browser_login(page, live_server, app, "operator")
+        for path in PAGES:
+            url = path.format(**ids)
+            response = page.goto(live_server + url)
+            assert response.ok, f"{url}: {response.status}"
+            _measure(page, url, overflows)
+
+        # The bulk preview, reached by the list's form for everything matching.
+        page.goto(f"{live_server}/?status=open")
+        page.get_by_role("button", name="Preview for all matching").click()
+        page.wait_for_url(re.compile(r"/bulk/preview$"))
+        _measure(page, "the bulk preview", overflows)
+
+        # The conflict page: a confirmation opened before someone else republished the entry.
+        page.goto(f"{live_server}/entries/{ids['conflict']}/republish?version=1")
+        if width == WIDTHS[0]:
+            republish_entry(app.extensions["dlq"], ids["conflict"], 1, actor="someone-" + TOKEN)
+        page.get_by_role("button", name="Republish", exact=True).click()
+        expect(page.get_by_text("already republished")).to_be_visible()
+        _measure(page, "the conflict page", overflows)
+    assert not overflows, "pages wider than the window:\n" + "\n".join(overflows)
