@@ -322,8 +322,36 @@ def test_alerts_delivered_before_the_cutoff_go_and_pending_ones_stay_however_old
             conn.execute(insert(Alert).values(event_id=event_id, url="http://127.0.0.1:9/hook", event="group.new",
                                               group_id=1, body="{}", created_at=created, attempts=1,
                                               next_attempt_at=created, sent_at=sent))
+    assert purge_entries(rt, older_than=30 * DAY, actor="test", dry_run=True).alerts_removed == 1
     report = purge_entries(rt, older_than=30 * DAY, actor="test")
     with rt.engine.connect() as conn:
         left = set(conn.execute(select(Alert.event_id)).scalars())
     assert left == {"young_sent", "old_pending"}
     assert report.alerts_removed == 1 and report.to_dict()["alerts_removed"] == 1
+
+
+def test_deleting_a_dlq_message_says_deleted_already_gone_or_why_not(nats_server):
+    import nats as nats_client
+
+    from dlq_dashboard.nats.streams import NotDeleted, delete_message
+
+    async def scenario():
+        nc = await nats_client.connect(nats_server.url)
+        js = nc.jetstream()
+        try:
+            await js.add_stream(name="KEEPS", subjects=["keeps.>"], deny_delete=True)
+            await js.add_stream(name="GIVES", subjects=["gives.>"])
+            await js.publish("gives.one", b"{}")
+            await js.publish("keeps.one", b"{}")
+            first = await delete_message(nc, js, "GIVES", 1, 2.0)
+            again = await delete_message(nc, js, "GIVES", 1, 2.0)
+            never = await delete_message(nc, js, "GIVES", 99, 2.0)
+            no_stream = await delete_message(nc, js, "NOSUCH", 1, 2.0)
+            with pytest.raises(NotDeleted, match="not permitted"):
+                await delete_message(nc, js, "KEEPS", 1, 2.0)
+            left = (await js.stream_info("KEEPS")).state.messages
+            return first, again, never, no_stream, left
+        finally:
+            await nc.close()
+
+    assert support.run(scenario()) == (True, False, False, False, 1)

@@ -69,7 +69,8 @@ class PurgeReport:
     deferred_reason: str | None = None
     # Dry run: how many of the entries have a DLQ stream message to delete.
     with_messages: int = 0
-    # Alerts delivered before the cutoff, removed with the entries (alerts/outbox.py forget_sent).
+    # Alerts delivered before the cutoff, removed with the entries (alerts/outbox.py forget_sent);
+    # in a dry run, how many would be.
     alerts_removed: int = 0
 
     @property
@@ -115,6 +116,7 @@ def purge_entries(rt: ActionContext, *, older_than: int, actor: str, statuses: t
                                                .where(_purgeable(status, cutoff))).one()
                 report.purged[status] += count
                 report.with_messages += messages
+            report.alerts_removed = forget_sent(conn, cutoff, dry_run=True)
         return report
 
     purge_id: int | None = None

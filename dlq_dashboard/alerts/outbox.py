@@ -186,7 +186,11 @@ def _entries(n: int | None) -> str:
     return "entry" if n == 1 else "entries"
 
 
-def forget_sent(conn: Connection, before: datetime) -> int:
+def forget_sent(conn: Connection, before: datetime, *, dry_run: bool = False) -> int:
     """Delete the alerts delivered before ``before`` (history once sent; the retention purge
-    calls it with its cutoff); an alert still pending stays however old. Returns how many."""
-    return conn.execute(delete(ALERTS).where(ALERTS.c.sent_at.is_not(None), ALERTS.c.sent_at < before)).rowcount
+    calls it with its cutoff); an alert still pending stays however old. Returns how many
+    (with ``dry_run``, how many it would delete)."""
+    sent_before = (ALERTS.c.sent_at.is_not(None), ALERTS.c.sent_at < before)
+    if dry_run:
+        return conn.execute(select(func.count()).select_from(ALERTS).where(*sent_before)).scalar_one()
+    return conn.execute(delete(ALERTS).where(*sent_before)).rowcount

@@ -33,8 +33,8 @@ def stream_epoch(info: StreamInfo) -> str:
     return info.created.isoformat() if info.created else "unknown"
 
 
-# JetStream's error codes for a message, or a stream, that is not there.
-GONE = (10037, 10059)
+# JetStream's error codes: no such stream; no such message (MSG.GET's answer).
+STREAM_NOT_FOUND, NO_MESSAGE_FOUND = 10059, 10037
 
 
 async def delete_message(nc: Client, js: JetStreamContext, stream: str, seq: int, timeout: float) -> bool:
@@ -44,15 +44,23 @@ async def delete_message(nc: Client, js: JetStreamContext, stream: str, seq: int
     # deletes a second here, against 4,000 with no_erase (measured). A dead letter is removed as
     # the database's own DELETE removes a row, without overwriting the space it held.
     prefix = getattr(js, "_prefix", None) or "$JS.API"  # nats-py keeps the API prefix (domain) private
-    reply = await nc.request(f"{prefix}.STREAM.MSG.DELETE.{stream}",
-                             json.dumps({"seq": seq, "no_erase": True}).encode(), timeout=timeout)
-    answer = json.loads(reply.data)
+    answer = await _api(nc, f"{prefix}.STREAM.MSG.DELETE.{stream}", {"seq": seq, "no_erase": True}, timeout)
     if answer.get("success"):
         return True
     error = answer.get("error") or {}
-    if error.get("err_code") in GONE:
+    if error.get("err_code") == STREAM_NOT_FOUND:
+        return False
+    # A refused delete has one code (10057) whatever the cause - "no message found", "stream store
+    # EOF", "message delete not permitted" - so ask whether the message is still there.
+    probe = await _api(nc, f"{prefix}.STREAM.MSG.GET.{stream}", {"seq": seq}, timeout)
+    if (probe.get("error") or {}).get("err_code") in (NO_MESSAGE_FOUND, STREAM_NOT_FOUND):
         return False
     raise NotDeleted(error.get("description") or f"JetStream did not delete {stream} #{seq}")
+
+
+async def _api(nc: Client, subject: str, request: dict, timeout: float) -> dict:
+    reply = await nc.request(subject, json.dumps(request).encode(), timeout=timeout)
+    return json.loads(reply.data)
 
 
 class NotDeleted(Exception):
