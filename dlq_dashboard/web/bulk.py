@@ -5,8 +5,9 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, render_template, request, url_for
 
 from ..actions.bulk.jobs import cancel_job, create_job, job_status, select_items
+from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX, list_jobs
 from ..actions.republish import republish_targets
-from ..errors import DashboardError
+from ..errors import DashboardError, InvalidRequest
 from ..numbers import whole_number
 from . import current_runtime, params
 from .auth import actor_name, requires
@@ -18,7 +19,32 @@ PREVIEW_ROWS = 20
 MAX_ITEMS_SHOWN = 1000
 
 
+JOB_STATES = ("running", "finished")
+
+
+def jobs_page(args) -> tuple[dict, dict[str, str]]:
+    """One page of jobs under the request's ``state``, ``cursor`` and ``limit``, and those
+    arguments as the page's links keep them; InvalidRequest, a 400, for a bad one."""
+    state = (args.get("state") or "").strip() or None
+    if state is not None and state not in JOB_STATES:
+        raise InvalidRequest(f"state {state!r} is not valid: use running or finished, or leave it out")
+    raw = (args.get("limit") or "").strip()
+    limit = whole_number(raw, "limit", low=1, high=JOBS_MAX, what="jobs a page") if raw else JOBS_LIMIT
+    page = list_jobs(current_runtime().engine, cursor=(args.get("cursor") or "").strip() or None,
+                     limit=limit, state=state)
+    kept = {k: v for k, v in (("state", state), ("limit", raw)) if v}
+    return page, kept
+
+
 # --- JSON ----------------------------------------------------------------------------------------
+
+@bp.route("/api/jobs")
+@requires("viewer")
+def api_jobs():
+    """Every bulk job, newest first: who, what, the selection, progress, rate, ETA, result
+    (``state`` running or finished narrows them; ``cursor`` and ``limit`` page them)."""
+    return jsonify(jobs_page(request.args)[0])
+
 
 @bp.route("/api/bulk", methods=["POST"])
 @requires("operator")
@@ -84,6 +110,15 @@ def bulk_create():
                                summary={}, selection={}, form=request.form, error=str(exc), job=None), \
             status_of(exc)
     return after_post(url_for("bulk.job_page", job_id=job_id))
+
+
+@bp.route("/jobs")
+@requires("viewer")
+def jobs():
+    """Running and finished jobs, newest first; the table polls itself while one runs."""
+    page, kept = jobs_page(request.args)
+    return page_or_fragment("jobs.html", "jobs", page=page, kept=kept,
+                            running=any(j["state"] not in ("done", "cancelled") for j in page["jobs"]))
 
 
 @bp.route("/jobs/<int:job_id>")
