@@ -3,6 +3,8 @@ result and who cancelled it; a job's page says the same."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sqlalchemy import select
@@ -78,3 +80,40 @@ def test_a_group_job_reads_as_its_group(offline_app, rt, tokens):
     job_id = jobs.create_job(rt, "close", actor="ann", filter_args={"group": str(group)}, start=False)
     status = offline_app.test_client().get(f"/api/jobs/{job_id}", headers=support.bearer(tokens["viewer"])).get_json()
     assert status["selection_text"].startswith("group order <") and status["selection_text"].endswith("status=open")
+
+
+def test_the_audit_folds_a_bulk_job_into_one_row_that_opens_to_its_items(offline_app, rt, tokens):
+    ids = [support.dead_letter(offline_app, seq) for seq in range(1, 5)]
+    operator = support.bearer(tokens["operator"])
+    client = offline_app.test_client()
+    job_id = client.post("/api/bulk", json={"action": "close", "ids": ids[:3]}, headers=operator).get_json()["job"]
+    support.wait_for(lambda: settled(client, job_id, operator), message="the close job to finish")
+    assert client.post(f"/api/entries/{ids[3]}/close", json={"version": 1}, headers=operator).status_code == 200
+
+    # Stored: every item's record (the API, unfolded by default, lists them all).
+    every = client.get("/api/audit", headers=operator).get_json()["actions"]
+    assert sorted(a["entry_id"] for a in every if a["job_id"] == job_id and a["entry_id"]) == ids[:3]
+    folded = client.get("/api/audit?fold=1", headers=operator).get_json()["actions"]
+    assert [(a["action"], a["entry_id"]) for a in folded] == [("close", ids[3]), ("bulk_close", None)]
+    assert folded[1]["job"] == {"state": "done", "total": 3, "done": 3, "failed": 0, "skipped": 0, "cancelled": 0,
+                                "pending": 0}
+
+    viewer = support.logged_in(offline_app, "viewer")
+    html = viewer.get("/audit").get_data(as_text=True)
+    assert html.count(f'data-job="{job_id}"') == 1 and "3 done, 0 failed" in html
+    assert f'hx-get="/audit/jobs/{job_id}/items"' in html
+    for entry_id in ids[:3]:
+        assert f'href="/entries/{entry_id}"' not in html, "the items are folded"
+    assert f'href="/entries/{ids[3]}"' in html
+
+    items = viewer.get(f"/audit/jobs/{job_id}/items?limit=2").get_data(as_text=True)
+    assert [f'href="/entries/{i}"' in items for i in ids[:3]] == [False, True, True]
+    older = re.search(r'hx-get="(/audit/jobs/\d+/items\?cursor=[^"]+)"', items).group(1)
+    rest = viewer.get(older.replace("&amp;", "&")).get_data(as_text=True)
+    assert f'href="/entries/{ids[0]}"' in rest and "Older item records" not in rest
+
+    # The audit of one entry still shows its item record; of the job, every record.
+    by_entry = viewer.get(f"/audit?entry={ids[1]}").get_data(as_text=True)
+    assert f'href="/entries/{ids[1]}"' in by_entry and "bulk_close" not in by_entry.split("<tbody>")[1]
+    by_job = viewer.get(f"/audit?job={job_id}").get_data(as_text=True)
+    assert all(f'href="/entries/{i}"' in by_job for i in ids[:3])
