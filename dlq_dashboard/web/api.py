@@ -28,8 +28,11 @@ def list_entries():
 @bp.route("/api/entries/<int:entry_id>")
 @requires("viewer")
 def get_entry(entry_id: int):
-    """One entry with its delivery history and its actions."""
-    return jsonify(get_entry_or_404(entry_id).to_dict())
+    """One entry with its delivery history and its actions, and ``failed_again``: the id of the
+    newest entry whose message was a republish of this one (its republish failed again), or null."""
+    found = get_entry_or_404(entry_id)
+    again = current_runtime().store.failed_again([found.dlq_ref]) if found.dlq_ref else {}
+    return jsonify({**found.to_dict(), "failed_again": again.get(found.dlq_ref)})
 
 
 @bp.route("/api/groups")

@@ -61,7 +61,10 @@ SCHEMAS: dict[str, dict] = {
         "allOf": [_ref("Entry"), {
             "type": "object", "required": ["history", "actions"],
             "properties": {"history": {"type": "array", "items": _ref("HistoryEvent")},
-                           "actions": {"type": "array", "items": _ref("AuditRecord")}},
+                           "actions": {"type": "array", "items": _ref("AuditRecord")},
+                           "failed_again": {**_nullable(INT), "description": (
+                               "The newest entry whose message was a republish of this one: its "
+                               "republish failed again (the status stays as it is).")}},
         }],
     },
     "EntryPage": {
