@@ -117,3 +117,22 @@ def test_the_audit_folds_a_bulk_job_into_one_row_that_opens_to_its_items(offline
     assert f'href="/entries/{ids[1]}"' in by_entry and "bulk_close" not in by_entry.split("<tbody>")[1]
     by_job = viewer.get(f"/audit?job={job_id}").get_data(as_text=True)
     assert all(f'href="/entries/{i}"' in by_job for i in ids[:3])
+
+
+def test_a_running_jobs_rate_and_eta_come_from_its_settled_items():
+    from datetime import datetime, timedelta
+
+    from dlq_dashboard.actions.bulk.listing import job_summary
+
+    started = datetime(2026, 11, 30, 10, 0, 0)
+    row = {"id": 1, "action": "republish", "actor": "ann", "state": "running", "note": None, "selection": "{}",
+           "total": 100, "cancel_requested": False, "created_at": started - timedelta(seconds=5),
+           "started_at": started, "finished_at": None, "cancelled_by": None, "cancelled_at": None}
+    running = job_summary(row, {"done": 30, "failed": 10, "pending": 60}, now=started + timedelta(seconds=20))
+    assert running["rate"] == 2.0 and running["eta_seconds"] == 30
+    assert running["eta_at"] == "2026-11-30T10:00:50.000000Z" and running["percent"] == 40.0
+    done = job_summary({**row, "state": "done", "finished_at": started + timedelta(seconds=50)}, {"done": 100},
+                       now=started + timedelta(hours=1))
+    assert done["rate"] == 2.0 and done["eta_seconds"] is None
+    queued = job_summary({**row, "state": "queued", "started_at": None}, {"pending": 100}, now=started)
+    assert queued["rate"] is None and queued["eta_seconds"] is None
