@@ -21,7 +21,7 @@ from ..entries.groups import group_label
 from ..masking import PAYLOAD_HIDDEN, Mask
 from ..entries.tallies import Tallies
 from ..numbers import whole_number
-from . import current_runtime
+from . import current_runtime, status
 from .auth import current_identity, requires
 from .data import entries_page, failure_groups, get_entry_or_404, shown, viewer_mask
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
@@ -201,8 +201,9 @@ def _entry_context(stored):
     if identity is not None and identity.may("operator"):
         republish_reason = republish_refusal(stored, status=True)
         edit_reason = republish_refusal(stored, status=True, edit=True)
-        if republish_reason is None or edit_reason is None:
-            # Asked only while NATS answers, half a second at most, remembered a while.
+        if (republish_reason is None or edit_reason is None) and not status.service_status(rt).nats_down:
+            # Asked only while NATS answers (the page's own verdict, from memory), half a second
+            # at most, remembered a while; while it is down the buttons say so instead.
             known, stream = stream_of(rt, stored.original_subject)
             if known and stream is None:
                 republish_reason = republish_reason or no_stream_sentence(stored.original_subject)
