@@ -4,7 +4,7 @@
 
 Fills a temporary database with realistic dead letters (through the mirror's ingest, no NATS
 needed), serves the app on 127.0.0.1, and photographs it with Debian's Chromium through
-Playwright into docs/screenshot-list.png and docs/screenshot-detail.png.
+Playwright into docs/screenshot-list.png, docs/screenshot-detail.png and docs/screenshot-jobs.png.
 """
 
 from __future__ import annotations
@@ -80,6 +80,37 @@ def fill(engine) -> None:
     ingest_advisory_batch(engine, "DLQ_ADVISORIES", "demo", naks, 2)
 
 
+def jobs_for_the_photo(rt) -> None:
+    """A finished bulk close, a cancelled one, and a republish under way (its progress set as a
+    running job's would be: no NATS here)."""
+    from sqlalchemy import select, update
+
+    from dlq_dashboard.actions.bulk import jobs
+    from dlq_dashboard.db.engine import write_transaction
+    from dlq_dashboard.db.models import Entry, FailureGroup, Job, JobItem
+    from dlq_dashboard.times import utcnow
+
+    with rt.engine.connect() as conn:
+        cancelled_ids = conn.execute(select(Entry.id).where(Entry.original_subject == "orders.cancelled")
+                                     .order_by(Entry.id)).scalars().all()
+        group = conn.execute(select(FailureGroup.id).where(FailureGroup.subject == "shipping.label.created")
+                             .order_by(FailureGroup.id)).scalars().first()
+    closed = jobs.create_job(rt, "close", actor="mara", ids=cancelled_ids[:6], note="orders cancelled upstream")
+    stopped = jobs.create_job(rt, "close", actor="mara", filter_args={"group": str(group)}, start=False)
+    jobs.cancel_job(rt, stopped, actor="lee")
+    rt.jobs.submit(stopped)
+    for job_id in (closed, stopped):
+        rt.jobs.join(job_id, 30)
+    running = jobs.create_job(rt, "republish", actor="lee", filter_args={"subject": "orders.created"}, start=False)
+    with write_transaction(rt.engine) as conn:
+        conn.execute(update(Job).where(Job.id == running).values(state="running", started_at=utcnow()
+                                                                   - timedelta(seconds=25)))
+        first = conn.execute(select(JobItem.entry_id).where(JobItem.job_id == running)
+                             .order_by(JobItem.entry_id).limit(50)).scalars().all()
+        conn.execute(update(JobItem).where(JobItem.job_id == running, JobItem.entry_id.in_(first))
+                     .values(state="done", result="Published."))
+
+
 def main() -> int:
     import waitress
     from playwright.sync_api import sync_playwright
@@ -102,6 +133,7 @@ def main() -> int:
         engine = runtime_of(app).engine
         fill(engine)
         create_user(engine, "mara", "screenshots-password", "operator")
+        jobs_for_the_photo(runtime_of(app))
         with engine.connect() as conn:
             detail_id = conn.execute(select(Entry.id).where(Entry.reason == "schema_invalid")
                                      .order_by(Entry.id.desc())).scalars().first()
@@ -124,11 +156,13 @@ def main() -> int:
                 page.screenshot(path=str(ROOT / "docs" / "screenshot-list.png"))
                 page.goto(f"{base}/entries/{detail_id}")
                 page.screenshot(path=str(ROOT / "docs" / "screenshot-detail.png"), full_page=True)
+                page.goto(f"{base}/jobs")
+                page.screenshot(path=str(ROOT / "docs" / "screenshot-jobs.png"))
                 browser.close()
         finally:
             server.close()
             runtime_of(app).stop()
-    print("wrote docs/screenshot-list.png and docs/screenshot-detail.png")
+    print("wrote docs/screenshot-list.png, docs/screenshot-detail.png and docs/screenshot-jobs.png")
     return 0
 
 

@@ -18,6 +18,8 @@ from ...times import format_time, utcnow
 JOBS, ITEMS, GROUPS = Job.__table__, JobItem.__table__, FailureGroup.__table__
 #: The states of an item that has been dealt with (the rest are pending).
 SETTLED = ("done", "failed", "skipped", "cancelled")
+#: Those the job worked on: its rate (a cancel settles the rest at once, and is no speed).
+WORKED = ("done", "failed", "skipped")
 JOBS_LIMIT, JOBS_MAX = 50, 500
 
 
@@ -36,16 +38,16 @@ def describe_selection(selection: Mapping[str, Any], labels: Mapping[int, str] |
     return f"filter {rest}" if rest else "every open entry"
 
 
-def _rate_and_eta(m: Mapping[str, Any], settled: int, pending: int,
+def _rate_and_eta(m: Mapping[str, Any], worked: int, pending: int,
                   now: datetime) -> tuple[float | None, int | None, datetime | None]:
-    """Items a second since the job started (until it finished), and for a running job the
-    seconds left at that rate and when it should end."""
+    """Items worked a second since the job started (until it finished), and for a running job
+    the seconds left at that rate and when it should end."""
     started = m.get("started_at") or m["created_at"]
     end = m["finished_at"] or now
     elapsed = (end - started).total_seconds() if started else 0
-    if not settled or elapsed <= 0:
+    if not worked or elapsed <= 0:
         return None, None, None
-    rate = settled / elapsed
+    rate = worked / elapsed
     if m["state"] in ("done", "cancelled") or not pending:
         return round(rate, 1), None, None
     left = round(pending / rate)
@@ -58,7 +60,7 @@ def job_summary(m: Mapping[str, Any], counts: Mapping[str, int], labels: Mapping
     now = now or utcnow()
     settled = sum(counts.get(s, 0) for s in SETTLED)
     pending = counts.get("pending", 0)
-    rate, eta_seconds, eta_at = _rate_and_eta(m, settled, pending, now)
+    rate, eta_seconds, eta_at = _rate_and_eta(m, sum(counts.get(s, 0) for s in WORKED), pending, now)
     selection = json.loads(m["selection"] or "{}")
     return {
         "id": m["id"], "action": m["action"], "actor": m["actor"], "state": m["state"], "note": m["note"],
