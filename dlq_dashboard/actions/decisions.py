@@ -112,14 +112,14 @@ def no_stream_sentence(subject: str) -> str:
 
 
 def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = None, edit: bool = False,
-                      status: bool = False, stream_missing: bool = False) -> str | None:
+                      status: bool = False) -> str | None:
     """Why this entry cannot be republished (``payload``: with this edited payload; ``edit``:
     why it cannot be edited and republished), as one sentence, or None when it can.
 
     The one place these rules live: the entry page disables its buttons with the sentence and
     the republish request is refused with it (decide_republish). ``status`` adds the status
-    rule (the request answers it as a conflict instead); ``stream_missing`` is what a stream
-    lookup found (actions/streams.py), which only a page asks.
+    rule (the request answers it as a conflict instead). Whether a stream stores the subject is
+    NATS's to say: the page asks (actions/streams.py, no_stream_sentence), the publish is refused.
     """
     entry_id = _field(entry, "id")
     if status and _field(entry, "status") not in REPUBLISHABLE:
@@ -136,8 +136,6 @@ def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = Non
     if payload is None and not edit and not _field(entry, "payload_available"):
         return (f"Entry {entry_id} has no payload (the source stream no longer had it); "
                 "edit one in to republish.")
-    if stream_missing:
-        return no_stream_sentence(subject)
     return None
 
 

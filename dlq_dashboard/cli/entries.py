@@ -21,7 +21,7 @@ from ..actions.republish import republish_entry
 from ..errors import DashboardError, InvalidRequest
 from ..runtime import runtime_of
 from ..times import format_time
-from ..web.data import entries_page, get_entry_or_404
+from ..web.data import entries_page, entry_detail, get_entry_or_404
 from ..web.export import MEDIA_TYPES, export_body
 from .output import BAD_INPUT, FAILED, CommandError, cli_actor, nats_connected, table
 
@@ -93,7 +93,7 @@ def show_entry(entry_id: int, as_json: bool) -> None:
     """One entry with its payload, delivery history and audit."""
     entry = get_entry_or_404(entry_id)
     if as_json:
-        _echo_json(entry.to_dict())
+        _echo_json(entry_detail(entry))
         return
     body = entry.to_dict()
     for name in ("id", "status", "version", "original_subject", "reason", "error", "deliveries", "consumer",

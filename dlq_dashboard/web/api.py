@@ -10,7 +10,7 @@ from ..nats.bridge import NatsUnavailable
 from ..times import format_time
 from . import current_runtime
 from .auth import requires
-from .data import entries_page, failure_groups, get_entry_or_404
+from .data import entries_page, entry_detail, failure_groups, get_entry_or_404
 
 bp = Blueprint("api", __name__)
 # The longest /healthz waits for the stream's answer (seconds).
@@ -30,9 +30,7 @@ def list_entries():
 def get_entry(entry_id: int):
     """One entry with its delivery history and its actions, and ``failed_again``: the id of the
     newest entry whose message was a republish of this one (its republish failed again), or null."""
-    found = get_entry_or_404(entry_id)
-    again = current_runtime().store.failed_again([found.dlq_ref]) if found.dlq_ref else {}
-    return jsonify({**found.to_dict(), "failed_again": again.get(found.dlq_ref)})
+    return jsonify(entry_detail(get_entry_or_404(entry_id)))
 
 
 @bp.route("/api/groups")

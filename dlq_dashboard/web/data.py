@@ -48,6 +48,13 @@ def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool =
     return shown(entry) if masked else entry
 
 
+def entry_detail(entry: EntryView) -> dict:
+    """An entry's JSON as GET /api/entries/<id> answers it: its fields, history and actions, and
+    ``failed_again``, the newest entry whose message was a republish of it (or None)."""
+    again = current_runtime().store.failed_again([entry.dlq_ref]) if entry.dlq_ref else {}
+    return {**entry.to_dict(), "failed_again": again.get(entry.dlq_ref)}
+
+
 def entries_page(args: Mapping[str, str]) -> tuple[EntryFilter, Page]:
     """The filter of a request and the page of entries it selects; FilterError, a 400, for a bad one."""
     flt = EntryFilter.from_args(args)
