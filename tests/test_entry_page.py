@@ -127,3 +127,21 @@ def test_an_entry_whose_republish_failed_again_says_so_and_links_the_new_failure
     body = api.get(f"/api/entries/{first}", headers=operator).get_json()
     assert body["status"] == "republished" and body["failed_again"] == again
     assert "· failed again" not in support.logged_in(app, "viewer").get(f"/entries/{again}").get_data(as_text=True)
+
+
+@pytest.mark.both_databases
+def test_a_viewers_neighbours_skip_entries_found_only_by_a_masked_value(tmp_path, database_url):
+    from dlq_dashboard import create_app
+    from dlq_dashboard.runtime import runtime_of
+
+    app = create_app({"SETTINGS": support.make_settings(tmp_path, database_url=database_url,
+                                                        mask=("/customer/email",)), "TESTING": True})
+    try:
+        hidden = support.dead_letter(app, 1, payload=b'{"customer": {"email": "alice@example.com"}}')
+        shown = [support.dead_letter(app, seq, payload=b'{"customer": {"name": "alice"}}') for seq in (2, 3)]
+        viewer, operator = support.logged_in(app, "viewer"), support.logged_in(app, "operator")
+        assert neighbours(viewer.get(f"/entries/{shown[1]}?q=alice").get_data(as_text=True)) == (None, shown[0])
+        assert neighbours(viewer.get(f"/entries/{shown[0]}?q=alice").get_data(as_text=True)) == (shown[1], None)
+        assert neighbours(operator.get(f"/entries/{shown[0]}?q=alice").get_data(as_text=True)) == (shown[1], hidden)
+    finally:
+        runtime_of(app).stop()
