@@ -11,6 +11,7 @@ from ..errors import DashboardError, InvalidRequest
 from ..numbers import whole_number
 from . import current_runtime, params
 from .auth import actor_name, requires
+from .data import jobs_as_seen
 from .errors import status_of
 from .responses import after_post, page_or_fragment
 
@@ -32,6 +33,7 @@ def jobs_page(args) -> tuple[dict, dict[str, str]]:
     limit = whole_number(raw, "limit", low=1, high=JOBS_MAX, what="jobs a page") if raw else JOBS_LIMIT
     page = list_jobs(current_runtime().engine, cursor=(args.get("cursor") or "").strip() or None,
                      limit=limit, state=state)
+    jobs_as_seen(page["jobs"])
     kept = {k: v for k, v in (("state", state), ("limit", raw)) if v}
     return page, kept
 
@@ -64,7 +66,8 @@ def api_job(job_id: int):
     """A job's progress and its items' results (``state`` narrows the items, ``limit`` up to 1000)."""
     raw = request.args.get("limit", "").strip()
     limit = min(whole_number(raw, "limit", what="items to include"), MAX_ITEMS_SHOWN) if raw else 200
-    return jsonify(job_status(current_runtime(), job_id, item_state=request.args.get("state") or None, limit=limit))
+    status = job_status(current_runtime(), job_id, item_state=request.args.get("state") or None, limit=limit)
+    return jsonify(jobs_as_seen([status])[0])
 
 
 @bp.route("/api/jobs/<int:job_id>/cancel", methods=["POST"])
@@ -125,7 +128,7 @@ def jobs():
 @requires("viewer")
 def job_page(job_id: int):
     """A job's progress; the widget polls itself through htmx until the job ends."""
-    status = job_status(current_runtime(), job_id, item_state=request.args.get("state") or None)
+    status = jobs_as_seen([job_status(current_runtime(), job_id, item_state=request.args.get("state") or None)])[0]
     return page_or_fragment("job.html", "progress", job=status, preview=False, state=request.args.get("state"))
 
 

@@ -12,7 +12,8 @@ from typing import Mapping
 from flask import has_request_context
 
 from ..entries.filters import EntryFilter, FilterError
-from ..entries.groups import Group
+from ..actions.bulk.listing import describe_selection
+from ..entries.groups import Group, group_label
 from ..masking import Mask
 from ..entries.tallies import Tallies, Tally
 from ..entries.view import EntryView, Page
@@ -53,6 +54,28 @@ def entry_detail(entry: EntryView) -> dict:
     ``failed_again``, the newest entry whose message was a republish of it (or None)."""
     again = current_runtime().store.failed_again([entry.dlq_ref]) if entry.dlq_ref else {}
     return {**entry.to_dict(), "failed_again": again.get(entry.dlq_ref)}
+
+
+def entry_group(entry: EntryView) -> dict | None:
+    """The failure group of an entry (as stored) as {"id", "label"}; for a viewer, a value the
+    mask hides in the entry is hidden in the label too, as shown_groups does."""
+    found = current_runtime().store.group_of(entry.id)
+    if found is None:
+        return None
+    group_id, key = found
+    mask = viewer_mask()
+    if mask:
+        key = mask.mask_text(key, mask.values_of(entry))
+    return {"id": group_id, "label": group_label(key)}
+
+
+def jobs_as_seen(jobs: list[dict]) -> list[dict]:
+    """Jobs as this request may see them: a group's label is its entries' error, which may
+    quote a masked value, so a viewer under DLQ_MASK reads the group's id instead."""
+    if viewer_mask():
+        for job in jobs:
+            job["selection_text"] = describe_selection(job["selection"])
+    return jobs
 
 
 def entries_page(args: Mapping[str, str]) -> tuple[EntryFilter, Page]:

@@ -17,13 +17,12 @@ from dlq_consumer import headers as contract
 from ..actions.decisions import no_stream_sentence, republish_refusal
 from ..actions.streams import stream_of
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
-from ..entries.groups import group_label
 from ..masking import PAYLOAD_HIDDEN, Mask
 from ..entries.tallies import Tallies
 from ..numbers import whole_number
 from . import current_runtime, status
 from .auth import current_identity, requires
-from .data import entries_page, failure_groups, get_entry_or_404, shown, viewer_mask
+from .data import entries_page, entry_group, failure_groups, get_entry_or_404, shown, viewer_mask
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.timeline import build_timeline
@@ -195,7 +194,6 @@ def _entry_context(stored):
     flt, filter_error = parse_filter(request.args)
     list_args = {} if filter_error else flt.to_args()
     newer, older = (None, None) if filter_error else rt.store.neighbours(flt, stored.id, viewer_mask())
-    group = rt.store.group_of(stored.id)
     republish_reason = edit_reason = None
     identity = current_identity()
     if identity is not None and identity.may("operator"):
@@ -209,7 +207,7 @@ def _entry_context(stored):
                 republish_reason = republish_reason or no_stream_sentence(stored.original_subject)
                 edit_reason = edit_reason or no_stream_sentence(stored.original_subject)
     return {"list_args": list_args, "newer_id": newer, "older_id": older,
-            "group": {"id": group[0], "label": group_label(group[1])} if group else None,
+            "group": entry_group(stored),
             "republish_reason": republish_reason, "edit_reason": edit_reason}
 
 
