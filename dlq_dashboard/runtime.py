@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from .actions.bulk.runner import JobRunner
 from .actions.intents import Flights
 from .actions.purge import RetentionSchedule
+from .actions.subject_streams import SubjectStreams
 from .alerts.sender import AlertSender
 from .config import Settings
 from .db.engine import create_db_engine, dispose_quietly
@@ -42,6 +43,8 @@ class Runtime:
     mask: Mask = field(default_factory=Mask)
     # The republishes this runtime is publishing right now (a double-click is refused with 409).
     flights: Flights = field(default_factory=Flights)
+    # Which stream stores a subject, remembered a while (the entry page says if a republish can work).
+    subject_streams: SubjectStreams = field(default_factory=SubjectStreams)
     bridge: Bridge | None = None
     mirror: Mirror | None = None
     bundled: NatsServer | None = None

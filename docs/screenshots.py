@@ -1,11 +1,12 @@
-"""Take the README's screenshots of the list, the detail page and the payload editor.
+"""Take the screenshots in README.md and docs/: the list, the detail page, the payload editor, a
+bulk patch's preview and the jobs page.
 
-    python docs/screenshots.py [list] [detail] [editor] [patch-preview]     (all of them by default)
+    python docs/screenshots.py [list] [detail] [editor] [patch-preview] [jobs]     (all of them by default)
 
 Fills a temporary database with realistic dead letters (through the mirror's ingest), starts a
 nats-server of its own with the shop's ORDERS stream and consumer (so the pages show NATS
-connected and where a republish goes), serves the app on 127.0.0.1, and photographs it with Debian's Chromium through
-Playwright into docs/screenshot-<name>.png.
+connected and where a republish goes), adds a few bulk jobs, serves the app on 127.0.0.1, and
+photographs it with Debian's Chromium through Playwright into docs/screenshot-<name>.png.
 """
 
 from __future__ import annotations
@@ -108,6 +109,39 @@ def patch_preview(page, base: str) -> None:
     page.screenshot(path=str(ROOT / "docs" / "screenshot-patch-preview.png"), full_page=True)
 
 
+
+
+def jobs_for_the_photo(rt) -> None:
+    """A finished bulk close, a cancelled one, and a republish under way (its progress set as a
+    running job's would be: no NATS here)."""
+    from sqlalchemy import select, update
+
+    from dlq_dashboard.actions.bulk import jobs
+    from dlq_dashboard.db.engine import write_transaction
+    from dlq_dashboard.db.models import Entry, FailureGroup, Job, JobItem
+    from dlq_dashboard.times import utcnow
+
+    with rt.engine.connect() as conn:
+        cancelled_ids = conn.execute(select(Entry.id).where(Entry.original_subject == "orders.cancelled")
+                                     .order_by(Entry.id)).scalars().all()
+        group = conn.execute(select(FailureGroup.id).where(FailureGroup.subject == "shipping.label.created")
+                             .order_by(FailureGroup.id)).scalars().first()
+    closed = jobs.create_job(rt, "close", actor="mara", ids=cancelled_ids[:6], note="orders cancelled upstream")
+    stopped = jobs.create_job(rt, "close", actor="mara", filter_args={"group": str(group)}, start=False)
+    jobs.cancel_job(rt, stopped, actor="lee")
+    rt.jobs.submit(stopped)
+    for job_id in (closed, stopped):
+        rt.jobs.join(job_id, 30)
+    running = jobs.create_job(rt, "republish", actor="lee", filter_args={"subject": "orders.created"}, start=False)
+    with write_transaction(rt.engine) as conn:
+        conn.execute(update(Job).where(Job.id == running).values(state="running", started_at=utcnow()
+                                                                   - timedelta(seconds=25)))
+        first = conn.execute(select(JobItem.entry_id).where(JobItem.job_id == running)
+                             .order_by(JobItem.entry_id).limit(50)).scalars().all()
+        conn.execute(update(JobItem).where(JobItem.job_id == running, JobItem.entry_id.in_(first))
+                     .values(state="done", result="Published."))
+
+
 def main(shots: list[str]) -> int:
     import waitress
     from playwright.sync_api import sync_playwright
@@ -137,6 +171,7 @@ def main(shots: list[str]) -> int:
         runtime_of(app).start()
         runtime_of(app).bridge.wait_connected(10)
         create_user(engine, "mara", "screenshots-password", "operator")
+        jobs_for_the_photo(runtime_of(app))
         with engine.connect() as conn:
             detail_id = conn.execute(select(Entry.id).where(Entry.reason == "schema_invalid")
                                      .order_by(Entry.id.desc())).scalars().first()
@@ -170,6 +205,9 @@ def main(shots: list[str]) -> int:
                     page.screenshot(path=str(ROOT / "docs" / "screenshot-editor.png"), full_page=True)
                 if "patch-preview" in shots:
                     patch_preview(page, base)
+                if "jobs" in shots:
+                    page.goto(f"{base}/jobs")
+                    page.screenshot(path=str(ROOT / "docs" / "screenshot-jobs.png"))
                 browser.close()
         finally:
             server.close()
@@ -180,4 +218,4 @@ def main(shots: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or ["list", "detail", "editor", "patch-preview"]))
+    sys.exit(main(sys.argv[1:] or ["list", "detail", "editor", "patch-preview", "jobs"]))

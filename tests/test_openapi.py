@@ -168,7 +168,10 @@ def test_real_responses_match_the_document(api):
     call("get", "/api/jobs/{job_id}", 404, path_parameters={"job_id": MISSING})
     call("post", "/api/jobs/{job_id}/cancel", 200, role="operator", path_parameters={"job_id": job})
     call("post", "/api/jobs/{job_id}/cancel", 404, role="operator", path_parameters={"job_id": MISSING})
+    call("get", "/api/jobs", 200, query={"limit": 2})
+    call("get", "/api/jobs", 400, query={"state": "asleep"})
     call("get", "/api/audit", 200, query={"limit": 3})
+    call("get", "/api/audit", 200, query={"fold": "1"})
     call("get", "/api/audit", 400, query={"limit": 0})
 
     entry_schema = {"$ref": "#/components/schemas/Entry", "components": doc["components"]}

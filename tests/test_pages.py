@@ -59,7 +59,7 @@ def html_of(response) -> str:
 
 
 def row_ids(html: str) -> list[int]:
-    return [int(i) for i in re.findall(r'name="ids" value="(\d+):\d+"', html)]
+    return [int(i) for i in re.findall(r'<tr hx-disable data-id="(\d+)"', html)]
 
 
 # --- the list ---------------------------------------------------------------------------------
@@ -127,9 +127,14 @@ def test_a_filter_that_does_not_parse_is_a_message_and_a_400(web, client, query,
     assert client.get(f"/groups?{query}").status_code == 400
 
 
-def test_every_row_has_a_checkbox_for_the_bulk_form_carrying_the_version_seen(web, client):
+def test_an_operators_rows_have_checkboxes_carrying_the_version_seen_and_a_viewers_none(web, client):
     entry_id = support.dead_letter(web, 1)
-    assert f'<input type="checkbox" name="ids" value="{entry_id}:1" form="bulk-form"' in html_of(client.get("/"))
+    operator = html_of(support.logged_in(web, "operator").get("/"))
+    assert f'<input type="checkbox" name="ids" value="{entry_id}:1" form="bulk-form"' in operator
+    assert 'data-select-all="ids"' in operator and 'id="bulk-form"' in operator
+    viewer = html_of(client.get("/"))
+    assert f'data-id="{entry_id}"' in viewer
+    assert 'type="checkbox"' not in viewer and "bulk-form" not in viewer and "Bulk actions" not in viewer
 
 
 def test_an_empty_list_says_how_to_publish_a_dead_letter(client):

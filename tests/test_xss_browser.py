@@ -275,3 +275,29 @@ def test_a_hostile_edit_is_only_text_in_the_editor_the_diff_and_the_timeline(app
     assert shown == display_form(sent)
     diff = page.evaluate("document.querySelector('.edit-diff .diff').textContent")
     assert f'+    {json.dumps(CORPUS[7], ensure_ascii=False)},' in diff
+
+
+def test_hostile_jobs_audit_rows_and_list_context_are_only_text(app, live_server, page, hostile_entries):
+    from dlq_dashboard.actions.bulk import jobs
+
+    rt = app.extensions["dlq"]
+    done = jobs.create_job(rt, "close", actor=CORPUS[1], note=CORPUS[0], filter_args={"reason": HOSTILE_REASON})
+    cancelled = jobs.create_job(rt, "close", actor=CORPUS[7], ids=[hostile_entries["json"]], start=False)
+    jobs.cancel_job(rt, cancelled, actor=CORPUS[9])
+    rt.jobs.submit(cancelled)
+    support.wait_for(lambda: all(jobs.job_status(rt, j, limit=0)["state"] in jobs.FINISHED for j in (done, cancelled)),
+                     message="the jobs to end")
+    support.browser_login(page, live_server, app, "operator")
+    watch = Watch(page, app, live_server)
+    text = visit(page, watch, f"{live_server}/jobs")
+    assert CORPUS[1] in text and CORPUS[7] in text and CORPUS[9] in text and HOSTILE_REASON in text
+    text = visit(page, watch, f"{live_server}/jobs/{done}")
+    assert CORPUS[0] in text and HOSTILE_REASON in text
+    visit(page, watch, f"{live_server}/audit")
+    page.locator(f'tr.audit-job[data-job="{done}"] + tr summary').click()
+    page.locator(".job-items-page").first.wait_for()
+    assert page.evaluate(INJECTED) == [] and watch.unexpected_requests() == [] and watch.csp == []
+    # The list's filters ride to the entry page: its crumbs and links show them as text.
+    query = "&".join(f"{k}={v}" for k, v in (("q", "script"), ("reason", HOSTILE_REASON)))
+    text = visit(page, watch, f"{live_server}/entries/{hostile_entries['first']}?{query}")
+    assert f"reason={HOSTILE_REASON}" in text

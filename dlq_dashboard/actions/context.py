@@ -12,6 +12,7 @@ from ..entries.schemas import SchemaRegistry
 from ..entries.store import Store
 from ..nats.bridge import Bridge
 from .intents import Flights
+from .subject_streams import SubjectStreams
 
 
 class JobQueue(Protocol):
@@ -34,3 +35,4 @@ class ActionContext(Protocol):
     bridge: Bridge | None
     flights: Flights
     jobs: JobQueue
+    subject_streams: SubjectStreams

@@ -81,6 +81,63 @@ def _check_version(entry: Mapping, version: int) -> None:
 
 _NO_SCHEMA = ValidationResult(None, [])
 
+#: Content-Encoding values that say the payload is compressed; and gzip's first two bytes.
+COMPRESSIONS = ("gzip", "x-gzip", "deflate", "br", "zstd", "compress")
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _field(entry: Mapping | EntryView, name: str) -> Any:
+    return entry[name] if isinstance(entry, Mapping) else getattr(entry, name)
+
+
+def compression_of(headers: Mapping[str, Any] | str | None, payload: bytes) -> str | None:
+    """How the payload is compressed ("Content-Encoding: gzip", "gzip bytes"), or None."""
+    if isinstance(headers, str):
+        headers = orjson.loads(headers or "{}")
+    for name, values in (headers or {}).items():
+        if name.lower() == "content-encoding":
+            for value in values if isinstance(values, list) else [values]:
+                if str(value).strip().lower() in COMPRESSIONS:
+                    return f"Content-Encoding: {str(value).strip()}"
+    return "gzip bytes" if payload[:2] == GZIP_MAGIC else None
+
+
+def _status_sentence(entry_id: int, status: str) -> str:
+    return f"Entry {entry_id} is {status}; reopen it before republishing."
+
+
+def no_stream_sentence(subject: str) -> str:
+    """Why a republish to ``subject`` cannot work when no stream stores it."""
+    return f"No stream stores subject {subject}: a republish would be refused."
+
+
+def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = None, edit: bool = False,
+                      status: bool = False) -> str | None:
+    """Why this entry cannot be republished (``payload``: with this edited payload; ``edit``:
+    why it cannot be edited and republished), as one sentence, or None when it can.
+
+    The one place these rules live: the entry page disables its buttons with the sentence and
+    the republish request is refused with it (decide_republish). ``status`` adds the status
+    rule (the request answers it as a conflict instead). Whether a stream stores the subject is
+    NATS's to say: the page asks (actions/streams.py, no_stream_sentence), the publish is refused.
+    """
+    entry_id = _field(entry, "id")
+    if status and _field(entry, "status") not in REPUBLISHABLE:
+        return _status_sentence(entry_id, _field(entry, "status"))
+    subject = _field(entry, "original_subject")
+    if not subject:
+        return f"Entry {entry_id} has no {contract.ORIGINAL_SUBJECT}, so there is nowhere to republish it."
+    stored = bytes(_field(entry, "payload") or b"")
+    # The original headers go with the republish: a Content-Encoding holds for an edited payload too.
+    how = compression_of(_field(entry, "headers"), stored if payload is None else payload)
+    if how:
+        return (f"The payload of entry {entry_id} is compressed ({how}): it cannot be validated or edited here, "
+                "so it is not republished from the dashboard.")
+    if payload is None and not edit and not _field(entry, "payload_available"):
+        return (f"Entry {entry_id} has no payload (the source stream no longer had it); "
+                "edit one in to republish.")
+    return None
+
 
 def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: Intent | None, pending: list[Intent], *,
                      actor: str, payload: bytes | None = None, force: bool = False,
@@ -113,16 +170,12 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
     _check_nothing_pending(pending, entry_id, version)
     _check_version(entry, version)
     if entry["status"] not in REPUBLISHABLE:
-        raise Conflict(f"Entry {entry_id} is {entry['status']}; reopen it before republishing.",
-                       entry_id=entry_id, seen_version=version)
+        raise Conflict(_status_sentence(entry_id, entry["status"]), entry_id=entry_id, seen_version=version)
+    refusal = republish_refusal(entry, payload=payload)
+    if refusal:
+        raise Refused(refusal, entry_id=entry_id)
     subject = entry["original_subject"]
-    if not subject:
-        raise Refused(f"Entry {entry_id} has no {contract.ORIGINAL_SUBJECT}, so there is nowhere to republish it.",
-                      entry_id=entry_id)
     original = bytes(entry["payload"] or b"")
-    if payload is None and not entry["payload_available"]:
-        raise Refused(f"Entry {entry_id} has no payload (the source stream no longer had it); "
-                      "edit one in to republish.", entry_id=entry_id)
     body = original if payload is None else payload
     verdict = rt.schemas.validate(subject, body) if rt.schemas.schemas else _NO_SCHEMA
     if not verdict.valid and not force:

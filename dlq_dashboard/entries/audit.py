@@ -1,19 +1,23 @@
-"""Reading the audit: who did what, when, to which entry or job (the actions write it)."""
+"""Reading the audit: who did what, when, to which entry or job (the actions write it).
+
+A bulk job writes one record of its own and one for each item it settled; folded, the audit
+shows the job's record with its items' counts in place of the items (they stay stored, and
+come back with ``job`` or ``entry``)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Mapping
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, and_, func, not_, select
 
 from ..db.engine import read_transaction
-from ..db.models import Action
+from ..db.models import Action, Job, JobItem
 from ..numbers import whole_number
 from ..times import format_time
 from .filters import decode_cursor, encode_cursor
 
-ACTIONS = Action.__table__
+ACTIONS, JOBS, ITEMS = Action.__table__, Job.__table__, JobItem.__table__
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 
@@ -27,10 +31,39 @@ def audit_record(row) -> dict[str, Any]:
             "duplicate": m["duplicate"], "error": m["error"], "detail": json.loads(m["detail"] or "{}")}
 
 
-def audit_page(engine: Engine, args: Mapping[str, str]) -> dict[str, Any]:
+def _job_counts(conn, job_ids: set[int]) -> dict[int, dict[str, Any]]:
+    """Each job's state and its items by state, in two queries."""
+    if not job_ids:
+        return {}
+    found = {r.id: {"state": r.state, "total": r.total, "done": 0, "failed": 0, "skipped": 0, "cancelled": 0,
+                    "pending": 0} for r in conn.execute(select(JOBS.c.id, JOBS.c.state, JOBS.c.total)
+                                                        .where(JOBS.c.id.in_(job_ids)))}
+    for job_id, state, n in conn.execute(select(ITEMS.c.job_id, ITEMS.c.state, func.count())
+                                         .where(ITEMS.c.job_id.in_(job_ids)).group_by(ITEMS.c.job_id, ITEMS.c.state)):
+        if job_id in found:
+            found[job_id][state] = n
+    return found
+
+
+def is_folded(args: Mapping[str, str], default: bool) -> bool:
+    """Whether a job's item records are folded into its own: ``fold`` 1 or 0, else ``default``;
+    never when the audit is narrowed to an entry or a job (their items are what is asked for)."""
+    if args.get("entry") or args.get("job"):
+        return False
+    raw = (args.get("fold") or "").strip().lower()
+    return raw in ("1", "true", "yes", "on") if raw else default
+
+
+def audit_page(engine: Engine, args: Mapping[str, str], *, fold: bool = False) -> dict[str, Any]:
     """One page of the audit, newest first, narrowed by ``entry``, ``job``, ``actor`` or
-    ``action``; ``limit`` and ``cursor`` page it. InvalidRequest names a bad argument."""
+    ``action``; ``limit`` and ``cursor`` page it; ``items`` 1 with ``job`` keeps the job's item
+    records only. Folded (is_folded), a job's item records are left out and its own record
+    carries their counts as ``job``. InvalidRequest names a bad argument."""
     query = select(ACTIONS).order_by(ACTIONS.c.id.desc())
+    if is_folded(args, fold):
+        query = query.where(not_(and_(ACTIONS.c.job_id.is_not(None), ACTIONS.c.entry_id.is_not(None))))
+    if args.get("job") and (args.get("items") or "").strip() in ("1", "true"):
+        query = query.where(ACTIONS.c.entry_id.is_not(None))
     for name, column in (("entry", ACTIONS.c.entry_id), ("job", ACTIONS.c.job_id)):
         if args.get(name):
             query = query.where(column == whole_number(args[name], name, what=f"an {name} id" if name == "entry"
@@ -43,5 +76,11 @@ def audit_page(engine: Engine, args: Mapping[str, str]) -> dict[str, Any]:
     limit = whole_number(args.get("limit") or DEFAULT_LIMIT, "limit", low=1, high=MAX_LIMIT, what="records a page")
     with read_transaction(engine) as conn:
         rows = conn.execute(query.limit(limit + 1)).all()
-    records = [audit_record(r) for r in rows[:limit]]
+        records = [audit_record(r) for r in rows[:limit]]
+        # A job's own record (no entry) carries its items' counts, so a folded row says how it went.
+        counts = _job_counts(conn, {r["job_id"] for r in records if r["job_id"] and not r["entry_id"]
+                                    and r["action"].startswith("bulk_")})
+    for record in records:
+        if record["job_id"] in counts and not record["entry_id"] and record["action"].startswith("bulk_"):
+            record["job"] = counts[record["job_id"]]
     return {"actions": records, "next_cursor": encode_cursor(records[-1]["id"]) if len(rows) > limit else None}

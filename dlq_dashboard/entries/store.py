@@ -11,7 +11,7 @@ from typing import Any, Iterator
 from sqlalchemy import Engine, Select, and_, column, false, func, or_, select, table, text
 
 from ..db.engine import is_sqlite, read_transaction
-from ..db.models import Action, Entry, Event, Republish
+from ..db.models import Action, Entry, Event, FailureGroup, Republish
 from ..times import format_time
 from .audit import audit_record
 from .filters import EntryFilter, decode_cursor, encode_cursor, fts_query
@@ -21,6 +21,8 @@ from .view import EntryView, Page
 #: The most search matches read for one page, count or tally when a viewer's search must skip
 #: the entries it matched by a masked value only (Store.list_entries).
 MASKED_SEARCH_SCAN = 10_000
+#: The search matches read each way for a viewer's previous and next entry (Store.neighbours).
+MASKED_NEIGHBOURS = 200
 
 
 def _event_dict(row) -> dict[str, Any]:
@@ -31,6 +33,7 @@ def _event_dict(row) -> dict[str, Any]:
 
 _FTS = table("entries_fts", column("rowid"))
 ENTRIES = Entry.__table__
+_GROUPS = FailureGroup.__table__
 
 
 @dataclass
@@ -135,6 +138,33 @@ class Store:
         with read_transaction(self.engine) as conn:
             return conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
 
+    def neighbours(self, flt: EntryFilter, entry_id: int, mask: Mask | None = None) -> tuple[int | None, int | None]:
+        """(newer, older): the ids beside ``entry_id`` in the list under ``flt``, in its order
+        (newest first), one keyset query each way. With a ``mask``, a search skips the entries
+        matched by a masked value only, among the next MASKED_NEIGHBOURS each way."""
+        key = self._key(flt)
+        seen = bool(mask and flt.q)
+        older = self.select_entries(flt, *(() if seen else (Entry.id,))).where(key < entry_id)
+        newer = self.select_entries(flt, *(() if seen else (Entry.id,))).order_by(None) \
+            .where(key > entry_id).order_by(key.asc())
+        found: list[int | None] = []
+        with read_transaction(self.engine) as conn:
+            for query in (newer, older):
+                if not seen:
+                    found.append(conn.execute(query.limit(1)).scalar())
+                    continue
+                views = (EntryView.from_row(r) for r in conn.execute(query.limit(MASKED_NEIGHBOURS)))
+                found.append(next((v.id for v in views if mask.finds(v, flt.q)), None))
+        return found[0], found[1]
+
+    def group_of(self, entry_id: int) -> tuple[int, str] | None:
+        """The failure group of an entry: its id and key."""
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(select(_GROUPS.c.id, _GROUPS.c.key)
+                               .join(ENTRIES, ENTRIES.c.group_id == _GROUPS.c.id)
+                               .where(Entry.id == entry_id)).first()
+        return (row.id, row.key) if row else None
+
     def get_entry(self, entry_id: int, *, with_history: bool = True) -> EntryView | None:
         """One entry, with its delivery history and its actions."""
         with read_transaction(self.engine) as conn:
@@ -181,6 +211,17 @@ class Store:
         with read_transaction(self.engine) as conn:
             rows = conn.execute(select(ENTRIES).where(Entry.replay_of == ref).order_by(Entry.id)).all()
         return [EntryView.from_row(r) for r in rows]
+
+    def failed_again(self, refs: list[str]) -> dict[str, int]:
+        """For each ``<stream>:<seq>`` reference, the newest entry whose message was a republish
+        of it (its republish failed again), in one query."""
+        refs = [r for r in refs if r]
+        if not refs:
+            return {}
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(select(Entry.replay_of, func.max(Entry.id)).where(Entry.replay_of.in_(refs))
+                                .group_by(Entry.replay_of)).all()
+        return {ref: newest for ref, newest in rows}
 
     def republishes_of(self, entry_id: int) -> list[dict]:
         """The republish intents of an entry, oldest first, each with the payload it sends and

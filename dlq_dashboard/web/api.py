@@ -28,8 +28,9 @@ def list_entries():
 @bp.route("/api/entries/<int:entry_id>")
 @requires("viewer")
 def get_entry(entry_id: int):
-    """One entry with its delivery history, its actions, and the payload last sent with the
-    current schema's verdict on it (null before any republish)."""
+    """One entry with its delivery history, its actions, the payload last sent with the current
+    schema's verdict on it (null before any republish), and ``failed_again``: the id of the newest
+    entry whose message was a republish of this one (its republish failed again), or null."""
     return jsonify(entry_detail(entry_id))
 
 

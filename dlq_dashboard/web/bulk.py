@@ -5,12 +5,14 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, render_template, request, url_for
 
 from ..actions.bulk.jobs import JobError, cancel_job, create_job, job_status, select_items
+from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX, list_jobs
 from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
 from ..actions.republish import republish_targets
-from ..errors import DashboardError
+from ..errors import DashboardError, InvalidRequest
 from ..numbers import whole_number
 from . import current_runtime, params
 from .auth import actor_name, requires
+from .data import jobs_as_seen
 from .errors import status_of
 from .responses import after_post, page_or_fragment
 
@@ -19,7 +21,33 @@ PREVIEW_ROWS = 20
 MAX_ITEMS_SHOWN = 1000
 
 
+JOB_STATES = ("running", "finished")
+
+
+def jobs_page(args) -> tuple[dict, dict[str, str]]:
+    """One page of jobs under the request's ``state``, ``cursor`` and ``limit``, and those
+    arguments as the page's links keep them; InvalidRequest, a 400, for a bad one."""
+    state = (args.get("state") or "").strip() or None
+    if state is not None and state not in JOB_STATES:
+        raise InvalidRequest(f"state {state!r} is not valid: use running or finished, or leave it out")
+    raw = (args.get("limit") or "").strip()
+    limit = whole_number(raw, "limit", low=1, high=JOBS_MAX, what="jobs a page") if raw else JOBS_LIMIT
+    page = list_jobs(current_runtime().engine, cursor=(args.get("cursor") or "").strip() or None,
+                     limit=limit, state=state)
+    jobs_as_seen(page["jobs"])
+    kept = {k: v for k, v in (("state", state), ("limit", raw)) if v}
+    return page, kept
+
+
 # --- JSON ----------------------------------------------------------------------------------------
+
+@bp.route("/api/jobs")
+@requires("viewer")
+def api_jobs():
+    """Every bulk job, newest first: who, what, the selection, progress, rate, ETA, result
+    (``state`` running or finished narrows them; ``cursor`` and ``limit`` page them)."""
+    return jsonify(jobs_page(request.args)[0])
+
 
 @bp.route("/api/bulk", methods=["POST"])
 @requires("operator")
@@ -43,7 +71,8 @@ def api_job(job_id: int):
     """A job's progress and its items' results (``state`` narrows the items, ``limit`` up to 1000)."""
     raw = request.args.get("limit", "").strip()
     limit = min(whole_number(raw, "limit", what="items to include"), MAX_ITEMS_SHOWN) if raw else 200
-    return jsonify(job_status(current_runtime(), job_id, item_state=request.args.get("state") or None, limit=limit))
+    status = job_status(current_runtime(), job_id, item_state=request.args.get("state") or None, limit=limit)
+    return jsonify(jobs_as_seen([status])[0])
 
 
 @bp.route("/api/jobs/<int:job_id>/cancel", methods=["POST"])
@@ -124,11 +153,20 @@ def _patch_preview():
     return _patch_page(summary=summary, preview=preview_patch(rt, ops, [i["id"] for i in items]))
 
 
+@bp.route("/jobs")
+@requires("viewer")
+def jobs():
+    """Running and finished jobs, newest first; the table polls itself while one runs."""
+    page, kept = jobs_page(request.args)
+    return page_or_fragment("jobs.html", "jobs", page=page, kept=kept,
+                            running=any(j["state"] not in ("done", "cancelled") for j in page["jobs"]))
+
+
 @bp.route("/jobs/<int:job_id>")
 @requires("viewer")
 def job_page(job_id: int):
     """A job's progress; the widget polls itself through htmx until the job ends."""
-    status = job_status(current_runtime(), job_id, item_state=request.args.get("state") or None)
+    status = jobs_as_seen([job_status(current_runtime(), job_id, item_state=request.args.get("state") or None)])[0]
     return page_or_fragment("job.html", "progress", job=status, preview=False, state=request.args.get("state"),
                             patch_text=patch_text(status["patch"]))
 

@@ -12,7 +12,8 @@ from typing import Mapping
 from flask import has_request_context
 
 from ..entries.filters import EntryFilter, FilterError
-from ..entries.groups import Group
+from ..actions.bulk.listing import describe_selection
+from ..entries.groups import Group, group_label
 from ..masking import Mask
 from ..entries.tallies import Tallies, Tally
 from ..entries.view import EntryView, Page
@@ -66,10 +67,13 @@ def republishes_and_last_sent(entry: EntryView) -> tuple[list[dict], LastSent | 
 
 def entry_detail(entry_id: int) -> dict:
     """GET /api/entries/<id> (and the command line's show): the entry as this request may see it,
-    with its history and actions, and ``last_sent``, the payload last sent and the verdict on it."""
+    with its history and actions; ``last_sent``, the payload last sent and the verdict on it; and
+    ``failed_again``, the newest entry whose message was a republish of it (or None)."""
     stored = get_entry_or_404(entry_id, masked=False)
     _, sent = republishes_and_last_sent(stored)
-    return {**shown(stored).to_dict(), "last_sent": sent.to_dict() if sent else None}
+    again = current_runtime().store.failed_again([stored.dlq_ref]) if stored.dlq_ref else {}
+    return {**shown(stored).to_dict(), "last_sent": sent.to_dict() if sent else None,
+            "failed_again": again.get(stored.dlq_ref)}
 
 
 def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool = True) -> EntryView:
@@ -79,6 +83,28 @@ def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool =
     if entry is None:
         raise EntryNotFound(entry_id)
     return shown(entry) if masked else entry
+
+
+def entry_group(entry: EntryView) -> dict | None:
+    """The failure group of an entry (as stored) as {"id", "label"}; for a viewer, a value the
+    mask hides in the entry is hidden in the label too, as shown_groups does."""
+    found = current_runtime().store.group_of(entry.id)
+    if found is None:
+        return None
+    group_id, key = found
+    mask = viewer_mask()
+    if mask:
+        key = mask.mask_text(key, mask.values_of(entry))
+    return {"id": group_id, "label": group_label(key)}
+
+
+def jobs_as_seen(jobs: list[dict]) -> list[dict]:
+    """Jobs as this request may see them: a group's label is its entries' error, which may
+    quote a masked value, so a viewer under DLQ_MASK reads the group's id instead."""
+    if viewer_mask():
+        for job in jobs:
+            job["selection_text"] = describe_selection(job["selection"])
+    return jobs
 
 
 def entries_page(args: Mapping[str, str]) -> tuple[EntryFilter, Page]:

@@ -53,15 +53,20 @@ SCHEMAS: dict[str, dict] = {
             "at": TIME, "note": _nullable(STR), "version": _nullable(INT), "msg_id": _nullable(STR),
             "publish_stream": _nullable(STR), "publish_seq": _nullable(INT), "duplicate": _nullable(BOOL),
             "error": _nullable(STR), "detail": {"type": "object"},
+            "job": {"type": "object", "description": "On a bulk job's own record: its state and items' counts "
+                                                     "(state, total, done, failed, skipped, cancelled, pending)."},
         },
     },
     "EntryDetail": {
         "allOf": [_ref("Entry"), {
-            "type": "object", "required": ["history", "actions", "last_sent"],
+            "type": "object", "required": ["history", "actions", "last_sent", "failed_again"],
             "properties": {"history": {"type": "array", "items": _ref("HistoryEvent")},
                            "actions": {"type": "array", "items": _ref("AuditRecord")},
                            "last_sent": {"anyOf": [_ref("LastSent"), {"type": "null"}],
-                                         "description": "The newest published republish; null before any."}},
+                                         "description": "The newest published republish; null before any."},
+                           "failed_again": {**_nullable(INT), "description": (
+                               "The newest entry whose message was a republish of this one: its "
+                               "republish failed again (the status stays as it is).")}},
         }],
     },
     "LastSent": {
@@ -189,8 +194,17 @@ SCHEMAS: dict[str, dict] = {
             "total": INT, "done": INT, "failed": INT, "skipped": INT, "cancelled": INT, "pending": INT,
             "percent": {"type": "number"}, "cancel_requested": BOOL,
             "created_at": TIME, "finished_at": _nullable(TIME),
+            "started_at": _nullable(TIME), "cancelled_by": _nullable(STR), "cancelled_at": _nullable(TIME),
+            "selection_text": {**STR, "description": "The selection in words: '3 selected entries', "
+                                                     "'filter status=open', 'group <label>'."},
+            "rate": {"type": ["number", "null"], "description": "Items settled a second since it started."},
+            "eta_seconds": _nullable(INT), "eta_at": {**_nullable(TIME), "description": "A running job's end at its rate."},
             "items": {"type": "array", "items": _ref("JobItem")},
         },
+    },
+    "JobPage": {
+        "type": "object", "required": ["jobs", "next_cursor"],
+        "properties": {"jobs": {"type": "array", "items": _ref("Job")}, "next_cursor": _nullable(STR)},
     },
     "Targets": {
         "type": "object", "required": ["stream", "consumers", "error"],
@@ -354,6 +368,13 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                               {**INT, "minimum": 0, "maximum": INT64_MAX})],
         "responses": {"200": _json(_ref("Job"), "The job."), **_errors(400, 401, 403, 404)},
     },
+    ("get", "/api/jobs"): {
+        "operationId": "listJobs", "tags": ["actions"], "summary": "Every bulk job, newest first (without items)",
+        "parameters": [_query("state", "running (queued or running) or finished (done or cancelled)."),
+                       _query("limit", "Jobs per page, 1 to 500 (default 50).", {**INT, "minimum": 1, "maximum": 500}),
+                       CURSOR],
+        "responses": {"200": _json(_ref("JobPage"), "A page of jobs."), **_errors(400, 401, 403)},
+    },
     ("post", "/api/jobs/{job_id}/cancel"): {
         "operationId": "cancelJob", "tags": ["actions"], "summary": "Ask a bulk job to stop",
         "parameters": [_path_id("job_id", "job")],
@@ -366,6 +387,8 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                        _query("job", "Only records of this job id.", {**INT, "minimum": 0, "maximum": INT64_MAX}),
                        _query("actor", "Only records by this user or token:<name>."),
                        _query("action", "Only this action (republish, close, reopen, ...)."),
+                       _query("fold", "1: a bulk job's item records are left out (its own record has their "
+                                      "counts) unless entry or job is given; the page folds by default."),
                        _query("limit", "Records per page, 1 to 1000 (default 100).",
                               {**INT, "minimum": 1, "maximum": 1000}),
                        CURSOR],

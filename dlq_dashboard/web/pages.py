@@ -14,13 +14,16 @@ from flask import Blueprint, current_app, make_response, render_template, reques
 
 from dlq_consumer import headers as contract
 
+from ..actions.decisions import no_stream_sentence, republish_refusal
+from ..actions.streams import stream_of
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
 from ..masking import PAYLOAD_HIDDEN, Mask
 from ..entries.tallies import Tallies
 from ..numbers import whole_number
-from . import current_runtime
-from .auth import requires
-from .data import entries_page, failure_groups, get_entry_or_404, republishes_and_last_sent, shown, viewer_mask
+from . import current_runtime, status
+from .auth import current_identity, requires
+from .data import (entries_page, entry_group, failure_groups, get_entry_or_404, republishes_and_last_sent, shown,
+                   viewer_mask)
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.timeline import build_timeline
@@ -180,7 +183,34 @@ def entry(entry_id: int):
     return render_template(
         "entry.html", entry=found, payload=payload, marks=marks, header_errors=header_errors,
         current=current, current_errors=current_errors, current_error=current_error,
-        schema_problems=registry.problems, timeline=timeline, original=original, last_sent=sent)
+        schema_problems=registry.problems, timeline=timeline, original=original, last_sent=sent,
+        failed_again=replays[-1] if replays and found.status == "republished" else None,
+        **_entry_context(stored))
+
+
+def _entry_context(stored):
+    """The entry page's head and action bar: the list it was opened from (its filters ride in
+    the URL) with the entries before and after it there, its failure group, and why Republish
+    or Edit cannot work, if they cannot."""
+    rt = current_runtime()
+    flt, filter_error = parse_filter(request.args)
+    list_args = {} if filter_error else flt.to_args()
+    newer, older = (None, None) if filter_error else rt.store.neighbours(flt, stored.id, viewer_mask())
+    republish_reason = edit_reason = None
+    identity = current_identity()
+    if identity is not None and identity.may("operator"):
+        republish_reason = republish_refusal(stored, status=True)
+        edit_reason = republish_refusal(stored, status=True, edit=True)
+        if (republish_reason is None or edit_reason is None) and not status.service_status(rt).nats_down:
+            # Asked only while NATS answers (the page's own verdict, from memory), half a second
+            # at most, remembered a while; while it is down the buttons say so instead.
+            known, stream = stream_of(rt, stored.original_subject)
+            if known and stream is None:
+                republish_reason = republish_reason or no_stream_sentence(stored.original_subject)
+                edit_reason = edit_reason or no_stream_sentence(stored.original_subject)
+    return {"list_args": list_args, "newer_id": newer, "older_id": older,
+            "group": entry_group(stored),
+            "republish_reason": republish_reason, "edit_reason": edit_reason}
 
 
 @bp.route("/entries/<int:entry_id>/payload")

@@ -25,9 +25,10 @@ from ...db.models import Action, Entry, Job, JobItem, Republish
 from ...db.rows import insert_rows
 from ...entries.filters import EntryFilter, encode_cursor
 from ...errors import InvalidRequest, JobNotFound
-from ...times import format_time, utcnow
+from ...times import utcnow
 from ..context import ActionContext
 from ..intents import Published
+from .listing import group_labels, job_summary
 from .patching import parse_patch
 
 JOBS, ITEMS = Job.__table__, JobItem.__table__
@@ -160,8 +161,12 @@ def cancel_job(rt: ActionContext, job_id: int, *, actor: str) -> bool:
             raise JobNotFound(job_id)
         if job.state in FINISHED:
             return False
+        now = utcnow()
+        # The first to cancel is the one named: a second click changes nothing.
+        conn.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.cancelled_by.is_(None))
+                     .values(cancelled_by=actor, cancelled_at=now))
         conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(cancel_requested=True))
-        conn.execute(insert(ACTIONS).values(job_id=job_id, action="cancel_job", actor=actor, at=utcnow(),
+        conn.execute(insert(ACTIONS).values(job_id=job_id, action="cancel_job", actor=actor, at=now,
                                             detail="{}"))
     rt.jobs.wake(job_id)
     return True
@@ -185,17 +190,9 @@ def job_status(rt: ActionContext, job_id: int, *, item_state: str | None = None,
         if item_state:
             query = query.where(ITEMS.c.state == item_state)
         items = conn.execute(query.order_by(ITEMS.c.entry_id).limit(limit)).all()
-    m = job._mapping
-    finished = sum(counts.get(s, 0) for s in ("done", "failed", "skipped", "cancelled"))
-    selection = json.loads(m["selection"] or "{}")
+        labels = group_labels(conn, [json.loads(job.selection or "{}")])
     return {
-        "id": m["id"], "action": m["action"], "actor": m["actor"], "state": m["state"], "note": m["note"],
-        "selection": selection, "patch": selection.get("patch"), "total": m["total"],
-        "done": counts.get("done", 0), "failed": counts.get("failed", 0), "skipped": counts.get("skipped", 0),
-        "cancelled": counts.get("cancelled", 0), "pending": counts.get("pending", 0),
-        "percent": round(100 * finished / m["total"], 1) if m["total"] else 100.0,
-        "cancel_requested": bool(m["cancel_requested"]), "created_at": format_time(m["created_at"]),
-        "finished_at": format_time(m["finished_at"]),
+        **job_summary(job._mapping, counts, labels),
         "items": [{"entry_id": r.entry_id, "version": r.version, "state": r.state,
                    "result": r.result or (ack_sentence(Published(r.msg_id, r.stream, r.seq, r.duplicate))
                                           if r.msg_id else None)} for r in items],

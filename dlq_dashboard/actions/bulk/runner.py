@@ -14,6 +14,7 @@ from sqlalchemy import select, update
 
 from ...db.engine import write_transaction
 from ...db.leases import acquire_lease, new_holder, release_lease
+from ...times import utcnow
 from ..context import ActionContext
 from ..recovery import recover_pending
 from .jobs import JOBS
@@ -109,7 +110,8 @@ class JobRunner:
             if not acquire_lease(self.rt.engine, lease, self.holder, LEASE_SECONDS):
                 return  # another process runs it
             with write_transaction(self.rt.engine) as conn:
-                conn.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.state == "queued").values(state="running"))
+                conn.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.state == "queued")
+                             .values(state="running", started_at=utcnow()))
             JobWork(self.rt, job_id, lease=lease, holder=self.holder, wake=self._wakes[job_id],
                     stop=self._stop).run()
         except Exception:

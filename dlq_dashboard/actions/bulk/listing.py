@@ -1,0 +1,112 @@
+"""Jobs as the pages show them: who started one, what it took, how fast it goes, when it will
+end, how it ended and who cancelled it; and the list of every job, newest first."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+from sqlalchemy import Engine, func, select
+
+from ...db.engine import read_transaction
+from ...db.models import FailureGroup, Job, JobItem
+from ...entries.filters import decode_cursor, encode_cursor
+from ...entries.groups import group_label
+from ...times import format_time, utcnow
+
+JOBS, ITEMS, GROUPS = Job.__table__, JobItem.__table__, FailureGroup.__table__
+#: The states of an item that has been dealt with (the rest are pending).
+SETTLED = ("done", "failed", "skipped", "cancelled")
+#: Those the job worked on: its rate (a cancel settles the rest at once, and is no speed).
+WORKED = ("done", "failed", "skipped")
+JOBS_LIMIT, JOBS_MAX = 50, 500
+
+
+def describe_selection(selection: Mapping[str, Any], labels: Mapping[int, str] | None = None) -> str:
+    """What a job took, in words: "3 selected entries", "filter subject=orders.* status=open",
+    "group <label>" (its other filters after it)."""
+    if "ids" in selection:
+        n = selection.get("ids") or 0
+        return f"{n} selected {'entry' if n == 1 else 'entries'}"
+    flt = dict(selection.get("filter") or {})
+    group = flt.pop("group", None)
+    rest = " ".join(f"{k}={v}" for k, v in flt.items())
+    if group is not None:
+        label = (labels or {}).get(int(group)) if str(group).isdigit() else None
+        return f"group {label or group}" + (f", {rest}" if rest else "")
+    return f"filter {rest}" if rest else "every open entry"
+
+
+def _rate_and_eta(m: Mapping[str, Any], worked: int, pending: int,
+                  now: datetime) -> tuple[float | None, int | None, datetime | None]:
+    """Items worked a second since the job started (until it finished), and for a running job
+    the seconds left at that rate and when it should end."""
+    started = m.get("started_at") or m["created_at"]
+    end = m["finished_at"] or now
+    elapsed = (end - started).total_seconds() if started else 0
+    if not worked or elapsed <= 0:
+        return None, None, None
+    rate = worked / elapsed
+    if m["state"] in ("done", "cancelled") or not pending:
+        return round(rate, 1), None, None
+    left = round(pending / rate)
+    return round(rate, 1), left, now + timedelta(seconds=left)
+
+
+def job_summary(m: Mapping[str, Any], counts: Mapping[str, int], labels: Mapping[int, str] | None = None,
+                now: datetime | None = None) -> dict[str, Any]:
+    """A job's row and its items' counts by state as JSON (everything but its items)."""
+    now = now or utcnow()
+    settled = sum(counts.get(s, 0) for s in SETTLED)
+    pending = counts.get("pending", 0)
+    rate, eta_seconds, eta_at = _rate_and_eta(m, sum(counts.get(s, 0) for s in WORKED), pending, now)
+    selection = json.loads(m["selection"] or "{}")
+    return {
+        "id": m["id"], "action": m["action"], "actor": m["actor"], "state": m["state"], "note": m["note"],
+        "selection": selection, "selection_text": describe_selection(selection, labels),
+        "patch": selection.get("patch"), "total": m["total"],
+        "done": counts.get("done", 0), "failed": counts.get("failed", 0), "skipped": counts.get("skipped", 0),
+        "cancelled": counts.get("cancelled", 0), "pending": pending,
+        "percent": round(100 * settled / m["total"], 1) if m["total"] else 100.0,
+        "cancel_requested": bool(m["cancel_requested"]), "created_at": format_time(m["created_at"]),
+        "started_at": format_time(m.get("started_at")), "finished_at": format_time(m["finished_at"]),
+        "cancelled_by": m.get("cancelled_by"), "cancelled_at": format_time(m.get("cancelled_at")),
+        "rate": rate, "eta_seconds": eta_seconds, "eta_at": format_time(eta_at),
+    }
+
+
+def group_labels(conn, selections: list[Mapping[str, Any]]) -> dict[int, str]:
+    """The labels of the failure groups these selections name, in one query."""
+    ids = {int(g) for s in selections if str(g := (s.get("filter") or {}).get("group", "")).isdigit()
+           and int(g) < 2**63}
+    if not ids:
+        return {}
+    return {r.id: group_label(r.key) for r in conn.execute(select(GROUPS.c.id, GROUPS.c.key)
+                                                           .where(GROUPS.c.id.in_(ids)))}
+
+
+def list_jobs(engine: Engine, *, cursor: str | None = None, limit: int = JOBS_LIMIT,
+              state: str | None = None) -> dict[str, Any]:
+    """One page of jobs, newest first (keyset on the id), each as job_summary; ``state``
+    "running" keeps the unfinished ones, "finished" the others."""
+    query = select(JOBS).order_by(JOBS.c.id.desc())
+    if cursor:
+        query = query.where(JOBS.c.id < decode_cursor(cursor))
+    if state == "running":
+        query = query.where(JOBS.c.state.in_(("queued", "running")))
+    elif state == "finished":
+        query = query.where(JOBS.c.state.in_(("done", "cancelled")))
+    with read_transaction(engine) as conn:
+        rows = conn.execute(query.limit(limit + 1)).all()
+        page = rows[:limit]
+        counts: dict[int, dict[str, int]] = {}
+        if page:
+            for job_id, item_state, n in conn.execute(
+                    select(ITEMS.c.job_id, ITEMS.c.state, func.count())
+                    .where(ITEMS.c.job_id.in_([r.id for r in page])).group_by(ITEMS.c.job_id, ITEMS.c.state)):
+                counts.setdefault(job_id, {})[item_state] = n
+        labels = group_labels(conn, [json.loads(r.selection or "{}") for r in page])
+    now = utcnow()
+    jobs = [job_summary(r._mapping, counts.get(r.id, {}), labels, now) for r in page]
+    return {"jobs": jobs, "next_cursor": encode_cursor(page[-1].id) if len(rows) > limit else None}

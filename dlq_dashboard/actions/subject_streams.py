@@ -1,0 +1,31 @@
+"""The streams of subjects one runtime has looked up, remembered a while (actions/streams.py asks)."""
+
+from __future__ import annotations
+
+import threading
+
+#: How long an answer is remembered: a stream made or removed shows within this.
+REMEMBER_SECONDS = 30.0
+#: Subjects remembered at most (they are few; a flood of distinct ones must not grow it for ever).
+REMEMBER_MOST = 10_000
+
+
+class SubjectStreams:
+    """The remembered answers of one runtime: subject -> (when asked, stream or '')."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[float, str]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, subject: str, now: float) -> str | None:
+        """The remembered stream ('' for none) while still fresh, else None."""
+        with self._lock:
+            found = self._known.get(subject)
+        return found[1] if found is not None and now - found[0] < REMEMBER_SECONDS else None
+
+    def put(self, subject: str, now: float, stream: str) -> None:
+        """Remember an answer."""
+        with self._lock:
+            if len(self._known) >= REMEMBER_MOST:
+                self._known.clear()
+            self._known[subject] = (now, stream)

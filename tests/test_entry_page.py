@@ -1,0 +1,172 @@
+"""The entry page: previous and next within the list it was opened from, its failure group, one
+action bar whose Republish says why it cannot work, and a republish that failed again."""
+
+from __future__ import annotations
+
+import gzip
+import re
+
+import pytest
+
+from dlq_dashboard.actions.decisions import no_stream_sentence, republish_refusal
+from dlq_dashboard.db.models import Entry
+
+from . import support
+
+
+def neighbours(html: str) -> tuple[int | None, int | None]:
+    found = {}
+    for rel in ("prev", "next"):
+        m = re.search(rf'rel="{rel}" href="/entries/(\d+)', html)
+        found[rel] = int(m.group(1)) if m else None
+    return found["prev"], found["next"]
+
+
+@pytest.mark.both_databases
+def test_previous_and_next_follow_the_lists_filter_search_and_order(offline_app):
+    subjects = ["orders.created", "payments.made", "orders.created", "orders.shipped", "payments.made",
+                "orders.created"]
+    ids = [support.dead_letter(offline_app, seq, subject, payload=b'{"note": "%s parcel"}' % (
+        b"fragile" if seq % 2 else b"heavy"), Dlq_Reason="fatal", Dlq_Error=f"failure {seq}")
+           for seq, subject in enumerate(subjects, start=1)]
+    viewer = support.logged_in(offline_app, "viewer")
+
+    # No list context: every entry, newest first.
+    html = viewer.get(f"/entries/{ids[2]}").get_data(as_text=True)
+    assert neighbours(html) == (ids[3], ids[1])
+    assert 'href="/" data-back-to-list' in html
+    newest = viewer.get(f"/entries/{ids[5]}").get_data(as_text=True)
+    assert neighbours(newest) == (None, ids[4]) and 'aria-disabled="true">‹ Previous' in newest
+
+    # Opened from the list filtered by a subject wildcard: the payments entries are not in it.
+    orders = [i for i, s in zip(ids, subjects) if s.startswith("orders.")]
+    walk, at = [], orders[-1]
+    while at is not None:
+        walk.append(at)
+        html = viewer.get(f"/entries/{at}?subject=orders.*").get_data(as_text=True)
+        assert "subject=orders.*" in html.replace("%2A", "*")
+        at = neighbours(html)[1]
+    assert walk == orders[::-1]
+    html = viewer.get(f"/entries/{orders[1]}?subject=orders.*").get_data(as_text=True)
+    back = re.search(r'class="back" href="([^"]+)"', html).group(1)
+    assert back.replace("%2A", "*") == "/?subject=orders.*"
+
+    # A search (the full-text index on SQLite, tsvector on PostgreSQL) and a status together.
+    fragile = [ids[0], ids[2], ids[4]]  # the odd sequence numbers
+    html = viewer.get(f"/entries/{fragile[1]}?q=fragile&status=open").get_data(as_text=True)
+    assert neighbours(html) == (fragile[2], fragile[0])
+    assert 'href="/?status=open&amp;q=fragile" data-back-to-list' in html or \
+        'href="/?q=fragile&amp;status=open" data-back-to-list' in html
+    # The list's links carry the filters to the entry page.
+    listing = viewer.get("/?q=fragile&status=open").get_data(as_text=True)
+    assert re.search(rf'href="/entries/{fragile[2]}\?[^"]*q=fragile', listing)
+    # A filter that does not parse only loses the context.
+    assert viewer.get(f"/entries/{ids[2]}?status=lost").status_code == 200
+
+
+@pytest.mark.both_databases
+def test_the_entry_page_links_its_failure_group(offline_app, rt):
+    entry = support.dead_letter(offline_app, 1, Dlq_Reason="fatal", Dlq_Error="order 7 not found")
+    with rt.engine.connect() as conn:
+        group = conn.execute(Entry.__table__.select().where(Entry.id == entry)).first().group_id
+    html = support.logged_in(offline_app, "viewer").get(f"/entries/{entry}").get_data(as_text=True)
+    assert f'href="/?group={group}" data-group="{group}">order &lt;id&gt; not found</a>' in html
+
+
+def test_republish_is_disabled_with_the_reason_the_request_would_be_refused_with(app, rt, nats_server, tokens):
+    support.make_orders_stream(nats_server.url)
+    zipped = support.dead_letter(app, 1, payload=gzip.compress(b'{"a": 1}'), stream="DLQT", Content_Encoding="gzip")
+    magic = support.dead_letter(app, 2, payload=gzip.compress(b'{"a": 2}'), stream="DLQT")
+    nowhere = support.dead_letter(app, 3, subject=None, stream="DLQT")
+    unstored = support.dead_letter(app, 4, subject="payments.made", stream="DLQT")
+    fine = support.dead_letter(app, 5, payload=b'{"customer_id": "c"}', stream="DLQT")
+    operator = support.logged_in(app, "operator")
+    api = app.test_client()
+
+    def refusal(entry_id, **kwargs):
+        return republish_refusal(rt.store.get_entry(entry_id, with_history=False), **kwargs)
+
+    assert "compressed (Content-Encoding: gzip)" in refusal(zipped)
+    assert "compressed (gzip bytes)" in refusal(magic) and refusal(magic, edit=True) == refusal(magic)
+    assert refusal(magic, payload=b'{"a": 2}') is None, "an edited payload in plain text may go"
+    assert "has no Dlq-Original-Subject" in refusal(nowhere)
+    assert refusal(unstored) is None and refusal(fine) is None
+    for entry_id in (zipped, magic, nowhere):
+        sentence = refusal(entry_id)
+        html = operator.get(f"/entries/{entry_id}").get_data(as_text=True)
+        bar = html.split('class="action-bar"')[1].split("</section>")[0]
+        assert re.search(r'<button type="submit" disabled aria-describedby="republish-reason" '
+                         r'title="[^"]+" data-action="republish">Republish</button>', bar)
+        assert f"Republish is not possible: {sentence}".replace("&", "&amp;") in bar.replace("&#39;", "'")
+        answer = api.post(f"/api/entries/{entry_id}/republish", json={"version": 1},
+                          headers=support.bearer(tokens["operator"]))
+        assert answer.status_code == 422 and answer.get_json()["error"] == sentence
+
+    html = operator.get(f"/entries/{unstored}").get_data(as_text=True)
+    assert no_stream_sentence("payments.made") in html and 'disabled aria-describedby="republish-reason"' in html
+    html = operator.get(f"/entries/{fine}").get_data(as_text=True)
+    assert "not possible" not in html and 'data-action="republish" data-needs-nats' in html
+    bar = html.split('class="action-bar"')[1].split("</section>")[0]
+    assert [a for a in re.findall(r'data-action="(\w+)"', bar)] == ["republish", "edit", "close"]
+    assert "Audit of this entry" not in bar and "audit of this entry" in html
+    viewer = support.logged_in(app, "viewer").get(f"/entries/{fine}").get_data(as_text=True)
+    assert 'class="action-bar"' not in viewer
+
+
+def test_an_entry_whose_republish_failed_again_says_so_and_links_the_new_failure(app, rt, nats_server, tokens):
+    support.make_orders_stream(nats_server.url)
+    first = support.dead_letter(app, 1, payload=b'{"customer_id": "c"}', stream="DLQT")
+    operator = support.bearer(tokens["operator"])
+    api = app.test_client()
+    assert api.post(f"/api/entries/{first}/republish", json={"version": 1}, headers=operator).status_code == 200
+    assert api.get(f"/api/entries/{first}", headers=operator).get_json()["failed_again"] is None
+    again = support.dead_letter(app, 2, payload=b'{"customer_id": "c"}', stream="DLQT", Dlq_Replay_Of="DLQT:1")
+    html = support.logged_in(app, "viewer").get(f"/entries/{first}").get_data(as_text=True)
+    assert re.search(rf'<a class="status status-republished failed-again" href="/entries/{again}"[^>]*>'
+                     r"republished · failed again</a>", html)
+    body = api.get(f"/api/entries/{first}", headers=operator).get_json()
+    assert body["status"] == "republished" and body["failed_again"] == again
+    assert "· failed again" not in support.logged_in(app, "viewer").get(f"/entries/{again}").get_data(as_text=True)
+
+
+@pytest.mark.both_databases
+def test_a_viewers_neighbours_skip_entries_found_only_by_a_masked_value(tmp_path, database_url):
+    from dlq_dashboard import create_app
+    from dlq_dashboard.runtime import runtime_of
+
+    app = create_app({"SETTINGS": support.make_settings(tmp_path, database_url=database_url,
+                                                        mask=("/customer/email",)), "TESTING": True})
+    try:
+        hidden = support.dead_letter(app, 1, payload=b'{"customer": {"email": "alice@example.com"}}')
+        shown = [support.dead_letter(app, seq, payload=b'{"customer": {"name": "alice"}}') for seq in (2, 3)]
+        viewer, operator = support.logged_in(app, "viewer"), support.logged_in(app, "operator")
+        assert neighbours(viewer.get(f"/entries/{shown[1]}?q=alice").get_data(as_text=True)) == (None, shown[0])
+        assert neighbours(viewer.get(f"/entries/{shown[0]}?q=alice").get_data(as_text=True)) == (shown[1], None)
+        assert neighbours(operator.get(f"/entries/{shown[0]}?q=alice").get_data(as_text=True)) == (shown[1], hidden)
+    finally:
+        runtime_of(app).stop()
+
+
+def test_a_masked_value_in_a_group_label_stays_hidden_from_a_viewer(tmp_path):
+    from dlq_dashboard import create_app
+    from dlq_dashboard.actions.bulk import jobs
+    from dlq_dashboard.runtime import runtime_of
+
+    app = create_app({"SETTINGS": support.make_settings(tmp_path, mask=("/customer/name",)), "TESTING": True})
+    rt = runtime_of(app)
+    try:
+        entry = support.dead_letter(app, 1, payload=b'{"customer": {"name": "Zebulon"}}', Dlq_Reason="fatal",
+                                    Dlq_Error="customer Zebulon is blocked")
+        group = rt.store.group_of(entry)
+        assert "Zebulon" in group[1], "the group's key quotes the value"
+        jobs.create_job(rt, "close", actor="ann", filter_args={"group": str(group[0])}, start=False)
+        viewer, operator = support.logged_in(app, "viewer"), support.logged_in(app, "operator")
+        page = viewer.get(f"/entries/{entry}").get_data(as_text=True)
+        assert "Zebulon" not in page and f'data-group="{group[0]}"' in page
+        assert "Zebulon" in operator.get(f"/entries/{entry}").get_data(as_text=True)
+        listing = viewer.get("/jobs").get_data(as_text=True)
+        assert "Zebulon" not in listing and f"group {group[0]}, status=open" in listing
+        assert "Zebulon" not in viewer.get("/api/jobs").get_data(as_text=True)
+        assert "Zebulon" in operator.get("/jobs").get_data(as_text=True)
+    finally:
+        rt.stop()
