@@ -70,7 +70,7 @@ def entries_page(args: Mapping[str, str], *, rows: bool = False) -> tuple[EntryF
 
     ``rows``: for the list's rows, which show a snippet of each payload, not all of it: the
     payloads are read only that far (all of them when a viewer's mask must be applied first).
-    Each entry gets its key fields' values either way, hidden where DLQ_MASK hides them."""
+    With DLQ_LIST_FIELDS, each entry gets its key fields' values, hidden where DLQ_MASK hides them."""
     flt = request_filter(args)
     mask = viewer_mask()
     store = current_runtime().store
@@ -78,7 +78,7 @@ def entries_page(args: Mapping[str, str], *, rows: bool = False) -> tuple[EntryF
     page = store.list_entries(flt, mask=mask, payload_prefix=None if mask and mask.pointers or not rows
                               else ROW_PAYLOAD_BYTES)
     values = store.field_values([e.id for e in page.entries], fields)
-    for entry in page.entries:
+    for entry in page.entries if fields else ():
         got = values.get(entry.id, {})
         entry.key_fields = {f.label: (MASKED if got.get(f.label) is not None and hidden_by(mask, f)
                                       else got.get(f.label)) for f in fields}
