@@ -144,6 +144,17 @@ def test_time_presets_keep_the_other_filters_and_mark_the_active_one(rows_app):
     assert answer.status_code == 400 and "15m, 1h or 7d" in answer.get_data(as_text=True)
 
 
+def test_a_saved_view_keeps_a_key_field_and_a_preset(rows_app):
+    app, _ = rows_app
+    operator = support.logged_in(app, "operator")
+    response = operator.post("/views", data={"csrf_token": support.csrf_token(operator, "/"), "name": "C-42 lately",
+                                             "page": "list", "since": "1d", "field.Customer": "C-42"})
+    assert response.status_code == 303 and response.location == "/?since=1d&field.Customer=C-42"
+    refused = operator.post("/views", data={"csrf_token": support.csrf_token(operator, "/"), "name": "x",
+                                            "page": "list", "field.nope": "1"})
+    assert refused.status_code == 400
+
+
 @pytest.mark.parametrize("raw", ["customer", "A=/a,A=/b", "/a~2", "bad label=/x", "/items/*/sku", '/a"b'])
 def test_a_malformed_list_fields_stops_the_start_with_one_line(raw):
     with pytest.raises(ConfigError) as caught:
