@@ -144,6 +144,16 @@ def test_time_presets_keep_the_other_filters_and_mark_the_active_one(rows_app):
     assert answer.status_code == 400 and "15m, 1h or 7d" in answer.get_data(as_text=True)
 
 
+def test_a_bulk_action_by_filter_takes_the_key_field_filter(rows_app):
+    app, ids = rows_app
+    operator = support.logged_in(app, "operator")
+    html = operator.get("/?field.Customer=C-42").get_data(as_text=True)
+    assert re.search(r'<input type="hidden" name="field.Customer" value="C-42"', html)  # in the bulk form
+    preview = operator.post("/bulk/preview", data={"csrf_token": support.csrf_token(operator, "/"), "by": "filter",
+                                                   "action": "close", "field.Customer": "C-42"})
+    assert preview.status_code == 200 and "<strong>1</strong>" in preview.get_data(as_text=True)
+
+
 def test_a_saved_view_keeps_a_key_field_and_a_preset(rows_app):
     app, _ = rows_app
     operator = support.logged_in(app, "operator")
