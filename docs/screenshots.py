@@ -97,7 +97,7 @@ def main() -> int:
         (work / "schemas" / "orders.json").write_text(json.dumps(SCHEMA))
         settings = Settings(database_url=f"sqlite:///{work}/dlq.sqlite3", nats_urls=("nats://127.0.0.1:1",),
                             instance_path=str(work / "instance"), secret_key="screenshots",
-                            schemas_dir=str(work / "schemas"))
+                            schemas_dir=str(work / "schemas"), list_fields=(("Customer", "/customer_id"),))
         app = create_app({"SETTINGS": settings})
         engine = runtime_of(app).engine
         fill(engine)

@@ -96,7 +96,7 @@ def _count_ticks(peak: int) -> list[Tick]:
     ticks: list[Tick] = []
     for v in values + ([peak] if peak not in values else []):
         at = round(BOTTOM - _height(v, peak), 2)
-        if not ticks or ticks[-1].at - at >= 11:  # a label needs about 11 units of height
+        if not ticks or ticks[-1].at - at >= 16:  # a label needs about 16 units of height
             ticks.append(Tick(at, f"{v:,}", "end"))
     return ticks
 
