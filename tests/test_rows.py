@@ -13,6 +13,7 @@ from sqlalchemy import update
 
 from dlq_dashboard import create_app
 from dlq_dashboard.db.models import Entry
+from dlq_dashboard.entries.fields import check_database
 from dlq_dashboard.config import ConfigError, load_settings
 from dlq_dashboard.masking import MASKED
 from dlq_dashboard.runtime import runtime_of
@@ -163,6 +164,16 @@ def test_a_saved_view_keeps_a_key_field_and_a_preset(rows_app):
     refused = operator.post("/views", data={"csrf_token": support.csrf_token(operator, "/"), "name": "x",
                                             "page": "list", "field.nope": "1"})
     assert refused.status_code == 400
+
+
+def test_key_fields_on_postgresql_before_16_stop_the_start_with_one_line(rows_app, monkeypatch):
+    engine = runtime_of(rows_app[0]).engine
+    check_database(engine, FIELDS)  # SQLite 3.38+ and PostgreSQL 16+ read them
+    if engine.dialect.name == "postgresql":
+        monkeypatch.setattr(engine.dialect, "server_version_info", (15, 6))
+        with pytest.raises(ConfigError, match="needs PostgreSQL 16 or newer"):
+            check_database(engine, FIELDS)
+        check_database(engine, ())  # without key fields, any version
 
 
 @pytest.mark.parametrize("raw", ["customer", "A=/a,A=/b", "/a~2", "bad label=/x", "/items/*/sku", '/a"b'])

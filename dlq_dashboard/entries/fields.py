@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, case, cast, func, literal, literal_column, or_
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.types import Text
 
+from ..config import ConfigError
 from ..db.engine import is_sqlite
 from ..db.models import Entry
 from ..masking import Mask, parse_pointer
@@ -64,6 +66,24 @@ def _sqlite_paths(tokens: tuple[str, ...]) -> list[str]:
                 parts.append(f'."{token}"')  # config refuses a token holding '"' or '\'
         return "$" + "".join(parts)
     return list(dict.fromkeys([path(True), path(False)]))
+
+
+def check_database(engine: Engine, configured: tuple[tuple[str, str], ...]) -> None:
+    """ConfigError (one line at start) when key fields are set and the database cannot read
+    them: PostgreSQL before 16 has no pg_input_is_valid, SQLite without JSON functions."""
+    if not configured:
+        return
+    with engine.connect() as conn:
+        if is_sqlite(engine):
+            try:
+                conn.exec_driver_sql("SELECT json_valid('1')")
+                return
+            except DBAPIError:
+                raise ConfigError("DLQ_LIST_FIELDS needs SQLite's JSON functions, which this SQLite lacks") from None
+        version = conn.dialect.server_version_info or (0,)
+    if version < (16,):
+        raise ConfigError(f"DLQ_LIST_FIELDS needs PostgreSQL 16 or newer (this server is "
+                          f"{'.'.join(map(str, version))}): unset it, or upgrade the server")
 
 
 def field_expression(engine: Engine, field: KeyField):
