@@ -72,6 +72,14 @@ def test_keys_move_open_search_and_explain_and_typing_is_left_alone(app, live_se
     page.keyboard.press("j")
     assert current(page) == [urls[0]]
 
+    page.goto(f"{live_server}/groups")  # the groups' rows too: Enter opens the group's entries
+    page.keyboard.press("j")
+    [group_url] = current(page)
+    assert "group=" in group_url
+    page.keyboard.press("Enter")
+    page.wait_for_url(lambda url: "group=" in url and "/groups" not in url)
+    assert page.locator("#entry-rows tr[data-row-url]").count() == 3
+
 
 def test_the_chart_has_labelled_axes_on_a_log_scale(app, live_server, page):
     support.browser_login(page, live_server, app, "viewer")
