@@ -186,3 +186,12 @@ def test_a_malformed_list_fields_stops_the_start_with_one_line(raw):
 def test_list_fields_are_read_from_the_environment():
     assert load_settings({"DLQ_LIST_FIELDS": " Customer=/customer/id, /items/0/sku ,"}).list_fields == (
         ("Customer", "/customer/id"), ("sku", "/items/0/sku"))
+
+
+def test_the_demo_shows_its_orders_key_fields_unless_list_fields_is_set(tmp_path):
+    from dlq_dashboard.demo import demo_settings
+
+    assert dict(demo_settings(support.make_settings(tmp_path)).list_fields) == {
+        "Order": "/order_id", "Customer": "/customer_id"}
+    own = support.make_settings(tmp_path, list_fields=(("sku", "/sku"),))
+    assert demo_settings(own).list_fields == (("sku", "/sku"),)
