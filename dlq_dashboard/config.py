@@ -209,6 +209,38 @@ def _mask(name: str, raw: str) -> tuple[str, ...]:
     return items
 
 
+_LABEL = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+
+
+def _list_fields(name: str, raw: str) -> tuple[tuple[str, str], ...]:
+    """DLQ_LIST_FIELDS: the payload fields the list shows as columns and filters by, each
+    ``Label=/json/pointer`` or ``/json/pointer`` (labelled by its last token), comma-separated."""
+    from .masking import parse_pointer  # both are base modules; masking needs nothing of this one
+
+    found: dict[str, str] = {}
+    for item in (i.strip() for i in raw.split(",")):
+        if not item:
+            continue
+        label, _, pointer = ("", "", item) if item.startswith("/") else item.partition("=")
+        label, pointer = label.strip(), pointer.strip()
+        try:
+            tokens = parse_pointer(pointer)
+        except ValueError:
+            tokens = None
+        if not tokens or any('"' in t or "\\" in t or t == "*" for t in tokens):
+            raise ConfigError(f"{name}={raw!r} is not valid: {pointer!r} is not a JSON Pointer to a field (use "
+                              "pointers such as /customer/id, with no '*', '\"' or '\\' in a token), written "
+                              "Label=/pointer or /pointer")
+        label = label or tokens[-1]
+        if not _LABEL.match(label):
+            raise ConfigError(f"{name}={raw!r} is not valid: the label {label!r} must be 1 to 40 letters, digits, "
+                              "'-' or '_' (write Label=/pointer to name the column)")
+        if label in found:
+            raise ConfigError(f"{name}={raw!r} is not valid: the label {label!r} is used twice")
+        found[label] = pointer
+    return tuple(found.items())
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the dashboard is configured with (SPEC section 3)."""
@@ -262,6 +294,8 @@ class Settings:
     purge_interval: float = 3600.0
     # DLQ_MASK: JSON Pointers into payloads and header names, hidden from viewers.
     mask: tuple[str, ...] = ()
+    # DLQ_LIST_FIELDS: (label, JSON Pointer) of each payload field the list shows and filters by.
+    list_fields: tuple[tuple[str, str], ...] = ()
 
     @property
     def bundled_nats(self) -> bool:
@@ -299,6 +333,7 @@ _PARSERS = {
     "DLQ_PUBLIC_URL": ("public_url", _public_url),
     "DLQ_RETENTION": ("retention", _retention),
     "DLQ_MASK": ("mask", _mask),
+    "DLQ_LIST_FIELDS": ("list_fields", _list_fields),
 }
 
 

@@ -20,6 +20,7 @@ from .db.engine import create_db_engine, dispose_quietly
 from .db.migrate import migrate
 from .masking import Mask
 from .entries.schemas import SchemaRegistry
+from .entries.fields import check_database
 from .entries.store import Store
 from .ingest.mirror import Mirror
 from .nats.bridge import Bridge
@@ -61,6 +62,7 @@ class Runtime:
         """Open the database and bring its schema up to date (starts no thread)."""
         engine = create_db_engine(settings.database_url)
         migrate(engine)
+        check_database(engine, settings.list_fields)  # key fields the database could not read
         return cls(settings=settings, engine=engine, store=Store(engine),
                    schemas=SchemaRegistry.load(settings.schemas_dir), streams=StreamSetup(settings),
                    mask=Mask.from_settings(settings))

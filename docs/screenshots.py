@@ -164,7 +164,7 @@ def main(shots: list[str]) -> int:
         settings = Settings(database_url=f"sqlite:///{work}/dlq.sqlite3", nats_urls=(nats_server.url,),
                             instance_path=str(work / "instance"), secret_key="screenshots",
                             schemas_dir=str(work / "schemas"), dlq_stream="SHOTS",
-                            advisory_stream="SHOTS_ADVISORIES")
+                            advisory_stream="SHOTS_ADVISORIES", list_fields=(("Customer", "/customer_id"),))
         app = create_app({"SETTINGS": settings})
         engine = runtime_of(app).engine
         fill(engine)

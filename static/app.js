@@ -10,23 +10,6 @@
     }
   });
 
-  // "/" jumps to the search box, as on most sites with one.
-  document.addEventListener("keydown", function (event) {
-    if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey) {
-      return;
-    }
-    var target = event.target;
-    if (target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName))) {
-      return;
-    }
-    var search = document.getElementById("q");
-    if (search) {
-      event.preventDefault();
-      search.focus();
-      search.select();
-    }
-  });
-
   // A "select all" checkbox ticks every checkbox of the same name on the page.
   document.addEventListener("change", function (event) {
     var box = event.target;
@@ -86,6 +69,76 @@
     var target = event.detail && event.detail.target;
     if (target && target.matches && target.matches("[data-status-banner]")) {
       applyNatsState(target);
+    }
+  });
+})();
+
+// --- Keyboard -----------------------------------------------------------------------------------
+// j / k choose the next / previous row of a list (rows marked data-row-url), Enter opens the
+// chosen one, "/" jumps to the search box, "?" shows the keys (the dialog in base.html; Escape
+// closes it). Nothing happens while typing in a field or with Ctrl, Alt or Meta held.
+(function () {
+  "use strict";
+
+  function typing(target) {
+    return target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+  }
+
+  function choose(row) {
+    document.querySelectorAll("tr.row-current").forEach(function (other) {
+      other.classList.remove("row-current");
+      other.removeAttribute("aria-current");
+    });
+    row.classList.add("row-current");
+    row.setAttribute("aria-current", "true");
+    row.tabIndex = -1;
+    row.focus({ preventScroll: true });
+    row.scrollIntoView({ block: "nearest" });
+  }
+
+  function move(step) {
+    var rows = Array.prototype.slice.call(document.querySelectorAll("tr[data-row-url]"));
+    if (!rows.length) {
+      return false;
+    }
+    var at = rows.indexOf(document.querySelector("tr.row-current"));
+    choose(rows[at < 0 ? 0 : Math.min(Math.max(at + step, 0), rows.length - 1)]);
+    return true;
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented || typing(event.target)) {
+      return;
+    }
+    var help = document.getElementById("keys-help");
+    if (help && help.open) {
+      return;
+    }
+    var handled = false;
+    if (event.key === "/") {
+      var search = document.getElementById("q");
+      if (search) {
+        search.focus();
+        search.select();
+        handled = true;
+      }
+    } else if (event.key === "?") {
+      if (help) {
+        help.showModal();
+        handled = true;
+      }
+    } else if (event.key === "j" || event.key === "k") {
+      handled = move(event.key === "j" ? 1 : -1);
+    } else if (event.key === "Enter") {
+      // Only for the chosen row itself: Enter on a link or button keeps its own meaning.
+      var row = document.querySelector("tr.row-current[data-row-url]");
+      if (row && (event.target === row || event.target === document.body)) {
+        window.location.assign(row.getAttribute("data-row-url"));
+        handled = true;
+      }
+    }
+    if (handled) {
+      event.preventDefault();
     }
   });
 })();

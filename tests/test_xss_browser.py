@@ -4,7 +4,7 @@ XSS and htmx-injection strings, opened in Chromium on the list, groups and detai
 from __future__ import annotations
 
 import json
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 
@@ -47,8 +47,10 @@ LONG_HOSTILE_SUBJECT = "orders.<img/src=x/onerror=alert(15)>.<svg/onload=alert(1
 
 @pytest.fixture
 def settings(tmp_path, nats_server):
-    """The test's settings plus a schema for orders.*, so the detail page shows schema errors."""
-    return support.make_settings(tmp_path, nats_server.url, schemas_dir=support.orders_schema_folder(tmp_path, {
+    """The test's settings plus a schema for orders.*, so the detail page shows schema errors, and
+    key fields, so the list shows payload values as columns."""
+    return support.make_settings(tmp_path, nats_server.url, list_fields=(("customer", "/customer_id"), ("note", "/note")),
+                                 schemas_dir=support.orders_schema_folder(tmp_path, {
         "$schema": "https://json-schema.org/draft/2020-12/schema", "x-subjects": ["orders.*"],
         "type": "object", "required": ["customer_id"],
         "properties": {"customer_id": {"type": "integer"}, "note": {"type": "string", "maxLength": 3}},
@@ -144,6 +146,16 @@ def test_hostile_entries_are_only_text_on_the_list_page(app, live_server, page, 
     for raw in CORPUS:
         assert raw[:24] in text, f"the list does not show {raw!r} as text"
     assert HOSTILE_SUBJECT in text
+    # Key fields, the payload snippet, the consumer and the msgId are text too, and filter as text.
+    row = page.locator(f'tr[data-row-url="/entries/{hostile_entries["json"]}"]')
+    assert row.locator("td.key-field").all_text_contents() == [CORPUS[1], CORPUS[3]]
+    assert CORPUS[1].replace('"', '\\"') in row.locator("td.snippet").text_content()
+    everything = page.locator(f'tr[data-row-url="/entries/{hostile_entries["everything"]}"]')
+    assert everything.locator("td.consumer").text_content() == CORPUS[2]
+    assert everything.locator("td.msg-id").text_content() == CORPUS[7]
+    visit(page, watch, f"{live_server}/?" + urlencode({"field.note": CORPUS[3]}))
+    assert page.locator("tr[data-row-url]").count() == 1
+    assert page.locator('#filters input[name="field.note"]').input_value() == CORPUS[3]
 
 
 def test_hostile_entries_are_only_text_on_the_groups_page(app, live_server, page, hostile_entries):

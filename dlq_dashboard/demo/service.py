@@ -52,10 +52,17 @@ BACKOFF = Backoff(initial=0.5, factor=2.0, maximum=4.0, jitter=0.2)
 
 
 def demo_settings(settings: Settings) -> Settings:
-    """The settings with the demo's schema folder, unless DLQ_SCHEMAS names one already."""
+    """The settings with the demo's schema folder and its orders' key fields as the list's
+    columns, unless DLQ_SCHEMAS or DLQ_LIST_FIELDS name their own."""
+    if not settings.list_fields:
+        settings = replace(settings, list_fields=DEMO_LIST_FIELDS)
     if settings.schemas_dir:
         return settings
     return replace(settings, schemas_dir=str(DEMO_SCHEMAS))
+
+
+#: The demo's orders as the list shows them: what a support person searches by.
+DEMO_LIST_FIELDS = (("Order", "/order_id"), ("Customer", "/customer_id"))
 
 
 def order_schema() -> dict:

@@ -7,16 +7,18 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Mapping
 
 from sqlalchemy import Engine, func, literal_column, or_, select, text
 
+from ..config import parse_duration
 from ..db.engine import is_sqlite
 from ..db.models import Entry, FailureGroup
 from ..errors import InvalidRequest
 from ..numbers import whole_number
-from ..times import format_time, parse_time
+from ..times import format_time, parse_time, utcnow
+from .fields import FIELD_PREFIX, KeyField, field_condition
 from .shape import STATUSES
 
 GROUPS = FailureGroup.__table__
@@ -140,10 +142,18 @@ class EntryFilter:
     cursor: str | None = None
     # A failure group: its id as /groups links it (or, from older links, its key text).
     group: str | None = None
+    # ``since`` as given when it is a duration back from now (15m, 1h, 1d, 7d): kept so a
+    # link or saved view stays "the last hour" instead of the hour it was made.
+    since_ago: str | None = None
+    # Key fields (DLQ_LIST_FIELDS) and the value each must have: field.<label>=<value>.
+    field_values: tuple[tuple[KeyField, str], ...] = ()
 
     @classmethod
-    def from_args(cls, args: Mapping[str, str], *, max_limit: int = MAX_LIMIT) -> "EntryFilter":
-        """Parse request arguments; raise FilterError with a sentence for a bad value."""
+    def from_args(cls, args: Mapping[str, str], *, max_limit: int = MAX_LIMIT,
+                  key_fields: tuple[KeyField, ...] = ()) -> "EntryFilter":
+        """Parse request arguments; raise FilterError with a sentence for a bad value.
+
+        ``key_fields`` are those ``field.<label>`` may name (settings.list_fields)."""
         def clean(name):
             value = args.get(name)
             return value.strip() if isinstance(value, str) and value.strip() else None
@@ -156,12 +166,17 @@ class EntryFilter:
         subject = clean("subject")
         if subject is not None:
             validate_subject_pattern(subject)
-        times = {}
+        times, since_ago = {}, None
         for name in ("since", "until"):
             raw = clean(name)
             times[name] = parse_time(raw) if raw else None
-            if raw and times[name] is None:
-                raise FilterError(f"{name} {raw!r} is not valid: use an RFC 3339 time such as 2026-11-29T10:00:00Z")
+            ago = parse_duration(raw) if raw and times[name] is None and name == "since" else None
+            if ago and ago <= 36500 * 86400:  # a longer one would reach before the year 1
+                times[name], since_ago = utcnow() - timedelta(seconds=ago), raw.lower()
+            elif raw and times[name] is None:
+                more = " or a duration back from now such as 15m, 1h or 7d" if name == "since" else ""
+                raise FilterError(f"{name} {raw!r} is not valid: use an RFC 3339 time such as "
+                                  f"2026-11-29T10:00:00Z{more}")
         limit_raw = clean("limit")
         limit = DEFAULT_LIMIT
         if limit_raw is not None:
@@ -174,16 +189,21 @@ class EntryFilter:
             decode_cursor(cursor)
         return cls(status=status, subject=subject, stream=clean("stream"), consumer=clean("consumer"),
                    reason=clean("reason"), q=clean("q"), since=times["since"], until=times["until"],
-                   limit=limit, cursor=cursor, group=clean("group"))
+                   limit=limit, cursor=cursor, group=clean("group"), since_ago=since_ago,
+                   field_values=_field_values(args, key_fields))
 
     def to_args(self) -> dict[str, str]:
         """The filter as query arguments (for URLs that share a view), without paging."""
         args = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("limit", "cursor") or value is None:
+            if f.name in ("limit", "cursor", "since_ago", "field_values") or value is None:
                 continue
             args[f.name] = format_time(value) if isinstance(value, datetime) else str(value)
+        if self.since_ago:
+            args["since"] = self.since_ago
+        for field, value in self.field_values:
+            args[field.param] = value
         return args
 
     @property
@@ -210,6 +230,8 @@ class EntryFilter:
             conds.append(Entry.received_at < self.until)
         if self.group:
             conds.append(Entry.group_id.in_(select(GROUPS.c.id).where(self._group_condition())))
+        for field, value in self.field_values:
+            conds.append(field_condition(engine, field, value))
         if self.q and search:
             conds.append(_search_condition(engine, self.q))
         return conds
@@ -231,6 +253,24 @@ class EntryFilter:
         if self.group.isascii() and self.group.isdigit() and int(self.group) < 2**63:
             return GROUPS.c.id == int(self.group)
         return GROUPS.c.key == self.group  # a link made before groups had ids
+
+
+def _field_values(args: Mapping[str, str], key_fields: tuple[KeyField, ...]) -> tuple[tuple[KeyField, str], ...]:
+    """The ``field.<label>=<value>`` arguments, each naming a key field (empty ones ignored)."""
+    by_label = {f.label: f for f in key_fields}
+    found = []
+    for name in args:
+        if not isinstance(name, str) or not name.startswith(FIELD_PREFIX):
+            continue
+        raw = args.get(name)
+        value = raw.strip() if isinstance(raw, str) else ""
+        label = name[len(FIELD_PREFIX):]
+        if label not in by_label:
+            known = ", ".join(by_label) if by_label else "none (DLQ_LIST_FIELDS is not set)"
+            raise FilterError(f"{name} is not a key field: the key fields are {known}")
+        if value:
+            found.append((by_label[label], value))
+    return tuple(found)
 
 
 def _subject_conditions(column, pattern: str) -> list:

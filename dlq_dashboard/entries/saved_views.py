@@ -16,6 +16,7 @@ from sqlalchemy import Engine, delete, insert, or_, select, update
 from ..db.engine import read_transaction, write_transaction
 from ..db.models import SavedView
 from ..errors import InvalidRequest
+from .fields import KeyField
 from .filters import EntryFilter
 
 VIEWS = SavedView.__table__
@@ -51,7 +52,8 @@ def _view(row) -> View:
     return View(m["id"], m["owner"], m["name"], m["page"], m["query"], bool(m["shared"]), m["created_at"])
 
 
-def clean_view(name: str, page: str, filters: Mapping[str, str]) -> tuple[str, str, str]:
+def clean_view(name: str, page: str, filters: Mapping[str, str],
+               key_fields: tuple[KeyField, ...] = ()) -> tuple[str, str, str]:
     """(name, page, query string) of a view to save; InvalidRequest (400) with a sentence when
     the name is empty or too long, the page unknown or a filter does not parse (FilterError)."""
     name = (name or "").strip()
@@ -59,7 +61,7 @@ def clean_view(name: str, page: str, filters: Mapping[str, str]) -> tuple[str, s
         raise InvalidRequest(f"A view's name is 1 to {MAX_NAME} printable characters.")
     if page not in PAGES:
         raise InvalidRequest(f"page {page!r} is not valid: use list or groups")
-    flt = EntryFilter.from_args(filters)
+    flt = EntryFilter.from_args(filters, key_fields=key_fields)
     args = flt.to_args()
     if page == "groups" and "status" not in args and filters.get("status") in ("", "any"):
         args["status"] = ""  # the groups page reads no status as "open"; '' keeps "any"

@@ -14,6 +14,7 @@ from ..db.engine import is_sqlite, read_transaction
 from ..db.models import Action, Entry, Event, FailureGroup, Republish
 from ..times import format_time
 from .audit import audit_record
+from .fields import KeyField, field_expression, shown_value
 from .filters import EntryFilter, decode_cursor, encode_cursor, fts_query
 from ..masking import Mask
 from .view import EntryView, Page
@@ -34,6 +35,13 @@ def _event_dict(row) -> dict[str, Any]:
 _FTS = table("entries_fts", column("rowid"))
 ENTRIES = Entry.__table__
 _GROUPS = FailureGroup.__table__
+
+
+def _prefix_columns(size: int) -> list:
+    """Every column of entries, in table order, the payload cut to its first ``size`` bytes,
+    and the whole payload's size as ``payload_size``."""
+    return [func.substr(c, 1, size).label("payload") if c.name == "payload" else c for c in ENTRIES.columns] + [
+        func.length(ENTRIES.c.payload).label("payload_size")]
 
 
 @dataclass
@@ -63,22 +71,36 @@ class Store:
         return (select(*columns).select_from(_FTS.join(ENTRIES, ENTRIES.c.id == _FTS.c.rowid))
                 .where(condition, *flt.conditions(self.engine, search=False)).order_by(_FTS.c.rowid.desc()))
 
-    def list_entries(self, flt: EntryFilter, mask: Mask | None = None) -> Page:
+    def list_entries(self, flt: EntryFilter, mask: Mask | None = None, *, payload_prefix: int | None = None) -> Page:
         """One page of entries matching the filter, newest first (keyset pagination).
 
         With a ``mask`` (a viewer's), a search keeps only the entries it finds in what the
-        viewer sees of them; see _list_seen.
+        viewer sees of them; see _list_seen. With ``payload_prefix``, each payload is read only
+        that many bytes far, and ``payload_size`` tells its whole size (the list's snippets).
         """
         if mask and flt.q:
             return self._list_seen(flt, mask)
-        query = self.select_entries(flt)
+        columns = _prefix_columns(payload_prefix) if payload_prefix else ()
+        query = self.select_entries(flt, *columns)
         if flt.cursor:
             query = query.where(self._key(flt) < decode_cursor(flt.cursor))
         with read_transaction(self.engine) as conn:
             rows = conn.execute(query.limit(flt.limit + 1)).all()
         entries = [EntryView.from_row(r) for r in rows[: flt.limit]]
+        if payload_prefix:
+            for view, row in zip(entries, rows):
+                view.payload_size = row._mapping["payload_size"]
         next_cursor = encode_cursor(entries[-1].id) if len(rows) > flt.limit else None
         return Page(entries, next_cursor)
+
+    def field_values(self, ids: list[int], fields: tuple[KeyField, ...]) -> dict[int, dict[str, str | None]]:
+        """The key fields' values of these entries, by id and label (None where there is none)."""
+        if not ids or not fields:
+            return {}
+        columns = [field_expression(self.engine, f).label(f"f{i}") for i, f in enumerate(fields)]
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(select(Entry.id, *columns).where(Entry.id.in_(ids))).all()
+        return {r[0]: {f.label: shown_value(self.engine, r[i + 1]) for i, f in enumerate(fields)} for r in rows}
 
     def _list_seen(self, flt: EntryFilter, mask: Mask) -> Page:
         """A page of a viewer's search: the index's matches, read in order, less those matched

@@ -28,7 +28,7 @@ def _json_or_none(raw):
     return orjson.loads(raw) if raw else None
 
 
-_NOT_STORED = ("history", "actions", "payload_hidden", "hidden_values")
+_NOT_STORED = ("history", "actions", "payload_hidden", "hidden_values", "payload_size", "key_fields")
 
 
 @dataclass
@@ -66,6 +66,10 @@ class EntryView:
     # whole, and the values hidden (to hide them in other texts about the entry too).
     payload_hidden: bool = False
     hidden_values: tuple[str, ...] = ()
+    # Set on the list's rows: the whole payload's size when only its start was read (then
+    # ``payload`` is that start), and the key fields' values (DLQ_LIST_FIELDS) by label.
+    payload_size: int | None = None
+    key_fields: dict[str, str | None] | None = None
 
     @classmethod
     def from_row(cls, row) -> "EntryView":
@@ -95,6 +99,8 @@ class EntryView:
     def to_dict(self) -> dict[str, Any]:
         """The entry's JSON shape (entries/shape.py), with its history and actions when loaded."""
         result = entry_json(self)
+        if self.key_fields is not None:
+            result["fields"] = self.key_fields
         if self.history is not None:
             result["history"] = self.history
         if self.actions is not None:

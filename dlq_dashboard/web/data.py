@@ -11,10 +11,11 @@ from typing import Mapping
 
 from flask import has_request_context
 
+from ..entries.fields import KeyField, hidden_by, key_fields
 from ..entries.filters import EntryFilter, FilterError
 from ..actions.bulk.listing import describe_selection
 from ..entries.groups import Group, group_label
-from ..masking import Mask
+from ..masking import MASKED, Mask
 from ..entries.tallies import Tallies, Tally
 from ..entries.view import EntryView, Page
 from ..errors import EntryNotFound
@@ -107,14 +108,46 @@ def jobs_as_seen(jobs: list[dict]) -> list[dict]:
     return jobs
 
 
-def entries_page(args: Mapping[str, str]) -> tuple[EntryFilter, Page]:
-    """The filter of a request and the page of entries it selects; FilterError, a 400, for a bad one."""
-    flt = EntryFilter.from_args(args)
+def list_fields() -> tuple[KeyField, ...]:
+    """The key fields the list shows and filters by (DLQ_LIST_FIELDS)."""
+    return key_fields(current_runtime().settings.list_fields)
+
+
+def request_filter(args: Mapping[str, str], **options) -> EntryFilter:
+    """The filter of a request's arguments (FilterError, a 400, for a bad one). A viewer may not
+    filter by a key field DLQ_MASK hides: which entries match would tell its value."""
+    flt = EntryFilter.from_args(args, key_fields=list_fields(), **options)
     mask = viewer_mask()
-    page = current_runtime().store.list_entries(flt, mask=mask)
+    for field, _ in flt.field_values:
+        if hidden_by(mask, field):
+            raise FilterError(f"{field.param} cannot be filtered by: DLQ_MASK hides this field from viewers")
+    return flt
+
+
+def entries_page(args: Mapping[str, str], *, rows: bool = False) -> tuple[EntryFilter, Page]:
+    """The filter of a request and the page of entries it selects; FilterError, a 400, for a bad one.
+
+    ``rows``: for the list's rows, which show a snippet of each payload, not all of it: the
+    payloads are read only that far (all of them when a viewer's mask must be applied first).
+    With DLQ_LIST_FIELDS, each entry gets its key fields' values, hidden where DLQ_MASK hides them."""
+    flt = request_filter(args)
+    mask = viewer_mask()
+    store = current_runtime().store
+    fields = list_fields()
+    page = store.list_entries(flt, mask=mask, payload_prefix=None if mask and mask.pointers or not rows
+                              else ROW_PAYLOAD_BYTES)
+    values = store.field_values([e.id for e in page.entries], fields)
+    for entry in page.entries if fields else ():
+        got = values.get(entry.id, {})
+        entry.key_fields = {f.label: (MASKED if got.get(f.label) is not None and hidden_by(mask, f)
+                                      else got.get(f.label)) for f in fields}
     if mask:
         page.entries = [mask.entry(e) for e in page.entries]
     return flt, page
+
+
+#: How much of each payload the list reads for its snippet (whitespace runs count as one).
+ROW_PAYLOAD_BYTES = 512
 
 
 def shown_groups(groups: list[Group] | None) -> list[Group] | None:
@@ -139,7 +172,7 @@ def failure_groups(args: Mapping[str, str]) -> tuple[EntryFilter, list[Group], T
     """The filter of a request, the failure groups under it (largest first), how they were
     counted, and the filters that list a group's entries besides its id (its subject and reason
     go without saying); FilterError, a 400, for a bad one."""
-    flt = EntryFilter.from_args(args, max_limit=GROUPS_MAX)
+    flt = request_filter(args, max_limit=GROUPS_MAX)
     if flt.cursor:
         raise FilterError(f"cursor does not apply to groups: they come in one answer, largest first "
                           f"(limit takes up to {GROUPS_MAX:,})")

@@ -23,7 +23,7 @@ from ..numbers import whole_number
 from . import current_runtime
 from .auth import requires
 from ..masking import Mask
-from .data import viewer_mask
+from .data import request_filter, viewer_mask
 
 bp = Blueprint("export", __name__)
 
@@ -47,7 +47,7 @@ def export_request(args) -> tuple[EntryFilter, int | None]:
     limit_raw = (args.get("limit") or "").strip()
     max_rows = whole_number(limit_raw, "limit", low=1, what="the most entries to export") if limit_raw else None
     rest = {k: v for k, v in args.items() if k != "limit"}
-    return EntryFilter.from_args(rest), max_rows
+    return request_filter(rest), max_rows
 
 
 def export_filename(flt: EntryFilter, fmt: str, now: datetime | None = None) -> str:

@@ -86,7 +86,10 @@ SCHEMAS: dict[str, dict] = {
     },
     "EntryPage": {
         "type": "object", "required": ["entries", "next_cursor"],
-        "properties": {"entries": {"type": "array", "items": _ref("Entry")},
+        "properties": {"entries": {"type": "array", "items": {"allOf": [_ref("Entry"), {"properties": {"fields": {
+            "type": "object", "additionalProperties": _nullable(STR),
+            "description": "With DLQ_LIST_FIELDS: each key field (label -> its value as text, or null where the "
+                           "payload has none; \"•••\" where DLQ_MASK hides it from a viewer)."}}}]}},
                        "next_cursor": {**_nullable(STR),
                                        "description": "Pass as cursor for the next page; null on the last."}},
     },
@@ -271,9 +274,11 @@ FILTER_PARAMETERS = [
     _query("consumer", "Durable consumer that gave up."),
     _query("reason", f"{contract.REASON}: schema_invalid, max_deliveries, fatal, terminated, or as given."),
     _query("q", "Full text over payload, error and subject; every word must match, the last as a prefix."),
-    _query("since", "Received at or after (RFC 3339).", {"type": "string", "format": "date-time"}),
+    _query("since", "Received at or after: an RFC 3339 time, or a duration back from now (15m, 1h, 1d, 7d)."),
     _query("until", "Received before (RFC 3339).", {"type": "string", "format": "date-time"}),
     _query("group", "A failure group's id, as GET /api/groups and /groups give it."),
+    # One parameter per key field: OpenAPI cannot name a family of parameters, so it is described here.
+    _query("field.<label>", "A key field's exact value (DLQ_LIST_FIELDS names the labels; an unknown one is a 400)."),
 ]
 CURSOR = _query("cursor", "Opaque: next_cursor of the previous page. Stable while new entries arrive.")
 PAGE_LIMIT = _query("limit", f"Entries per page, 1 to {MAX_LIMIT} (default 50).",

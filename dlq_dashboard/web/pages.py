@@ -22,10 +22,11 @@ from ..entries.tallies import Tallies
 from ..numbers import whole_number
 from . import current_runtime, status
 from .auth import current_identity, requires
-from .data import (entries_page, entry_group, failure_groups, get_entry_or_404, republishes_and_last_sent, shown,
-                   viewer_mask)
+from .data import (entries_page, entry_group, failure_groups, get_entry_or_404, list_fields, republishes_and_last_sent,
+                   request_filter, shown, viewer_mask)
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
+from .presenters.rows import snippet
 from .presenters.timeline import build_timeline
 from .saved_views import saved_views, view_url
 from .responses import htmx, list_url, page_or_fragment, refusal, render_block
@@ -37,7 +38,7 @@ NEW_CAP = 1000
 def parse_filter(args, **defaults) -> tuple[EntryFilter, str | None]:
     """The filter of a request, or an empty filter and the sentence saying what is wrong."""
     try:
-        return EntryFilter.from_args({**defaults, **args.to_dict()}), None
+        return request_filter({**defaults, **args.to_dict()}), None
     except FilterError as exc:
         return EntryFilter(), str(exc)
 
@@ -52,12 +53,16 @@ def example_command() -> str:
 
 # --- the list ---------------------------------------------------------------------------------
 
+#: The list's time presets: ``since`` as a duration back from now, and what its link says.
+TIME_PRESETS = (("15m", "15 minutes"), ("1h", "hour"), ("1d", "day"), ("7d", "week"))
+
+
 @bp.route("/")
 @requires("viewer")
 def index():
     """The list of entries, newest first, under the filters in the URL."""
     try:
-        (flt, page), filter_error = entries_page(request.args), None
+        (flt, page), filter_error = entries_page(request.args, rows=True), None
     except FilterError as exc:
         flt, page, filter_error = EntryFilter(), None, str(exc)
     top_id = page.entries[0].id if page and page.entries and not flt.cursor else None
@@ -65,11 +70,18 @@ def index():
         "index.html", "results", 400 if filter_error else 200,
         page=page, flt=flt, args=request.args, filter_error=filter_error, top_id=top_id,
         filter_args=flt.to_args(), example_command=example_command(), saved=saved_views("list"), view_url=view_url,
-        paging={"limit": flt.limit} if flt.limit != DEFAULT_LIMIT else {})
+        paging={"limit": flt.limit} if flt.limit != DEFAULT_LIMIT else {},
+        fields=list_fields(), snippet=snippet, presets=TIME_PRESETS, failed_again=_failed_again(page))
     if htmx and not flt.cursor and not filter_error:
         # The form sends its empty fields too; the address bar gets the tidy, shareable URL.
         response.headers["HX-Push-Url"] = list_url(**flt.to_args())
     return response
+
+
+def _failed_again(page) -> dict[str, int]:
+    """For the republished entries of a page, the newest entry their republish failed again as."""
+    refs = [e.dlq_ref for e in page.entries if e.status == "republished" and e.dlq_ref] if page else []
+    return current_runtime().store.failed_again(refs)
 
 
 @bp.route("/summary")

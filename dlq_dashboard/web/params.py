@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import request
 
+from ..entries.fields import FIELD_PREFIX
 from ..errors import InvalidRequest
 from ..numbers import VERSION_MAX, whole_number
 
@@ -79,6 +80,8 @@ def form_selection() -> dict[str, Any]:
     """A bulk form's selection: the checked rows (``ids``) or the list's filters (``by=filter``)."""
     form = request.form
     if form.get("by") == "filter":
-        return bulk_selection({"filter": {k: form[k] for k in FILTER_FIELDS if form.get(k)},
+        # Key fields too (field.<label>): leaving one out would take more entries than the list showed.
+        return bulk_selection({"filter": {k: form[k] for k in form if form.get(k) and (
+                                   k in FILTER_FIELDS or k.startswith(FIELD_PREFIX))},
                                "only_valid": form.get("only_valid"), "upto": form.get("upto")})
     return bulk_selection({"ids": form.getlist("ids"), "upto": form.get("upto")})

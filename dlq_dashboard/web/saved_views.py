@@ -16,6 +16,7 @@ from ..errors import NotFound
 from ..times import utcnow
 from . import current_runtime
 from .auth import current_identity, requires
+from .data import list_fields
 from .responses import after_post, refusal
 
 bp = Blueprint("views", __name__)
@@ -57,7 +58,7 @@ def save():
     """Save the filters sent with a name and a page; then open the view."""
     form = request.form
     filters = {k: v for k, v in form.items() if k not in ("name", "page", "csrf_token")}
-    name, page, query = clean_view(form.get("name", ""), form.get("page", "list"), filters)
+    name, page, query = clean_view(form.get("name", ""), form.get("page", "list"), filters, list_fields())
     try:
         view = save_view(current_runtime().engine, current_identity().name, name, page, query, utcnow())
     except IntegrityError:

@@ -23,6 +23,7 @@ from sqlalchemy import and_, func, insert, select, update
 from ...db.engine import write_transaction
 from ...db.models import Action, Entry, Job, JobItem, Republish
 from ...db.rows import insert_rows
+from ...entries.fields import key_fields
 from ...entries.filters import EntryFilter, encode_cursor
 from ...errors import InvalidRequest, JobNotFound
 from ...times import utcnow
@@ -86,7 +87,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         args = {k: v for k, v in filter_args.items() if k not in ("limit", "cursor")}
         if not str(args.get("status") or "").strip():
             args["status"] = "open"
-        flt = EntryFilter.from_args(args)
+        flt = EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields))
         if upto is not None:
             flt = replace(flt, cursor=encode_cursor(int(upto) + 1))
         summary["filter"] = flt.to_args()

@@ -1,16 +1,33 @@
 """The list page's chart of failures over time: bar edges, then the counts of each bar drawn as
-SVG by the template (server-side; no script)."""
+SVG by the template (server-side; no script), with labelled axes.
+
+Counts are drawn on a log scale (the height of ``n`` is proportional to log(1 + n)), so an
+hour with 3 failures stays visible beside a burst of 10,000; the axis says so.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 # Bar widths to choose from: the smallest that keeps the chart within MAX_BARS bars.
 _SIZES = [timedelta(minutes=m) for m in (1, 5, 15, 30, 60, 180, 360, 720, 1440, 10080)]
 MAX_BARS = 60
 MIN_BARS = 30
-WIDTH, HEIGHT = 720, 120
+WIDTH, HEIGHT = 760, 170
+# The plot area inside the SVG: room on the left for the counts, below for the times.
+LEFT, RIGHT, TOP, BOTTOM = 52, WIDTH - 10, 20, HEIGHT - 30
+X_TICKS = 5
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A labelled mark on an axis: where (x or y) and what it says; ``anchor`` aligns its text."""
+
+    at: float
+    label: str
+    anchor: str = "middle"
 
 
 @dataclass
@@ -37,6 +54,12 @@ class Chart:
     bar_size: timedelta | None
     width: int = WIDTH
     height: int = HEIGHT
+    x_ticks: list[Tick] = field(default_factory=list)
+    y_ticks: list[Tick] = field(default_factory=list)
+    left: int = LEFT
+    right: int = RIGHT
+    top: int = TOP
+    bottom: int = BOTTOM
 
     @property
     def total(self) -> int:
@@ -60,19 +83,58 @@ def chart_bounds(first: datetime | None, last: datetime | None, *, max_bars: int
     return [start + i * size for i in range(count + 1)]
 
 
+def _height(n: int, peak: int) -> float:
+    """How tall a count is drawn: log(1 + n) against the peak's, at least 2 units for any count."""
+    if not n:
+        return 0.0
+    return max(2.0, (BOTTOM - TOP) * math.log1p(n) / math.log1p(peak))
+
+
+def _count_ticks(peak: int) -> list[Tick]:
+    """0, then the powers of ten up to the peak, and the peak itself where it has room."""
+    values = [0] + [10 ** k for k in range(len(str(peak))) if 10 ** k <= peak]
+    ticks: list[Tick] = []
+    for v in values + ([peak] if peak not in values else []):
+        at = round(BOTTOM - _height(v, peak), 2)
+        if not ticks or ticks[-1].at - at >= 16:  # a label needs about 16 units of height
+            ticks.append(Tick(at, f"{v:,}", "end"))
+    return ticks
+
+
+def _time_ticks(bounds: list[datetime]) -> list[Tick]:
+    """About X_TICKS labelled bar edges: hours and minutes, with the day when the chart spans
+    more than one, the day alone for bars of a day or more."""
+    bars = len(bounds) - 1
+    step = max(1, math.ceil(bars / X_TICKS))
+    size = bounds[1] - bounds[0]
+    if size >= timedelta(days=1):
+        pattern = "%m-%d"
+    elif bounds[-1] - bounds[0] > timedelta(days=1) or bounds[0].date() != bounds[-1].date():
+        pattern = "%m-%d %H:%M"
+    else:
+        pattern = "%H:%M"
+    slot = (RIGHT - LEFT) / bars
+    ticks = []
+    for i in range(0, bars + 1, step):
+        anchor = "start" if i == 0 else ("end" if i == bars else "middle")
+        ticks.append(Tick(round(LEFT + i * slot, 2), bounds[i].strftime(pattern), anchor))
+    return ticks
+
+
 def build_chart(bounds: list[datetime], totals: list[int]) -> Chart:
-    """Bars for the counts between consecutive ``bounds``, scaled to the tallest."""
+    """Bars for the counts between consecutive ``bounds`` on a log scale, with the axes' ticks."""
     if not bounds or not any(totals):
         return Chart([], None, None, 0, None)
     peak = max(totals)
-    slot = WIDTH / len(totals)
+    slot = (RIGHT - LEFT) / len(totals)
     gap = 1 if slot > 3 else 0
     bars = []
     for i, n in enumerate(totals):
-        height = 0 if not n else max(2.0, (HEIGHT - 4) * n / peak)
-        bars.append(Bar(bounds[i], bounds[i + 1], n, round(i * slot, 2), round(HEIGHT - height, 2),
+        height = _height(n, peak)
+        bars.append(Bar(bounds[i], bounds[i + 1], n, round(LEFT + i * slot, 2), round(BOTTOM - height, 2),
                         round(max(slot - gap, 1), 2), round(height, 2)))
-    return Chart(bars, bounds[0], bounds[-1], peak, bounds[1] - bounds[0])
+    return Chart(bars, bounds[0], bounds[-1], peak, bounds[1] - bounds[0],
+                 x_ticks=_time_ticks(bounds), y_ticks=_count_ticks(peak))
 
 
 def describe_size(size: timedelta | None) -> str:

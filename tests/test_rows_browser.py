@@ -1,0 +1,119 @@
+"""The list in a real browser: the keys (j, k, Enter, /, ?), the chart's axes, the dark theme
+that follows the system setting, and rows that never make the page scroll sideways."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from dlq_dashboard import create_app
+from dlq_dashboard.runtime import runtime_of
+
+from . import support
+
+
+@pytest.fixture
+def app(tmp_path):
+    """The app with key fields and three entries; nothing started (the pages need no NATS here)."""
+    settings = support.make_settings(tmp_path, list_fields=(("Customer", "/customer/id"),))
+    application = create_app({"SETTINGS": settings, "TESTING": True})
+    for seq in (1, 2, 3):
+        payload = json.dumps({"customer": {"id": f"C-{seq}"}, "note": "a long line without spaces " + "x" * 300})
+        support.dead_letter(application, seq, payload=payload.encode(), Dlq_Reason="fatal",
+                            Dlq_Consumer="billing-" + "y" * 60, Dlq_Original_Msg_Id=f"order-{seq}-" + "z" * 60,
+                            Dlq_Error="customer not found")
+    yield application
+    runtime_of(application).stop()
+
+
+def current(page) -> list[str]:
+    """The entry URLs of the rows marked as chosen."""
+    return page.eval_on_selector_all("tr.row-current", "rows => rows.map(r => r.dataset.rowUrl)")
+
+
+def test_keys_move_open_search_and_explain_and_typing_is_left_alone(app, live_server, page):
+    support.browser_login(page, live_server, app, "operator")
+    page.goto(f"{live_server}/")
+    urls = page.eval_on_selector_all("#entry-rows tr[data-row-url]", "rows => rows.map(r => r.dataset.rowUrl)")
+    assert len(urls) == 3
+    page.keyboard.press("j")
+    assert current(page) == [urls[0]]
+    page.keyboard.press("j")
+    assert current(page) == [urls[1]]
+    page.keyboard.press("j")
+    page.keyboard.press("j")  # stays on the last row
+    assert current(page) == [urls[2]]
+    page.keyboard.press("k")
+    assert current(page) == [urls[1]]
+    expect(page.locator("tr.row-current")).to_be_focused()
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"{live_server}{urls[1]}")
+
+    page.goto(f"{live_server}/")
+    page.keyboard.press("/")
+    expect(page.locator("#q")).to_be_focused()
+    page.keyboard.type("jk")  # typed into the search box, not moving through the rows
+    assert current(page) == [] and page.input_value("#q") == "jk"
+    page.keyboard.press("Control+j")
+
+    page.goto(f"{live_server}/")
+    help_dialog = page.locator("#keys-help")
+    expect(help_dialog).to_be_hidden()
+    page.keyboard.press("?")
+    expect(help_dialog).to_be_visible()
+    assert "open the chosen row" in help_dialog.inner_text()
+    page.keyboard.press("j")  # keys wait while the help is open
+    assert current(page) == []
+    page.keyboard.press("Escape")
+    expect(help_dialog).to_be_hidden()
+    page.keyboard.press("j")
+    assert current(page) == [urls[0]]
+
+    page.goto(f"{live_server}/groups")  # the groups' rows too: Enter opens the group's entries
+    page.keyboard.press("j")
+    [group_url] = current(page)
+    assert "group=" in group_url
+    page.keyboard.press("Enter")
+    page.wait_for_url(lambda url: "group=" in url and "/groups" not in url)
+    assert page.locator("#entry-rows tr[data-row-url]").count() == 3
+
+
+def test_the_chart_has_labelled_axes_on_a_log_scale(app, live_server, page):
+    support.browser_login(page, live_server, app, "viewer")
+    page.goto(f"{live_server}/")
+    chart = page.locator("figure.chart svg")
+    chart.wait_for()
+    ticks = chart.locator("text.tick").all_text_contents()
+    assert "0" in ticks and "3" in ticks  # counts on the left: 0 and the peak
+    assert sum(bool(re.fullmatch(r"(\d\d-\d\d )?\d\d:\d\d", t)) for t in ticks) >= 3  # times along the bottom
+    titles = chart.locator("text.axis-title").all_text_contents()
+    assert any("log scale" in t for t in titles) and any("time" in t for t in titles)
+    assert "log scale" in page.locator("#chart-caption").inner_text()
+    assert chart.get_attribute("aria-labelledby") == "chart-caption"
+    box = chart.bounding_box()
+    assert box["width"] > 300 and box["height"] > 60  # drawn, not squashed
+
+
+def background(page) -> str:
+    return page.evaluate("getComputedStyle(document.body).backgroundColor")
+
+
+def test_the_theme_follows_the_system_and_rows_never_scroll_sideways(app, live_server, page):
+    support.browser_login(page, live_server, app, "viewer")
+    page.emulate_media(color_scheme="dark")
+    page.goto(f"{live_server}/")
+    assert background(page) == "rgb(18, 22, 29)"
+    ink = page.evaluate("getComputedStyle(document.body).color")
+    assert ink == "rgb(227, 231, 238)"
+    badge = page.locator(".status-open").first
+    assert badge.evaluate("e => getComputedStyle(e).color") == "rgb(255, 255, 255)"
+    page.emulate_media(color_scheme="light")
+    assert background(page) == "rgb(250, 251, 252)"
+    for width in (1440, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server}/")
+        page.locator("figure.chart").wait_for()
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
