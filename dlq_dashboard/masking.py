@@ -124,6 +124,33 @@ class Mask:
         pattern = _pattern(tuple(values))
         return pattern.sub(MASKED, text) if pattern else text
 
+    def covers(self, tokens: tuple[str, ...] | str | None) -> bool:
+        """Whether a pointer (its tokens, or its text) reaches a field a pointer hides, or a field
+        holding one: ``/customer`` and ``/customer/email`` both, under ``/customer/email``. A text
+        that is no JSON Pointer counts as covered (nothing can be said of what it reaches)."""
+        if not self.pointers:
+            return False
+        if not isinstance(tokens, tuple):
+            try:
+                tokens = parse_pointer(tokens) if isinstance(tokens, str) else None
+            except ValueError:
+                tokens = None
+            if tokens is None:
+                return True
+        for masked in self.pointers:
+            shorter = min(len(masked), len(tokens))
+            if all(a == b or a == "*" for a, b in zip(masked[:shorter], tokens[:shorter])):
+                return True
+        return False
+
+    def mask_patch(self, ops: Any) -> Any:
+        """A JSON Patch as a viewer sees it: the ``value`` of an operation on a field this mask
+        hides (or one holding it) is "•••" (a ``test`` or ``replace`` may quote the hidden value)."""
+        if not self.pointers or not isinstance(ops, list):
+            return ops
+        return [{**op, "value": MASKED} if isinstance(op, dict) and "value" in op and self.covers(op.get("path"))
+                else op for op in ops]
+
     # --- an entry ---------------------------------------------------------------------------------
 
     def entry(self, view: EntryView) -> EntryView:

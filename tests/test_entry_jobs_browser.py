@@ -54,6 +54,7 @@ def test_the_jobs_page_follows_a_job_until_it_is_done_without_a_reload(app, live
     support.make_orders_stream(nats_server.url)
     ids = support.dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c-%d"}' % i for i in range(20)])
     rt = app.extensions["dlq"]
+    assert rt.jobs.recovered.wait(10)  # the start's recovery would run a job made before it looked
     # Made without starting: the page finds it unfinished, whatever the machine's speed.
     job_id = jobs.create_job(rt, "republish", actor="ann", ids=ids, start=False)
     support.browser_login(page, live_server, app, "viewer")

@@ -127,6 +127,11 @@ def test_an_entry_whose_republish_failed_again_says_so_and_links_the_new_failure
     body = api.get(f"/api/entries/{first}", headers=operator).get_json()
     assert body["status"] == "republished" and body["failed_again"] == again
     assert "· failed again" not in support.logged_in(app, "viewer").get(f"/entries/{again}").get_data(as_text=True)
+    # The list says it too, on the republished entry's row only, linked to the new failure.
+    listed = support.logged_in(app, "viewer").get("/?status=").get_data(as_text=True)
+    rows = {int(i): row for i, row in re.findall(r'<tr hx-disable data-id="(\d+)"(.*?)</tr>', listed, re.S)}
+    assert re.search(rf'<a class="failed-again-link" href="/entries/{again}"[^>]*>failed again</a>', rows[first])
+    assert "failed again" not in rows[again]
 
 
 @pytest.mark.both_databases

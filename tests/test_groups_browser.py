@@ -81,7 +81,7 @@ def test_an_operator_republishes_a_whole_group_through_the_preview(app, live_ser
     support.browser_login(page, live_server, app, "operator")
     page.goto(f"{live_server}/groups")
 
-    group_row(page, "order <id> not found").get_by_role("button", name="Republish").click()
+    group_row(page, "order <id> not found").get_by_role("button", name="Republish", exact=True).click()
     expect(page.locator("main")).to_contain_text("3 entries will be republished")
     expect(page.locator("main")).to_contain_text("status=open")
     assert support.stream_messages(nats_server.url) == []  # nothing is sent before the confirmation

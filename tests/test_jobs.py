@@ -197,6 +197,24 @@ def test_entries_changed_since_the_job_was_made_are_skipped_with_the_reason(app,
     assert len(support.stream_messages(nats_server.url)) == 4
 
 
+def test_a_bulk_republish_fails_a_compressed_payload_with_the_reason_and_sends_the_rest(app, rt, nats_server):
+    import gzip
+
+    support.make_orders_stream(nats_server.url)
+    plain = support.dead_letter_orders(app, nats_server.url, payloads(2))
+    by_header = support.dead_letter_orders(app, nats_server.url, [PAYLOAD % 7], headers={"Content-Encoding": "gzip"})
+    by_bytes = support.dead_letter_orders(app, nats_server.url, [gzip.compress(PAYLOAD % 8)])
+    job_id = jobs.create_job(rt, "republish", actor="alice", ids=plain + by_header + by_bytes, force=True)
+    status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id))["state"] == "done" and s)
+    assert (status["done"], status["failed"]) == (2, 2)
+    failed = {i["entry_id"]: i["result"] for i in status["items"] if i["state"] == "failed"}
+    assert set(failed) == set(by_header + by_bytes)
+    assert "compressed (Content-Encoding: gzip)" in failed[by_header[0]]
+    assert "compressed (gzip bytes)" in failed[by_bytes[0]]
+    assert sorted(m.data for m in support.stream_messages(nats_server.url)) == sorted(payloads(2))
+    assert {rt.store.get_entry(i).status for i in by_header + by_bytes} == {"open"}
+
+
 def test_by_filter_only_those_that_now_pass_the_current_schema_are_taken(app, rt, nats_server):
     valid = support.dead_letter_orders(app, nats_server.url, payloads(3))
     support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "x"}', b"not json"])

@@ -35,7 +35,10 @@ PAGES = [
     "/entries/{binary}/edit",
     "/audit",
     "/views",
+    "/jobs",
     "/jobs/{job}",
+    "/jobs/{patch_job}",
+    "/audit?job={job}",
 ]
 
 TOKEN = "x" * 300  # no space to break at
@@ -86,6 +89,8 @@ def _entries(app, nats_server) -> dict[str, int]:
     from dlq_dashboard.actions.bulk.jobs import create_job
     ids["job"] = create_job(rt, "close", actor="operator-" + TOKEN, filter_args={"subject": "payments.captured"},
                             note="closing " + TOKEN)
+    ids["patch_job"] = create_job(rt, "patch", actor="operator-" + TOKEN, ids=[ids["huge"]], only_valid=False,
+                                  patch=[{"op": "add", "path": "/" + TOKEN, "value": TOKEN}], force=True)
     support.jobs_settled(rt.engine)
     return ids
 
@@ -110,6 +115,16 @@ def test_no_page_scrolls_sideways_at_1440_and_390_px(app, live_server, page, nat
         page.get_by_role("button", name="Preview for all matching").click()
         page.wait_for_url(re.compile(r"/bulk/preview$"))
         _measure(page, "the bulk preview", overflows)
+
+        # A JSON Patch's preview, from the list's form for everything matching.
+        page.goto(f"{live_server}/?status=open")
+        by_filter = page.locator("form:has(input[name=by][value=filter])")
+        by_filter.locator("select[name=action]").select_option("patch")
+        by_filter.get_by_role("button", name="Preview for all matching").click()
+        page.get_by_label("JSON Patch (RFC 6902)").fill(json.dumps([{"op": "add", "path": "/note", "value": TOKEN}]))
+        page.get_by_role("button", name="Preview the patch").click()
+        page.locator(".patch-preview").wait_for()
+        _measure(page, "the patch preview", overflows)
 
         # The conflict page: a confirmation opened before someone else republished the entry.
         page.goto(f"{live_server}/entries/{ids['conflict']}/republish?version=1")

@@ -79,6 +79,20 @@ def test_a_masked_value_quoted_in_a_text_is_replaced_as_a_whole_word():
     assert text == f"user {MASKED} failed; id {MASKED} in 2012"
 
 
+def test_a_patch_shows_dots_for_a_value_written_into_or_tested_against_a_masked_field():
+    mask = Mask.parse(MASK)
+    ops = [{"op": "test", "path": "/customer/email", "value": EMAIL},
+           {"op": "replace", "path": "/customer", "value": {"email": EMAIL}},
+           {"op": "add", "path": "/items/3/card", "value": CARD},
+           {"op": "replace", "path": "/customer/name", "value": "Robin"},
+           {"op": "remove", "path": "/customer/email"},
+           {"op": "copy", "from": "/customer/email", "path": "/note"}]
+    assert mask.mask_patch(ops) == [{**ops[0], "value": MASKED}, {**ops[1], "value": MASKED},
+                                    {**ops[2], "value": MASKED}, ops[3], ops[4], ops[5]]
+    assert mask.covers("not a pointer") and not mask.covers("/customer/name")
+    assert Mask.parse(["X-Card"]).mask_patch(ops) == ops
+
+
 @pytest.mark.parametrize("raw", ["/customer/~2email", "customer/email", "X Card", "/ok,bad header"])
 def test_a_malformed_mask_stops_the_start_with_one_line_naming_the_variable(raw):
     with pytest.raises(ConfigError) as raised:
@@ -125,6 +139,24 @@ def test_every_export_format_and_the_payload_download_are_masked_for_a_viewer(ma
 
 
 @pytest.mark.both_databases
+def test_a_patch_jobs_value_for_a_masked_field_shows_dots_to_a_viewer_on_every_page_and_in_the_json(masked):
+    from dlq_dashboard.actions.bulk import jobs
+
+    app, entry_id, viewer, operator = masked
+    patch = [{"op": "test", "path": "/customer/email", "value": EMAIL},
+             {"op": "replace", "path": "/customer/name", "value": "Robin Hood"}]
+    job_id = jobs.create_job(runtime_of(app), "patch", actor="op", ids=[entry_id], patch=patch, start=False)
+    for path in (f"/jobs/{job_id}", f"/api/jobs/{job_id}", "/jobs", "/api/jobs", "/audit", "/api/audit",
+                 f"/audit?job={job_id}", f"/api/audit?job={job_id}&fold=1"):
+        response = viewer.get(path)
+        text = response.get_data(as_text=True)
+        assert response.status_code == 200 and secrets_in(text) == [], path
+    assert viewer.get(f"/api/jobs/{job_id}").get_json()["patch"] == [{**patch[0], "value": MASKED}, patch[1]]
+    assert "Robin Hood" in viewer.get(f"/jobs/{job_id}").get_data(as_text=True)
+    assert operator.get(f"/api/jobs/{job_id}").get_json()["patch"] == patch
+    assert EMAIL in operator.get(f"/jobs/{job_id}").get_data(as_text=True).replace("&#64;", "@")
+
+
 def test_operators_and_admins_see_the_real_values(masked):
     app, entry_id, _, operator = masked
     admin = support.logged_in(app, "admin")

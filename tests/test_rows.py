@@ -50,12 +50,12 @@ def rows_app(tmp_path, database_url):
 
 
 def row_ids(html: str) -> list[int]:
-    return [int(i) for i in re.findall(r'data-row-url="/entries/(\d+)"', html)]
+    return [int(i) for i in re.findall(r'data-id="(\d+)"', html)]
 
 
 def cells(html: str, entry_id: int) -> dict[str, str]:
     """The row's cells by their data-label, as text."""
-    row = re.search(rf'<tr[^>]*data-row-url="/entries/{entry_id}".*?</tr>', html, re.S).group(0)
+    row = re.search(rf'<tr[^>]*data-id="{entry_id}".*?</tr>', html, re.S).group(0)
     return {label: unescape(re.sub(r"<[^>]+>", "", text)).strip()
             for label, text in re.findall(r'<td data-label="([^"]+)"[^>]*>(.*?)</td>', row, re.S)}
 

@@ -147,10 +147,10 @@ def test_hostile_entries_are_only_text_on_the_list_page(app, live_server, page, 
         assert raw[:24] in text, f"the list does not show {raw!r} as text"
     assert HOSTILE_SUBJECT in text
     # Key fields, the payload snippet, the consumer and the msgId are text too, and filter as text.
-    row = page.locator(f'tr[data-row-url="/entries/{hostile_entries["json"]}"]')
+    row = page.locator(f'tr[data-id="{hostile_entries["json"]}"]')
     assert row.locator("td.key-field").all_text_contents() == [CORPUS[1], CORPUS[3]]
     assert CORPUS[1].replace('"', '\\"') in row.locator("td.snippet").text_content()
-    everything = page.locator(f'tr[data-row-url="/entries/{hostile_entries["everything"]}"]')
+    everything = page.locator(f'tr[data-id="{hostile_entries["everything"]}"]')
     assert everything.locator("td.consumer").text_content() == CORPUS[2]
     assert everything.locator("td.msg-id").text_content() == CORPUS[7]
     visit(page, watch, f"{live_server}/?" + urlencode({"field.note": CORPUS[3]}))
@@ -177,6 +177,31 @@ def test_hostile_entries_are_only_text_on_the_groups_page(app, live_server, page
         assert normalize_error_text(raw) in keys
     # The operator's Republish, Close and Patch forms carry the group's filter, and nothing else.
     assert page.locator("form[action='/bulk/preview']").count() == 3 * page.locator("table.groups tbody tr").count()
+
+
+def test_a_hostile_patch_its_preview_and_its_job_are_only_text(app, live_server, page, hostile_entries):
+    from dlq_dashboard.actions.bulk import jobs
+
+    patch = [{"op": "add", "path": "/" + CORPUS[0].replace("/", "~1"), "value": CORPUS[1]},
+             {"op": "add", "path": "/note", "value": CORPUS[4]}]
+    support.browser_login(page, live_server, app, "operator")
+    watch = Watch(page, app, live_server)
+    visit(page, watch, f"{live_server}/?status=open&reason=schema_invalid")  # the JSON entry
+    by_filter = page.locator("form:has(input[name=by][value=filter])")
+    by_filter.locator("select[name=action]").select_option("patch")
+    by_filter.get_by_role("button", name="Preview for all matching").click()
+    page.get_by_label("JSON Patch (RFC 6902)").fill(json.dumps(patch))
+    page.get_by_role("button", name="Preview the patch").click()
+    page.locator(".patch-preview").wait_for()
+    text = page.evaluate("document.body.innerText")
+    assert page.evaluate(INJECTED) == [] and watch.dialogs == [] and watch.csp == []
+    assert json.dumps(CORPUS[4]) in text and json.dumps(CORPUS[0]) in text  # the diff of the JSON entry
+    assert [r for r in watch.requests if r[0] == "POST"] == [("POST", f"{live_server}/bulk/preview")] * 2
+    watch.requests.clear()
+    job_id = jobs.create_job(app.extensions["dlq"], "patch", actor=CORPUS[2], ids=[hostile_entries["json"]],
+                             patch=patch, note=CORPUS[9], only_valid=False, start=False)
+    text = visit(page, watch, f"{live_server}/jobs/{job_id}")
+    assert CORPUS[2] in text and CORPUS[9] in text and json.dumps(CORPUS[4]) in text
 
 
 def test_a_hostile_entry_is_only_text_on_its_detail_page(app, live_server, page, hostile_entries):

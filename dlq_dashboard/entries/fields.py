@@ -131,8 +131,7 @@ def shown_value(engine: Engine, raw: str | None) -> str | None:
 
 def hidden_by(mask: Mask | None, field: KeyField) -> bool:
     """Whether DLQ_MASK hides the field (or part of it) from whoever sees through ``mask``."""
-    if not mask:
-        return False
+    return bool(mask) and mask.covers(field.tokens)
     tokens = field.tokens
     for masked in mask.pointers:
         shorter = min(len(masked), len(tokens))

@@ -101,11 +101,27 @@ def entry_group(entry: EntryView) -> dict | None:
 
 def jobs_as_seen(jobs: list[dict]) -> list[dict]:
     """Jobs as this request may see them: a group's label is its entries' error, which may
-    quote a masked value, so a viewer under DLQ_MASK reads the group's id instead."""
-    if viewer_mask():
+    quote a masked value, so a viewer under DLQ_MASK reads the group's id instead; and a patch's
+    value for a field the mask hides reads "•••"."""
+    mask = viewer_mask()
+    if mask:
         for job in jobs:
             job["selection_text"] = describe_selection(job["selection"])
+            if job.get("patch"):
+                job["patch"] = job["selection"]["patch"] = mask.mask_patch(job["patch"])
     return jobs
+
+
+def audit_as_seen(page: dict) -> dict:
+    """An audit page as this request may see it: a bulk patch's value for a field DLQ_MASK hides
+    reads "•••" for a viewer (the notes are the operators' own words, shown as written)."""
+    mask = viewer_mask()
+    if mask:
+        for record in page["actions"]:
+            detail = record.get("detail")
+            if isinstance(detail, dict) and detail.get("patch"):
+                detail["patch"] = mask.mask_patch(detail["patch"])
+    return page
 
 
 def list_fields() -> tuple[KeyField, ...]:

@@ -60,8 +60,9 @@ def parse_patch(raw: Any) -> list[dict[str, Any]]:
         if not isinstance(op, dict):
             raise PatchError(f"Operation {n} is not an object with op and path.")
         name = op.get("op")
-        if name not in OPERATIONS:
-            raise PatchError(f"Operation {n} has op {name!r}: use one of {', '.join(OPERATIONS)}.")
+        if not isinstance(name, str) or name not in OPERATIONS:
+            what = f"op {name!r}" if isinstance(name, str) else "no op name" if name is None else "an op that is no name"
+            raise PatchError(f"Operation {n} has {what}: use one of {', '.join(OPERATIONS)}.")
         for member in ("path", *OPERATIONS[name]):
             if member not in op:
                 raise PatchError(f"Operation {n} ({name}) has no {member!r}.")
