@@ -67,15 +67,16 @@ def fill(engine) -> None:
                             "Dlq-Error": "validation failed: missing customer_id"})
         headers["Dlq-Original-Subject"] = subject
         messages.append(StreamMessage(seq, f"dlq.{subject}", headers, json.dumps(order).encode(), at))
-    ingest_dlq_batch(engine, "DLQ", "demo", messages)
-    # As if the dashboard had been running all along: each message mirrored as it failed.
-    from sqlalchemy import update
+    # As if the dashboard had been running all along: each message mirrored as it failed (the
+    # chart counts entries by the minute they were received).
+    from dlq_dashboard.ingest import writes
 
-    from dlq_dashboard.db.engine import write_transaction
-    from dlq_dashboard.db.models import Entry
-
-    with write_transaction(engine) as conn:
-        conn.execute(update(Entry).values(received_at=Entry.failed_at))
+    try:
+        for m in messages:
+            writes.utcnow = lambda at=m.stored_at: at
+            ingest_dlq_batch(engine, "DLQ", "demo", [m])
+    finally:
+        writes.utcnow = utcnow
     photographed = messages[-2]
     seq = int(photographed.headers["Dlq-Original-Seq"])
     naks = [(Advisory("nak", f"nak-{n}", photographed.stored_at - timedelta(seconds=30 - n * 5), "ORDERS",
@@ -112,14 +113,11 @@ def patch_preview(page, base: str) -> None:
 
 
 def jobs_for_the_photo(rt) -> None:
-    """A finished bulk close, a cancelled one, and a republish under way (its progress set as a
-    running job's would be: no NATS here)."""
-    from sqlalchemy import select, update
+    """A finished bulk close, a cancelled one, and a patch job under way."""
+    from sqlalchemy import select
 
     from dlq_dashboard.actions.bulk import jobs
-    from dlq_dashboard.db.engine import write_transaction
-    from dlq_dashboard.db.models import Entry, FailureGroup, Job, JobItem
-    from dlq_dashboard.times import utcnow
+    from dlq_dashboard.db.models import Entry, FailureGroup
 
     with rt.engine.connect() as conn:
         cancelled_ids = conn.execute(select(Entry.id).where(Entry.original_subject == "orders.cancelled")
@@ -132,14 +130,9 @@ def jobs_for_the_photo(rt) -> None:
     rt.jobs.submit(stopped)
     for job_id in (closed, stopped):
         rt.jobs.join(job_id, 30)
-    running = jobs.create_job(rt, "republish", actor="lee", filter_args={"subject": "orders.created"}, start=False)
-    with write_transaction(rt.engine) as conn:
-        conn.execute(update(Job).where(Job.id == running).values(state="running", started_at=utcnow()
-                                                                   - timedelta(seconds=25)))
-        first = conn.execute(select(JobItem.entry_id).where(JobItem.job_id == running)
-                             .order_by(JobItem.entry_id).limit(50)).scalars().all()
-        conn.execute(update(JobItem).where(JobItem.job_id == running, JobItem.entry_id.in_(first))
-                     .values(state="done", result="Published."))
+    # A patch job under way: the photo's settings pace republishes at one a second.
+    jobs.create_job(rt, "patch", actor="lee", filter_args={"subject": "orders.created", "reason": "schema_invalid"},
+                    patch=[{"op": "replace", "path": "/items/0/price", "value": 12.5}], only_valid=True)
 
 
 def main(shots: list[str]) -> int:
@@ -164,7 +157,7 @@ def main(shots: list[str]) -> int:
         settings = Settings(database_url=f"sqlite:///{work}/dlq.sqlite3", nats_urls=(nats_server.url,),
                             instance_path=str(work / "instance"), secret_key="screenshots",
                             schemas_dir=str(work / "schemas"), dlq_stream="SHOTS",
-                            advisory_stream="SHOTS_ADVISORIES", list_fields=(("Customer", "/customer_id"),))
+                            advisory_stream="SHOTS_ADVISORIES", republish_rate=1.0, list_fields=(("Customer", "/customer_id"),))
         app = create_app({"SETTINGS": settings})
         engine = runtime_of(app).engine
         fill(engine)
