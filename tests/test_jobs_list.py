@@ -83,6 +83,15 @@ def test_a_group_job_reads_as_its_group(offline_app, rt, tokens):
     assert status["selection_text"].startswith("group order <") and status["selection_text"].endswith("status=open")
 
 
+def test_a_job_by_a_time_preset_keeps_the_time_it_meant(offline_app, rt, tokens):
+    support.dead_letter(offline_app, 1, payload=b'{"n": 1}')
+    job_id = jobs.create_job(rt, "close", actor="ann", filter_args={"since": "1h"}, start=False)
+    since = jobs.job_status(rt, job_id, limit=0)["selection"]["filter"]["since"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", since), since
+    page = offline_app.test_client().get(f"/jobs/{job_id}", headers=support.bearer(tokens["viewer"]))
+    assert f"since={since}" in page.get_data(as_text=True) and "since=1h" not in page.get_data(as_text=True)
+
+
 def test_the_audit_folds_a_bulk_job_into_one_row_that_opens_to_its_items(offline_app, rt, tokens):
     ids = [support.dead_letter(offline_app, seq) for seq in range(1, 5)]
     operator = support.bearer(tokens["operator"])

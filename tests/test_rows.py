@@ -3,6 +3,8 @@ as columns, key fields as filters on both databases, masked for viewers; the tim
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from datetime import timedelta
@@ -114,6 +116,14 @@ def test_key_fields_filter_the_list_the_api_and_the_exports(rows_app):
     assert [e["id"] for e in api["entries"]] == [ids["other"]]
     export = operator.get("/api/export.ndjson?field.Customer=C-7").get_data(as_text=True).splitlines()
     assert [json.loads(line)["id"] for line in export] == [ids["other"]]
+    assert json.loads(export[0])["fields"] == {"Customer": "C-7", "sku": None, "card": "5500", "paid": "false"}
+    assert operator.get("/api/export.json?field.Customer=C-42").get_json()[0]["fields"]["sku"] == "A-1"
+    table = list(csv.DictReader(io.StringIO(operator.get("/api/export.csv?field.Customer=C-42").get_data(as_text=True))))
+    assert [(r["id"], r["field.Customer"], r["field.sku"], r["field.card"]) for r in table] == \
+        [(str(ids["long"]), "C-42", "A-1", "4111")]
+    # A viewer's export shows the masked field as dots, as the list does.
+    viewer = support.logged_in(app, "viewer").get("/api/export.ndjson?field.Customer=C-7").get_data(as_text=True)
+    assert json.loads(viewer)["fields"]["card"] == MASKED and "5500" not in viewer
     assert operator.get("/summary?field.Customer=C-42").status_code == 200
     # An unknown label is a 400 naming the labels.
     for url in ("/?field.nope=1", "/api/entries?field.nope=1", "/api/export.csv?field.nope=1"):

@@ -7,7 +7,8 @@ a viewer gets every entry through ``shown`` (masking.py), an operator or admin a
 
 from __future__ import annotations
 
-from typing import Mapping
+import itertools
+from typing import Iterable, Iterator, Mapping
 
 from flask import has_request_context
 
@@ -152,14 +153,33 @@ def entries_page(args: Mapping[str, str], *, rows: bool = False) -> tuple[EntryF
     fields = list_fields()
     page = store.list_entries(flt, mask=mask, payload_prefix=None if mask and mask.pointers or not rows
                               else ROW_PAYLOAD_BYTES)
-    values = store.field_values([e.id for e in page.entries], fields)
-    for entry in page.entries if fields else ():
-        got = values.get(entry.id, {})
-        entry.key_fields = {f.label: (MASKED if got.get(f.label) is not None and hidden_by(mask, f)
-                                      else got.get(f.label)) for f in fields}
+    if fields:
+        attach_key_fields(store, page.entries, fields, mask)
     if mask:
         page.entries = [mask.entry(e) for e in page.entries]
     return flt, page
+
+
+def attach_key_fields(store, entries: list[EntryView], fields: tuple[KeyField, ...], mask: Mask | None) -> None:
+    """Give each entry (as stored) its key fields' values, "•••" where ``mask`` hides the field."""
+    values = store.field_values([e.id for e in entries], fields)
+    for entry in entries:
+        got = values.get(entry.id, {})
+        entry.key_fields = {f.label: (MASKED if got.get(f.label) is not None and hidden_by(mask, f)
+                                      else got.get(f.label)) for f in fields}
+
+
+def with_key_fields(entries: Iterable[EntryView], fields: tuple[KeyField, ...], mask: Mask | None,
+                    batch: int = 500) -> Iterator[EntryView]:
+    """``entries`` (as stored) with their key fields, looked up ``batch`` entries at a time."""
+    store = current_runtime().store
+
+    def attached() -> Iterator[EntryView]:
+        it = iter(entries)
+        while chunk := list(itertools.islice(it, batch)):
+            attach_key_fields(store, chunk, fields, mask)
+            yield from chunk
+    return attached()
 
 
 #: How much of each payload the list reads for its snippet (whitespace runs count as one).

@@ -23,7 +23,7 @@ from ..numbers import whole_number
 from . import current_runtime
 from .auth import requires
 from ..masking import Mask
-from .data import request_filter, viewer_mask
+from .data import list_fields, request_filter, viewer_mask, with_key_fields
 
 bp = Blueprint("export", __name__)
 
@@ -112,9 +112,9 @@ def ndjson_pieces(entries: Iterable[EntryView]) -> Iterator[bytes]:
         yield dumps(entry.to_dict(), option=newline)
 
 
-def csv_pieces(entries: Iterable[EntryView]) -> Iterator[bytes]:
-    """A header row (the entry's JSON fields), then one row per entry; lists and objects
-    (headers) as JSON text."""
+def csv_pieces(entries: Iterable[EntryView], labels: tuple[str, ...] = ()) -> Iterator[bytes]:
+    """A header row (the entry's JSON fields, then ``field.<label>`` for each key field of
+    DLQ_LIST_FIELDS), then one row per entry; lists and objects (headers) as JSON text."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
 
@@ -126,11 +126,13 @@ def csv_pieces(entries: Iterable[EntryView]) -> Iterator[bytes]:
         # one impossible character from ending an export half-way.
         return text.encode("utf-8", "replace")
 
-    writer.writerow(CSV_COLUMNS)
+    writer.writerow((*CSV_COLUMNS, *(f"field.{label}" for label in labels)))
     yield take()
     for entry in entries:
         row = entry.to_dict()
-        writer.writerow([_csv_cell(row[name]) for name in CSV_COLUMNS])
+        fields = row.get("fields") or {}
+        writer.writerow([*(_csv_cell(row[name]) for name in CSV_COLUMNS), *(_csv_cell(fields.get(label))
+                                                                            for label in labels)])
         yield take()
 
 
@@ -145,12 +147,17 @@ def export_body(args, fmt: str, mask: Mask | None = None) -> tuple[EntryFilter, 
     batch is read here, so a failing query raises before anything is sent."""
     flt, max_rows = export_request(args)
     entries: Iterator[EntryView] = current_runtime().store.iter_entries(flt, mask=mask)
+    fields = list_fields()
+    if fields:  # each entry's key fields, as /api/entries gives them ("fields"; CSV: field.<label>)
+        entries = with_key_fields(entries, fields, mask)
     if mask is not None:
         entries = (mask.entry(e) for e in entries)
     if max_rows is not None:
         entries = itertools.islice(entries, max_rows)
     head = list(itertools.islice(entries, 1))
-    return flt, _chunks(ENCODERS[fmt](itertools.chain(head, entries)))
+    entries = itertools.chain(head, entries)
+    pieces = csv_pieces(entries, tuple(f.label for f in fields)) if fmt == "csv" else ENCODERS[fmt](entries)
+    return flt, _chunks(pieces)
 
 
 def export_response(fmt: str) -> Response:
