@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -76,15 +77,25 @@ def test_a_bulk_job_over_2000_entries_publishes_exactly_2000_messages_at_the_rat
     assert count(rt, Action, Action.job_id == job_id, Action.action == "republish") == 2000
 
 
-def test_cancelling_a_job_stops_it_cleanly(app, rt, nats_server, tokens, auth):
+def test_cancelling_a_job_stops_it_cleanly(app, rt, nats_server, tokens, auth, monkeypatch):
     support.make_orders_stream(nats_server.url)
     support.dead_letter_orders(app, nats_server.url, payloads(2000))
     client = auth.client("operator")
+    # The job holds after its 200th answer until the cancel is asked, however fast the machine is.
+    published, held = [], threading.Event()
+
+    def hold(stage, intent):
+        if stage == "after_publish":
+            published.append(intent.msg_id)
+            if len(published) > 200:
+                held.wait(30)
+    monkeypatch.setattr(publishing, "fault_point", hold)
     job_id = jobs.create_job(rt, "republish", actor="alice", filter_args={"subject": "orders.created"})
-    support.wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["done"] >= 200, message="the job to make progress")
+    support.wait_for(lambda: len(published) > 200, message="the job to make progress")
 
     token = support.csrf_token(client, f"/jobs/{job_id}")
     assert client.post(f"/jobs/{job_id}/cancel", data={"csrf_token": token}).status_code == 303
+    held.set()
     status = support.wait_for(lambda: job_done(client, job_id, tokens["viewer"]), message="the job to stop")
     assert status["state"] == "cancelled"
     assert status["done"] + status["cancelled"] == 2000 and status["cancelled"] > 0 and status["pending"] == 0
