@@ -213,24 +213,26 @@ def build_postgres(url: str, count: int, seed: int = 7) -> float:
     return time.perf_counter() - began
 
 
-def open_client(database_url: str, workdir: Path):
-    """The app over ``database_url`` (nothing started) and a test client logged in as a viewer."""
+def open_client(database_url: str, workdir: Path, *, role: str = "viewer", list_fields=()):
+    """The app over ``database_url`` (nothing started, with ``list_fields`` as DLQ_LIST_FIELDS)
+    and a test client logged in with ``role``."""
     from dlq_dashboard import create_app
     from dlq_dashboard.accounts import create_user
     from dlq_dashboard.config import Settings
     from dlq_dashboard.runtime import runtime_of
 
-    settings = Settings(database_url=database_url, nats_urls=("nats://127.0.0.1:1",),
+    settings = Settings(database_url=database_url, nats_urls=("nats://127.0.0.1:1",), list_fields=list_fields,
                         instance_path=str(workdir / "instance"), secret_key="bench")
     app = create_app({"SETTINGS": settings, "TESTING": True})
+    name = f"bench-{role}"
     try:
-        create_user(runtime_of(app).engine, "bench", "bench-password", "viewer")
+        create_user(runtime_of(app).engine, name, "bench-password", role)
     except ValueError:
         pass
     client = app.test_client()
     html = client.get("/login").get_data(as_text=True)
     token = html.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
-    client.post("/login", data={"username": "bench", "password": "bench-password", "csrf_token": token})
+    client.post("/login", data={"username": name, "password": "bench-password", "csrf_token": token})
     return app, client
 
 

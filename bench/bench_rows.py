@@ -22,28 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_pages import open_client  # noqa: E402
+
 FIELDS = (("customer", "/customer"), ("sku", "/items/0/sku"))
 
 
 def client_for(database_url: str, workdir: Path, list_fields=()):
     """An app over the database (nothing started) and a client logged in as an operator."""
-    from dlq_dashboard import create_app
-    from dlq_dashboard.accounts import create_user
-    from dlq_dashboard.config import Settings
-    from dlq_dashboard.runtime import runtime_of
-
-    settings = Settings(database_url=database_url, nats_urls=("nats://127.0.0.1:1",), list_fields=list_fields,
-                        instance_path=str(workdir / "instance"), secret_key="bench")
-    app = create_app({"SETTINGS": settings, "TESTING": True})
-    try:
-        create_user(runtime_of(app).engine, "bench-op", "bench-password", "operator")
-    except ValueError:
-        pass
-    client = app.test_client()
-    html = client.get("/login").get_data(as_text=True)
-    token = html.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
-    client.post("/login", data={"username": "bench-op", "password": "bench-password", "csrf_token": token})
-    return app, client
+    return open_client(database_url, workdir, role="operator", list_fields=list_fields)
 
 
 def timed(client, url: str) -> float:

@@ -19,6 +19,7 @@ from dlq_dashboard.entries.fields import check_database
 from dlq_dashboard.config import ConfigError, load_settings
 from dlq_dashboard.masking import MASKED
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.actions.bulk import jobs
 from dlq_dashboard.times import utcnow
 
 from . import support
@@ -163,6 +164,19 @@ def test_a_bulk_action_by_filter_takes_the_key_field_filter(rows_app):
     preview = operator.post("/bulk/preview", data={"csrf_token": support.csrf_token(operator, "/"), "by": "filter",
                                                    "action": "close", "field.Customer": "C-42"})
     assert preview.status_code == 200 and "<strong>1</strong>" in preview.get_data(as_text=True)
+    # The preview's Start, and a patch's preview, pass the key field on: the job takes that one entry.
+    for page in (preview.get_data(as_text=True), operator.post("/bulk/preview", data={
+            "csrf_token": support.csrf_token(operator, "/"), "by": "filter", "action": "patch",
+            "field.Customer": "C-42", "patch": '[{"op": "add", "path": "/x", "value": 1}]'}).get_data(as_text=True)):
+        start = page.split('action="/bulk"', 1)[1].split("</form>", 1)[0]
+        assert 'name="field.Customer" value="C-42"' in start
+    form = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"',
+                           preview.get_data(as_text=True).split('action="/bulk"', 1)[1].split("</form>", 1)[0]))
+    started = operator.post("/bulk", data=form)
+    assert started.status_code in (302, 303), started.get_data(as_text=True)
+    job_id = int(started.headers["Location"].rsplit("/", 1)[1])
+    status = jobs.job_status(runtime_of(app), job_id, limit=0)
+    assert status["total"] == 1 and status["selection"]["filter"]["field.Customer"] == "C-42"
 
 
 def test_a_saved_view_keeps_a_key_field_and_a_preset(rows_app):

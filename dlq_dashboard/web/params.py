@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Any, Mapping
 
 from flask import request
 
@@ -76,12 +76,17 @@ def entry_ids(raw: list) -> dict[int, int | None]:
 FILTER_FIELDS = ("status", "subject", "stream", "consumer", "reason", "q", "since", "until", "group")
 
 
+def form_filter(form: Mapping[str, str]) -> dict[str, str]:
+    """The list's filters a bulk form carries (``by=filter``), key fields (``field.<label>``) too:
+    leaving one out would take more entries than the list showed. The preview and the job's
+    confirmation pass the same on (a template global)."""
+    return {k: form[k] for k in form if form.get(k) and (k in FILTER_FIELDS or k.startswith(FIELD_PREFIX))}
+
+
 def form_selection() -> dict[str, Any]:
     """A bulk form's selection: the checked rows (``ids``) or the list's filters (``by=filter``)."""
     form = request.form
     if form.get("by") == "filter":
-        # Key fields too (field.<label>): leaving one out would take more entries than the list showed.
-        return bulk_selection({"filter": {k: form[k] for k in form if form.get(k) and (
-                                   k in FILTER_FIELDS or k.startswith(FIELD_PREFIX))},
-                               "only_valid": form.get("only_valid"), "upto": form.get("upto")})
+        return bulk_selection({"filter": form_filter(form), "only_valid": form.get("only_valid"),
+                               "upto": form.get("upto")})
     return bulk_selection({"ids": form.getlist("ids"), "upto": form.get("upto")})

@@ -16,6 +16,7 @@ from ..entries.shape import STATUSES
 from ..times import as_time, format_time, utcnow
 from . import current_runtime
 from .auth import current_identity
+from .params import form_filter
 from .responses import list_url
 from .status import service_status
 
@@ -87,4 +88,4 @@ def init_app(app: Flask) -> None:
         return {"identity": identity, "list_url": list_url, "statuses": STATUSES,
                 "reasons": contract.REASONS, "republishable": REPUBLISHABLE, "contract": contract,
                 "service": status, "nats_down": status.nats_down if status else None,
-                "close_needs_nats": rt.settings.delete_on_close}
+                "close_needs_nats": rt.settings.delete_on_close, "form_filter": form_filter}
