@@ -176,8 +176,19 @@ class Mask:
                 error=text(view.error), close_note=text(view.close_note),
                 schema_errors=_mask_strings(view.schema_errors, text),
                 history=_mask_strings(view.history, text), actions=_mask_strings(view.actions, text))
+        if self.pointers and view.actions:
+            # A bulk patch's record carries the patch: its values for a masked field are hidden
+            # whatever they are (a new value is not one of the entry's own).
+            changes["actions"] = [self.mask_record(a) for a in changes.get("actions", view.actions)]
         return dataclasses.replace(view, payload=payload, headers=headers, notes=notes, hidden_values=values,
                                    **changes)
+
+    def mask_record(self, record: Any) -> Any:
+        """An audit record (or a job's selection) with its ``detail.patch`` through mask_patch."""
+        detail = record.get("detail") if isinstance(record, dict) else None
+        if not isinstance(detail, dict) or not detail.get("patch"):
+            return record
+        return {**record, "detail": {**detail, "patch": self.mask_patch(detail["patch"])}}
 
     def values_of(self, view: EntryView) -> tuple[str, ...]:
         """The values of an entry this mask hides (to hide them in texts about it, e.g. a group)."""

@@ -217,7 +217,39 @@ def test_a_patch_gives_the_same_compact_bytes_every_time_or_a_reason_that_quotes
          "A test operation failed: the payload does not hold the tested value."),
         (PATCH, b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
         (PATCH, None, "The payload is not available"),
+        # What cannot be written back as it was is not patched: no Infinity sent, no value lost.
+        (PATCH, b'{"price": "1", "big": 1e400}', "a number too large to write back as JSON"),
+        (PATCH, b'{"price": "1", "ratio": NaN}', "holds NaN, which is not JSON"),
+        (PATCH, b'{"price": "1", "k": 1, "k": 2}', "repeats a key in an object"),
     ]:
         with pytest.raises(Unpatchable) as caught:
             patched_payload(ops, body, available=body is not None)
         assert reason in str(caught.value) and "secret-value" not in str(caught.value)
+
+
+def test_one_patch_gives_every_entry_the_same_result_though_its_ops_change_what_they_added():
+    from dlq_dashboard.actions.bulk.patching import patched_payload
+
+    # The second op changes inside the value the first added: the patch itself must not change.
+    ops = [{"op": "add", "path": "/a", "value": {"x": 1}}, {"op": "test", "path": "/a/x", "value": 1},
+           {"op": "replace", "path": "/a/x", "value": 2}]
+    assert [patched_payload(ops, b'{"n": %d}' % i) for i in range(3)] == \
+        [b'{"n":%d,"a":{"x":2}}' % i for i in range(3)]
+    assert ops[0]["value"] == {"x": 1}
+
+
+def test_a_patch_skips_a_payload_it_cannot_republish_with_the_sentence_a_republish_gets():
+    import gzip
+
+    from dlq_dashboard.actions.bulk.patching import Unpatchable, patch_for_job
+    from dlq_dashboard.actions.decisions import republish_refusal
+
+    for row in ({"id": 7, "original_subject": "orders.created", "payload": gzip.compress(b'{"price": "1"}'),
+                 "payload_available": True, "headers": "{}"},
+                {"id": 8, "original_subject": "orders.created", "payload": b'{"price": "1"}',
+                 "payload_available": True, "headers": '{"Content-Encoding": ["gzip"]}'},
+                {"id": 9, "original_subject": None, "payload": b'{"price": "1"}', "payload_available": True,
+                 "headers": "{}"}):
+        with pytest.raises(Unpatchable) as caught:
+            patch_for_job(None, PATCH, row, only_valid=False)
+        assert str(caught.value) == republish_refusal(row)

@@ -12,6 +12,7 @@ from dlq_dashboard import create_app
 from dlq_dashboard.config import ConfigError, load_settings
 from dlq_dashboard.masking import MASKED, Mask
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
 
 from . import support
 from .test_export import parse_export
@@ -155,6 +156,22 @@ def test_a_patch_jobs_value_for_a_masked_field_shows_dots_to_a_viewer_on_every_p
     assert "Robin Hood" in viewer.get(f"/jobs/{job_id}").get_data(as_text=True)
     assert operator.get(f"/api/jobs/{job_id}").get_json()["patch"] == patch
     assert EMAIL in operator.get(f"/jobs/{job_id}").get_data(as_text=True).replace("&#64;", "@")
+
+
+def test_a_patch_value_for_a_masked_field_shows_dots_on_the_entry_page_and_its_json(masked):
+    from sqlalchemy import insert
+
+    from dlq_dashboard.db.models import Action
+
+    app, entry_id, viewer, operator = masked
+    new_email = "bob.fresh@example.org"  # not the entry's own value: only the patch's path hides it
+    patch = [{"op": "replace", "path": "/customer/email", "value": new_email}]
+    with runtime_of(app).engine.begin() as conn:
+        conn.execute(insert(Action).values(entry_id=entry_id, action="republish", actor="op", at=utcnow(),
+                                           msg_id="m-1", detail=json.dumps({"edited": True, "patch": patch})))
+    for path in (f"/entries/{entry_id}", f"/api/entries/{entry_id}"):
+        assert new_email not in viewer.get(path).get_data(as_text=True), path
+    assert new_email in operator.get(f"/api/entries/{entry_id}").get_data(as_text=True)
 
 
 def test_operators_and_admins_see_the_real_values(masked):

@@ -219,3 +219,14 @@ def test_the_demo_shows_its_orders_key_fields_unless_list_fields_is_set(tmp_path
         "Order": "/order_id", "Customer": "/customer_id"}
     own = support.make_settings(tmp_path, list_fields=(("sku", "/sku"),))
     assert demo_settings(own).list_fields == (("sku", "/sku"),)
+
+
+def test_a_jobs_filter_by_a_masked_key_field_shows_dots_to_a_viewer(rows_app):
+    app, ids = rows_app
+    job_id = jobs.create_job(runtime_of(app), "close", actor="op", filter_args={"field.card": "4111"}, start=False)
+    viewer = support.logged_in(app, "viewer")
+    assert viewer.get(f"/api/jobs/{job_id}").get_json()["selection"]["filter"]["field.card"] == MASKED
+    for path in (f"/jobs/{job_id}", "/jobs", "/api/jobs", "/audit", "/api/audit"):
+        assert "4111" not in viewer.get(path).get_data(as_text=True), path
+    operator = support.logged_in(app, "operator")
+    assert operator.get(f"/api/jobs/{job_id}").get_json()["selection"]["filter"]["field.card"] == "4111"

@@ -28,7 +28,7 @@ from ..db.engine import write_transaction
 from ..entries.filters import subject_pattern_regex
 from ..nats.bridge import NatsUnavailable
 from .context import ActionContext
-from .decisions import Outcome, decide_republish, load_entry, pending_intents, write_claims
+from .decisions import Outcome, decide_republish, load_entry, no_stream_sentence, pending_intents, write_claims
 from .errors import Conflict
 from .intents import INTENTS, Intent, republish_msg_id
 from .publishing import nats_unreachable, publish_intent
@@ -65,8 +65,7 @@ def republish_targets(rt: ActionContext, subject: str | None) -> dict[str, Any]:
         try:
             stream = await rt.bridge.js.find_stream_name_by_subject(subject)
         except nats.js.errors.NotFoundError:
-            return {"stream": None, "consumers": [],
-                    "error": f"No stream stores subject {subject}: a republish would be refused."}
+            return {"stream": None, "consumers": [], "error": no_stream_sentence(subject)}
         consumers = []
         for info in await rt.bridge.js.consumers_info(stream):
             filters = list(info.config.filter_subjects or []) or (

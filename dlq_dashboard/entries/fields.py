@@ -132,9 +132,3 @@ def shown_value(engine: Engine, raw: str | None) -> str | None:
 def hidden_by(mask: Mask | None, field: KeyField) -> bool:
     """Whether DLQ_MASK hides the field (or part of it) from whoever sees through ``mask``."""
     return bool(mask) and mask.covers(field.tokens)
-    tokens = field.tokens
-    for masked in mask.pointers:
-        shorter = min(len(masked), len(tokens))
-        if all(a == b or a == "*" for a, b in zip(masked[:shorter], tokens[:shorter])):
-            return True
-    return False

@@ -13,6 +13,7 @@ from ..numbers import whole_number
 from . import current_runtime, params
 from .auth import actor_name, requires
 from .data import jobs_as_seen
+from .presenters.payloads import line_diff
 from .errors import status_of
 from .responses import after_post, page_or_fragment
 
@@ -150,7 +151,11 @@ def _patch_preview():
         ops = parse_patch(request.form.get("patch"))
     except DashboardError as exc:
         return _patch_page(error=str(exc), status=status_of(exc), summary=summary)
-    return _patch_page(summary=summary, preview=preview_patch(rt, ops, [i["id"] for i in items]))
+    preview = preview_patch(rt, ops, [i["id"] for i in items])
+    for example in preview["examples"]:  # the editor's line diff of the pretty forms, numbers as written
+        if "after" in example:
+            example["diff"] = line_diff(example.pop("before"), example.pop("after"), ("before", "after"))
+    return _patch_page(summary=summary, preview=preview)
 
 
 @bp.route("/jobs")

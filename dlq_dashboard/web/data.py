@@ -73,9 +73,15 @@ def entry_detail(entry_id: int) -> dict:
     ``failed_again``, the newest entry whose message was a republish of it (or None)."""
     stored = get_entry_or_404(entry_id, masked=False)
     _, sent = republishes_and_last_sent(stored)
-    again = current_runtime().store.failed_again([stored.dlq_ref]) if stored.dlq_ref else {}
     return {**shown(stored).to_dict(), "last_sent": sent.to_dict() if sent else None,
-            "failed_again": again.get(stored.dlq_ref)}
+            "failed_again": failed_again([stored]).get(stored.id)}
+
+
+def failed_again(entries: list[EntryView]) -> dict[int, int]:
+    """{entry id: the newest entry whose message was a republish of it}, for those of ``entries``
+    whose republish failed again (whatever their status now), in one query."""
+    refs = {e.dlq_ref: e.id for e in entries if e.dlq_ref}
+    return {refs[ref]: newest for ref, newest in current_runtime().store.failed_again(list(refs)).items()}
 
 
 def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool = True) -> EntryView:
@@ -87,42 +93,51 @@ def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool =
     return shown(entry) if masked else entry
 
 
-def entry_group(entry: EntryView) -> dict | None:
-    """The failure group of an entry (as stored) as {"id", "label"}; for a viewer, a value the
-    mask hides in the entry is hidden in the label too, as shown_groups does."""
-    found = current_runtime().store.group_of(entry.id)
+def entry_group(seen: EntryView) -> dict | None:
+    """The failure group of an entry as {"id", "label"}; ``seen``, the entry as this request sees
+    it (shown): a value the mask hides in it is hidden in the label too."""
+    found = current_runtime().store.group_of(seen.id)
     if found is None:
         return None
     group_id, key = found
-    mask = viewer_mask()
-    if mask:
-        key = mask.mask_text(key, mask.values_of(entry))
-    return {"id": group_id, "label": group_label(key)}
+    return {"id": group_id, "label": group_label(Mask.mask_text(key, seen.hidden_values))}
 
 
 def jobs_as_seen(jobs: list[dict]) -> list[dict]:
-    """Jobs as this request may see them: a group's label is its entries' error, which may
-    quote a masked value, so a viewer under DLQ_MASK reads the group's id instead; and a patch's
-    value for a field the mask hides reads "•••"."""
+    """Jobs as this request may see them: for a viewer under DLQ_MASK, the selection as
+    selection_as_seen shows it, and in words without a group's label (a group's label is its
+    entries' error, which may quote a masked value: the group's id instead)."""
     mask = viewer_mask()
     if mask:
         for job in jobs:
+            job["selection"] = selection_as_seen(job["selection"], mask)
+            job["patch"] = job["selection"].get("patch")
             job["selection_text"] = describe_selection(job["selection"])
-            if job.get("patch"):
-                job["patch"] = job["selection"]["patch"] = mask.mask_patch(job["patch"])
     return jobs
 
 
 def audit_as_seen(page: dict) -> dict:
-    """An audit page as this request may see it: a bulk patch's value for a field DLQ_MASK hides
-    reads "•••" for a viewer (the notes are the operators' own words, shown as written)."""
+    """An audit page as this request may see it: a bulk job's selection (its own record's
+    detail) and a patch's values as selection_as_seen shows them (the notes are the operators'
+    own words, shown as written)."""
     mask = viewer_mask()
     if mask:
         for record in page["actions"]:
-            detail = record.get("detail")
-            if isinstance(detail, dict) and detail.get("patch"):
-                detail["patch"] = mask.mask_patch(detail["patch"])
+            if isinstance(record.get("detail"), dict):
+                record["detail"] = selection_as_seen(record["detail"], mask)
     return page
+
+
+def selection_as_seen(selection: dict, mask: Mask) -> dict:
+    """A job's selection (or an audit record's detail) for a viewer: a patch's value for a field
+    the mask hides, and a key-field filter's value for such a field, read "•••" (a viewer may not
+    filter by that field either: request_filter)."""
+    selection = mask.mask_record({"detail": selection})["detail"]
+    flt = selection.get("filter")
+    if isinstance(flt, dict):
+        hidden = {f.param for f in list_fields() if hidden_by(mask, f)}
+        selection = {**selection, "filter": {k: (MASKED if k in hidden else v) for k, v in flt.items()}}
+    return selection
 
 
 def list_fields() -> tuple[KeyField, ...]:

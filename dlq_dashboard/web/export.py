@@ -147,13 +147,13 @@ def export_body(args, fmt: str, mask: Mask | None = None) -> tuple[EntryFilter, 
     batch is read here, so a failing query raises before anything is sent."""
     flt, max_rows = export_request(args)
     entries: Iterator[EntryView] = current_runtime().store.iter_entries(flt, mask=mask)
+    if max_rows is not None:
+        entries = itertools.islice(entries, max_rows)
     fields = list_fields()
     if fields:  # each entry's key fields, as /api/entries gives them ("fields"; CSV: field.<label>)
         entries = with_key_fields(entries, fields, mask)
     if mask is not None:
         entries = (mask.entry(e) for e in entries)
-    if max_rows is not None:
-        entries = itertools.islice(entries, max_rows)
     head = list(itertools.islice(entries, 1))
     entries = itertools.chain(head, entries)
     pieces = csv_pieces(entries, tuple(f.label for f in fields)) if fmt == "csv" else ENCODERS[fmt](entries)

@@ -22,8 +22,8 @@ from ..entries.tallies import Tallies
 from ..numbers import whole_number
 from . import current_runtime, status
 from .auth import current_identity, requires
-from .data import (entries_page, entry_group, failure_groups, get_entry_or_404, list_fields, republishes_and_last_sent,
-                   request_filter, shown, viewer_mask)
+from .data import (entries_page, entry_group, failed_again, failure_groups, get_entry_or_404, list_fields,
+                   republishes_and_last_sent, request_filter, shown, viewer_mask)
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.rows import snippet
@@ -71,17 +71,12 @@ def index():
         page=page, flt=flt, args=request.args, filter_error=filter_error, top_id=top_id,
         filter_args=flt.to_args(), example_command=example_command(), saved=saved_views("list"), view_url=view_url,
         paging={"limit": flt.limit} if flt.limit != DEFAULT_LIMIT else {},
-        fields=list_fields(), snippet=snippet, presets=TIME_PRESETS, failed_again=_failed_again(page))
+        fields=list_fields(), snippet=snippet, presets=TIME_PRESETS,
+        failed_again=failed_again(page.entries) if page else {})
     if htmx and not flt.cursor and not filter_error:
         # The form sends its empty fields too; the address bar gets the tidy, shareable URL.
         response.headers["HX-Push-Url"] = list_url(**flt.to_args())
     return response
-
-
-def _failed_again(page) -> dict[str, int]:
-    """For the republished entries of a page, the newest entry their republish failed again as."""
-    refs = [e.dlq_ref for e in page.entries if e.status == "republished" and e.dlq_ref] if page else []
-    return current_runtime().store.failed_again(refs)
 
 
 @bp.route("/summary")
@@ -196,11 +191,10 @@ def entry(entry_id: int):
         "entry.html", entry=found, payload=payload, marks=marks, header_errors=header_errors,
         current=current, current_errors=current_errors, current_error=current_error,
         schema_problems=registry.problems, timeline=timeline, original=original, last_sent=sent,
-        failed_again=replays[-1] if replays and found.status == "republished" else None,
-        **_entry_context(stored))
+        failed_again=replays[-1] if replays else None, **_entry_context(stored, found))
 
 
-def _entry_context(stored):
+def _entry_context(stored, found):
     """The entry page's head and action bar: the list it was opened from (its filters ride in
     the URL) with the entries before and after it there, its failure group, and why Republish
     or Edit cannot work, if they cannot."""
@@ -221,7 +215,7 @@ def _entry_context(stored):
                 republish_reason = republish_reason or no_stream_sentence(stored.original_subject)
                 edit_reason = edit_reason or no_stream_sentence(stored.original_subject)
     return {"list_args": list_args, "newer_id": newer, "older_id": older,
-            "group": entry_group(stored),
+            "group": entry_group(found),
             "republish_reason": republish_reason, "edit_reason": edit_reason}
 
 

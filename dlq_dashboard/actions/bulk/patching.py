@@ -10,7 +10,7 @@ counts, before anything runs, how many entries the patch would make pass the cur
 
 from __future__ import annotations
 
-import difflib
+import copy
 import json
 from collections import Counter
 from typing import Any
@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from ...errors import InvalidRequest
 from ..context import ActionContext
+from ..decisions import republish_refusal
 from ..intents import ENTRIES
 
 #: The operations of RFC 6902 and the members each needs besides ``op`` and ``path``.
@@ -91,14 +92,17 @@ def patched_payload(ops: list[dict[str, Any]], payload: bytes | None, available:
     if not available:
         raise Unpatchable("The payload is not available (the source stream no longer had it).")
     try:
-        document = json.loads(bytes(payload or b""))
+        document = json.loads(bytes(payload or b""), parse_constant=_not_json, object_pairs_hook=_one_key_each)
+    except _Unwritable as exc:
+        raise Unpatchable(str(exc)) from None
     except ValueError:
         raise Unpatchable("The payload is not JSON, so a JSON Patch cannot apply.") from None
     except RecursionError:  # nested deeper than Python parses: no job may stop on it
         raise Unpatchable("The payload is nested too deeply to patch.") from None
     try:
-        result = jsonpatch.apply_patch(document, ops, in_place=False)
-        return json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode()
+        # A copy of the operations each time: jsonpatch puts an op's value into the document as
+        # it is, so a later op that changes it inside would change the patch for the next entry.
+        result = jsonpatch.apply_patch(document, copy.deepcopy(ops), in_place=True)
     except jsonpatch.JsonPatchTestFailed:
         # jsonpatch's message quotes the payload's value: a viewer reads the job's results (DLQ_MASK).
         raise Unpatchable("A test operation failed: the payload does not hold the tested value.") from None
@@ -107,6 +111,29 @@ def patched_payload(ops: list[dict[str, Any]], payload: bytes | None, available:
         raise Unpatchable(f"The patch does not apply: {exc}.") from None
     except RecursionError:
         raise Unpatchable("The payload is nested too deeply to patch.") from None
+    try:
+        return json.dumps(result, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError:  # a number beyond a double (1e400) reads as infinity, which JSON cannot write
+        raise Unpatchable("The payload holds a number too large to write back as JSON; patch it by hand.") from None
+    except RecursionError:
+        raise Unpatchable("The payload is nested too deeply to patch.") from None
+
+
+class _Unwritable(ValueError):
+    """A payload the patch could not write back as it was: the message says why."""
+
+
+def _not_json(name: str) -> Any:
+    # NaN and Infinity are not JSON, though Python reads them; written back they would stay so.
+    raise _Unwritable(f"The payload holds {name}, which is not JSON, so a JSON Patch cannot apply.")
+
+
+def _one_key_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Written back, an object with a key twice would keep only the last: one value would be lost.
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise _Unwritable("The payload repeats a key in an object; a patch would drop one of its values.")
+    return value
 
 
 def schema_failure(rt: ActionContext, subject: str | None, payload: bytes) -> str | None:
@@ -122,7 +149,11 @@ def schema_failure(rt: ActionContext, subject: str | None, payload: bytes) -> st
 
 def patch_for_job(rt: ActionContext, ops: list[dict[str, Any]], row, only_valid: bool) -> bytes:
     """The payload a patch job republishes for this entry; Unpatchable (the item is skipped) when
-    the patch does not apply or, with ``only_valid``, the result fails the schema."""
+    it cannot be republished from here at all (republish_refusal: no subject, a compressed
+    payload), the patch does not apply or, with ``only_valid``, the result fails the schema."""
+    refusal = republish_refusal(row, edit=True)
+    if refusal:
+        raise Unpatchable(refusal)
     payload = patched_payload(ops, row["payload"], bool(row["payload_available"]))
     if only_valid:
         failure = schema_failure(rt, row["original_subject"], payload)
@@ -131,31 +162,12 @@ def patch_for_job(rt: ActionContext, ops: list[dict[str, Any]], row, only_valid:
     return payload
 
 
-def pretty(payload: bytes | None) -> str:
-    """A payload as the diff shows it: indented JSON, or the raw text when it is not JSON."""
-    raw = bytes(payload or b"")
-    try:
-        return json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
-    except (ValueError, RecursionError):
-        return raw.decode("utf-8", "replace")
-
-
-def line_diff(before: str, after: str) -> list[tuple[str, str]]:
-    """A unified line diff as (kind, line): kind is "add", "del", "hunk" or "same"."""
-    lines = []
-    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), "before", "after", lineterm="", n=3):
-        if line.startswith(("---", "+++")):
-            continue
-        kind = {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "same")
-        lines.append((kind, line))
-    return lines
-
-
 def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], *,
                   diffs: int = PREVIEW_DIFFS, bound: int = PREVIEW_BOUND) -> dict[str, Any]:
     """What the patch would do to the first ``bound`` of these entries: how many would then pass
-    the schema, still fail it (with the first error) or cannot be patched (by reason), and the
-    line diff of the first ``diffs``."""
+    the schema, still fail it (with the first error) or cannot be patched (by reason, as the job
+    would skip them), and the payload before and after for the first ``diffs`` (the page shows
+    their line diff)."""
     counted = ids[:bound]
     passing, failing, reasons = 0, 0, Counter()
     first_failure, examples = None, []
@@ -163,11 +175,14 @@ def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], 
         chunk = counted[start:start + _CHUNK]
         with rt.engine.connect() as conn:
             rows = conn.execute(select(ENTRIES.c.id, ENTRIES.c.original_subject, ENTRIES.c.payload,
-                                       ENTRIES.c.payload_available).where(ENTRIES.c.id.in_(chunk))
-                                .order_by(ENTRIES.c.id)).all()
+                                       ENTRIES.c.payload_available, ENTRIES.c.headers)
+                                .where(ENTRIES.c.id.in_(chunk)).order_by(ENTRIES.c.id)).all()
         for row in rows:
             example: dict[str, Any] = {"id": row.id}
             try:
+                refusal = republish_refusal(row._mapping, edit=True)
+                if refusal:
+                    raise Unpatchable(refusal)
                 after = patched_payload(ops, row.payload, bool(row.payload_available))
             except Unpatchable as exc:
                 reasons[str(exc)] += 1
@@ -179,7 +194,7 @@ def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], 
                     first_failure = first_failure or failure
                 passing += failure is None
                 if len(examples) < diffs:
-                    example.update(diff=line_diff(pretty(row.payload), pretty(after)), failure=failure)
+                    example.update(before=bytes(row.payload or b""), after=after, failure=failure)
             if len(examples) < diffs:
                 examples.append(example)
     return {"counted": len(counted), "bounded": len(ids) > bound, "total": len(ids), "pass": passing,

@@ -282,9 +282,11 @@ class JobWork:
                 continue
             msg_id = msg_ids[entry_id]
             try:
-                # A patch gives the same bytes every time (patching.py): a resumed item asks for its own intent.
+                # A patch gives the same bytes every time (patching.py): a resumed item asks for its own
+                # intent. One already published or pending carries its payload: nothing to patch again.
+                earlier = existing.get(msg_id)
                 payload = patch_for_job(rt, patch, rows[entry_id], bool(selection.get("only_valid"))) \
-                    if patch is not None else None
+                    if patch is not None and (earlier is None or earlier.state == "failed") else None
                 claims.append(decide_republish(
                     rt, rows[entry_id], version, existing.get(msg_id),
                     [p for p in pending.get(entry_id, []) if p.msg_id != msg_id],
