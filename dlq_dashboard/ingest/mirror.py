@@ -29,7 +29,7 @@ from ..alerts.outbox import AlertRule
 from ..config import Settings
 from ..db.leases import acquire_lease, new_holder, release_lease
 from ..nats.bridge import Bridge
-from ..nats.streams import StreamSetup, stream_epoch
+from ..nats.streams import StreamSetup, read_message, stream_epoch
 from ..times import utcnow
 from .parse import parse_advisory
 from .writer import WriterProcess
@@ -283,7 +283,7 @@ class Mirror:
 
     async def _fetch(self, stream: str, seq: int) -> tuple[FetchedMessage | None, str | None]:
         try:
-            raw = await self.bridge.js.get_msg(stream, seq)
+            raw = await read_message(self.bridge.nc, self.bridge.js, stream, seq, self.settings.request_timeout)
         except NotFoundError as exc:
             if getattr(exc, "err_code", None) == 10059:
                 return None, f"Stream {stream} no longer exists, so the payload could not be read."
@@ -291,7 +291,7 @@ class Mirror:
                           "streams delete a terminated message), so the payload could not be read.")
         except (NoRespondersError, NatsTimeoutError, asyncio.TimeoutError):
             raise  # an outage: the batch is retried from the committed position
-        return FetchedMessage(subject=raw.subject, headers=raw.headers, data=raw.data or b""), None
+        return FetchedMessage(subject=raw.subject, headers=raw.headers, data=raw.data), None
 
 
 class _Inbox:

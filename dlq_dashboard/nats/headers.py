@@ -7,6 +7,12 @@ character of it is printable (so the only blank is the space, and every line end
 each line is split without further tests. Any other block (bytes that are not UTF-8, tabs,
 control characters, a lone CR or LF) is handed to nats-py's own parser. tests/test_headers.py
 checks on generated blocks that both give the same dict.
+
+A message read back by sequence (STREAM.MSG.GET) carries its block base64-encoded in the JSON
+answer; nats-py's ``js.get_msg`` reads that block with ``email.parser``, which takes the bytes
+as ASCII and turns each byte of a non-ASCII value into U+FFFD (``Zoë 😀`` came back as
+``Zo�� ����``). :func:`parse_header_block` reads it with :func:`parse_header_lines` instead, so a
+message read back has the headers a live delivery of it has, byte for byte.
 """
 
 from __future__ import annotations
@@ -31,6 +37,14 @@ def parse_header_lines(raw: bytes) -> dict[str, str]:
             if name.isascii() and " " not in name:
                 headers[name] = value.strip(" ")
     return headers
+
+
+def parse_header_block(block: bytes) -> dict[str, str] | None:
+    """The headers of a whole block as a stored message holds it (``NATS/1.0`` line first), as a
+    live delivery of that message reads them; None when it has none."""
+    _, crlf, lines = block.partition(b"\r\n")
+    headers = parse_header_lines(lines) if crlf else {}
+    return headers or None
 
 
 class Client(NatsClient):

@@ -4,16 +4,19 @@ JetStream's consumer advisories (SPEC section 5)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import weakref
+from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamInfo
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from ..config import Settings
+from .headers import parse_header_block
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,33 @@ async def delete_message(nc: Client, js: JetStreamContext, stream: str, seq: int
     if (probe.get("error") or {}).get("err_code") in (NO_MESSAGE_FOUND, STREAM_NOT_FOUND):
         return False
     raise NotDeleted(error.get("description") or f"JetStream did not delete {stream} #{seq}")
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A message of a stream read back by its sequence."""
+
+    subject: str
+    seq: int
+    headers: dict[str, str] | None
+    data: bytes
+
+
+async def read_message(nc: Client, js: JetStreamContext, stream: str, seq: int, timeout: float) -> StoredMessage:
+    """The message a stream stores at ``seq``, its header values byte for byte as a live delivery
+    reads them; raises nats-py's errors as ``js.get_msg`` does (NotFoundError with err_code
+    10037 for a missing message, 10059 for a missing stream; NoRespondersError, TimeoutError)."""
+    # Not js.get_msg: it reads the header block with email.parser, which garbles every value
+    # that is not ASCII (nats/headers.py).
+    prefix = getattr(js, "_prefix", None) or "$JS.API"
+    answer = await _api(nc, f"{prefix}.STREAM.MSG.GET.{stream}", {"seq": seq}, timeout)
+    if "error" in answer:
+        APIError.from_error(answer["error"])  # raises the error's class
+    message = answer["message"]
+    block = base64.b64decode(message["hdrs"]) if message.get("hdrs") else b""
+    data = base64.b64decode(message["data"]) if message.get("data") else b""
+    return StoredMessage(subject=message["subject"], seq=int(message.get("seq") or seq),
+                         headers=parse_header_block(block), data=data)
 
 
 async def _api(nc: Client, subject: str, request: dict, timeout: float) -> dict:
