@@ -93,6 +93,45 @@ def order_ref(rng: random.Random) -> str:
     return rng.choice([f"ord-{rng.randrange(1, 99999)}", f"ord_{b62(rng, 10)}", str(rng.randrange(1, 10**7))])
 
 
+def bad_email(rng: random.Random) -> str:
+    """What a customer typed where an email belonged (most of them an address without its domain's dot)."""
+    n = rng.randrange(100)
+    return rng.choice([f"user{n}@example"] * 4 + [
+        "jane.doe", f"{rng.choice(['bob', 'ana', 'li_wei'])}{n}@", "@example.com", "ana maria@example.com", "",
+        "li_wei@@mail.example.org", "o'brien@", "bob at example dot com", f"{email(rng)} "])
+
+
+def bad_url(rng: random.Random) -> str:
+    return rng.choice(["www.example.com", f"shop{rng.randrange(100)}.example", "example dot com", "http//x",
+                       "htp:/bad", "", "ftp:/x y", b62(rng, 8)])
+
+
+def bad_time(rng: random.Random) -> str:
+    return rng.choice([f"2026-13-{rng.randrange(1, 29):02}T10:00:00Z", "tomorrow", "31/12/2026 10:00",
+                       iso_time(rng)[:16], "", f"{rng.randrange(1, 28)}.{rng.randrange(1, 13)}.2026"])
+
+
+def format_failure(path: str, fmt: str, bad: Callable[[random.Random], str]) -> Callable:
+    """A JSON Schema format failure as a service words it in Dlq-Error without Dlq-Schema-Errors:
+    the path, then jsonschema's message (the value as Python's repr gives it)."""
+    return text(lambda r: f"{path}: {bad(r)!r} is not a {fmt!r}")
+
+
+def coupon_code(rng: random.Random) -> str:
+    """A promotion's code: a word and a number, or letters and digits at random (one of each at least)."""
+    word = rng.choice([f"SAVE{rng.randrange(5, 90)}", f"WINTER20{rng.randrange(20, 30)}", f"XMAS{rng.randrange(20, 30)}",
+                       f"WELCOME{rng.randrange(5, 25)}", f"SPRING{rng.randrange(1, 10)}", f"BF{rng.randrange(2020, 2030)}"])
+    chars = [rng.choice(string.ascii_uppercase), rng.choice(string.digits)] + [
+        rng.choice(string.ascii_uppercase + string.digits) for _ in range(rng.randrange(3, 7))]
+    rng.shuffle(chars)
+    return word if rng.random() < 0.7 else "".join(chars)
+
+
+def sku(rng: random.Random) -> str:
+    return rng.choice([f"AB{rng.randrange(1000, 9999)}", f"TSHIRT{rng.randrange(30, 50)}XL",
+                       f"{rng.randrange(10, 99)}K{rng.randrange(100, 999)}", f"SKU{rng.randrange(10**5)}"])
+
+
 @dataclass(frozen=True)
 class Cause:
     """One cause of failure: its name and a way to say it with fresh values."""
@@ -219,6 +258,27 @@ CAUSES = [
     Cause("schema customer id missing", missing("customer_id")),
     Cause("schema currency enum", lambda r: (None, schema(
         ("/currency", f"'{r.choice(['eur', 'JPY', 'usd ', 'EURO', '', 'CHF'])}' is not one of ['EUR', 'USD', 'GBP']")))),
+    # Format failures in an error text: the quoted value is dropped, the path and the format kept.
+    Cause("format email customer", format_failure("/customer/email", "email", bad_email)),
+    Cause("format email billing", format_failure("/billing/email", "email", bad_email)),
+    Cause("format uri customer website", format_failure("/customer/website", "uri", bad_url)),
+    Cause("format date-time delivery", format_failure("/delivery/at", "date-time", bad_time)),
+    # A code of letters and digits after a noun is a value; after a name whose value is the cause
+    # ("error code", "encoding") it names the cause.
+    Cause("coupon expired", text(lambda r: f"coupon {coupon_code(r)} expired")),
+    Cause("coupon already redeemed", text(
+        lambda r: f"coupon {coupon_code(r)} already redeemed by customer {stripe(r, 'cus')}")),
+    Cause("voucher expired", text(lambda r: f"voucher {coupon_code(r)} expired")),
+    Cause("promo code unknown", text(lambda r: f"promo code {coupon_code(r)} not found for tenant {tenant(r)}")),
+    Cause("sku out of stock", text(
+        lambda r: f"sku {sku(r)} out of stock in warehouse {r.choice(['WH3', 'BER1', 'AMS2', 'FRA12'])} "
+                  f"(order {order_ref(r)})")),
+    Cause("postgres error code 42P01", text(lambda r: f"insert of order {order_ref(r)} failed: error code 42P01")),
+    Cause("postgres error code 23P01", text(lambda r: f"insert of order {order_ref(r)} failed: error code 23P01")),
+    Cause("encoding UTF16", text(
+        lambda r: f"unmappable character for encoding UTF16 in field 'name' of order {order_ref(r)}")),
+    Cause("encoding UTF32", text(
+        lambda r: f"unmappable character for encoding UTF32 in field 'name' of order {order_ref(r)}")),
     Cause("schema quantity minimum", lambda r: (None, schema(*[
         (f"/items/{i}/quantity", f"{-r.randrange(0, 50)} is less than the minimum of 1")
         for i in sorted(r.sample(range(20), r.randrange(1, 3)))]))),

@@ -33,7 +33,11 @@ def test_the_corpus_has_pairs_of_causes_that_differ_in_one_meaningful_word():
                  ("postgres unique orders_pkey", "postgres unique customers_email_key"),
                  ("http 502 from charges", "http 503 from charges"), ("upstream status 502", "upstream status 504"),
                  ("java IllegalStateException transition", "java IllegalArgumentException transition"),
-                 ("dns payments", "dns ledger"), ("schema customer email missing", "schema customer id missing")]:
+                 ("dns payments", "dns ledger"), ("schema customer email missing", "schema customer id missing"),
+                 ("format email customer", "format email billing"),
+                 ("format email customer", "format uri customer website"),
+                 ("coupon expired", "coupon already redeemed"), ("coupon expired", "voucher expired"),
+                 ("postgres error code 42P01", "postgres error code 23P01"), ("encoding UTF16", "encoding UTF32")]:
         assert set(pair) <= names
 
 
@@ -59,6 +63,41 @@ def test_quoted_values_are_dropped():
         "ValueError: '…' is not a valid Currency"}
     assert keys("No such customer: 'cus_9f8A7b6C5d'", "No such customer: 'cus_Zz0aB1cD2eF3gH'") == {
         "No such customer: '…'"}
+
+
+def test_quoted_values_in_format_errors_are_dropped_whatever_their_quotes_and_the_format_is_kept():
+    assert keys("/customer/email: 'user36@example' is not a 'email'", "/customer/email: 'user7@example' is not a 'email'",
+                "/customer/email: '' is not a 'email'", '/customer/email: "o\'brien@" is not a \'email\'',
+                "/customer/email: 'ana maria@example.com' is not a 'email'") == {
+        "/customer/email: '…' is not a 'email'"}
+    assert normalize_error_text("/delivery/at: 'tomorrow' is not a 'date-time'") == \
+        "/delivery/at: '…' is not a 'date-time'"
+    assert normalize_error_text("/site: 'not a url' is not a 'uri'") != \
+        normalize_error_text("/site: 'not a url' is not a 'email'")
+    # jsonschema's whole ValidationError, the value given again after "On instance[...]:"
+    whole = ("'{}' is not a 'email'\n\nFailed validating 'format' in schema['properties']['email']:\n    "
+             "{{'type': 'string', 'format': 'email'}}\n\nOn instance['email']:\n    '{}'")
+    assert keys(whole.format("user1@example", "user1@example"), whole.format("bob", "bob")) == {
+        "'…' is not a 'email' Failed validating 'format' in schema['properties']['email']: "
+        "{'type': 'string', 'format': 'email'} On instance['email']: '…'"}
+
+
+def test_a_code_of_letters_and_digits_after_a_noun_is_a_value():
+    assert keys("coupon SAVE11 expired", "coupon SAVE87 expired", "coupon WINTER2026 expired",
+                "coupon K7Q2MZ expired") == {"coupon <id> expired"}
+    assert keys("promo code XMAS24 is invalid", "promo code 7KQ2M is invalid") == {"promo code <id> is invalid"}
+    assert normalize_error_text("Coupon SAVE11 expired.") == "Coupon <id> expired."
+    assert normalize_error_text("voucher SAVE11 expired") != normalize_error_text("coupon SAVE11 expired")
+
+
+def test_a_code_that_names_the_cause_is_kept():
+    # After a word that is not a noun, or a name whose value is the cause.
+    assert normalize_error_text("insert failed: error code 42P01") == "insert failed: error code 42P01"
+    assert normalize_error_text("unmappable character for encoding UTF16") == \
+        "unmappable character for encoding UTF16"
+    assert normalize_error_text("payload is not valid UTF8") == "payload is not valid UTF8"
+    assert normalize_error_text("stream reset: protocol HTTP2 refused") == "stream reset: protocol HTTP2 refused"
+    assert normalize_error_text("coupon SUMMER expired") == "coupon SUMMER expired"  # a plain word: no digit
 
 
 def test_stripe_ids_hex_digests_and_uuids_are_dropped():

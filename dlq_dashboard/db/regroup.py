@@ -1,5 +1,6 @@
 """Move stored entries to the failure groups that changed grouping rules name, with their kept
-counts: what a revision does when ingest/grouping.py's rules change (revision 0004 for version 2).
+counts: what a revision does when ingest/grouping.py's rules change (revision 0004 for version 2,
+0011 for version 3).
 
 Entries are read in chunks of :data:`BATCH` by id, so a million entries never sit in memory at
 once. Each entry whose group changes is moved with :func:`counts.count_changes` (its group's

@@ -12,7 +12,7 @@ property appended to the path. An entry belongs to the failure group of its subj
 key (db/counts.py keeps each group's counts); docs/grouping.md tells the rules and their measure.
 
 The keys are stored: a change of these rules is a new :data:`GROUPING_VERSION` and a migration
-that regroups the stored entries (revision 0004 did it for version 2).
+that regroups the stored entries (revision 0004 did it for version 2, 0011 for version 3).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import re
 from functools import lru_cache
 
 #: The rules' version: raised, with a migration regrouping the entries, whenever a key changes.
-GROUPING_VERSION = 2
+GROUPING_VERSION = 3
 NO_ERROR = "(no error text)"
 MAX_KEY = 300
 #: A label's length on the pages.
@@ -72,6 +72,28 @@ _NOUN_TREE = (r"(?:t(?:enant|race|ransaction|xn)|c(?:ustomer|orrelation)|user|ac
               r"|merchant|s(?:hop|pan|ession)|workspace|job|device|request)")
 _NOUN_VALUE = re.compile(_NOUN_TREE + r"s?" + _SEPARATOR_VALUE)
 _ID_NAME_VALUE = re.compile(r"(?:_id|Id|ID|-id)\b" + _SEPARATOR_VALUE)
+# A code of capitals and digits right after a noun is a value: "coupon SAVE11 expired", "sku
+# AB1234", "promo code XMAS24". The same code after a word that is not a noun ("encoded as UTF16",
+# "invalid UTF8") or after a name whose value is the cause ("protocol HTTP2", "error code 42P01")
+# names the cause, and is kept.
+_CODE_HINT = re.compile(r"[A-Z]\d|\d[A-Z]")
+_CODE_AFTER_WORD = re.compile(r"(?<![\w.'\"<-])([A-Za-z][a-z]+) ((?=[A-Z\d]*\d)(?=[A-Z\d]*[A-Z])[A-Z\d]{2,})"
+                              r"(?![\w'\"-]|\.\w)")
+_NOT_NOUNS = frozenset("""
+    a an the this that these those each every any all no not nor and or but if then else than as so
+    to from in into on onto at by for of off with without via over under per between within through
+    after before since until about against like versus vs plus
+    is are was were be been being has have had do does did can could will would should must may
+    use uses used using expect expects expected expecting require requires required need needs
+    support supports supported unsupported allow allows allowed disallowed accept accepts accepted
+    reject rejects rejected got received given valid invalid unknown unexpected bad malformed missing wrong
+    correct incorrect proper legacy empty
+    only new old same other enabled disabled
+    status error errno sqlstate reason type kind class state version protocol algorithm alg method
+    format encoding charset cipher scheme mode level
+""".split())
+# "code" is a noun ("promo code XMAS24") except after these: "error code 42P01".
+_CAUSE_CODE_OWNERS = frozenset("error status exit response return result reason fault failure sql http grpc".split())
 _VALUE_WORDS = frozenset(["value", "values", "literal", "got", "received", "input", "given"]
                          + list(_NOUNS) + [noun + "s" for noun in _NOUNS])
 _PLAIN_WORD = re.compile(r"[A-Za-z]+\.?")
@@ -81,9 +103,10 @@ _IDENTIFIER = re.compile(r"[A-Za-z_$][\w.\-$]{0,63}(?:\(\))?")
 # What makes a quoted word a value, not a name: the words before it ("invalid literal for int()
 # with base 10: 'abc'", "got 'x'", "tenant 'acme'": _value_before) or after it ("'abc' is not a
 # valid Currency").
+# jsonschema's format failures name the format quoted: "'user36@example' is not a 'email'".
 _VALUE_AFTER = re.compile(
-    r"\s+(?:is not (?:a valid|of type|one of|valid)|is too (?:long|short)|is (?:less|greater) than"
-    r"|does not match)\b")
+    r"\s+(?:(?:is not (?:a valid|of type|one of|valid)|is too (?:long|short)|is (?:less|greater) than"
+    r"|does not match)\b|is not an? ['\"])")
 _STRUCTURED = re.compile(r"[\s/:@<]")
 _ALNUM = re.compile(r"[^\W_]")
 _WORD = re.compile(r"[A-Za-z0-9_](?<![\w<].)[A-Za-z0-9_]*(?:-[A-Za-z0-9_]+)*(?![\w>])")
@@ -201,6 +224,8 @@ def _value_before(before: str) -> bool:
     last = words[-1].lower()
     if last in _VALUE_WORDS or last.endswith(("_id", "-id")) or words[-1].endswith(("Id", "ID")):
         return True
+    if last.startswith("instance[") and before.rstrip().endswith(":"):
+        return True  # jsonschema's "On instance['customer']['email']: 'x'"
     return len(words) >= 2 and (words[-2].lower() == "base" or
                                 (len(words) >= 3 and words[-3].lower() == "string" and words[-2].lower() == "to"))
 
@@ -228,17 +253,29 @@ def _identity_values(text: str) -> str:
     return "".join(out)
 
 
+def _code_after_word(match: re.Match) -> str:
+    word = match.group(1)
+    lowered = word.lower()
+    if lowered in _NOT_NOUNS:
+        return match.group(0)
+    if lowered in ("code", "codes"):
+        before = match.string[max(0, match.start() - 24):match.start()].rsplit(None, 1)
+        if before and before[-1].lower() in _CAUSE_CODE_OWNERS:
+            return match.group(0)
+    return f"{word} <id>"
+
+
 def _quoted(match: re.Match) -> str:
     quoted = match.group(0)
-    mark, inner = quoted[0], quoted[1:-1]
-    if not inner:
-        return quoted
+    inner = quoted[1:-1]
     if _value_before(match.string[max(0, match.start() - 40):match.start()]) or _VALUE_AFTER.match(
             match.string, match.end()):
-        return f"{mark}…{mark}"
+        return "'…'"  # an empty value too, and whichever quote its repr chose: "'' is not a 'email'"
+    if not inner:
+        return quoted
     if _IDENTIFIER.fullmatch(inner) or _STRUCTURED.search(inner) or (len(inner) <= 3 and not _ALNUM.search(inner)):
         return quoted  # a name, a message quoted in a message (already normalized), punctuation
-    return f"{mark}…{mark}"
+    return "'…'"
 
 
 def normalize_error_text(text: str) -> str:
@@ -270,6 +307,8 @@ def _normalized(text: str) -> str:
     if "ow contains (" in text:
         text = _FAILING_ROW.sub(r"\1(…)", text)
     text = _identity_values(text)
+    if _CODE_HINT.search(text):
+        text = _CODE_AFTER_WORD.sub(_code_after_word, text)
     text = _TOKEN.sub(_token, text)
     if "'" in text or '"' in text:
         text = _QUOTED.sub(_quoted, text)
