@@ -102,8 +102,7 @@ _QUOTED = re.compile(r"(?<!\w)'(?:[^'\\]|\\.){0,256}'(?!\w)|\"(?:[^\"\\]|\\.){0,
 _IDENTIFIER = re.compile(r"[A-Za-z_$][\w.\-$]{0,63}(?:\(\))?")
 # What makes a quoted word a value, not a name: the words before it ("invalid literal for int()
 # with base 10: 'abc'", "got 'x'", "tenant 'acme'": _value_before) or after it ("'abc' is not a
-# valid Currency").
-# jsonschema's format failures name the format quoted: "'user36@example' is not a 'email'".
+# valid Currency", jsonschema's format failure "'user36@example' is not a 'email'").
 _VALUE_AFTER = re.compile(
     r"\s+(?:(?:is not (?:a valid|of type|one of|valid)|is too (?:long|short)|is (?:less|greater) than"
     r"|does not match)\b|is not an? ['\"])")
