@@ -10,6 +10,8 @@ from typing import Iterator
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
+from ..redaction import without_userinfo
+
 log = logging.getLogger(__name__)
 
 
@@ -28,14 +30,14 @@ def engine_url(url: str) -> URL:
 
 
 def shown_url(url: str | URL) -> str:
-    """The URL as it may be printed: the password hidden, the driver as the operator wrote it."""
+    """The URL as it may be printed: no user name or password, the driver as the operator wrote it."""
     try:
         parsed = make_url(url)
     except Exception:  # an URL that does not even parse has no password we could find
         return "(not a database URL)"
     if parsed.drivername == "postgresql+psycopg":
         parsed = parsed.set(drivername="postgresql")
-    return parsed.render_as_string(hide_password=True)
+    return without_userinfo(parsed.set(username=None, password=None).render_as_string(hide_password=False))
 
 
 def create_db_engine(url: str) -> Engine:

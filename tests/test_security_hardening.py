@@ -1,0 +1,164 @@
+"""What an outside reader must never get: NATS_URL's user and password (from any route, header or
+log line, NATS up or down), the broker's address from anonymous /healthz, a redirect to a Host
+they made up, label values they chose in /metrics, or a file of the instance folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import logging
+import os
+import stat
+import subprocess
+import threading
+
+import pytest
+import waitress
+
+from dlq_dashboard import create_app
+from dlq_dashboard.accounts import create_token, create_user
+from dlq_dashboard.db.engine import shown_url
+from dlq_dashboard.entries.filters import EntryFilter
+from dlq_dashboard.nats.server import find_nats_server, free_port, wait_for_port
+from dlq_dashboard.redaction import scrub, without_userinfo
+from dlq_dashboard.runtime import runtime_of
+
+from . import support
+from .test_routes_roles import fill, routes
+
+NATS_USER = "dlq-service"
+NATS_PASSWORD = "hunter2-broker-pass"
+
+
+# --- the redaction itself ----------------------------------------------------------------------
+
+def test_a_url_loses_its_user_and_password_and_keeps_everything_else():
+    assert without_userinfo(f"nats://{NATS_USER}:{NATS_PASSWORD}@127.0.0.1:4222") == "nats://127.0.0.1:4222"
+    assert without_userinfo("tls://s3cr3t-token@nats.example:4443/x?y") == "tls://nats.example:4443/x?y"
+    assert without_userinfo("nats://user:p@ss@host:1") == "nats://host:1"  # an unencoded '@' in the password
+    assert without_userinfo("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
+    assert shown_url("postgresql+psycopg://dlq:pw@db:5432/dlq") == "postgresql://db:5432/dlq"
+
+
+def test_every_url_quoted_in_an_error_text_loses_its_userinfo():
+    text = ("cannot connect to nats://a:one@h1:4222, nats://b:two@h2:4222: WSServerHandshakeError: 400, "
+            "url='wss://c:three@h3/'; mail ops@example.com")
+    assert scrub(text) == ("cannot connect to nats://h1:4222, nats://h2:4222: WSServerHandshakeError: 400, "
+                           "url='wss://h3/'; mail ops@example.com")
+    assert scrub(None) is None
+
+
+# --- NATS_URL with a user and password, scanned on every route ---------------------------------
+
+class PasswordNats:
+    """A nats-server that wants a user and password (``--user``/``--pass``), stoppable and
+    restartable on the same port and store."""
+
+    def __init__(self, tmp_path):
+        self.port, self.store, self.log = free_port(), tmp_path / "nats-auth", tmp_path / "nats-auth.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{NATS_USER}:{NATS_PASSWORD}@127.0.0.1:{self.port}"
+
+    def start(self) -> "PasswordNats":
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([find_nats_server(), "-js", "-sd", str(self.store), "-a", "127.0.0.1",
+                                          "-p", str(self.port), "--user", NATS_USER, "--pass", NATS_PASSWORD],
+                                         stdout=log, stderr=log)
+        wait_for_port(self.port, 10, self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def password_nats(tmp_path):
+    server = PasswordNats(tmp_path).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def broker_app(tmp_path, password_nats):
+    """The app pointed at nats://user:password@127.0.0.1:port, with an entry and a stream to act on."""
+    settings = support.make_settings(tmp_path, password_nats.url)
+    app = create_app({"SETTINGS": settings, "TESTING": True})
+    runtime = runtime_of(app)
+    runtime.start()
+    try:
+        assert runtime.bridge.wait_connected(10), "the bridge did not connect with the URL's credentials"
+        support.wait_for(lambda: all(p.epoch for p in runtime.mirror.progress.values()), message="the mirror")
+        runtime.bridge.call(lambda: runtime.bridge.js.add_stream(name="ORDERS", subjects=["orders.>"]), timeout=5)
+        support.dead_letter(app, 1, Dlq_Reason="fatal", Dlq_Error="boom")
+        yield app
+    finally:
+        runtime.stop()
+
+
+def every_answer(app) -> list[tuple[str, str]]:
+    """(what was asked, everything answered: status line, headers and body) for every route and
+    method, as anonymous, as an admin's session (htmx too) and with an admin's token; writes as
+    a fresh admin login each (one of them is the logout)."""
+    engine = runtime_of(app).engine
+    entry_id = runtime_of(app).store.list_entries(EntryFilter()).entries[0].id
+    token = create_token(engine, f"scan-{os.urandom(4).hex()}", "admin")
+    reader = support.logged_in(app, "admin")
+    answers = []
+    for _endpoint, rule, method in routes(app):
+        path = fill(rule, entry_id)
+        if method == "GET":
+            clients = [("anonymous", app.test_client(), {}), ("admin", reader, {}),
+                       ("admin htmx", reader, {"HX-Request": "true"}), ("token", app.test_client(), support.bearer(token))]
+        else:
+            name = f"writer-{os.urandom(4).hex()}"
+            create_user(engine, name, support.PASSWORD, "admin")
+            writer = app.test_client()
+            assert support.login(writer, name, support.PASSWORD).status_code == 302
+            clients = [("admin", writer, {"X-CSRFToken": support.csrf_token(writer, "/")}),
+                       ("token", app.test_client(), support.bearer(token))]
+        for who, client, headers in clients:
+            if method == "GET":
+                response = client.get(path, headers=headers)
+            elif path.startswith("/api/"):
+                response = client.open(path, method=method, json={"version": 1}, headers=headers)
+            else:
+                data = {"version": "1"}
+                if "X-CSRFToken" in headers:
+                    data["csrf_token"] = headers["X-CSRFToken"]
+                response = client.open(path, method=method, data=data, headers=headers)
+            text = response.get_data().decode("utf-8", "replace")  # downloads may be binary
+            response.close()
+            answers.append((f"{method} {path} as {who}", f"{response.status}\n{response.headers}\n{text}"))
+    return answers
+
+
+def leaks(answers, logs: str) -> list[str]:
+    found = [asked for asked, answer in answers if NATS_PASSWORD in answer or f"{NATS_USER}:" in answer]
+    if NATS_PASSWORD in logs or f"{NATS_USER}:" in logs:
+        found.append("the log: " + next(line for line in logs.splitlines() if NATS_PASSWORD in line
+                                        or f"{NATS_USER}:" in line))
+    return found
+
+
+def test_no_route_header_or_log_line_tells_the_nats_password_with_nats_up_or_down(
+        broker_app, password_nats, caplog, capsys):
+    caplog.set_level(logging.DEBUG)
+    app = broker_app
+    bridge = runtime_of(app).bridge
+    up = every_answer(app)
+    assert len(up) > 60
+    assert leaks(up, caplog.text + "".join(capsys.readouterr())) == []
+
+    password_nats.stop()
+    support.wait_for(lambda: not bridge.state.connected and "cannot connect" in (bridge.state.last_error or ""),
+                     timeout=30, message="the bridge to fail to reconnect")
+    down = every_answer(app)
+    # The outage is told (the banner, a refused republish) without the URL's credentials.
+    assert any("NATS is not reachable" in answer for _, answer in down)
+    assert any(f"127.0.0.1:{password_nats.port}" in answer for _, answer in down)
+    assert leaks(down, caplog.text + "".join(capsys.readouterr())) == []
