@@ -162,3 +162,29 @@ def test_no_route_header_or_log_line_tells_the_nats_password_with_nats_up_or_dow
     assert any("NATS is not reachable" in answer for _, answer in down)
     assert any(f"127.0.0.1:{password_nats.port}" in answer for _, answer in down)
     assert leaks(down, caplog.text + "".join(capsys.readouterr())) == []
+
+
+def test_anonymous_healthz_tells_the_status_without_any_address_and_an_admin_reads_the_redacted_url(
+        broker_app, password_nats):
+    app = broker_app
+    anonymous = app.test_client().get("/healthz")
+    body = anonymous.get_json()
+    assert anonymous.status_code == 200 and body["status"] == "ok" and body["nats"]["connected"] is True
+    assert {"status", "nats", "mirror_lag"} <= set(body)
+    assert "url" not in body["nats"] and "127.0.0.1" not in anonymous.get_data(as_text=True)
+
+    admin = support.logged_in(app, "admin").get("/healthz").get_json()
+    assert admin["nats"]["url"] == f"nats://127.0.0.1:{password_nats.port}"
+    viewer = support.logged_in(app, "viewer").get("/healthz").get_json()
+    assert "url" not in viewer["nats"]
+
+    password_nats.stop()
+    bridge = runtime_of(app).bridge
+    support.wait_for(lambda: "cannot connect" in (bridge.state.last_error or ""), timeout=30,
+                     message="the bridge to fail to reconnect")
+    down = app.test_client().get("/healthz")
+    assert down.status_code == 503 and down.get_json()["status"] == "degraded"
+    assert down.get_json()["nats"]["last_error"]  # there is an error, not what it says
+    assert "127.0.0.1" not in down.get_data(as_text=True) and "nats://" not in down.get_data(as_text=True)
+    told = support.logged_in(app, "admin").get("/healthz").get_json()["nats"]["last_error"]
+    assert f"nats://127.0.0.1:{password_nats.port}" in told and NATS_PASSWORD not in told
