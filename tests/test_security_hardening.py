@@ -188,3 +188,56 @@ def test_anonymous_healthz_tells_the_status_without_any_address_and_an_admin_rea
     assert "127.0.0.1" not in down.get_data(as_text=True) and "nats://" not in down.get_data(as_text=True)
     told = support.logged_in(app, "admin").get("/healthz").get_json()["nats"]["last_error"]
     assert f"nats://127.0.0.1:{password_nats.port}" in told and NATS_PASSWORD not in told
+
+
+# --- the Host header ---------------------------------------------------------------------------
+
+def raw_get(port: int, path: str, host: str) -> http.client.HTTPResponse:
+    """A GET exactly as written (http.client sends the path and Host untouched)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.putrequest("GET", path, skip_host=True)
+    conn.putheader("Host", host)
+    conn.endheaders()
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+    return response
+
+
+@pytest.fixture
+def served(tmp_path):
+    """create_app over waitress on a free port; call it with the settings' changes, get the port."""
+    started = []
+
+    def serve(**changes):
+        app = create_app({"SETTINGS": support.make_settings(tmp_path, **changes), "TESTING": True})
+        server = waitress.create_server(app, host="127.0.0.1", port=0, threads=2)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        started.append((app, server, thread))
+        return server.effective_port
+
+    yield serve
+    for app, server, thread in started:
+        server.close()
+        thread.join(5)
+        runtime_of(app).stop()
+
+
+def test_a_doubled_slash_is_a_404_never_a_redirect_to_the_host_the_client_named(served):
+    port = served()
+    for path in ("//entries//1", "/entries//1", "//static//app.css", "/static//app.css"):
+        response = raw_get(port, path, "evil.example")
+        assert response.status == 404, (path, response.status, response.getheader("Location"))
+        assert response.getheader("Location") is None
+
+
+def test_with_dlq_public_url_only_its_host_and_loopback_are_answered(served):
+    port = served(public_url="https://dlq.example.com")
+    refused = raw_get(port, "/login", "evil.example")
+    assert refused.status == 400 and refused.getheader("Location") is None
+    assert raw_get(port, "//entries//1", "evil.example").status == 400
+    assert raw_get(port, "/login", "dlq.example.com").status == 200
+    assert raw_get(port, "/login", f"127.0.0.1:{port}").status == 200
+    guarded = raw_get(port, "/", "dlq.example.com")
+    assert guarded.status == 302 and guarded.getheader("Location").startswith("/login")

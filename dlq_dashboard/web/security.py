@@ -1,5 +1,6 @@
-"""Web security around every request: response headers, Secure cookies over HTTPS, refusing
-cross-site writes, CSRF refusals as sentences, the login throttle and the trusted proxy."""
+"""Web security around every request: the hosts answered, response headers, Secure cookies over
+HTTPS, refusing cross-site writes, CSRF refusals as sentences, the login throttle and the trusted
+proxy."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import ipaddress
 import math
 from datetime import datetime, timedelta
 from typing import Callable
+from urllib.parse import urlsplit
 
 from flask import Flask, current_app, has_request_context, request
 from flask.sessions import SecureCookieSessionInterface
@@ -46,6 +48,10 @@ SECURITY_HEADERS = {
     "Permissions-Policy": "camera=(), microphone=(), geolocation=(), payment=()",
 }
 
+# Besides DLQ_PUBLIC_URL's host, the names a check on the machine itself uses (a container's
+# health check): a link built from them leads nowhere but the reader's own machine.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1")
+
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # Sec-Fetch-Site values of a request another site started. "same-site" is a sibling
 # subdomain, a different origin all the same.
@@ -55,7 +61,10 @@ SESSION_IDLE = timedelta(hours=12)
 
 
 def init_app(app: Flask) -> None:
-    """Install the headers, the cookie policy, the cross-site refusal and the login throttle."""
+    """Install the trusted hosts, the headers, the cookie policy, the cross-site refusal and the
+    login throttle."""
+    if app.config.get("TRUSTED_HOSTS") is None:
+        app.config["TRUSTED_HOSTS"] = trusted_hosts(runtime_of(app).settings.public_url)
     app.session_interface = HttpsAwareSessionInterface()
     if app.config.get("PERMANENT_SESSION_LIFETIME") == timedelta(days=31):  # Flask's default
         app.config["PERMANENT_SESSION_LIFETIME"] = SESSION_IDLE
@@ -68,6 +77,15 @@ def init_app(app: Flask) -> None:
     app.before_request(refuse_cross_site_writes)
     app.after_request(add_security_headers)
     app.register_error_handler(CSRFError, csrf_refused)
+
+
+def trusted_hosts(public_url: str | None) -> list[str] | None:
+    """The Host header values answered (Flask's TRUSTED_HOSTS): DLQ_PUBLIC_URL's host and the
+    loopback names; None (any host) without DLQ_PUBLIC_URL. Any other Host is a 400, so no URL
+    the dashboard builds (a redirect, a link) can point at a host the client made up."""
+    if not public_url:
+        return None
+    return [urlsplit(public_url).hostname, *LOOPBACK_HOSTS]
 
 
 # --- proxies and HTTPS ------------------------------------------------------------------------
