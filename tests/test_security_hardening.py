@@ -22,6 +22,7 @@ from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.nats.server import find_nats_server, free_port, wait_for_port
 from dlq_dashboard.redaction import scrub, without_userinfo
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.web.metrics import reason_label
 
 from . import support
 from .test_routes_roles import fill, routes
@@ -241,3 +242,24 @@ def test_with_dlq_public_url_only_its_host_and_loopback_are_answered(served):
     assert raw_get(port, "/login", f"127.0.0.1:{port}").status == 200
     guarded = raw_get(port, "/", "dlq.example.com")
     assert guarded.status == 302 and guarded.getheader("Location").startswith("/login")
+
+
+# --- /metrics labels ---------------------------------------------------------------------------
+
+def test_a_hostile_dlq_reason_never_becomes_a_metrics_label(offline_app):
+    hostile = ['fatal"} 1\nevil_metric{x="y', "card 4111-1111-1111-1111 declined", "FATAL", "fatal ",
+               "x" * 5000] + [f"noise-{i}" for i in range(200)]
+    for seq, reason in enumerate(hostile + ["fatal", "terminated", None], start=1):
+        support.dead_letter(offline_app, seq, **({"Dlq_Reason": reason} if reason is not None else {}))
+    text = offline_app.test_client().get("/metrics").get_data(as_text=True)
+    labels = set()
+    for line in text.splitlines():
+        if line.startswith("dlq_entries{"):
+            labels.add(line.split('reason="', 1)[1].split('"', 1)[0])
+    assert labels == {"fatal", "terminated", "other", "none"}
+    assert "evil_metric" not in text and "4111" not in text and "noise-" not in text
+    counts = {line.split('reason="', 1)[1].split('"', 1)[0]: float(line.rsplit(" ", 1)[1])
+              for line in text.splitlines() if line.startswith("dlq_entries{")}
+    assert counts["other"] >= 203 and sum(counts.values()) == len(hostile) + 3
+    assert [reason_label(r) for r in ("schema_invalid", "max_deliveries", "fatal", "terminated", "Fatal")] == \
+        ["schema_invalid", "max_deliveries", "fatal", "terminated", "other"]
