@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Mapping
 
+from .files import FILE_MODE, private_file, private_folder
+
 
 class ConfigError(ValueError):
     """A setting has a value it cannot take; the message is one line for the operator."""
@@ -359,11 +361,11 @@ def ensure_secret_key(settings: Settings) -> Settings:
     """Return settings with a secret key, generating one into the instance folder once."""
     if settings.secret_key:
         return settings
-    path = Path(settings.instance_path) / "secret_key"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = private_folder(settings.instance_path) / "secret_key"
     if not path.exists():
         # Written with 0600 before the key goes in, so it is never readable by others.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
+    private_file(path)  # a key written by an earlier release may be readable by all
     return replace(settings, secret_key=path.read_text().strip())

@@ -263,3 +263,68 @@ def test_a_hostile_dlq_reason_never_becomes_a_metrics_label(offline_app):
     assert counts["other"] >= 203 and sum(counts.values()) == len(hostile) + 3
     assert [reason_label(r) for r in ("schema_invalid", "max_deliveries", "fatal", "terminated", "Fatal")] == \
         ["schema_invalid", "max_deliveries", "fatal", "terminated", "other"]
+
+
+# --- the instance folder -----------------------------------------------------------------------
+
+def modes(root) -> dict[str, str]:
+    """Every folder and file under ``root`` (itself included) -> its permission bits, in octal."""
+    found = {".": oct(stat.S_IMODE(os.stat(root).st_mode))}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            found[os.path.relpath(path, root)] = oct(stat.S_IMODE(os.lstat(path).st_mode))
+    return found
+
+
+def start_on_instance(instance):
+    """The app as ``python app.py`` runs it: SQLite, the secret key and the bundled nats-server
+    all in ``instance``; dead letters mirrored so the WAL, the store and the log are written."""
+    settings = dataclasses.replace(support.make_settings(instance.parent), instance_path=str(instance),
+                                   database_url=f"sqlite:///{instance}/dlq.sqlite3", secret_key=None, nats_urls=())
+    app = create_app({"SETTINGS": settings, "TESTING": True})
+    runtime = runtime_of(app)
+    runtime.start(bundled_port=0)
+    assert runtime.bridge.wait_connected(10)
+    support.wait_for(lambda: all(p.epoch for p in runtime.mirror.progress.values()), message="the mirror")
+    support.dead_letter_orders(app, runtime.bundled.url, [b'{"card": "4111"}'] * 3)
+    return app
+
+
+def test_everything_the_app_creates_in_the_instance_folder_is_its_owners_alone(tmp_path):
+    old = os.umask(0o022)  # the usual umask, whatever the test run's is
+    try:
+        instance = tmp_path / "instance"
+        app = start_on_instance(instance)
+        try:
+            found = modes(instance)
+        finally:
+            runtime_of(app).stop()
+    finally:
+        os.umask(old)
+    assert {"dlq.sqlite3", "dlq.sqlite3-wal", "dlq.sqlite3-shm", "secret_key", "nats", "nats-server.log",
+            "nats-server.url"} <= set(found), sorted(found)
+    assert any(path.startswith("nats/jetstream/") for path in found), sorted(found)
+    loose = {path: mode for path, mode in found.items()
+             if mode != (oct(0o700) if os.path.isdir(instance / path) else oct(0o600))}
+    assert loose == {}
+
+
+def test_an_instance_folder_left_readable_by_an_earlier_release_is_narrowed_at_start(tmp_path):
+    instance = tmp_path / "instance"
+    instance.mkdir(mode=0o755)
+    os.chmod(instance, 0o755)
+    for name in ("dlq.sqlite3", "secret_key"):
+        (instance / name).touch()
+        os.chmod(instance / name, 0o644)
+    (instance / "secret_key").write_text("an-old-key")
+    app = create_app({"SETTINGS": dataclasses.replace(
+        support.make_settings(tmp_path), instance_path=str(instance), secret_key=None,
+        database_url=f"sqlite:///{instance}/dlq.sqlite3"), "TESTING": True})
+    try:
+        assert app.config["SECRET_KEY"] == "an-old-key"
+        found = modes(instance)
+    finally:
+        runtime_of(app).stop()
+    assert found["."] == oct(0o700)
+    assert found["dlq.sqlite3"] == oct(0o600) and found["secret_key"] == oct(0o600)

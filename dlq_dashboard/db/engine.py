@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
+from ..files import private_sqlite
 from ..redaction import without_userinfo
 
 log = logging.getLogger(__name__)
@@ -47,8 +47,9 @@ def create_db_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+        # Created here with mode 0600 before SQLite opens it, so SQLite's -wal and -shm get it too.
+        private_sqlite(parsed.database)
     engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")
