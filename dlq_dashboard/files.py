@@ -43,9 +43,10 @@ def private_folder(path: str | os.PathLike) -> Path:
 def private_file(path: str | os.PathLike) -> Path:
     """Make sure ``path`` exists (empty if new) readable and writable by its owner only."""
     path = Path(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-    os.close(fd)
-    _narrow(path, FILE_MODE)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+    except FileExistsError:  # never opened for writing: it may be a database we may only read
+        _narrow(path, FILE_MODE)
     return path
 
 
