@@ -235,13 +235,19 @@ def test_a_doubled_slash_is_a_404_never_a_redirect_to_the_host_the_client_named(
 
 def test_with_dlq_public_url_only_its_host_and_loopback_are_answered(served):
     port = served(public_url="https://dlq.example.com")
-    refused = raw_get(port, "/login", "evil.example")
-    assert refused.status == 400 and refused.getheader("Location") is None
-    assert raw_get(port, "//entries//1", "evil.example").status == 400
+    for path in ("/login", "/", "//entries//1", "/static/app.css", "/api/entries"):
+        refused = raw_get(port, path, "evil.example")
+        assert refused.status == 400 and refused.getheader("Location") is None, (path, refused.status)
     assert raw_get(port, "/login", "dlq.example.com").status == 200
     assert raw_get(port, "/login", f"127.0.0.1:{port}").status == 200
     guarded = raw_get(port, "/", "dlq.example.com")
     assert guarded.status == 302 and guarded.getheader("Location").startswith("/login")
+
+
+def test_a_probe_or_a_scraper_calling_a_pod_by_its_address_is_answered_with_dlq_public_url_set(served):
+    port = served(public_url="https://dlq.example.com")
+    assert raw_get(port, "/healthz", f"10.1.2.3:{port}").status in (200, 503)
+    assert raw_get(port, "/metrics", f"10.1.2.3:{port}").status == 200
 
 
 # --- /metrics labels ---------------------------------------------------------------------------
