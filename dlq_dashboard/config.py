@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .files import FILE_MODE, private_file, private_folder
+from .redaction import scrub
 
 
 class ConfigError(ValueError):
@@ -102,10 +103,10 @@ def _nats_urls(name: str, raw: str) -> tuple[str, ...]:
     for url in urls:
         if "://" not in url or url.split("://", 1)[0] not in ("nats", "tls", "ws", "wss"):
             raise ConfigError(
-                f"{name}={raw!r} is not valid: use comma-separated URLs such as nats://host:4222"
+                f"{name}={scrub(raw)!r} is not valid: use comma-separated URLs such as nats://host:4222"
             )
     if not urls:
-        raise ConfigError(f"{name}={raw!r} is not valid: name at least one nats:// URL")
+        raise ConfigError(f"{name}={scrub(raw)!r} is not valid: name at least one nats:// URL")
     return urls
 
 
@@ -121,10 +122,10 @@ def _http_urls(name: str, raw: str) -> tuple[str, ...]:
         except ValueError:
             valid = False
         if not valid:
-            raise ConfigError(f"{name}={raw!r} is not valid: use comma-separated URLs such as "
+            raise ConfigError(f"{name}={scrub(raw)!r} is not valid: use comma-separated URLs such as "
                               "https://hooks.slack.com/services/...")
     if not urls:
-        raise ConfigError(f"{name}={raw!r} is not valid: name at least one http:// or https:// URL")
+        raise ConfigError(f"{name}={scrub(raw)!r} is not valid: name at least one http:// or https:// URL")
     return urls
 
 
@@ -135,7 +136,7 @@ def _public_url(name: str, raw: str) -> str:
     except ConfigError:
         valid = False
     if not valid:
-        raise ConfigError(f"{name}={raw!r} is not valid: use the dashboard's address as its users open it, "
+        raise ConfigError(f"{name}={scrub(raw)!r} is not valid: use the dashboard's address as its users open it, "
                           "such as https://dlq.example.com")
     return url.rstrip("/")
 
@@ -160,7 +161,7 @@ def _database_url(name: str, raw: str) -> str:
         make_url(raw)
     except ArgumentError:
         raise ConfigError(
-            f"{name}={raw!r} is not valid: use an SQLAlchemy URL such as sqlite:///instance/dlq.sqlite3"
+            f"{name}={scrub(raw)!r} is not valid: use an SQLAlchemy URL such as sqlite:///instance/dlq.sqlite3"
         ) from None
     return raw
 

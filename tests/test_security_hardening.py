@@ -17,6 +17,7 @@ import waitress
 
 from dlq_dashboard import create_app
 from dlq_dashboard.accounts import create_token, create_user
+from dlq_dashboard.config import ConfigError, load_settings
 from dlq_dashboard.db.engine import shown_url
 from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.nats.server import find_nats_server, free_port, wait_for_port
@@ -47,6 +48,15 @@ def test_every_url_quoted_in_an_error_text_loses_its_userinfo():
     assert scrub(text) == ("cannot connect to nats://h1:4222, nats://h2:4222: WSServerHandshakeError: 400, "
                            "url='wss://h3/'; mail ops@example.com")
     assert scrub(None) is None
+
+
+@pytest.mark.parametrize("variable, value", [("NATS_URL", f"natss://{NATS_USER}:{NATS_PASSWORD}@h:4222"),
+                                             ("DATABASE_URL", f"postgres ql://{NATS_USER}:{NATS_PASSWORD}@h/db"),
+                                             ("DLQ_PUBLIC_URL", f"https://{NATS_USER}:{NATS_PASSWORD}@h/?x")])
+def test_a_url_setting_refused_at_start_is_quoted_without_its_password(variable, value):
+    with pytest.raises(ConfigError) as refused:
+        load_settings({variable: value})
+    assert str(refused.value).startswith(f"{variable}=") and NATS_PASSWORD not in str(refused.value)
 
 
 # --- NATS_URL with a user and password, scanned on every route ---------------------------------
