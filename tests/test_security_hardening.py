@@ -230,8 +230,12 @@ def served(tmp_path):
 
     yield serve
     for app, server, thread in started:
-        server.close()
+        # Closed from the server's own loop (closing its sockets from here races its select()):
+        # with nothing left to watch, the loop returns.
+        server.trigger.pull_trigger(lambda server=server: [d.close() for d in list(server._map.values())])
         thread.join(5)
+        assert not thread.is_alive(), "the web server did not stop"
+        server.task_dispatcher.shutdown()
         runtime_of(app).stop()
 
 
