@@ -149,6 +149,7 @@ def every_answer(app) -> list[tuple[str, str]]:
 
 
 def leaks(answers, logs: str) -> list[str]:
+    """The requests whose answer, and the first log line, that hold NATS_URL's user or password."""
     found = [asked for asked, answer in answers if NATS_PASSWORD in answer or f"{NATS_USER}:" in answer]
     if NATS_PASSWORD in logs or f"{NATS_USER}:" in logs:
         found.append("the log: " + next(line for line in logs.splitlines() if NATS_PASSWORD in line
