@@ -24,7 +24,7 @@ def create_app(config: dict[str, Any] | None = None):
     """
     from flask import Flask
     from flask_wtf.csrf import CSRFProtect
-    from werkzeug.routing import IntegerConverter
+    from werkzeug.routing import IntegerConverter, Map
 
     from . import cli
     from .config import Settings, ensure_secret_key, load_settings
@@ -40,8 +40,19 @@ def create_app(config: dict[str, Any] | None = None):
             kwargs.setdefault("max", 2**63 - 1)
             super().__init__(url_map, *args, **kwargs)
 
-    app = Flask(__name__, template_folder=os.path.join(ROOT, "templates"),
-                static_folder=os.path.join(ROOT, "static"))
+    class ExactPaths(Map):
+        """Werkzeug's map without merge_slashes: ``//entries//1`` is a 404, not a redirect to an
+        absolute URL built from the request's Host header."""
+
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("merge_slashes", False)
+            super().__init__(*args, **kwargs)
+
+    class Dashboard(Flask):
+        url_map_class = ExactPaths
+
+    app = Dashboard(__name__, template_folder=os.path.join(ROOT, "templates"),
+                    static_folder=os.path.join(ROOT, "static"))
     app.url_map.converters["int"] = IdConverter
     config = dict(config or {})
     settings: Settings = config.pop("SETTINGS", None) or load_settings()

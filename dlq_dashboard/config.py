@@ -9,6 +9,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Mapping
 
+from .files import FILE_MODE, private_file, private_folder
+from .redaction import scrub
+
 
 class ConfigError(ValueError):
     """A setting has a value it cannot take; the message is one line for the operator."""
@@ -100,10 +103,10 @@ def _nats_urls(name: str, raw: str) -> tuple[str, ...]:
     for url in urls:
         if "://" not in url or url.split("://", 1)[0] not in ("nats", "tls", "ws", "wss"):
             raise ConfigError(
-                f"{name}={raw!r} is not valid: use comma-separated URLs such as nats://host:4222"
+                f"{name}={scrub(raw)!r} is not valid: use comma-separated URLs such as nats://host:4222"
             )
     if not urls:
-        raise ConfigError(f"{name}={raw!r} is not valid: name at least one nats:// URL")
+        raise ConfigError(f"{name}={scrub(raw)!r} is not valid: name at least one nats:// URL")
     return urls
 
 
@@ -119,10 +122,10 @@ def _http_urls(name: str, raw: str) -> tuple[str, ...]:
         except ValueError:
             valid = False
         if not valid:
-            raise ConfigError(f"{name}={raw!r} is not valid: use comma-separated URLs such as "
+            raise ConfigError(f"{name}={scrub(raw)!r} is not valid: use comma-separated URLs such as "
                               "https://hooks.slack.com/services/...")
     if not urls:
-        raise ConfigError(f"{name}={raw!r} is not valid: name at least one http:// or https:// URL")
+        raise ConfigError(f"{name}={scrub(raw)!r} is not valid: name at least one http:// or https:// URL")
     return urls
 
 
@@ -133,7 +136,7 @@ def _public_url(name: str, raw: str) -> str:
     except ConfigError:
         valid = False
     if not valid:
-        raise ConfigError(f"{name}={raw!r} is not valid: use the dashboard's address as its users open it, "
+        raise ConfigError(f"{name}={scrub(raw)!r} is not valid: use the dashboard's address as its users open it, "
                           "such as https://dlq.example.com")
     return url.rstrip("/")
 
@@ -158,7 +161,7 @@ def _database_url(name: str, raw: str) -> str:
         make_url(raw)
     except ArgumentError:
         raise ConfigError(
-            f"{name}={raw!r} is not valid: use an SQLAlchemy URL such as sqlite:///instance/dlq.sqlite3"
+            f"{name}={scrub(raw)!r} is not valid: use an SQLAlchemy URL such as sqlite:///instance/dlq.sqlite3"
         ) from None
     return raw
 
@@ -359,11 +362,11 @@ def ensure_secret_key(settings: Settings) -> Settings:
     """Return settings with a secret key, generating one into the instance folder once."""
     if settings.secret_key:
         return settings
-    path = Path(settings.instance_path) / "secret_key"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = private_folder(settings.instance_path) / "secret_key"
     if not path.exists():
         # Written with 0600 before the key goes in, so it is never readable by others.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
+    private_file(path)  # a key written by an earlier release may be readable by all
     return replace(settings, secret_key=path.read_text().strip())

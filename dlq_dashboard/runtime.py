@@ -22,6 +22,7 @@ from .masking import Mask
 from .entries.schemas import SchemaRegistry
 from .entries.fields import check_database
 from .entries.store import Store
+from .files import private_folder, write_private
 from .ingest.mirror import Mirror
 from .nats.bridge import Bridge
 from .nats.server import NatsServer, free_port
@@ -60,6 +61,8 @@ class Runtime:
     @classmethod
     def create(cls, settings: Settings) -> Runtime:
         """Open the database and bring its schema up to date (starts no thread)."""
+        if Path(settings.instance_path).is_dir():  # made by an earlier release, readable by all
+            private_folder(settings.instance_path)
         engine = create_db_engine(settings.database_url)
         migrate(engine)
         check_database(engine, settings.list_fields)  # key fields the database could not read
@@ -73,13 +76,13 @@ class Runtime:
         DLQ_WEBHOOK_URL, the alert sender."""
         servers = list(self.settings.nats_urls)
         if self.settings.bundled_nats:
-            instance = Path(self.settings.instance_path)
+            instance = private_folder(self.settings.instance_path)
             self.bundled = NatsServer(store_dir=instance / "nats", port=free_port(bundled_port),
                                       log_path=instance / "nats-server.log").start()
             servers = [self.bundled.url]
             print(f"Started the bundled nats-server at {self.bundled.url}", flush=True)
             # For `flask --app app entries republish` and `purge`, which run beside this process.
-            self._bundled_url_file().write_text(self.bundled.url)
+            write_private(self._bundled_url_file(), self.bundled.url)
         self.bridge = Bridge(self.settings, servers)
         self.bridge.on_connect(lambda: self.streams.ensure(self.bridge.js))
         self.bridge.start()

@@ -120,7 +120,7 @@ def test_a_database_upgraded_by_a_newer_release_is_refused_in_one_line(database_
     engine.dispose()
 
 
-def test_a_postgresql_url_that_cannot_connect_stops_the_start_in_one_line_without_the_password(tmp_path):
+def test_a_postgresql_url_that_cannot_connect_stops_the_start_in_one_line_without_user_or_password(tmp_path):
     closed = free_port()
     url = f"postgresql://dlq:s3cret@127.0.0.1:{closed}/dlq"
     result = subprocess.run([sys.executable, "app.py", "--port", str(free_port())], cwd=ROOT, capture_output=True,
@@ -129,7 +129,7 @@ def test_a_postgresql_url_that_cannot_connect_stops_the_start_in_one_line_withou
                                  "SECRET_KEY": "x", "DLQ_CAPTURE_ADVISORIES": "false"})
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines[-1].startswith("error: DATABASE_URL='postgresql://dlq:***@127.0.0.1:") , result.stderr
+    assert lines[-1].startswith("error: DATABASE_URL='postgresql://127.0.0.1:"), result.stderr
     assert "cannot be used" in lines[-1] and "Traceback" not in result.stderr and "s3cret" not in result.stderr
 
 

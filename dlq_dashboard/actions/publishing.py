@@ -12,6 +12,7 @@ import nats.js.errors
 
 from ..db.engine import write_transaction
 from ..nats.bridge import NatsUnavailable
+from ..redaction import scrub
 from .context import ActionContext
 from .errors import ActionError, NatsDown, Refused
 from .intents import Intent, Published, mark_in_doubt, record_failed, record_published
@@ -50,9 +51,9 @@ def _classify(exc: BaseException, subject: str) -> tuple[bool, ActionError]:
         return True, Refused(f"NATS refused the message ({exc.description}, error {exc.err_code}).")
     if isinstance(exc, (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError,
                         nats.errors.MaxPayloadError, nats.errors.BadHeaderError, nats.errors.BadSubjectError)):
-        return True, NatsDown(f"The message could not be sent ({type(exc).__name__}: {exc}); "
+        return True, NatsDown(f"The message could not be sent ({type(exc).__name__}: {scrub(str(exc))}); "
                               "nothing was republished.")
-    reason = str(exc) if isinstance(exc, NatsUnavailable) else f"no answer from NATS ({type(exc).__name__})"
+    reason = scrub(str(exc)) if isinstance(exc, NatsUnavailable) else f"no answer from NATS ({type(exc).__name__})"
     return False, NatsDown(f"{reason}. The republish may still arrive; it will be completed with the same "
                            "msgId once NATS answers, and nothing is published twice.")
 

@@ -9,6 +9,7 @@ from typing import Iterator
 
 import click
 
+from ..redaction import without_userinfo
 from ..runtime import Runtime
 
 #: Exit codes: 1 when the thing asked for cannot be done (not found, a conflict, NATS down),
@@ -49,7 +50,7 @@ def nats_connected(rt: Runtime, *, required: bool = True) -> Iterator[bool]:
     connected = rt.connect_nats()
     try:
         if required and not connected:
-            where = (", ".join(rt.settings.nats_urls) if not rt.settings.bundled_nats
+            where = (", ".join(without_userinfo(u) for u in rt.settings.nats_urls) if not rt.settings.bundled_nats
                      else "the bundled nats-server (start the dashboard, or set NATS_URL)")
             raise CommandError(f"NATS is not reachable at {where}; nothing was done.")
         yield connected

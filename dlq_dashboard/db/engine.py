@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+
+from ..files import private_sqlite
+from ..redaction import without_userinfo
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +30,14 @@ def engine_url(url: str) -> URL:
 
 
 def shown_url(url: str | URL) -> str:
-    """The URL as it may be printed: the password hidden, the driver as the operator wrote it."""
+    """The URL as it may be printed: no user name or password, the driver as the operator wrote it."""
     try:
         parsed = make_url(url)
     except Exception:  # an URL that does not even parse has no password we could find
         return "(not a database URL)"
     if parsed.drivername == "postgresql+psycopg":
         parsed = parsed.set(drivername="postgresql")
-    return parsed.render_as_string(hide_password=True)
+    return without_userinfo(parsed.set(username=None, password=None).render_as_string(hide_password=False))
 
 
 def create_db_engine(url: str) -> Engine:
@@ -45,8 +47,9 @@ def create_db_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+        # Created here with mode 0600 before SQLite opens it, so SQLite's -wal and -shm get it too.
+        private_sqlite(parsed.database)
     engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")

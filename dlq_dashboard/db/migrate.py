@@ -22,6 +22,7 @@ from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from ..config import ConfigError
+from ..redaction import scrub
 from .engine import shown_url, write_transaction
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def migrate(engine: Engine, target: str = "head") -> str:
     except (OperationalError, InterfaceError) as exc:
         # Connecting failed (refused, unknown host, bad password, no such database, a file that
         # cannot be opened): the operator's setting, said in one line, not a traceback.
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        reason = scrub(str(exc.orig).strip().splitlines()[0]) if exc.orig else type(exc).__name__
         raise ConfigError(f"DATABASE_URL={shown_url(engine.url)!r} cannot be used: {reason}") from None
     log.info("the database schema is at revision %s", reached)
     return reached

@@ -15,6 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from ..files import private_sqlite
+
 # (customer id, name, street, city, postcode, country, currency)
 CUSTOMERS = (
     ("C-1001", "Ada Fischer", "Lindenstraße 12", "Berlin", "10969", "DE", "EUR"),
@@ -181,7 +183,7 @@ class OrderTable:
 
     def open(self) -> None:
         """Open (and create) the table."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(self.path)  # in instance/ beside the dashboard's database, and as private
         self._db = sqlite3.connect(self.path, timeout=10)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("""CREATE TABLE IF NOT EXISTS orders (

@@ -32,6 +32,7 @@ from dlq_consumer import (
 from ..accounts import AccountError, create_user
 from ..config import Settings
 from ..nats.bridge import auth_options
+from ..redaction import scrub
 from ..runtime import Runtime
 from .orders import (
     BURST, CRM_SHARD, OUTAGE_CUSTOMER, TRICKLE_WEIGHTS, OrderFactory, OrderTable, SimulatedServices,
@@ -244,7 +245,7 @@ class Demo:
             try:
                 return attempt.result()
             except Exception as exc:  # noqa: BLE001 - retried until stopped
-                log.warning("demo: cannot connect to NATS (%s); retrying in %.1f s", exc, delay)
+                log.warning("demo: cannot connect to NATS (%s); retrying in %.1f s", scrub(str(exc)), delay)
             if await self._stopped_within(delay):
                 return None
             delay = min(delay * 2, 10)

@@ -30,6 +30,7 @@ from ..config import Settings
 from ..db.leases import acquire_lease, new_holder, release_lease
 from ..nats.bridge import Bridge
 from ..nats.streams import StreamSetup, read_message, stream_epoch
+from ..redaction import scrub
 from ..times import utcnow
 from .parse import parse_advisory
 from .writer import WriterProcess
@@ -178,7 +179,7 @@ class Mirror:
                 log.warning("%s", exc)
                 delay = 0.0
             except Exception as exc:  # an outage, a deleted stream: start over from the database
-                progress.error = f"{type(exc).__name__}: {exc}"
+                progress.error = scrub(f"{type(exc).__name__}: {exc}")
                 log.warning("mirroring %s stopped (%s); resuming in %.1f s", stream, progress.error, delay)
             await asyncio.sleep(delay)
             delay = min(max(delay * 2, 0.5), 10)

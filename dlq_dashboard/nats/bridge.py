@@ -23,6 +23,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from ..config import Settings
+from ..redaction import scrub, without_userinfo
 from ..times import format_time, utcnow
 from . import headers
 
@@ -40,7 +41,8 @@ class NatsUnavailable(RuntimeError):
 @dataclass
 class ConnectionState:
     """What /healthz and the pages say about the connection. ``connected`` means usable: connected
-    and answering the probe's pings; ``unreachable_since`` is when that stopped (None while usable)."""
+    and answering the probe's pings; ``unreachable_since`` is when that stopped (None while usable).
+    ``url`` and ``last_error`` never carry a user or password (Bridge._set_state scrubs them)."""
 
     connected: bool = False
     url: str | None = None
@@ -78,6 +80,8 @@ class Bridge:
     def __init__(self, settings: Settings, servers: list[str]):
         self.settings = settings
         self.servers = servers
+        # The servers as every text names them: NATS_URL may carry user:password@.
+        self.shown_servers = ", ".join(without_userinfo(s) for s in servers)
         self.state = ConnectionState()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.nc: NATS | None = None
@@ -209,7 +213,7 @@ class Bridge:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any failure: report it and try again
-                self._set_state(False, f"cannot connect to {', '.join(self.servers)}: {exc or type(exc).__name__}")
+                self._set_state(False, f"cannot connect to {self.shown_servers}: {exc or type(exc).__name__}")
                 log.warning("NATS: %s; retrying in %.1f s", self.state.last_error, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30)
@@ -225,17 +229,20 @@ class Bridge:
                 # Typical while a cluster elects a stream leader: the next connection, or the
                 # mirror finding a stream missing, runs it again.
                 log.warning("after connecting, setting up the streams failed for now: %s: %s",
-                            type(exc).__name__, exc)
+                            type(exc).__name__, scrub(str(exc)))
             except Exception:
                 log.exception("a NATS connect callback failed")
 
     def _set_state(self, connected: bool, error: str | None) -> None:
         # Replaced whole, never changed in place: a Flask thread reads one consistent state.
+        # Redacted here, where the state is recorded, so no reader of it (health, the banner, a
+        # refusal, a log line) can show the credentials of NATS_URL or quote them from an error.
         previous = self.state
+        url = self.nc.connected_url.geturl() if connected and self.nc and self.nc.connected_url else None
         self.state = ConnectionState(
             connected=connected,
-            url=str(self.nc.connected_url.geturl()) if connected and self.nc and self.nc.connected_url else None,
-            last_error=error,
+            url=without_userinfo(str(url)) if url else None,
+            last_error=scrub(error),
             unreachable_since=None if connected else (previous.unreachable_since or utcnow()),
             rtt_ms=previous.rtt_ms if connected else None)
         if connected:
@@ -256,10 +263,10 @@ class Bridge:
         await self._run_on_connect()
 
     async def _error(self, exc: Exception) -> None:
-        log.debug("NATS client error: %r", exc)
+        log.debug("NATS client error: %s: %s", type(exc).__name__, scrub(str(exc)))
         if self.state.connected is False:
-            self.state = replace(self.state, last_error=f"cannot connect to {', '.join(self.servers)}: "
-                                                        f"{exc or type(exc).__name__}")
+            self.state = replace(self.state, last_error=scrub(f"cannot connect to {self.shown_servers}: "
+                                                              f"{exc or type(exc).__name__}"))
 
     async def _closed(self) -> None:
         if not self._stopping:

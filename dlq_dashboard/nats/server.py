@@ -15,6 +15,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..files import private_file, private_folder, write_private
+
 
 def find_nats_server() -> str:
     """Return the path of the nats-server executable, preferring the one beside this Python."""
@@ -109,15 +111,17 @@ class NatsServer:
         if self.cluster_name:
             self.cluster_port = self.cluster_port or free_port()
             self.server_name = self.server_name or f"{self.cluster_name}-{self.port}"
-        Path(self.store_dir).mkdir(parents=True, exist_ok=True)
+        # The store holds every message, payloads included: its owner alone reads it.
+        private_folder(self.store_dir)
         config = Path(self.store_dir) / "nats-server.conf"
-        config.write_text(self._config())
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        write_private(config, self._config())
+        log = open(private_file(self.log_path), "ab") if self.log_path else subprocess.DEVNULL
         try:
+            # umask 077: what the server creates in its store (0640 files, 0750 folders) is its owner's alone.
             self.proc = subprocess.Popen(
                 [find_nats_server(), "-c", str(config), "-js", "-sd", str(self.store_dir), "-a", "127.0.0.1",
                  "-p", str(self.port)],
-                stdout=log, stderr=log, start_new_session=True,
+                stdout=log, stderr=log, start_new_session=True, umask=0o077,
             )
         finally:
             if log is not subprocess.DEVNULL:

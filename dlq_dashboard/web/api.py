@@ -7,9 +7,10 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..ingest.writes import read_position
 from ..nats.bridge import NatsUnavailable
+from ..redaction import scrub
 from ..times import format_time
 from . import current_runtime
-from .auth import requires
+from .auth import current_identity, requires
 from .data import entries_page, entry_detail, failure_groups
 
 bp = Blueprint("api", __name__)
@@ -66,9 +67,9 @@ def health() -> tuple[dict, int]:
             if position is not None:
                 lag = max(info.state.last_seq - position, 0)
         except NatsUnavailable as exc:
-            nats["last_error"] = nats.get("last_error") or str(exc)
+            nats["last_error"] = nats.get("last_error") or scrub(str(exc))
         except Exception as exc:  # a missing stream is reported, not raised
-            nats["last_error"] = f"{type(exc).__name__}: {exc}"
+            nats["last_error"] = scrub(f"{type(exc).__name__}: {exc}")
     mirror = None
     if rt.mirror is not None:
         mirror = {"leader": rt.mirror.leader,
@@ -85,9 +86,39 @@ def health() -> tuple[dict, int]:
     return body, 200 if ok else 503
 
 
+# What an anonymous caller reads instead of an error text (which may name servers and addresses).
+HIDDEN_ERROR = "not well; an admin sees why"
+
+
+def anonymous_health(body: dict) -> dict:
+    """``body`` as anyone may read it: the statuses without a server's URL or an error's text."""
+    def hide(value):
+        if isinstance(value, dict):
+            return {key: (HIDDEN_ERROR if item else item) if key in ("last_error", "error") else hide(item)
+                    for key, item in value.items() if key != "url"}
+        return value
+    return hide(body)
+
+
+def _caller_is_admin() -> bool:
+    # Only a request that brings a token or a session is looked up: a load balancer's check never
+    # waits on the database, and a database that cannot say who is asking shows the public body.
+    trusted = current_runtime().settings.trusted_header
+    if not (request.headers.get("Authorization") or request.cookies or (trusted and request.headers.get(trusted))):
+        return False
+    try:
+        identity = current_identity()
+    except Exception:  # noqa: BLE001 - health answers whoever asks, the database away or not
+        return False
+    return identity is not None and identity.may("admin")
+
+
 @bp.route("/healthz")
 @requires(None)
 def healthz():
-    """Health for load balancers and people; no payloads, no login."""
+    """Health for load balancers and people; no payloads, no login. Only an admin reads the
+    server's (redacted) URL and the error texts."""
     body, status = health()
+    if not _caller_is_admin():
+        body = anonymous_health(body)
     return jsonify(body), status

@@ -2,7 +2,8 @@
 
 A custom collector asks for the numbers when Prometheus scrapes, so every replica reports
 what the shared database holds, and nothing has to be updated on the write paths. Labels
-carry statuses, reasons, stream names and states only: never payloads, errors or headers.
+carry statuses, the contract's reasons, stream names and states only: never payloads, errors,
+headers or any other text a sender chose.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ log = logging.getLogger(__name__)
 
 bp = Blueprint("metrics", __name__)
 
-# Reasons other than the contract's four are kept as given, so a service could send
-# thousands of distinct words; beyond this many the rest are counted as "other".
-MAX_OTHER_REASONS = 20
+# The reason label: one of the contract's four, "none" without a Dlq-Reason, else this. Any
+# sender chooses its Dlq-Reason, so its own words would be label values it chose: as many as it
+# likes (Prometheus keeps a series for each) and readable by anyone who may scrape.
+OTHER_REASON = "other"
 
 
 def _label(value) -> str:
@@ -165,21 +167,18 @@ def database_size(conn) -> int:
     return conn.exec_driver_sql("SELECT pg_database_size(current_database())").scalar()
 
 
+def reason_label(reason: str | None) -> str:
+    """The ``reason`` label of an entry's Dlq-Reason: a contract reason, "none" or "other"."""
+    if reason is None:
+        return "none"
+    return reason if reason in REASONS else OTHER_REASON
+
+
 def _cap_reasons(rows) -> dict[tuple[str, str], int]:
-    """(status, reason) -> count, with rare unknown reasons folded into "other"."""
-    totals: dict[str, int] = {}
-    for _status, reason, count in rows:
-        if reason is not None and reason not in REASONS:
-            totals[reason] = totals.get(reason, 0) + count
-    kept = set(sorted(totals, key=lambda r: (-totals[r], r))[:MAX_OTHER_REASONS])
+    """(status, reason label) -> count; every reason outside the contract is counted as "other"."""
     result: dict[tuple[str, str], int] = {}
     for status, reason, count in rows:
-        if reason is None:
-            label = "none"
-        elif reason in REASONS or reason in kept:
-            label = reason
-        else:
-            label = "other"
+        label = reason_label(reason)
         result[(status, label)] = result.get((status, label), 0) + count
     return result
 

@@ -225,7 +225,11 @@ SCHEMAS: dict[str, dict] = {
         "properties": {
             "status": {"type": "string", "enum": ["ok", "degraded"]},
             "nats": {"type": "object", "required": ["connected"],
-                     "properties": {"connected": BOOL, "url": _nullable(STR), "last_error": _nullable(STR),
+                     "properties": {"connected": BOOL,
+                                    "url": {**_nullable(STR), "description": "The server connected to, without a "
+                                            "user or password; for an admin only."},
+                                    "last_error": {**_nullable(STR), "description": "Why NATS is not usable; "
+                                                   "without a login only whether there is an error."},
                                     "unreachable_since": {**_nullable(STR), "format": "date-time",
                                                           "description": "Since when NATS has not answered."},
                                     "rtt_ms": {**_nullable({"type": "number"}),

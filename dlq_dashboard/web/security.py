@@ -1,5 +1,6 @@
-"""Web security around every request: response headers, Secure cookies over HTTPS, refusing
-cross-site writes, CSRF refusals as sentences, the login throttle and the trusted proxy."""
+"""Web security around every request: the hosts answered, response headers, Secure cookies over
+HTTPS, refusing cross-site writes, CSRF refusals as sentences, the login throttle and the trusted
+proxy."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import ipaddress
 import math
 from datetime import datetime, timedelta
 from typing import Callable
+from urllib.parse import urlsplit
 
 from flask import Flask, current_app, has_request_context, request
 from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError
+from werkzeug.sansio.utils import host_is_trusted
 from sqlalchemy import Engine, delete, insert, select
 
 from ..db.engine import read_transaction, write_transaction
@@ -46,6 +49,13 @@ SECURITY_HEADERS = {
     "Permissions-Policy": "camera=(), microphone=(), geolocation=(), payment=()",
 }
 
+# Besides DLQ_PUBLIC_URL's host, the names a check on the machine itself uses (a container's
+# health check): a link built from them leads nowhere but the reader's own machine.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1")
+# Answered whatever the Host: probes and scrapers call a pod by its address, and these answers
+# build no URL from the Host.
+ANY_HOST_PATHS = frozenset({"/healthz", "/metrics"})
+
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # Sec-Fetch-Site values of a request another site started. "same-site" is a sibling
 # subdomain, a different origin all the same.
@@ -55,7 +65,10 @@ SESSION_IDLE = timedelta(hours=12)
 
 
 def init_app(app: Flask) -> None:
-    """Install the headers, the cookie policy, the cross-site refusal and the login throttle."""
+    """Install the trusted hosts, the headers, the cookie policy, the cross-site refusal and the
+    login throttle."""
+    app.extensions["dlq_trusted_hosts"] = trusted_hosts(runtime_of(app).settings.public_url)
+    app.before_request(refuse_untrusted_host)
     app.session_interface = HttpsAwareSessionInterface()
     if app.config.get("PERMANENT_SESSION_LIFETIME") == timedelta(days=31):  # Flask's default
         app.config["PERMANENT_SESSION_LIFETIME"] = SESSION_IDLE
@@ -68,6 +81,27 @@ def init_app(app: Flask) -> None:
     app.before_request(refuse_cross_site_writes)
     app.after_request(add_security_headers)
     app.register_error_handler(CSRFError, csrf_refused)
+
+
+def trusted_hosts(public_url: str | None) -> list[str] | None:
+    """The Host header values answered (as Flask's TRUSTED_HOSTS would list them): DLQ_PUBLIC_URL's
+    host and the loopback names; None (any host) without DLQ_PUBLIC_URL."""
+    if not public_url:
+        return None
+    return [urlsplit(public_url).hostname, *LOOPBACK_HOSTS]
+
+
+def refuse_untrusted_host():
+    """With DLQ_PUBLIC_URL, a request for another Host is a 400, so nothing the dashboard builds
+    from the Host (a redirect, a link) can point at a host the client made up.
+
+    Checked here rather than by Flask's TRUSTED_HOSTS, which would refuse /healthz and /metrics
+    too; it runs before the route's answer (and before a routing redirect is raised)."""
+    hosts = current_app.extensions.get("dlq_trusted_hosts")
+    if not hosts or request.path in ANY_HOST_PATHS or host_is_trusted(request.host, hosts):
+        return None
+    return refusal(f"Refused: this dashboard answers at {current_runtime().settings.public_url} "
+                   "(DLQ_PUBLIC_URL), not at the host this request named.", 400, "Refused")
 
 
 # --- proxies and HTTPS ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any, Iterable, NamedTuple
 
 from ...config import Settings
 from ...nats.bridge import NatsUnavailable, auth_options
+from ...redaction import scrub
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ async def _publish_forever(conn, settings: Settings, timeout: float) -> None:
             max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=2, error_cb=quiet,
             disconnected_cb=quiet, reconnected_cb=quiet, **auth_options(settings)), settings.connect_timeout)
     except Exception as exc:  # the job publishes through the bridge instead
-        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        conn.send(("failed", f"{type(exc).__name__}: {scrub(str(exc))}"))
         return
     js = nc.jetstream()
     loop = asyncio.get_running_loop()
@@ -129,7 +130,7 @@ def _sendable(exc: BaseException) -> BaseException:
         pickle.dumps(exc)
         return exc
     except Exception:
-        return NatsUnavailable(f"no answer from NATS ({type(exc).__name__}: {exc})")
+        return NatsUnavailable(f"no answer from NATS ({type(exc).__name__}: {scrub(str(exc))})")
 
 
 # --- the job's side ---------------------------------------------------------------------------
