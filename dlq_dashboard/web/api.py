@@ -90,11 +90,13 @@ def mirror_health(rt, heads: dict[str, int] | None, dlq_position: int | None) ->
     if leader:
         committed = {name: rt.mirror.progress[name].last_seq for name in streams}
     else:
-        committed = {rt.settings.dlq_stream: dlq_position}
-        try:
-            committed.update({name: read_position(rt.engine, name)[1] for name in streams[1:]})
-        except SQLAlchemyError:
-            committed = {name: None for name in streams}
+        committed = {name: None for name in streams}
+        if dlq_position is not None:  # the database answers: the other positions are read too
+            try:
+                committed = {rt.settings.dlq_stream: dlq_position,
+                             **{name: read_position(rt.engine, name)[1] for name in streams[1:]}}
+            except SQLAlchemyError:
+                pass
     now, well, report = utcnow(), True, {}
     for name in streams:
         last_seq = committed[name]
