@@ -100,9 +100,9 @@ def mirror_health(rt, heads: dict[str, int] | None, dlq_position: int | None) ->
     now, well, report = utcnow(), True, {}
     for name in streams:
         last_seq = committed[name]
+        # Unknown (and so degraded) while a stream does not answer, for instance while a
+        # clustered stream elects a leader, even before the mirror notices.
         lag = None if heads is None or last_seq is None else max(heads[name] - last_seq, 0)
-        if leader and heads is None:
-            lag = rt.mirror.progress[name].lag  # as the mirror last saw the stream
         state = {"last_seq": last_seq, "lag": lag, "error": None, "stuck_since": None, "behind_since": None}
         if leader:
             progress = rt.mirror.progress[name]
