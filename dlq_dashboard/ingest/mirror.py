@@ -163,23 +163,36 @@ class Mirror:
         return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
 
     async def _send(self, name: str, *args) -> asyncio.Future:
-        """Hand a write to the writer process; the future has its outcome. Sent (pickled) on the
-        writer thread and awaited without holding it: the next batch can be on its way while the
-        writer process commits this one. The writer runs writes in the order they are sent."""
-        sent = await self._db(self._process.submit, name, *args)
-        return asyncio.wrap_future(sent)
+        """Hand a write to the writer process; the future has its outcome. It is sent (pickled)
+        on the writer thread, which takes what it is given in order, so the writer process gets
+        the writes in the order of the calls while the caller prepares the next batch, and runs
+        them in that order."""
+        sent = asyncio.get_running_loop().run_in_executor(self._writer, self._process.submit, name, *args)
+
+        async def outcome():
+            return await asyncio.wrap_future(await sent)
+
+        return asyncio.ensure_future(outcome())
 
     async def _run(self) -> None:
         followers: list[asyncio.Task] = []
+        renewing = True  # False while renewals fail: logged when that starts and when it ends
         try:
             while True:
                 try:
                     held = await self._db(acquire_lease, self.engine, LEASE_NAME, self.holder, LEASE_SECONDS)
+                    if not renewing:
+                        log.warning("the mirror lease is renewed again")
+                    renewing = True
                 except Exception as exc:
                     # The database is unreachable: no other process can take the lease either.
                     # The followers keep trying (their writes fail and restart from the committed
                     # position); the lease is renewed, or found taken, once the database answers.
-                    log.warning("the mirror lease could not be renewed (%s: %s)", type(exc).__name__, exc)
+                    if renewing:
+                        log.warning("the mirror lease could not be renewed (%s: %s); retrying every %.0f s",
+                                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "",
+                                    LEASE_SECONDS / 3)
+                    renewing = False
                     held = self.leader
                 if held and not followers:
                     log.info("this process mirrors %s", ", ".join(self.progress))
