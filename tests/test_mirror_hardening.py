@@ -112,8 +112,10 @@ def test_a_write_failing_at_the_end_of_a_burst_on_a_quiet_stream_is_retried_unti
 
 
 def test_postgresql_stopped_at_the_end_of_a_burst_on_a_quiet_stream_stores_every_entry_once_it_is_back(
-        tmp_path, nats_server):
+        tmp_path, nats_server, caplog):
     from .postgres import PostgresServer
+
+    caplog.set_level(logging.WARNING, logger=MIRROR_LOG)
 
     server = PostgresServer().start()
     try:
@@ -138,6 +140,9 @@ def test_postgresql_stopped_at_the_end_of_a_burst_on_a_quiet_stream_stores_every
                              message="the ten dead letters once PostgreSQL is back, with no new message")
             support.wait_for(lambda: well(app), timeout=20, message="/healthz to be ok again")
             assert entry_seqs(rt.engine) == list(range(1, 211))
+            # However many retries the outage took: one line as it began, one as it ended.
+            assert len(mirror_lines(caplog, "DLQ", "is stuck")) == 1
+            assert len(mirror_lines(caplog, "DLQ", "recovered")) == 1
         finally:
             rt.stop()
     finally:
