@@ -291,17 +291,13 @@ def test_a_backlog_far_larger_than_the_budget_is_mirrored_whole_holding_only_the
 
     monkeypatch.setattr(mirror, "QUEUE", 1000)
     monkeypatch.setattr(mirror, "BATCH", 250)
-    write = mirror.Mirror._write
-    one_at_a_time: list[asyncio.Lock] = []
+    send = mirror.Mirror._send
 
-    async def slow_write(self, *args):  # a writer far slower than delivery: 250 messages in 0.1 s
-        if not one_at_a_time:
-            one_at_a_time.append(asyncio.Lock())
-        async with one_at_a_time[0]:
-            await asyncio.sleep(0.1)
-            return await write(self, *args)
+    async def slow_send(self, *args):  # a writer far slower than delivery: 250 messages in 0.1 s
+        await asyncio.sleep(0.1)  # batches are sent one after the other: the next waits for this one
+        return await send(self, *args)
 
-    monkeypatch.setattr(mirror.Mirror, "_write", slow_write)  # looked up at each write
+    monkeypatch.setattr(mirror.Mirror, "_send", slow_send)  # looked up at each write
     total = 20_000
     support.run(support.publish_fast(nats_server.url, "dlq.orders.created", total,
                                      lambda i: (f'{{"n": {i}}}'.encode(), support.dlq_headers())))

@@ -6,6 +6,13 @@ one transaction. A crash therefore loses nothing and a restart stores nothing tw
 next run resumes after the last committed sequence, and the unique key on
 (stream, epoch, sequence) absorbs any overlap. The batches are parsed and written by a
 process of its own (writer.py), so receiving and writing run side by side.
+
+Batches reach the writer in stream order (an advisory batch reads its payloads before it is
+sent, and the next batch waits for that), and each write's outcome is looked at when it ends,
+whether more messages arrive or not. A write that fails stops the follower, which starts again
+from the committed position, so the failed batch's messages are read and written again until
+the write succeeds. The stream is "stuck" from the first failure to the next success, with the
+error in memory for /healthz and the banner and one log line each way.
 """
 
 from __future__ import annotations
@@ -49,6 +56,10 @@ BATCH_BYTES = 16 * 1024 * 1024
 WRITES_IN_FLIGHT = 4
 LEASE_NAME = "mirror"
 LEASE_SECONDS = 15.0
+# The pause before retrying a stuck stream: doubled at each failure up to the longest, and back
+# to the first once a write has succeeded.
+RETRY_FIRST = 0.5
+RETRY_LONGEST = 10.0
 
 
 @dataclass
@@ -60,7 +71,9 @@ class StreamProgress:
     last_seq: int = 0
     stream_last_seq: int = 0
     ingested: int = 0
-    error: str | None = None
+    error: str | None = None  # why the stream is stuck: set at a failure, cleared by the next success
+    stuck_since: datetime | None = None
+    outages: int = 0  # times it became stuck
     queued_seq: int = 0  # handed to the writer, maybe not yet committed
     # (when, the stream's last seq) each time the stream was seen to have grown: the first one past
     # last_seq is how long the oldest message not yet mirrored has been known to wait. Changed on
@@ -70,6 +83,24 @@ class StreamProgress:
     @property
     def lag(self) -> int:
         return max(self.stream_last_seq - self.last_seq, 0)
+
+    def stuck(self, exc: BaseException) -> None:
+        """Note a failure: the stream is stuck until a write succeeds (logged once, not each retry)."""
+        error = scrub(f"{type(exc).__name__}: {exc}")
+        if self.error is None:
+            self.stuck_since = utcnow()
+            self.outages += 1
+            log.warning("mirroring %s is stuck (%s); retrying until it succeeds", self.stream, error)
+        else:
+            log.debug("mirroring %s is still stuck (%s)", self.stream, error)
+        self.error = error
+
+    def recovered(self) -> None:
+        """Note a success (a committed write, or nothing left to write): the stream is not stuck."""
+        if self.error is not None:
+            log.warning("mirroring %s recovered (stuck since %s: %s)", self.stream,
+                        self.stuck_since.isoformat(timespec="seconds"), self.error)
+        self.error, self.stuck_since = None, None
 
     def saw_stream(self, last_seq: int) -> None:
         """Note the stream's last sequence as stream_info (or the first sight of it) says now."""
@@ -85,6 +116,11 @@ class StreamProgress:
         if self.stream_last_seq <= last_seq:
             return None
         return next((at for at, seq in list(self.seen) if seq > last_seq), None)
+
+
+def mirrored_streams(settings: Settings) -> list[str]:
+    """The streams the mirror follows: the DLQ stream, then the advisories when captured."""
+    return [settings.dlq_stream] + ([settings.advisory_stream] if settings.capture_advisories else [])
 
 
 class StreamChanged(Exception):
@@ -108,9 +144,7 @@ class Mirror:
         # followers never write at the same time, and the bridge's loop never blocks.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mirror-writer")
         self._process = WriterProcess(self.settings.database_url, AlertRule.from_settings(self.settings))
-        self.progress = {self.settings.dlq_stream: StreamProgress(self.settings.dlq_stream)}
-        if self.settings.capture_advisories:
-            self.progress[self.settings.advisory_stream] = StreamProgress(self.settings.advisory_stream)
+        self.progress = {name: StreamProgress(name) for name in mirrored_streams(self.settings)}
 
     def start(self) -> None:
         """Start competing for the lease and mirroring (returns at once)."""
@@ -129,31 +163,45 @@ class Mirror:
     async def _db(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
 
-    async def _write(self, name: str, *args):
-        # Sent (pickled) on the writer thread, then awaited without holding it: the next batch
-        # can be on its way while the writer process commits this one.
-        sent = await self._db(self._process.submit, name, *args)
-        return await asyncio.wrap_future(sent)
+    async def _send(self, name: str, *args) -> asyncio.Future:
+        """Hand a write to the writer process; the future has its outcome. It is sent (pickled)
+        on the writer thread, which takes what it is given in order, so the writer process gets
+        the writes in the order of the calls while the caller prepares the next batch, and runs
+        them in that order."""
+        sent = asyncio.get_running_loop().run_in_executor(self._writer, self._process.submit, name, *args)
+
+        async def outcome():
+            return await asyncio.wrap_future(await sent)
+
+        return asyncio.ensure_future(outcome())
 
     async def _run(self) -> None:
         followers: list[asyncio.Task] = []
+        renewing = True  # False while renewals fail: logged when that starts and when it ends
         try:
             while True:
                 try:
                     held = await self._db(acquire_lease, self.engine, LEASE_NAME, self.holder, LEASE_SECONDS)
+                    if not renewing:
+                        log.warning("the mirror lease is renewed again")
+                    renewing = True
                 except Exception as exc:
                     # The database is unreachable: no other process can take the lease either.
                     # The followers keep trying (their writes fail and restart from the committed
                     # position); the lease is renewed, or found taken, once the database answers.
-                    log.warning("the mirror lease could not be renewed (%s: %s)", type(exc).__name__, exc)
+                    if renewing:
+                        log.warning("the mirror lease could not be renewed (%s: %s); retrying every %.0f s",
+                                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "",
+                                    LEASE_SECONDS / 3)
+                    renewing = False
                     held = self.leader
                 if held and not followers:
                     log.info("this process mirrors %s", ", ".join(self.progress))
                     followers = [asyncio.create_task(self._follow_forever(self.settings.dlq_stream,
-                                                                          self._write_dlq))]
+                                                                          self._prepare_dlq))]
                     if self.settings.capture_advisories:
                         followers.append(asyncio.create_task(
-                            self._follow_forever(self.settings.advisory_stream, self._write_advisories)))
+                            self._follow_forever(self.settings.advisory_stream, self._prepare_advisories)))
                 elif not held and followers:
                     log.warning("the mirror lease went to another process; this one stops mirroring")
                     for task in followers:
@@ -167,22 +215,29 @@ class Mirror:
                 task.cancel()
             await asyncio.gather(*followers, return_exceptions=True)
 
-    async def _follow_forever(self, stream: str, write: Callable[[str, str, list, int], Awaitable[None]]) -> None:
+    async def _follow_forever(self, stream: str, prepare: Callable[[str, str, list, int], Awaitable[tuple]]) -> None:
         progress = self.progress[stream]
-        delay = 0.5
+        delay = RETRY_FIRST
         while True:
+            outages = progress.outages
             try:
-                await self._follow(stream, write, progress)
+                await self._follow(stream, prepare, progress)
             except asyncio.CancelledError:
                 raise
             except StreamChanged as exc:
                 log.warning("%s", exc)
-                delay = 0.0
-            except Exception as exc:  # an outage, a deleted stream: start over from the database
-                progress.error = scrub(f"{type(exc).__name__}: {exc}")
-                log.warning("mirroring %s stopped (%s); resuming in %.1f s", stream, progress.error, delay)
-            await asyncio.sleep(delay)
-            delay = min(max(delay * 2, 0.5), 10)
+                await asyncio.sleep(0)
+                continue
+            except Exception as exc:  # an outage, a failed write: start over from the database
+                progress.stuck(exc)
+                if progress.outages != outages:
+                    delay = RETRY_FIRST  # a new outage: the last one ended with a success
+            await self._pause(stream, delay)
+            delay = min(delay * 2, RETRY_LONGEST)
+
+    async def _pause(self, stream: str, seconds: float) -> None:
+        """Wait before following ``stream`` again after a failure."""
+        await asyncio.sleep(seconds)
 
     async def _stream_info(self, stream: str):
         js = self.bridge.js
@@ -192,7 +247,7 @@ class Mirror:
             await self.streams.ensure(js)
             return await js.stream_info(stream)
 
-    async def _follow(self, stream: str, write, progress: StreamProgress) -> None:
+    async def _follow(self, stream: str, prepare, progress: StreamProgress) -> None:
         while not self.bridge.state.connected or self.bridge.js is None:
             await asyncio.sleep(0.2)
         js = self.bridge.js
@@ -212,21 +267,35 @@ class Mirror:
             progress.seen.clear()
         progress.epoch, progress.last_seq, progress.queued_seq = epoch, last_seq, last_seq
         progress.saw_stream(info.state.last_seq)
-        progress.error = None
+        # The error stays until a write succeeds, or until nothing is left to write: a retry
+        # that has not written yet has not recovered (health would flap to ok meanwhile).
+        if progress.lag == 0:
+            progress.recovered()
 
         inbox = _Inbox(progress.queued_seq)
         # Writes in flight while the next batch gathers: the database and the network overlap.
-        # Each commits its rows with its last sequence, in order, and only after the one before.
+        # Each commits its rows with its last sequence, in order, and only after the one before,
+        # so they end in order too: the oldest is the one to look at.
         writing: deque[asyncio.Future] = deque()
         last_check = 0.0
         try:
             while True:
+                while writing and writing[0].done():
+                    writing.popleft().result()  # a failed write ends this follower: retried from the database
                 await inbox.follow(js, stream)
                 if not inbox.messages:
+                    # Idle: wake for a message or for the end of the oldest write, so that a write
+                    # failing at the end of a burst is seen though nothing else arrives.
+                    arrived = asyncio.ensure_future(inbox.arrived.wait())
                     try:
-                        await asyncio.wait_for(inbox.arrived.wait(), timeout=1.0)
-                    except asyncio.TimeoutError:
+                        done, _ = await asyncio.wait([arrived, *list(writing)[:1]], timeout=1.0,
+                                                     return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        arrived.cancel()
+                    if not done:
                         await self._check_stream(stream, epoch, progress)
+                        if not writing and progress.lag == 0:
+                            progress.recovered()
                     continue
                 batch = inbox.take(BATCH, BATCH_BYTES)
                 batch = [item for item in batch if item[0] > progress.queued_seq]
@@ -242,17 +311,29 @@ class Mirror:
                     last_check = now
                 while len(writing) >= WRITES_IN_FLIGHT:
                     await writing.popleft()
-                writing.append(asyncio.ensure_future(self._commit(write, stream, epoch, batch, after, progress)))
+                # Prepared and sent here, one batch after the other: a batch whose payloads take
+                # long to fetch is never overtaken by the next (the writer would refuse that one).
+                name, args = await prepare(stream, epoch, batch, after)
+                outcome = await self._send(name, *args)
+                writing.append(asyncio.ensure_future(self._committed(outcome, batch, after, progress)))
         finally:
             if writing:
                 await asyncio.shield(asyncio.gather(*writing, return_exceptions=True))
             await inbox.close()
 
-    async def _commit(self, write, stream: str, epoch: str, batch: list, after: int,
-                      progress: StreamProgress) -> None:
-        await write(stream, epoch, batch, after)
+    @staticmethod
+    async def _committed(outcome: asyncio.Future, batch: list, after: int, progress: StreamProgress) -> None:
+        # The outcome is noted the moment the write ends, whatever the follower is doing. A write
+        # behind one that failed is refused (OutOfOrder): the cause is the first one's error.
+        try:
+            await outcome
+        except Exception as exc:
+            if progress.last_seq == after:
+                progress.stuck(exc)
+            raise
         progress.last_seq = batch[-1][0]
         progress.ingested += len(batch)
+        progress.recovered()
 
     async def _check_stream(self, stream: str, epoch: str, progress: StreamProgress) -> None:
         try:
@@ -263,13 +344,15 @@ class Mirror:
             raise StreamChanged(f"stream {stream} was recreated; reading the new one from its start")
         progress.saw_stream(info.state.last_seq)
 
-    async def _write_dlq(self, stream: str, epoch: str, batch: list, after: int) -> None:
+    async def _prepare_dlq(self, stream: str, epoch: str, batch: list, after: int) -> tuple[str, tuple]:
+        """The writer call that stores a batch of DLQ messages."""
         # StreamMessage fields as tuples: the writer process rebuilds them.
         rows = [(seq, m.subject, m.headers, m.data, _EPOCH + timedelta(microseconds=(ns + 500) // 1000))
                 for seq, ns, m in batch]
-        await self._write("ingest_dlq_rows", stream, epoch, rows, after)
+        return "ingest_dlq_rows", (stream, epoch, rows, after)
 
-    async def _write_advisories(self, stream: str, epoch: str, batch: list, after: int) -> None:
+    async def _prepare_advisories(self, stream: str, epoch: str, batch: list, after: int) -> tuple[str, tuple]:
+        """The writer call that stores a batch of advisories, with the payloads they name."""
         now = utcnow()
         items = []
         for seq, _, m in batch:
@@ -280,7 +363,7 @@ class Mirror:
             if advisory.kind != "nak":
                 fetched, missing = await self._fetch(advisory.stream, advisory.stream_seq)
             items.append((advisory, fetched, missing))
-        await self._write("ingest_advisory_batch", stream, epoch, items, batch[-1][0], after)
+        return "ingest_advisory_batch", (stream, epoch, items, batch[-1][0], after)
 
     async def _fetch(self, stream: str, seq: int) -> tuple[FetchedMessage | None, str | None]:
         try:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, request
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..ingest.mirror import mirrored_streams
 from ..ingest.writes import read_position
 from ..nats.bridge import NatsUnavailable
 from ..redaction import scrub
-from ..times import format_time
+from ..times import format_time, utcnow
 from . import current_runtime
 from .auth import current_identity, requires
 from .data import entries_page, entry_detail, failure_groups
@@ -55,31 +56,20 @@ def health() -> tuple[dict, int]:
     except SQLAlchemyError as exc:
         database = {"connected": False, "last_error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
     nats = {"connected": False, "last_error": "not started"}
-    lag = None
+    heads = None  # each mirrored stream's last sequence, as NATS answers now
     if rt.bridge is not None:
         # While the liveness probe says NATS is unreachable this answers at once from memory;
-        # otherwise the stream is asked, for at most HEALTH_TIMEOUT (cut short if the probe gives
-        # up meanwhile), so a load balancer's check never hangs on a frozen server.
+        # otherwise the streams are asked, for at most HEALTH_TIMEOUT together (cut short if the
+        # probe gives up meanwhile), so a load balancer's check never hangs on a frozen server.
         nats = rt.bridge.state.to_dict()
         try:
-            info = rt.bridge.call(lambda: rt.bridge.js.stream_info(stream),
-                                  timeout=HEALTH_TIMEOUT)
-            if position is not None:
-                lag = max(info.state.last_seq - position, 0)
+            heads = rt.bridge.call(lambda: _stream_heads(rt.bridge.js, mirrored_streams(rt.settings)),
+                                   timeout=HEALTH_TIMEOUT)
         except NatsUnavailable as exc:
             nats["last_error"] = nats.get("last_error") or scrub(str(exc))
         except Exception as exc:  # a missing stream is reported, not raised
             nats["last_error"] = scrub(f"{type(exc).__name__}: {exc}")
-    mirror = None
-    if rt.mirror is not None:
-        mirror = {"leader": rt.mirror.leader,
-                  "streams": {name: {"last_seq": p.last_seq, "lag": p.lag, "error": p.error,
-                                     "behind_since": format_time(p.behind_since())}
-                              for name, p in rt.mirror.progress.items()}}
-    # The process that mirrors also says whether it is mirroring: a follower that failed (a
-    # stream leader being elected, the database gone) resumes by itself, degraded meanwhile.
-    following = not (rt.mirror is not None and rt.mirror.leader
-                     and any(p.error for p in rt.mirror.progress.values()))
+    mirror, lag, following = mirror_health(rt, heads, position if database["connected"] else None)
     ok = nats.get("connected") and database["connected"] and lag is not None and following
     body = {"status": "ok" if ok else "degraded", "nats": nats, "database": database, "mirror_lag": lag,
             "mirror": mirror}
@@ -111,6 +101,48 @@ def _caller_is_admin() -> bool:
     except Exception:  # noqa: BLE001 - health answers whoever asks, the database away or not
         return False
     return identity is not None and identity.may("admin")
+
+
+async def _stream_heads(js, streams: list[str]) -> dict[str, int]:
+    return {name: (await js.stream_info(name)).state.last_seq for name in streams}
+
+
+def mirror_health(rt, heads: dict[str, int] | None, dlq_position: int | None) -> tuple[dict, int | None, bool]:
+    """(the mirror's state per stream, ``mirror_lag`` over every mirrored stream, whether it is
+    well). The process that mirrors answers from memory: how far each stream is committed, and
+    whether one is stuck (a write failing, retried until it succeeds) or behind (its oldest
+    message waiting ``mirror_stale_after`` seconds). Another replica knows only the committed
+    positions in the database; its lag is None while NATS or the database does not answer."""
+    streams = mirrored_streams(rt.settings)
+    leader = rt.mirror is not None and rt.mirror.leader
+    if leader:
+        committed = {name: rt.mirror.progress[name].last_seq for name in streams}
+    else:
+        committed = {name: None for name in streams}
+        if dlq_position is not None:  # the database answers: the other positions are read too
+            try:
+                committed = {rt.settings.dlq_stream: dlq_position,
+                             **{name: read_position(rt.engine, name)[1] for name in streams[1:]}}
+            except SQLAlchemyError:
+                pass
+    now, well, report = utcnow(), True, {}
+    for name in streams:
+        last_seq = committed[name]
+        # Unknown (and so degraded) while a stream does not answer, for instance while a
+        # clustered stream elects a leader, even before the mirror notices.
+        lag = None if heads is None or last_seq is None else max(heads[name] - last_seq, 0)
+        state = {"last_seq": last_seq, "lag": lag, "error": None, "stuck_since": None, "behind_since": None}
+        if leader:
+            progress = rt.mirror.progress[name]
+            behind = progress.behind_since()
+            state.update(error=progress.error, stuck_since=format_time(progress.stuck_since),
+                         behind_since=format_time(behind))
+            stale = behind is not None and (now - behind).total_seconds() >= rt.settings.mirror_stale_after
+            well = well and progress.error is None and not stale
+        report[name] = state
+    lags = [state["lag"] for state in report.values()]
+    total = None if None in lags else sum(lags)
+    return {"leader": leader, "streams": report}, total, well
 
 
 @bp.route("/healthz")

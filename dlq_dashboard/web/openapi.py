@@ -236,8 +236,18 @@ SCHEMAS: dict[str, dict] = {
                                                "description": "The liveness probe's last round trip."}}},
             "database": {"type": "object", "required": ["connected"],
                          "properties": {"connected": BOOL, "last_error": _nullable(STR)}},
-            "mirror_lag": {**_nullable(INT), "description": "Messages not yet mirrored; null if unknown."},
-            "mirror": {"type": ["object", "null"]},
+            "mirror_lag": {**_nullable(INT), "description": "Messages not yet mirrored, over every stream "
+                           "the mirror follows (the DLQ stream and the advisories); null if unknown."},
+            "mirror": {"type": "object", "required": ["leader", "streams"], "properties": {
+                "leader": {**BOOL, "description": "Whether this process mirrors."},
+                "streams": {"type": "object", "additionalProperties": {
+                    "type": "object", "properties": {
+                        "last_seq": _nullable(INT), "lag": _nullable(INT),
+                        "error": {**_nullable(STR), "description": "Why the stream is stuck (a write failing, "
+                                  "retried until it succeeds); null while it is not."},
+                        "stuck_since": {**_nullable(STR), "format": "date-time"},
+                        "behind_since": {**_nullable(STR), "format": "date-time",
+                                         "description": "Since when the oldest message not yet mirrored waits."}}}}}},
         },
     },
 }

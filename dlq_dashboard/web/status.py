@@ -1,4 +1,5 @@
-"""Whether what the pages show may be stale: NATS unreachable, or the mirror behind its stream.
+"""Whether what the pages show may be stale: NATS unreachable, or the mirror stuck on a stream
+(a write failing, retried until it succeeds) or behind it.
 
 Every page polls ``/status/banner`` (base.html). It answers from what the bridge's liveness
 probe and the mirror keep in memory, never asking NATS, so it answers at once when NATS is
@@ -33,18 +34,29 @@ class StreamLag:
 
 
 @dataclass(frozen=True)
+class StreamStuck:
+    """A stream the mirror cannot write: why, since when, and how many messages wait."""
+
+    stream: str
+    error: str
+    since: datetime
+    messages: int
+
+
+@dataclass(frozen=True)
 class ServiceStatus:
-    """NATS's liveness and the mirror's lag as this process knows them now."""
+    """NATS's liveness and the mirror's state as this process knows them now."""
 
     nats_usable: bool
     nats_since: datetime | None
     nats_error: str | None
     lagging: tuple[StreamLag, ...]
+    stuck: tuple[StreamStuck, ...] = ()
 
     @property
     def stale(self) -> bool:
         """True while the pages may show old data."""
-        return not self.nats_usable or bool(self.lagging)
+        return not self.nats_usable or bool(self.lagging) or bool(self.stuck)
 
     @property
     def nats_down(self) -> str | None:
@@ -58,14 +70,17 @@ class ServiceStatus:
                 "nats": {"usable": self.nats_usable, "unreachable_since": format_time(self.nats_since),
                          "last_error": self.nats_error},
                 "lagging": [{"stream": lag.stream, "messages": lag.messages, "since": format_time(lag.since)}
-                            for lag in self.lagging]}
+                            for lag in self.lagging],
+                "stuck": [{"stream": s.stream, "error": s.error, "since": format_time(s.since),
+                           "messages": s.messages} for s in self.stuck]}
 
 
 def service_status(rt: Runtime) -> ServiceStatus:
     """The status from memory: the bridge's state and, on the process that mirrors, its progress.
 
     A lag counts once its oldest message has waited ``mirror_stale_after`` seconds, so a mirror
-    that keeps up with a busy stream (always a batch behind) does not raise the banner.
+    that keeps up with a busy stream (always a batch behind) does not raise the banner. A stuck
+    stream counts at once, and is told as stuck (with its error) rather than as behind.
     """
     bridge = rt.bridge
     if bridge is None:
@@ -73,15 +88,18 @@ def service_status(rt: Runtime) -> ServiceStatus:
     else:
         state = bridge.state
         usable, since, error = state.connected, state.unreachable_since, state.last_error
-    lagging = []
+    lagging, stuck = [], []
     mirror = rt.mirror
     if mirror is not None and mirror.leader:
         now = utcnow()
-        for name, progress in mirror.progress.items():
+        for name, progress in list(mirror.progress.items()):
+            failed, failed_since = progress.error, progress.stuck_since
             behind = progress.behind_since()
-            if behind is not None and (now - behind).total_seconds() >= rt.settings.mirror_stale_after:
+            if failed is not None and failed_since is not None:
+                stuck.append(StreamStuck(name, failed, failed_since, progress.lag))
+            elif behind is not None and (now - behind).total_seconds() >= rt.settings.mirror_stale_after:
                 lagging.append(StreamLag(name, progress.lag, behind))
-    return ServiceStatus(usable, since, error, tuple(lagging))
+    return ServiceStatus(usable, since, error, tuple(lagging), tuple(stuck))
 
 
 @bp.route("/status/banner")
