@@ -175,17 +175,16 @@ def login():
     name = request.form.get("username", "")
     address = client_address()
     throttle = login_throttle()
-    wait = throttle.retry_after(name, address)
-    if wait:
+    refused = throttle.check(name, address)
+    if refused:
         # Checked before the password: while throttled, guessing learns nothing.
-        message = (f"Too many failed logins for this user name or from this address. "
-                   f"Try again in {wait} seconds.")
-        return render_template("login.html", error=message), 429, {"Retry-After": str(wait)}
+        message = f"{refused.message} Try again in {refused.seconds} second{'s' if refused.seconds != 1 else ''}."
+        return render_template("login.html", error=message), 429, {"Retry-After": str(refused.seconds)}
     user = verify_password(current_runtime().engine, name, request.form.get("password", ""))
     if user is None:
         throttle.failed(name, address)
         return render_template("login.html", error=LOGIN_FAILED), 401
-    throttle.succeeded(name)
+    throttle.succeeded(name, address)
     session.clear()  # a fresh session (and CSRF token) at login: nothing carries over
     login_user(SessionUser(user.id, user.name, user.role, user.session_generation))
     session.permanent = True  # expires after PERMANENT_SESSION_LIFETIME without a request
