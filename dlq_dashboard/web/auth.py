@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session, url_for
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 
-from ..accounts import ROLES, end_sessions, find_token, get_user, load_session_user, verify_password
+from ..accounts import ROLES, end_session, find_token, get_user, load_session_user, start_session, verify_password
 from . import current_runtime
 from .responses import bearer_token, refusal, wants_json
 from .security import client_address, is_trusted_proxy, login_throttle
@@ -38,28 +38,24 @@ class Identity:
 
 
 class SessionUser(UserMixin):
-    """A logged-in user as Flask-Login sees them."""
+    """A logged-in user as Flask-Login sees them, in one session."""
 
-    def __init__(self, user_id: int, name: str, role: str, generation: int):
-        self.id, self.name, self.role, self.generation = user_id, name, role, generation
+    def __init__(self, user_id: int, name: str, role: str, session_key: str):
+        self.id, self.name, self.role, self.session_key = user_id, name, role, session_key
 
     def get_id(self) -> str:
-        # The generation is part of the id: raising it (logout, password change, disable)
-        # ends every session issued before, although the cookie itself stays validly signed.
-        return f"{self.id}:{self.generation}"
+        # The login id is the session's key (a row of the sessions table), not the user's: the
+        # cookie stays validly signed after logout, so the row decides whether it still works.
+        return self.session_key
 
 
 @login_manager.user_loader
-def load_user(session_id: str):
-    """The session's user, if they still exist, are enabled and the session is current."""
-    try:
-        user_id, generation = (int(x) for x in session_id.split(":"))
-    except ValueError:
-        return None
-    user = load_session_user(current_runtime().engine, user_id, generation)
+def load_user(session_key: str):
+    """The session's user, if the session has not ended and the user exists and is enabled."""
+    user = load_session_user(current_runtime().engine, session_key)
     if user is None:
         return None
-    return SessionUser(user.id, user.name, user.role, user.session_generation)
+    return SessionUser(user.id, user.name, user.role, session_key)
 
 
 # --- identity ---------------------------------------------------------------------------------
@@ -186,7 +182,7 @@ def login():
         return render_template("login.html", error=LOGIN_FAILED), 401
     throttle.succeeded(name, address)
     session.clear()  # a fresh session (and CSRF token) at login: nothing carries over
-    login_user(SessionUser(user.id, user.name, user.role, user.session_generation))
+    login_user(SessionUser(user.id, user.name, user.role, start_session(current_runtime().engine, user.id)))
     session.permanent = True  # expires after PERMANENT_SESSION_LIFETIME without a request
     return redirect(safe_next(request.args.get("next")))
 
@@ -194,9 +190,9 @@ def login():
 @bp.route("/logout", methods=["POST"])
 @requires("viewer")
 def logout():
-    """End this session and every other session of the user."""
+    """End this session only (a copy of its cookie too); the user's other sessions go on."""
     if current_user.is_authenticated:
-        end_sessions(current_runtime().engine, current_user.id)
+        end_session(current_runtime().engine, current_user.session_key)
     logout_user()
     session.clear()
     return redirect(url_for("auth.login"))
