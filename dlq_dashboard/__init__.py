@@ -81,7 +81,8 @@ def create_app(config: dict[str, Any] | None = None):
     def _csrf_unless_bearer():
         # A bearer-token call carries no cookie, so no other site can forge it; everything
         # else that changes state needs the CSRF token (a form field or X-CSRFToken header).
-        if bearer_token() is None:
+        # A request that its route's role refuses for want of a session has nothing to forge.
+        if bearer_token() is None and not auth.wants_a_session():
             csrf.protect()
 
     logging.getLogger("dlq_dashboard").setLevel(logging.INFO)

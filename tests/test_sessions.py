@@ -1,4 +1,5 @@
-"""Logout ends one session (a row of the sessions table). On SQLite and PostgreSQL."""
+"""Logout ends one session (a row of the sessions table), and a poll of an ended session never
+navigates. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -65,3 +66,39 @@ def test_a_new_password_and_ending_sessions_end_every_session_of_the_user(probe_
     laptop, phone = auth.client("viewer"), auth.client("viewer")
     assert end_sessions(engine, get_user(engine, "viewer-user").id) == 2
     assert laptop.get("/probe/viewer").status_code == 302 and phone.get("/probe/viewer").status_code == 302
+
+
+# --- htmx requests of an ended session ---------------------------------------------------------
+
+def test_a_poll_of_an_ended_session_gets_401_with_a_sentence_and_nothing_that_navigates(probe_app, auth):
+    client = auth.client("viewer")
+    auth.logout(client)
+    for path in ("/status/banner", "/summary", "/jobs", "/probe/viewer"):
+        response = client.get(path, headers={"HX-Request": "true"})
+        assert response.status_code == 401, path
+        assert "You were signed out" in response.get_data(as_text=True)
+        assert not {"HX-Redirect", "HX-Location", "HX-Refresh", "Location"} & set(response.headers.keys()), path
+
+
+def test_an_htmx_post_of_an_ended_session_gets_401_signed_out_not_a_csrf_refusal(probe_app, auth):
+    client = auth.client("operator")
+    token = support.csrf_token(client, "/")
+    auth.logout(client)
+    response = client.post("/entries/1/validate", data={"payload": "{}", "csrf_token": token},
+                           headers={"HX-Request": "true", "X-CSRFToken": token})
+    assert response.status_code == 401 and "You were signed out" in response.get_data(as_text=True)
+
+
+def test_a_form_posted_after_the_session_ended_goes_to_login_and_back_to_its_page(probe_app, auth):
+    client = auth.client("operator")
+    token = support.csrf_token(client, "/")
+    auth.logout(client)
+    response = client.post("/entries/1/republish", data={"version": "1", "csrf_token": token},
+                           headers={"Referer": "http://localhost/entries/1/edit"})
+    assert response.status_code == 302 and response.location == "/login?next=/entries/1/edit"
+
+
+def test_a_signed_in_form_without_its_csrf_token_is_still_refused(probe_app, auth):
+    client = auth.client("operator")
+    response = client.post("/entries/1/republish", data={"version": "1"})
+    assert response.status_code == 400 and "CSRF" in response.get_data(as_text=True)

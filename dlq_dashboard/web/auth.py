@@ -22,6 +22,8 @@ bp = Blueprint("auth", __name__)
 login_manager = LoginManager()
 
 LOGIN_FAILED = "Unknown user name or wrong password."
+# The answer to an htmx request whose session has ended (static/app.js shows it in the banner).
+SIGNED_OUT = "You were signed out. Sign in again in another tab; this page keeps what you typed."
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,18 @@ def current_identity() -> Identity | None:
     return identity
 
 
+def wants_a_session() -> bool:
+    """True when this request's route needs a role and nobody is signed in.
+
+    ``requires`` answers it (the login page; 401 for htmx) before the view does anything, so its
+    CSRF check is skipped: it would refuse the token of a session that ended (a form or an
+    editor's live check after logout elsewhere) with "reload the page", and htmx would swap
+    that sentence into the page.
+    """
+    view = current_app.view_functions.get(request.endpoint) if request.endpoint else None
+    return getattr(view, "required_role", None) is not None and current_identity() is None
+
+
 def actor_name() -> str:
     """The name written into the audit: the user's name, or ``token:<name>`` for an API token."""
     identity = current_identity()
@@ -134,10 +148,10 @@ def requires(role: str | None) -> Callable:
                     if wants_json():
                         return jsonify(error="Log in or send an API token (Authorization: Bearer ...)."), 401
                     if request.headers.get("HX-Request"):
-                        # htmx would follow a redirect and swap the login page into a fragment.
-                        response = current_app.response_class("Log in first.\n", status=401, mimetype="text/plain")
-                        response.headers["HX-Redirect"] = _login_url()
-                        return response
+                        # Neither a redirect (htmx would swap the login page into a fragment) nor
+                        # HX-Redirect (it would navigate away from what the person typed): the
+                        # page stays, and static/app.js says in the banner that the session ended.
+                        return current_app.response_class(SIGNED_OUT + "\n", status=401, mimetype="text/plain")
                     return redirect(_login_url())
                 if not identity.may(role):
                     return refusal(f"This needs the {role} role; {identity.name} has {identity.role}.", 403)
