@@ -1,13 +1,14 @@
-"""Logout ends one session (a row of the sessions table), and a poll of an ended session never
-navigates. On SQLite and PostgreSQL."""
+"""Logout ends one session (a row of the sessions table), a poll of an ended session never
+navigates, and the page after login is never a fragment. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import pytest
 from sqlalchemy import select
 
-from dlq_dashboard.accounts import end_sessions, get_user, set_password
+from dlq_dashboard.accounts import create_user, end_sessions, get_user, set_password
 from dlq_dashboard.db.models import LoginSession
+from dlq_dashboard.web.auth import safe_next
 
 from . import support
 from .test_auth import add_probes
@@ -102,3 +103,35 @@ def test_a_signed_in_form_without_its_csrf_token_is_still_refused(probe_app, aut
     client = auth.client("operator")
     response = client.post("/entries/1/republish", data={"version": "1"})
     assert response.status_code == 400 and "CSRF" in response.get_data(as_text=True)
+
+
+# --- the page after login ----------------------------------------------------------------------
+
+def test_signing_in_with_next_naming_the_banner_fragment_lands_on_the_list(probe_app, engine):
+    create_user(engine, "erin", support.PASSWORD, "viewer")
+    client = probe_app.test_client()
+    response = client.post("/login?next=/status/banner", data={
+        "username": "erin", "password": support.PASSWORD, "csrf_token": support.csrf_token(client)})
+    assert response.status_code == 302 and response.location == "/"
+
+
+def test_a_fragment_opened_without_a_session_is_not_named_in_the_login_link(probe_app):
+    client = probe_app.test_client()
+    for path in ("/status/banner", "/summary", "/entries/new?after=3", "/audit/jobs/1/items"):
+        response = client.get(path)
+        assert response.status_code == 302 and response.location == "/login?next=/", path
+
+
+@pytest.mark.parametrize("target", ["/status/banner", "/summary?status=open", "/entries/new?after=1",
+                                    "/audit/jobs/3/items", "/api/entries", "/healthz", "/login", "/logout",
+                                    "/entries/1/validate", "/no/such/page"])
+def test_the_page_after_login_is_never_a_fragment_json_a_post_target_or_unknown(probe_app, target):
+    with probe_app.test_request_context():
+        assert safe_next(target) == "/"
+
+
+@pytest.mark.parametrize("target", ["/", "/entries/4?tab=history", "/entries/4/edit", "/jobs/2?state=failed",
+                                    "/groups?subject=orders.created", "/audit", "/views"])
+def test_the_page_after_login_may_be_any_page(probe_app, target):
+    with probe_app.test_request_context():
+        assert safe_next(target) == target

@@ -1,5 +1,6 @@
 """Sessions in Debian's Chromium: logging out in one browser leaves the other signed in; a tab
-whose session ended keeps its editor and says so in the banner, never navigating."""
+whose session ended keeps its editor and says so in the banner, never navigating; the page
+after login is never a fragment."""
 
 from __future__ import annotations
 
@@ -99,3 +100,14 @@ def test_a_tab_whose_session_ended_keeps_its_editor_says_so_in_the_banner_and_sa
         assert message.data == typed.encode()
     finally:
         context.close()
+
+
+def test_signing_in_from_a_login_link_naming_the_banner_fragment_lands_on_the_list(app, live_server, page):
+    support.ensure_user(app, "operator-browser", "operator")
+    page.goto(f"{live_server}/login?next=/status/banner")
+    page.fill("input[name=username]", "operator-browser")
+    page.fill("input[name=password]", support.PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/login" not in url)
+    assert page.url == f"{live_server}/"
+    expect(page.locator("h1")).to_be_visible()

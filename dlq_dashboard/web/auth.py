@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session, url_for
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
+from werkzeug.exceptions import HTTPException
 
 from ..accounts import ROLES, end_session, find_token, get_user, load_session_user, start_session, verify_password
 from . import current_runtime
@@ -131,10 +132,12 @@ def _login_url() -> str:
     return url_for("auth.login", next=safe_next(target))
 
 
-def requires(role: str | None) -> Callable:
+def requires(role: str | None, *, fragment: bool = False) -> Callable:
     """Decorate a view with the least role it needs (None: open to anyone, e.g. /healthz).
 
     The role is also kept on the view function, so a test can check every route has one.
+    ``fragment`` marks a view that answers only a piece of a page (an htmx poll): it is never
+    the page to return to after login.
     """
     if role is not None and role not in _RANK:
         raise ValueError(f"unknown role {role!r}")
@@ -158,6 +161,7 @@ def requires(role: str | None) -> Callable:
             return view(*args, **kwargs)
 
         wrapped.required_role = role
+        wrapped.fragment = fragment
         return wrapped
 
     return decorate
@@ -166,14 +170,28 @@ def requires(role: str | None) -> Callable:
 # --- login and logout -------------------------------------------------------------------------
 
 def safe_next(target: str | None) -> str:
-    """``target`` if it is a path on this site, else the list page (no open redirect)."""
+    """``target`` if it is a page of this site, else the list page: no open redirect, and never
+    a fragment, a JSON route or a form's POST target (shown bare after login)."""
     # Browsers drop tabs and newlines and read '\' as '/', so "/\t/evil" would become "//evil".
     if target and target.startswith("/") and target.isprintable() and " " not in target \
             and "\\" not in target:
         parts = urlsplit(target)
-        if not parts.scheme and not parts.netloc and not target.startswith("//"):
+        if not parts.scheme and not parts.netloc and not target.startswith("//") and _is_page(parts.path):
             return target
     return url_for("pages.index")
+
+
+def _is_page(path: str) -> bool:
+    """True when a GET of ``path`` answers a whole page that needs a login."""
+    if path.startswith("/api/"):
+        return False
+    try:
+        endpoint, _ = current_app.create_url_adapter(request).match(path, method="GET")
+    except HTTPException:  # unknown, POST only, or a redirect to another path
+        return False
+    view = current_app.view_functions.get(endpoint)
+    return (view is not None and getattr(view, "required_role", None) is not None
+            and not getattr(view, "fragment", False))
 
 
 @bp.route("/login", methods=["GET", "POST"])
