@@ -3,6 +3,8 @@ navigates, and the page after login is never a fragment. On SQLite and PostgreSQ
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sqlalchemy import select
 
@@ -14,6 +16,9 @@ from . import support
 from .test_auth import add_probes
 
 pytestmark = pytest.mark.both_databases
+
+# Answer headers that would take the browser (or htmx) away from the page.
+NAVIGATING = {"HX-Redirect", "HX-Location", "HX-Refresh", "Location"}
 
 
 @pytest.fixture
@@ -74,11 +79,11 @@ def test_a_new_password_and_ending_sessions_end_every_session_of_the_user(probe_
 def test_a_poll_of_an_ended_session_gets_401_with_a_sentence_and_nothing_that_navigates(probe_app, auth):
     client = auth.client("viewer")
     auth.logout(client)
-    for path in ("/status/banner", "/summary", "/jobs", "/probe/viewer"):
+    for path in ("/status/banner", "/summary", "/entries/new?after=1", "/jobs", "/jobs/1", "/probe/viewer"):
         response = client.get(path, headers={"HX-Request": "true"})
         assert response.status_code == 401, path
         assert "You were signed out" in response.get_data(as_text=True)
-        assert not {"HX-Redirect", "HX-Location", "HX-Refresh", "Location"} & set(response.headers.keys()), path
+        assert not NAVIGATING & set(response.headers.keys()), path
 
 
 def test_an_htmx_post_of_an_ended_session_gets_401_signed_out_not_a_csrf_refusal(probe_app, auth):
@@ -103,6 +108,26 @@ def test_a_signed_in_form_without_its_csrf_token_is_still_refused(probe_app, aut
     client = auth.client("operator")
     response = client.post("/entries/1/republish", data={"version": "1"})
     assert response.status_code == 400 and "CSRF" in response.get_data(as_text=True)
+
+
+def test_every_route_asked_by_htmx_after_the_session_ended_answers_401_and_never_navigates(probe_app, auth):
+    client = auth.client("admin")
+    token = support.csrf_token(client, "/")
+    auth.logout(client)
+    checked = 0
+    for rule in probe_app.url_map.iter_rules():
+        view = probe_app.view_functions[rule.endpoint]
+        if getattr(view, "required_role", None) is None or rule.rule.startswith("/api/"):
+            continue
+        path = re.sub(r"<[^>]+>", "1", rule.rule)
+        for method in sorted(rule.methods & {"GET", "POST"}):
+            response = client.open(path, method=method, data={"csrf_token": token},
+                                   headers={"HX-Request": "true", "X-CSRFToken": token})
+            assert response.status_code == 401, (method, path, response.status_code)
+            assert "You were signed out" in response.get_data(as_text=True), (method, path)
+            assert not NAVIGATING & set(response.headers.keys()), (method, path)
+            checked += 1
+    assert checked > 20
 
 
 # --- the page after login ----------------------------------------------------------------------
