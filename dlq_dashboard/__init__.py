@@ -22,7 +22,7 @@ def create_app(config: dict[str, Any] | None = None):
     ``config`` may carry ``SETTINGS`` (a Settings) and Flask options; without it settings
     come from the environment.
     """
-    from flask import Flask
+    from flask import Flask, request
     from flask_wtf.csrf import CSRFProtect
     from werkzeug.routing import IntegerConverter, Map
 
@@ -92,7 +92,9 @@ def create_app(config: dict[str, Any] | None = None):
     def _csrf_unless_bearer():
         # A bearer-token call carries no cookie, so no other site can forge it; everything
         # else that changes state needs the CSRF token (a form field or X-CSRFToken header).
-        if bearer_token() is None:
+        # A request that its route's role refuses for want of a session has nothing to forge.
+        if bearer_token() is None and request.method in app.config["WTF_CSRF_METHODS"] \
+                and not auth.wants_a_session():
             csrf.protect()
 
     logging.getLogger("dlq_dashboard").setLevel(logging.INFO)

@@ -1,19 +1,21 @@
-"""Users and API tokens: create, list, disable, revoke (used by the CLI, the login and the first start)."""
+"""Users, their login sessions and API tokens: create, list, disable, revoke, end (used by the CLI,
+the login and the first start)."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, func, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine, delete, func, or_, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from .db.engine import write_transaction
-from .db.models import ApiToken, User
+from .db.models import ApiToken, LoginSession, User
 from .times import utcnow
 
 ROLES = ("viewer", "operator", "admin")
@@ -27,6 +29,12 @@ _DUMMY_HASH = generate_password_hash(secrets.token_hex(16))
 # How often a token's last use is written: a script polling every second must not turn
 # every read into a database write.
 _LAST_USED_EVERY = timedelta(minutes=1)
+# A session row ended, or not seen, this long ago is deleted at the next login: its cookie has
+# expired long before (the idle lifetime is 12 hours unless configured otherwise).
+SESSION_ROWS_KEPT = timedelta(days=30)
+
+log = logging.getLogger(__name__)
+SESSIONS = LoginSession.__table__
 
 
 class AccountError(ValueError):
@@ -41,7 +49,6 @@ class UserInfo:
     name: str
     role: str
     disabled: bool
-    session_generation: int
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ def _check_password(password: str) -> None:
 
 
 def _user_info(row) -> UserInfo:
-    return UserInfo(row.id, row.name, row.role, bool(row.disabled), row.session_generation)
+    return UserInfo(row.id, row.name, row.role, bool(row.disabled))
 
 
 # --- users ------------------------------------------------------------------------------------
@@ -94,11 +101,10 @@ def create_user(engine: Engine, name: str, password: str, role: str) -> UserInfo
             if conn.execute(select(User.id).where(User.name == name)).first():
                 raise AccountError(f"user {name!r} exists already")
             result = conn.execute(User.__table__.insert().values(
-                name=name, password_hash=password_hash, role=role, disabled=False,
-                session_generation=0, created_at=utcnow()))
+                name=name, password_hash=password_hash, role=role, disabled=False, created_at=utcnow()))
     except IntegrityError:  # another process created the same name between check and insert
         raise AccountError(f"user {name!r} exists already") from None
-    return UserInfo(result.inserted_primary_key[0], name, role, False, 0)
+    return UserInfo(result.inserted_primary_key[0], name, role, False)
 
 
 def get_user(engine: Engine, name: str) -> UserInfo | None:
@@ -123,33 +129,76 @@ def verify_password(engine: Engine, name: str, password: str) -> UserInfo | None
     return _user_info(user)
 
 
-def load_session_user(engine: Engine, user_id: int, generation: int) -> UserInfo | None:
-    """The user a session names, if they still exist, are enabled and the session is current
-    (its generation is the user's: logout, a new password or disabling raise it)."""
-    with engine.connect() as conn:
-        row = conn.execute(select(User.__table__).where(User.id == user_id)).first()
-    if row is None or row.disabled or row.session_generation != generation:
+# --- sessions ---------------------------------------------------------------------------------
+
+def start_session(engine: Engine, user_id: int) -> str:
+    """A new session of the user; returns the random key the cookie carries (only its hash is
+    stored). Rows long ended or unseen are deleted on the way."""
+    key = secrets.token_urlsafe(32)
+    now = utcnow()
+    with write_transaction(engine) as conn:
+        conn.execute(delete(SESSIONS).where(or_(SESSIONS.c.ended_at < now - SESSION_ROWS_KEPT,
+                                                SESSIONS.c.last_seen_at < now - SESSION_ROWS_KEPT)))
+        conn.execute(SESSIONS.insert().values(id=hash_token(key), user_id=user_id, created_at=now,
+                                              last_seen_at=now, ended_at=None))
+    return key
+
+
+def load_session_user(engine: Engine, session_key: str) -> UserInfo | None:
+    """The user of the session ``session_key`` names, if the session has not ended and the user
+    exists and is enabled; records that the session was seen (at most once a minute)."""
+    if not session_key:
         return None
+    session_id = hash_token(session_key)
+    with engine.connect() as conn:
+        row = conn.execute(select(User.__table__, SESSIONS.c.last_seen_at)
+                           .join(SESSIONS, SESSIONS.c.user_id == User.id)
+                           .where(SESSIONS.c.id == session_id, SESSIONS.c.ended_at.is_(None))).first()
+    if row is None or row.disabled:
+        return None
+    now = utcnow()
+    if now - row.last_seen_at >= _LAST_USED_EVERY:
+        try:
+            with write_transaction(engine) as conn:
+                conn.execute(update(SESSIONS).where(SESSIONS.c.id == session_id).values(last_seen_at=now))
+        except SQLAlchemyError as exc:
+            # Only a record: a database that reads but cannot write (a full disk) must not
+            # fail the request of a valid session.
+            log.warning("a session's last use could not be written: %s", exc.__class__.__name__)
     return _user_info(row)
 
 
-def end_sessions(engine: Engine, user_id: int) -> None:
-    """Invalidate every session of a user (logout, password change, disable)."""
+def end_session(engine: Engine, session_key: str) -> None:
+    """End one session (logout): its cookie, and every copy of it, stops working."""
     with write_transaction(engine) as conn:
-        conn.execute(update(User.__table__).where(User.id == user_id)
-                     .values(session_generation=User.session_generation + 1))
+        conn.execute(update(SESSIONS).where(SESSIONS.c.id == hash_token(session_key),
+                                            SESSIONS.c.ended_at.is_(None)).values(ended_at=utcnow()))
 
+
+def end_sessions(engine: Engine, user_id: int) -> int:
+    """End every session of a user (an admin's action); returns how many were open."""
+    with write_transaction(engine) as conn:
+        return _end_all_sessions(conn, user_id)
+
+
+def _end_all_sessions(conn, user_id: int) -> int:
+    done = conn.execute(update(SESSIONS).where(SESSIONS.c.user_id == user_id, SESSIONS.c.ended_at.is_(None))
+                        .values(ended_at=utcnow()))
+    return done.rowcount
+
+
+# --- passwords and disabling -------------------------------------------------------------------
 
 def set_password(engine: Engine, name: str, password: str) -> None:
     """Give a user a new password; every session they had ends."""
     _check_password(password)
     password_hash = generate_password_hash(password)
     with write_transaction(engine) as conn:
-        done = conn.execute(update(User.__table__).where(User.name == name)
-                            .values(password_hash=password_hash,
-                                    session_generation=User.session_generation + 1))
-        if done.rowcount == 0:
+        user_id = conn.execute(select(User.id).where(User.name == name)).scalar()
+        if user_id is None:
             raise AccountError(f"no user named {name!r}")
+        conn.execute(update(User.__table__).where(User.id == user_id).values(password_hash=password_hash))
+        _end_all_sessions(conn, user_id)
 
 
 def list_users(engine: Engine) -> list[UserInfo]:
@@ -162,10 +211,11 @@ def list_users(engine: Engine) -> list[UserInfo]:
 def set_disabled(engine: Engine, name: str, disabled: bool) -> None:
     """Disable (or enable) a user; either way their sessions end."""
     with write_transaction(engine) as conn:
-        done = conn.execute(update(User.__table__).where(User.name == name)
-                            .values(disabled=disabled, session_generation=User.session_generation + 1))
-        if done.rowcount == 0:
+        user_id = conn.execute(select(User.id).where(User.name == name)).scalar()
+        if user_id is None:
             raise AccountError(f"no user named {name!r}")
+        conn.execute(update(User.__table__).where(User.id == user_id).values(disabled=disabled))
+        _end_all_sessions(conn, user_id)
 
 
 def count_users(engine: Engine) -> int:

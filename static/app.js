@@ -73,6 +73,64 @@
   });
 })();
 
+// --- A session that ended ----------------------------------------------------------------------
+// An htmx request answered 401 (the session ended: logout in another tab, a new password, an
+// idle session expired) is never swapped in and never navigates: the banner says so, and the
+// page keeps what was typed. The banner's poll goes on; once the person has signed in again in
+// another tab it answers again, its content replaces the notice, and its marker brings the new
+// session's CSRF token, which this page's forms and htmx requests then send.
+(function () {
+  "use strict";
+
+  function showSignedOut() {
+    var banner = document.querySelector("[data-status-banner]");
+    if (!banner || banner.querySelector("[data-signed-out]")) {
+      return;
+    }
+    var notice = document.createElement("p");
+    notice.className = "stale";
+    notice.setAttribute("data-signed-out", "");
+    var title = document.createElement("strong");
+    title.textContent = "You were signed out";
+    var link = document.createElement("a");
+    link.href = banner.getAttribute("data-login-url") || "/login";
+    link.target = "_blank";
+    link.rel = "noopener";
+    link.textContent = "sign in again in another tab";
+    notice.append(title, ": ", link, "; this page keeps what you typed.");
+    banner.prepend(notice);
+  }
+
+  function takeCsrfToken(root) {
+    var marker = root.querySelector("[data-csrf-token]");
+    var token = marker && marker.getAttribute("data-csrf-token");
+    if (!token) {
+      return;
+    }
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    if (meta) {
+      meta.setAttribute("content", token);
+    }
+    document.querySelectorAll('input[type=hidden][name="csrf_token"]').forEach(function (input) {
+      input.value = token;
+    });
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (event.detail.xhr && event.detail.xhr.status === 401) {
+      event.detail.shouldSwap = false;
+      showSignedOut();
+    }
+  });
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var target = event.detail && event.detail.target;
+    if (target && target.matches && target.matches("[data-status-banner]")) {
+      takeCsrfToken(target);
+    }
+  });
+})();
+
 // --- Keyboard -----------------------------------------------------------------------------------
 // j / k choose the next / previous row of a list (rows marked data-row-url), Enter opens the
 // chosen one, "/" jumps to the search box, "?" shows the keys (the dialog in base.html; Escape

@@ -66,10 +66,14 @@ def test_verify_password_accepts_only_the_right_password_of_an_enabled_user(engi
 
 def test_disabling_enabling_and_a_new_password_each_end_the_users_sessions(engine):
     user = accounts.create_user(engine, "dave", PASSWORD, "viewer")
+    before_disabling = accounts.start_session(engine, user.id)
     accounts.set_disabled(engine, "dave", True)
     accounts.set_disabled(engine, "dave", False)
+    assert accounts.load_session_user(engine, before_disabling) is None  # enabling does not bring it back
+    before_new_password = accounts.start_session(engine, user.id)
+    assert accounts.load_session_user(engine, before_new_password).name == "dave"
     accounts.set_password(engine, "dave", "another good password")
-    assert stored_user(engine, "dave").session_generation == user.session_generation + 3
+    assert accounts.load_session_user(engine, before_new_password) is None
     assert accounts.verify_password(engine, "dave", PASSWORD) is None
     assert accounts.verify_password(engine, "dave", "another good password") is not None
 

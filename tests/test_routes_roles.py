@@ -20,7 +20,8 @@ RANK = {role: i for i, role in enumerate(IDENTITIES)}
 EXEMPT = {"static"}  # Flask's own static files: no data, no role
 CHECKED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 # Written by the mirror's own threads whatever the requests do.
-NOT_COMPARED = {"leases": None, "mirror_state": None, "api_tokens": {"last_used_at"}}
+# A token's and a session's last use are records of the request itself (once a minute).
+NOT_COMPARED = {"leases": None, "mirror_state": None, "api_tokens": {"last_used_at"}, "sessions": {"last_seen_at"}}
 
 
 def routes(app):

@@ -188,7 +188,7 @@ def test_a_bearer_call_needs_no_csrf_token(web):
 
 # --- the login throttle -----------------------------------------------------------------------
 
-def test_after_five_failures_a_name_is_refused_for_a_while_even_with_the_right_password(web):
+def test_after_five_failures_a_name_is_refused_from_that_address_for_a_while_even_with_the_right_password(web):
     create_user(web.extensions["dlq"].engine, "target", support.PASSWORD, "viewer")
     client = web.test_client()
     for _ in range(5):
@@ -196,7 +196,7 @@ def test_after_five_failures_a_name_is_refused_for_a_while_even_with_the_right_p
     response = support.login(client, "target", support.PASSWORD)
     assert response.status_code == 429
     assert 0 < int(response.headers["Retry-After"]) <= 300
-    assert "Too many failed logins" in response.get_data(as_text=True)
+    assert "Too many failed logins for this user name from this address." in response.get_data(as_text=True)
 
 
 def test_an_unknown_name_is_throttled_like_a_known_one(web):
@@ -214,20 +214,26 @@ def test_a_throttled_name_does_not_lock_out_other_names(web):
     assert support.login(web.test_client(), "colleague", support.PASSWORD).status_code == 302
 
 
-def test_one_address_trying_many_names_is_throttled(tmp_path):
+def test_one_address_trying_many_names_is_slowed_down(tmp_path):
     app = make_app(tmp_path, LOGIN_FAILURES_PER_ADDRESS=3)
+    now = [datetime(2026, 11, 30, 12)]
+    app.extensions["dlq_login_throttle"].clock = lambda: now[0]
     create_user(app.extensions["dlq"].engine, "real", support.PASSWORD, "viewer")
     attacker = {"REMOTE_ADDR": "198.51.100.7"}
     client = app.test_client()
-    for name in ("a1", "a2", "a3"):
+    for name in ("a1", "a2", "a3", "a4"):
         token = support.csrf_token(client)
-        client.post("/login", data={"username": name, "password": "guess-guess", "csrf_token": token},
-                    environ_base=attacker)
+        assert client.post("/login", data={"username": name, "password": "guess-guess", "csrf_token": token},
+                           environ_base=attacker).status_code == 401
     token = support.csrf_token(client)
     refused = client.post("/login", data={"username": "real", "password": support.PASSWORD, "csrf_token": token},
                           environ_base=attacker)
-    assert refused.status_code == 429
+    assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"
     assert support.login(app.test_client(), "real", support.PASSWORD).status_code == 302  # from another address
+    now[0] += timedelta(seconds=1)
+    token = support.csrf_token(client)
+    assert client.post("/login", data={"username": "real", "password": support.PASSWORD, "csrf_token": token},
+                       environ_base=attacker).status_code == 302
     app.extensions["dlq"].stop()
 
 
@@ -235,27 +241,35 @@ def _throttle(offline_app, clock, **limits) -> LoginThrottle:
     return LoginThrottle(runtime_of(offline_app).engine, clock=clock, **limits)
 
 
+def _wait(throttle, name, address) -> int:
+    refused = throttle.check(name, address)
+    return refused.seconds if refused else 0
+
+
 def test_the_throttle_window_slides(offline_app):
     now = [datetime(2026, 11, 30, 12, 0, 0)]
-    throttle = _throttle(offline_app, lambda: now[0], per_user=3, per_address=100, window=60)
+    throttle = _throttle(offline_app, lambda: now[0], per_pair=3, per_address=100, window=60)
     for step in (0, 10, 20):
         now[0] = datetime(2026, 11, 30, 12, 0, step)
         throttle.failed("eve", "192.0.2.1")
-    assert throttle.retry_after("eve", "192.0.2.1") == 40  # until the first failure is 60 s old
+    assert _wait(throttle, "eve", "192.0.2.1") == 40  # until the first failure is 60 s old
     now[0] = datetime(2026, 11, 30, 12, 1, 0, 500000)
-    assert throttle.retry_after("eve", "192.0.2.1") == 0
+    assert _wait(throttle, "eve", "192.0.2.1") == 0
     throttle.failed("eve", "192.0.2.1")
-    assert throttle.retry_after("EVE ", "192.0.2.1") == 10  # names count case-insensitively
+    assert _wait(throttle, "EVE ", "192.0.2.1") == 10  # names count case-insensitively
 
 
 def test_a_good_login_forgets_the_names_failures_but_not_the_addresss(offline_app):
-    throttle = _throttle(offline_app, lambda: datetime(2026, 11, 30, 12), per_user=2, per_address=3, window=60)
+    now = [datetime(2026, 11, 30, 12)]
+    throttle = _throttle(offline_app, lambda: now[0], per_pair=2, per_address=3, per_name=3, window=60)
     throttle.failed("frank", "192.0.2.1")
     throttle.failed("frank", "192.0.2.1")
-    throttle.succeeded("frank")
-    assert throttle.retry_after("frank", "192.0.2.2") == 0
+    assert _wait(throttle, "frank", "192.0.2.1") == 60
+    throttle.succeeded("frank", "192.0.2.1")
+    assert _wait(throttle, "frank", "192.0.2.1") == 0
     throttle.failed("other", "192.0.2.1")
-    assert throttle.retry_after("anyone", "192.0.2.1") == 60
+    throttle.failed("third", "192.0.2.1")
+    assert _wait(throttle, "anyone", "192.0.2.1") == 1  # the address's four failures are still counted
 
 
 def test_an_ipv6_client_is_counted_by_its_64_network():
@@ -272,7 +286,7 @@ def test_the_throttle_forgets_failures_older_than_its_window(offline_app):
     throttle.failed("late", "192.0.2.2")
     with runtime_of(offline_app).engine.connect() as conn:
         kept = conn.execute(select(LoginFailure.key).order_by(LoginFailure.key)).scalars().all()
-    assert kept == ["addr:192.0.2.2", "user:late"]
+    assert kept == ["addr:192.0.2.2", "pair:192.0.2.2|late", "user:late"]
 
 
 def test_behind_a_trusted_proxy_the_forwarded_client_address_is_counted(web):

@@ -199,9 +199,24 @@ class User(Base):
     password_hash: Mapped[str] = mapped_column(String(512))
     role: Mapped[str] = mapped_column(String(16))
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
-    # Raised at logout and password change: a session remembers the value it was issued with.
-    session_generation: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class LoginSession(Base):
+    """A login in one browser. The cookie carries a random key; only its SHA-256 is stored (the
+    id), so the table cannot be turned back into cookies. Ended by logout (this row only), a new
+    password or disabling the user (every row of the user); a copy of the cookie ends with it."""
+
+    __tablename__ = "sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int] = mapped_column(Integer, ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    # Written at most once a minute, so a page polling every second costs no write per poll.
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+    __table_args__ = (Index("ix_sessions_user_id", "user_id"), Index("ix_sessions_last_seen_at", "last_seen_at"))
 
 
 class ApiToken(Base):

@@ -134,7 +134,7 @@ def edit(entry_id: int):
 
 
 @bp.route("/entries/<int:entry_id>/validate", methods=["POST"])
-@requires("operator")
+@requires("operator", fragment=True)
 def validate(entry_id: int):
     """The editor's live check (an htmx fragment): schema errors and the diff from the original."""
     entry = get_entry_or_404(entry_id)

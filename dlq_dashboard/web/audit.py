@@ -29,7 +29,7 @@ def audit():
 
 
 @bp.route("/audit/jobs/<int:job_id>/items")
-@requires("viewer")
+@requires("viewer", fragment=True)
 def job_items(job_id: int):
     """A bulk job's item records, newest first, a page at a time: what its folded row opens to."""
     args = {**request.args.to_dict(), "job": str(job_id), "items": "1"}

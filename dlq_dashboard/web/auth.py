@@ -10,8 +10,9 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session, url_for
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
+from werkzeug.exceptions import HTTPException
 
-from ..accounts import ROLES, end_sessions, find_token, get_user, load_session_user, verify_password
+from ..accounts import ROLES, end_session, find_token, get_user, load_session_user, start_session, verify_password
 from . import current_runtime
 from .responses import bearer_token, refusal, wants_json
 from .security import client_address, is_trusted_proxy, login_throttle
@@ -22,6 +23,8 @@ bp = Blueprint("auth", __name__)
 login_manager = LoginManager()
 
 LOGIN_FAILED = "Unknown user name or wrong password."
+# The answer to an htmx request whose session has ended (static/app.js shows it in the banner).
+SIGNED_OUT = "You were signed out. Sign in again in another tab; this page keeps what you typed."
 
 
 @dataclass(frozen=True)
@@ -38,28 +41,24 @@ class Identity:
 
 
 class SessionUser(UserMixin):
-    """A logged-in user as Flask-Login sees them."""
+    """A logged-in user as Flask-Login sees them, in one session."""
 
-    def __init__(self, user_id: int, name: str, role: str, generation: int):
-        self.id, self.name, self.role, self.generation = user_id, name, role, generation
+    def __init__(self, user_id: int, name: str, role: str, session_key: str):
+        self.id, self.name, self.role, self.session_key = user_id, name, role, session_key
 
     def get_id(self) -> str:
-        # The generation is part of the id: raising it (logout, password change, disable)
-        # ends every session issued before, although the cookie itself stays validly signed.
-        return f"{self.id}:{self.generation}"
+        # The login id is the session's key (a row of the sessions table), not the user's: the
+        # cookie stays validly signed after logout, so the row decides whether it still works.
+        return self.session_key
 
 
 @login_manager.user_loader
-def load_user(session_id: str):
-    """The session's user, if they still exist, are enabled and the session is current."""
-    try:
-        user_id, generation = (int(x) for x in session_id.split(":"))
-    except ValueError:
-        return None
-    user = load_session_user(current_runtime().engine, user_id, generation)
+def load_user(session_key: str):
+    """The session's user, if the session has not ended and the user exists and is enabled."""
+    user = load_session_user(current_runtime().engine, session_key)
     if user is None:
         return None
-    return SessionUser(user.id, user.name, user.role, user.session_generation)
+    return SessionUser(user.id, user.name, user.role, session_key)
 
 
 # --- identity ---------------------------------------------------------------------------------
@@ -102,6 +101,18 @@ def current_identity() -> Identity | None:
     return identity
 
 
+def wants_a_session() -> bool:
+    """True when this request's route needs a role and nobody is signed in.
+
+    ``requires`` answers it (the login page; 401 for htmx) before the view does anything, so its
+    CSRF check is skipped: it would refuse the token of a session that ended (a form or an
+    editor's live check after logout elsewhere) with "reload the page", and htmx would swap
+    that sentence into the page.
+    """
+    view = current_app.view_functions.get(request.endpoint) if request.endpoint else None
+    return getattr(view, "required_role", None) is not None and current_identity() is None
+
+
 def actor_name() -> str:
     """The name written into the audit: the user's name, or ``token:<name>`` for an API token."""
     identity = current_identity()
@@ -121,10 +132,12 @@ def _login_url() -> str:
     return url_for("auth.login", next=safe_next(target))
 
 
-def requires(role: str | None) -> Callable:
+def requires(role: str | None, *, fragment: bool = False) -> Callable:
     """Decorate a view with the least role it needs (None: open to anyone, e.g. /healthz).
 
     The role is also kept on the view function, so a test can check every route has one.
+    ``fragment`` marks a view that answers only a piece of a page (an htmx poll): it is never
+    the page to return to after login.
     """
     if role is not None and role not in _RANK:
         raise ValueError(f"unknown role {role!r}")
@@ -138,16 +151,17 @@ def requires(role: str | None) -> Callable:
                     if wants_json():
                         return jsonify(error="Log in or send an API token (Authorization: Bearer ...)."), 401
                     if request.headers.get("HX-Request"):
-                        # htmx would follow a redirect and swap the login page into a fragment.
-                        response = current_app.response_class("Log in first.\n", status=401, mimetype="text/plain")
-                        response.headers["HX-Redirect"] = _login_url()
-                        return response
+                        # Neither a redirect (htmx would swap the login page into a fragment) nor
+                        # HX-Redirect (it would navigate away from what the person typed): the
+                        # page stays, and static/app.js says in the banner that the session ended.
+                        return current_app.response_class(SIGNED_OUT + "\n", status=401, mimetype="text/plain")
                     return redirect(_login_url())
                 if not identity.may(role):
                     return refusal(f"This needs the {role} role; {identity.name} has {identity.role}.", 403)
             return view(*args, **kwargs)
 
         wrapped.required_role = role
+        wrapped.fragment = fragment
         return wrapped
 
     return decorate
@@ -156,14 +170,28 @@ def requires(role: str | None) -> Callable:
 # --- login and logout -------------------------------------------------------------------------
 
 def safe_next(target: str | None) -> str:
-    """``target`` if it is a path on this site, else the list page (no open redirect)."""
+    """``target`` if it is a page of this site, else the list page: no open redirect, and never
+    a fragment, a JSON route or a form's POST target (shown bare after login)."""
     # Browsers drop tabs and newlines and read '\' as '/', so "/\t/evil" would become "//evil".
     if target and target.startswith("/") and target.isprintable() and " " not in target \
             and "\\" not in target:
         parts = urlsplit(target)
-        if not parts.scheme and not parts.netloc and not target.startswith("//"):
+        if not parts.scheme and not parts.netloc and not target.startswith("//") and _is_page(parts.path):
             return target
     return url_for("pages.index")
+
+
+def _is_page(path: str) -> bool:
+    """True when a GET of ``path`` answers a whole page that needs a login."""
+    if path.startswith("/api/"):
+        return False
+    try:
+        endpoint, _ = current_app.create_url_adapter(request).match(path, method="GET")
+    except HTTPException:  # unknown, POST only, or a redirect to another path
+        return False
+    view = current_app.view_functions.get(endpoint)
+    return (view is not None and getattr(view, "required_role", None) is not None
+            and not getattr(view, "fragment", False))
 
 
 @bp.route("/login", methods=["GET", "POST"])
@@ -175,19 +203,18 @@ def login():
     name = request.form.get("username", "")
     address = client_address()
     throttle = login_throttle()
-    wait = throttle.retry_after(name, address)
-    if wait:
+    refused = throttle.check(name, address)
+    if refused:
         # Checked before the password: while throttled, guessing learns nothing.
-        message = (f"Too many failed logins for this user name or from this address. "
-                   f"Try again in {wait} seconds.")
-        return render_template("login.html", error=message), 429, {"Retry-After": str(wait)}
+        message = f"{refused.message} Try again in {refused.seconds} second{'s' if refused.seconds != 1 else ''}."
+        return render_template("login.html", error=message), 429, {"Retry-After": str(refused.seconds)}
     user = verify_password(current_runtime().engine, name, request.form.get("password", ""))
     if user is None:
         throttle.failed(name, address)
         return render_template("login.html", error=LOGIN_FAILED), 401
-    throttle.succeeded(name)
+    throttle.succeeded(name, address)
     session.clear()  # a fresh session (and CSRF token) at login: nothing carries over
-    login_user(SessionUser(user.id, user.name, user.role, user.session_generation))
+    login_user(SessionUser(user.id, user.name, user.role, start_session(current_runtime().engine, user.id)))
     session.permanent = True  # expires after PERMANENT_SESSION_LIFETIME without a request
     return redirect(safe_next(request.args.get("next")))
 
@@ -195,9 +222,9 @@ def login():
 @bp.route("/logout", methods=["POST"])
 @requires("viewer")
 def logout():
-    """End this session and every other session of the user."""
+    """End this session only (a copy of its cookie too); the user's other sessions go on."""
     if current_user.is_authenticated:
-        end_sessions(current_runtime().engine, current_user.id)
+        end_session(current_runtime().engine, current_user.session_key)
     logout_user()
     session.clear()
     return redirect(url_for("auth.login"))

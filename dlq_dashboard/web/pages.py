@@ -80,7 +80,7 @@ def index():
 
 
 @bp.route("/summary")
-@requires("viewer")
+@requires("viewer", fragment=True)
 def summary():
     """Counts by status and the chart of failures over time, for the list's filters."""
     flt, filter_error = parse_filter(request.args)
@@ -102,7 +102,7 @@ def summary():
 
 
 @bp.route("/entries/new")
-@requires("viewer")
+@requires("viewer", fragment=True)
 def newer():
     """How many entries under the filters arrived after the first one on the page."""
     flt, filter_error = parse_filter(request.args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable
 from urllib.parse import urlsplit
@@ -13,8 +14,8 @@ from urllib.parse import urlsplit
 from flask import Flask, current_app, has_request_context, request
 from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError
+from sqlalchemy import Engine, delete, func, insert, select
 from werkzeug.sansio.utils import host_is_trusted
-from sqlalchemy import Engine, delete, insert, select
 
 from ..db.engine import read_transaction, write_transaction
 from ..db.models import LoginFailure
@@ -74,8 +75,10 @@ def init_app(app: Flask) -> None:
         app.config["PERMANENT_SESSION_LIFETIME"] = SESSION_IDLE
     app.extensions["dlq_login_throttle"] = LoginThrottle(
         runtime_of(app).engine,
-        per_user=app.config.get("LOGIN_FAILURES_PER_USER", 5),
+        per_pair=app.config.get("LOGIN_FAILURES_PER_NAME_AND_ADDRESS", 5),
         per_address=app.config.get("LOGIN_FAILURES_PER_ADDRESS", 20),
+        per_name=app.config.get("LOGIN_FAILURES_PER_NAME", 20),
+        max_delay=app.config.get("LOGIN_SLOWDOWN_MAX", 30.0),
         window=app.config.get("LOGIN_FAILURE_WINDOW", 300.0),
     )
     app.before_request(refuse_cross_site_writes)
@@ -184,20 +187,37 @@ def add_security_headers(response):
 
 # --- the login throttle -----------------------------------------------------------------------
 
-class LoginThrottle:
-    """At most ``per_user`` failed logins per user name and ``per_address`` per client address
-    within a sliding ``window`` of seconds. The failures are rows in the database, so every
-    replica counts every failure (a guesser gains nothing by spreading attempts)."""
+@dataclass(frozen=True)
+class ThrottleRefusal:
+    """Why a login may not be tried now, and for how many seconds (``Retry-After``)."""
 
-    def __init__(self, engine: Engine, per_user: int = 5, per_address: int = 20, window: float = 300.0,
-                 clock: Callable[[], datetime] = utcnow):
-        self.engine, self.per_user, self.per_address = engine, per_user, per_address
-        self.window, self.clock = timedelta(seconds=window), clock
+    seconds: int
+    message: str
+
+
+class LoginThrottle:
+    """Failed logins within a sliding ``window`` of seconds, counted three ways:
+
+    - one user name from one address: ``per_pair`` failures lock that pair until the oldest
+      leaves the window (a guesser at one account from one place);
+    - one address, whatever the names: ``per_address`` failures are free; after each further
+      one the next attempt from it waits 1, 2, 4 ... seconds (at most ``max_delay``) from that
+      failure. It is slowed, never locked: the colleagues behind the same proxy still get in;
+    - one user name, from every address: the same growing delay after ``per_name`` failures
+      (many addresses guessing one password).
+
+    The failures are rows in the database, so every replica counts every failure (a guesser
+    gains nothing by spreading attempts)."""
+
+    def __init__(self, engine: Engine, per_pair: int = 5, per_address: int = 20, per_name: int = 20,
+                 max_delay: float = 30.0, window: float = 300.0, clock: Callable[[], datetime] = utcnow):
+        self.engine, self.per_pair, self.per_address, self.per_name = engine, per_pair, per_address, per_name
+        self.max_delay, self.window, self.clock = max_delay, timedelta(seconds=window), clock
 
     @staticmethod
     def user_key(name: str) -> str:
         """User names are counted case-insensitively, so 'Admin' shares 'admin''s budget."""
-        return "user:" + (name or "").strip().lower()[:250]
+        return "user:" + (name or "").strip().lower()[:200]
 
     @staticmethod
     def address_key(address: str) -> str:
@@ -205,38 +225,63 @@ class LoginThrottle:
         try:
             ip = ipaddress.ip_address(address)
         except ValueError:
-            return "addr:" + address[:250]
+            return "addr:" + address[:80]
         if ip.version == 6:
             if ip.ipv4_mapped:
                 return "addr:" + str(ip.ipv4_mapped)
             return "addr:" + str(ipaddress.ip_network(f"{ip}/64", strict=False))
         return "addr:" + str(ip)
 
-    def retry_after(self, name: str, address: str) -> int:
-        """Seconds until another attempt for this name from this address is allowed (0: now)."""
+    @classmethod
+    def pair_key(cls, name: str, address: str) -> str:
+        """One user name from one address."""
+        return "pair:" + cls.address_key(address)[5:] + "|" + cls.user_key(name)[5:]
+
+    def check(self, name: str, address: str) -> ThrottleRefusal | None:
+        """Why an attempt for this name from this address must wait, or None: it may go ahead."""
         now = self.clock()
-        wait = timedelta(0)
+        since = now - self.window
         with read_transaction(self.engine) as conn:
-            for key, limit in ((self.user_key(name), self.per_user), (self.address_key(address), self.per_address)):
-                # The limit-th newest failure in the window: when it leaves, one more try is allowed.
-                oldest = conn.execute(select(FAILURES.c.at).where(FAILURES.c.key == key, FAILURES.c.at > now - self.window)
-                                      .order_by(FAILURES.c.at.desc()).offset(limit - 1).limit(1)).scalar()
-                if oldest is not None:
-                    wait = max(wait, oldest + self.window - now)
-        return math.ceil(wait.total_seconds()) if wait > timedelta(0) else 0
+            # The per_pair-th newest failure of the pair: when it leaves the window, one more try.
+            oldest = conn.execute(select(FAILURES.c.at).where(FAILURES.c.key == self.pair_key(name, address),
+                                                              FAILURES.c.at > since)
+                                  .order_by(FAILURES.c.at.desc()).offset(self.per_pair - 1).limit(1)).scalar()
+            if oldest is not None:
+                return ThrottleRefusal(_seconds(oldest + self.window - now),
+                                       "Too many failed logins for this user name from this address.")
+            for key, free, message in (
+                    (self.address_key(address), self.per_address,
+                     "Many failed logins came from this address, so each attempt from it waits a little longer."),
+                    (self.user_key(name), self.per_name,
+                     "Many failed logins were made for this user name, so each attempt waits a little longer.")):
+                count, latest = conn.execute(select(func.count(), func.max(FAILURES.c.at))
+                                             .where(FAILURES.c.key == key, FAILURES.c.at > since)).one()
+                if count > free:
+                    delay = timedelta(seconds=min(2.0 ** (count - free - 1), self.max_delay))
+                    if latest + delay > now:
+                        return ThrottleRefusal(_seconds(latest + delay - now), message)
+        return None
 
     def failed(self, name: str, address: str) -> None:
-        """Count a failed login against the name and the address; forget failures past the window."""
+        """Count a failed login against the pair, the address and the name; forget failures past
+        the window."""
         now = self.clock()
         with write_transaction(self.engine) as conn:
             conn.execute(delete(FAILURES).where(FAILURES.c.at <= now - self.window))
-            conn.execute(insert(FAILURES), [{"key": self.user_key(name), "at": now},
-                                            {"key": self.address_key(address), "at": now}])
+            conn.execute(insert(FAILURES), [{"key": self.pair_key(name, address), "at": now},
+                                            {"key": self.address_key(address), "at": now},
+                                            {"key": self.user_key(name), "at": now}])
 
-    def succeeded(self, name: str) -> None:
+    def succeeded(self, name: str, address: str) -> None:
         """Forget the name's failures (not the address's: one good account must not reset it)."""
         with write_transaction(self.engine) as conn:
-            conn.execute(delete(FAILURES).where(FAILURES.c.key == self.user_key(name)))
+            conn.execute(delete(FAILURES).where(FAILURES.c.key.in_([self.pair_key(name, address),
+                                                                    self.user_key(name)])))
+
+
+def _seconds(wait: timedelta) -> int:
+    """A wait as whole seconds for Retry-After, never 0 while there is one."""
+    return max(1, math.ceil(wait.total_seconds()))
 
 
 def login_throttle() -> LoginThrottle:

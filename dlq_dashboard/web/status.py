@@ -103,7 +103,7 @@ def service_status(rt: Runtime) -> ServiceStatus:
 
 
 @bp.route("/status/banner")
-@requires("viewer")
+@requires("viewer", fragment=True)
 def banner():
     """The stale-data banner (an htmx fragment every page polls); empty while all is well."""
     response = make_response(render_template("_status_banner.html", service=service_status(current_runtime())))

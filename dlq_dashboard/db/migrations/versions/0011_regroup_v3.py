@@ -20,7 +20,7 @@ from dlq_dashboard.db.regroup import regroup_entries
 from dlq_dashboard.ingest.grouping import GROUPING_VERSION, error_group
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 

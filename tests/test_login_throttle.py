@@ -1,0 +1,85 @@
+"""The login throttle counts a user name from an address, and slows an address (or a name tried
+from everywhere) down instead of locking everyone behind it. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from dlq_dashboard.accounts import create_user
+
+from . import support
+from .test_auth import add_probes
+
+pytestmark = pytest.mark.both_databases
+
+
+@pytest.fixture
+def probe_app(offline_app):
+    """The offline app with the probe routes of test_auth."""
+    return add_probes(offline_app)
+
+
+@pytest.fixture
+def engine(probe_app):
+    return probe_app.extensions["dlq"].engine
+
+
+def attempt(client, name: str, password: str, address: str = "127.0.0.1"):
+    """Post the login form from ``address``."""
+    token = support.csrf_token(client)
+    return client.post("/login", data={"username": name, "password": password, "csrf_token": token},
+                       environ_base={"REMOTE_ADDR": address})
+
+
+def test_twenty_failed_logins_from_one_address_do_not_stop_another_user_signing_in_from_it(probe_app, engine):
+    create_user(engine, "colleague", support.PASSWORD, "viewer")
+    client = probe_app.test_client()
+    for name in ("anna", "ben", "cleo", "dan"):
+        for _ in range(5):
+            assert attempt(client, name, "guess-guess", "198.51.100.7").status_code == 401
+    assert attempt(probe_app.test_client(), "colleague", support.PASSWORD, "198.51.100.7").status_code == 302
+    refused = attempt(client, "anna", "guess-guess", "198.51.100.7")
+    assert refused.status_code == 429 and 0 < int(refused.headers["Retry-After"]) <= 300
+    assert "Too many failed logins for this user name from this address. Try again in" \
+        in refused.get_data(as_text=True)
+    # The name is locked from that address only: from another one the password is checked.
+    assert attempt(client, "anna", "guess-guess", "203.0.113.9").status_code == 401
+
+
+def test_an_address_with_many_failures_is_slowed_and_never_locked(probe_app, engine):
+    create_user(engine, "colleague", support.PASSWORD, "viewer")
+    now = [datetime(2026, 12, 1, 9)]
+    probe_app.extensions["dlq_login_throttle"].clock = lambda: now[0]
+    client = probe_app.test_client()
+    waits = []
+    for i in range(26):
+        response = attempt(client, f"typo{i}", "guess-guess", "198.51.100.7")
+        if response.status_code == 429:
+            waits.append(int(response.headers["Retry-After"]))
+            now[0] += timedelta(seconds=waits[-1])
+            response = attempt(client, f"typo{i}", "guess-guess", "198.51.100.7")
+        assert response.status_code == 401, (i, response.get_data(as_text=True))
+    assert waits == [1, 2, 4, 8, 16]  # after the 20 free failures, growing; at most 30 s
+    refused = attempt(client, "colleague", support.PASSWORD, "198.51.100.7")
+    assert refused.status_code == 429 and refused.headers["Retry-After"] == "30"
+    assert "Many failed logins came from this address, so each attempt from it waits a little longer. " \
+           "Try again in 30 seconds." in refused.get_data(as_text=True)
+    now[0] += timedelta(seconds=30)
+    assert attempt(client, "colleague", support.PASSWORD, "198.51.100.7").status_code == 302
+
+
+def test_one_name_failing_from_many_addresses_is_slowed_everywhere(probe_app, engine):
+    create_user(engine, "ops", support.PASSWORD, "viewer")
+    now = [datetime(2026, 12, 1, 9)]
+    probe_app.extensions["dlq_login_throttle"].clock = lambda: now[0]
+    client = probe_app.test_client()
+    for i in range(21):
+        assert attempt(client, "ops", "guess-guess", f"192.0.2.{i + 1}").status_code == 401
+    refused = attempt(client, "ops", support.PASSWORD, "198.51.100.200")
+    assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"
+    assert "Many failed logins were made for this user name" in refused.get_data(as_text=True)
+    assert attempt(client, "someone-else", "guess-guess", "198.51.100.200").status_code == 401
+    now[0] += timedelta(seconds=1)
+    assert attempt(client, "ops", support.PASSWORD, "198.51.100.200").status_code == 302
