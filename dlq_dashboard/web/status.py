@@ -1,8 +1,9 @@
-"""Whether what the pages show may be stale: NATS unreachable, or the mirror behind its stream.
+"""Whether what the pages show may be stale: NATS or the database unreachable, or the mirror
+behind its stream.
 
 Every page polls ``/status/banner`` (base.html). It answers from what the bridge's liveness
-probe and the mirror keep in memory, never asking NATS, so it answers at once when NATS is
-frozen. The same state renders the actions that need NATS disabled (templating.py).
+probe, the database probe and the mirror keep in memory, never asking NATS or the database, so
+it answers at once when either is frozen. The same state renders the actions that need NATS disabled (templating.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from flask import Blueprint, make_response, render_template
 
+from ..db.liveness import DatabaseState
 from ..runtime import Runtime
 from ..times import format_time, utcnow
 from . import current_runtime
@@ -40,11 +42,12 @@ class ServiceStatus:
     nats_since: datetime | None
     nats_error: str | None
     lagging: tuple[StreamLag, ...]
+    database: DatabaseState = DatabaseState()
 
     @property
     def stale(self) -> bool:
         """True while the pages may show old data."""
-        return not self.nats_usable or bool(self.lagging)
+        return not self.nats_usable or bool(self.lagging) or not self.database.reachable
 
     @property
     def nats_down(self) -> str | None:
@@ -58,7 +61,8 @@ class ServiceStatus:
                 "nats": {"usable": self.nats_usable, "unreachable_since": format_time(self.nats_since),
                          "last_error": self.nats_error},
                 "lagging": [{"stream": lag.stream, "messages": lag.messages, "since": format_time(lag.since)}
-                            for lag in self.lagging]}
+                            for lag in self.lagging],
+                "database": self.database.to_dict()}
 
 
 def service_status(rt: Runtime) -> ServiceStatus:
@@ -81,11 +85,12 @@ def service_status(rt: Runtime) -> ServiceStatus:
             behind = progress.behind_since()
             if behind is not None and (now - behind).total_seconds() >= rt.settings.mirror_stale_after:
                 lagging.append(StreamLag(name, progress.lag, behind))
-    return ServiceStatus(usable, since, error, tuple(lagging))
+    database = rt.database.state if rt.database is not None else DatabaseState()
+    return ServiceStatus(usable, since, error, tuple(lagging), database)
 
 
 @bp.route("/status/banner")
-@requires("viewer")
+@requires("viewer", from_memory=True)
 def banner():
     """The stale-data banner (an htmx fragment every page polls); empty while all is well."""
     response = make_response(render_template("_status_banner.html", service=service_status(current_runtime())))
