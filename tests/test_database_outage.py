@@ -187,6 +187,49 @@ def test_every_route_answers_503_with_a_sentence_while_the_database_is_away_and_
 
 
 @pytest.mark.both_databases
+def test_a_tokens_last_use_that_cannot_be_written_does_not_fail_its_request(app, tokens, caplog):
+    import sqlalchemy
+
+    from dlq_dashboard.db.models import ApiToken
+
+    rt = runtime_of(app)
+    driver_error = _disk_full(rt)
+
+    def fail_the_last_use(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("UPDATE API_TOKENS"):
+            raise sqlalchemy.exc.OperationalError(statement, parameters, driver_error)
+
+    sqlalchemy.event.listen(rt.engine, "before_cursor_execute", fail_the_last_use)
+    try:
+        client = app.test_client()
+        answers = [client.get("/api/entries", headers=support.bearer(tokens["viewer"])) for _ in range(3)]
+    finally:
+        sqlalchemy.event.remove(rt.engine, "before_cursor_execute", fail_the_last_use)
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    logged = [r for r in caplog.records if "last use could not be recorded" in r.getMessage()]
+    assert len(logged) == 1, logged
+    with rt.engine.connect() as conn:
+        assert conn.execute(sqlalchemy.select(ApiToken.last_used_at)
+                            .where(ApiToken.name == "test-viewer")).scalar() is None
+    # Once the write works again, it is recorded.
+    assert app.test_client().get("/api/entries", headers=support.bearer(tokens["viewer"])).status_code == 200
+    with rt.engine.connect() as conn:
+        assert conn.execute(sqlalchemy.select(ApiToken.last_used_at)
+                            .where(ApiToken.name == "test-viewer")).scalar() is not None
+
+
+def _disk_full(rt) -> Exception:
+    """The driver's own error for a full disk."""
+    if is_postgres(rt):
+        import psycopg.errors
+
+        return psycopg.errors.DiskFull("could not extend file: No space left on device")
+    import sqlite3
+
+    return sqlite3.OperationalError("database or disk is full")
+
+
+@pytest.mark.both_databases
 def test_a_statement_that_waits_past_the_statement_timeout_is_a_503_saying_so(app, tokens):
     """A lock held elsewhere: the request's statement is cut short after DLQ_DB_STATEMENT_TIMEOUT."""
     rt = runtime_of(app)
