@@ -308,7 +308,8 @@ def test_a_frozen_database_makes_no_request_wait_as_long_as_the_freeze(request, 
     in_use.exec_driver_sql("SELECT 1")
     in_use.rollback()
     with frozen(server):
-        support.wait_for(lambda: not rt.database.state.reachable, message="the probe to notice the freeze")
+        support.wait_for(lambda: not rt.database.state.reachable, timeout=20,
+                         message="the probe to notice the freeze")
         # From memory, within a second (a timeout fails the test).
         health = requests.get(f"{live_server}/healthz", timeout=1)
         assert health.status_code == 503 and health.json()["database"]["connected"] is False

@@ -50,6 +50,12 @@ def is_timeout(exc: BaseException) -> bool:
         or "database is locked" in str(cause)
 
 
+def _unanswered(exc: BaseException) -> bool:
+    # bounded_pg's "did not answer within", libpq's "connection timeout expired".
+    text = str(getattr(exc, "orig", None) or exc)
+    return "did not answer within" in text or "timeout expired" in text
+
+
 def sentence(exc: BaseException) -> str:
     """What a person is told when ``exc`` stopped their request (no driver text, no address)."""
     return TOO_SLOW if is_timeout(exc) else UNREACHABLE
@@ -89,6 +95,7 @@ class DatabaseProbe:
         self._engine = create_db_engine(url, connect_timeout=connect_timeout, pool_size=1, max_overflow=0)
         self.interval = interval
         self.state = DatabaseState()
+        self._failed_in_a_row = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -109,8 +116,14 @@ class DatabaseProbe:
             with bounded(PROBE_BOUNDS), self._engine.connect() as conn:
                 conn.exec_driver_sql("SELECT 1").scalar()
         except Exception as exc:  # anything that stops the question being answered is an outage
-            self._unreachable(describe(exc))
+            self._failed_in_a_row += 1
+            # A refusal is certain at once; a question unanswered in time may be a moment's load
+            # on the server's host, so it counts from the second in a row (a freeze is a few
+            # seconds old by then).
+            if self._failed_in_a_row >= 2 or not _unanswered(exc):
+                self._unreachable(describe(exc))
         else:
+            self._failed_in_a_row = 0
             self._answered()
         return self.state
 
