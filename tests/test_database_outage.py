@@ -270,6 +270,37 @@ def test_work_outside_a_request_is_not_cut_short_by_the_statement_timeout(app):
                 conn.exec_driver_sql("SELECT pg_sleep(2.5)")
 
 
+@pytest.mark.both_databases
+def test_a_bulk_job_started_by_a_request_runs_its_statements_without_the_requests_bounds(app, tokens):
+    """The job runs in threads of its own after the request: its statements are never cut short."""
+    import threading
+
+    import sqlalchemy
+
+    from dlq_dashboard.db.bounds import current_bounds
+
+    rt = runtime_of(app)
+    ids = [support.dead_letter(app, seq) for seq in range(1, 4)]
+    seen: list[tuple[str, object]] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        seen.append((threading.current_thread().name, current_bounds()))
+
+    sqlalchemy.event.listen(rt.engine, "before_cursor_execute", record)
+    try:
+        answer = app.test_client().post("/api/bulk", json={"action": "close", "ids": ids, "note": "bounds"},
+                                        headers=support.bearer(tokens["operator"]))
+        assert answer.status_code == 202, answer.get_json()
+        support.jobs_settled(rt.engine)
+    finally:
+        sqlalchemy.event.remove(rt.engine, "before_cursor_execute", record)
+    request_thread = threading.current_thread().name  # the test client runs the request here
+    by_the_job = [bounds for thread, bounds in seen if thread != request_thread]
+    assert by_the_job and all(bounds is None for bounds in by_the_job)
+    assert any(bounds is not None for thread, bounds in seen if thread == request_thread)
+    assert [rt.store.get_entry(i).status for i in ids] == ["closed"] * 3
+
+
 # --- frozen PostgreSQL ------------------------------------------------------------------------
 
 def statement_on_a_frozen_server(conn):
