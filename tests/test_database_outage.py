@@ -23,7 +23,7 @@ from sqlalchemy.exc import OperationalError
 from dlq_dashboard.accounts import create_token
 from dlq_dashboard.db.bounds import Bounds, bounded
 from dlq_dashboard.db.engine import dispose_quietly, write_transaction
-from dlq_dashboard.db.liveness import TOO_SLOW, UNREACHABLE, DatabaseProbe
+from dlq_dashboard.db.liveness import CANNOT_WRITE, TOO_SLOW, UNREACHABLE, DatabaseProbe
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
@@ -253,6 +253,29 @@ def holding_the_entries(rt):
         if is_postgres(rt):
             conn.exec_driver_sql("LOCK TABLE entries IN ACCESS EXCLUSIVE MODE")
         yield
+
+
+@pytest.mark.both_databases
+def test_a_write_the_database_cannot_store_is_a_503_saying_so(app, tokens):
+    import sqlalchemy
+
+    rt = runtime_of(app)
+    entry_id = support.dead_letter(app, 1)
+    driver_error = _disk_full(rt)
+
+    def fail_the_close(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("UPDATE ENTRIES"):
+            raise sqlalchemy.exc.OperationalError(statement, parameters, driver_error)
+
+    sqlalchemy.event.listen(rt.engine, "before_cursor_execute", fail_the_close)
+    try:
+        response = app.test_client().post(f"/api/entries/{entry_id}/close", json={"version": 1},
+                                          headers=support.bearer(tokens["operator"]))
+    finally:
+        sqlalchemy.event.remove(rt.engine, "before_cursor_execute", fail_the_close)
+    assert response.status_code == 503
+    assert response.get_json() == {"error": CANNOT_WRITE}
+    assert rt.store.get_entry(entry_id).status == "open"
 
 
 @pytest.mark.both_databases

@@ -28,6 +28,7 @@ UNAVAILABLE = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout
 UNREACHABLE = ("The database is not reachable, and this needs it; the dashboard answers again as soon "
                "as the database does.")
 TOO_SLOW = "The database did not answer in time; try again in a moment."
+CANNOT_WRITE = "The database cannot write now (its disk may be full, or the file read-only); try again once it can."
 
 PROBE_INTERVAL = 1.0
 # The probe's own bound: a trivial statement unanswered for this long means unreachable.
@@ -58,7 +59,13 @@ def _unanswered(exc: BaseException) -> bool:
 
 def sentence(exc: BaseException) -> str:
     """What a person is told when ``exc`` stopped their request (no driver text, no address)."""
-    return TOO_SLOW if is_timeout(exc) else UNREACHABLE
+    if is_timeout(exc):
+        return TOO_SLOW
+    cause = getattr(exc, "orig", None) or exc
+    if type(cause).__name__ in ("DiskFull", "ReadOnlySqlTransaction") or any(
+            words in str(cause) for words in ("disk is full", "readonly database", "No space left")):
+        return CANNOT_WRITE
+    return UNREACHABLE
 
 
 def describe(exc: BaseException) -> str:
