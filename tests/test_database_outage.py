@@ -160,6 +160,19 @@ def outage_problems(app, world, *, noticed: bool) -> list[str]:
     return problems
 
 
+def anonymous_problems(app, world) -> list[str]:
+    """Anonymous calls during the outage: a refusal or a 503, never another 5xx."""
+    problems = []
+    for endpoint, rule, method in routes(app):
+        path = fill(rule, world["entry_id"])
+        for htmx in (False, True):
+            response = send(app.test_client(), method, path) if not htmx else \
+                app.test_client().open(path, method=method, headers={"HX-Request": "true"})
+            if response.status_code >= 500 and response.status_code != 503:
+                problems.append(f"{method} {path} anonymous{' (htmx)' if htmx else ''}: {response.status_code}")
+    return problems
+
+
 def answering_problems(app, world) -> list[str]:
     return [f"{label}: {response.status_code}" for label, endpoint, response in every_route(app, world)
             if response.status_code >= 500 and endpoint != "api.healthz"]
@@ -178,7 +191,7 @@ def test_every_route_answers_503_with_a_sentence_while_the_database_is_away_and_
     with database_away(request, rt, tmp_path):
         if noticed:
             support.wait_for(lambda: not rt.database.state.reachable, message="the probe to notice")
-        problems = outage_problems(app, world, noticed=noticed)
+        problems = outage_problems(app, world, noticed=noticed) + anonymous_problems(app, world)
     assert problems == [], "\n".join(problems)
     if noticed:
         support.wait_for(lambda: rt.database.state.reachable, message="the probe to see the database again")

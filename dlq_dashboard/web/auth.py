@@ -13,7 +13,7 @@ from flask import Blueprint, current_app, g, jsonify, redirect, render_template,
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 
 from ..accounts import ROLES, end_sessions, find_token, get_user, load_session_user, verify_password
-from ..db.liveness import describe, is_unavailable, sentence
+from ..db.liveness import UNREACHABLE, describe, is_unavailable, sentence
 from ..errors import DatabaseUnavailable
 from . import current_runtime
 from .responses import bearer_token, refusal, wants_json
@@ -170,12 +170,13 @@ def requires(role: str | None, *, from_memory: bool = False) -> Callable:
         @functools.wraps(view)
         def wrapped(*args, **kwargs):
             if role is not None:
+                unverifiable = from_memory and _presents_credentials()
                 try:
-                    if from_memory and _database_known_down():
-                        raise DatabaseUnavailable("not asked: the probe knows it unreachable")
+                    if unverifiable and _database_known_down():
+                        raise DatabaseUnavailable(UNREACHABLE)  # not asked: the probe knows
                     identity = current_identity()
                 except DatabaseUnavailable:
-                    if not from_memory or not _presents_credentials():
+                    if not unverifiable:
                         raise
                     identity_unknown()
                     return view(*args, **kwargs)
