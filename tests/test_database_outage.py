@@ -168,8 +168,11 @@ def anonymous_problems(app, world) -> list[str]:
         for htmx in (False, True):
             response = send(app.test_client(), method, path) if not htmx else \
                 app.test_client().open(path, method=method, headers={"HX-Request": "true"})
+            label = f"{method} {path} anonymous{' (htmx)' if htmx else ''}"
             if response.status_code >= 500 and response.status_code != 503:
-                problems.append(f"{method} {path} anonymous{' (htmx)' if htmx else ''}: {response.status_code}")
+                problems.append(f"{label}: {response.status_code}")
+            if response.status_code == 503 and "data-status-banner" in response.get_data().decode(errors="replace"):
+                problems.append(f"{label}: the status banner shown to an anonymous caller")
     return problems
 
 

@@ -95,6 +95,9 @@ def identity_unknown() -> None:
     """For the rest of this request, who is asking is not known (the database cannot be asked):
     templates see no identity and no user, and nothing tries the lookup again."""
     g.identity, g.database_down = None, True
+    # The banner (NATS's and the mirror's state) goes to a caller with a session or a token, as
+    # the polled banner does; an anonymous caller is told the sentence alone.
+    g.banner_unverified = _presents_credentials()
     g._login_user = login_manager.anonymous_user()  # Flask-Login's cache of the user: not loaded again
 
 

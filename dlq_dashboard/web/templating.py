@@ -87,7 +87,7 @@ def init_app(app: Flask) -> None:
         database_down = g.get("database_down", False)
         # From memory (the liveness probe, the mirror's progress): the banner's first render and
         # the actions that need NATS, rendered disabled while it is unreachable.
-        status = service_status(rt) if identity or database_down else None
+        status = service_status(rt) if identity or g.get("banner_unverified") else None
         return {"identity": identity, "database_down": database_down, "list_url": list_url, "statuses": STATUSES,
                 "reasons": contract.REASONS, "republishable": REPUBLISHABLE, "contract": contract,
                 "service": status, "nats_down": status.nats_down if status else None,
