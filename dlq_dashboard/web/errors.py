@@ -12,9 +12,8 @@ frozen, a full disk) raised by any route is a 503 with one sentence, never a 500
 
 from __future__ import annotations
 
-from typing import Any
-
 import logging
+from typing import Any
 
 from flask import Flask, current_app, jsonify, make_response, render_template, request
 from werkzeug.exceptions import HTTPException
@@ -37,7 +36,7 @@ STATUSES: tuple[tuple[type[DashboardError], int], ...] = (
     (DatabaseUnavailable, 503), (DashboardError, 400),
 )
 TITLES = {EntryNotFound: "No such entry", JobNotFound: "No such job", NotFound: "Not found",
-          InvalidRequest: "Not valid", DatabaseUnavailable: "The database is not reachable",
+          InvalidRequest: "Not valid", DatabaseUnavailable: "The database cannot be used now",
           DashboardError: "Not done"}
 
 
