@@ -299,7 +299,7 @@ def test_work_outside_a_request_is_not_cut_short_by_the_statement_timeout(app):
     """The mirror's writes, jobs, purges and migrations run unbounded; a request's statements do not."""
     rt = runtime_of(app)
     if not is_postgres(rt):
-        pytest.skip("SQLite has no statements that sleep; its bound is the busy timeout (tested above)")
+        return _sqlite_work_outside_a_request_waits_for_the_write_lock(app, rt)
     with rt.engine.connect() as conn:
         conn.exec_driver_sql("SELECT pg_sleep(2.5)")  # longer than the 2 s statement timeout
     with app.test_request_context("/"):
@@ -338,6 +338,36 @@ def test_a_bulk_job_started_by_a_request_runs_its_statements_without_the_request
     assert by_the_job and all(bounds is None for bounds in by_the_job)
     assert any(bounds is not None for thread, bounds in seen if thread == request_thread)
     assert [rt.store.get_entry(i).status for i in ids] == ["closed"] * 3
+
+
+def _sqlite_work_outside_a_request_waits_for_the_write_lock(app, rt):
+    """SQLite's bound is the busy timeout: 2 s in a request, 30 s for the rest (the mirror's writer)."""
+    import sqlite3
+    import threading
+
+    from sqlalchemy.exc import OperationalError as Locked
+
+    holder = sqlite3.connect(rt.engine.url.database, isolation_level=None, check_same_thread=False)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+
+        def write_in_a_request():
+            with app.test_request_context("/"):
+                app.preprocess_request()
+                with pytest.raises(Locked, match="database is locked"):
+                    with write_transaction(rt.engine):
+                        pass
+
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(write_in_a_request).result(timeout=6)  # the request's 2 s, not 30
+        # Held for 3 s, longer than a request's bound: work outside a request waits it out.
+        release = threading.Timer(3.0, holder.rollback)
+        release.start()
+        with write_transaction(rt.engine) as conn:
+            conn.exec_driver_sql("SELECT 1")
+        release.join()
+    finally:
+        holder.close()
 
 
 # --- frozen PostgreSQL ------------------------------------------------------------------------
