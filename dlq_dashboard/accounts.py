@@ -7,6 +7,7 @@ import hashlib
 import logging
 import re
 import secrets
+import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -14,7 +15,9 @@ from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from werkzeug.security import check_password_hash, generate_password_hash
 
+from .db.bounds import Bounds, bounded
 from .db.engine import write_transaction
+from .db.liveness import describe
 from .db.models import ApiToken, LoginSession, User
 from .times import utcnow
 
@@ -33,8 +36,13 @@ _LAST_USED_EVERY = timedelta(minutes=1)
 # expired long before (the idle lifetime is 12 hours unless configured otherwise).
 SESSION_ROWS_KEPT = timedelta(days=30)
 
-log = logging.getLogger(__name__)
 SESSIONS = LoginSession.__table__
+# The write waits at most this long (for SQLite's write lock, PostgreSQL's row lock): a token's
+# request is not held up behind the mirror's writes for a timestamp.
+_LAST_USE_BOUNDS = Bounds(statement=1.0)
+# The engines whose last write of a token's last use failed (logged once until one succeeds).
+_LAST_USE_FAILING: weakref.WeakSet[Engine] = weakref.WeakSet()
+log = logging.getLogger(__name__)
 
 
 class AccountError(ValueError):
@@ -304,6 +312,21 @@ def find_token(engine: Engine, token: str) -> TokenInfo | None:
         return None
     now = utcnow()
     if row.last_used_at is None or now - row.last_used_at >= _LAST_USED_EVERY:
-        with write_transaction(engine) as conn:
-            conn.execute(update(ApiToken.__table__).where(ApiToken.id == row.id).values(last_used_at=now))
+        _record_last_use(engine, row.id, now)
     return TokenInfo(*row)
+
+
+def _record_last_use(engine: Engine, token_id: int, now: datetime) -> None:
+    # Best effort: a token that was found answers its request even when the write cannot be done
+    # (a full disk, a read-only file, the write lock held past the request's bound). Logged once
+    # until a write succeeds again, not at every request.
+    try:
+        with bounded(_LAST_USE_BOUNDS), write_transaction(engine) as conn:
+            conn.execute(update(ApiToken.__table__).where(ApiToken.id == token_id).values(last_used_at=now))
+    except SQLAlchemyError as exc:
+        if engine not in _LAST_USE_FAILING:
+            _LAST_USE_FAILING.add(engine)
+            log.warning("a token's last use could not be recorded (%s); its requests are answered meanwhile",
+                        describe(exc))
+    else:
+        _LAST_USE_FAILING.discard(engine)

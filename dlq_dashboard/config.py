@@ -74,6 +74,13 @@ def _retention(name: str, raw: str) -> int:
     return seconds
 
 
+def _database_timeout(name: str, raw: str) -> float:
+    seconds = parse_duration(raw)
+    if not seconds or seconds > 3600:
+        raise ConfigError(f"{name}={raw!r} is not valid: use a duration from 1s to 1h, such as 5s")
+    return float(seconds)
+
+
 def _stream_name(name: str, raw: str) -> str:
     value = raw.strip()
     if not value or not set(value) <= _TOKEN_CHARS:
@@ -275,6 +282,11 @@ class Settings:
     # for minutes). A request never waits on NATS longer than the two together.
     probe_interval: float = 0.25
     nats_answer_limit: float = 0.75
+    # The database (docs/deploy.md, "Timeouts"): how long a connection may take to open, and how
+    # long one statement of a web request may run (PostgreSQL's statement_timeout; SQLite waits
+    # that long for the write lock). The mirror, jobs, purges and migrations are not cut short.
+    database_connect_timeout: float = 5.0
+    database_statement_timeout: float = 5.0
     # The mirror "lags" (pages say so) once a message NATS holds has waited this long unmirrored.
     mirror_stale_after: float = 10.0
     # Single sign-on: a reverse proxy's user header, believed only from these addresses.
@@ -320,6 +332,8 @@ _PARSERS = {
     "NATS_TOKEN": ("nats_token", lambda n, r: r),
     "NATS_TLS_CA": ("nats_tls_ca", _existing_file),
     "DATABASE_URL": ("database_url", _database_url),
+    "DLQ_DB_CONNECT_TIMEOUT": ("database_connect_timeout", _database_timeout),
+    "DLQ_DB_STATEMENT_TIMEOUT": ("database_statement_timeout", _database_timeout),
     "DLQ_STREAM": ("dlq_stream", _stream_name),
     "DLQ_SUBJECTS": ("dlq_subjects", _subjects),
     "DLQ_CAPTURE_ADVISORIES": ("capture_advisories", _bool),

@@ -33,3 +33,8 @@ class JobNotFound(NotFound):
     def __init__(self, job_id: int):
         super().__init__(f"There is no job {job_id}.")
         self.job_id = job_id
+
+
+class DatabaseUnavailable(DashboardError):
+    """The database cannot be used now (stopped, frozen, unreachable, out of disk space): nothing
+    that needs it can be done until it answers again."""

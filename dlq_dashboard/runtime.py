@@ -17,6 +17,7 @@ from .actions.subject_streams import SubjectStreams
 from .alerts.sender import AlertSender
 from .config import Settings
 from .db.engine import create_db_engine, dispose_quietly
+from .db.liveness import DatabaseProbe
 from .db.migrate import migrate
 from .masking import Mask
 from .entries.schemas import SchemaRegistry
@@ -48,6 +49,8 @@ class Runtime:
     # Which stream stores a subject, remembered a while (the entry page says if a republish can work).
     subject_streams: SubjectStreams = field(default_factory=SubjectStreams)
     bridge: Bridge | None = None
+    # Whether the database answers, from memory (a probe thread; None until start()).
+    database: DatabaseProbe | None = None
     mirror: Mirror | None = None
     bundled: NatsServer | None = None
     # Sends the alerts outbox to DLQ_WEBHOOK_URL while this process holds the alerts lease.
@@ -63,7 +66,7 @@ class Runtime:
         """Open the database and bring its schema up to date (starts no thread)."""
         if Path(settings.instance_path).is_dir():  # made by an earlier release, readable by all
             private_folder(settings.instance_path)
-        engine = create_db_engine(settings.database_url)
+        engine = create_db_engine(settings.database_url, connect_timeout=settings.database_connect_timeout)
         migrate(engine)
         check_database(engine, settings.list_fields)  # key fields the database could not read
         return cls(settings=settings, engine=engine, store=Store(engine),
@@ -73,7 +76,8 @@ class Runtime:
     def start(self, *, mirror: bool = True, bundled_port: int = 4222) -> Runtime:
         """Start the bundled nats-server if no NATS_URL is set, the bridge, the mirror, the
         job runner (which first completes republishes a crash left pending) and, with
-        DLQ_WEBHOOK_URL, the alert sender."""
+        DLQ_WEBHOOK_URL, the alert sender; first the database probe."""
+        self.database = DatabaseProbe(self.settings.database_url).start()
         servers = list(self.settings.nats_urls)
         if self.settings.bundled_nats:
             instance = private_folder(self.settings.instance_path)
@@ -115,6 +119,8 @@ class Runtime:
     def stop(self) -> None:
         """Stop the jobs, the alert sender, the bridge and the mirror, then the bundled server; close the database."""
         self.jobs.stop()
+        if self.database is not None:
+            self.database.stop()
         if self.alerts is not None:
             self.alerts.stop()
         if self.retention is not None:

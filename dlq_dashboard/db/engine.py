@@ -1,4 +1,5 @@
-"""The database engine: SQLite tuned for a crash-safe mirror, and the two kinds of transaction."""
+"""The database engine: SQLite tuned for a crash-safe mirror, the two kinds of transaction, and
+the timeouts (connect, pool, statement under bounds.py's Bounds)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,17 @@ from sqlalchemy.engine import URL, make_url
 
 from ..files import private_sqlite
 from ..redaction import without_userinfo
+from .bounds import Bounds, bounded, current_bounds
 
 log = logging.getLogger(__name__)
+
+#: How long a connection may take to open (PostgreSQL's connect_timeout) and how long a caller
+#: waits for a pooled connection, in seconds.
+CONNECT_TIMEOUT = 5.0
+#: How long bounded work waits for the answer to the check of a pooled connection, in seconds.
+PING_BOUND = 1.0
+#: SQLite's busy timeout outside bounded work (the mirror's writer, jobs, the CLI), in seconds.
+BUSY_TIMEOUT = 30.0
 
 
 def is_sqlite(engine: Engine) -> bool:
@@ -40,17 +50,20 @@ def shown_url(url: str | URL) -> str:
     return without_userinfo(parsed.set(username=None, password=None).render_as_string(hide_password=False))
 
 
-def create_db_engine(url: str) -> Engine:
+def create_db_engine(url: str, *, connect_timeout: float = CONNECT_TIMEOUT, pool_size: int = 10,
+                     max_overflow: int = 20) -> Engine:
     """Create the engine; for SQLite: WAL, synchronous=FULL, busy_timeout, IMMEDIATE writes;
-    for PostgreSQL: psycopg 3, connections checked before use (a restarted server is no error)."""
+    for PostgreSQL: psycopg 3, connections checked before use (a restarted server is no error),
+    a connect timeout. Work run ``bounded`` gets a statement timeout (see Bounds)."""
     parsed = engine_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        return _postgresql_engine(parsed, connect_timeout, pool_size, max_overflow)
 
     if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
         # Created here with mode 0600 before SQLite opens it, so SQLite's -wal and -shm get it too.
         private_sqlite(parsed.database)
-    engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
+    engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT},
+                           pool_timeout=connect_timeout)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record):
@@ -61,14 +74,62 @@ def create_db_engine(url: str) -> Engine:
         cursor.execute("PRAGMA journal_mode=WAL")
         # FULL: a mirror that has moved past a message must not lose it on power loss.
         cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection):
+        # The busy timeout is the connection's, not the transaction's: set it when this work's
+        # bound differs from the one the pooled connection last had (a PRAGMA costs microseconds).
+        bounds = current_bounds()
+        busy = int((bounds.statement if bounds else BUSY_TIMEOUT) * 1000)
+        info = conn.connection.info
+        if info.get("busy_timeout") != busy:
+            conn.exec_driver_sql(f"PRAGMA busy_timeout={busy}")
+            info["busy_timeout"] = busy
         immediate = conn.get_execution_options().get("immediate", False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def _postgresql_engine(parsed: URL, connect_timeout: float, pool_size: int, max_overflow: int) -> Engine:
+    from .bounded_pg import BoundedConnection  # imports psycopg: only for PostgreSQL
+
+    connect_args = {}
+    if "connect_timeout" not in parsed.query:  # the URL's own choice wins
+        # libpq counts whole seconds, and treats less than 2 as 2.
+        connect_args["connect_timeout"] = max(2, round(connect_timeout))
+    engine = create_engine(parsed, pool_pre_ping=True, pool_size=pool_size, max_overflow=max_overflow,
+                           pool_timeout=connect_timeout, connect_args=connect_args)
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect, _record, cargs, cparams):
+        # psycopg's connection with a bound on every wait for the server (bounded_pg.py).
+        return BoundedConnection.connect(*cargs, **cparams)
+
+    ping = engine.dialect.do_ping
+
+    def bounded_ping(dbapi_connection) -> bool:
+        # The check of a pooled connection before use answers in milliseconds when the server
+        # is well: under bounds it gets a second, not a statement's bound, so that a request
+        # meeting a frozen server gives up after the ping and one connect attempt.
+        bounds = current_bounds()
+        if bounds is None:
+            return ping(dbapi_connection)
+        with bounded(Bounds(statement=min(PING_BOUND, bounds.statement), grace=0.0)):
+            return ping(dbapi_connection)
+
+    engine.dialect.do_ping = bounded_ping
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection):
+        # SET LOCAL ends with the transaction: only bounded work (a web request) is cut short by
+        # the server; the first statement of the transaction, so psycopg opens it first.
+        bounds = current_bounds()
+        if bounds is not None:
+            conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(bounds.statement * 1000)}")
 
     return engine
 

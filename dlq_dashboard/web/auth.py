@@ -4,6 +4,7 @@ user header, and the least role of every route."""
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import urlsplit
@@ -13,11 +14,14 @@ from flask_login import LoginManager, UserMixin, current_user, login_user, logou
 from werkzeug.exceptions import HTTPException
 
 from ..accounts import ROLES, end_session, find_token, get_user, load_session_user, start_session, verify_password
+from ..db.liveness import UNREACHABLE, describe, is_unavailable, sentence
+from ..errors import DatabaseUnavailable
 from . import current_runtime
 from .responses import bearer_token, refusal, wants_json
 from .security import client_address, is_trusted_proxy, login_throttle
 
 _RANK = {role: i for i, role in enumerate(ROLES)}
+log = logging.getLogger(__name__)
 
 bp = Blueprint("auth", __name__)
 login_manager = LoginManager()
@@ -55,7 +59,7 @@ class SessionUser(UserMixin):
 @login_manager.user_loader
 def load_user(session_key: str):
     """The session's user, if the session has not ended and the user exists and is enabled."""
-    user = load_session_user(current_runtime().engine, session_key)
+    user = _ask_database(load_session_user, session_key)
     if user is None:
         return None
     return SessionUser(user.id, user.name, user.role, session_key)
@@ -63,8 +67,41 @@ def load_user(session_key: str):
 
 # --- identity ---------------------------------------------------------------------------------
 
+def _ask_database(lookup: Callable, *args):
+    """``lookup(engine, *args)``; while the database cannot be asked, DatabaseUnavailable (a 503:
+    who is asking is not known, which is neither a refusal nor anonymous)."""
+    try:
+        return lookup(current_runtime().engine, *args)
+    except Exception as exc:
+        if is_unavailable(exc):
+            log.warning("%s %s: who is asking could not be looked up: %s", request.method, request.path,
+                        describe(exc))
+            raise DatabaseUnavailable(sentence(exc)) from exc
+        raise
+
+
+def _database_known_down() -> bool:
+    probe = current_runtime().database
+    return probe is not None and not probe.state.reachable
+
+
+def _presents_credentials() -> bool:
+    # A signed session that names a user, or a token: what would be checked if the database answered.
+    return bearer_token() is not None or "_user_id" in session
+
+
+def identity_unknown() -> None:
+    """For the rest of this request, who is asking is not known (the database cannot be asked):
+    templates see no identity and no user, and nothing tries the lookup again."""
+    g.identity, g.database_down = None, True
+    # The banner (NATS's and the mirror's state) goes to a caller with a session or a token, as
+    # the polled banner does; an anonymous caller is told the sentence alone.
+    g.banner_unverified = _presents_credentials()
+    g._login_user = login_manager.anonymous_user()  # Flask-Login's cache of the user: not loaded again
+
+
 def _token_identity(token: str) -> Identity | None:
-    found = find_token(current_runtime().engine, token)
+    found = _ask_database(find_token, token)
     if found is None:
         return None
     return Identity(name=f"token:{found.name}", role=found.role, via="token")
@@ -73,7 +110,7 @@ def _token_identity(token: str) -> Identity | None:
 def _proxy_identity(name: str) -> Identity | None:
     # The proxy vouches for who it is; the role still comes from the users table, so an
     # unknown or disabled name gets nothing.
-    user = get_user(current_runtime().engine, name)
+    user = _ask_database(get_user, name)
     if user is None or user.disabled:
         return None
     return Identity(name=user.name, role=user.role, via="proxy")
@@ -132,12 +169,15 @@ def _login_url() -> str:
     return url_for("auth.login", next=safe_next(target))
 
 
-def requires(role: str | None, *, fragment: bool = False) -> Callable:
+def requires(role: str | None, *, fragment: bool = False, from_memory: bool = False) -> Callable:
     """Decorate a view with the least role it needs (None: open to anyone, e.g. /healthz).
 
     The role is also kept on the view function, so a test can check every route has one.
     ``fragment`` marks a view that answers only a piece of a page (an htmx poll): it is never
-    the page to return to after login.
+    the page to return to after login. ``from_memory``: the view answers from memory alone (the
+    status banner), so it answers while the database is unreachable too, to a caller who
+    presents a session or a token that cannot be checked meanwhile (it tells no more than
+    /healthz tells anyone).
     """
     if role is not None and role not in _RANK:
         raise ValueError(f"unknown role {role!r}")
@@ -146,7 +186,16 @@ def requires(role: str | None, *, fragment: bool = False) -> Callable:
         @functools.wraps(view)
         def wrapped(*args, **kwargs):
             if role is not None:
-                identity = current_identity()
+                unverifiable = from_memory and _presents_credentials()
+                try:
+                    if unverifiable and _database_known_down():
+                        raise DatabaseUnavailable(UNREACHABLE)  # not asked: the probe knows
+                    identity = current_identity()
+                except DatabaseUnavailable:
+                    if not unverifiable:
+                        raise
+                    identity_unknown()
+                    return view(*args, **kwargs)
                 if identity is None:
                     if wants_json():
                         return jsonify(error="Log in or send an API token (Authorization: Bearer ...)."), 401
@@ -162,6 +211,7 @@ def requires(role: str | None, *, fragment: bool = False) -> Callable:
 
         wrapped.required_role = role
         wrapped.fragment = fragment
+        wrapped.from_memory = from_memory
         return wrapped
 
     return decorate

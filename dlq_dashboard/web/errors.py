@@ -3,27 +3,41 @@ JSON (``{"error": ...}``) for the API and bearer-token calls and as a page other
 
 The domain raises; no view repeats a try/except to translate. A view that answers an error
 its own way (the editor shows the form again) catches only that error.
+
+The database's outages are answered here too: every request's database work is bounded
+(db/bounds.py), a request that arrives while the probe knows the database unreachable is
+answered 503 before it waits on it, and an error of the database being unusable (stopped,
+frozen, a full disk) raised by any route is a 503 with one sentence, never a 500.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from flask import Flask, jsonify, make_response, render_template, request
+from flask import Flask, current_app, jsonify, make_response, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from ..actions.errors import ActionError, Conflict, NatsDown, Refused
-from ..errors import DashboardError, EntryNotFound, InvalidRequest, JobNotFound, NotFound
+from ..db.bounds import Bounds, set_bounds
+from ..db.liveness import UNAVAILABLE, describe, sentence
+from ..errors import DashboardError, DatabaseUnavailable, EntryNotFound, InvalidRequest, JobNotFound, NotFound
 from . import current_runtime
+from .auth import identity_unknown
 from .responses import wants_json
+
+log = logging.getLogger(__name__)
+# Retry-After of a 503 for the database: about when the probe asks again.
+DATABASE_RETRY_AFTER = 2
 
 # The first class an error is an instance of decides; DashboardError itself is a 400.
 STATUSES: tuple[tuple[type[DashboardError], int], ...] = (
     (NotFound, 404), (InvalidRequest, 400), (Conflict, 409), (Refused, 422), (NatsDown, 503),
-    (DashboardError, 400),
+    (DatabaseUnavailable, 503), (DashboardError, 400),
 )
 TITLES = {EntryNotFound: "No such entry", JobNotFound: "No such job", NotFound: "Not found",
-          InvalidRequest: "Not valid", DashboardError: "Not done"}
+          InvalidRequest: "Not valid", DatabaseUnavailable: "The database cannot be used now",
+          DashboardError: "Not done"}
 
 
 def status_of(exc: DashboardError) -> int:
@@ -32,9 +46,49 @@ def status_of(exc: DashboardError) -> int:
 
 
 def init_app(app: Flask) -> None:
-    """Answer DashboardErrors and, under /api/, HTTP errors (an unknown path, a wrong method)."""
+    """Answer DashboardErrors, the database's outages and, under /api/, HTTP errors (an unknown
+    path, a wrong method); bound every request's database work."""
     app.register_error_handler(DashboardError, dashboard_error)
     app.register_error_handler(HTTPException, http_error)
+    for kind in UNAVAILABLE:
+        app.register_error_handler(kind, database_error)
+    app.before_request(_bound_database_work)
+    app.teardown_request(lambda _exc: set_bounds(None))
+
+
+def answers_from_memory() -> bool:
+    """True for a route that never asks the database (/healthz, the banner, static files)."""
+    view = current_app.view_functions.get(request.endpoint or "")
+    return request.endpoint == "static" or getattr(view, "from_memory", False)
+
+
+def _bound_database_work() -> None:
+    # A statement of a request runs for at most DLQ_DB_STATEMENT_TIMEOUT; and while the probe
+    # knows the database unreachable, a request is answered at once instead of waiting on it.
+    rt = current_runtime()
+    set_bounds(Bounds(statement=rt.settings.database_statement_timeout))
+    probe = rt.database
+    if probe is not None and not probe.state.reachable and request.endpoint and not answers_from_memory():
+        raise DatabaseUnavailable(probe.state.reason())
+
+
+def database_error(exc: Exception):
+    """A route's database work failed because the database cannot be used now: a 503."""
+    log.warning("%s %s: the database could not be used: %s", request.method, request.path, describe(exc))
+    return database_unavailable(DatabaseUnavailable(sentence(exc)))
+
+
+def database_unavailable(exc: DatabaseUnavailable):
+    """The sentence as JSON, as text for htmx, or the error page with the status banner; nothing
+    on the way asks the database again (who is asking is not known: no identity)."""
+    identity_unknown()
+    headers = {"Retry-After": str(DATABASE_RETRY_AFTER)}
+    if wants_json():
+        return jsonify(error=str(exc)), 503, headers
+    if request.headers.get("HX-Request"):
+        return current_app.response_class(str(exc) + "\n", status=503, mimetype="text/plain", headers=headers)
+    page = render_template("error.html", title=TITLES[DatabaseUnavailable], message=str(exc))
+    return make_response(page, 503, headers)
 
 
 def error_body(exc: DashboardError) -> dict[str, Any]:
@@ -53,6 +107,8 @@ def error_body(exc: DashboardError) -> dict[str, Any]:
 
 def dashboard_error(exc: DashboardError):
     """JSON for the API; for a page, the entry acted on with why it was not done, or an error page."""
+    if isinstance(exc, DatabaseUnavailable):
+        return database_unavailable(exc)
     status = status_of(exc)
     if wants_json():
         return jsonify(error_body(exc)), status

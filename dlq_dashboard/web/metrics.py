@@ -60,11 +60,14 @@ class DashboardCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Yield every metric family; a database failure is reported, not raised."""
         yield from self._runtime_metrics()
-        try:
-            families = list(self._database_metrics())
-        except Exception:
-            log.warning("metrics could not read the database", exc_info=True)
-            families = []
+        probe = self.runtime.database
+        families = []
+        # While the probe knows the database unreachable, the scrape does not wait on it.
+        if probe is None or probe.state.reachable:
+            try:
+                families = list(self._database_metrics())
+            except Exception:
+                log.warning("metrics could not read the database", exc_info=True)
         up = GaugeMetricFamily("dlq_database_up", "1 when the last scrape could read the database.")
         up.add_metric([], 1 if families else 0)
         yield up
@@ -192,7 +195,7 @@ def metrics_registry(runtime: Runtime) -> CollectorRegistry:
 
 
 @bp.route("/metrics")
-@requires(None)
+@requires(None, from_memory=True)
 def metrics():
     """Prometheus text exposition; no login, no message data."""
     registry = current_app.extensions.get("dlq_metrics")

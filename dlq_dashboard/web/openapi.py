@@ -491,7 +491,7 @@ def openapi_document(app: Flask) -> dict[str, Any]:
 
 
 @bp.route("/api/openapi.json")
-@requires(None)
+@requires(None, from_memory=True)
 def openapi_json():
     """The API document; open to all, it holds no data."""
     return jsonify(openapi_document(current_app))

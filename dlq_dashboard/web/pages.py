@@ -116,7 +116,7 @@ def newer():
 
 
 @bp.route("/favicon.ico")
-@requires(None)
+@requires(None, from_memory=True)
 def favicon():
     """The icon a browser asks for at the root (the pages link the same file)."""
     return send_from_directory(current_app.static_folder, "favicon.ico", mimetype="image/vnd.microsoft.icon",

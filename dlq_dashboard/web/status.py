@@ -1,9 +1,9 @@
-"""Whether what the pages show may be stale: NATS unreachable, or the mirror stuck on a stream
-(a write failing, retried until it succeeds) or behind it.
+"""Whether what the pages show may be stale: NATS or the database unreachable, or the mirror
+stuck on a stream (a write failing, retried until it succeeds) or behind it.
 
 Every page polls ``/status/banner`` (base.html). It answers from what the bridge's liveness
-probe and the mirror keep in memory, never asking NATS, so it answers at once when NATS is
-frozen. The same state renders the actions that need NATS disabled (templating.py).
+probe, the database probe and the mirror keep in memory, never asking NATS or the database, so
+it answers at once when either is frozen. The same state renders the actions that need NATS disabled (templating.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from flask import Blueprint, make_response, render_template
 
+from ..db.liveness import DatabaseState
 from ..runtime import Runtime
 from ..times import format_time, utcnow
 from . import current_runtime
@@ -52,11 +53,12 @@ class ServiceStatus:
     nats_error: str | None
     lagging: tuple[StreamLag, ...]
     stuck: tuple[StreamStuck, ...] = ()
+    database: DatabaseState = DatabaseState()
 
     @property
     def stale(self) -> bool:
         """True while the pages may show old data."""
-        return not self.nats_usable or bool(self.lagging) or bool(self.stuck)
+        return not self.nats_usable or bool(self.lagging) or bool(self.stuck) or not self.database.reachable
 
     @property
     def nats_down(self) -> str | None:
@@ -72,7 +74,8 @@ class ServiceStatus:
                 "lagging": [{"stream": lag.stream, "messages": lag.messages, "since": format_time(lag.since)}
                             for lag in self.lagging],
                 "stuck": [{"stream": s.stream, "error": s.error, "since": format_time(s.since),
-                           "messages": s.messages} for s in self.stuck]}
+                           "messages": s.messages} for s in self.stuck],
+                "database": self.database.to_dict()}
 
 
 def service_status(rt: Runtime) -> ServiceStatus:
@@ -99,11 +102,12 @@ def service_status(rt: Runtime) -> ServiceStatus:
                 stuck.append(StreamStuck(name, failed, failed_since, progress.lag))
             elif behind is not None and (now - behind).total_seconds() >= rt.settings.mirror_stale_after:
                 lagging.append(StreamLag(name, progress.lag, behind))
-    return ServiceStatus(usable, since, error, tuple(lagging), tuple(stuck))
+    database = rt.database.state if rt.database is not None else DatabaseState()
+    return ServiceStatus(usable, since, error, tuple(lagging), tuple(stuck), database)
 
 
 @bp.route("/status/banner")
-@requires("viewer", fragment=True)
+@requires("viewer", fragment=True, from_memory=True)
 def banner():
     """The stale-data banner (an htmx fragment every page polls); empty while all is well."""
     response = make_response(render_template("_status_banner.html", service=service_status(current_runtime())))

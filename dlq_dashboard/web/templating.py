@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from flask import Flask
+from flask import Flask, g
 from markupsafe import Markup
 
 from dlq_consumer import headers as contract
@@ -82,10 +82,13 @@ def init_app(app: Flask) -> None:
     def _context():
         identity = current_identity()
         rt = current_runtime()
+        # Set by an answer made while the database is unreachable (web/errors.py): the banner then
+        # shows without an identity, which could not be looked up.
+        database_down = g.get("database_down", False)
         # From memory (the liveness probe, the mirror's progress): the banner's first render and
         # the actions that need NATS, rendered disabled while it is unreachable.
-        status = service_status(rt) if identity else None
-        return {"identity": identity, "list_url": list_url, "statuses": STATUSES,
+        status = service_status(rt) if identity or g.get("banner_unverified") else None
+        return {"identity": identity, "database_down": database_down, "list_url": list_url, "statuses": STATUSES,
                 "reasons": contract.REASONS, "republishable": REPUBLISHABLE, "contract": contract,
                 "service": status, "nats_down": status.nats_down if status else None,
                 "close_needs_nats": rt.settings.delete_on_close, "form_filter": form_filter}
