@@ -3,6 +3,8 @@ preview says before Start which republishes will be refused and why."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from dlq_dashboard.actions.bulk import jobs, pacing
@@ -45,3 +47,75 @@ def test_a_close_job_is_not_paced_by_the_republish_rate(app, rt, monkeypatch):
     assert (status["done"], status["failed"]) == (300, 0)
     assert taken == []  # the pacer was never asked
     assert {rt.store.get_entry(i).status for i in ids} == {"closed"}
+
+
+# --- the preview says what the job would refuse -------------------------------------------------
+
+def preview(client, ids: list[int]) -> str:
+    token = support.csrf_token(client, "/")
+    response = client.post("/bulk/preview", data={"csrf_token": token, "action": "republish",
+                                                  "ids": [str(i) for i in ids]})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.get_data(as_text=True)
+
+
+def start_buttons(page: str) -> dict[str, str]:
+    """The preview's submit buttons by their words, each with its attributes."""
+    return {words.strip(): attrs for attrs, words in re.findall(r"<button type=\"submit\"([^>]*)>([^<]*)</button>", page)}
+
+
+def test_the_preview_counts_republishes_no_stream_would_store_and_disables_start(app, rt, nats_server, auth):
+    support.make_orders_stream(nats_server.url)  # stores orders.>, not payments.>
+    ids = [support.dead_letter(app, seq, subject="payments.settled", payload=b'{"id": %d}' % seq)
+           for seq in range(1, 6)]
+    page = preview(auth.client("operator"), ids)
+    assert "<strong>5</strong> of these 5\n     would not be republished" in page
+    assert "<li>5: No stream stores subject payments.settled: a republish would be refused.</li>" in page
+    buttons = start_buttons(page)
+    assert "disabled" in buttons["Start"] and "data-needs-nats" not in buttons["Start"]
+    assert "Republish with the override" not in buttons  # no payload here fails a schema
+    assert "Start is unavailable: every one of the 5 would be refused" in page
+
+
+def test_the_preview_counts_what_the_schema_and_the_contract_refuse_and_offers_the_override(
+        app, rt, nats_server, auth):
+    support.make_orders_stream(nats_server.url)
+    valid = [support.dead_letter(app, seq, payload=b'{"customer_id": "c-%d"}' % seq) for seq in (1, 2, 3)]
+    invalid = [support.dead_letter(app, seq, payload=b'{"order_id": %d}' % seq) for seq in (4, 5)]
+    nowhere = [support.dead_letter(app, 6, subject=None)]
+    client = auth.client("operator")
+
+    page = preview(client, valid + invalid + nowhere)
+    assert "<strong>3</strong> of these 6" in page
+    assert ("<li>2: The payload does not pass the current schema orders.json; republishing it needs the override.</li>"
+            in page)
+    assert "<li>1: The entry has no Dlq-Original-Subject, so there is nowhere to republish it.</li>" in page
+    assert ("With the override, the 2 that only the current schema refuses are republished as they are; "
+            "1 would be refused still." in page)
+    buttons = start_buttons(page)
+    assert "disabled" not in buttons["Start"] and "disabled" not in buttons["Republish with the override"]
+    assert 'name="force" value="on"' in buttons["Republish with the override"]
+
+    # Every one fails the schema: Start is disabled, the override still offered.
+    page = preview(client, invalid)
+    buttons = start_buttons(page)
+    assert "disabled" in buttons["Start"] and "disabled" not in buttons["Republish with the override"]
+    assert "every one of the 2 would be refused unless the override republishes" in page
+
+    # Nothing refused: no word of it.
+    page = preview(client, valid)
+    assert "What the job would refuse" not in page and "disabled" not in start_buttons(page)["Start"]
+
+
+def test_the_override_button_starts_a_job_that_republishes_what_the_schema_refuses(app, rt, nats_server, auth):
+    support.make_orders_stream(nats_server.url)
+    invalid = [support.dead_letter(app, seq, payload=b'{"order_id": %d}' % seq) for seq in (1, 2)]
+    client = auth.client("operator")
+    token = support.csrf_token(client, "/")
+    started = client.post("/bulk", data={"csrf_token": token, "action": "republish", "force": "on",
+                                         "ids": [str(i) for i in invalid]})
+    assert started.status_code == 303
+    job_id = int(started.headers["Location"].rsplit("/", 1)[1])
+    status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
+                              timeout=30, message="the job to finish")
+    assert (status["done"], status["failed"]) == (2, 0)

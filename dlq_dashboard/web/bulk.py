@@ -7,6 +7,7 @@ from flask import Blueprint, jsonify, render_template, request, url_for
 from ..actions.bulk.jobs import JobError, cancel_job, create_job, job_status, select_items
 from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX, list_jobs
 from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
+from ..actions.bulk.refusals import republish_refusals
 from ..actions.republish import republish_targets
 from ..errors import DashboardError, InvalidRequest
 from ..numbers import whole_number
@@ -100,11 +101,14 @@ def bulk_preview():
         error = None if items else "No entries match; nothing to do."
     except DashboardError as exc:
         items, summary, selection, error = [], {}, {}, str(exc)
-    # A republish reaches every consumer of its subject: show them before the job starts.
+    # A republish reaches every consumer of its subject: show them before the job starts; and
+    # what the job would refuse (no stream, the schema without the override), before Start.
     targets = {subject: republish_targets(rt, subject) for subject in list(summary.get("subjects", {}))[:5]
                if subject} if action == "republish" else {}
+    refusals = republish_refusals(rt, [i["id"] for i in items]) if action == "republish" and items else None
     return render_template("job.html", preview=True, action=action, items=items[:PREVIEW_ROWS], summary=summary,
-                           targets=targets, selection=selection, form=request.form, error=error, job=None), \
+                           targets=targets, refusals=refusals, selection=selection, form=request.form,
+                           error=error, job=None), \
         (400 if error else 200)
 
 
@@ -124,7 +128,8 @@ def bulk_create():
         if patching:
             return _patch_page(error=str(exc), status=status_of(exc))
         return render_template("job.html", preview=True, action=request.form.get("action"), items=[], targets={},
-                               summary={}, selection={}, form=request.form, error=str(exc), job=None), \
+                               refusals=None, summary={}, selection={}, form=request.form, error=str(exc),
+                               job=None), \
             status_of(exc)
     return after_post(url_for("bulk.job_page", job_id=job_id))
 

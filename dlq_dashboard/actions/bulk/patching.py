@@ -24,6 +24,9 @@ from ..context import ActionContext
 from ..decisions import republish_refusal
 from ..intents import ENTRIES
 
+#: What the preview's sentences call each entry, so alike entries count under one sentence.
+ONE_ENTRY = "The entry"
+
 #: The operations of RFC 6902 and the members each needs besides ``op`` and ``path``.
 OPERATIONS = {"add": ("value",), "remove": (), "replace": ("value",), "move": ("from",), "copy": ("from",),
               "test": ("value",)}
@@ -180,7 +183,7 @@ def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], 
         for row in rows:
             example: dict[str, Any] = {"id": row.id}
             try:
-                refusal = republish_refusal(row._mapping, edit=True)
+                refusal = republish_refusal(row._mapping, edit=True, name=ONE_ENTRY)  # alike ones counted as one
                 if refusal:
                     raise Unpatchable(refusal)
                 after = patched_payload(ops, row.payload, bool(row.payload_available))
