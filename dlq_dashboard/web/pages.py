@@ -105,10 +105,10 @@ def summary():
 @requires("viewer")
 def newer():
     """How many entries under the filters arrived after the first one on the page."""
-    flt, filter_error = parse_filter(request.args)
+    flt = request_filter(request.args)
     after = request.args.get("after", "").strip()
     count = 0
-    if not filter_error and after:
+    if after:
         after_id = whole_number(after, "after", what="the newest entry id on the page")
         count = current_runtime().store.count_newer(flt, after_id, cap=NEW_CAP, mask=viewer_mask())
     return render_block("index.html", "new_entries", new_count=count, cap=NEW_CAP,
@@ -199,9 +199,9 @@ def _entry_context(stored, found):
     the URL) with the entries before and after it there, its failure group, and why Republish
     or Edit cannot work, if they cannot."""
     rt = current_runtime()
-    flt, filter_error = parse_filter(request.args)
-    list_args = {} if filter_error else flt.to_args()
-    newer, older = (None, None) if filter_error else rt.store.neighbours(flt, stored.id, viewer_mask())
+    flt = request_filter(request.args)  # a bad one is a 400, as on the list itself
+    list_args = flt.to_args()
+    newer, older = rt.store.neighbours(flt, stored.id, viewer_mask())
     republish_reason = edit_reason = None
     identity = current_identity()
     if identity is not None and identity.may("operator"):

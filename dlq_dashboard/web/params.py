@@ -1,17 +1,61 @@
-"""Reading request parameters (JSON bodies and forms) into values; a bad one is an
-InvalidRequest, answered 400 with a sentence."""
+"""Reading request parameters (query strings, JSON bodies and forms) into values; a bad one is
+an InvalidRequest, answered 400 with a sentence.
+
+One rule for every page, the API, the export and the command line: a parameter is given once
+(``refuse_repeated_parameters`` before every request; the CLI's options through
+``single_values``), and a value that is not one of the allowed ones is refused with a sentence
+(``one_of``; the list's filters in entries/filters.py and the failure group in Store.check_group),
+never ignored: ``/?status=open&status=closed`` dropped a filter, ``/jobs/1?state=bogus`` and
+``/?group=abc`` answered 200 as if nothing were wrong.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-from flask import request
+from flask import Flask, request
 
 from ..entries.fields import FIELD_PREFIX
 from ..errors import InvalidRequest
 from ..numbers import VERSION_MAX, whole_number
+
+
+def single_values(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """(name, value) pairs as one value a name; InvalidRequest names a parameter given more than once."""
+    found: dict[str, list[Any]] = {}
+    for name, value in pairs:
+        found.setdefault(name, []).append(value)
+    for name, values in found.items():
+        if len(values) > 1:
+            shown = ", ".join(repr(v if not isinstance(v, str) or len(v) <= 40 else v[:40] + "…") for v in values[:5])
+            raise InvalidRequest(f"{name} is given {len(values)} times ({shown}{', …' if len(values) > 5 else ''}): "
+                                 "give it once")
+    return {name: values[0] for name, values in found.items()}
+
+
+def refuse_repeated_parameters() -> None:
+    """Before every request: no query parameter is given twice."""
+    single_values(request.args.items(multi=True))
+
+
+def init_app(app: Flask) -> None:
+    """Hold every request to the rule above."""
+    app.before_request(refuse_repeated_parameters)
+
+
+def one_of(raw: Any, name: str, allowed: Iterable[str]) -> str | None:
+    """``raw`` (trimmed) when it is one of ``allowed``, None when it is empty or missing;
+    InvalidRequest with the allowed values otherwise."""
+    value = raw.strip() if isinstance(raw, str) else raw
+    if value in (None, ""):
+        return None
+    allowed = tuple(allowed)
+    if value not in allowed:
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 40 else repr(value[:40] + "…")
+        raise InvalidRequest(f"{name} {shown} is not valid: use one of {', '.join(allowed)}, or leave it out")
+    return value
 
 
 def version(raw: Any) -> int:

@@ -41,6 +41,8 @@ JOB_ACTIONS = ("republish", "close", "patch")
 REPUBLISHING = ("republish", "patch")
 #: A job in one of these states has ended; its items are settled.
 FINISHED = ("done", "cancelled")
+#: The states of a job's items (``state`` on a job's page and its JSON narrows them to one).
+ITEM_STATES = ("done", "failed", "skipped", "cancelled", "pending")
 
 
 class JobError(InvalidRequest):
@@ -89,6 +91,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         if not str(args.get("status") or "").strip():
             args["status"] = "open"
         flt = EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields))
+        rt.store.check_group(flt)
         if upto is not None:
             flt = replace(flt, cursor=encode_cursor(int(upto) + 1))
         # A preset ("since=1h") as the time it meant when the entries were chosen: the job keeps those.
