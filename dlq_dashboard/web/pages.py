@@ -191,7 +191,14 @@ def entry(entry_id: int):
         "entry.html", entry=found, payload=payload, marks=marks, header_errors=header_errors,
         current=current, current_errors=current_errors, current_error=current_error,
         schema_problems=registry.problems, timeline=timeline, original=original, last_sent=sent,
-        failed_again=replays[-1] if replays else None, **_entry_context(stored, found))
+        failed_again=replays[-1] if replays else None, schema_errors_given=_carries(found, contract.SCHEMA_ERRORS),
+        **_entry_context(stored, found))
+
+
+def _carries(entry, header: str) -> bool:
+    """Whether the message carries ``header`` (names match case-insensitively), read or not: a
+    malformed Dlq-Schema-Errors is told by the entry's note, not as a header missing."""
+    return any(name.lower() == header.lower() for name in entry.headers or {})
 
 
 def _entry_context(stored, found):
