@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 from typing import Any, Iterable, Mapping
+from urllib.parse import unquote_to_bytes
 
 from flask import Flask, request
 
@@ -40,8 +41,29 @@ def refuse_repeated_parameters() -> None:
     single_values(request.args.items(multi=True))
 
 
+def refuse_text_that_is_not_utf8() -> None:
+    """Before every request (and its CSRF check): the query string and a form body are UTF-8.
+    Other bytes were read as U+FFFD (a note changed without a word) or lost the whole form, which
+    was then refused as "The CSRF token is missing"."""
+    _utf8_parameters(request.query_string, "The query string")
+    if request.mimetype == "application/x-www-form-urlencoded":
+        # Cached: the form is parsed from the same bytes afterwards.
+        _utf8_parameters(request.get_data(cache=True), "The form")
+
+
+def _utf8_parameters(raw: bytes, what: str) -> None:
+    for pair in raw.split(b"&"):
+        for part in pair.split(b"=", 1):
+            try:
+                unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                name = unquote_to_bytes(pair.split(b"=", 1)[0]).decode("utf-8", "replace")[:40]
+                raise InvalidRequest(f"{what} is not UTF-8 text (at {name!r}): send it encoded as UTF-8.") from None
+
+
 def init_app(app: Flask) -> None:
-    """Hold every request to the rule above."""
+    """Hold every request to the rules above."""
+    app.before_request(refuse_text_that_is_not_utf8)
     app.before_request(refuse_repeated_parameters)
 
 
