@@ -119,3 +119,20 @@ def test_the_override_button_starts_a_job_that_republishes_what_the_schema_refus
     status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
                               timeout=30, message="the job to finish")
     assert (status["done"], status["failed"]) == (2, 0)
+
+
+def test_the_patch_preview_counts_what_no_stream_would_store_and_disables_start(app, rt, nats_server, auth):
+    support.make_orders_stream(nats_server.url)  # stores orders.>, not payments.>
+    ids = [support.dead_letter(app, seq, subject="payments.settled", payload=b'{"id": %d}' % seq)
+           for seq in range(1, 4)]
+    client = auth.client("operator")
+    token = support.csrf_token(client, "/")
+    response = client.post("/bulk/preview", data={
+        "csrf_token": token, "action": "patch", "ids": [str(i) for i in ids],
+        "patch": '[{"op": "add", "path": "/fixed", "value": true}]', "only_valid": "on"})
+    page = response.get_data(as_text=True)
+    assert response.status_code == 200, page
+    assert ("<strong>3</strong> would be patched and then refused: No stream stores subject payments.settled: "
+            "a republish would be refused.") in page
+    assert "disabled" in start_buttons(page)["Start"]
+    assert "Start is unavailable: none of the 3 would be republished" in page

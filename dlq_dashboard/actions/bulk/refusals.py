@@ -15,12 +15,13 @@ from ..context import ActionContext
 from ..decisions import no_stream_sentence, republish_refusal
 from ..intents import ENTRIES
 from ..streams import stream_of
-from .patching import ONE_ENTRY
 
 #: Entries a preview reads at most (their payloads are validated), as the patch preview does.
 PREVIEW_BOUND = 10_000
 #: Distinct subjects whose stream a preview asks NATS about (each answer is remembered a while).
 SUBJECTS_ASKED = 20
+#: What a preview's sentences call each entry, so alike entries count under one sentence.
+ONE_ENTRY = "The entry"
 _CHUNK = 500
 
 
