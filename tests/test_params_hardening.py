@@ -8,6 +8,7 @@ import json
 from html import unescape
 
 import pytest
+from werkzeug.datastructures import MultiDict
 
 from dlq_dashboard.actions.bulk import jobs
 from dlq_dashboard.cli.entries import FILTERS
@@ -118,3 +119,19 @@ def test_the_jobs_pages_and_the_other_pages_hold_to_the_rule(site):
         response = client.get(path)
         assert response.status_code == 400 and "is given 2 times" in unescape(response.get_data(as_text=True)), path
     assert client.get(f"/jobs/{job_id}?state=pending").status_code == 200
+
+
+def test_a_form_field_given_twice_is_refused_and_a_list_of_ids_is_not(site):
+    app = site["app"]
+    rt = runtime_of(app)
+    entry_id = support.dead_letter(rt.engine, 3)
+    operator = support.logged_in(app, "operator")
+    token = support.csrf_token(operator, "/")
+    twice = operator.post(f"/entries/{entry_id}/close", data=MultiDict([("version", "1"), ("version", "2"),
+                                                                       ("note", "a"), ("csrf_token", token)]))
+    assert twice.status_code == 400
+    assert "version is given 2 times (&#39;1&#39;, &#39;2&#39;): give it once" in twice.get_data(as_text=True)
+    assert rt.store.get_entry(entry_id).status == "open"
+    ids = operator.post("/bulk/preview", data=MultiDict([("action", "close"), ("ids", str(entry_id)), ("ids", "1"),
+                                                         ("csrf_token", token)]))
+    assert ids.status_code == 200 and "<strong>2</strong> entries will be closed" in ids.get_data(as_text=True)

@@ -36,9 +36,15 @@ def single_values(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     return {name: values[0] for name, values in found.items()}
 
 
+#: The form fields that are lists: a bulk form's ticked entries.
+MULTI_VALUED = ("ids",)
+
+
 def refuse_repeated_parameters() -> None:
-    """Before every request: no query parameter is given twice."""
+    """Before every request: no query parameter, and no form field but a list's, is given twice."""
     single_values(request.args.items(multi=True))
+    if request.mimetype == "application/x-www-form-urlencoded":
+        single_values((k, v) for k, v in request.form.items(multi=True) if k not in MULTI_VALUED)
 
 
 def refuse_text_that_is_not_utf8() -> None:
