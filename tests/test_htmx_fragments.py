@@ -190,6 +190,8 @@ def test_every_fragment_htmx_requests_answers_200_for_every_role_while_a_bulk_jo
     if role == "viewer":
         missing -= {"actions.validate"}
     assert not missing, f"no page led to these fragments: {sorted(missing)}"
+    # The routes that answer HX-Request with a block (web/responses.py page_or_fragment) were asked so.
+    assert {"pages.index", "pages.groups", "bulk.jobs", "bulk.job_page"} <= seen_endpoints
     # The job page's own poll was among them, answered while the job ran, with its progress.
     poll = next(url for verb, url in asked if url.startswith(f"/jobs/{running_job['job']}"))
     fragment = client.get(poll, headers={"HX-Request": "true"}).get_data(as_text=True)
