@@ -31,6 +31,7 @@ def create_app(config: dict[str, Any] | None = None):
     from .runtime import EXTENSION, Runtime
     from .web import (actions, api, audit, auth, bulk, errors, export, metrics, openapi, pages, saved_views, security, status,
                       templating)
+    from .web import params as web_params
     from .web.responses import bearer_token, htmx
 
     class IdConverter(IntegerConverter):
@@ -82,6 +83,7 @@ def create_app(config: dict[str, Any] | None = None):
     # Before the CSRF check below: a cross-site write is refused as such.
     security.init_app(app)
     errors.init_app(app)
+    web_params.init_app(app)  # a query parameter given twice is a 400, on every route
     templating.init_app(app)
     cli.init_app(app)
     htmx.init_app(app)

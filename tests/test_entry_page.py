@@ -60,8 +60,9 @@ def test_previous_and_next_follow_the_lists_filter_search_and_order(offline_app)
     # The list's links carry the filters to the entry page.
     listing = viewer.get("/?q=fragile&status=open").get_data(as_text=True)
     assert re.search(rf'href="/entries/{fragile[2]}\?[^"]*q=fragile', listing)
-    # A filter that does not parse only loses the context.
-    assert viewer.get(f"/entries/{ids[2]}?status=lost").status_code == 200
+    # A filter that does not parse is a 400 with its sentence, as on the list itself.
+    lost = viewer.get(f"/entries/{ids[2]}?status=lost")
+    assert lost.status_code == 400 and "status &#39;lost&#39; is not valid" in lost.get_data(as_text=True)
 
 
 @pytest.mark.both_databases

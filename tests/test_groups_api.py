@@ -134,8 +134,9 @@ def test_group_selects_the_same_entries_on_the_list_the_api_and_the_exports(offl
     page = auth.client("viewer").get(f"/?group={fatal['id']}").get_data(as_text=True)
     assert all(f'href="/entries/{i}?group={fatal["id"]}"' in page for i in wanted)  # the list's filter rides along
     assert f'href="/entries/{groups_world[1]}?' not in page and f'href="/entries/{groups_world[1]}"' not in page
-    # An id no group has selects nothing; a link made before groups had ids names the key.
-    assert get(client, tokens["viewer"], "/api/entries?group=999999").get_json()["entries"] == []
+    # An id no group has is refused (a 400 sentence); a link made before groups had ids names the key.
+    missing = get(client, tokens["viewer"], "/api/entries?group=999999")
+    assert missing.status_code == 400 and "is not a failure group" in missing.get_json()["error"]
     by_key = get(client, tokens["viewer"], "/api/entries?group=order <id> not found").get_json()["entries"]
     assert sorted(e["id"] for e in by_key) == wanted
 
@@ -164,8 +165,11 @@ def test_the_hourly_trend_of_every_group_shown_is_one_query(offline_app, groups_
 
 
 @pytest.mark.parametrize("value", ["²", "٣", "1²"])
-def test_a_group_that_only_looks_like_a_number_is_taken_as_a_key_not_an_error(offline_app, tokens, value):
+def test_a_group_that_only_looks_like_a_number_is_looked_up_as_a_key_not_a_server_error(offline_app, tokens, value):
     client = offline_app.test_client()
     for path in ("/api/entries", "/api/groups"):
         response = get(client, tokens["viewer"], f"{path}?group={value}")
-        assert response.status_code == 200, (path, response.get_data(as_text=True)[:200])
+        # No group has that key: the sentence says so (the one rule for values, web/params.py).
+        assert response.status_code == 400, (path, response.get_data(as_text=True)[:200])
+        assert response.get_json()["error"] == f"group {value!r} is not a failure group: use a group's id " \
+                                               "from /groups or /api/groups"

@@ -57,7 +57,7 @@ def test_the_jobs_list_shows_a_finished_and_a_cancelled_job_with_who_cancelled(o
     assert [j["id"] for j in second["jobs"]] == [finished_id]
     assert client.get("/api/jobs?state=running", headers=operator).get_json()["jobs"] == []
     bad = client.get("/api/jobs?state=sleeping", headers=operator)
-    assert bad.status_code == 400 and "running or finished" in bad.get_json()["error"]
+    assert bad.status_code == 400 and "running, finished" in bad.get_json()["error"]
 
     viewer = support.logged_in(offline_app, "viewer")
     html = viewer.get("/jobs").get_data(as_text=True)

@@ -11,6 +11,7 @@ from sqlalchemy import insert, update
 from ..db.counts import Change, count_changes
 from ..db.engine import write_transaction
 from ..db.models import Action, Entry
+from ..errors import InvalidRequest
 from ..nats.bridge import NatsUnavailable
 from ..nats.streams import NotDeleted, delete_message, stream_epoch
 from ..times import utcnow
@@ -20,6 +21,22 @@ from .errors import NatsDown
 from .publishing import nats_unreachable
 
 ENTRIES, ACTIONS = Entry.__table__, Action.__table__
+#: The longest note a close (or a bulk job) keeps: one of 200,000 characters made the audit and
+#: the entry page take 40 s to render.
+NOTE_MAX = 2000
+
+
+def close_note(note: Any) -> str | None:
+    """A note as it is kept: trimmed, None when empty; InvalidRequest (a 400) when it is not
+    text or longer than NOTE_MAX characters."""
+    if note is None:
+        return None
+    if not isinstance(note, str):
+        raise InvalidRequest("note must be text.")
+    note = note.strip()
+    if len(note) > NOTE_MAX:
+        raise InvalidRequest(f"The note is {len(note):,} characters long; a note holds at most {NOTE_MAX:,}.")
+    return note or None
 
 
 def close_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str, note: str | None = None) -> Outcome:
@@ -27,7 +44,7 @@ def close_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str, n
 
     The delete happens inside the transaction: if NATS cannot delete it, nothing changes.
     """
-    note = (note or "").strip() or None
+    note = close_note(note)
     with write_transaction(rt.engine) as conn:
         entry = load_entry(conn, entry_id)
         decide_close(entry, version, pending_intents(conn, [entry_id]).get(entry_id, []))

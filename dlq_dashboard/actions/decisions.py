@@ -102,8 +102,8 @@ def compression_of(headers: Mapping[str, Any] | str | None, payload: bytes) -> s
     return "gzip bytes" if payload[:2] == GZIP_MAGIC else None
 
 
-def _status_sentence(entry_id: int, status: str) -> str:
-    return f"Entry {entry_id} is {status}; reopen it before republishing."
+def _status_sentence(entry_id: int, status: str, name: str | None = None) -> str:
+    return f"{name or f'Entry {entry_id}'} is {status}; reopen it before republishing."
 
 
 def no_stream_sentence(subject: str) -> str:
@@ -112,7 +112,7 @@ def no_stream_sentence(subject: str) -> str:
 
 
 def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = None, edit: bool = False,
-                      status: bool = False) -> str | None:
+                      status: bool = False, name: str | None = None) -> str | None:
     """Why this entry cannot be republished (``payload``: with this edited payload; ``edit``:
     why it cannot be edited and republished), as one sentence, or None when it can.
 
@@ -120,21 +120,25 @@ def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = Non
     the republish request is refused with it (decide_republish). ``status`` adds the status
     rule (the request answers it as a conflict instead). Whether a stream stores the subject is
     NATS's to say: the page asks (actions/streams.py, no_stream_sentence), the publish is refused.
+    ``name`` is what the sentence calls the entry instead of "Entry <id>" (a bulk preview counts
+    alike entries under one sentence: "The entry").
     """
     entry_id = _field(entry, "id")
+    who = name or f"Entry {entry_id}"
     if status and _field(entry, "status") not in REPUBLISHABLE:
-        return _status_sentence(entry_id, _field(entry, "status"))
+        return _status_sentence(entry_id, _field(entry, "status"), name)
     subject = _field(entry, "original_subject")
     if not subject:
-        return f"Entry {entry_id} has no {contract.ORIGINAL_SUBJECT}, so there is nowhere to republish it."
+        return f"{who} has no {contract.ORIGINAL_SUBJECT}, so there is nowhere to republish it."
     stored = bytes(_field(entry, "payload") or b"")
     # The original headers go with the republish: a Content-Encoding holds for an edited payload too.
     how = compression_of(_field(entry, "headers"), stored if payload is None else payload)
     if how:
-        return (f"The payload of entry {entry_id} is compressed ({how}): it cannot be validated or edited here, "
+        owner = f"{name[0].lower()}{name[1:]}" if name else f"entry {entry_id}"
+        return (f"The payload of {owner} is compressed ({how}): it cannot be validated or edited here, "
                 "so it is not republished from the dashboard.")
     if payload is None and not edit and not _field(entry, "payload_available"):
-        return (f"Entry {entry_id} has no payload (the source stream no longer had it); "
+        return (f"{who} has no payload (the source stream no longer had it); "
                 "edit one in to republish.")
     return None
 

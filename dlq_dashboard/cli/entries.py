@@ -23,6 +23,7 @@ from ..runtime import runtime_of
 from ..times import format_time
 from ..web.data import entries_page, entry_detail, get_entry_or_404
 from ..web.export import MEDIA_TYPES, export_body
+from ..web.params import single_values
 from .output import BAD_INPUT, FAILED, CommandError, cli_actor, nats_connected, table
 
 entries = AppGroup("entries", help="List, show, republish, close, reopen and export dead-letter entries.")
@@ -32,8 +33,10 @@ FILTERS = ("status", "subject", "stream", "consumer", "reason", "group", "q", "s
 
 
 def _filter_options(command):
+    # multiple=True: click keeps the last of a repeated option silently; the API's rule refuses it.
     for name in reversed(FILTERS):
-        command = click.option(f"--{name}", metavar="VALUE", help=f"The list's {name} filter (as in the API).")(command)
+        command = click.option(f"--{name}", metavar="VALUE", multiple=True,
+                               help=f"The list's {name} filter (as in the API).")(command)
     return command
 
 
@@ -51,7 +54,8 @@ def _refusals(command):
 
 
 def _args(options: dict) -> dict[str, str]:
-    return {name: str(value) for name, value in options.items() if value is not None}
+    """The options as the API's parameters, by the API's rule (web/params.py): each given once."""
+    return single_values((name, str(value)) for name, values in options.items() for value in values)
 
 
 def _echo_json(body) -> None:
@@ -65,8 +69,8 @@ def _one_line(text: str | None, width: int) -> str:
 
 @entries.command("list")
 @_filter_options
-@click.option("--limit", metavar="N", help="Entries a page (as in the API).")
-@click.option("--cursor", metavar="CURSOR", help="Continue after a page: its next_cursor.")
+@click.option("--limit", metavar="N", multiple=True, help="Entries a page (as in the API).")
+@click.option("--cursor", metavar="CURSOR", multiple=True, help="Continue after a page: its next_cursor.")
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: {\"entries\": [...], \"next_cursor\"}.")
 @_refusals
 def list_entries(as_json: bool, **options) -> None:
@@ -178,7 +182,7 @@ def reopen(entry_id: int, version: int | None, as_json: bool) -> None:
 @entries.command("export")
 @_filter_options
 @click.option("--format", "fmt", type=click.Choice(sorted(MEDIA_TYPES)), default="json", show_default=True)
-@click.option("--limit", metavar="N", help="Export at most N entries.")
+@click.option("--limit", metavar="N", multiple=True, help="Export at most N entries.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               help="Write to this file (default: standard output).")
 @_refusals

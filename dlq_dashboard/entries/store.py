@@ -15,7 +15,7 @@ from ..db.models import Action, Entry, Event, FailureGroup, Republish
 from ..times import format_time
 from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value
-from .filters import EntryFilter, decode_cursor, encode_cursor, fts_query
+from .filters import EntryFilter, FilterError, decode_cursor, encode_cursor, fts_query
 from ..masking import Mask
 from .view import EntryView, Page
 
@@ -178,6 +178,18 @@ class Store:
                 views = (EntryView.from_row(r) for r in conn.execute(query.limit(MASKED_NEIGHBOURS)))
                 found.append(next((v.id for v in views if mask.finds(v, flt.q)), None))
         return found[0], found[1]
+
+    def check_group(self, flt: EntryFilter) -> None:
+        """FilterError (a 400) when the filter's ``group`` names no failure group: an id from
+        /groups, or the key text of a link made before groups had ids ("abc" matched nothing
+        and the list said so, as if the group were empty)."""
+        if not flt.group:
+            return
+        with read_transaction(self.engine) as conn:
+            found = conn.execute(select(_GROUPS.c.id).where(flt._group_condition()).limit(1)).first()
+        if found is None:
+            raise FilterError(f"group {flt.group!r} is not a failure group: use a group's id from /groups "
+                              "or /api/groups")
 
     def group_of(self, entry_id: int) -> tuple[int, str] | None:
         """The failure group of an entry: its id and key."""

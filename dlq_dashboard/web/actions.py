@@ -45,9 +45,8 @@ def api_republish(entry_id: int):
 def api_close(entry_id: int):
     """Acknowledge and close with an optional note."""
     body = params.json_body()
-    note = body.get("note") if isinstance(body.get("note"), str) else None
     outcome = close_entry(current_runtime(), entry_id, params.version(body.get("version")), actor=actor_name(),
-                          note=note)
+                          note=body.get("note"))
     return jsonify(outcome.to_dict())
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, render_template, request, url_for
 
-from ..actions.bulk.jobs import JobError, cancel_job, create_job, job_status, select_items
+from ..actions.bulk.jobs import ITEM_STATES, JobError, cancel_job, create_job, job_status, select_items
 from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX, list_jobs
 from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
+from ..actions.bulk.refusals import republish_refusals
 from ..actions.republish import republish_targets
-from ..errors import DashboardError, InvalidRequest
+from ..errors import DashboardError
 from ..numbers import whole_number
 from . import current_runtime, params
 from .auth import actor_name, requires
@@ -28,9 +29,7 @@ JOB_STATES = ("running", "finished")
 def jobs_page(args) -> tuple[dict, dict[str, str]]:
     """One page of jobs under the request's ``state``, ``cursor`` and ``limit``, and those
     arguments as the page's links keep them; InvalidRequest, a 400, for a bad one."""
-    state = (args.get("state") or "").strip() or None
-    if state is not None and state not in JOB_STATES:
-        raise InvalidRequest(f"state {state!r} is not valid: use running or finished, or leave it out")
+    state = params.one_of(args.get("state"), "state", JOB_STATES)
     raw = (args.get("limit") or "").strip()
     limit = whole_number(raw, "limit", low=1, high=JOBS_MAX, what="jobs a page") if raw else JOBS_LIMIT
     page = list_jobs(current_runtime().engine, cursor=(args.get("cursor") or "").strip() or None,
@@ -72,8 +71,13 @@ def api_job(job_id: int):
     """A job's progress and its items' results (``state`` narrows the items, ``limit`` up to 1000)."""
     raw = request.args.get("limit", "").strip()
     limit = min(whole_number(raw, "limit", what="items to include"), MAX_ITEMS_SHOWN) if raw else 200
-    status = job_status(current_runtime(), job_id, item_state=request.args.get("state") or None, limit=limit)
+    status = job_status(current_runtime(), job_id, item_state=item_state(), limit=limit)
     return jsonify(jobs_as_seen([status])[0])
+
+
+def item_state() -> str | None:
+    """The ``state`` a job's page and its JSON narrow the items to, if any."""
+    return params.one_of(request.args.get("state"), "state", ITEM_STATES)
 
 
 @bp.route("/api/jobs/<int:job_id>/cancel", methods=["POST"])
@@ -100,11 +104,14 @@ def bulk_preview():
         error = None if items else "No entries match; nothing to do."
     except DashboardError as exc:
         items, summary, selection, error = [], {}, {}, str(exc)
-    # A republish reaches every consumer of its subject: show them before the job starts.
+    # A republish reaches every consumer of its subject: show them before the job starts; and
+    # what the job would refuse (no stream, the schema without the override), before Start.
     targets = {subject: republish_targets(rt, subject) for subject in list(summary.get("subjects", {}))[:5]
                if subject} if action == "republish" else {}
+    refusals = republish_refusals(rt, [i["id"] for i in items]) if action == "republish" and items else None
     return render_template("job.html", preview=True, action=action, items=items[:PREVIEW_ROWS], summary=summary,
-                           targets=targets, selection=selection, form=request.form, error=error, job=None), \
+                           targets=targets, refusals=refusals, selection=selection, form=request.form,
+                           error=error, job=None), \
         (400 if error else 200)
 
 
@@ -124,7 +131,8 @@ def bulk_create():
         if patching:
             return _patch_page(error=str(exc), status=status_of(exc))
         return render_template("job.html", preview=True, action=request.form.get("action"), items=[], targets={},
-                               summary={}, selection={}, form=request.form, error=str(exc), job=None), \
+                               refusals=None, summary={}, selection={}, form=request.form, error=str(exc),
+                               job=None), \
             status_of(exc)
     return after_post(url_for("bulk.job_page", job_id=job_id))
 
@@ -171,9 +179,10 @@ def jobs():
 @requires("viewer")
 def job_page(job_id: int):
     """A job's progress; the widget polls itself through htmx until the job ends."""
-    status = jobs_as_seen([job_status(current_runtime(), job_id, item_state=request.args.get("state") or None)])[0]
-    return page_or_fragment("job.html", "progress", job=status, preview=False, state=request.args.get("state"),
-                            patch_text=patch_text(status["patch"]))
+    state = item_state()
+    status = jobs_as_seen([job_status(current_runtime(), job_id, item_state=state)])[0]
+    return page_or_fragment("job.html", "progress", job=status, preview=False, state=state,
+                            patch_text=patch_text(status["patch"]), item_states=ITEM_STATES)
 
 
 @bp.route("/jobs/<int:job_id>/cancel", methods=["POST"])

@@ -149,6 +149,7 @@ def request_filter(args: Mapping[str, str], **options) -> EntryFilter:
     """The filter of a request's arguments (FilterError, a 400, for a bad one). A viewer may not
     filter by a key field DLQ_MASK hides: which entries match would tell its value."""
     flt = EntryFilter.from_args(args, key_fields=list_fields(), **options)
+    current_runtime().store.check_group(flt)
     mask = viewer_mask()
     for field, _ in flt.field_values:
         if hidden_by(mask, field):

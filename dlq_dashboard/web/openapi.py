@@ -14,6 +14,7 @@ from flask import Blueprint, Flask, current_app, jsonify
 
 from dlq_consumer import headers as contract
 
+from ..actions.close import NOTE_MAX
 from ..entries.filters import MAX_LIMIT
 from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, entry_schema
 from ..entries.shape import nullable as _nullable
@@ -23,6 +24,7 @@ from .auth import requires
 bp = Blueprint("openapi", __name__)
 
 INT64_MAX = 2**63 - 1
+NOTE = {**STR, "maxLength": NOTE_MAX, "description": f"At most {NOTE_MAX} characters; a longer note is a 400."}
 
 SCHEMAS: dict[str, dict] = {
     "Error": {
@@ -145,7 +147,7 @@ SCHEMAS: dict[str, dict] = {
     },
     "CloseRequest": {
         "type": "object", "required": ["version"],
-        "properties": {"version": INT, "note": STR},
+        "properties": {"version": INT, "note": NOTE},
     },
     "ReopenRequest": {
         "type": "object", "required": ["version"], "properties": {"version": INT},
@@ -171,7 +173,7 @@ SCHEMAS: dict[str, dict] = {
                 {"type": "object", "required": ["id"],
                  "properties": {"id": {**INT, "minimum": 1}, "version": INT}}]}},
             "filter": _ref("Filter"),
-            "note": STR,
+            "note": NOTE,
             "force": {**BOOL, "description": "Republish payloads that fail their schema too."},
             "only_valid": {**BOOL, "description": ("Take only entries whose payload passes its schema; for "
                                                    "patch (default true), only those that pass it once patched: "

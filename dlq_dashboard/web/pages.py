@@ -105,10 +105,10 @@ def summary():
 @requires("viewer", fragment=True)
 def newer():
     """How many entries under the filters arrived after the first one on the page."""
-    flt, filter_error = parse_filter(request.args)
+    flt = request_filter(request.args)
     after = request.args.get("after", "").strip()
     count = 0
-    if not filter_error and after:
+    if after:
         after_id = whole_number(after, "after", what="the newest entry id on the page")
         count = current_runtime().store.count_newer(flt, after_id, cap=NEW_CAP, mask=viewer_mask())
     return render_block("index.html", "new_entries", new_count=count, cap=NEW_CAP,
@@ -191,7 +191,14 @@ def entry(entry_id: int):
         "entry.html", entry=found, payload=payload, marks=marks, header_errors=header_errors,
         current=current, current_errors=current_errors, current_error=current_error,
         schema_problems=registry.problems, timeline=timeline, original=original, last_sent=sent,
-        failed_again=replays[-1] if replays else None, **_entry_context(stored, found))
+        failed_again=replays[-1] if replays else None, schema_errors_given=_carries(found, contract.SCHEMA_ERRORS),
+        **_entry_context(stored, found))
+
+
+def _carries(entry, header: str) -> bool:
+    """Whether the message carries ``header`` (names match case-insensitively), read or not: a
+    malformed Dlq-Schema-Errors is told by the entry's note, not as a header missing."""
+    return any(name.lower() == header.lower() for name in entry.headers or {})
 
 
 def _entry_context(stored, found):
@@ -199,9 +206,9 @@ def _entry_context(stored, found):
     the URL) with the entries before and after it there, its failure group, and why Republish
     or Edit cannot work, if they cannot."""
     rt = current_runtime()
-    flt, filter_error = parse_filter(request.args)
-    list_args = {} if filter_error else flt.to_args()
-    newer, older = (None, None) if filter_error else rt.store.neighbours(flt, stored.id, viewer_mask())
+    flt = request_filter(request.args)  # a bad one is a 400, as on the list itself
+    list_args = flt.to_args()
+    newer, older = rt.store.neighbours(flt, stored.id, viewer_mask())
     republish_reason = edit_reason = None
     identity = current_identity()
     if identity is not None and identity.may("operator"):

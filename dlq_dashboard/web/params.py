@@ -1,17 +1,89 @@
-"""Reading request parameters (JSON bodies and forms) into values; a bad one is an
-InvalidRequest, answered 400 with a sentence."""
+"""Reading request parameters (query strings, JSON bodies and forms) into values; a bad one is
+an InvalidRequest, answered 400 with a sentence.
+
+One rule for every page, the API, the export and the command line: a parameter is given once
+(``refuse_repeated_parameters`` before every request; the CLI's options through
+``single_values``), and a value that is not one of the allowed ones is refused with a sentence
+(``one_of``; the list's filters in entries/filters.py and the failure group in Store.check_group),
+never ignored: ``/?status=open&status=closed`` dropped a filter, ``/jobs/1?state=bogus`` and
+``/?group=abc`` answered 200 as if nothing were wrong.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
+from urllib.parse import unquote_to_bytes
 
-from flask import request
+from flask import Flask, request
 
 from ..entries.fields import FIELD_PREFIX
 from ..errors import InvalidRequest
 from ..numbers import VERSION_MAX, whole_number
+
+
+def single_values(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """(name, value) pairs as one value a name; InvalidRequest names a parameter given more than once."""
+    found: dict[str, list[Any]] = {}
+    for name, value in pairs:
+        found.setdefault(name, []).append(value)
+    for name, values in found.items():
+        if len(values) > 1:
+            shown = ", ".join(repr(v if not isinstance(v, str) or len(v) <= 40 else v[:40] + "…") for v in values[:5])
+            raise InvalidRequest(f"{name} is given {len(values)} times ({shown}{', …' if len(values) > 5 else ''}): "
+                                 "give it once")
+    return {name: values[0] for name, values in found.items()}
+
+
+#: The form fields that are lists: a bulk form's ticked entries.
+MULTI_VALUED = ("ids",)
+
+
+def refuse_repeated_parameters() -> None:
+    """Before every request: no query parameter, and no form field but a list's, is given twice."""
+    single_values(request.args.items(multi=True))
+    if request.mimetype == "application/x-www-form-urlencoded":
+        single_values((k, v) for k, v in request.form.items(multi=True) if k not in MULTI_VALUED)
+
+
+def refuse_text_that_is_not_utf8() -> None:
+    """Before every request (and its CSRF check): the query string and a form body are UTF-8.
+    Other bytes were read as U+FFFD (a note changed without a word) or lost the whole form, which
+    was then refused as "The CSRF token is missing"."""
+    _utf8_parameters(request.query_string, "The query string")
+    if request.mimetype == "application/x-www-form-urlencoded":
+        # Cached: the form is parsed from the same bytes afterwards.
+        _utf8_parameters(request.get_data(cache=True), "The form")
+
+
+def _utf8_parameters(raw: bytes, what: str) -> None:
+    for pair in raw.split(b"&"):
+        for part in pair.split(b"=", 1):
+            try:
+                unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                name = unquote_to_bytes(pair.split(b"=", 1)[0]).decode("utf-8", "replace")[:40]
+                raise InvalidRequest(f"{what} is not UTF-8 text (at {name!r}): send it encoded as UTF-8.") from None
+
+
+def init_app(app: Flask) -> None:
+    """Hold every request to the rules above."""
+    app.before_request(refuse_text_that_is_not_utf8)
+    app.before_request(refuse_repeated_parameters)
+
+
+def one_of(raw: Any, name: str, allowed: Iterable[str]) -> str | None:
+    """``raw`` (trimmed) when it is one of ``allowed``, None when it is empty or missing;
+    InvalidRequest with the allowed values otherwise."""
+    value = raw.strip() if isinstance(raw, str) else raw
+    if value in (None, ""):
+        return None
+    allowed = tuple(allowed)
+    if value not in allowed:
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 40 else repr(value[:40] + "…")
+        raise InvalidRequest(f"{name} {shown} is not valid: use one of {', '.join(allowed)}, or leave it out")
+    return value
 
 
 def version(raw: Any) -> int:

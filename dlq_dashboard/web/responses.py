@@ -3,10 +3,12 @@ POST-redirect-GET. Shared by every blueprint."""
 
 from __future__ import annotations
 
+import weakref
 from urllib.parse import urlencode
 
 from flask import Response, current_app, jsonify, make_response, redirect, render_template, request, url_for
 from flask_htmx import HTMX
+from jinja2 import Environment, Template, nodes
 
 htmx = HTMX()  # request detection; create_app registers it, which also puts `htmx` in templates
 
@@ -33,12 +35,41 @@ def refusal(message: str, status: int, title: str = "Not allowed") -> Response:
     return make_response(render_template("error.html", title=title, message=message), status)
 
 
+#: What a template binds outside its blocks ({% import %}, {% from ... import %}, {% set %}).
+_TOP_LEVEL = (nodes.Import, nodes.FromImport, nodes.Assign, nodes.AssignBlock)
+_preludes: "weakref.WeakKeyDictionary[Template, Template]" = weakref.WeakKeyDictionary()
+
+
+def _prelude(env: Environment, template: Template) -> Template:
+    """A template of just the statements ``template`` and the templates it extends run outside
+    their blocks: a block rendered alone skips them, so a macro imported at the top of the page
+    (csrf_field) would be undefined in its fragment (/jobs/<id>'s progress poll answered 500)."""
+    found = _preludes.get(template)
+    if found is None:
+        statements: list[nodes.Node] = []
+        name: str | None = template.name
+        while name:
+            tree = env.parse(env.loader.get_source(env, name)[0], name)
+            # The page's own statements come last, so its own names win, as they do for its blocks.
+            statements[:0] = [n for n in tree.body if isinstance(n, _TOP_LEVEL)]
+            parent = next((n.template for n in tree.body if isinstance(n, nodes.Extends)), None)
+            name = parent.value if isinstance(parent, nodes.Const) else None
+        found = _preludes[template] = env.from_string(nodes.Template(statements, lineno=1))
+    return found
+
+
 def render_block(template_name: str, block: str, **context) -> str:
-    """Render one named block of a template with the same context a full render gets."""
+    """Render one named block of a template with the same context a full render gets: the
+    request's (context processors) and what the template binds outside its blocks."""
     app = current_app._get_current_object()
-    template = app.jinja_env.get_template(template_name)
+    env = app.jinja_env
+    template = env.get_template(template_name)
     app.update_template_context(context)
-    return "".join(template.blocks[block](template.new_context(context)))
+    prelude = _prelude(env, template)
+    bound = prelude.new_context(context)
+    for _ in prelude.root_render_func(bound):
+        pass
+    return "".join(template.blocks[block](template.new_context({**context, **bound.vars})))
 
 
 def page_or_fragment(template_name: str, block: str, status: int = 200, **context) -> Response:

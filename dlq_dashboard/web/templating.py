@@ -11,6 +11,7 @@ from markupsafe import Markup
 
 from dlq_consumer import headers as contract
 
+from ..actions.close import NOTE_MAX
 from ..actions.decisions import REPUBLISHABLE
 from ..entries.shape import STATUSES
 from ..times import as_time, format_time, utcnow
@@ -91,4 +92,5 @@ def init_app(app: Flask) -> None:
         return {"identity": identity, "database_down": database_down, "list_url": list_url, "statuses": STATUSES,
                 "reasons": contract.REASONS, "republishable": REPUBLISHABLE, "contract": contract,
                 "service": status, "nats_down": status.nats_down if status else None,
-                "close_needs_nats": rt.settings.delete_on_close, "form_filter": form_filter}
+                "close_needs_nats": rt.settings.delete_on_close, "form_filter": form_filter,
+                "note_max": NOTE_MAX}

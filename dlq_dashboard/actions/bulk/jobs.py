@@ -27,6 +27,7 @@ from ...entries.fields import key_fields
 from ...entries.filters import EntryFilter, encode_cursor
 from ...errors import InvalidRequest, JobNotFound
 from ...times import utcnow
+from ..close import close_note
 from ..context import ActionContext
 from ..intents import Published
 from .listing import group_labels, job_summary
@@ -40,6 +41,8 @@ JOB_ACTIONS = ("republish", "close", "patch")
 REPUBLISHING = ("republish", "patch")
 #: A job in one of these states has ended; its items are settled.
 FINISHED = ("done", "cancelled")
+#: The states of a job's items (``state`` on a job's page and its JSON narrows them to one).
+ITEM_STATES = ("done", "failed", "skipped", "cancelled", "pending")
 
 
 class JobError(InvalidRequest):
@@ -88,6 +91,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         if not str(args.get("status") or "").strip():
             args["status"] = "open"
         flt = EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields))
+        rt.store.check_group(flt)
         if upto is not None:
             flt = replace(flt, cursor=encode_cursor(int(upto) + 1))
         # A preset ("since=1h") as the time it meant when the entries were chosen: the job keeps those.
@@ -131,6 +135,7 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     reason (the patch is kept in the job's selection, and so in its audit record)."""
     if action not in JOB_ACTIONS:
         raise JobError(f"action {action!r} is not valid: use republish, close or patch")
+    note = close_note(note)
     ops = parse_patch(patch) if action == "patch" else None
     items, summary = select_items(rt, ids=ids, filter_args=filter_args, only_valid=only_valid and ops is None,
                                   upto=upto)
@@ -142,13 +147,13 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     now = utcnow()
     with write_transaction(rt.engine) as conn:
         job_id = conn.execute(insert(JOBS).values(
-            action=action, actor=actor, state="queued", note=(note or "").strip() or None,
+            action=action, actor=actor, state="queued", note=note,
             selection=json.dumps(summary), total=len(items), done=0, failed=0, cancel_requested=False,
             created_at=now)).inserted_primary_key[0]
         insert_rows(conn, ITEMS, [{"job_id": job_id, "entry_id": i["id"], "version": i["version"],
                                    "state": "pending"} for i in items])
         conn.execute(insert(ACTIONS).values(job_id=job_id, action=f"bulk_{action}", actor=actor, at=now,
-                                            note=(note or "").strip() or None,
+                                            note=note,
                                             detail=json.dumps({"total": len(items), **summary})))
     if start:
         rt.jobs.submit(job_id)

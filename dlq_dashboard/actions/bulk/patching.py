@@ -23,6 +23,7 @@ from ...errors import InvalidRequest
 from ..context import ActionContext
 from ..decisions import republish_refusal
 from ..intents import ENTRIES
+from .refusals import ONE_ENTRY, subjects_without_stream
 
 #: The operations of RFC 6902 and the members each needs besides ``op`` and ``path``.
 OPERATIONS = {"add": ("value",), "remove": (), "replace": ("value",), "move": ("from",), "copy": ("from",),
@@ -166,11 +167,14 @@ def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], 
                   diffs: int = PREVIEW_DIFFS, bound: int = PREVIEW_BOUND) -> dict[str, Any]:
     """What the patch would do to the first ``bound`` of these entries: how many would then pass
     the schema, still fail it (with the first error) or cannot be patched (by reason, as the job
-    would skip them), and the payload before and after for the first ``diffs`` (the page shows
-    their line diff)."""
+    would skip them), how many of those it patches no stream would store (``no_stream``, by
+    sentence: they fail when published), and the payload before and after for the first
+    ``diffs`` (the page shows their line diff)."""
     counted = ids[:bound]
     passing, failing, reasons = 0, 0, Counter()
     first_failure, examples = None, []
+    # subject -> [entries that then pass, that still fail]: NATS may have no stream for one
+    patched: dict[str, list[int]] = {}
     for start in range(0, len(counted), _CHUNK):
         chunk = counted[start:start + _CHUNK]
         with rt.engine.connect() as conn:
@@ -180,7 +184,7 @@ def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], 
         for row in rows:
             example: dict[str, Any] = {"id": row.id}
             try:
-                refusal = republish_refusal(row._mapping, edit=True)
+                refusal = republish_refusal(row._mapping, edit=True, name=ONE_ENTRY)  # alike ones counted as one
                 if refusal:
                     raise Unpatchable(refusal)
                 after = patched_payload(ops, row.payload, bool(row.payload_available))
@@ -189,6 +193,7 @@ def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], 
                 example["skipped"] = str(exc)
             else:
                 failure = schema_failure(rt, row.original_subject, after)
+                patched.setdefault(row.original_subject, [0, 0])[failure is not None] += 1
                 if failure:
                     failing += 1
                     first_failure = first_failure or failure
@@ -197,6 +202,12 @@ def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], 
                     example.update(before=bytes(row.payload or b""), after=after, failure=failure)
             if len(examples) < diffs:
                 examples.append(example)
+    # A patched entry of a subject no stream stores is refused when published, as a republish is.
+    no_stream, note = subjects_without_stream(rt, sorted(patched, key=lambda s: -sum(patched[s])))
+    refused = {sentence: sum(patched[subject]) for subject, sentence in no_stream.items()}
     return {"counted": len(counted), "bounded": len(ids) > bound, "total": len(ids), "pass": passing,
             "fail": failing, "first_failure": first_failure, "unpatchable": sum(reasons.values()),
-            "reasons": dict(reasons.most_common(5)), "examples": examples}
+            "reasons": dict(reasons.most_common(5)), "examples": examples, "no_stream": refused, "note": note,
+            # what would reach a stream: passing the schema, and failing it (sent only with the override)
+            "sent_valid": passing - sum(patched[s][0] for s in no_stream),
+            "sent_invalid": failing - sum(patched[s][1] for s in no_stream)}

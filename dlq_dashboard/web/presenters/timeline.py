@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 from ...entries.view import EntryView
@@ -121,15 +121,46 @@ def build_timeline(entry: EntryView, republishes: Iterable[dict] = (),
     republishes = list(republishes)
     patches = {a.get("msg_id"): a["detail"]["patch"] for a in entry.actions or []
                if isinstance(a.get("detail"), dict) and a["detail"].get("patch")}
-    moments.extend(_republish_moment(r, entry, patches.get(r.get("msg_id"))) for r in republishes)
+    shown = [_republish_moment(r, entry, patches.get(r.get("msg_id"))) for r in republishes]
+    moments.extend(shown)
+    # A failure of a republished message comes after that republish, whatever the clocks say:
+    # Dlq-Failed-At is the consumer's clock, often to the second or the millisecond, and was
+    # listed above a republish of the same second.
+    after: dict[int, datetime] = {}
     for replay in replays:
-        moments.append(Moment(replay.failed_at or replay.received_at, "failed-again",
-                              "The republished message failed again",
-                              _facts(("reason", replay.reason), ("error", replay.error)),
-                              entry_id=replay.id))
+        moment = Moment(replay.failed_at or replay.received_at, "failed-again",
+                        "The republished message failed again",
+                        _facts(("reason", replay.reason), ("error", replay.error)),
+                        entry_id=replay.id)
+        followed = _republish_followed(replay, moment.at, republishes, shown)
+        if followed is not None and followed.at is not None:
+            after[id(moment)] = followed.at
+        moments.append(moment)
     for action in entry.actions or []:
         # Republishes are told from their intents above (they carry the broker's answer).
         if action.get("action") == "republish" and republishes:
             continue
         moments.append(_action_moment(action))
-    return sorted(moments, key=lambda m: (m.at is None, m.at or datetime.min))
+    order = {id(m): n for n, m in enumerate(moments)}
+
+    def key(m: Moment):
+        at = max(m.at, after[id(m)]) if m.at is not None and id(m) in after else m.at
+        # Among moments of one time, a failure again after what it followed, else as made.
+        return (at is None, at or datetime.min, id(m) in after, order[id(m)])
+    return sorted(moments, key=key)
+
+
+def _republish_followed(replay: EntryView, at: datetime | None, republishes: list[dict],
+                        shown: list[Moment]) -> Moment | None:
+    """The republish whose message failed again as ``replay``: the one whose msgId the failure
+    names (Dlq-Original-Msg-Id), else the last one asked for (its intent made) before the failure,
+    a failure told in whole seconds counting to the end of its second."""
+    for rep, moment in zip(republishes, shown):
+        if replay.original_msg_id and rep.get("msg_id") == replay.original_msg_id:
+            return moment
+    if at is None:
+        return None
+    until = at + timedelta(seconds=1) if at.microsecond == 0 else at
+    earlier = [m for rep, m in zip(republishes, shown)
+               if rep.get("state") == "published" and (made := _time(rep.get("created_at"))) and made < until]
+    return earlier[-1] if earlier else None

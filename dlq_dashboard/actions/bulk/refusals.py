@@ -1,0 +1,94 @@
+"""What a bulk republish would refuse, counted before it starts, by the rules the job applies
+(in their order: the status, republish_refusal, the schema unless overridden, a stream for the
+subject), so the preview can say how many will fail and why, and not offer a Start that
+fails them all.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import select
+
+from ..context import ActionContext
+from ..decisions import no_stream_sentence, republish_refusal
+from ..intents import ENTRIES
+from ..streams import stream_of
+
+#: Entries a preview reads at most (their payloads are validated), as the patch preview does.
+PREVIEW_BOUND = 10_000
+#: Distinct subjects whose stream a preview asks NATS about (each answer is remembered a while).
+SUBJECTS_ASKED = 20
+#: What a preview's sentences call each entry, so alike entries count under one sentence.
+ONE_ENTRY = "The entry"
+_CHUNK = 500
+
+
+def schema_sentence(schema: str | None) -> str:
+    """Why the job refuses a payload the current schema fails, without the override."""
+    return (f"The payload does not pass the current schema {schema}; republishing it needs the override."
+            if schema else "The payload does not pass the current schema; republishing it needs the override.")
+
+
+def subjects_without_stream(rt: ActionContext, subjects) -> tuple[dict[str, str], str | None]:
+    """{subject: why a republish to it is refused} for the subjects no stream stores, and a
+    sentence when some could not be asked (NATS unreachable or slow, too many subjects)."""
+    refused, unasked = {}, 0
+    for n, subject in enumerate(s for s in subjects if s):
+        if n >= SUBJECTS_ASKED:
+            unasked += 1
+            continue
+        known, stream = stream_of(rt, subject)
+        if not known:
+            unasked += 1
+        elif stream is None:
+            refused[subject] = no_stream_sentence(subject)
+    note = (f"Whether a stream stores {unasked} of the subjects could not be asked now; "
+            "a republish to one that has none fails.") if unasked else None
+    return refused, note
+
+
+def republish_refusals(rt: ActionContext, ids: list[int], *, bound: int = PREVIEW_BOUND) -> dict[str, Any]:
+    """How many of the first ``bound`` of these entries a republish job would refuse: ``refused``
+    and ``reasons`` (sentence -> count, each entry under the first rule that refuses it) without
+    the override, ``with_override`` with it (``lifted``: the override sends them); ``counted``,
+    ``bounded`` and ``note`` (what could not be checked)."""
+    counted = ids[:bound]
+    reasons: Counter[str] = Counter()
+    refused_anyway = 0  # by the status or republish_refusal: the override changes nothing
+    # subject -> [entries that pass the rest, entries the schema fails, the schema's name]
+    passed: dict[str, list] = {}
+    for start in range(0, len(counted), _CHUNK):
+        with rt.engine.connect() as conn:
+            rows = conn.execute(select(ENTRIES.c.id, ENTRIES.c.status, ENTRIES.c.original_subject,
+                                       ENTRIES.c.payload, ENTRIES.c.payload_available, ENTRIES.c.headers)
+                                .where(ENTRIES.c.id.in_(counted[start:start + _CHUNK]))).all()
+        for row in rows:
+            refusal = republish_refusal(row._mapping, status=True, name=ONE_ENTRY)
+            if refusal:
+                reasons[refusal] += 1
+                refused_anyway += 1
+                continue
+            tally = passed.setdefault(row.original_subject, [0, 0, None])
+            verdict = rt.schemas.validate(row.original_subject, bytes(row.payload or b"")) \
+                if rt.schemas.schemas else None
+            if verdict is not None and not verdict.valid:
+                tally[1] += 1
+                tally[2] = verdict.schema
+            else:
+                tally[0] += 1
+    no_stream, note = subjects_without_stream(rt, sorted(passed, key=lambda s: -sum(passed[s][:2])))
+    lifted = 0
+    for subject, (valid, invalid, schema) in passed.items():
+        if invalid:
+            reasons[schema_sentence(schema)] += invalid
+        if subject in no_stream:
+            reasons[no_stream[subject]] += valid
+            refused_anyway += valid + invalid
+        else:
+            lifted += invalid
+    refused = sum(reasons.values())
+    return {"counted": len(counted), "bounded": len(ids) > bound, "refused": refused,
+            "with_override": refused_anyway, "lifted": lifted,
+            "reasons": dict(reasons.most_common()), "note": note}

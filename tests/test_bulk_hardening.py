@@ -1,0 +1,138 @@
+"""Bulk jobs as an operator meets them: a close is not held to the republish rate, and the
+preview says before Start which republishes will be refused and why."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dlq_dashboard.actions.bulk import jobs, pacing
+
+from . import support
+
+pytestmark = pytest.mark.both_databases
+
+RATE = 1  # a republish a second: a close job held to it would take minutes
+
+
+@pytest.fixture
+def settings(tmp_path, nats_server, database_url):
+    """A republish rate of one a second, and a schema for orders.* (customer_id required)."""
+    return support.make_settings(tmp_path, nats_server.url, database_url=database_url, republish_rate=RATE,
+                                 schemas_dir=support.orders_schema_folder(tmp_path))
+
+
+@pytest.fixture
+def rt(app):
+    runtime = app.extensions["dlq"]
+    assert runtime.jobs.recovered.wait(10)
+    return runtime
+
+
+def test_a_close_job_is_not_paced_by_the_republish_rate(app, rt, monkeypatch):
+    ids = [support.dead_letter(app, seq, payload=b'{"order_id": %d}' % seq) for seq in range(1, 301)]
+    taken = []
+    real_take = pacing.TokenBucket.take
+
+    def take(self, n, stop):
+        taken.append(n)
+        return real_take(self, n, stop)
+    monkeypatch.setattr(pacing.TokenBucket, "take", take)
+    job_id = jobs.create_job(rt, "close", actor="alice", ids=ids, note="known outage")
+    # At one a second the 300 would need five minutes; the deadline is far below and far above
+    # what closing them takes.
+    status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
+                              timeout=60, message="the close job to finish")
+    assert (status["done"], status["failed"]) == (300, 0)
+    assert taken == []  # the pacer was never asked
+    assert {rt.store.get_entry(i).status for i in ids} == {"closed"}
+
+
+# --- the preview says what the job would refuse -------------------------------------------------
+
+def preview(client, ids: list[int]) -> str:
+    token = support.csrf_token(client, "/")
+    response = client.post("/bulk/preview", data={"csrf_token": token, "action": "republish",
+                                                  "ids": [str(i) for i in ids]})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.get_data(as_text=True)
+
+
+def start_buttons(page: str) -> dict[str, str]:
+    """The preview's submit buttons by their words, each with its attributes."""
+    return {words.strip(): attrs for attrs, words in re.findall(r"<button type=\"submit\"([^>]*)>([^<]*)</button>", page)}
+
+
+def test_the_preview_counts_republishes_no_stream_would_store_and_disables_start(app, rt, nats_server, auth):
+    support.make_orders_stream(nats_server.url)  # stores orders.>, not payments.>
+    ids = [support.dead_letter(app, seq, subject="payments.settled", payload=b'{"id": %d}' % seq)
+           for seq in range(1, 6)]
+    page = preview(auth.client("operator"), ids)
+    assert "<strong>5</strong> of these 5\n     would not be republished" in page
+    assert "<li>5: No stream stores subject payments.settled: a republish would be refused.</li>" in page
+    buttons = start_buttons(page)
+    assert "disabled" in buttons["Start"] and "data-needs-nats" not in buttons["Start"]
+    assert "Republish with the override" not in buttons  # no payload here fails a schema
+    assert "Start is unavailable: every one of the 5 would be refused" in page
+
+
+def test_the_preview_counts_what_the_schema_and_the_contract_refuse_and_offers_the_override(
+        app, rt, nats_server, auth):
+    support.make_orders_stream(nats_server.url)
+    valid = [support.dead_letter(app, seq, payload=b'{"customer_id": "c-%d"}' % seq) for seq in (1, 2, 3)]
+    invalid = [support.dead_letter(app, seq, payload=b'{"order_id": %d}' % seq) for seq in (4, 5)]
+    nowhere = [support.dead_letter(app, 6, subject=None)]
+    client = auth.client("operator")
+
+    page = preview(client, valid + invalid + nowhere)
+    assert "<strong>3</strong> of these 6" in page
+    assert ("<li>2: The payload does not pass the current schema orders.json; republishing it needs the override.</li>"
+            in page)
+    assert "<li>1: The entry has no Dlq-Original-Subject, so there is nowhere to republish it.</li>" in page
+    assert ("With the override, the 2 that only the current schema refuses are republished as they are; "
+            "1 would be refused still." in page)
+    buttons = start_buttons(page)
+    assert "disabled" not in buttons["Start"] and "disabled" not in buttons["Republish with the override"]
+    assert 'name="force" value="on"' in buttons["Republish with the override"]
+
+    # Every one fails the schema: Start is disabled, the override still offered.
+    page = preview(client, invalid)
+    buttons = start_buttons(page)
+    assert "disabled" in buttons["Start"] and "disabled" not in buttons["Republish with the override"]
+    assert "every one of the 2 would be refused unless the override republishes" in page
+
+    # Nothing refused: no word of it.
+    page = preview(client, valid)
+    assert "What the job would refuse" not in page and "disabled" not in start_buttons(page)["Start"]
+
+
+def test_the_override_button_starts_a_job_that_republishes_what_the_schema_refuses(app, rt, nats_server, auth):
+    support.make_orders_stream(nats_server.url)
+    invalid = [support.dead_letter(app, seq, payload=b'{"order_id": %d}' % seq) for seq in (1, 2)]
+    client = auth.client("operator")
+    token = support.csrf_token(client, "/")
+    started = client.post("/bulk", data={"csrf_token": token, "action": "republish", "force": "on",
+                                         "ids": [str(i) for i in invalid]})
+    assert started.status_code == 303
+    job_id = int(started.headers["Location"].rsplit("/", 1)[1])
+    status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
+                              timeout=30, message="the job to finish")
+    assert (status["done"], status["failed"]) == (2, 0)
+
+
+def test_the_patch_preview_counts_what_no_stream_would_store_and_disables_start(app, rt, nats_server, auth):
+    support.make_orders_stream(nats_server.url)  # stores orders.>, not payments.>
+    ids = [support.dead_letter(app, seq, subject="payments.settled", payload=b'{"id": %d}' % seq)
+           for seq in range(1, 4)]
+    client = auth.client("operator")
+    token = support.csrf_token(client, "/")
+    response = client.post("/bulk/preview", data={
+        "csrf_token": token, "action": "patch", "ids": [str(i) for i in ids],
+        "patch": '[{"op": "add", "path": "/fixed", "value": true}]', "only_valid": "on"})
+    page = response.get_data(as_text=True)
+    assert response.status_code == 200, page
+    assert ("<strong>3</strong> would be patched and then refused: No stream stores subject payments.settled: "
+            "a republish would be refused.") in page
+    assert "disabled" in start_buttons(page)["Start"]
+    assert "Start is unavailable: none of the 3 would be republished" in page

@@ -1,0 +1,137 @@
+"""One rule for odd parameters, everywhere: a value that is not one of the allowed ones, and a
+single-valued parameter given twice, are a 400 with a sentence on the list page, the API, the
+export and the command line alike (exit code 2), generated over the list's filters."""
+
+from __future__ import annotations
+
+import json
+from html import unescape
+
+import pytest
+from werkzeug.datastructures import MultiDict
+
+from dlq_dashboard.actions.bulk import jobs
+from dlq_dashboard.cli.entries import FILTERS
+from dlq_dashboard.entries.filters import encode_cursor
+from dlq_dashboard.runtime import runtime_of
+
+from . import support
+
+pytestmark = pytest.mark.both_databases
+
+#: Two good values for each of the list's parameters ("{group}" is a real group's id).
+GOOD = {"status": ("open", "closed"), "subject": ("orders.created", "orders.*"), "stream": ("DLQ", "ORDERS"),
+        "consumer": ("billing", "shipping"), "reason": ("fatal", "max_deliveries"), "group": ("{group}", "{group}"),
+        "q": ("order", "customer"), "since": ("1h", "2026-11-29T10:00:00Z"), "until": ("2030-01-01T00:00:00Z", "7d"),
+        "limit": ("1", "2"), "cursor": (encode_cursor(10), encode_cursor(20))}
+#: A value that is not one of the allowed ones, and what the sentence says of it.
+BAD = {"status": ("bogus", "status 'bogus' is not valid: use one of open, republished, closed"),
+       "group": ("abc", "group 'abc' is not a failure group"),
+       "subject": ("orders..x", "subject 'orders..x' is not a NATS subject"),
+       "since": ("yesterday", "since 'yesterday' is not valid"),
+       "until": ("soon", "until 'soon' is not valid"),
+       "limit": ("lots", "limit 'lots' is not valid"),
+       "cursor": ("zzz", "cursor 'zzz' is not valid")}
+#: The places that take the list's filters; each answers with its own status and text.
+CHANNELS = ("page", "api", "export", "cli-list", "cli-export")
+
+
+def test_every_filter_of_the_list_is_in_the_generated_cases():
+    assert set(FILTERS) | {"limit", "cursor"} == set(GOOD)
+
+
+@pytest.fixture
+def site(offline_app, auth, tokens):
+    engine = runtime_of(offline_app).engine
+    entry_id = support.dead_letter(engine, 1, Dlq_Reason="fatal", Dlq_Error="boom")
+    group = runtime_of(offline_app).store.group_of(entry_id)[0]
+    return {"app": offline_app, "viewer": auth.client("viewer"), "token": tokens["viewer"], "group": group}
+
+
+def ask(site, channel: str, pairs: list[tuple[str, str]]) -> tuple[int, str]:
+    """(status or exit code, the text a person reads) of the list's parameters through ``channel``."""
+    pairs = [(k, v.format(group=site["group"])) for k, v in pairs]
+    if channel.startswith("cli"):
+        command = ["entries", "list" if channel == "cli-list" else "export"]
+        for name, value in pairs:
+            command += [f"--{name}", value]
+        result = site["app"].test_cli_runner().invoke(args=command)
+        return result.exit_code, result.output
+    query = "&".join(f"{k}={v}" for k, v in pairs)
+    if channel == "page":
+        response = site["viewer"].get(f"/?{query}")
+        return response.status_code, unescape(response.get_data(as_text=True))
+    path = "/api/entries" if channel == "api" else "/api/export.json"
+    response = site["app"].test_client().get(f"{path}?{query}", headers=support.bearer(site["token"]))
+    body = response.get_data(as_text=True)
+    return response.status_code, json.loads(body).get("error", "") if response.status_code == 400 else body
+
+
+REFUSED = {"page": 400, "api": 400, "export": 400, "cli-list": 2, "cli-export": 2}
+ANSWERED = {"page": 200, "api": 200, "export": 200, "cli-list": 0, "cli-export": 0}
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_a_filter_given_twice_is_refused_with_a_sentence_everywhere(site, channel):
+    for name, (first, second) in GOOD.items():
+        if name == "cursor" and channel == "cli-export":
+            continue  # the export has no --cursor option
+        once = ask(site, channel, [(name, first)])
+        assert once[0] == ANSWERED[channel], (name, channel, once)
+        status, text = ask(site, channel, [(name, first), (name, second)])
+        assert status == REFUSED[channel], (name, channel, status, text[:300])
+        assert f"{name} is given 2 times (" in text and "give it once" in text, (name, channel, text[:300])
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_a_value_that_is_not_allowed_is_refused_with_a_sentence_everywhere(site, channel):
+    for name, (value, sentence) in BAD.items():
+        if name == "cursor" and channel == "cli-export":
+            continue
+        status, text = ask(site, channel, [(name, value)])
+        assert status == REFUSED[channel], (name, channel, status, text[:300])
+        assert sentence in text, (name, channel, text[:300])
+
+
+def test_a_group_that_does_not_exist_is_refused_and_one_that_does_lists_its_entries(site):
+    client, group = site["viewer"], site["group"]
+    assert client.get(f"/?group={group}").status_code == 200
+    assert client.get("/groups?group=99999999").status_code == 400
+    missing = client.get("/?group=99999999")
+    assert missing.status_code == 400 and "group '99999999' is not a failure group" in unescape(
+        missing.get_data(as_text=True))
+
+
+def test_the_jobs_pages_and_the_other_pages_hold_to_the_rule(site):
+    app, client = site["app"], site["viewer"]
+    rt = runtime_of(app)
+    entry_id = support.dead_letter(rt.engine, 2)
+    job_id = jobs.create_job(rt, "close", actor="alice", ids=[entry_id], start=False)
+    for path in (f"/jobs/{job_id}?state=bogus", f"/api/jobs/{job_id}?state=bogus", "/jobs?state=bogus",
+                 "/api/jobs?state=bogus", "/audit?fold=maybe", "/api/audit?fold=maybe",
+                 f"/entries/{entry_id}?status=bogus", "/summary?status=bogus", "/entries/new?after=1&status=bogus",
+                 "/groups?status=bogus"):
+        response = client.get(path)
+        assert response.status_code == 400, (path, response.status_code)
+        assert "is not valid: use one of" in unescape(response.get_data(as_text=True)), path
+    for path in (f"/jobs/{job_id}?state=done&state=failed", "/jobs?state=running&state=finished",
+                 f"/entries/{entry_id}?status=open&status=closed", "/audit?actor=a&actor=b", "/views?x=1&x=2"):
+        response = client.get(path)
+        assert response.status_code == 400 and "is given 2 times" in unescape(response.get_data(as_text=True)), path
+    assert client.get(f"/jobs/{job_id}?state=pending").status_code == 200
+
+
+def test_a_form_field_given_twice_is_refused_and_a_list_of_ids_is_not(site):
+    app = site["app"]
+    rt = runtime_of(app)
+    entry_id = support.dead_letter(rt.engine, 3)
+    operator = support.logged_in(app, "operator")
+    token = support.csrf_token(operator, "/")
+    twice = operator.post(f"/entries/{entry_id}/close", data=MultiDict([("version", "1"), ("version", "2"),
+                                                                       ("note", "a"), ("csrf_token", token)]))
+    assert twice.status_code == 400
+    assert "version is given 2 times (&#39;1&#39;, &#39;2&#39;): give it once" in twice.get_data(as_text=True)
+    assert rt.store.get_entry(entry_id).status == "open"
+    ids = operator.post("/bulk/preview", data=MultiDict([("action", "close"), ("ids", str(entry_id)), ("ids", "1"),
+                                                         ("csrf_token", token)]))
+    assert ids.status_code == 200 and "<strong>2</strong> entries will be closed" in ids.get_data(as_text=True)
