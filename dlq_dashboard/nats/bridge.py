@@ -25,6 +25,7 @@ from nats.js import JetStreamContext
 from ..config import Settings
 from ..times import format_time, utcnow
 from . import headers
+from .client_log import ConnectionLog, describe_error
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,6 +90,8 @@ class Bridge:
         self._on_connect: list[Callable[[], Awaitable[None]]] = []
         # Raised at every (re)connection: a ping sent on an earlier connection is never answered.
         self._generation = 0
+        # nats-py reports each failed reconnect attempt: logged once until the error changes.
+        self._errors = ConnectionLog(log, "NATS")
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -100,8 +103,10 @@ class Bridge:
             self.loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self.loop)
             ready.set()
-            self.loop.run_forever()
-            self.loop.close()
+            try:
+                self.loop.run_forever()
+            finally:
+                close_loop(self.loop)
 
         self._thread = threading.Thread(target=run, name="nats-bridge", daemon=True)
         self._thread.start()
@@ -251,12 +256,16 @@ class Bridge:
 
     async def _reconnected(self) -> None:
         self._generation += 1
+        self._errors.reset()
         self._set_state(True, None)
         log.info("NATS: reconnected to %s", self.state.url)
         await self._run_on_connect()
 
     async def _error(self, exc: Exception) -> None:
-        log.debug("NATS client error: %r", exc)
+        if self._stopping or self._errors.seen(exc):
+            log.debug("NATS client error: %r", exc)
+        else:
+            log.warning("NATS: %s", describe_error(exc))
         if self.state.connected is False:
             self.state = replace(self.state, last_error=f"cannot connect to {', '.join(self.servers)}: "
                                                         f"{exc or type(exc).__name__}")
@@ -316,6 +325,23 @@ class Bridge:
         if self.state.connected:
             self._set_state(False, f"no answer from NATS at {self.state.url} for {waited:.1f} s")
             log.warning("NATS: %s; it is treated as unreachable until it answers", self.state.last_error)
+
+
+def close_loop(loop: asyncio.AbstractEventLoop, timeout: float = 5.0) -> None:
+    """Cancel and await the tasks still on a stopped ``loop``, end its async generators and
+    executor threads, and close it, as ``asyncio.run`` does. A task left pending when its loop
+    closes is logged as "Task was destroyed but it is pending" and its coroutine raises
+    RuntimeError when it is collected (nats-py leaves subscription readers behind)."""
+    try:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=timeout))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
 
 
 async def _awaiting(make: Callable[[], Awaitable[T]]) -> T:
