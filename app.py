@@ -14,6 +14,8 @@ import sys
 
 from dlq_dashboard import create_app as _create_app
 from dlq_dashboard.config import ConfigError, load_settings
+from dlq_dashboard.nats.bundled import StoreInUse
+from dlq_dashboard.nats.client_log import quiet_nats_tracebacks
 from dlq_dashboard.runtime import runtime_of
 
 
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     """Start the bundled nats-server (without NATS_URL), the mirror and the web server."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_nats_tracebacks()  # while a server is down: one line per change, not a traceback a second
     try:
         settings = load_settings()
         if args.demo:
@@ -63,12 +66,18 @@ def main(argv: list[str] | None = None) -> int:
     server = None
 
     def stop(signum, _frame):
-        # Leave the serving loop; the finally below stops everything in order.
+        # Leave the serving loop; the finally below stops everything in order. A second
+        # SIGTERM while it does is ignored rather than cutting the stop short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        runtime.start()
+        try:
+            runtime.start()
+        except StoreInUse as exc:  # another server runs on instance/nats: never a second one
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
         if args.demo:
             from dlq_dashboard.demo import Demo
 
