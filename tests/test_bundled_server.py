@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dlq_dashboard.nats.bundled import LOCK_FILE
+from dlq_dashboard.nats.server import NatsServer
 
 from . import support
 
@@ -201,6 +202,19 @@ def test_a_store_locked_by_another_process_is_refused_in_one_line(dashboards, tm
     errors = [line for line in app.stderr().splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "is in use by another process" in errors[0], app.stderr()
     assert servers_on(store.resolve()) == []
+
+
+def test_a_nats_server_running_on_the_store_without_its_lock_is_refused_in_one_line(dashboards, tmp_path):
+    # As a server left by a release without the lock, or started by hand, would be.
+    other = NatsServer(store_dir=tmp_path / "instance" / "nats", port=0).start()
+    try:
+        app = dashboards()
+        assert app.proc.wait(60) == 2
+        errors = [line for line in app.stderr().splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and f"a nats-server (pid {other.proc.pid}) runs on" in errors[0], app.stderr()
+        assert servers_on(app.store) == [other.proc.pid]
+    finally:
+        other.stop()
 
 
 @pytest.mark.parametrize("while_", ["running", "its server is down"])

@@ -188,9 +188,9 @@ class BundledServer:
         try:
             if _try_lock(fd):
                 self._lock_fd = fd
+                self._refuse_unlocked_servers()
                 return self.preferred_port
-            leftover = self._leftover()
-            pid, port = leftover
+            pid, port = self._leftover()
             log.warning("stopping the bundled nats-server (pid %d) that an earlier dashboard left running on %s",
                         pid, self.store_dir)
             _end_process(pid, LEFTOVER_TIMEOUT)
@@ -206,6 +206,14 @@ class BundledServer:
             if self._lock_fd != fd:
                 os.close(fd)
             raise
+
+    def _refuse_unlocked_servers(self) -> None:
+        """A nats-server on this store that does not hold its lock (started by hand, or by a
+        release without the lock) is no reason to start a second one: refuse, naming it."""
+        others = _servers_on(self.store_dir)
+        if others:
+            raise StoreInUse(f"a nats-server (pid {others[0]}) runs on the bundled server's store {self.store_dir} "
+                             f"without its lock: stop it, or set NATS_URL to use it")
 
     def _leftover(self) -> tuple[int, int | None]:
         """The pid and port of the server holding the store when it is a leftover of a dashboard
@@ -266,18 +274,35 @@ def _parent_of(pid: int) -> int | None:
     return fields[1] if fields else None
 
 
-def _runs_nats_server_on(pid: int, store: Path) -> bool:
-    """Whether ``pid`` is a running nats-server whose store (``-sd``) is ``store``."""
+def _store_of(pid: int) -> Path | None:
+    """The store (``-sd``, relative to its working folder) of a running nats-server ``pid``."""
     if not _alive(pid):
-        return False
+        return None
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        args = [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+        cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
-        return False
-    if not args or not os.path.basename(args[0].decode(errors="replace")).startswith("nats-server"):
-        return False
-    return any(flag == b"-sd" and value.decode(errors="replace") == str(store)
-               for flag, value in zip(args, args[1:]))
+        return None
+    if not args or not os.path.basename(args[0]).startswith("nats-server"):
+        return None
+    for flag, value in zip(args, args[1:]):
+        if flag in ("-sd", "--store_dir"):
+            return (Path(cwd) / value).resolve()
+    return None
+
+
+def _runs_nats_server_on(pid: int, store: Path) -> bool:
+    """Whether ``pid`` is a running nats-server whose store is ``store``."""
+    return _store_of(pid) == store
+
+
+def _servers_on(store: Path) -> list[int]:
+    """Every running nats-server on ``store`` (Linux; none found elsewhere)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    return sorted(int(entry.name) for entry in proc.iterdir()
+                  if entry.name.isdigit() and _runs_nats_server_on(int(entry.name), store))
 
 
 def _end_process(pid: int, timeout: float) -> None:
@@ -285,6 +310,7 @@ def _end_process(pid: int, timeout: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.kill(pid, sig)
+            os.kill(pid, signal.SIGCONT)  # a stopped process acts on its SIGTERM only when continued
         except ProcessLookupError:
             return
         deadline = time.monotonic() + timeout
