@@ -230,6 +230,9 @@ def test_sigterm_stops_the_dashboard_with_exit_code_0_and_nothing_left_pending(d
     assert app.proc.wait(60) == 0
     log = app.stderr()
     assert "Task was destroyed" not in log and "RuntimeError" not in log, log
+    # No traceback of nats-py's reconnect attempts, nor of a stop that timed out.
+    assert "encountered error" not in log and "nats/aio/client.py" not in log, log
+    assert "did not stop cleanly" not in log and "still running after their cancel" not in log, log
     support.wait_for(lambda: not servers_on(app.store), timeout=30, message="the bundled server to stop")
 
 

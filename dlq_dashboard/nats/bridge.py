@@ -167,25 +167,26 @@ class Bridge:
             return
         self._stopping = True
 
-        async def shutdown():
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        async def shutdown() -> set[asyncio.Task]:
+            # Each step is bounded, so the stop ends even when a task does not end at its cancel.
+            await cancel_and_wait(list(self._tasks), 5)
             if self.nc is not None and not self.nc.is_closed:
-                try:
-                    await asyncio.wait_for(self.nc.close(), 5)
-                except Exception:  # the server may be gone already
-                    log.debug("closing the NATS connection failed", exc_info=True)
+                closing = asyncio.ensure_future(self.nc.close())
+                done, _ = await asyncio.wait({closing}, timeout=3)
+                if closing in done and closing.exception() is not None:  # the server may be gone already
+                    log.debug("closing the NATS connection failed: %r", closing.exception())
             # Whatever the client left behind (subscription readers) ends with the loop.
             others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in others:
-                task.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
+            return await cancel_and_wait(others, 1)
 
         try:
-            asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout)
-        except Exception:
-            log.warning("the NATS bridge did not stop cleanly", exc_info=True)
+            left = asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout)
+        except Exception as exc:  # noqa: BLE001 - the loop is stopped and closed below all the same
+            log.warning("the NATS bridge did not stop cleanly (%s)", describe_error(exc))
+        else:
+            if left:
+                log.warning("the NATS bridge stopped with %d task(s) still running after their cancel: %s", len(left),
+                            ", ".join(sorted(_task_name(t) for t in left)))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout)
         self._thread = None
@@ -334,14 +335,30 @@ def close_loop(loop: asyncio.AbstractEventLoop, timeout: float = 5.0) -> None:
     RuntimeError when it is collected (nats-py leaves subscription readers behind)."""
     try:
         pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
-        for task in pending:
-            task.cancel()
         if pending:
-            loop.run_until_complete(asyncio.wait(pending, timeout=timeout))
+            loop.run_until_complete(cancel_and_wait(pending, timeout))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(loop.shutdown_default_executor())
     finally:
         loop.close()
+
+
+async def cancel_and_wait(tasks, timeout: float) -> set[asyncio.Task]:
+    """Cancel ``tasks`` once and wait up to ``timeout`` seconds for them to end; returns those
+    still running. Once: a task may finish what it must after its cancel (the mirror lets its
+    writes in flight commit), and a second cancel would cut that short."""
+    pending = {task for task in tasks if not task.done()}
+    for task in pending:
+        task.cancel()
+    if not pending:
+        return set()
+    _, still = await asyncio.wait(pending, timeout=timeout)
+    return still
+
+
+def _task_name(task: asyncio.Task) -> str:
+    coro = task.get_coro()
+    return f"{task.get_name()} ({getattr(coro, '__qualname__', coro)})"
 
 
 async def _awaiting(make: Callable[[], Awaitable[T]]) -> T:
