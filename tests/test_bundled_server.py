@@ -30,7 +30,7 @@ class Dashboard:
     def __init__(self, folder: Path, *args: str, name: str = "app"):
         self.folder = folder
         self.stderr_path = folder / f"{name}.stderr"
-        env = {k: v for k, v in os.environ.items() if k != "NATS_URL" and not k.startswith("DLQ_")}
+        env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL") and not k.startswith("DLQ_")}
         env.update(PYTHONUNBUFFERED="1", SECRET_KEY="bundled-server-test")
         with open(self.stderr_path, "wb") as stderr:
             self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", "0", *args], cwd=folder,
