@@ -33,6 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
     parser.add_argument("--threads", type=int, default=8, help="web server threads (default 8)")
+    parser.add_argument("--nats-port", type=int, default=4222,
+                        help="port of the bundled nats-server, when free (default 4222; else a free port)")
     parser.add_argument("--demo", action="store_true",
                         help="also run demo streams and a consumer that dead-letters realistic failures")
     return parser.parse_args(argv)
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         try:
-            runtime.start()
+            runtime.start(bundled_port=args.nats_port)
         except StoreInUse as exc:  # another server runs on instance/nats: never a second one
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dlq_dashboard.nats.bundled import LOCK_FILE
-from dlq_dashboard.nats.server import NatsServer
+from dlq_dashboard.nats.server import NatsServer, free_port
 
 from . import support
 
@@ -27,13 +27,15 @@ ROOT = Path(__file__).resolve().parent.parent
 class Dashboard:
     """One `python app.py --port 0` in ``folder`` (its instance/ there), stderr in a file."""
 
-    def __init__(self, folder: Path, *args: str, name: str = "app"):
+    def __init__(self, folder: Path, *args: str, name: str = "app", nats_port: int):
         self.folder = folder
         self.stderr_path = folder / f"{name}.stderr"
         env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL") and not k.startswith("DLQ_")}
         env.update(PYTHONUNBUFFERED="1", SECRET_KEY="bundled-server-test")
         with open(self.stderr_path, "wb") as stderr:
-            self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", "0", *args], cwd=folder,
+            # Its own port, not 4222: tests in the other worker start dashboards too.
+            self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", "0", "--nats-port",
+                                          str(nats_port), *args], cwd=folder,
                                          env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
         self.nats_url: str | None = None
         self.web_url: str | None = None
@@ -107,9 +109,10 @@ def dead_letter(url: str, subject: str) -> None:
 def dashboards(tmp_path):
     """Start dashboards in tmp_path; every one, and any bundled server left, ends after the test."""
     started: list[Dashboard] = []
+    nats_port = free_port()
 
     def start(*args: str, name: str = "app") -> Dashboard:
-        dashboard = Dashboard(tmp_path, *args, name=name)
+        dashboard = Dashboard(tmp_path, *args, name=name, nats_port=nats_port)
         started.append(dashboard)
         return dashboard
 

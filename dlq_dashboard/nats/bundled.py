@@ -123,7 +123,15 @@ class BundledServer:
 
     def _supervise(self) -> None:
         try:
-            self._start_server()
+            try:
+                self._start_server()
+            except Exception:
+                # Another process took the free port between the choice and the start (no URL
+                # is printed yet): once more on another free port.
+                if free_port(self.server.port) == self.server.port:
+                    raise
+                self.server.port = free_port()
+                self._start_server()
         except BaseException as exc:  # reported to start(), which raises it
             self._start_error = exc
             return
