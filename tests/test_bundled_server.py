@@ -263,3 +263,20 @@ def test_a_bundled_server_that_cannot_start_again_is_given_up_on_in_one_line(tmp
         assert not Path(f"/proc/{first}").exists()  # reaped
     finally:
         supervised.stop()
+
+
+def test_nats_pys_default_error_callback_logs_one_line_per_different_error(caplog):
+    from nats.aio.client import _default_error_callback
+
+    from dlq_dashboard.nats.client_log import NATS_LOGGER, quiet_nats_tracebacks
+
+    quiet_nats_tracebacks()
+    refused = ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 4222)")
+    with caplog.at_level("ERROR", logger=NATS_LOGGER):
+        for exc in (refused, refused, refused, TimeoutError("nats: timeout"), TimeoutError("nats: timeout")):
+            support.run(_default_error_callback(exc))
+    records = [r for r in caplog.records if r.name == NATS_LOGGER]
+    assert [r.getMessage() for r in records] == [
+        "nats: ConnectionRefusedError: [Errno 111] Connect call failed ('127.0.0.1', 4222)",
+        "nats: TimeoutError: nats: timeout"]
+    assert not any(r.exc_info for r in records)
