@@ -14,6 +14,8 @@ import sys
 
 from dlq_dashboard import create_app as _create_app
 from dlq_dashboard.config import ConfigError, load_settings
+from dlq_dashboard.nats.bundled import StoreInUse
+from dlq_dashboard.nats.client_log import quiet_nats_tracebacks
 from dlq_dashboard.runtime import runtime_of
 
 
@@ -31,6 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
     parser.add_argument("--threads", type=int, default=8, help="web server threads (default 8)")
+    parser.add_argument("--nats-port", type=int, default=4222,
+                        help="port of the bundled nats-server, when free (default 4222; else a free port)")
     parser.add_argument("--demo", action="store_true",
                         help="also run demo streams and a consumer that dead-letters realistic failures")
     return parser.parse_args(argv)
@@ -40,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     """Start the bundled nats-server (without NATS_URL), the mirror and the web server."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_nats_tracebacks()  # while a server is down: one line per change, not a traceback a second
     try:
         settings = load_settings()
         if args.demo:
@@ -63,12 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     server = None
 
     def stop(signum, _frame):
-        # Leave the serving loop; the finally below stops everything in order.
+        # Leave the serving loop; the finally below stops everything in order. A second
+        # SIGTERM while it does is ignored rather than cutting the stop short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        runtime.start()
+        try:
+            runtime.start(bundled_port=args.nats_port)
+        except StoreInUse as exc:  # another server runs on instance/nats: never a second one
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
         if args.demo:
             from dlq_dashboard.demo import Demo
 

@@ -26,7 +26,7 @@ from .entries.store import Store
 from .files import private_folder, write_private
 from .ingest.mirror import Mirror
 from .nats.bridge import Bridge
-from .nats.server import NatsServer, free_port
+from .nats.bundled import BundledServer
 from .nats.streams import StreamSetup
 
 #: Where create_app keeps the runtime: ``app.extensions[EXTENSION]``.
@@ -52,7 +52,7 @@ class Runtime:
     # Whether the database answers, from memory (a probe thread; None until start()).
     database: DatabaseProbe | None = None
     mirror: Mirror | None = None
-    bundled: NatsServer | None = None
+    bundled: BundledServer | None = None
     # Sends the alerts outbox to DLQ_WEBHOOK_URL while this process holds the alerts lease.
     alerts: AlertSender | None = None
     retention: RetentionSchedule | None = None
@@ -81,8 +81,9 @@ class Runtime:
         servers = list(self.settings.nats_urls)
         if self.settings.bundled_nats:
             instance = private_folder(self.settings.instance_path)
-            self.bundled = NatsServer(store_dir=instance / "nats", port=free_port(bundled_port),
-                                      log_path=instance / "nats-server.log").start()
+            # Started again when it dies; refuses (StoreInUse) a store another server runs on.
+            self.bundled = BundledServer(instance / "nats", port=bundled_port,
+                                         log_path=instance / "nats-server.log").start()
             servers = [self.bundled.url]
             print(f"Started the bundled nats-server at {self.bundled.url}", flush=True)
             # For `flask --app app entries republish` and `purge`, which run beside this process.

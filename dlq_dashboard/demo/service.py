@@ -31,7 +31,8 @@ from dlq_consumer import (
 
 from ..accounts import AccountError, create_user
 from ..config import Settings
-from ..nats.bridge import auth_options
+from ..nats.bridge import auth_options, close_loop
+from ..nats.client_log import ConnectionLog
 from ..redaction import scrub
 from ..runtime import Runtime
 from .orders import (
@@ -125,6 +126,7 @@ class Demo:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
+        self._connection_log = ConnectionLog(log, "demo")
         # The order table's one writer: the handler never blocks the loop on SQLite.
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlq-demo-db")
 
@@ -145,10 +147,10 @@ class Demo:
             loop_ready.set()
             try:
                 self._loop.run_until_complete(self._main())
-                # nats-py resolves host names in the default executor: join its threads too.
-                self._loop.run_until_complete(self._loop.shutdown_default_executor())
             finally:
-                self._loop.close()
+                # What nats-py leaves on the loop (a subscription's reader when the connection
+                # closed while reconnecting) is cancelled and awaited, its executor joined.
+                close_loop(self._loop)
 
         self._thread = threading.Thread(target=run, name="dlq-demo", daemon=True)
         self._thread.start()
@@ -218,6 +220,7 @@ class Demo:
             self.error = exc
             log.exception("the demo stopped")
         finally:
+            self._connection_log.closing = True
             if nc is not None and not nc.is_closed:
                 try:
                     await asyncio.wait_for(nc.close(), 5)
@@ -230,7 +233,8 @@ class Demo:
         s = self.settings
         options: dict[str, Any] = dict(servers=self.servers, name="dlq-demo-fulfilment",
                                        connect_timeout=2, allow_reconnect=True,
-                                       max_reconnect_attempts=-1, reconnect_time_wait=1)
+                                       max_reconnect_attempts=-1, reconnect_time_wait=1,
+                                       **self._connection_log.options())
         options.update(auth_options(s))
         delay = 0.5
         while not self._stopping.is_set():

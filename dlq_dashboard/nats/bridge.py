@@ -26,6 +26,7 @@ from ..config import Settings
 from ..redaction import scrub, without_userinfo
 from ..times import format_time, utcnow
 from . import headers
+from .client_log import ConnectionLog, describe_error
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,6 +94,8 @@ class Bridge:
         self._on_connect: list[Callable[[], Awaitable[None]]] = []
         # Raised at every (re)connection: a ping sent on an earlier connection is never answered.
         self._generation = 0
+        # nats-py reports each failed reconnect attempt: logged once until the error changes.
+        self._errors = ConnectionLog(log, "NATS")
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -104,8 +107,10 @@ class Bridge:
             self.loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self.loop)
             ready.set()
-            self.loop.run_forever()
-            self.loop.close()
+            try:
+                self.loop.run_forever()
+            finally:
+                close_loop(self.loop)
 
         self._thread = threading.Thread(target=run, name="nats-bridge", daemon=True)
         self._thread.start()
@@ -166,25 +171,26 @@ class Bridge:
             return
         self._stopping = True
 
-        async def shutdown():
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        async def shutdown() -> set[asyncio.Task]:
+            # Each step is bounded, so the stop ends even when a task does not end at its cancel.
+            await cancel_and_wait(list(self._tasks), 5)
             if self.nc is not None and not self.nc.is_closed:
-                try:
-                    await asyncio.wait_for(self.nc.close(), 5)
-                except Exception:  # the server may be gone already
-                    log.debug("closing the NATS connection failed", exc_info=True)
+                closing = asyncio.ensure_future(self.nc.close())
+                done, _ = await asyncio.wait({closing}, timeout=3)
+                if closing in done and closing.exception() is not None:  # the server may be gone already
+                    log.debug("closing the NATS connection failed: %r", closing.exception())
             # Whatever the client left behind (subscription readers) ends with the loop.
             others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in others:
-                task.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
+            return await cancel_and_wait(others, 1)
 
         try:
-            asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout)
-        except Exception:
-            log.warning("the NATS bridge did not stop cleanly", exc_info=True)
+            left = asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout)
+        except Exception as exc:  # noqa: BLE001 - the loop is stopped and closed below all the same
+            log.warning("the NATS bridge did not stop cleanly (%s)", describe_error(exc))
+        else:
+            if left:
+                log.warning("the NATS bridge stopped with %d task(s) still running after their cancel: %s", len(left),
+                            ", ".join(sorted(_task_name(t) for t in left)))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout)
         self._thread = None
@@ -258,12 +264,16 @@ class Bridge:
 
     async def _reconnected(self) -> None:
         self._generation += 1
+        self._errors.reset()
         self._set_state(True, None)
         log.info("NATS: reconnected to %s", self.state.url)
         await self._run_on_connect()
 
     async def _error(self, exc: Exception) -> None:
-        log.debug("NATS client error: %s: %s", type(exc).__name__, scrub(str(exc)))
+        if self._stopping or self._errors.seen(exc):
+            log.debug("NATS client error: %s", scrub(repr(exc)))
+        else:
+            log.warning("NATS: %s", scrub(describe_error(exc)))
         if self.state.connected is False:
             self.state = replace(self.state, last_error=scrub(f"cannot connect to {self.shown_servers}: "
                                                               f"{exc or type(exc).__name__}"))
@@ -323,6 +333,39 @@ class Bridge:
         if self.state.connected:
             self._set_state(False, f"no answer from NATS at {self.state.url} for {waited:.1f} s")
             log.warning("NATS: %s; it is treated as unreachable until it answers", self.state.last_error)
+
+
+def close_loop(loop: asyncio.AbstractEventLoop, timeout: float = 5.0) -> None:
+    """Cancel and await the tasks still on a stopped ``loop``, end its async generators and
+    executor threads, and close it, as ``asyncio.run`` does. A task left pending when its loop
+    closes is logged as "Task was destroyed but it is pending" and its coroutine raises
+    RuntimeError when it is collected (nats-py leaves subscription readers behind)."""
+    try:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        if pending:
+            loop.run_until_complete(cancel_and_wait(pending, timeout))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
+
+
+async def cancel_and_wait(tasks, timeout: float) -> set[asyncio.Task]:
+    """Cancel ``tasks`` once and wait up to ``timeout`` seconds for them to end; returns those
+    still running. Once: a task may finish what it must after its cancel (the mirror lets its
+    writes in flight commit), and a second cancel would cut that short."""
+    pending = {task for task in tasks if not task.done()}
+    for task in pending:
+        task.cancel()
+    if not pending:
+        return set()
+    _, still = await asyncio.wait(pending, timeout=timeout)
+    return still
+
+
+def _task_name(task: asyncio.Task) -> str:
+    coro = task.get_coro()
+    return f"{task.get_name()} ({getattr(coro, '__qualname__', coro)})"
 
 
 async def _awaiting(make: Callable[[], Awaitable[T]]) -> T:

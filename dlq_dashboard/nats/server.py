@@ -3,19 +3,24 @@ as a local three-node JetStream cluster for tests and benchmarks."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import sysconfig
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ..files import private_file, private_folder, write_private
+
+PR_SET_PDEATHSIG = 1
 
 
 def find_nats_server() -> str:
@@ -33,10 +38,29 @@ def find_nats_server() -> str:
     )
 
 
+def parent_death_signal(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel send ``sig`` to the child when the thread that
+    forked it ends (Linux); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in the child
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, sig)
+        if os.getppid() != parent:  # the parent ended before prctl: nobody will send it
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
 def free_port(preferred: int | None = None) -> int:
     """Return ``preferred`` if it is free on 127.0.0.1, else any free port."""
     if preferred:
         with socket.socket() as s:
+            # As nats-server binds (Go sets SO_REUSEADDR): connections of a server that just
+            # ended linger in TIME_WAIT on its port, and the port is free all the same.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", preferred))
                 return preferred
@@ -93,6 +117,11 @@ class NatsServer:
     server_name: str | None = None
     # The monitoring endpoint (/healthz, /jsz); 0 leaves it off.
     monitor_port: int = 0
+    # The kernel sends the server SIGTERM when the thread that started it ends (Linux; see
+    # nats/bundled.py): start it from a thread that lives as long as the server should.
+    end_with_parent: bool = False
+    # Descriptors the server inherits (the bundled server's store lock).
+    pass_fds: tuple[int, ...] = ()
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -116,17 +145,25 @@ class NatsServer:
         config = Path(self.store_dir) / "nats-server.conf"
         write_private(config, self._config())
         log = open(private_file(self.log_path), "ab") if self.log_path else subprocess.DEVNULL
+        preexec = parent_death_signal() if self.end_with_parent else None
         try:
-            # umask 077: what the server creates in its store (0640 files, 0750 folders) is its owner's alone.
+            # A session of its own: Ctrl-C in a terminal reaches the dashboard, which stops the
+            # server after the bridge has closed its connection. umask 077: what the server
+            # creates in its store (0640 files, 0750 folders) is its owner's alone.
             self.proc = subprocess.Popen(
                 [find_nats_server(), "-c", str(config), "-js", "-sd", str(self.store_dir), "-a", "127.0.0.1",
                  "-p", str(self.port)],
-                stdout=log, stderr=log, start_new_session=True, umask=0o077,
+                stdout=log, stderr=log, start_new_session=True, umask=0o077, preexec_fn=preexec,
+                pass_fds=self.pass_fds,
             )
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()
-        wait_for_port(self.port, timeout, self.proc)
+        try:
+            wait_for_port(self.port, timeout, self.proc)
+        except BaseException:
+            self._end(signal.SIGKILL, timeout)  # one that never listened is not left running
+            raise
         return self
 
     def _config(self) -> str:
