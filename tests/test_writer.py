@@ -75,6 +75,23 @@ def test_the_writer_process_commits_batches_in_order_and_a_killed_one_is_replace
     assert support.gone(first) and writer._proc is None
 
 
+def test_a_reply_to_a_cancelled_call_leaves_the_writer_answering_the_next_ones(engine, database_url):
+    # A stop cancels the mirror's waits for writes in flight; their replies still come back.
+    writer = WriterProcess(database_url)
+    try:
+        assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(1, 1), 0) == 1
+        pid = writer._proc.pid
+        os.kill(pid, signal.SIGSTOP)  # holds the reply until the call is cancelled
+        cancelled = writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(2, 2), 1)
+        assert cancelled.cancel()
+        os.kill(pid, signal.SIGCONT)
+        assert writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(3, 3), 2).result(timeout=60) == 1
+        assert writer._proc.pid == pid
+    finally:
+        writer.close()
+    assert entry_seqs(engine) == [1, 2, 3]
+
+
 def test_calls_in_flight_when_the_writer_dies_fail_rather_than_hang(engine, database_url):
     writer = WriterProcess(database_url)
     try:

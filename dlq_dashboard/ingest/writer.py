@@ -16,7 +16,7 @@ import logging
 import multiprocessing
 import threading
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from functools import lru_cache
 from multiprocessing.connection import Connection
 from typing import Any
@@ -95,14 +95,14 @@ class WriterProcess:
             except (EOFError, OSError):
                 with self._lock:
                     while pending:
-                        pending.popleft().set_exception(WriterError("the writer process ended"))
+                        _settle(pending.popleft(), exception=WriterError("the writer process ended"))
                 return
             with self._lock:
                 future = pending.popleft()
             if status == "ok":
-                future.set_result(value)
+                _settle(future, result=value)
             else:
-                future.set_exception(WriterError(value))
+                _settle(future, exception=WriterError(value))
 
     def close(self, timeout: float = 10.0) -> None:
         """Let the writer finish what it was sent, and exit."""
@@ -165,3 +165,15 @@ def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None) 
                 return
     finally:
         dispose_quietly(engine)
+
+
+def _settle(future: Future, *, result=None, exception: BaseException | None = None) -> None:
+    """Give ``future`` its outcome unless it was cancelled meanwhile (a stop cancels the mirror's
+    waits; the reply still comes and must not end the reply reader)."""
+    try:
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
