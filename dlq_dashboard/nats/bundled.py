@@ -151,10 +151,10 @@ class BundledServer:
             if time.monotonic() - started >= STABLE_AFTER:
                 delay, failures = FIRST_DELAY, 0
             if failures >= MAX_FAILURES:
-                self.gave_up = True
                 log.error("gave up restarting the bundled nats-server: it died %d times in a row within %g s of "
                           "starting (last: %s); the dashboard runs without NATS until it is restarted",
                           failures, STABLE_AFTER, describe_exit(code))
+                self.gave_up = True  # after the line: whoever waits for it finds the line written
                 return
             log.warning("the bundled nats-server (pid %d) died (%s); starting it again in %.1f s on %s, same store",
                         server.proc.pid, describe_exit(code), delay, server.url)
@@ -167,9 +167,9 @@ class BundledServer:
                     self._start_server()
                 except Exception as exc:  # noqa: BLE001 - tried again, then given up with one line
                     if failures >= MAX_FAILURES:
-                        self.gave_up = True
                         log.error("gave up starting the bundled nats-server after %d attempts (%s); the dashboard "
                                   "runs without NATS until it is restarted", failures, exc)
+                        self.gave_up = True
                         return
                     log.warning("the bundled nats-server did not start again (%s); next attempt in %.1f s", exc, delay)
                     continue
