@@ -1,8 +1,8 @@
 """The Grafana dashboard and the Prometheus rules in deploy/: promtool (Debian's prometheus
 package) finds the rules valid and their unit tests pass, every alert has a test that fires and
 one that does not, every panel reads the datasource variable, and every metric a panel or a rule
-names is in a real scrape of /metrics. The metrics those panels need: arrivals as a counter, the
-mirror's stuck and behind state per stream, open groups and bulk jobs."""
+names is in a real scrape of /metrics (and in docs/api.md). The metrics those panels need:
+arrivals as a counter, the mirror's stuck and behind state per stream, open groups and bulk jobs."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_the_metric_names_are_read_from_queries_as_prometheus_names_them():
     assert exported(text) == {"dlq_x_total", "dlq_h_bucket", "dlq_h_sum", "dlq_h_count"}
 
 
-def test_every_metric_a_panel_or_a_rule_names_is_in_a_real_scrape(tmp_path, nats_server, database_url):
+def test_every_metric_a_panel_or_a_rule_names_is_in_a_real_scrape_and_every_one_scraped_is_documented(tmp_path, nats_server, database_url):
     """The app with its mirror, an alert sender whose webhook refuses, a republish and a bulk job,
     so that every labelled series appears."""
     hook = f"http://127.0.0.1:{free_port(39500)}/hook"  # nothing listens: the alert stays pending
@@ -185,6 +185,9 @@ def test_every_metric_a_panel_or_a_rule_names_is_in_a_real_scrape(tmp_path, nats
         names = exported(text)
         missing = {name: where for name, where in named_metrics().items() if name not in names}
         assert missing == {}, f"named but not exported: {missing}"
+        reference = (DEPLOY.parent / "docs" / "api.md").read_text()
+        undocumented = {name for name in names if name.startswith("dlq_") and f"`{name}`" not in reference}
+        assert undocumented == set(), "exported but not in docs/api.md's table"
         samples = scrape(client)
         assert value(samples, "dlq_jobs", action="close", state="done") == 1
         assert value(samples, "dlq_republishes", state="published", duplicate="false") == 1
