@@ -2,7 +2,7 @@
 
 A custom collector asks for the numbers when Prometheus scrapes, so every replica reports
 what the shared database holds, and nothing has to be updated on the write paths. Labels
-carry statuses, the contract's reasons, stream names and states only: never payloads, errors,
+carry statuses, the contract's reasons, stream names, job actions and states only: never payloads, errors,
 headers or any other text a sender chose.
 """
 
@@ -23,7 +23,7 @@ from dlq_consumer.headers import REASONS
 from ..actions.purge import purged_totals
 from ..alerts.sender import outbox_summary
 from ..db.engine import read_transaction
-from ..db.models import Entry, MirrorState, Republish
+from ..db.models import Entry, FailureGroup, Job, MirrorState, Republish
 from ..runtime import Runtime
 from ..times import utcnow
 from . import current_runtime
@@ -92,13 +92,24 @@ class DashboardCollector(Collector):
         lag = GaugeMetricFamily("dlq_mirror_lag_messages",
                                 "Messages in the stream not yet mirrored (from the process that mirrors).",
                                 labels=["stream"])
+        stuck = GaugeMetricFamily("dlq_mirror_stuck", "1 while writing the stream's messages fails (retried "
+                                  "until it succeeds; from the process that mirrors).", labels=["stream"])
+        behind = GaugeMetricFamily("dlq_mirror_behind_seconds", "How long the oldest message not yet mirrored "
+                                   "has waited (0 when caught up; from the process that mirrors).",
+                                   labels=["stream"])
+        now = utcnow()
         for name, progress in sorted(mirror.progress.items()):
             ingested.add_metric([name], progress.ingested)
             # Only the lease holder follows the streams; another replica's figures are stale.
             if mirror.leader:
                 lag.add_metric([name], progress.lag)
+                stuck.add_metric([name], 1 if progress.error is not None else 0)
+                since = progress.behind_since()
+                behind.add_metric([name], max((now - since).total_seconds(), 0) if since else 0)
         yield ingested
         yield lag
+        yield stuck
+        yield behind
 
     def _database_metrics(self) -> Iterator[Metric]:
         with read_transaction(self.runtime.engine) as conn:
@@ -109,12 +120,34 @@ class DashboardCollector(Collector):
                 select(Republish.state, Republish.duplicate, func.count())
                 .group_by(Republish.state, Republish.duplicate)).all()
             purged = purged_totals(conn)
+            groups = conn.execute(select(FailureGroup.reason, func.count()).where(FailureGroup.open_count > 0)
+                                  .group_by(FailureGroup.reason)).all()
+            jobs = conn.execute(select(Job.action, Job.state, func.count()).group_by(Job.action, Job.state)).all()
             size = database_size(conn)
 
         entries = GaugeMetricFamily("dlq_entries", "Entries by status and reason.", labels=["status", "reason"])
         for (status, reason), count in sorted(_cap_reasons(by_status_reason).items()):
             entries.add_metric([status, reason], count)
         yield entries
+
+        # Every entry stored so far: those the database holds and those purges removed. Kept in
+        # the database like the purge totals, so it only grows and every replica reports the same.
+        received = CounterMetricFamily("dlq_entries_received", "Entries stored since the database was made "
+                                       "(held now plus purged): its rate is the arrival rate.")
+        received.add_metric([], sum(row[2] for row in by_status_reason) + sum(purged.values()))
+        yield received
+
+        # Per group would be a series for every group ever seen; the reason label is bounded.
+        open_groups = GaugeMetricFamily("dlq_groups_open", "Failure groups with open entries, by reason.",
+                                        labels=["reason"])
+        for reason, count in sorted(_cap_groups(groups).items()):
+            open_groups.add_metric([reason], count)
+        yield open_groups
+
+        job_family = GaugeMetricFamily("dlq_jobs", "Bulk jobs by action and state.", labels=["action", "state"])
+        for action, state, count in sorted(jobs):
+            job_family.add_metric([action, state], count)
+        yield job_family
 
         last_seq = GaugeMetricFamily("dlq_mirror_last_sequence",
                                      "The last stream sequence committed to the database.", labels=["stream"])
@@ -175,6 +208,15 @@ def reason_label(reason: str | None) -> str:
     if reason is None:
         return "none"
     return reason if reason in REASONS else OTHER_REASON
+
+
+def _cap_groups(rows) -> dict[str, int]:
+    """reason label -> groups; a group's reason is '' where its entries had none."""
+    result: dict[str, int] = {}
+    for reason, count in rows:
+        label = reason_label(reason or None)
+        result[label] = result.get(label, 0) + count
+    return result
 
 
 def _cap_reasons(rows) -> dict[tuple[str, str], int]:
