@@ -192,7 +192,8 @@ def test_a_hostile_traceparent_never_renders_as_markup(make_app, nats_server):
 def test_a_viewer_does_not_see_a_trace_dlq_mask_hides_and_an_operator_does(make_app, nats_server):
     support.make_orders_stream(nats_server.url)
     app = make_app(trace_url=TEMPLATE, mask=("Traceparent",))
-    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID], headers={"traceparent": TRACEPARENT})
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID], headers={
+        "traceparent": TRACEPARENT, "Dlq-Error": f"payment failed (trace {TRACE})"})
     operator_api = api(app, "operator")
     republish(app, entry_id)
     viewer, operator = support.logged_in(app, "viewer"), support.logged_in(app, "operator")
@@ -202,6 +203,7 @@ def test_a_viewer_does_not_see_a_trace_dlq_mask_hides_and_an_operator_does(make_
     assert TRACE not in html and Page(html).links == [] and "Trace of the message sent" not in html
     detail = get(f"/api/entries/{entry_id}").get_json()
     assert (detail["trace_id"], detail["trace_url"]) == (None, None)
+    assert detail["error"] == "payment failed (trace •••)" and TRACE not in json.dumps(detail)
     [listed] = get("/api/entries").get_json()["entries"]
     assert (listed["trace_id"], listed["trace_url"]) == (None, None)
     for fmt in ("json", "csv"):
