@@ -148,6 +148,26 @@ def _public_url(name: str, raw: str) -> str:
     return url.rstrip("/")
 
 
+def _trace_url(name: str, raw: str) -> str:
+    """DLQ_TRACE_URL: an http(s) address with ``{trace_id}`` where the trace id goes, and no
+    other braces (it is filled in by replacement, so a stray ``{x}`` would stay in every link)."""
+    from urllib.parse import urlsplit
+
+    url = raw.strip()
+    rest = url.replace("{trace_id}", "")
+    try:
+        parts = urlsplit(url.replace("{trace_id}", "0" * 32))
+        valid = (rest != url and "{" not in rest and "}" not in rest and parts.scheme in ("http", "https")
+                 and bool(parts.hostname) and not any(c.isspace() or not c.isprintable() for c in url))
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ConfigError(f"{name}={scrub(raw)!r} is not valid: use an http:// or https:// address with "
+                          "{trace_id} where the trace id goes, such as https://tempo.example/trace/{trace_id}")
+    return url
+
+
 def _existing_file(name: str, raw: str) -> str:
     if not Path(raw).is_file():
         raise ConfigError(f"{name}={raw!r} is not valid: use the path of a readable file")
@@ -311,6 +331,8 @@ class Settings:
     mask: tuple[str, ...] = ()
     # DLQ_LIST_FIELDS: (label, JSON Pointer) of each payload field the list shows and filters by.
     list_fields: tuple[tuple[str, str], ...] = ()
+    # DLQ_TRACE_URL: where a trace opens, {trace_id} filled in (an entry's traceparent header).
+    trace_url: str | None = None
 
     @property
     def bundled_nats(self) -> bool:
@@ -351,6 +373,7 @@ _PARSERS = {
     "DLQ_RETENTION": ("retention", _retention),
     "DLQ_MASK": ("mask", _mask),
     "DLQ_LIST_FIELDS": ("list_fields", _list_fields),
+    "DLQ_TRACE_URL": ("trace_url", _trace_url),
 }
 
 

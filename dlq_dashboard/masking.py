@@ -111,6 +111,11 @@ class Mask:
         for name, values in headers.items():
             if name.lower() in self.header_names:
                 hidden.extend(v for v in values if isinstance(v, str))
+                if name.lower() == "traceparent":
+                    # What is read from it is hidden with it: its trace id and parent id, which
+                    # a text may quote alone ("trace 4bf92f35..."); entries/traces.py reads them.
+                    hidden.extend(part for v in values if isinstance(v, str)
+                                  for part in v.split("-")[1:3] if len(part) >= 16)
                 shown[name] = [MASKED] * len(values)
             else:
                 shown[name] = values

@@ -69,7 +69,7 @@ class Runtime:
         engine = create_db_engine(settings.database_url, connect_timeout=settings.database_connect_timeout)
         migrate(engine)
         check_database(engine, settings.list_fields)  # key fields the database could not read
-        return cls(settings=settings, engine=engine, store=Store(engine),
+        return cls(settings=settings, engine=engine, store=Store(engine, settings.trace_url),
                    schemas=SchemaRegistry.load(settings.schemas_dir), streams=StreamSetup(settings),
                    mask=Mask.from_settings(settings))
 

@@ -102,7 +102,7 @@ def show_entry(entry_id: int, as_json: bool) -> None:
     body = entry.to_dict()
     for name in ("id", "status", "version", "original_subject", "reason", "error", "deliveries", "consumer",
                  "original_stream", "original_seq", "dlq_stream", "dlq_seq", "failed_at", "received_at",
-                 "replay_of", "closed_by", "closed_at", "close_note"):
+                 "replay_of", "closed_by", "closed_at", "close_note", "trace_id", "trace_url"):
         if body.get(name) is not None:
             click.echo(f"{name + ':':<18}{body[name]}")
     for error in body.get("schema_errors") or []:

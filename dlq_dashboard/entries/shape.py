@@ -79,6 +79,11 @@ ENTRY_FIELDS: tuple[EntryField, ...] = (
     EntryField("closed_by", nullable(STR), required=False),
     EntryField("closed_at", nullable(TIME), required=False, encode=format_time),
     EntryField("close_note", nullable(STR), required=False),
+    EntryField("trace_id", nullable({**STR, "pattern": "^[0-9a-f]{32}$"}),
+               "The W3C trace id of the traceparent header; null without a valid one.", required=False),
+    EntryField("trace_url", nullable({**STR, "format": "uri"}),
+               "The trace in the tracing UI (DLQ_TRACE_URL); null without a trace id or the setting.",
+               required=False),
 )
 
 #: The CSV export's columns: the JSON fields, in order.

@@ -49,6 +49,11 @@ class Store:
     """Read queries over the database; writes live with the code that owns them."""
 
     engine: Engine
+    # DLQ_TRACE_URL: every entry read carries it, so its JSON has its trace_url wherever it goes.
+    trace_template: str | None = None
+
+    def _view(self, row) -> EntryView:
+        return EntryView.from_row(row, self.trace_template)
 
     def _searching(self, flt: EntryFilter) -> bool:
         return bool(flt.q) and is_sqlite(self.engine)
@@ -86,7 +91,7 @@ class Store:
             query = query.where(self._key(flt) < decode_cursor(flt.cursor))
         with read_transaction(self.engine) as conn:
             rows = conn.execute(query.limit(flt.limit + 1)).all()
-        entries = [EntryView.from_row(r) for r in rows[: flt.limit]]
+        entries = [self._view(r) for r in rows[: flt.limit]]
         if payload_prefix:
             for view, row in zip(entries, rows):
                 view.payload_size = row._mapping["payload_size"]
@@ -129,7 +134,7 @@ class Store:
             query = query.where(self._key(flt) > after_id)
         with read_transaction(self.engine) as conn:
             rows = conn.execute(query.limit(scan + 1)).all()
-        views = [EntryView.from_row(r) for r in rows[:scan]]
+        views = [self._view(r) for r in rows[:scan]]
         return [v.id for v in views if mask.finds(v, flt.q)], len(rows) <= scan
 
     def iter_entries(self, flt: EntryFilter, batch: int = 1000, mask: Mask | None = None) -> Iterator[EntryView]:
@@ -149,7 +154,7 @@ class Store:
             if not rows:
                 return
             for row in rows:
-                yield EntryView.from_row(row)
+                yield self._view(row)
             last_id = rows[-1]._mapping["id"]
 
     def count_newer(self, flt: EntryFilter, after_id: int, cap: int = 1000, mask: Mask | None = None) -> int:
@@ -175,7 +180,7 @@ class Store:
                 if not seen:
                     found.append(conn.execute(query.limit(1)).scalar())
                     continue
-                views = (EntryView.from_row(r) for r in conn.execute(query.limit(MASKED_NEIGHBOURS)))
+                views = (self._view(r) for r in conn.execute(query.limit(MASKED_NEIGHBOURS)))
                 found.append(next((v.id for v in views if mask.finds(v, flt.q)), None))
         return found[0], found[1]
 
@@ -205,7 +210,7 @@ class Store:
             row = conn.execute(select(ENTRIES).where(Entry.id == entry_id)).first()
             if row is None:
                 return None
-            entry = EntryView.from_row(row)
+            entry = self._view(row)
             if with_history:
                 entry.history = self._history(conn, entry)
                 entry.actions = [audit_record(r) for r in conn.execute(
@@ -219,7 +224,7 @@ class Store:
         newest = select(func.max(Entry.id)).where(Entry.group_id.in_(group_ids)).group_by(Entry.group_id)
         with read_transaction(self.engine) as conn:
             rows = conn.execute(select(ENTRIES).where(Entry.id.in_(newest))).all()
-        return {r._mapping["group_id"]: EntryView.from_row(r) for r in rows}
+        return {r._mapping["group_id"]: self._view(r) for r in rows}
 
     def entry_by_dlq_ref(self, ref: str) -> EntryView | None:
         """The entry a ``<dlq stream>:<seq>`` reference names (the newest, if the stream was recreated)."""
@@ -229,7 +234,7 @@ class Store:
         with read_transaction(self.engine) as conn:
             row = conn.execute(select(ENTRIES).where(Entry.dlq_stream == stream, Entry.dlq_seq == int(seq))
                                .order_by(Entry.id.desc()).limit(1)).first()
-        return EntryView.from_row(row) if row else None
+        return self._view(row) if row else None
 
     def _history(self, conn, entry: EntryView) -> list[dict]:
         if entry.original_stream is None or entry.original_seq is None:
@@ -244,7 +249,7 @@ class Store:
         """Entries whose message was a republish of the entry named ``<stream>:<seq>``."""
         with read_transaction(self.engine) as conn:
             rows = conn.execute(select(ENTRIES).where(Entry.replay_of == ref).order_by(Entry.id)).all()
-        return [EntryView.from_row(r) for r in rows]
+        return [self._view(r) for r in rows]
 
     def failed_again(self, refs: list[str]) -> dict[str, int]:
         """For each ``<stream>:<seq>`` reference, the newest entry whose message was a republish
@@ -258,13 +263,15 @@ class Store:
         return {ref: newest for ref, newest in rows}
 
     def republishes_of(self, entry_id: int) -> list[dict]:
-        """The republish intents of an entry, oldest first, each with the payload it sends and
-        whether that was edited (by hand or by a bulk job's patch)."""
+        """The republish intents of an entry, oldest first, each with the payload it sends,
+        whether that was edited (by hand or by a bulk job's patch), and the headers it sends
+        (name -> list of values, as an entry's: one value a name, as nats-py sends them)."""
         with read_transaction(self.engine) as conn:
             rows = conn.execute(select(Republish.__table__).where(Republish.entry_id == entry_id)
                                 .order_by(Republish.id)).all()
         return [{"msg_id": r.msg_id, "state": r.state, "version": r.version, "stream": r.stream,
                  "seq": r.seq, "duplicate": r.duplicate, "error": r.error, "actor": r.actor,
                  "payload": bytes(r.payload or b""), "edited": bool(r.edited), "job_id": r.job_id,
-                 "created_at": format_time(r.created_at), "published_at": format_time(r.published_at)}
+                 "created_at": format_time(r.created_at), "published_at": format_time(r.published_at),
+                 "headers": {name: [value] for name, value in json.loads(r.headers or "{}").items()}}
                 for r in rows]

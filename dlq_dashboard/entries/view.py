@@ -12,6 +12,7 @@ import orjson
 
 from ..db.models import Entry
 from .shape import entry_json
+from .traces import trace_id_of, trace_url
 
 ENTRIES = Entry.__table__
 
@@ -28,7 +29,8 @@ def _json_or_none(raw):
     return orjson.loads(raw) if raw else None
 
 
-_NOT_STORED = ("history", "actions", "payload_hidden", "hidden_values", "payload_size", "key_fields")
+_NOT_STORED = ("history", "actions", "payload_hidden", "hidden_values", "payload_size", "key_fields",
+               "trace_template")
 
 
 @dataclass
@@ -70,16 +72,19 @@ class EntryView:
     # ``payload`` is that start), and the key fields' values (DLQ_LIST_FIELDS) by label.
     payload_size: int | None = None
     key_fields: dict[str, str | None] | None = None
+    # DLQ_TRACE_URL, set by the store that read the entry: trace_url fills it in.
+    trace_template: str | None = None
 
     @classmethod
-    def from_row(cls, row) -> "EntryView":
-        """Build from a row of ``select(entries)`` (every column, in table order)."""
+    def from_row(cls, row, trace_template: str | None = None) -> "EntryView":
+        """Build from a row of ``select(entries)`` (every column, in table order); ``trace_template``
+        is DLQ_TRACE_URL."""
         # By position and with orjson: this runs for every row of a page or an export, and
         # is a fifth of an export's time this way (bench/bench_export.py).
         values = list(_STORED_COLUMNS(row))
         for index, convert in _CONVERSIONS:
             values[index] = convert(values[index])
-        return cls(*values)
+        return cls(*values, trace_template=trace_template)
 
     @property
     def payload_text(self) -> str | None:
@@ -90,6 +95,17 @@ class EntryView:
     def payload_base64(self) -> str:
         """The payload, byte for byte, as base64."""
         return base64.b64encode(self.payload).decode()
+
+    @property
+    def trace_id(self) -> str | None:
+        """The trace id of a valid W3C ``traceparent`` among the headers, else None (traces.py).
+        Read from the headers as they are shown: a viewer's mask hiding the header hides it too."""
+        return trace_id_of(self.headers)
+
+    @property
+    def trace_url(self) -> str | None:
+        """Where the trace opens (DLQ_TRACE_URL), None without a trace id or without the setting."""
+        return trace_url(self.trace_template, self.trace_id)
 
     @property
     def dlq_ref(self) -> str | None:

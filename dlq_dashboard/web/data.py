@@ -46,15 +46,18 @@ def shown(entry: EntryView) -> EntryView:
 def shown_republishes(republishes: list[dict]) -> list[dict]:
     """An entry's republishes (store.republishes_of) as this request may see them: for a viewer
     the payload each sent is masked like the entry's (None, with ``payload_hidden``, when the
-    mask cannot pick fields out of it), and ``hidden_values`` names what was hidden."""
+    mask cannot pick fields out of it), so are the headers it sent (and the trace read from
+    them), and ``hidden_values`` names what was hidden."""
     mask = viewer_mask()
     if not mask:
         return republishes
     seen = []
     for rep in republishes:
         payload, hidden = mask.mask_payload(rep.get("payload") or b"")
+        headers, header_values = mask.mask_headers(rep.get("headers") or {})
+        hidden = hidden + header_values
         seen.append({**rep, "payload": payload, "payload_hidden": payload is None, "hidden_values": tuple(hidden),
-                     "error": mask.mask_text(rep.get("error"), hidden)})
+                     "headers": headers, "error": mask.mask_text(rep.get("error"), hidden)})
     return seen
 
 

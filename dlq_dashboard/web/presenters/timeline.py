@@ -3,7 +3,9 @@ whether it failed again, and the operators' closes and reopens, in time order.
 
 A republish whose payload was edited (by hand in the editor or by a bulk job's patch: the
 Republish row says ``edited`` either way) shows the line diff from the original and the payload
-it sent, both as the request may see them (web/data.py masks them for a viewer)."""
+it sent, both as the request may see them (web/data.py masks them for a viewer). A republish
+whose headers carried a valid ``traceparent`` shows that trace (the headers sent are recorded
+with its intent: the entry's own minus Dlq-* and Nats-*)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
+from ...entries.traces import trace_id_of, trace_url
 from ...entries.view import EntryView
 from ...times import parse_time
 from .payloads import TEXT_LIMIT, display_form, line_diff
@@ -31,6 +34,8 @@ class Moment:
     diff: list[str] = field(default_factory=list)  # an edited republish: original -> sent, pretty forms
     sent: str | None = None  # an edited republish: the payload it sent (pretty), None when not shown
     sent_note: str | None = None  # why the sent payload is not shown, or shown only in part
+    trace_id: str | None = None  # a republish: the trace of the message it sent (its traceparent)
+    trace_url: str | None = None  # ... and where it opens (DLQ_TRACE_URL)
 
 
 def _time(value: Any) -> datetime | None:
@@ -76,6 +81,9 @@ def _republish_moment(rep: dict, entry: EntryView, patch: Any = None) -> Moment:
                            # A bulk patch's republish: the patch its job applied (from the audit record).
                            ("patch", json.dumps(patch, ensure_ascii=False) if patch else None)),
                     actor=rep.get("actor"))
+    # The headers it sent, as the request may see them (a viewer's mask hides a masked traceparent).
+    moment.trace_id = trace_id_of(rep.get("headers"))
+    moment.trace_url = trace_url(entry.trace_template, moment.trace_id)
     if edited:
         _show_edit(moment, rep, entry)
     return moment
