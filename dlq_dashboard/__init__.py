@@ -11,9 +11,21 @@ import logging
 import os
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(PACKAGE)
 #: The largest request body accepted (an edited payload, a bulk selection).
 MAX_CONTENT_LENGTH = 16 * 1024 * 1024
+
+
+def resource_folder(name: str) -> str:
+    """Where the app's ``templates`` or ``static`` folder is.
+
+    An installed wheel carries them inside the package (``dlq_dashboard/templates``, put there
+    by setup.py's ``package_dir``); a checkout, and ``pip install -e .`` over it, keeps them at
+    the top of the checkout, next to the package.
+    """
+    packaged = os.path.join(PACKAGE, name)
+    return packaged if os.path.isdir(packaged) else os.path.join(ROOT, name)
 
 
 def create_app(config: dict[str, Any] | None = None):
@@ -52,8 +64,8 @@ def create_app(config: dict[str, Any] | None = None):
     class Dashboard(Flask):
         url_map_class = ExactPaths
 
-    app = Dashboard(__name__, template_folder=os.path.join(ROOT, "templates"),
-                    static_folder=os.path.join(ROOT, "static"))
+    app = Dashboard(__name__, template_folder=resource_folder("templates"),
+                    static_folder=resource_folder("static"))
     app.url_map.converters["int"] = IdConverter
     config = dict(config or {})
     settings: Settings = config.pop("SETTINGS", None) or load_settings()

@@ -29,6 +29,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "both_databases: run the test on SQLite and on PostgreSQL")
+    config.addinivalue_line("markers", "installed: builds the wheel, installs it in a fresh venv outside the "
+                                       "checkout and runs the installed dlq-dashboard command")
 
 
 def pytest_generate_tests(metafunc):

@@ -1,0 +1,141 @@
+"""The ``dlq-dashboard`` command (``[project.scripts]``), and ``python app.py``, which calls it.
+
+``dlq-dashboard [--host H] [--port P] [--threads N] [--nats-port N] [--demo]`` starts the bundled
+nats-server (without NATS_URL), the mirror and the web server; ``dlq-dashboard users|tokens|
+entries|purge ...`` runs the admin commands that ``flask --app app ...`` runs, over the same
+factory, without starting anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+import click
+from flask.cli import ScriptInfo
+
+from .. import create_app as _create_app
+from ..config import ConfigError, load_settings
+from ..nats.bundled import StoreInUse
+from ..nats.client_log import quiet_nats_tracebacks
+from ..runtime import runtime_of
+
+#: The admin command groups; any other first argument is a flag of the server.
+ADMIN_COMMANDS = ("users", "tokens", "entries", "purge")
+
+
+def create_app(config=None):
+    """The factory the admin commands (and ``flask --app app``) use: a bad setting ends it with
+    the same one line the server prints, not a traceback."""
+    try:
+        return _create_app(config)
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="dlq-dashboard", description="DLQ Dashboard: dead letters of NATS JetStream",
+        epilog="admin commands: dlq-dashboard {users,tokens,entries,purge} --help "
+               "(the same as flask --app app ...)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    parser.add_argument("--threads", type=int, default=8, help="web server threads (default 8)")
+    parser.add_argument("--nats-port", type=int, default=4222,
+                        help="port of the bundled nats-server, when free (default 4222; else a free port)")
+    parser.add_argument("--demo", action="store_true",
+                        help="also run demo streams and a consumer that dead-letters realistic failures")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the admin command ``argv`` names, or else the dashboard with ``argv``'s flags."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ADMIN_COMMANDS:
+        return admin(argv)
+    return serve(parse_args(argv))
+
+
+def admin(argv: list[str]) -> int:
+    """The admin commands of cli/, each in an app context of :func:`create_app` (loaded only
+    when a command runs, so ``--help`` opens no database)."""
+    from . import tokens, users
+    from .entries import entries
+    from .purge import purge
+
+    group = click.Group("dlq-dashboard", help="Admin commands of DLQ Dashboard.",
+                        commands=[users, tokens, entries, purge])
+    info = ScriptInfo(create_app=create_app, set_debug_flag=False, load_dotenv_defaults=False)
+    try:
+        group.main(args=argv, prog_name="dlq-dashboard", obj=info)
+    except SystemExit as exc:  # click ends every run with one; give its code back
+        if isinstance(exc.code, str):  # create_app's one line about a bad setting
+            print(exc.code, file=sys.stderr)
+            return 1
+        return exc.code or 0
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Start the bundled nats-server (without NATS_URL), the mirror and the web server."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_nats_tracebacks()  # while a server is down: one line per change, not a traceback a second
+    try:
+        settings = load_settings()
+        if args.demo:
+            from ..demo import demo_settings
+
+            settings = demo_settings(settings)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    import waitress
+
+    from ..accounts import ensure_first_admin
+
+    application = create_app({"SETTINGS": settings})
+    runtime = runtime_of(application)
+    password = ensure_first_admin(runtime.engine)
+    if password:
+        print(f"Created the first user: admin / {password}  (shown once; change it with the CLI)", flush=True)
+    demo = None
+    server = None
+
+    def stop(signum, _frame):
+        # Leave the serving loop; the finally below stops everything in order. A second
+        # SIGTERM while it does is ignored rather than cutting the stop short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        try:
+            runtime.start(bundled_port=args.nats_port)
+        except StoreInUse as exc:  # another server runs on instance/nats: never a second one
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
+        if args.demo:
+            from ..demo import Demo
+
+            demo = Demo(runtime).start()
+        server = waitress.create_server(application, host=args.host, port=args.port, threads=args.threads)
+        print(f"DLQ Dashboard at http://{args.host}:{server.effective_port}", flush=True)
+        server.run()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        print("Stopping…", flush=True)
+        if server is not None:
+            server.close()
+        if demo is not None:
+            demo.stop()
+        runtime.stop()
+    return 0
+
+
+def run() -> None:
+    """The console script's entry point."""
+    sys.exit(main())
