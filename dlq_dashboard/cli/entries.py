@@ -91,28 +91,46 @@ def list_entries(as_json: bool, **options) -> None:
 
 @entries.command("show")
 @click.argument("entry_id", type=int)
-@click.option("--json", "as_json", is_flag=True, help="The API's JSON, with history and actions.")
+@click.option("--json", "as_json", is_flag=True, help="The API's JSON: GET /api/entries/<id>.")
 @_refusals
 def show_entry(entry_id: int, as_json: bool) -> None:
-    """One entry with its payload, delivery history and audit."""
+    """One entry with its payload, failure group, the current schema's verdict, delivery history
+    and audit: the value the entry page and GET /api/entries/<id> show."""
+    detail = entry_detail(entry_id)
+    body = detail.to_dict()
     if as_json:
-        _echo_json(entry_detail(entry_id))
+        _echo_json(body)
         return
-    entry = get_entry_or_404(entry_id)
-    body = entry.to_dict()
+    entry = detail.entry
     for name in ("id", "status", "version", "original_subject", "reason", "error", "deliveries", "consumer",
                  "original_stream", "original_seq", "dlq_stream", "dlq_seq", "failed_at", "received_at",
                  "replay_of", "closed_by", "closed_at", "close_note", "trace_id", "trace_url"):
         if body.get(name) is not None:
             click.echo(f"{name + ':':<18}{body[name]}")
+    if detail.group:
+        click.echo(f"{'group:':<18}{detail.group.label} (group {detail.group.id})")
+    if detail.failed_again:
+        click.echo(f"{'failed again:':<18}entry {detail.failed_again.id}")
     for error in body.get("schema_errors") or []:
         click.echo(f"{'schema error:':<18}{error.get('path') or '/'}: {error.get('message')}")
+    click.echo(f"{'current schema:':<18}{_verdict_line(detail.current_schema)}")
     click.echo("payload:")
     click.echo(entry.payload_text if entry.payload_text is not None else f"(not UTF-8; base64) {entry.payload_base64}")
     for event in body.get("history") or []:
         click.echo(f"history:          {event.get('at')} {event.get('kind')} {event.get('deliveries') or ''}".rstrip())
     for action in body.get("actions") or []:
         click.echo(f"audit:            {action.get('at')} {action.get('action')} by {action.get('actor')}")
+
+
+def _verdict_line(verdict) -> str:
+    if verdict.error:
+        return verdict.error
+    if verdict.schema is None:
+        return "no schema in DLQ_SCHEMAS covers the subject"
+    if verdict.valid:
+        return f"valid against {verdict.schema}"
+    return f"invalid against {verdict.schema}: " + "; ".join(
+        f"{e.get('path') or '/'}: {e.get('message')}" for e in verdict.errors)
 
 
 def _version(entry_id: int, version: int | None) -> int:

@@ -31,10 +31,11 @@ def list_entries():
 @bp.route("/api/entries/<int:entry_id>")
 @requires("viewer")
 def get_entry(entry_id: int):
-    """One entry with its delivery history, its actions, the payload last sent with the current
-    schema's verdict on it (null before any republish), and ``failed_again``: the id of the newest
-    entry whose message was a republish of this one (its republish failed again), or null."""
-    return jsonify(entry_detail(entry_id))
+    """One entry with its delivery history and actions, and what its page shows beside it, from
+    the same value (entries/detail.py): the current schema's verdict, its failure group, the
+    replays (``failed_again``: the newest of them, or null), the payload last sent with the verdict
+    on it (null before any republish) and, for a replay, the original's id."""
+    return jsonify(entry_detail(entry_id).to_dict())
 
 
 @bp.route("/api/groups")
@@ -42,8 +43,8 @@ def get_entry(entry_id: int):
 def list_groups():
     """Failure groups under the list's filters (every status unless one is given), largest first;
     each with the filter of /api/entries that lists exactly its entries."""
-    _, found, tally, base = failure_groups(request.args)
-    return jsonify(groups=[g.to_dict(base) for g in found], exact=tally.whole)
+    answer = failure_groups(request.args)
+    return jsonify(groups=[g.to_dict(answer.base) for g in answer.groups], exact=answer.tally.whole)
 
 
 def health() -> tuple[dict, int]:

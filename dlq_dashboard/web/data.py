@@ -8,21 +8,21 @@ a viewer gets every entry through ``shown`` (masking.py), an operator or admin a
 from __future__ import annotations
 
 import itertools
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, NamedTuple
 
 from flask import has_request_context
 
 from ..entries.fields import KeyField, hidden_by, key_fields
 from ..entries.filters import EntryFilter, FilterError
 from ..actions.bulk.listing import describe_selection
-from ..entries.groups import Group, group_label
+from ..entries.detail import EntryDetail, build_entry_detail
+from ..entries.groups import Group
 from ..masking import MASKED, Mask
 from ..entries.tallies import Tallies, Tally
 from ..entries.view import EntryView, Page
 from ..errors import EntryNotFound
 from . import current_runtime
 from .auth import current_identity
-from .presenters.sent import LastSent, last_sent
 
 
 def viewer_mask() -> Mask | None:
@@ -43,41 +43,12 @@ def shown(entry: EntryView) -> EntryView:
     return mask.entry(entry) if mask else entry
 
 
-def shown_republishes(republishes: list[dict]) -> list[dict]:
-    """An entry's republishes (store.republishes_of) as this request may see them: for a viewer
-    the payload each sent is masked like the entry's (None, with ``payload_hidden``, when the
-    mask cannot pick fields out of it), so are the headers it sent (and the trace read from
-    them), and ``hidden_values`` names what was hidden."""
-    mask = viewer_mask()
-    if not mask:
-        return republishes
-    seen = []
-    for rep in republishes:
-        payload, hidden = mask.mask_payload(rep.get("payload") or b"")
-        headers, header_values = mask.mask_headers(rep.get("headers") or {})
-        hidden = hidden + header_values
-        seen.append({**rep, "payload": payload, "payload_hidden": payload is None, "hidden_values": tuple(hidden),
-                     "headers": headers, "error": mask.mask_text(rep.get("error"), hidden)})
-    return seen
-
-
-def republishes_and_last_sent(entry: EntryView) -> tuple[list[dict], LastSent | None]:
-    """An entry's republishes as this request may see them, and the current schema's verdict on
-    the payload last sent (None before any republish); ``entry`` as stored."""
+def entry_detail(entry_id: int) -> EntryDetail:
+    """The entry page's, GET /api/entries/<id>'s and the command line's show's one value: the
+    entry as this request may see it, with its verdict, group, replays and republishes
+    (entries/detail.py); EntryNotFound, a 404, when there is none."""
     rt = current_runtime()
-    stored = rt.store.republishes_of(entry.id)
-    seen = shown_republishes(stored)
-    return seen, last_sent(stored, seen, entry.original_subject, rt.schemas.validate)
-
-
-def entry_detail(entry_id: int) -> dict:
-    """GET /api/entries/<id> (and the command line's show): the entry as this request may see it,
-    with its history and actions; ``last_sent``, the payload last sent and the verdict on it; and
-    ``failed_again``, the newest entry whose message was a republish of it (or None)."""
-    stored = get_entry_or_404(entry_id, masked=False)
-    _, sent = republishes_and_last_sent(stored)
-    return {**shown(stored).to_dict(), "last_sent": sent.to_dict() if sent else None,
-            "failed_again": failed_again([stored]).get(stored.id)}
+    return build_entry_detail(rt.store, rt.schemas, entry_id, viewer_mask())
 
 
 def failed_again(entries: list[EntryView]) -> dict[int, int]:
@@ -94,16 +65,6 @@ def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool =
     if entry is None:
         raise EntryNotFound(entry_id)
     return shown(entry) if masked else entry
-
-
-def entry_group(seen: EntryView) -> dict | None:
-    """The failure group of an entry as {"id", "label"}; ``seen``, the entry as this request sees
-    it (shown): a value the mask hides in it is hidden in the label too."""
-    found = current_runtime().store.group_of(seen.id)
-    if found is None:
-        return None
-    group_id, key = found
-    return {"id": group_id, "label": group_label(Mask.mask_text(key, seen.hidden_values))}
 
 
 def jobs_as_seen(jobs: list[dict]) -> list[dict]:
@@ -223,7 +184,16 @@ def shown_groups(groups: list[Group] | None) -> list[Group] | None:
 GROUPS_LIMIT, GROUPS_MAX = 200, 1000
 
 
-def failure_groups(args: Mapping[str, str]) -> tuple[EntryFilter, list[Group], Tally, dict[str, str]]:
+class FailureGroups(NamedTuple):
+    """The failure groups of a request (failure_groups)."""
+
+    filter: EntryFilter  # the request's filter
+    groups: list[Group]  # the groups under it, largest first
+    tally: Tally  # how they were counted
+    base: dict[str, str]  # the filters that list a group's entries besides its id
+
+
+def failure_groups(args: Mapping[str, str]) -> FailureGroups:
     """The filter of a request, the failure groups under it (largest first), how they were
     counted, and the filters that list a group's entries besides its id (its subject and reason
     go without saying); FilterError, a 400, for a bad one."""
@@ -235,4 +205,4 @@ def failure_groups(args: Mapping[str, str]) -> tuple[EntryFilter, list[Group], T
     found, tally = Tallies(current_runtime().store, viewer_mask()).groups(flt, limit=limit)
     found = shown_groups(found)
     base = {k: v for k, v in flt.to_args().items() if k not in ("group", "subject", "reason")}
-    return flt, found, tally, base
+    return FailureGroups(flt, found, tally, base)

@@ -15,6 +15,7 @@ from flask import Blueprint, Flask, current_app, jsonify
 from dlq_consumer import headers as contract
 
 from ..actions.close import NOTE_MAX
+from ..entries.detail import detail_schemas
 from ..entries.filters import MAX_LIMIT
 from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, entry_schema
 from ..entries.shape import nullable as _nullable
@@ -59,33 +60,7 @@ SCHEMAS: dict[str, dict] = {
                                                      "(state, total, done, failed, skipped, cancelled, pending)."},
         },
     },
-    "EntryDetail": {
-        "allOf": [_ref("Entry"), {
-            "type": "object", "required": ["history", "actions", "last_sent", "failed_again"],
-            "properties": {"history": {"type": "array", "items": _ref("HistoryEvent")},
-                           "actions": {"type": "array", "items": _ref("AuditRecord")},
-                           "last_sent": {"anyOf": [_ref("LastSent"), {"type": "null"}],
-                                         "description": "The newest published republish; null before any."},
-                           "failed_again": {**_nullable(INT), "description": (
-                               "The newest entry whose message was a republish of this one: its "
-                               "republish failed again (the status stays as it is).")}},
-        }],
-    },
-    "LastSent": {
-        "type": "object",
-        "required": ["actor", "at", "edited", "msg_id", "job_id", "hidden", "payload_base64", "schema", "valid",
-                     "errors", "error"],
-        "properties": {
-            "actor": _nullable(STR), "at": _nullable(TIME), "msg_id": _nullable(STR), "job_id": _nullable(INT),
-            "edited": {**BOOL, "description": "The payload sent differs from the original (by hand or a patch)."},
-            "hidden": {**BOOL, "description": "DLQ_MASK hides this payload from the viewer asking."},
-            "payload_base64": {**_nullable(STR), "description": "The payload sent, byte for byte (masked for viewers)."},
-            "schema": {**_nullable(STR), "description": "The current schema of the subject; null when none covers it."},
-            "valid": {**_nullable(BOOL), "description": "Whether the payload sent passes the current schema now."},
-            "errors": {"type": "array", "items": _ref("SchemaError")},
-            "error": {**_nullable(STR), "description": "Why it could not be validated."},
-        },
-    },
+    **detail_schemas(),
     "EntryPage": {
         "type": "object", "required": ["entries", "next_cursor"],
         "properties": {"entries": {"type": "array", "items": {"allOf": [_ref("Entry"), {"properties": {"fields": {

@@ -17,13 +17,13 @@ from dlq_consumer import headers as contract
 from ..actions.decisions import no_stream_sentence, republish_refusal
 from ..actions.streams import stream_of
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
-from ..masking import PAYLOAD_HIDDEN, Mask
+from ..masking import PAYLOAD_HIDDEN
 from ..entries.tallies import Tallies
 from ..numbers import whole_number
 from . import current_runtime, status
 from .auth import current_identity, requires
-from .data import (entries_page, entry_group, failed_again, failure_groups, get_entry_or_404, list_fields,
-                   republishes_and_last_sent, request_filter, shown, viewer_mask)
+from .data import (entries_page, entry_detail, failed_again, failure_groups, get_entry_or_404, list_fields,
+                   request_filter, viewer_mask)
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.rows import snippet
@@ -133,7 +133,8 @@ def groups():
     args = {**({} if "status" in request.args else {"status": "open"}), **request.args.to_dict()}
     found, tally, base, trends, filter_error = None, None, {}, {}, None
     try:
-        flt, found, tally, base = failure_groups(args)
+        answer = failure_groups(args)
+        flt, found, tally, base = answer.filter, answer.groups, answer.tally, answer.base
     except FilterError as exc:
         flt, filter_error = EntryFilter(), str(exc)
     if found:
@@ -152,77 +153,45 @@ def groups():
 
 # --- one entry --------------------------------------------------------------------------------
 
-def _schema_view(entry, seen):
-    """The schema errors of the message's header and of the current schema, each with a mark.
-
-    The stored payload is validated (a masked one would fail where "•••" stands); the messages
-    are shown with what ``seen``, the entry as this request sees it, hides."""
-    registry = current_runtime().schemas
-    current, current_error = None, None
-    if seen.payload_available:
-        try:
-            current = registry.validate(entry.original_subject, entry.payload)
-        except RecursionError:
-            current_error = "The payload nests too deeply to be validated."
-    header_errors = [e for e in seen.schema_errors or [] if isinstance(e, dict)]
-    current_errors = [e.to_dict() for e in current.errors] if current else []
-    if seen.hidden_values:
-        current_errors = [{**e, "message": Mask.mask_text(e.get("message"), seen.hidden_values)}
-                          for e in current_errors]
-    pointers = [e.get("path", "") for e in header_errors + current_errors]
-    return registry, current, current_error, header_errors, current_errors, pointers
-
-
 @bp.route("/entries/<int:entry_id>")
 @requires("viewer")
 def entry(entry_id: int):
-    """One entry: payload beside its schema errors, headers, the timeline, the actions."""
-    stored = get_entry_or_404(entry_id, masked=False)
-    found = shown(stored)
-    store = current_runtime().store
-    registry, current, current_error, header_errors, current_errors, pointers = _schema_view(stored, found)
-    marks = mark_indexes(pointers)
-    payload = view_payload(found.payload, found.payload_available, marks)
-    replays = store.replays_of(found.dlq_ref) if found.dlq_ref else []
-    republishes, sent = republishes_and_last_sent(stored)
-    timeline = build_timeline(found, republishes, replays)
-    original = store.entry_by_dlq_ref(found.replay_of) if found.replay_of else None
+    """One entry: payload beside its schema errors, headers, the timeline, the actions; the
+    JSON of GET /api/entries/<id> is made from the same value (entries/detail.py)."""
+    detail = entry_detail(entry_id)
+    found = detail.entry
+    marks = mark_indexes(detail.pointers)
     return render_template(
-        "entry.html", entry=found, payload=payload, marks=marks, header_errors=header_errors,
-        current=current, current_errors=current_errors, current_error=current_error,
-        schema_problems=registry.problems, timeline=timeline, original=original, last_sent=sent,
-        failed_again=replays[-1] if replays else None, schema_errors_given=_carries(found, contract.SCHEMA_ERRORS),
-        **_entry_context(stored, found))
+        "entry.html", detail=detail, entry=found, marks=marks,
+        payload=view_payload(found.payload, found.payload_available, marks),
+        schema_problems=current_runtime().schemas.problems,
+        timeline=build_timeline(found, detail.republishes, detail.replays), **_entry_context(detail))
 
 
-def _carries(entry, header: str) -> bool:
-    """Whether the message carries ``header`` (names match case-insensitively), read or not: a
-    malformed Dlq-Schema-Errors is told by the entry's note, not as a header missing."""
-    return any(name.lower() == header.lower() for name in entry.headers or {})
-
-
-def _entry_context(stored, found):
+def _entry_context(detail):
     """The entry page's head and action bar: the list it was opened from (its filters ride in
-    the URL) with the entries before and after it there, its failure group, and why Republish
-    or Edit cannot work, if they cannot."""
+    the URL) with the entries before and after it there, and why Republish or Edit cannot work,
+    if they cannot."""
     rt = current_runtime()
     flt = request_filter(request.args)  # a bad one is a 400, as on the list itself
     list_args = flt.to_args()
-    newer, older = rt.store.neighbours(flt, stored.id, viewer_mask())
+    entry = detail.entry
+    newer, older = rt.store.neighbours(flt, entry.id, viewer_mask())
     republish_reason = edit_reason = None
     identity = current_identity()
     if identity is not None and identity.may("operator"):
-        republish_reason = republish_refusal(stored, status=True)
-        edit_reason = republish_refusal(stored, status=True, edit=True)
+        # An operator sees entries unmasked, so ``entry`` is the entry as stored, the one the
+        # action would refuse.
+        republish_reason = republish_refusal(entry, status=True)
+        edit_reason = republish_refusal(entry, status=True, edit=True)
         if (republish_reason is None or edit_reason is None) and not status.service_status(rt).nats_down:
             # Asked only while NATS answers (the page's own verdict, from memory), half a second
             # at most, remembered a while; while it is down the buttons say so instead.
-            known, stream = stream_of(rt, stored.original_subject)
+            known, stream = stream_of(rt, entry.original_subject)
             if known and stream is None:
-                republish_reason = republish_reason or no_stream_sentence(stored.original_subject)
-                edit_reason = edit_reason or no_stream_sentence(stored.original_subject)
+                republish_reason = republish_reason or no_stream_sentence(entry.original_subject)
+                edit_reason = edit_reason or no_stream_sentence(entry.original_subject)
     return {"list_args": list_args, "newer_id": newer, "older_id": older,
-            "group": entry_group(found),
             "republish_reason": republish_reason, "edit_reason": edit_reason}
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
-from ...masking import Mask
-from ...times import format_time, parse_time
+from ..masking import Mask
+from ..times import format_time, parse_time
 
 
 @dataclass
@@ -45,8 +45,8 @@ def last_sent(stored: list[dict], shown: list[dict], subject: str | None,
               validate: Callable[[str | None, bytes], Any]) -> LastSent | None:
     """The verdict on the payload of the newest published republish, or None if there is none.
 
-    ``stored`` are the republishes as stored (the payload validated), ``shown`` the same as this
-    request may see them (web/data.py shown_republishes): their hidden values are masked in the
+    ``stored`` are the republishes as stored (the payload validated), ``shown`` the same as the
+    reader may see them (detail.py republishes_seen): their hidden values are masked in the
     messages, as the entry's own are."""
     published = [(i, r) for i, r in enumerate(stored) if r.get("state") == "published"]
     if not published:

@@ -1,0 +1,268 @@
+"""One entry with everything its page and its JSON say about it, as a reader may see it.
+
+``build_entry_detail`` reads it once and ``EntryDetail`` holds it; the entry page (web/pages.py),
+GET /api/entries/<id> (web/api.py) and ``entries show`` (cli/entries.py) all render that one
+value, as Datasette's row page and its JSON are both made from one context: the verdict, the
+group and the replays cannot differ between the two.
+
+What the reader may see is decided in one place, ``_Sight``: the entry, each replay, the
+original, the republishes, the group's label and the schema's messages all pass through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlq_consumer import headers as contract
+
+from ..errors import EntryNotFound
+from ..masking import Mask
+from ..times import format_time
+from .groups import group_label
+from .schemas import SchemaRegistry
+from .shape import BOOL, INT, STATUSES, STR, TIME, nullable, schema_ref
+from .sent import LastSent, last_sent
+from .store import Store
+from .view import EntryView
+
+#: Why the current schema's verdict is missing (``SchemaVerdict.error``).
+NOT_AVAILABLE = "Not validated: the payload is not available."
+HIDDEN = "Not validated: the payload is hidden from viewers (DLQ_MASK)."
+TOO_DEEP = "The payload nests too deeply to be validated."
+
+
+@dataclass
+class SchemaVerdict:
+    """The current schema's verdict on an entry's payload as stored, its messages as the reader
+    may see them. ``error`` says why it was not validated (then ``valid`` is None)."""
+
+    schema: str | None = None  # the file covering the subject; None when none does
+    errors: list[dict[str, Any]] = field(default_factory=list)  # {"path": JSON Pointer, "message"}
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool | None:
+        """Whether the payload passes the current schema (no schema: nothing refuses it)."""
+        return None if self.error else not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        """GET /api/entries/<id>'s ``current_schema`` (web/openapi.py SchemaVerdict)."""
+        return {"schema": self.schema, "valid": self.valid, "errors": self.errors, "error": self.error}
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """The failure group an entry belongs to: its id and its label as the reader may see it."""
+
+    id: int
+    label: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "label": self.label}
+
+
+@dataclass
+class EntryDetail:
+    """An entry as a reader may see it, with what its page shows beside it.
+
+    - ``entry``: the entry with its history and actions, masked for a viewer;
+    - ``current_schema``: the current schema's verdict on its payload;
+    - ``header_errors``: the schema errors its Dlq-Schema-Errors header lists (the readable ones);
+    - ``group``: its failure group, or None;
+    - ``replays``: the entries whose message was a republish of this one (oldest first), masked
+      each as its own page masks it;
+    - ``republishes``: its republish intents, oldest first, as the reader may see them;
+    - ``last_sent``: the payload last sent and the current schema's verdict on it (None before
+      any republish);
+    - ``original``: for a replay, the entry it is a republish of, when this database holds it.
+    """
+
+    entry: EntryView
+    current_schema: SchemaVerdict
+    header_errors: list[dict[str, Any]]
+    group: GroupRef | None
+    replays: list[EntryView]
+    republishes: list[dict[str, Any]]
+    last_sent: LastSent | None
+    original: EntryView | None
+
+    @property
+    def failed_again(self) -> EntryView | None:
+        """The newest replay: its republish failed again (whatever its status now)."""
+        return self.replays[-1] if self.replays else None
+
+    @property
+    def pointers(self) -> list[str]:
+        """The JSON Pointers the header's and the current schema's errors name, to mark in the payload."""
+        return [e.get("path", "") for e in self.header_errors + self.current_schema.errors]
+
+    @property
+    def schema_errors_given(self) -> bool:
+        """Whether the message carries Dlq-Schema-Errors, read or not: a malformed one is told by
+        the entry's note, not as a header missing."""
+        return any(name.lower() == contract.SCHEMA_ERRORS.lower() for name in self.entry.headers or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        """GET /api/entries/<id>: the entry's JSON with its history and actions, and what the
+        page shows beside it (web/openapi.py EntryDetail; docs/api.md)."""
+        failed = self.failed_again
+        return {**self.entry.to_dict(),
+                "last_sent": self.last_sent.to_dict() if self.last_sent else None,
+                "failed_again": failed.id if failed else None,
+                "current_schema": self.current_schema.to_dict(),
+                "group": self.group.to_dict() if self.group else None,
+                "replays": [replay_dict(r) for r in self.replays],
+                "original": self.original.id if self.original else None}
+
+
+def replay_dict(replay: EntryView) -> dict[str, Any]:
+    """A replay as GET /api/entries/<id>'s ``replays`` lists it (its own page has the rest)."""
+    return {"id": replay.id, "status": replay.status, "reason": replay.reason, "error": replay.error,
+            "original_msg_id": replay.original_msg_id, "failed_at": format_time(replay.failed_at),
+            "received_at": format_time(replay.received_at)}
+
+
+def build_entry_detail(store: Store, schemas: SchemaRegistry, entry_id: int, mask: Mask | None) -> EntryDetail:
+    """The entry with this id as a reader seeing through ``mask`` (None: everything) may see it,
+    with its verdict, group, replays and republishes; EntryNotFound, a 404, when there is none."""
+    stored = store.get_entry(entry_id, with_history=True)
+    if stored is None:
+        raise EntryNotFound(entry_id)
+    sight = _Sight(mask)
+    seen = sight.entry(stored)
+    replays = [sight.entry(r) for r in store.replays_of(stored.dlq_ref)] if stored.dlq_ref else []
+    original = store.entry_by_dlq_ref(stored.replay_of) if stored.replay_of else None
+    republishes = store.republishes_of(stored.id)
+    republishes_seen = sight.republishes(republishes)
+    return EntryDetail(
+        entry=seen, current_schema=_verdict(schemas, stored, seen),
+        header_errors=[e for e in seen.schema_errors or [] if isinstance(e, dict)],
+        group=_group(store, seen), replays=replays, republishes=republishes_seen,
+        last_sent=last_sent(republishes, republishes_seen, stored.original_subject, schemas.validate),
+        original=sight.entry(original) if original is not None else None)
+
+
+def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> SchemaVerdict:
+    # The stored payload is validated (a masked one would fail where "•••" stands); the messages
+    # are shown with what ``seen``, the entry as the reader sees it, hides.
+    if seen.payload_hidden:
+        return SchemaVerdict(error=HIDDEN)
+    if not seen.payload_available:
+        return SchemaVerdict(error=NOT_AVAILABLE)
+    try:
+        result = schemas.validate(stored.original_subject, stored.payload)
+    except RecursionError:
+        return SchemaVerdict(error=TOO_DEEP)
+    return SchemaVerdict(result.schema, [{**e.to_dict(), "message": Mask.mask_text(e.message, seen.hidden_values)}
+                                         for e in result.errors])
+
+
+def _group(store: Store, seen: EntryView) -> GroupRef | None:
+    # A group's key is its entries' common error, which may quote a value the mask hides here.
+    found = store.group_of(seen.id)
+    if found is None:
+        return None
+    group_id, key = found
+    return GroupRef(group_id, group_label(Mask.mask_text(key, seen.hidden_values)))
+
+
+class _Sight:
+    """What a reader seeing through ``mask`` sees of entries and republishes (None: all of it)."""
+
+    def __init__(self, mask: Mask | None):
+        self.mask = mask or None
+
+    def entry(self, view: EntryView) -> EntryView:
+        return self.mask.entry(view) if self.mask else view
+
+    def republishes(self, republishes: list[dict]) -> list[dict]:
+        """Republishes (store.republishes_of) as seen: for a viewer the payload each sent is masked
+        like the entry's (None, with ``payload_hidden``, when the mask cannot pick fields out of
+        it), so are the headers it sent (and the trace read from them), and ``hidden_values``
+        names what was hidden."""
+        mask = self.mask
+        if not mask:
+            return republishes
+        seen = []
+        for rep in republishes:
+            payload, hidden = mask.mask_payload(rep.get("payload") or b"")
+            headers, header_values = mask.mask_headers(rep.get("headers") or {})
+            hidden = hidden + header_values
+            seen.append({**rep, "payload": payload, "payload_hidden": payload is None,
+                         "hidden_values": tuple(hidden), "headers": headers,
+                         "error": mask.mask_text(rep.get("error"), hidden)})
+        return seen
+
+
+def detail_schemas() -> dict[str, dict]:
+    """The OpenAPI schemas of GET /api/entries/<id>'s answer (web/openapi.py), beside the
+    ``to_dict``s they describe; tests/test_openapi.py validates answers against them."""
+    schema_name = "The current schema of the subject; null when none covers it."
+    return {
+        "EntryDetail": {
+            "allOf": [schema_ref("Entry"), {
+                "type": "object",
+                "required": ["history", "actions", "last_sent", "failed_again", "current_schema", "group", "replays",
+                             "original"],
+                "properties": {"history": {"type": "array", "items": schema_ref("HistoryEvent")},
+                               "actions": {"type": "array", "items": schema_ref("AuditRecord")},
+                               "last_sent": {"anyOf": [schema_ref("LastSent"), {"type": "null"}],
+                                             "description": "The newest published republish; null before any."},
+                               "failed_again": {**nullable(INT), "description": (
+                                   "The newest entry whose message was a republish of this one: its "
+                                   "republish failed again (the status stays as it is).")},
+                               "current_schema": schema_ref("SchemaVerdict"),
+                               "group": {"anyOf": [schema_ref("GroupRef"), {"type": "null"}],
+                                         "description": "The entry's failure group; null when it has none."},
+                               "replays": {"type": "array", "items": schema_ref("Replay"), "description": (
+                                   "The entries whose message was a republish of this one, oldest first "
+                                   "(the last is failed_again).")},
+                               "original": {**nullable(INT), "description": (
+                                   "For a republish that failed again (replay_of): the id of the entry it "
+                                   "republished, null when this database does not hold it.")}},
+            }],
+        },
+        "SchemaVerdict": {
+            "type": "object", "required": ["schema", "valid", "errors", "error"],
+            "description": "The current schema's verdict on the payload as stored, as the entry page shows it.",
+            "properties": {
+                "schema": {**nullable(STR), "description": schema_name},
+                "valid": {**nullable(BOOL), "description": ("Whether the payload passes it now (true when no schema "
+                                                             "covers the subject); null when not validated.")},
+                "errors": {"type": "array", "items": schema_ref("SchemaError")},
+                "error": {**nullable(STR), "description": ("Why it was not validated (the payload not available, "
+                                                            "hidden from viewers, or nested too deeply).")},
+            },
+        },
+        "GroupRef": {
+            "type": "object", "required": ["id", "label"],
+            "properties": {"id": INT,
+                           "label": {**STR, "description": "The group's key as one line (masked for viewers)."}},
+        },
+        "Replay": {
+            "type": "object",
+            "required": ["id", "status", "reason", "error", "original_msg_id", "failed_at", "received_at"],
+            "properties": {"id": INT, "status": {**STR, "enum": list(STATUSES)}, "reason": nullable(STR),
+                           "error": {**nullable(STR), "description": "Masked for viewers as on the replay's own page."},
+                           "original_msg_id": {**nullable(STR),
+                                               "description": "The msgId of the republish that failed."},
+                           "failed_at": nullable(TIME), "received_at": TIME},
+        },
+        "LastSent": {
+            "type": "object",
+            "required": ["actor", "at", "edited", "msg_id", "job_id", "hidden", "payload_base64", "schema", "valid",
+                         "errors", "error"],
+            "properties": {
+                "actor": nullable(STR), "at": nullable(TIME), "msg_id": nullable(STR), "job_id": nullable(INT),
+                "edited": {**BOOL, "description": "The payload sent differs from the original (by hand or a patch)."},
+                "hidden": {**BOOL, "description": "DLQ_MASK hides this payload from the viewer asking."},
+                "payload_base64": {**nullable(STR),
+                                   "description": "The payload sent, byte for byte (masked for viewers)."},
+                "schema": {**nullable(STR), "description": schema_name},
+                "valid": {**nullable(BOOL), "description": "Whether the payload sent passes the current schema now."},
+                "errors": {"type": "array", "items": schema_ref("SchemaError")},
+                "error": {**nullable(STR), "description": "Why it could not be validated."},
+            },
+        },
+    }
