@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .files import FILE_MODE, private_file, private_folder
+from .flags import truth
 from .redaction import scrub
 
 
@@ -17,18 +18,15 @@ class ConfigError(ValueError):
     """A setting has a value it cannot take; the message is one line for the operator."""
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 _TOKEN_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 def _bool(name: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(f"{name}={raw!r} is not valid: use true or false")
+    # The words a request's flags accept (flags.py), with the operator's error instead of a 400.
+    value = truth(raw)
+    if value is None:
+        raise ConfigError(f"{name}={raw!r} is not valid: use true or false")
+    return value
 
 
 def _positive_int(name: str, raw: str, allow_zero: bool = False, highest: int | None = None) -> int:

@@ -13,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..entries.saved_views import clean_view, delete_view, get_view, save_view, share_view, views_for
 from ..errors import NotFound
+from ..flags import flag
 from ..times import utcnow
 from . import current_runtime
 from .auth import current_identity, requires
@@ -83,6 +84,6 @@ def delete(view_id: int):
 def share(view_id: int):
     """Share a view with everyone (``shared=false``: stop sharing it)."""
     view = _owned_view_or_404(view_id)
-    shared = request.form.get("shared", "true").strip().lower() not in ("false", "0", "no", "off")
+    shared = flag(request.form.get("shared"), "shared", default=True)
     share_view(current_runtime().engine, view.id, shared)
     return after_post(url_for("views.index"))
