@@ -72,13 +72,14 @@ def init_app(app: Flask) -> None:
     app.session_interface = HttpsAwareSessionInterface()
     if app.config.get("PERMANENT_SESSION_LIFETIME") == timedelta(days=31):  # Flask's default
         app.config["PERMANENT_SESSION_LIFETIME"] = SESSION_IDLE
+    settings = runtime_of(app).settings
     app.extensions["dlq_login_throttle"] = LoginThrottle(
         runtime_of(app).engine,
-        per_pair=app.config.get("LOGIN_FAILURES_PER_NAME_AND_ADDRESS", 5),
-        per_address=app.config.get("LOGIN_FAILURES_PER_ADDRESS", 20),
-        per_name=app.config.get("LOGIN_FAILURES_PER_NAME", 20),
-        max_delay=app.config.get("LOGIN_SLOWDOWN_MAX", 30.0),
-        window=app.config.get("LOGIN_FAILURE_WINDOW", 300.0),
+        per_pair=settings.login_failures_per_name_and_address,
+        per_address=settings.login_failures_per_address,
+        per_name=settings.login_failures_per_name,
+        max_delay=settings.login_slowdown_max,
+        window=settings.login_failure_window,
     )
     app.before_request(refuse_cross_site_writes)
     app.after_request(add_security_headers)
