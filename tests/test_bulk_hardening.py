@@ -150,6 +150,16 @@ def test_a_bulk_flag_that_is_not_a_yes_or_a_no_is_a_400_sentence_and_starts_no_j
     assert listing.list_jobs(rt.engine)["jobs"] == []
 
 
+@pytest.mark.parametrize("word, kept", [("on", True), ("off", False), ("false", False), ("yes", True)])
+def test_the_previews_start_form_keeps_only_valid_as_the_form_said_it(app, rt, auth, word, kept):
+    support.dead_letter(app, 1, payload=b'{"customer_id": "c-1"}')
+    client = auth.client("operator")
+    response = client.post("/bulk/preview", data={"csrf_token": support.csrf_token(client, "/"), "action": "close",
+                                                  "by": "filter", "status": "open", "only_valid": word})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert ('<input type="hidden" name="only_valid" value="on">' in response.get_data(as_text=True)) is kept
+
+
 def test_the_patch_preview_counts_what_no_stream_would_store_and_disables_start(app, rt, nats_server, auth):
     support.make_orders_stream(nats_server.url)  # stores orders.>, not payments.>
     ids = [support.dead_letter(app, seq, subject="payments.settled", payload=b'{"id": %d}' % seq)
