@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .files import FILE_MODE, private_file, private_folder
+from .flags import truth
 from .redaction import scrub
 
 
@@ -17,18 +18,15 @@ class ConfigError(ValueError):
     """A setting has a value it cannot take; the message is one line for the operator."""
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 _TOKEN_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 def _bool(name: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(f"{name}={raw!r} is not valid: use true or false")
+    # The words a request's flags accept (flags.py), with the operator's error instead of a 400.
+    value = truth(raw)
+    if value is None:
+        raise ConfigError(f"{name}={raw!r} is not valid: use true or false")
+    return value
 
 
 def _positive_int(name: str, raw: str, allow_zero: bool = False, highest: int | None = None) -> int:
@@ -78,6 +76,14 @@ def _database_timeout(name: str, raw: str) -> float:
     seconds = parse_duration(raw)
     if not seconds or seconds > 3600:
         raise ConfigError(f"{name}={raw!r} is not valid: use a duration from 1s to 1h, such as 5s")
+    return float(seconds)
+
+
+def _login_seconds(name: str, raw: str, highest: int) -> float:
+    seconds = parse_duration(raw)
+    if not seconds or seconds > highest:
+        raise ConfigError(f"{name}={raw!r} is not valid: use a duration from 1s to {format_duration(highest)}, "
+                          "such as 30s or 5m")
     return float(seconds)
 
 
@@ -333,6 +339,14 @@ class Settings:
     list_fields: tuple[tuple[str, str], ...] = ()
     # DLQ_TRACE_URL: where a trace opens, {trace_id} filled in (an entry's traceparent header).
     trace_url: str | None = None
+    # The login throttle (docs/security.md): failures of one name from one address before that
+    # pair waits for the window; free failures of one address, and of one name, before each
+    # attempt is slowed (1, 2, 4 ... seconds, at most login_slowdown_max); the window in seconds.
+    login_failures_per_name_and_address: int = 5
+    login_failures_per_address: int = 20
+    login_failures_per_name: int = 20
+    login_slowdown_max: float = 30.0
+    login_failure_window: float = 300.0
 
     @property
     def bundled_nats(self) -> bool:
@@ -374,6 +388,11 @@ _PARSERS = {
     "DLQ_MASK": ("mask", _mask),
     "DLQ_LIST_FIELDS": ("list_fields", _list_fields),
     "DLQ_TRACE_URL": ("trace_url", _trace_url),
+    "DLQ_LOGIN_FAILURES_PER_NAME_AND_ADDRESS": ("login_failures_per_name_and_address", _positive_int),
+    "DLQ_LOGIN_FAILURES_PER_ADDRESS": ("login_failures_per_address", _positive_int),
+    "DLQ_LOGIN_FAILURES_PER_NAME": ("login_failures_per_name", _positive_int),
+    "DLQ_LOGIN_SLOWDOWN_MAX": ("login_slowdown_max", lambda n, r: _login_seconds(n, r, 3600)),
+    "DLQ_LOGIN_FAILURE_WINDOW": ("login_failure_window", lambda n, r: _login_seconds(n, r, 86400)),
 }
 
 

@@ -1,7 +1,8 @@
 """What the dashboard could not do, as exceptions that carry a sentence for a person.
 
 These know nothing of HTTP: the web layer maps each kind to a status code in one place
-(``web/errors.py``), the CLI prints the sentence.
+(``web/errors.py``), the CLI prints the sentence. A refusal (Forbidden, NotSaved, RequestRefused)
+is answered with its sentence alone, whatever the route was about to do.
 """
 
 from __future__ import annotations
@@ -33,6 +34,28 @@ class JobNotFound(NotFound):
     def __init__(self, job_id: int):
         super().__init__(f"There is no job {job_id}.")
         self.job_id = job_id
+
+
+class Forbidden(DashboardError, PermissionError):
+    """Who is asking may not do this: their role is below the one it needs, or the thing is
+    another person's."""
+
+
+class Hidden(Forbidden):
+    """What is asked for is hidden from who is asking (DLQ_MASK hides payloads from viewers)."""
+
+
+class NotSaved(DashboardError):
+    """A save that met another of the same name at the same moment; saving again works."""
+
+
+class RequestRefused(DashboardError):
+    """A request refused before its route ran: for a host the dashboard does not answer at, or
+    without a valid CSRF token."""
+
+
+class ForeignSite(RequestRefused):
+    """A request that changes something, started (the browser says) by another site."""
 
 
 class DatabaseUnavailable(DashboardError):

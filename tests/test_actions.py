@@ -285,6 +285,30 @@ def test_an_invalid_payload_is_republished_with_the_override(app, rt, nats_serve
     assert json.loads(audit_of(rt, entry_id, "republish")[0].detail)["forced"] is True
 
 
+@pytest.mark.parametrize("word", ["false", "0", "off", "No", False])
+def test_force_false_written_any_way_does_not_republish_an_invalid_payload(app, rt, nats_server, tokens, word):
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [INVALID])
+    refused = post(app.test_client(), f"/api/entries/{entry_id}/republish", {"version": 1, "force": word},
+                   tokens["operator"])
+    assert refused.status_code == 422, refused.get_json()
+    assert refused.get_json()["schema_errors"][0]["message"] == "'customer_id' is a required property"
+    assert tuple(entry_row(rt, entry_id)) == ("open", 1)
+    assert support.stream_messages(nats_server.url) == []
+
+
+def test_force_that_is_not_a_yes_or_a_no_is_a_400_sentence_and_nothing_is_sent(app, rt, nats_server, tokens):
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [INVALID])
+    response = post(app.test_client(), f"/api/entries/{entry_id}/republish", {"version": 1, "force": "maybe"},
+                    tokens["operator"])
+    assert response.status_code == 400
+    assert response.get_json() == {"error": "force 'maybe' is not valid: use one of true, false, 1, 0, on, off, "
+                                            "yes, no, or leave it out"}
+    assert tuple(entry_row(rt, entry_id)) == ("open", 1)
+    assert support.stream_messages(nats_server.url) == []
+
+
 def test_a_subject_without_a_stream_is_refused_with_422_and_the_entry_stays_retriable(app, rt, nats_server, tokens):
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [b"{}"], subject="nowhere.created")
     client = app.test_client()

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from dlq_dashboard.actions.bulk import jobs, pacing
+from dlq_dashboard.actions.bulk import jobs, listing, pacing
 
 from . import support
 
@@ -119,6 +119,45 @@ def test_the_override_button_starts_a_job_that_republishes_what_the_schema_refus
     status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
                               timeout=30, message="the job to finish")
     assert (status["done"], status["failed"]) == (2, 0)
+
+
+def test_a_bulk_republish_with_force_false_in_json_does_not_republish_what_the_schema_refuses(
+        app, rt, nats_server, tokens):
+    support.make_orders_stream(nats_server.url)
+    invalid = [support.dead_letter(app, seq, payload=b'{"order_id": %d}' % seq) for seq in (1, 2)]
+    started = app.test_client().post("/api/bulk", json={"action": "republish", "ids": invalid, "force": "false"},
+                                     headers=support.bearer(tokens["operator"]))
+    assert started.status_code == 202, started.get_json()
+    job_id = started.get_json()["job"]
+    status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id))["state"] == "done" and s,
+                              timeout=30, message="the job to finish")
+    assert status["selection"]["force"] is False
+    assert (status["done"], status["failed"]) == (0, 2)
+    assert {item["state"] for item in status["items"]} == {"failed"}
+    assert support.stream_messages(nats_server.url) == []
+    assert {rt.store.get_entry(i).status for i in invalid} == {"open"}
+
+
+@pytest.mark.parametrize("field", ["force", "only_valid"])
+def test_a_bulk_flag_that_is_not_a_yes_or_a_no_is_a_400_sentence_and_starts_no_job(app, rt, tokens, field):
+    entry_id = support.dead_letter(app, 1, payload=b'{"order_id": 1}')
+    response = app.test_client().post("/api/bulk", json={"action": "patch", "ids": [entry_id], field: "maybe",
+                                                         "patch": [{"op": "add", "path": "/x", "value": 1}]},
+                                      headers=support.bearer(tokens["operator"]))
+    assert response.status_code == 400
+    assert response.get_json() == {"error": f"{field} 'maybe' is not valid: use one of true, false, 1, 0, on, "
+                                            "off, yes, no, or leave it out"}
+    assert listing.list_jobs(rt.engine)["jobs"] == []
+
+
+@pytest.mark.parametrize("word, kept", [("on", True), ("off", False), ("false", False), ("yes", True)])
+def test_the_previews_start_form_keeps_only_valid_as_the_form_said_it(app, rt, auth, word, kept):
+    support.dead_letter(app, 1, payload=b'{"customer_id": "c-1"}')
+    client = auth.client("operator")
+    response = client.post("/bulk/preview", data={"csrf_token": support.csrf_token(client, "/"), "action": "close",
+                                                  "by": "filter", "status": "open", "only_valid": word})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert ('<input type="hidden" name="only_valid" value="on">' in response.get_data(as_text=True)) is kept
 
 
 def test_the_patch_preview_counts_what_no_stream_would_store_and_disables_start(app, rt, nats_server, auth):

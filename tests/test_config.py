@@ -62,6 +62,13 @@ def test_every_variable_is_read():
     ("DLQ_RETENTION", "-1d"),
     ("DLQ_RETENTION", "1.5d"),
     ("DLQ_RETENTION", "²d"),  # a digit to str.isdigit, not to int()
+    ("DLQ_LOGIN_FAILURES_PER_NAME_AND_ADDRESS", "0"),
+    ("DLQ_LOGIN_FAILURES_PER_ADDRESS", "many"),
+    ("DLQ_LOGIN_FAILURES_PER_NAME", "-1"),
+    ("DLQ_LOGIN_SLOWDOWN_MAX", "30"),
+    ("DLQ_LOGIN_SLOWDOWN_MAX", "2h"),
+    ("DLQ_LOGIN_FAILURE_WINDOW", "0"),
+    ("DLQ_LOGIN_FAILURE_WINDOW", "2d"),
 ])
 def test_a_bad_value_is_refused_with_one_line_naming_the_variable(variable, value):
     with pytest.raises(ConfigError) as raised:
@@ -69,6 +76,49 @@ def test_a_bad_value_is_refused_with_one_line_naming_the_variable(variable, valu
     message = str(raised.value)
     assert message.startswith(f"{variable}=") and "\n" not in message
     assert "use" in message  # says what it accepts
+
+
+def test_the_login_throttle_is_configured_like_everything_else():
+    defaults = load_settings({})
+    assert (defaults.login_failures_per_name_and_address, defaults.login_failures_per_address,
+            defaults.login_failures_per_name, defaults.login_slowdown_max, defaults.login_failure_window) == (
+        5, 20, 20, 30.0, 300.0)
+    s = load_settings({"DLQ_LOGIN_FAILURES_PER_NAME_AND_ADDRESS": "3", "DLQ_LOGIN_FAILURES_PER_ADDRESS": "50",
+                       "DLQ_LOGIN_FAILURES_PER_NAME": "10", "DLQ_LOGIN_SLOWDOWN_MAX": "1m",
+                       "DLQ_LOGIN_FAILURE_WINDOW": "1h"})
+    assert (s.login_failures_per_name_and_address, s.login_failures_per_address, s.login_failures_per_name,
+            s.login_slowdown_max, s.login_failure_window) == (3, 50, 10, 60.0, 3600.0)
+    with pytest.raises(ConfigError, match=r"^DLQ_LOGIN_SLOWDOWN_MAX='2h' is not valid: use a duration from 1s "
+                                          r"to 1h, such as 30s or 5m$"):
+        load_settings({"DLQ_LOGIN_SLOWDOWN_MAX": "2h"})
+
+
+def test_the_web_layer_reads_no_setting_of_its_own_from_the_flask_config_or_the_environment():
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "dlq_dashboard"
+    # Flask's and Flask-WTF's own options (PERMANENT_SESSION_LIFETIME, WTF_CSRF_METHODS) are theirs.
+    flasks = {"PERMANENT_SESSION_LIFETIME", "WTF_CSRF_METHODS"}
+    found = []
+    for path in package.rglob("*.py"):
+        if path.name == "config.py" and path.parent == package:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "environ" and getattr(node.value, "id", "") == "os":
+                found.append(f"{path.relative_to(package)}: os.environ")
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "getenv":
+                found.append(f"{path.relative_to(package)}: os.getenv")
+            if isinstance(node, (ast.Subscript, ast.Call)):
+                target = node.value if isinstance(node, ast.Subscript) else node.func
+                if isinstance(node, ast.Call) and isinstance(target, ast.Attribute) and target.attr == "get":
+                    target, key = target.value, node.args[0] if node.args else None
+                else:
+                    key = node.slice if isinstance(node, ast.Subscript) else None
+                if isinstance(target, ast.Attribute) and target.attr == "config" and isinstance(key, ast.Constant) \
+                        and key.value not in flasks:
+                    found.append(f"{path.relative_to(package)}: config[{key.value!r}]")
+    assert found == []
 
 
 def test_replicas_are_a_whole_number_from_1_to_5():

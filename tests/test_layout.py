@@ -16,7 +16,7 @@ PACKAGES = ("dlq_consumer", "dlq_dashboard")
 MAX_LINES = 500
 
 # Which layers a layer may import (its own included). Read top-down: web -> actions / entries ->
-# ingest / db / nats. "base" is config, times, errors, numbers, masking, redaction and files;
+# ingest / db / nats. "base" is config, times, errors, numbers, flags, masking, redaction and files;
 # "consumer" is dlq_consumer.
 LOWER = {
     "base": set(),
@@ -48,8 +48,8 @@ def layer_of(module: str) -> str:
         return "app"  # the factory and the admin commands it registers
     if parts[1:3] == ["db", "migrations"]:
         return "migrations"
-    return {"config": "base", "times": "base", "errors": "base", "numbers": "base", "masking": "base",
-            "redaction": "base", "files": "base"}.get(parts[1], parts[1])
+    return {"config": "base", "times": "base", "errors": "base", "numbers": "base", "flags": "base",
+            "masking": "base", "redaction": "base", "files": "base"}.get(parts[1], parts[1])
 
 
 def modules() -> dict[str, Path]:

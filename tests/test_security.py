@@ -27,9 +27,9 @@ EXPECTED_HEADERS = {
 }
 
 
-def make_app(tmp_path, **config):
-    app = create_app({"SETTINGS": support.make_settings(tmp_path, trusted_proxies=("10.0.0.0/24",)),
-                      "TESTING": True, **config})
+def make_app(tmp_path, **settings):
+    app = create_app({"SETTINGS": support.make_settings(tmp_path, trusted_proxies=("10.0.0.0/24",), **settings),
+                      "TESTING": True})
     app.add_url_rule("/api/probe", "api_probe", requires("viewer")(lambda: jsonify(ok=True)), methods=["POST"])
     app.add_url_rule("/probe/form", "probe_form", requires("viewer")(lambda: "done"), methods=["POST"])
     return app
@@ -215,7 +215,7 @@ def test_a_throttled_name_does_not_lock_out_other_names(web):
 
 
 def test_one_address_trying_many_names_is_slowed_down(tmp_path):
-    app = make_app(tmp_path, LOGIN_FAILURES_PER_ADDRESS=3)
+    app = make_app(tmp_path, login_failures_per_address=3)
     now = [datetime(2026, 11, 30, 12)]
     app.extensions["dlq_login_throttle"].clock = lambda: now[0]
     create_user(app.extensions["dlq"].engine, "real", support.PASSWORD, "viewer")

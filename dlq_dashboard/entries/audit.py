@@ -13,7 +13,7 @@ from sqlalchemy import Engine, and_, func, not_, select
 
 from ..db.engine import read_transaction
 from ..db.models import Action, Job, JobItem
-from ..errors import InvalidRequest
+from ..flags import flag
 from ..numbers import whole_number
 from ..times import format_time
 from .filters import decode_cursor, encode_cursor
@@ -46,18 +46,13 @@ def _job_counts(conn, job_ids: set[int]) -> dict[int, dict[str, Any]]:
     return found
 
 
-FOLD_YES, FOLD_NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-
-
 def is_folded(args: Mapping[str, str], default: bool) -> bool:
-    """Whether a job's item records are folded into its own: ``fold`` 1 or 0, else ``default``;
-    never when the audit is narrowed to an entry or a job (their items are what is asked for)."""
+    """Whether a job's item records are folded into its own: ``fold`` 1 or 0 (a flag), else
+    ``default``; never when the audit is narrowed to an entry or a job (their items are what is
+    asked for)."""
     if args.get("entry") or args.get("job"):
         return False
-    raw = (args.get("fold") or "").strip().lower()
-    if raw and raw not in FOLD_YES + FOLD_NO:
-        raise InvalidRequest(f"fold {raw!r} is not valid: use one of 1, 0, or leave it out")
-    return raw in FOLD_YES if raw else default
+    return flag(args.get("fold"), "fold", default)
 
 
 def audit_page(engine: Engine, args: Mapping[str, str], *, fold: bool = False) -> dict[str, Any]:
@@ -68,7 +63,7 @@ def audit_page(engine: Engine, args: Mapping[str, str], *, fold: bool = False) -
     query = select(ACTIONS).order_by(ACTIONS.c.id.desc())
     if is_folded(args, fold):
         query = query.where(not_(and_(ACTIONS.c.job_id.is_not(None), ACTIONS.c.entry_id.is_not(None))))
-    if args.get("job") and (args.get("items") or "").strip() in ("1", "true"):
+    if args.get("job") and flag(args.get("items"), "items"):
         query = query.where(ACTIONS.c.entry_id.is_not(None))
     for name, column in (("entry", ACTIONS.c.entry_id), ("job", ACTIONS.c.job_id)):
         if args.get(name):

@@ -17,6 +17,7 @@ from ..actions.errors import NatsDown, Refused
 from ..actions.republish import republish_entry, republish_targets
 from ..entries.view import EntryView
 from ..errors import InvalidRequest
+from ..flags import flag
 from . import current_runtime, params
 from .auth import actor_name, requires
 from .data import get_entry_or_404
@@ -36,7 +37,7 @@ def api_republish(entry_id: int):
     body = params.json_body()
     payload = params.base64_payload(body["payload_base64"]) if body.get("payload_base64") is not None else None
     outcome = republish_entry(current_runtime(), entry_id, params.version(body.get("version")), actor=actor_name(),
-                              payload=payload, force=bool(body.get("force")))
+                              payload=payload, force=flag(body.get("force"), "force"))
     return jsonify(outcome.to_dict())
 
 
@@ -151,7 +152,7 @@ def republish(entry_id: int):
     reason; a conflict is answered by web/errors.py with what changed meanwhile.
     """
     entry = get_entry_or_404(entry_id)
-    force = request.form.get("force") == "on"
+    force = flag(request.form.get("force"), "force")
     try:
         republish_entry(current_runtime(), entry_id, params.version(request.form.get("version")),
                         actor=actor_name(), payload=_form_payload(entry), force=force)

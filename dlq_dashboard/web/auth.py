@@ -15,9 +15,9 @@ from werkzeug.exceptions import HTTPException
 
 from ..accounts import ROLES, end_session, find_token, get_user, load_session_user, start_session, verify_password
 from ..db.liveness import UNREACHABLE, describe, is_unavailable, sentence
-from ..errors import DatabaseUnavailable
+from ..errors import DatabaseUnavailable, Forbidden
 from . import current_runtime
-from .responses import bearer_token, refusal, wants_json
+from .responses import bearer_token, wants_json
 from .security import client_address, is_trusted_proxy, login_throttle
 
 _RANK = {role: i for i, role in enumerate(ROLES)}
@@ -206,7 +206,7 @@ def requires(role: str | None, *, fragment: bool = False, from_memory: bool = Fa
                         return current_app.response_class(SIGNED_OUT + "\n", status=401, mimetype="text/plain")
                     return redirect(_login_url())
                 if not identity.may(role):
-                    return refusal(f"This needs the {role} role; {identity.name} has {identity.role}.", 403)
+                    raise Forbidden(f"This needs the {role} role; {identity.name} has {identity.role}.")
             return view(*args, **kwargs)
 
         wrapped.required_role = role

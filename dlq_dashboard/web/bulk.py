@@ -10,6 +10,7 @@ from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
 from ..actions.bulk.refusals import republish_refusals
 from ..actions.republish import republish_targets
 from ..errors import DashboardError
+from ..flags import flag
 from ..numbers import whole_number
 from . import current_runtime, params
 from .auth import actor_name, requires
@@ -57,9 +58,9 @@ def api_bulk():
     body = params.json_body()
     action, selection = str(body.get("action")), params.bulk_selection(body)
     if action == "patch":  # only those that pass the schema once patched, unless told otherwise
-        selection["only_valid"] = bool(body.get("only_valid", True))
+        selection["only_valid"] = flag(body.get("only_valid"), "only_valid", default=True)
     job_id = create_job(current_runtime(), action, actor=actor_name(), note=body.get("note"),
-                        force=bool(body.get("force")), patch=body.get("patch"), **selection)
+                        force=flag(body.get("force"), "force"), patch=body.get("patch"), **selection)
     response = jsonify(job=job_id)
     response.headers["Location"] = url_for("bulk.api_job", job_id=job_id)
     return response, 202
@@ -123,9 +124,9 @@ def bulk_create():
     try:
         selection = params.form_selection()
         if patching:
-            selection["only_valid"] = request.form.get("only_valid") == "on"
+            selection["only_valid"] = flag(request.form.get("only_valid"), "only_valid")
         job_id = create_job(current_runtime(), request.form.get("action", ""), actor=actor_name(),
-                            note=request.form.get("note"), force=request.form.get("force") == "on",
+                            note=request.form.get("note"), force=flag(request.form.get("force"), "force"),
                             patch=request.form.get("patch") if patching else None, **selection)
     except DashboardError as exc:
         if patching:
@@ -142,7 +143,7 @@ def _patch_page(*, error: str | None = None, status: int = 200, summary: dict | 
     """The patch form: the selection, the patch and the option; with the preview once a patch is given."""
     form = request.form
     # The option is on unless the form that brought the patch said otherwise.
-    only_valid = form.get("only_valid") == "on" if "patch" in form else True
+    only_valid = flag(form.get("only_valid"), "only_valid") if "patch" in form else True
     return render_template("bulk_patch.html", form=form, error=error, summary=summary or {}, preview=preview,
                            only_valid=only_valid, patch=form.get("patch", "")), status
 

@@ -16,12 +16,25 @@ import logging
 from typing import Any
 
 from flask import Flask, current_app, jsonify, make_response, render_template, request
+from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 
 from ..actions.errors import ActionError, Conflict, NatsDown, Refused
 from ..db.bounds import Bounds, set_bounds
 from ..db.liveness import UNAVAILABLE, describe, sentence
-from ..errors import DashboardError, DatabaseUnavailable, EntryNotFound, InvalidRequest, JobNotFound, NotFound
+from ..errors import (
+    DashboardError,
+    DatabaseUnavailable,
+    EntryNotFound,
+    Forbidden,
+    ForeignSite,
+    Hidden,
+    InvalidRequest,
+    JobNotFound,
+    NotFound,
+    NotSaved,
+    RequestRefused,
+)
 from . import current_runtime
 from .auth import identity_unknown
 from .responses import wants_json
@@ -33,11 +46,15 @@ DATABASE_RETRY_AFTER = 2
 # The first class an error is an instance of decides; DashboardError itself is a 400.
 STATUSES: tuple[tuple[type[DashboardError], int], ...] = (
     (NotFound, 404), (InvalidRequest, 400), (Conflict, 409), (Refused, 422), (NatsDown, 503),
-    (DatabaseUnavailable, 503), (DashboardError, 400),
+    (DatabaseUnavailable, 503), (Forbidden, 403), (NotSaved, 409), (ForeignSite, 403), (RequestRefused, 400),
+    (DashboardError, 400),
 )
 TITLES = {EntryNotFound: "No such entry", JobNotFound: "No such job", NotFound: "Not found",
           InvalidRequest: "Not valid", DatabaseUnavailable: "The database cannot be used now",
+          Hidden: "Hidden", Forbidden: "Not allowed", NotSaved: "Not saved", RequestRefused: "Refused",
           DashboardError: "Not done"}
+#: Answered with their sentence alone (refusal), never with the entry the route was about to act on.
+REFUSALS = (Forbidden, NotSaved, RequestRefused)
 
 
 def status_of(exc: DashboardError) -> int:
@@ -45,10 +62,16 @@ def status_of(exc: DashboardError) -> int:
     return next(status for kind, status in STATUSES if isinstance(exc, kind))
 
 
+def title_of(exc: DashboardError) -> str:
+    """The heading of an error's page."""
+    return next(title for kind, title in TITLES.items() if isinstance(exc, kind))
+
+
 def init_app(app: Flask) -> None:
     """Answer DashboardErrors, the database's outages and, under /api/, HTTP errors (an unknown
     path, a wrong method); bound every request's database work."""
     app.register_error_handler(DashboardError, dashboard_error)
+    app.register_error_handler(CSRFError, csrf_refused)
     app.register_error_handler(HTTPException, http_error)
     for kind in UNAVAILABLE:
         app.register_error_handler(kind, database_error)
@@ -109,6 +132,8 @@ def dashboard_error(exc: DashboardError):
     """JSON for the API; for a page, the entry acted on with why it was not done, or an error page."""
     if isinstance(exc, DatabaseUnavailable):
         return database_unavailable(exc)
+    if isinstance(exc, REFUSALS):
+        return refusal(exc)
     status = status_of(exc)
     if wants_json():
         return jsonify(error_body(exc)), status
@@ -117,8 +142,23 @@ def dashboard_error(exc: DashboardError):
         entry_id = (request.view_args or {}).get("entry_id")
     if entry_id is not None:
         return not_done_page(exc, entry_id, status)
-    title = next(title for kind, title in TITLES.items() if isinstance(exc, kind))
-    return make_response(render_template("error.html", title=title, message=str(exc)), status)
+    return make_response(render_template("error.html", title=title_of(exc), message=str(exc)), status)
+
+
+def refusal(exc: DashboardError):
+    """A refusal as JSON for the API, its sentence for htmx (shown where the request was made),
+    the error page for a browser."""
+    status = status_of(exc)
+    if wants_json():
+        return jsonify(error=str(exc)), status
+    if request.headers.get("HX-Request"):
+        return current_app.response_class(str(exc) + "\n", status=status, mimetype="text/plain")
+    return make_response(render_template("error.html", title=title_of(exc), message=str(exc)), status)
+
+
+def csrf_refused(exc: CSRFError):
+    """A missing or wrong CSRF token (Flask-WTF raises its own error): refused with a sentence."""
+    return refusal(RequestRefused(f"Refused: {exc.description} Reload the page and try again."))
 
 
 def not_done_page(exc: DashboardError, entry_id: int, status: int):

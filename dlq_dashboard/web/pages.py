@@ -17,6 +17,7 @@ from dlq_consumer import headers as contract
 from ..actions.decisions import no_stream_sentence, republish_refusal
 from ..actions.streams import stream_of
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
+from ..errors import Hidden
 from ..masking import PAYLOAD_HIDDEN
 from ..entries.tallies import Tallies
 from ..numbers import whole_number
@@ -29,7 +30,7 @@ from .presenters.payloads import mark_indexes, view_payload
 from .presenters.rows import snippet
 from .presenters.timeline import build_timeline
 from .saved_views import saved_views, view_url
-from .responses import htmx, list_url, page_or_fragment, refusal, render_block
+from .responses import htmx, list_url, page_or_fragment, render_block
 
 bp = Blueprint("pages", __name__)
 NEW_CAP = 1000
@@ -201,7 +202,7 @@ def payload_download(entry_id: int):
     """The payload's bytes as a download, never rendered by the browser."""
     found = get_entry_or_404(entry_id, with_history=False)
     if found.payload_hidden:
-        return refusal(PAYLOAD_HIDDEN, 403, "Hidden")
+        raise Hidden(PAYLOAD_HIDDEN)
     response = make_response(found.payload)
     response.headers["Content-Type"] = "application/octet-stream"
     response.headers["Content-Disposition"] = f'attachment; filename="entry-{entry_id}-payload.bin"'

@@ -20,6 +20,7 @@ from flask import Flask, request
 
 from ..entries.fields import FIELD_PREFIX
 from ..errors import InvalidRequest
+from ..flags import flag
 from ..numbers import VERSION_MAX, whole_number
 
 
@@ -121,7 +122,7 @@ def bulk_selection(source: dict) -> dict[str, Any]:
     upto = source.get("upto")
     return {"ids": entry_ids(ids) if ids is not None else None,
             "filter_args": {k: str(v) for k, v in flt.items()} if flt is not None else None,
-            "only_valid": bool(source.get("only_valid")),
+            "only_valid": flag(source.get("only_valid"), "only_valid"),
             "upto": whole_number(upto, "upto", what="the newest entry id the preview showed")
             if upto not in (None, "") else None}
 

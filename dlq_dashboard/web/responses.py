@@ -1,12 +1,12 @@
-"""How a view answers: a full page or one block of it for htmx, JSON or a page for an error,
-POST-redirect-GET. Shared by every blueprint."""
+"""How a view answers: a full page or one block of it for htmx, POST-redirect-GET. Shared by
+every blueprint; errors and refusals are raised and answered by web/errors.py."""
 
 from __future__ import annotations
 
 import weakref
 from urllib.parse import urlencode
 
-from flask import Response, current_app, jsonify, make_response, redirect, render_template, request, url_for
+from flask import Response, current_app, make_response, redirect, render_template, request, url_for
 from flask_htmx import HTMX
 from jinja2 import Environment, Template, nodes
 
@@ -24,15 +24,6 @@ def bearer_token() -> str | None:
 def wants_json() -> bool:
     """API and export routes, and every bearer-token call, answer errors as JSON; pages as HTML."""
     return request.path.startswith("/api/") or bearer_token() is not None
-
-
-def refusal(message: str, status: int, title: str = "Not allowed") -> Response:
-    """A refusal as JSON for the API, a sentence for htmx, a page for a browser."""
-    if wants_json():
-        return make_response(jsonify(error=message), status)
-    if request.headers.get("HX-Request"):
-        return current_app.response_class(message + "\n", status=status, mimetype="text/plain")
-    return make_response(render_template("error.html", title=title, message=message), status)
 
 
 #: What a template binds outside its blocks ({% import %}, {% from ... import %}, {% set %}).

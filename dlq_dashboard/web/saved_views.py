@@ -12,12 +12,13 @@ from flask import Blueprint, render_template, request, url_for
 from sqlalchemy.exc import IntegrityError
 
 from ..entries.saved_views import clean_view, delete_view, get_view, save_view, share_view, views_for
-from ..errors import NotFound
+from ..errors import Forbidden, NotFound, NotSaved
+from ..flags import flag
 from ..times import utcnow
 from . import current_runtime
 from .auth import current_identity, requires
 from .data import list_fields
-from .responses import after_post, refusal
+from .responses import after_post
 
 bp = Blueprint("views", __name__)
 ENDPOINTS = {"list": "pages.index", "groups": "pages.groups"}
@@ -62,7 +63,7 @@ def save():
     try:
         view = save_view(current_runtime().engine, current_identity().name, name, page, query, utcnow())
     except IntegrityError:
-        return refusal(f"A view named {name!r} was saved at the same moment; save it again.", 409, "Not saved")
+        raise NotSaved(f"A view named {name!r} was saved at the same moment; save it again.") from None
     return after_post(view_url(view))
 
 
@@ -73,7 +74,7 @@ def delete(view_id: int):
     view = _owned_view_or_404(view_id)
     identity = current_identity()
     if view.owner != identity.name and not identity.may("admin"):
-        return refusal(f"The view {view.name!r} is {view.owner}'s; only they or an admin may delete it.", 403)
+        raise Forbidden(f"The view {view.name!r} is {view.owner}'s; only they or an admin may delete it.")
     delete_view(current_runtime().engine, view.id)
     return after_post(url_for("views.index"))
 
@@ -83,6 +84,6 @@ def delete(view_id: int):
 def share(view_id: int):
     """Share a view with everyone (``shared=false``: stop sharing it)."""
     view = _owned_view_or_404(view_id)
-    shared = request.form.get("shared", "true").strip().lower() not in ("false", "0", "no", "off")
+    shared = flag(request.form.get("shared"), "shared", default=True)
     share_view(current_runtime().engine, view.id, shared)
     return after_post(url_for("views.index"))

@@ -1,6 +1,6 @@
 """Web security around every request: the hosts answered, response headers, Secure cookies over
-HTTPS, refusing cross-site writes, CSRF refusals as sentences, the login throttle and the trusted
-proxy."""
+HTTPS, refusing cross-site writes, the login throttle and the trusted proxy. Refusals are raised
+(RequestRefused) and answered by web/errors.py, which answers a wrong CSRF token too."""
 
 from __future__ import annotations
 
@@ -13,16 +13,15 @@ from urllib.parse import urlsplit
 
 from flask import Flask, current_app, has_request_context, request
 from flask.sessions import SecureCookieSessionInterface
-from flask_wtf.csrf import CSRFError
 from sqlalchemy import Engine, delete, func, insert, select
 from werkzeug.sansio.utils import host_is_trusted
 
 from ..db.engine import read_transaction, write_transaction
 from ..db.models import LoginFailure
+from ..errors import ForeignSite, RequestRefused
 from ..runtime import runtime_of
 from ..times import utcnow
 from . import current_runtime
-from .responses import refusal
 
 FAILURES = LoginFailure.__table__
 
@@ -73,17 +72,17 @@ def init_app(app: Flask) -> None:
     app.session_interface = HttpsAwareSessionInterface()
     if app.config.get("PERMANENT_SESSION_LIFETIME") == timedelta(days=31):  # Flask's default
         app.config["PERMANENT_SESSION_LIFETIME"] = SESSION_IDLE
+    settings = runtime_of(app).settings
     app.extensions["dlq_login_throttle"] = LoginThrottle(
         runtime_of(app).engine,
-        per_pair=app.config.get("LOGIN_FAILURES_PER_NAME_AND_ADDRESS", 5),
-        per_address=app.config.get("LOGIN_FAILURES_PER_ADDRESS", 20),
-        per_name=app.config.get("LOGIN_FAILURES_PER_NAME", 20),
-        max_delay=app.config.get("LOGIN_SLOWDOWN_MAX", 30.0),
-        window=app.config.get("LOGIN_FAILURE_WINDOW", 300.0),
+        per_pair=settings.login_failures_per_name_and_address,
+        per_address=settings.login_failures_per_address,
+        per_name=settings.login_failures_per_name,
+        max_delay=settings.login_slowdown_max,
+        window=settings.login_failure_window,
     )
     app.before_request(refuse_cross_site_writes)
     app.after_request(add_security_headers)
-    app.register_error_handler(CSRFError, csrf_refused)
 
 
 def trusted_hosts(public_url: str | None) -> list[str] | None:
@@ -103,8 +102,8 @@ def refuse_untrusted_host():
     hosts = current_app.extensions.get("dlq_trusted_hosts")
     if not hosts or request.path in ANY_HOST_PATHS or host_is_trusted(request.host, hosts):
         return None
-    return refusal(f"Refused: this dashboard answers at {current_runtime().settings.public_url} "
-                   "(DLQ_PUBLIC_URL), not at the host this request named.", 400, "Refused")
+    raise RequestRefused(f"Refused: this dashboard answers at {current_runtime().settings.public_url} "
+                         "(DLQ_PUBLIC_URL), not at the host this request named.")
 
 
 # --- proxies and HTTPS ------------------------------------------------------------------------
@@ -163,14 +162,9 @@ def refuse_cross_site_writes():
     if request.method in SAFE_METHODS:
         return None
     if request.headers.get("Sec-Fetch-Site", "").lower() in FOREIGN_SITES:
-        return refusal("Refused: this request was started by another site. "
-                       "Open the dashboard itself and try again.", 403, "Refused")
+        raise ForeignSite("Refused: this request was started by another site. "
+                          "Open the dashboard itself and try again.")
     return None
-
-
-def csrf_refused(exc: CSRFError):
-    """A missing or wrong CSRF token, as a sentence (JSON for the API)."""
-    return refusal(f"Refused: {exc.description} Reload the page and try again.", 400, "Refused")
 
 
 def add_security_headers(response):

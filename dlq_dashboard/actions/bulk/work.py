@@ -46,6 +46,7 @@ from .jobs import FINISHED, ITEMS, JOBS, REPUBLISHING, ack_sentence
 from .pacing import TokenBucket, window_size
 from .patching import Unpatchable, patch_for_job
 from .publisher import Publisher, publish_window
+from .steps import Turn, next_step
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +88,15 @@ class JobWork:
         self.renewed = time.monotonic()
         self.flights: list[tuple[list[Intent], Any]] = []
         self.publisher: Publisher | bool | None = None  # False: could not be started
-        # PostgreSQL: a window's outcome is recorded on a connection of its own (see _alongside).
+        # PostgreSQL: a window's outcome is recorded on a connection of its own (see _republish_recording_apart).
         self.recorder: ThreadPoolExecutor | None = None
         self.recording: Future | None = None
+        # Items are taken in entry order after ``after``; a pass from the start again picks up
+        # leftovers. ``ahead``: the job and its next window, read at the end of the window
+        # before's transaction (a connection and two statements a window fewer, each a wait for
+        # the interpreter lock while the bridge's loop publishes).
+        self.after = 0
+        self.ahead: tuple[Any, list] | None = None
 
     def _renew(self) -> None:
         if time.monotonic() - self.renewed > LEASE_SECONDS / 3:
@@ -104,7 +111,7 @@ class JobWork:
         self.size = window_size(rate)
         self.bucket = TokenBucket(rate, self.size) if rate > 0 else None
 
-    def _look(self, conn, after: int):
+    def _read_job_and_window(self, conn, after: int):
         """The job as it is now, and its next window of pending items after ``after``."""
         job = conn.execute(select(JOBS).where(JOBS.c.id == self.job_id)).first()._mapping
         if self.action is None:
@@ -135,67 +142,103 @@ class JobWork:
         self.wake.clear()
 
     def run(self) -> None:
-        after = 0  # items are taken in entry order; a pass from the start again picks up leftovers
-        # The job and its next window, read at the end of the window before's transaction: a
-        # connection and two statements a window fewer, each a wait for the interpreter lock
-        # while the bridge's loop publishes.
-        ahead = None
+        """Take turns until a step ends the job or the runner stops: each turn reads what the loop
+        decides on, next_step (steps.py) names the step, and the step runs."""
         try:
             while True:
-                self._renew()
-                if self.wake.is_set():  # a cancel: read the job as it is now
-                    self.wake.clear()
-                    ahead = None
-                if ahead is None:
-                    with self.rt.engine.connect() as conn:
-                        ahead = self._look(conn, after)
-                (job, items), ahead = ahead, None
-                republish = job["action"] in REPUBLISHING
-                if republish and items and self.publisher is None and self._wants_publisher(job):
-                    self.publisher = self._start_publisher()
-                if republish and self.recorder is None and not is_sqlite(self.rt.engine):
-                    self.recorder = ThreadPoolExecutor(1, thread_name_prefix=f"job-{self.job_id}-outcomes")
-                if self.stop.is_set() or job["state"] in FINISHED:
-                    return self._land()
-                if job["cancel_requested"]:
-                    self._land()
-                    return self._finish(cancelled=True)
-                if (republish or self.rt.settings.delete_on_close) and nats_unreachable(self.rt):
-                    self._land()
-                    after = 0
-                    self._pause(1.0)
-                    continue
-                if not items and not self.flights:
-                    if self._recorded():  # the outcome still being recorded left some waiting
-                        self._pause(1.0)
-                        after = 0
-                        continue
-                    if after == 0:
-                        return self._finish(cancelled=False)
-                    after = 0
-                    continue
-                if items and self.bucket is not None and not self.bucket.take(len(items), self.wake):
-                    self.wake.clear()
-                    continue  # woken by a cancel: look at the job again
-                try:
-                    if republish:
-                        ahead = self._republish(job, items, items[-1][0] if items else after)
-                    elif items:
-                        self._close(job, items)
-                except (WaitForNats, NatsDown, NatsUnavailable) as exc:
-                    log.warning("job %d waits for NATS: %s", self.job_id, exc)
-                    self._pause(1.0)
-                    after = 0
-                    continue
-                if items:
-                    after = items[-1][0]
+                job, items = self._begin_turn()
+                step = next_step(self._turn(job, items))
+                if not getattr(self, f"_{step.value}")(job, items):
+                    return
         finally:
-            if self.recorder is not None:
-                self.recorder.shutdown(wait=True)
-            for intents, _ in self.flights:  # a window whose outcome is not recorded stays pending
-                self.rt.flights.end(intents)
-            if self.publisher:
-                self.publisher.close()
+            self._release()
+
+    def _release(self) -> None:
+        """End the recorder's thread and the publishing process; a window whose outcome is not
+        recorded stays pending (its intents are finished with their msgIds later)."""
+        if self.recorder is not None:
+            self.recorder.shutdown(wait=True)
+        for intents, _ in self.flights:
+            self.rt.flights.end(intents)
+        if self.publisher:
+            self.publisher.close()
+
+    def _begin_turn(self):
+        """Renew the lease; the job and its next window (read now after a cancel woke the loop,
+        else as the window before's transaction read it); start what a republish needs."""
+        self._renew()
+        if self.wake.is_set():  # a cancel: read the job as it is now
+            self.wake.clear()
+            self.ahead = None
+        if self.ahead is None:
+            with self.rt.engine.connect() as conn:
+                self.ahead = self._read_job_and_window(conn, self.after)
+        (job, items), self.ahead = self.ahead, None
+        if job["action"] in REPUBLISHING:
+            if items and self.publisher is None and self._wants_publisher(job):
+                self.publisher = self._start_publisher()
+            if self.recorder is None and not is_sqlite(self.rt.engine):
+                self.recorder = ThreadPoolExecutor(1, thread_name_prefix=f"job-{self.job_id}-outcomes")
+        return job, items
+
+    def _turn(self, job, items) -> Turn:
+        """What next_step decides on, as this turn sees it."""
+        needs_nats = job["action"] in REPUBLISHING or self.rt.settings.delete_on_close
+        return Turn(stopping=self.stop.is_set(), finished=job["state"] in FINISHED,
+                    cancel_requested=bool(job["cancel_requested"]), needs_nats=bool(needs_nats),
+                    nats_down=bool(needs_nats and nats_unreachable(self.rt)), has_items=bool(items),
+                    in_flight=bool(self.flights), recording=self.recording is not None, from_start=self.after == 0)
+
+    # The steps (steps.Step), each named for its value; True: take another turn.
+
+    def _leave(self, job, items) -> bool:
+        self._record_in_flight()
+        return False
+
+    def _cancel(self, job, items) -> bool:
+        self._record_in_flight()
+        self._end_job(cancelled=True)
+        return False
+
+    def _wait_for_nats(self, job, items) -> bool:
+        self._record_in_flight()
+        self.after = 0
+        self._pause(1.0)
+        return True
+
+    def _await_recording(self, job, items) -> bool:
+        if self._wait_for_recording():  # its republishes wait for NATS: a second, then a new pass
+            self._pause(1.0)
+            self.after = 0
+        return True
+
+    def _finish(self, job, items) -> bool:
+        self._end_job(cancelled=False)
+        return False
+
+    def _start_over(self, job, items) -> bool:
+        self.after = 0
+        return True
+
+    def _work_window(self, job, items) -> bool:
+        """Wait for the pacer's tokens, then republish or close the window; a republish with no
+        items left records its oldest window in flight."""
+        if items and self.bucket is not None and not self.bucket.take(len(items), self.wake):
+            self.wake.clear()
+            return True  # woken by a cancel: look at the job again
+        try:
+            if job["action"] in REPUBLISHING:
+                self.ahead = self._republish(job, items, items[-1][0] if items else self.after)
+            elif items:
+                self._close(job, items)
+        except (WaitForNats, NatsDown, NatsUnavailable) as exc:
+            log.warning("job %d waits for NATS: %s", self.job_id, exc)
+            self._pause(1.0)
+            self.after = 0
+            return True
+        if items:
+            self.after = items[-1][0]
+        return True
 
     def _republish(self, job, items, after: int):
         """Keep two windows in flight. When the older one's answers are in, one transaction
@@ -203,7 +246,7 @@ class JobWork:
         window after; the next window's publish starts while the other is still out. Returns
         what it read: the job and its next items after ``after``."""
         if self.recorder is not None:
-            return self._alongside(job, items, after)
+            return self._republish_recording_apart(job, items, after)
         oldest = None
         if len(self.flights) >= 2 or (self.flights and not items):
             oldest = self.flights.pop(0)
@@ -212,7 +255,7 @@ class JobWork:
             with write_transaction(self.rt.engine) as conn:
                 waiting = self._write_outcomes(conn, oldest[0], answers) if oldest else 0
                 claims = self._claim(conn, job, items) if items else []
-                ahead = self._look(conn, after)
+                ahead = self._read_job_and_window(conn, after)
         finally:
             if oldest:
                 self.rt.flights.end(oldest[0])
@@ -222,17 +265,17 @@ class JobWork:
             raise WaitForNats(f"{waiting} republishes wait for NATS")
         return ahead
 
-    def _alongside(self, job, items, after: int):
+    def _republish_recording_apart(self, job, items, after: int):
         """_republish on PostgreSQL: the older window's answers are awaited and recorded by the
         recorder thread, in a transaction of its own, while this one commits the next window's
         intents. The server's work for an outcome (a new version of each entry in every one of
         its indexes) is most of a window's time; one connection made the job wait for it."""
-        waiting = self._recorded()  # the window before's outcome (its error is raised here)
+        waiting = self._wait_for_recording()  # the window before's outcome (its error is raised here)
         if len(self.flights) >= 2 or (self.flights and not items):
             self.recording = self.recorder.submit(self._record, *self.flights.pop(0))
         with write_transaction(self.rt.engine) as conn:
             claims = self._claim(conn, job, items) if items else []
-            ahead = self._look(conn, after)
+            ahead = self._read_job_and_window(conn, after)
         if claims:
             self.flights.append(self._start([intent for _, intent in claims]))
         if waiting:
@@ -247,15 +290,15 @@ class JobWork:
         finally:
             self.rt.flights.end(intents)
 
-    def _recorded(self) -> int:
+    def _wait_for_recording(self) -> int:
         """Wait for the outcome being recorded (its error is raised here); returns how many of
         its republishes wait for NATS."""
         recording, self.recording = self.recording, None
         return recording.result() if recording is not None else 0
 
-    def _land(self) -> None:
+    def _record_in_flight(self) -> None:
         """Record every window still in flight."""
-        self._recorded()
+        self._wait_for_recording()
         while self.flights:
             intents, future = self.flights.pop(0)
             try:
@@ -410,7 +453,7 @@ class JobWork:
                                                               if entry_id in deleted else ""))
             _write_results(conn, self.job_id, results)
 
-    def _finish(self, *, cancelled: bool) -> None:
+    def _end_job(self, *, cancelled: bool) -> None:
         with write_transaction(self.rt.engine) as conn:
             if cancelled:
                 conn.execute(update(ITEMS).where(ITEMS.c.job_id == self.job_id, ITEMS.c.state == "pending")
