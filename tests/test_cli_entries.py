@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from dlq_dashboard import create_app
+from dlq_dashboard.accounts import create_token
 from dlq_dashboard.db.models import Action
 from dlq_dashboard.runtime import runtime_of
 
@@ -71,6 +73,53 @@ def test_a_bad_filter_is_one_line_and_exit_code_2(cli, three):
     result = cli("list", "--since", "yesterday")
     assert result.exit_code == 2
     assert len(result.output.strip().splitlines()) == 1 and "since" in result.output
+
+
+@pytest.fixture
+def keyed(tmp_path):
+    """An app (nothing started) with key fields Customer and sku, the command line on it, an API
+    client with a viewer's token, and entries of two customers."""
+    settings = support.make_settings(tmp_path, list_fields=(("Customer", "/customer/id"), ("sku", "/items/0/sku")))
+    app = create_app({"SETTINGS": settings, "TESTING": True})
+    rt = runtime_of(app)
+    ids = [support.dead_letter(app, seq, payload=json.dumps({"customer": {"id": customer}, "items": [{"sku": sku}]})
+                               .encode(), Dlq_Reason="fatal")
+           for seq, (customer, sku) in enumerate((("C-42", "A-1"), ("C-7", "A-1"), ("C-42", "B-2"), ("a=b", "A-1")),
+                                                 start=1)]
+    runner, client = app.test_cli_runner(), app.test_client()
+    token = create_token(rt.engine, "test-viewer", "viewer")
+    yield (lambda *args: runner.invoke(args=["entries", *args]),
+           lambda path: client.get(path, headers=support.bearer(token)), ids)
+    rt.stop()
+
+
+def test_list_and_export_filter_by_a_key_field_as_the_api_does(keyed):
+    cli, api, ids = keyed
+    listed = cli("list", "--field", "Customer=C-42", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [e["id"] for e in json.loads(listed.stdout)["entries"]] == [ids[2], ids[0]]
+    assert json.loads(listed.stdout) == api("/api/entries?field.Customer=C-42").get_json()
+    both = cli("list", "--field", "Customer=C-42", "--field", "sku=B-2", "--json")
+    assert [e["id"] for e in json.loads(both.stdout)["entries"]] == [ids[2]]
+    # Only the first '=' separates the label: the rest is the value.
+    assert [e["id"] for e in json.loads(cli("list", "--field", "Customer=a=b", "--json").stdout)["entries"]] == [ids[3]]
+    exported = cli("export", "--format", "ndjson", "--field", "sku=A-1", "--status", "open")
+    assert exported.exit_code == 0, exported.output
+    assert [json.loads(line)["id"] for line in exported.stdout.splitlines()] == [ids[3], ids[1], ids[0]]
+
+
+@pytest.mark.parametrize("given, sentence", [
+    (["--field", "nope=1"], "--field nope is not a key field: the key fields are Customer, sku"),
+    (["--field", "Customer"], "--field 'Customer' is not LABEL=VALUE"),
+    (["--field", "=C-42"], "--field '=C-42' is not LABEL=VALUE"),
+    (["--field", "Customer=C-42", "--field", "Customer=C-7"], "field.Customer is given 2 times"),
+])
+def test_a_key_field_option_that_names_no_field_or_no_value_is_one_line_and_exit_code_2(keyed, given, sentence):
+    cli, _, _ = keyed
+    for command in ("list", "export"):
+        result = cli(command, *given)
+        assert result.exit_code == 2, (command, result.output)
+        assert len(result.output.strip().splitlines()) == 1 and sentence in result.output, (command, result.output)
 
 
 def test_show_is_the_apis_entry_and_an_unknown_id_is_exit_code_1(cli, api, three):

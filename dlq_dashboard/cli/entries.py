@@ -18,25 +18,27 @@ from flask.cli import AppGroup
 
 from ..actions.close import close_entry, reopen_entry
 from ..actions.republish import republish_entry
+from ..entries.filters import FILTERS
 from ..errors import DashboardError, InvalidRequest
 from ..runtime import runtime_of
 from ..times import format_time
-from ..web.data import entries_page, entry_detail, get_entry_or_404
+from ..web.data import entries_page, entry_detail, get_entry_or_404, list_fields
 from ..web.export import MEDIA_TYPES, export_body
 from ..web.params import single_values
 from .output import BAD_INPUT, FAILED, CommandError, cli_actor, nats_connected, table
 
 entries = AppGroup("entries", help="List, show, republish, close, reopen and export dead-letter entries.")
 
-#: The filters of GET /api/entries, as options of the same names.
-FILTERS = ("status", "subject", "stream", "consumer", "reason", "group", "q", "since", "until")
+#: The filters of GET /api/entries (entries/filters.py), by the name of the option that gives
+#: each: --status for status, --field LABEL=VALUE for field.<label>.
+FILTER_OPTIONS = {declared.option[0][2:]: declared for declared in FILTERS}
 
 
 def _filter_options(command):
     # multiple=True: click keeps the last of a repeated option silently; the API's rule refuses it.
-    for name in reversed(FILTERS):
-        command = click.option(f"--{name}", metavar="VALUE", multiple=True,
-                               help=f"The list's {name} filter (as in the API).")(command)
+    for declared in reversed(FILTERS):
+        flag, metavar, text = declared.option
+        command = click.option(flag, metavar=metavar, multiple=True, help=text)(command)
     return command
 
 
@@ -54,8 +56,14 @@ def _refusals(command):
 
 
 def _args(options: dict) -> dict[str, str]:
-    """The options as the API's parameters, by the API's rule (web/params.py): each given once."""
-    return single_values((name, str(value)) for name, values in options.items() for value in values)
+    """The options as the API's parameters, by the API's rule (web/params.py): each given once
+    (``--field Customer=C-42`` is ``field.Customer=C-42``)."""
+    fields = list_fields()
+    pairs = []
+    for name, values in options.items():
+        declared = FILTER_OPTIONS.get(name)
+        pairs += [declared.from_option(str(v), fields) if declared else (name, str(v)) for v in values]
+    return single_values(pairs)
 
 
 def _echo_json(body) -> None:

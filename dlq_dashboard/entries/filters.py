@@ -1,16 +1,19 @@
-"""What entries are selected by: the filter of the list, the API, the export and bulk jobs,
-NATS subject wildcards, full-text queries and keyset cursors."""
+"""What entries are selected by: the list's filters, declared once (FILTERS), and EntryFilter,
+the filter of the list, the API, the export and bulk jobs made from them; NATS subject
+wildcards, full-text queries and keyset cursors."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from sqlalchemy import Engine, func, literal_column, or_, select, text
+
+from dlq_consumer import headers as contract
 
 from ..config import parse_duration
 from ..db.engine import is_sqlite
@@ -19,7 +22,7 @@ from ..errors import InvalidRequest
 from ..numbers import whole_number
 from ..times import format_time, parse_time, utcnow
 from .fields import FIELD_PREFIX, KeyField, field_condition
-from .shape import STATUSES
+from .shape import STATUSES, STR
 
 GROUPS = FailureGroup.__table__
 DEFAULT_LIMIT = 50
@@ -126,153 +129,6 @@ def decode_cursor(cursor: str) -> int:
     return value
 
 
-@dataclass(frozen=True)
-class EntryFilter:
-    """What the list, the API, the export and bulk jobs select entries by."""
-
-    status: str | None = None
-    subject: str | None = None
-    stream: str | None = None
-    consumer: str | None = None
-    reason: str | None = None
-    q: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    limit: int = DEFAULT_LIMIT
-    cursor: str | None = None
-    # A failure group: its id as /groups links it (or, from older links, its key text).
-    group: str | None = None
-    # ``since`` as given when it is a duration back from now (15m, 1h, 1d, 7d): kept so a
-    # link or saved view stays "the last hour" instead of the hour it was made.
-    since_ago: str | None = None
-    # Key fields (DLQ_LIST_FIELDS) and the value each must have: field.<label>=<value>.
-    field_values: tuple[tuple[KeyField, str], ...] = ()
-
-    @classmethod
-    def from_args(cls, args: Mapping[str, str], *, max_limit: int = MAX_LIMIT,
-                  key_fields: tuple[KeyField, ...] = ()) -> "EntryFilter":
-        """Parse request arguments; raise FilterError with a sentence for a bad value.
-
-        ``key_fields`` are those ``field.<label>`` may name (settings.list_fields)."""
-        def clean(name):
-            value = args.get(name)
-            return value.strip() if isinstance(value, str) and value.strip() else None
-
-        status = clean("status")
-        if status == "any":  # what the status select calls no status filter
-            status = None
-        if status is not None and status not in STATUSES:
-            raise FilterError(f"status {status!r} is not valid: use one of {', '.join(STATUSES)}")
-        subject = clean("subject")
-        if subject is not None:
-            validate_subject_pattern(subject)
-        times, since_ago = {}, None
-        for name in ("since", "until"):
-            raw = clean(name)
-            times[name] = parse_time(raw) if raw else None
-            ago = parse_duration(raw) if raw and times[name] is None and name == "since" else None
-            if ago and ago <= 36500 * 86400:  # a longer one would reach before the year 1
-                times[name], since_ago = utcnow() - timedelta(seconds=ago), raw.lower()
-            elif raw and times[name] is None:
-                more = " or a duration back from now such as 15m, 1h or 7d" if name == "since" else ""
-                raise FilterError(f"{name} {raw!r} is not valid: use an RFC 3339 time such as "
-                                  f"2026-11-29T10:00:00Z{more}")
-        limit_raw = clean("limit")
-        limit = DEFAULT_LIMIT
-        if limit_raw is not None:
-            try:
-                limit = whole_number(limit_raw, "limit", low=1, high=max_limit)
-            except InvalidRequest as exc:
-                raise FilterError(str(exc)) from None
-        cursor = clean("cursor")
-        if cursor is not None:
-            decode_cursor(cursor)
-        return cls(status=status, subject=subject, stream=clean("stream"), consumer=clean("consumer"),
-                   reason=clean("reason"), q=clean("q"), since=times["since"], until=times["until"],
-                   limit=limit, cursor=cursor, group=clean("group"), since_ago=since_ago,
-                   field_values=_field_values(args, key_fields))
-
-    def to_args(self) -> dict[str, str]:
-        """The filter as query arguments (for URLs that share a view), without paging."""
-        args = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("limit", "cursor", "since_ago", "field_values") or value is None:
-                continue
-            args[f.name] = format_time(value) if isinstance(value, datetime) else str(value)
-        if self.since_ago:
-            args["since"] = self.since_ago
-        for field, value in self.field_values:
-            args[field.param] = value
-        return args
-
-    @property
-    def filtered(self) -> bool:
-        """True when anything narrows the selection (paging aside)."""
-        return bool(self.to_args())
-
-    def conditions(self, engine: Engine, *, search: bool = True) -> list:
-        """SQL conditions for everything but paging (``search=False``: without ``q``)."""
-        conds = []
-        if self.status:
-            conds.append(Entry.status == self.status)
-        if self.subject:
-            conds.extend(_subject_conditions(Entry.original_subject, self.subject))
-        if self.stream:
-            conds.append(or_(Entry.original_stream == self.stream, Entry.dlq_stream == self.stream))
-        if self.consumer:
-            conds.append(Entry.consumer == self.consumer)
-        if self.reason:
-            conds.append(Entry.reason == self.reason)
-        if self.since:
-            conds.append(Entry.received_at >= self.since)
-        if self.until:
-            conds.append(Entry.received_at < self.until)
-        if self.group:
-            conds.append(Entry.group_id.in_(select(GROUPS.c.id).where(self._group_condition())))
-        for field, value in self.field_values:
-            conds.append(field_condition(engine, field, value))
-        if self.q and search:
-            conds.append(_search_condition(engine, self.q))
-        return conds
-
-    def group_conditions(self) -> list:
-        """SQL conditions on failure_groups for the filters the kept counts hold (subject,
-        reason, group; a group's subject and reason are '' where its entries have none)."""
-        conds = []
-        if self.subject:
-            conds.extend(_subject_conditions(GROUPS.c.subject, self.subject))
-        if self.reason:
-            conds.append(GROUPS.c.reason == self.reason)
-        if self.group:
-            conds.append(self._group_condition())
-        return conds
-
-    def _group_condition(self):
-        # isascii: "²" is a digit to str.isdigit, but no number to int().
-        if self.group.isascii() and self.group.isdigit() and int(self.group) < 2**63:
-            return GROUPS.c.id == int(self.group)
-        return GROUPS.c.key == self.group  # a link made before groups had ids
-
-
-def _field_values(args: Mapping[str, str], key_fields: tuple[KeyField, ...]) -> tuple[tuple[KeyField, str], ...]:
-    """The ``field.<label>=<value>`` arguments, each naming a key field (empty ones ignored)."""
-    by_label = {f.label: f for f in key_fields}
-    found = []
-    for name in args:
-        if not isinstance(name, str) or not name.startswith(FIELD_PREFIX):
-            continue
-        raw = args.get(name)
-        value = raw.strip() if isinstance(raw, str) else ""
-        label = name[len(FIELD_PREFIX):]
-        if label not in by_label:
-            known = ", ".join(by_label) if by_label else "none (DLQ_LIST_FIELDS is not set)"
-            raise FilterError(f"{name} is not a key field: the key fields are {known}")
-        if value:
-            found.append((by_label[label], value))
-    return tuple(found)
-
-
 def _subject_conditions(column, pattern: str) -> list:
     if "*" in pattern or ">" in pattern.split("."):
         conds = []
@@ -298,3 +154,301 @@ def _search_condition(engine: Engine, q: str):
         return literal_column("0") == 1
     config = literal_column(f"'{PG_SEARCH_CONFIG}'::regconfig")
     return literal_column("entries.search").op("@@")(func.to_tsquery(config, query))
+
+
+# --- the filters, declared once ---------------------------------------------------------------
+#
+# Each of the list's filters is one declaration in FILTERS (as Datasette's filters.py gives each
+# filter its SQL, its words and its form field): how its value is read and the sentence of a bad
+# one, the SQL it adds, its words in a job's selection, its OpenAPI parameter and its command-line
+# option. EntryFilter, the bulk forms' allow-list (web/params.py), the API document
+# (web/openapi.py), the command line (cli/entries.py) and describe_selection are made from it,
+# so a filter declared here is in all of them. Paging (limit, cursor) is not a filter.
+
+def _clean(raw: object) -> str | None:
+    """A parameter's value trimmed; None when it is missing or blank (blank is no filter)."""
+    return raw.strip() if isinstance(raw, str) and raw.strip() else None
+
+
+def _as_given(raw: str) -> str:
+    return raw
+
+
+def _status(raw: str) -> str | None:
+    if raw == "any":  # what the status select calls no status filter
+        return None
+    if raw not in STATUSES:
+        raise FilterError(f"status {raw!r} is not valid: use one of {', '.join(STATUSES)}")
+    return raw
+
+
+def _time_sentence(name: str, raw: str, more: str = "") -> FilterError:
+    return FilterError(f"{name} {raw!r} is not valid: use an RFC 3339 time such as 2026-11-29T10:00:00Z{more}")
+
+
+def _until(raw: str) -> datetime:
+    at = parse_time(raw)
+    if at is None:
+        raise _time_sentence("until", raw)
+    return at
+
+
+def _named_group(group: str):
+    # isascii: "²" is a digit to str.isdigit, but no number to int().
+    if group.isascii() and group.isdigit() and int(group) < 2**63:
+        return GROUPS.c.id == int(group)
+    return GROUPS.c.key == group  # a link made before groups had ids
+
+
+def _group_words(name: str, value: str, labels: Mapping[int, str]) -> str:
+    text = str(value)
+    label = labels.get(int(text)) if text.isascii() and text.isdigit() else None
+    return f"group {label or text}"
+
+
+def _one(column) -> Callable[[Engine, Any], list]:
+    return lambda engine, value: [column == value]
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    """One filter of the list: the parameter ``name`` (the EntryFilter attribute of the same
+    name, and the option ``--name``), read by ``parse`` from its trimmed text (FilterError with
+    the sentence of a 400; None is no filter), applied by ``where`` (SQL conditions on entries)
+    and ``on_groups`` (on failure_groups), documented by ``description`` and ``schema`` in the
+    API and the command line. ``kept``: the kept counts hold it (entries/tallies.py), so groups,
+    counts and the chart under it need not read the entries."""
+
+    name: str
+    description: str
+    parse: Callable[[str], Any] = _as_given
+    where: Callable[[Engine, Any], list] = lambda engine, value: []
+    on_groups: Callable[[Any], list] | None = None
+    kept: bool = False
+    schema: Mapping[str, Any] = field(default_factory=lambda: dict(STR))
+    #: Its words in a job's selection (default ``name=value``); a filter with ``leads`` is named
+    #: first ("group <label>, status=open").
+    words: Callable[[str, str, Mapping[int, str]], str] | None = None
+    leads: bool = False
+    #: Full text: applied last (the other conditions narrow first), left out by conditions(search=False).
+    search: bool = False
+    metavar: str | None = None
+    #: A family of parameters (``field.<label>``), not one of that name.
+    family: ClassVar[bool] = False
+
+    def takes(self, param: str) -> bool:
+        """Whether ``param`` is this filter's parameter."""
+        return param == self.name
+
+    def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...]) -> dict[str, Any]:
+        """The EntryFilter attributes that ``args`` give this filter."""
+        raw = _clean(args.get(self.name))
+        return {self.name: None if raw is None else self.parse(raw)}
+
+    def write(self, flt: "EntryFilter") -> dict[str, str]:
+        """The query arguments that give ``flt``'s value of this filter back (none without one)."""
+        value = getattr(flt, self.name)
+        if value is None:
+            return {}
+        return {self.name: format_time(value) if isinstance(value, datetime) else str(value)}
+
+    def conditions(self, flt: "EntryFilter", engine: Engine) -> list:
+        """The SQL conditions on entries of ``flt``'s value."""
+        value = getattr(flt, self.name)
+        return [] if value is None else self.where(engine, value)
+
+    def group_conditions(self, flt: "EntryFilter") -> list:
+        """The SQL conditions on failure_groups, for a filter the kept counts hold."""
+        value = getattr(flt, self.name)
+        return [] if value is None or self.on_groups is None else self.on_groups(value)
+
+    def selection_words(self, param: str, value: str, labels: Mapping[int, str]) -> str:
+        """``param=value`` in a job's selection, as a person reads it."""
+        return self.words(param, value, labels) if self.words else f"{param}={value}"
+
+    @property
+    def option(self) -> tuple[str, str, str]:
+        """The command-line option: (flag, metavar, help)."""
+        return f"--{self.name}", self.metavar or self.name.upper(), self.description
+
+    def from_option(self, text: str, key_fields: tuple[KeyField, ...]) -> tuple[str, str]:
+        """The (parameter, value) that the option's ``text`` stands for."""
+        return self.name, text
+
+
+class SinceFilter(ListFilter):
+    """``since``: an RFC 3339 time, or a duration back from now (15m, 1h, 1d, 7d) that is kept as
+    given (``since_ago``), so that a link or saved view stays "the last hour" instead of the hour
+    it was made."""
+
+    def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...]) -> dict[str, Any]:
+        raw = _clean(args.get(self.name))
+        at = parse_time(raw) if raw else None
+        if raw is None or at is not None:
+            return {"since": at, "since_ago": None}
+        ago = parse_duration(raw)
+        if ago and ago <= 36500 * 86400:  # a longer one would reach before the year 1
+            return {"since": utcnow() - timedelta(seconds=ago), "since_ago": raw.lower()}
+        raise _time_sentence("since", raw, " or a duration back from now such as 15m, 1h or 7d")
+
+    def write(self, flt: "EntryFilter") -> dict[str, str]:
+        return {"since": flt.since_ago} if flt.since_ago else super().write(flt)
+
+
+class KeyFieldFilters(ListFilter):
+    """``field.<label>=<value>``: one filter for each key field (DLQ_LIST_FIELDS, given as
+    ``key_fields``), each keeping the entries whose payload has exactly that value there."""
+
+    family = True
+
+    def takes(self, param: str) -> bool:
+        return isinstance(param, str) and param.startswith(FIELD_PREFIX)
+
+    def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...]) -> dict[str, Any]:
+        by_label = {f.label: f for f in key_fields}
+        found = []
+        for name in args:
+            if not self.takes(name):
+                continue
+            label = name[len(FIELD_PREFIX):]
+            if label not in by_label:
+                raise _not_a_key_field(name, by_label)
+            value = _clean(args.get(name))
+            if value:  # an empty one is no filter
+                found.append((by_label[label], value))
+        return {"field_values": tuple(found)}
+
+    def write(self, flt: "EntryFilter") -> dict[str, str]:
+        return {f.param: value for f, value in flt.field_values}
+
+    def conditions(self, flt: "EntryFilter", engine: Engine) -> list:
+        return [field_condition(engine, f, value) for f, value in flt.field_values]
+
+    def group_conditions(self, flt: "EntryFilter") -> list:
+        return []
+
+    @property
+    def option(self) -> tuple[str, str, str]:
+        return "--field", "LABEL=VALUE", ("A key field's exact value, as LABEL=VALUE (DLQ_LIST_FIELDS names the "
+                                          "labels); give it once for each field.")
+
+    def from_option(self, text: str, key_fields: tuple[KeyField, ...]) -> tuple[str, str]:
+        label, equals, value = text.partition("=")
+        if not equals or not label:
+            raise FilterError(f"--field {text!r} is not LABEL=VALUE: give a key field's label, '=' and the "
+                              f"value (e.g. --field {key_fields[0].label if key_fields else 'Customer'}=C-42)")
+        if label not in {f.label for f in key_fields}:
+            raise _not_a_key_field(f"--field {label}", {f.label: f for f in key_fields})
+        return FIELD_PREFIX + label, value
+
+
+def _not_a_key_field(name: str, by_label: Mapping[str, KeyField]) -> FilterError:
+    known = ", ".join(by_label) if by_label else "none (DLQ_LIST_FIELDS is not set)"
+    return FilterError(f"{name} is not a key field: the key fields are {known}")
+
+
+#: The list's filters, in the order their parameters are written (links, saved views, jobs).
+FILTERS: tuple[ListFilter, ...] = (
+    ListFilter("status", "Only entries with this status.", parse=_status, where=_one(Entry.status), kept=True,
+               schema={"type": "string", "enum": list(STATUSES)}),
+    ListFilter("subject", "Original subject; NATS wildcards: '*' one token, '>' the rest.",
+               parse=validate_subject_pattern,
+               where=lambda engine, value: _subject_conditions(Entry.original_subject, value),
+               on_groups=lambda value: _subject_conditions(GROUPS.c.subject, value), kept=True),
+    ListFilter("stream", "Original stream or DLQ stream.",
+               where=lambda engine, value: [or_(Entry.original_stream == value, Entry.dlq_stream == value)]),
+    ListFilter("consumer", "Durable consumer that gave up.", where=_one(Entry.consumer)),
+    # A group's reason is '' where its entries have none, as is its subject.
+    ListFilter("reason", f"{contract.REASON}: schema_invalid, max_deliveries, fatal, terminated, or as given.",
+               where=_one(Entry.reason), on_groups=lambda value: [GROUPS.c.reason == value], kept=True),
+    ListFilter("q", "Full text over payload, error and subject; every word must match, the last as a prefix.",
+               where=lambda engine, value: [_search_condition(engine, value)], search=True, metavar="WORDS"),
+    SinceFilter("since", "Received at or after: an RFC 3339 time, or a duration back from now (15m, 1h, 1d, 7d).",
+                where=lambda engine, value: [Entry.received_at >= value], metavar="TIME"),
+    ListFilter("until", "Received before (RFC 3339).", parse=_until,
+               where=lambda engine, value: [Entry.received_at < value], metavar="TIME",
+               schema={"type": "string", "format": "date-time"}),
+    # Its id as /groups links it (or, from older links, its key text).
+    ListFilter("group", "A failure group's id, as GET /api/groups and /groups give it.",
+               where=lambda engine, value: [Entry.group_id.in_(select(GROUPS.c.id).where(_named_group(value)))],
+               on_groups=lambda value: [_named_group(value)], kept=True, words=_group_words, leads=True,
+               metavar="ID"),
+    KeyFieldFilters("field.<label>", "A key field's exact value (DLQ_LIST_FIELDS names the labels; an unknown "
+                                     "one is a 400)."),
+)
+
+
+def filter_of(param: str) -> ListFilter | None:
+    """The declaration whose parameter ``param`` is (``field.<label>`` for every label), or None."""
+    return next((declared for declared in FILTERS if declared.takes(param)), None)
+
+
+@dataclass(frozen=True)
+class EntryFilter:
+    """What the list, the API, the export and bulk jobs select entries by: a value for each of
+    FILTERS (None where it is not given), and the page."""
+
+    status: str | None = None
+    subject: str | None = None
+    stream: str | None = None
+    consumer: str | None = None
+    reason: str | None = None
+    q: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = DEFAULT_LIMIT
+    cursor: str | None = None
+    group: str | None = None
+    # ``since`` as given when it is a duration back from now (SinceFilter).
+    since_ago: str | None = None
+    # Key fields (DLQ_LIST_FIELDS) and the value each must have: field.<label>=<value>.
+    field_values: tuple[tuple[KeyField, str], ...] = ()
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, str], *, max_limit: int = MAX_LIMIT,
+                  key_fields: tuple[KeyField, ...] = ()) -> "EntryFilter":
+        """Parse request arguments; raise FilterError with a sentence for a bad value.
+
+        ``key_fields`` are those ``field.<label>`` may name (settings.list_fields)."""
+        values: dict[str, Any] = {}
+        for declared in FILTERS:
+            values.update(declared.read(args, key_fields))
+        limit_raw = _clean(args.get("limit"))
+        limit = DEFAULT_LIMIT
+        if limit_raw is not None:
+            try:
+                limit = whole_number(limit_raw, "limit", low=1, high=max_limit)
+            except InvalidRequest as exc:
+                raise FilterError(str(exc)) from None
+        cursor = _clean(args.get("cursor"))
+        if cursor is not None:
+            decode_cursor(cursor)
+        return cls(**values, limit=limit, cursor=cursor)
+
+    def to_args(self) -> dict[str, str]:
+        """The filter as query arguments (for URLs that share a view), without paging."""
+        args: dict[str, str] = {}
+        for declared in FILTERS:
+            args.update(declared.write(self))
+        return args
+
+    @property
+    def filtered(self) -> bool:
+        """True when anything narrows the selection (paging aside)."""
+        return bool(self.to_args())
+
+    def conditions(self, engine: Engine, *, search: bool = True) -> list:
+        """SQL conditions for everything but paging (``search=False``: without ``q``)."""
+        conds = [c for declared in FILTERS if not declared.search for c in declared.conditions(self, engine)]
+        if search:
+            conds += [c for declared in FILTERS if declared.search for c in declared.conditions(self, engine)]
+        return conds
+
+    def group_conditions(self) -> list:
+        """SQL conditions on failure_groups for the filters the kept counts hold (subject,
+        reason, group; a group's subject and reason are '' where its entries have none)."""
+        return [c for declared in FILTERS for c in declared.group_conditions(self)]
+
+    def _group_condition(self):
+        """The failure_groups condition of ``group`` (Store.check_group looks for the group by it)."""
+        return _named_group(self.group)

@@ -15,7 +15,7 @@ from ..db.engine import is_sqlite, read_transaction
 from ..db.models import Entry
 from ..ingest.grouping import NO_ERROR
 from ..times import as_time, utcnow
-from .filters import STATUSES, EntryFilter
+from .filters import FILTERS, STATUSES, EntryFilter
 from .groups import Group
 from ..masking import Mask
 from .store import MASKED_SEARCH_SCAN, Store
@@ -23,7 +23,7 @@ from .store import MASKED_SEARCH_SCAN, Store
 #: The most matching entries counted when the kept counts cannot answer a filter.
 BOUND = 100_000
 # The filters the kept counts hold; any other one (stream, consumer, q, since, until) needs the entries.
-_KEPT = {"status", "subject", "reason", "group"}
+_KEPT = {f.name for f in FILTERS if f.kept}
 # How SQLAlchemy stores a DateTime in SQLite.
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 

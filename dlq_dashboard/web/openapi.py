@@ -12,11 +12,9 @@ from typing import Any, Iterable
 
 from flask import Blueprint, Flask, current_app, jsonify
 
-from dlq_consumer import headers as contract
-
 from ..actions.close import NOTE_MAX
 from ..entries.detail import detail_schemas
-from ..entries.filters import MAX_LIMIT
+from ..entries.filters import FILTERS, MAX_LIMIT
 from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, entry_schema
 from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
@@ -129,8 +127,7 @@ SCHEMAS: dict[str, dict] = {
     },
     "Filter": {
         "type": "object", "description": "The filters of GET /api/entries, as strings.",
-        "properties": {name: STR for name in
-                       ("status", "subject", "stream", "consumer", "reason", "q", "since", "until", "group")},
+        "properties": {f.name: STR for f in FILTERS if not f.family},
     },
     "BulkRequest": {
         "type": "object", "required": ["action"],
@@ -258,19 +255,9 @@ def _path_id(name: str, what: str) -> dict:
             "schema": {**INT, "minimum": 1, "maximum": INT64_MAX}, "example": 1}
 
 
-FILTER_PARAMETERS = [
-    _query("status", "Only entries with this status.", {"type": "string", "enum": list(STATUSES)}),
-    _query("subject", "Original subject; NATS wildcards: '*' one token, '>' the rest."),
-    _query("stream", "Original stream or DLQ stream."),
-    _query("consumer", "Durable consumer that gave up."),
-    _query("reason", f"{contract.REASON}: schema_invalid, max_deliveries, fatal, terminated, or as given."),
-    _query("q", "Full text over payload, error and subject; every word must match, the last as a prefix."),
-    _query("since", "Received at or after: an RFC 3339 time, or a duration back from now (15m, 1h, 1d, 7d)."),
-    _query("until", "Received before (RFC 3339).", {"type": "string", "format": "date-time"}),
-    _query("group", "A failure group's id, as GET /api/groups and /groups give it."),
-    # One parameter per key field: OpenAPI cannot name a family of parameters, so it is described here.
-    _query("field.<label>", "A key field's exact value (DLQ_LIST_FIELDS names the labels; an unknown one is a 400)."),
-]
+#: One parameter per filter (``field.<label>`` stands for every key field: OpenAPI cannot name a
+#: family of parameters, so its description says what the labels are).
+FILTER_PARAMETERS = [_query(f.name, f.description, dict(f.schema)) for f in FILTERS]
 CURSOR = _query("cursor", "Opaque: next_cursor of the previous page. Stable while new entries arrive.")
 PAGE_LIMIT = _query("limit", f"Entries per page, 1 to {MAX_LIMIT} (default 50).",
                     {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT})

@@ -18,7 +18,7 @@ from urllib.parse import unquote_to_bytes
 
 from flask import Flask, request
 
-from ..entries.fields import FIELD_PREFIX
+from ..entries.filters import filter_of
 from ..errors import InvalidRequest
 from ..flags import flag
 from ..numbers import VERSION_MAX, whole_number
@@ -146,14 +146,11 @@ def entry_ids(raw: list) -> dict[int, int | None]:
     return wanted
 
 
-FILTER_FIELDS = ("status", "subject", "stream", "consumer", "reason", "q", "since", "until", "group")
-
-
 def form_filter(form: Mapping[str, str]) -> dict[str, str]:
-    """The list's filters a bulk form carries (``by=filter``), key fields (``field.<label>``) too:
-    leaving one out would take more entries than the list showed. The preview and the job's
-    confirmation pass the same on (a template global)."""
-    return {k: form[k] for k in form if form.get(k) and (k in FILTER_FIELDS or k.startswith(FIELD_PREFIX))}
+    """The list's filters a bulk form carries (``by=filter``): every one of entries/filters.py's
+    FILTERS, key fields (``field.<label>``) too; leaving one out would take more entries than the
+    list showed. The preview and the job's confirmation pass the same on (a template global)."""
+    return {k: form[k] for k in form if form.get(k) and filter_of(k) is not None}
 
 
 def form_selection() -> dict[str, Any]:

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, func, select
 
 from ...db.engine import read_transaction
 from ...db.models import FailureGroup, Job, JobItem
-from ...entries.filters import decode_cursor, encode_cursor
+from ...entries.filters import decode_cursor, encode_cursor, filter_of
 from ...entries.groups import group_label
 from ...times import format_time, utcnow
 
@@ -29,13 +29,14 @@ def describe_selection(selection: Mapping[str, Any], labels: Mapping[int, str] |
     if "ids" in selection:
         n = selection.get("ids") or 0
         return f"{n} selected {'entry' if n == 1 else 'entries'}"
-    flt = dict(selection.get("filter") or {})
-    group = flt.pop("group", None)
-    rest = " ".join(f"{k}={v}" for k, v in flt.items())
-    if group is not None:
-        label = (labels or {}).get(int(group)) if str(group).isdigit() else None
-        return f"group {label or group}" + (f", {rest}" if rest else "")
-    return f"filter {rest}" if rest else "every open entry"
+    leading, rest = [], []
+    for name, value in (selection.get("filter") or {}).items():
+        declared = filter_of(name)  # each filter's own words (entries/filters.py)
+        words = declared.selection_words(name, value, labels or {}) if declared else f"{name}={value}"
+        (leading if declared is not None and declared.leads else rest).append(words)
+    if leading:
+        return ", ".join([*leading, *([" ".join(rest)] if rest else [])])
+    return f"filter {' '.join(rest)}" if rest else "every open entry"
 
 
 def _rate_and_eta(m: Mapping[str, Any], worked: int, pending: int,

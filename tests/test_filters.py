@@ -1,0 +1,83 @@
+"""The list's filters are declared once (entries/filters.py FILTERS): generated over that table,
+every filter reads and writes itself, adds SQL, and is in the API document, the command line's
+options, the bulk forms' allow-list and a job's selection in words. A filter declared without
+one of them fails here."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import and_, create_engine, select
+
+from dlq_dashboard.actions.bulk.listing import describe_selection
+from dlq_dashboard.cli.entries import entries
+from dlq_dashboard.db.models import Entry
+from dlq_dashboard.entries.fields import KeyField
+from dlq_dashboard.entries.filters import FILTERS, EntryFilter, filter_of
+from dlq_dashboard.web.openapi import SCHEMAS, openapi_document
+from dlq_dashboard.web.params import form_filter
+
+KEY_FIELDS = (KeyField("Customer", "/customer/id"),)
+#: A good value for each declared filter, by the parameter that gives it.
+SAMPLES = {"status": ("status", "open"), "subject": ("subject", "orders.*"), "stream": ("stream", "ORDERS"),
+           "consumer": ("consumer", "billing"), "reason": ("reason", "fatal"), "q": ("q", "timeout"),
+           "since": ("since", "1h"), "until": ("until", "2030-01-01T00:00:00.000000Z"), "group": ("group", "5"),
+           "field.<label>": ("field.Customer", "C-42")}
+#: The operations that take the list's filters.
+FILTERED = ("listEntries", "listGroups", "exportJson", "exportNdjson", "exportCsv")
+DECLARED = [pytest.param(declared, id=declared.name) for declared in FILTERS]
+
+
+def test_every_declared_filter_has_a_sample_here():
+    assert list(SAMPLES) == [declared.name for declared in FILTERS]
+
+
+@pytest.mark.parametrize("declared", DECLARED)
+def test_a_filter_reads_its_parameter_writes_it_back_and_adds_sql(declared):
+    param, value = SAMPLES[declared.name]
+    assert filter_of(param) is declared
+    flt = EntryFilter.from_args({param: value}, key_fields=KEY_FIELDS)
+    assert flt.to_args() == {param: value} and flt.filtered
+    conditions = flt.conditions(create_engine("sqlite://"))
+    assert conditions and str(select(Entry.id).where(and_(*conditions)))
+    assert EntryFilter.from_args({param: "  "}, key_fields=KEY_FIELDS) == EntryFilter()  # blank is no filter
+
+
+@pytest.mark.parametrize("declared", DECLARED)
+def test_a_filter_is_a_parameter_of_every_filtered_operation_of_the_api_document(offline_app, declared):
+    served = offline_app.test_client().get("/api/openapi.json").get_json()
+    assert served == openapi_document(offline_app)
+    operations = {op["operationId"]: op for path in served["paths"].values() for op in path.values()}
+    for operation_id in FILTERED:
+        parameters = {p["name"]: p for p in operations[operation_id]["parameters"]}
+        assert parameters[declared.name]["in"] == "query", operation_id
+        assert parameters[declared.name]["description"] == declared.description, operation_id
+    if not declared.family:  # a bulk job's filter object names each filter but the key fields' family
+        assert SCHEMAS["Filter"]["properties"][declared.name] == {"type": "string"}
+
+
+@pytest.mark.parametrize("declared", DECLARED)
+def test_a_filter_is_an_option_of_entries_list_and_export(declared):
+    flag, metavar, text = declared.option
+    for command in ("list", "export"):
+        options = {opt: p for p in entries.commands[command].params for opt in p.opts}
+        assert flag in options, (command, flag)
+        assert options[flag].multiple and options[flag].metavar == metavar and options[flag].help == text
+
+
+@pytest.mark.parametrize("declared", DECLARED)
+def test_a_filter_is_kept_from_a_bulk_form_and_named_in_a_jobs_selection(declared):
+    param, value = SAMPLES[declared.name]
+    assert form_filter({param: value, "by": "filter", "csrf_token": "t", "limit": "5", "ids": "1"}) == {param: value}
+    text = describe_selection({"filter": {param: value}}, {5: "order <id> not found"})
+    assert text != "every open entry"
+    assert param.split(".")[0] in text and (value in text or "order <id> not found" in text), text
+
+
+def test_a_jobs_selection_names_its_group_first_and_keeps_the_order_of_the_rest():
+    selection = {"filter": {"status": "open", "group": "5", "field.Customer": "C-42", "subject": "orders.*"}}
+    assert describe_selection(selection, {5: "order <id> not found"}) == (
+        "group order <id> not found, status=open field.Customer=C-42 subject=orders.*")
+    assert describe_selection({"filter": {"group": "7"}}) == "group 7"
+    assert describe_selection({"filter": {"reason": "fatal", "status": "open"}}) == "filter reason=fatal status=open"
+    assert describe_selection({"filter": {}}) == "every open entry"
+    assert describe_selection({"ids": 1}) == "1 selected entry"
