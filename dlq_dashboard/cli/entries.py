@@ -16,6 +16,8 @@ import click
 from flask import current_app
 from flask.cli import AppGroup
 
+from ..access.reader import Reader
+from ..accounts import ROLES
 from ..actions.close import close_entry, reopen_entry
 from ..actions.republish import republish_entry
 from ..errors import DashboardError, InvalidRequest
@@ -38,6 +40,18 @@ def _filter_options(command):
         command = click.option(f"--{name}", metavar="VALUE", multiple=True,
                                help=f"The list's {name} filter (as in the API).")(command)
     return command
+
+
+def _reader_option(command):
+    """``--as ROLE``: read as that role would (``--as viewer``: through DLQ_MASK, to hand the
+    output on); the command line on the server reads as an admin by default."""
+    return click.option("--as", "as_role", type=click.Choice(ROLES), default="admin", show_default=True,
+                        help="Show what this role sees (viewer: values DLQ_MASK hides read \"•••\").")(command)
+
+
+def _reader(role: str) -> Reader:
+    """Who the command line reads as."""
+    return Reader.of(role, runtime_of(current_app).mask)
 
 
 def _refusals(command):
@@ -72,10 +86,11 @@ def _one_line(text: str | None, width: int) -> str:
 @click.option("--limit", metavar="N", multiple=True, help="Entries a page (as in the API).")
 @click.option("--cursor", metavar="CURSOR", multiple=True, help="Continue after a page: its next_cursor.")
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: {\"entries\": [...], \"next_cursor\"}.")
+@_reader_option
 @_refusals
-def list_entries(as_json: bool, **options) -> None:
+def list_entries(as_json: bool, as_role: str, **options) -> None:
     """One page of entries, newest first, under the list's filters."""
-    _, page = entries_page(_args(options))
+    _, page = entries_page(_args(options), reader=_reader(as_role))
     if as_json:
         _echo_json(page.to_dict())
         return
@@ -92,13 +107,15 @@ def list_entries(as_json: bool, **options) -> None:
 @entries.command("show")
 @click.argument("entry_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON, with history and actions.")
+@_reader_option
 @_refusals
-def show_entry(entry_id: int, as_json: bool) -> None:
+def show_entry(entry_id: int, as_json: bool, as_role: str) -> None:
     """One entry with its payload, delivery history and audit."""
+    reader = _reader(as_role)
     if as_json:
-        _echo_json(entry_detail(entry_id))
+        _echo_json(entry_detail(entry_id, reader))
         return
-    entry = get_entry_or_404(entry_id)
+    entry = get_entry_or_404(entry_id, reader=reader)
     body = entry.to_dict()
     for name in ("id", "status", "version", "original_subject", "reason", "error", "deliveries", "consumer",
                  "original_stream", "original_seq", "dlq_stream", "dlq_seq", "failed_at", "received_at",
@@ -117,7 +134,7 @@ def show_entry(entry_id: int, as_json: bool) -> None:
 
 def _version(entry_id: int, version: int | None) -> int:
     # Without --version the command acts on the entry as it is now (documented above).
-    return version if version is not None else get_entry_or_404(entry_id, with_history=False).version
+    return version if version is not None else get_entry_or_404(entry_id, with_history=False, masked=False).version
 
 
 @entries.command("republish")
@@ -185,10 +202,11 @@ def reopen(entry_id: int, version: int | None, as_json: bool) -> None:
 @click.option("--limit", metavar="N", multiple=True, help="Export at most N entries.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               help="Write to this file (default: standard output).")
+@_reader_option
 @_refusals
-def export(fmt: str, output: Path | None, **options) -> None:
+def export(fmt: str, output: Path | None, as_role: str, **options) -> None:
     """Every entry under the filters as JSON, NDJSON or CSV, streamed as the API streams it."""
-    _, body = export_body(_args(options), fmt)
+    _, body = export_body(_args(options), fmt, _reader(as_role))
     if output is None:
         out = click.get_binary_stream("stdout")
         for chunk in body:

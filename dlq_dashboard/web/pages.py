@@ -17,13 +17,14 @@ from dlq_consumer import headers as contract
 from ..actions.decisions import no_stream_sentence, republish_refusal
 from ..actions.streams import stream_of
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
+from ..access import visible
 from ..masking import PAYLOAD_HIDDEN, Mask
 from ..entries.tallies import Tallies
 from ..numbers import whole_number
 from . import current_runtime, status
 from .auth import current_identity, requires
-from .data import (entries_page, entry_group, failed_again, failure_groups, get_entry_or_404, list_fields,
-                   republishes_and_last_sent, request_filter, shown, viewer_mask)
+from .data import (current_reader, entries_page, failed_again, failure_groups, get_entry_or_404, list_fields,
+                   republishes_and_last_sent, request_filter)
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.rows import snippet
@@ -86,7 +87,7 @@ def summary():
     flt, filter_error = parse_filter(request.args)
     counts, chart, tally, stored = None, None, None, 0
     if not filter_error:
-        tallies = Tallies(current_runtime().store, viewer_mask())
+        tallies = visible.tallies(current_reader(), current_runtime().store)
         counts, tally = tallies.counts_by_status(flt)
         bounds = chart_bounds(*tallies.received_range(flt))
         totals, _ = tallies.received_between(flt, bounds)
@@ -110,7 +111,7 @@ def newer():
     count = 0
     if after:
         after_id = whole_number(after, "after", what="the newest entry id on the page")
-        count = current_runtime().store.count_newer(flt, after_id, cap=NEW_CAP, mask=viewer_mask())
+        count = visible.count_newer(current_reader(), current_runtime().store, flt, after_id, NEW_CAP)
     return render_block("index.html", "new_entries", new_count=count, cap=NEW_CAP,
                         filter_args=flt.to_args())
 
@@ -178,12 +179,12 @@ def _schema_view(entry, seen):
 def entry(entry_id: int):
     """One entry: payload beside its schema errors, headers, the timeline, the actions."""
     stored = get_entry_or_404(entry_id, masked=False)
-    found = shown(stored)
+    found = visible.entry(current_reader(), stored)
     store = current_runtime().store
     registry, current, current_error, header_errors, current_errors, pointers = _schema_view(stored, found)
     marks = mark_indexes(pointers)
     payload = view_payload(found.payload, found.payload_available, marks)
-    replays = store.replays_of(found.dlq_ref) if found.dlq_ref else []
+    replays = visible.replays(current_reader(), store.replays_of(found.dlq_ref), found) if found.dlq_ref else []
     republishes, sent = republishes_and_last_sent(stored)
     timeline = build_timeline(found, republishes, replays)
     original = store.entry_by_dlq_ref(found.replay_of) if found.replay_of else None
@@ -208,7 +209,7 @@ def _entry_context(stored, found):
     rt = current_runtime()
     flt = request_filter(request.args)  # a bad one is a 400, as on the list itself
     list_args = flt.to_args()
-    newer, older = rt.store.neighbours(flt, stored.id, viewer_mask())
+    newer, older = visible.neighbours(current_reader(), rt.store, flt, stored.id)
     republish_reason = edit_reason = None
     identity = current_identity()
     if identity is not None and identity.may("operator"):
@@ -222,7 +223,7 @@ def _entry_context(stored, found):
                 republish_reason = republish_reason or no_stream_sentence(stored.original_subject)
                 edit_reason = edit_reason or no_stream_sentence(stored.original_subject)
     return {"list_args": list_args, "newer_id": newer, "older_id": older,
-            "group": entry_group(found),
+            "group": visible.group_of(current_reader(), rt.store, found),
             "republish_reason": republish_reason, "edit_reason": edit_reason}
 
 
