@@ -1,6 +1,7 @@
 """``flask --app app entries list|show|republish|close|reopen|export``: what the API does, on the
 server, through the same functions as the web routes (web/data.py, web/export.py and the
-actions), audited as ``cli:<os user>``.
+actions), read as an admin (``--as viewer``: as a viewer reads, access/visible.py) and audited as
+``cli:<os user>``.
 
 An action acts on the entry's current version unless ``--version`` names the one the operator
 saw: without it, a change made meanwhile is not noticed (the web's 409 cannot happen).
@@ -16,6 +17,7 @@ import click
 from flask import current_app
 from flask.cli import AppGroup
 
+from ..access import visible
 from ..access.reader import Reader
 from ..accounts import ROLES
 from ..actions.close import close_entry, reopen_entry
@@ -23,7 +25,7 @@ from ..actions.republish import republish_entry
 from ..errors import DashboardError, InvalidRequest
 from ..runtime import runtime_of
 from ..times import format_time
-from ..web.data import entries_page, entry_detail, get_entry_or_404
+from ..web.data import entries_page, entry_detail
 from ..web.export import MEDIA_TYPES, export_body
 from ..web.params import single_values
 from .output import BAD_INPUT, FAILED, CommandError, cli_actor, nats_connected, table
@@ -115,7 +117,7 @@ def show_entry(entry_id: int, as_json: bool, as_role: str) -> None:
     if as_json:
         _echo_json(entry_detail(entry_id, reader))
         return
-    entry = get_entry_or_404(entry_id, reader=reader)
+    entry = visible.entry(reader, visible.lookup(runtime_of(current_app).store, entry_id))
     body = entry.to_dict()
     for name in ("id", "status", "version", "original_subject", "reason", "error", "deliveries", "consumer",
                  "original_stream", "original_seq", "dlq_stream", "dlq_seq", "failed_at", "received_at",
@@ -134,7 +136,9 @@ def show_entry(entry_id: int, as_json: bool, as_role: str) -> None:
 
 def _version(entry_id: int, version: int | None) -> int:
     # Without --version the command acts on the entry as it is now (documented above).
-    return version if version is not None else get_entry_or_404(entry_id, with_history=False, masked=False).version
+    if version is not None:
+        return version
+    return visible.lookup(runtime_of(current_app).store, entry_id, with_history=False).version
 
 
 @entries.command("republish")
