@@ -57,15 +57,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=9)
     options = parser.parse_args()
-    from dlq_dashboard.web import data
+    from dlq_dashboard.access import visible
     from tests import support
 
     large = ROOT / "bench" / "out" / "pages-100000.sqlite3"
     if not large.exists():
         print(f"{large} is missing: run bench/bench_pages.py --entries 100000 --keep first")
         return 1
-    whole = lambda: setattr(data, "ROW_PAYLOAD_BYTES", None)  # noqa: E731 - the read before snippets
-    prefix = lambda: setattr(data, "ROW_PAYLOAD_BYTES", 512)  # noqa: E731
+    whole = lambda: setattr(visible, "ROW_PAYLOAD_BYTES", None)  # noqa: E731 - the read before snippets
+    prefix = lambda: setattr(visible, "ROW_PAYLOAD_BYTES", 512)  # noqa: E731
     with tempfile.TemporaryDirectory() as workdir:
         work = Path(workdir)
         big_url = f"sqlite:///{work}/big.sqlite3"
@@ -86,7 +86,7 @@ def main() -> int:
                 (prefix, keyed, "/?field.customer=alice"), options.runs)
         compare("A status=open, B field.sku=none (no match: every row read)", (prefix, keyed, "/?status=open"),
                 (prefix, keyed, "/?field.sku=none"), max(3, options.runs // 3))
-    data.ROW_PAYLOAD_BYTES = 512
+    visible.ROW_PAYLOAD_BYTES = 512
     return 0
 
 

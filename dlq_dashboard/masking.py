@@ -1,8 +1,9 @@
 """DLQ_MASK: the payload fields and headers a viewer sees as "•••" (SPEC section 9).
 
-``Mask`` is built once from the settings. Each place that shows an entry to a viewer shows
-``mask.entry(view)`` instead of the entry; anything else that quotes entries (alerts) uses
-``mask_payload``, ``mask_headers`` and ``mask_text``. Operators and admins never go through it.
+``Mask`` is built once from the settings. Who sees through it is decided by the reader
+(``access/reader.py``): every channel reads entries through ``access/visible.py``, which shows a
+viewer ``mask.entry(view)`` instead of the entry; the alerts (written below that layer, in the
+mirror's transactions) use ``group_key`` the same way. Operators and admins never go through it.
 
 What an item of DLQ_MASK means:
 
@@ -29,10 +30,29 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol, TypeVar
 
-# An entry as entries/view.py's EntryView holds it (a dataclass; this module sits below it).
-EntryView = Any
+
+class MaskedEntry(Protocol):
+    """What the mask reads of an entry: entries/view.py's EntryView has it all (a dataclass, so a
+    masked copy is made with ``dataclasses.replace``; this module sits below it)."""
+
+    payload: bytes
+    payload_available: bool
+    headers: dict[str, list[str]]
+    original_subject: str | None
+    error: str | None
+    close_note: str | None
+    schema_errors: list | None
+    notes: list[str]
+    history: list[dict] | None
+    actions: list[dict] | None
+
+    @property
+    def payload_text(self) -> str | None: ...
+
+
+Entry = TypeVar("Entry", bound=MaskedEntry)
 
 #: What a viewer sees instead of a masked value.
 MASKED = "•••"
@@ -158,13 +178,14 @@ class Mask:
 
     # --- an entry ---------------------------------------------------------------------------------
 
-    def entry(self, view: EntryView) -> EntryView:
-        """The entry as a viewer sees it: a copy with the masked fields and their quotes hidden."""
+    def entry(self, view: Entry, also: Iterable[str] = ()) -> Entry:
+        """The entry as a viewer sees it: a copy with the masked fields and their quotes hidden
+        (and ``also``'s values in its texts: those of the entry it is a republish of)."""
         if not self:
             return view
         payload, hidden = self.mask_payload(view.payload) if view.payload_available else (view.payload, [])
         headers, header_values = self.mask_headers(view.headers)
-        values = tuple(hidden + header_values)
+        values = tuple(dict.fromkeys([*hidden, *header_values, *also]))
         notes = [self.mask_text(n, values) for n in view.notes]
         changes: dict[str, Any] = {}
         if payload is None:
@@ -195,12 +216,35 @@ class Mask:
             return record
         return {**record, "detail": {**detail, "patch": self.mask_patch(detail["patch"])}}
 
-    def values_of(self, view: EntryView) -> tuple[str, ...]:
+    def values_of(self, view: MaskedEntry) -> tuple[str, ...]:
         """The values of an entry this mask hides (to hide them in texts about it, e.g. a group)."""
-        _, hidden = self.mask_payload(view.payload) if view.payload_available else (None, [])
-        return tuple(hidden + self.mask_headers(view.headers)[1])
+        return self.values_in(view.payload, view.payload_available, view.headers)
 
-    def finds(self, view: EntryView, q: str) -> bool:
+    def values_in(self, payload: bytes | None, payload_available: bool, headers: Any) -> tuple[str, ...]:
+        """The values this mask hides in a payload and headers (an entry's stored columns)."""
+        _, hidden = self.mask_payload(payload or b"") if payload_available else (None, [])
+        return tuple(hidden + self.mask_headers(headers if isinstance(headers, dict) else {})[1])
+
+    def group_key(self, key: str, newest: MaskedEntry | None) -> str:
+        """A failure group's text as a viewer sees it: a group's text is its entries' common
+        error, so what the mask hides in its newest entry is hidden in it too (pages, alerts)."""
+        return self.mask_text(key, self.values_of(newest)) if self and newest is not None else key
+
+    def patch_values(self, ops: Any) -> tuple[str, ...]:
+        """The values a JSON Patch writes into (or tests against) a field this mask hides: what
+        ``mask_patch`` shows as "•••", to hide them where a result quotes them too."""
+        if not self.pointers or not isinstance(ops, list):
+            return ()
+        return tuple(_values([op["value"] for op in ops if isinstance(op, dict) and "value" in op
+                              and self.covers(op.get("path"))]))
+
+    def texts(self, value: Any, values: Iterable[str]) -> Any:
+        """``value`` (a text, or lists and dicts of them: a job item, an audit record) with each
+        of ``values`` hidden in every string inside it, as mask_text does; a copy."""
+        values = tuple(values)
+        return _mask_strings(value, lambda text: self.mask_text(text, values)) if values else value
+
+    def finds(self, view: MaskedEntry, q: str) -> bool:
         """Whether a search for ``q`` finds the entry in what a viewer sees of it: every word,
         the last as a prefix, in its subject, error or payload, case and accents ignored."""
         if not self:

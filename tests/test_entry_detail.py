@@ -1,4 +1,4 @@
-"""One entry detail value (entries/detail.py): the entry page, GET /api/entries/<id> and
+"""One entry detail value (access/detail.py): the entry page, GET /api/entries/<id> and
 `entries show --json` tell the same verdict, group and replays, each as the reader may see it."""
 
 from __future__ import annotations
@@ -148,21 +148,22 @@ def test_show_json_is_the_apis_entry_with_its_verdict_group_and_replays(masked_a
     assert "/customer/email: 'alice@example.com' does not match" in verdict
 
 
-def test_the_value_is_built_below_the_web_from_the_store_the_schemas_and_a_mask(masked_app):
-    from dlq_dashboard.entries.detail import build_entry_detail
+def test_the_value_is_built_below_the_web_from_the_store_the_schemas_and_a_reader(masked_app):
+    from dlq_dashboard.access.detail import build_entry_detail
+    from dlq_dashboard.access.reader import Reader
     from dlq_dashboard.errors import EntryNotFound
     from dlq_dashboard.masking import Mask
 
     rt = runtime_of(masked_app)
     original, replays = original_and_replays(masked_app)
-    seen = build_entry_detail(rt.store, rt.schemas, original, Mask.parse(MASK))
-    whole = build_entry_detail(rt.store, rt.schemas, original, None)
+    seen = build_entry_detail(rt.store, rt.schemas, original, Reader.of("viewer", Mask.parse(MASK)))
+    whole = build_entry_detail(rt.store, rt.schemas, original, Reader.of("operator", Mask.parse(MASK)))
     assert [r.id for r in seen.replays] == replays and seen.failed_again.id == replays[-1]
     assert [r.error for r in seen.replays] == ["still no account for •••"] * 2
     assert [r.error for r in whole.replays] == ["still no account for bob@example.com"] * 2
     assert seen.entry.payload_text == '{"customer": {"email": "•••"}}'
     assert seen.pointers == [e["path"] for e in seen.current_schema.errors] and "/customer/email" in seen.pointers
     assert seen.group.id == whole.group.id and seen.last_sent is None and seen.original is None
-    assert build_entry_detail(rt.store, rt.schemas, replays[0], None).original.id == original
+    assert build_entry_detail(rt.store, rt.schemas, replays[0], Reader("admin")).original.id == original
     with pytest.raises(EntryNotFound):
-        build_entry_detail(rt.store, rt.schemas, 999999, None)
+        build_entry_detail(rt.store, rt.schemas, 999999, Reader("admin"))

@@ -31,11 +31,14 @@ LOWER = {
     "entries": {"ingest", "alerts", "db", "base", "consumer"},
     "accounts": {"db", "base"},
     "actions": {"entries", "ingest", "alerts", "db", "nats", "base", "consumer"},
+    # What a reader may see (access/visible.py): over the entries, the jobs and the audit.
+    "access": {"actions", "entries", "accounts", "ingest", "alerts", "db", "nats", "base", "consumer"},
     "runtime": {"actions", "entries", "ingest", "alerts", "db", "nats", "base", "consumer"},
-    "web": {"runtime", "actions", "entries", "accounts", "ingest", "alerts", "db", "nats", "base", "consumer"},
+    "web": {"runtime", "access", "actions", "entries", "accounts", "ingest", "alerts", "db", "nats", "base",
+            "consumer"},
     "demo": {"runtime", "accounts", "nats", "base", "consumer"},
-    "app": {"web", "runtime", "actions", "entries", "accounts", "ingest", "alerts", "db", "nats", "base", "consumer",
-            "demo"},
+    "app": {"web", "runtime", "access", "actions", "entries", "accounts", "ingest", "alerts", "db", "nats", "base",
+            "consumer", "demo"},
 }
 
 

@@ -108,13 +108,13 @@ def _shown_keys(conn: Connection, rule: AlertRule, groups: dict) -> dict[int, st
                               .where(ENTRIES.c.group_id == group_id).order_by(ENTRIES.c.id.desc()).limit(1)).first()
         if newest is None:
             continue
-        hidden = mask.mask_payload(newest.payload)[1] if newest.payload_available else []
         try:
             headers = json.loads(newest.headers or "{}")
         except ValueError:
             headers = {}
-        hidden += mask.mask_headers(headers if isinstance(headers, dict) else {})[1]
-        key = Mask.mask_text(group.key, hidden)
+        # As visible.groups shows a group to a viewer (Mask.group_key's rule), from the columns.
+        key = mask.mask_text(group.key, mask.values_in(bytes(newest.payload or b""), newest.payload_available,
+                                                       headers))
         if key != group.key:
             shown[group_id] = key
     return shown

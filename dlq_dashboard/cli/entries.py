@@ -1,6 +1,7 @@
 """``flask --app app entries list|show|republish|close|reopen|export``: what the API does, on the
 server, through the same functions as the web routes (web/data.py, web/export.py and the
-actions), audited as ``cli:<os user>``.
+actions), read as an admin (``--as viewer``: as a viewer reads, access/visible.py) and audited as
+``cli:<os user>``.
 
 An action acts on the entry's current version unless ``--version`` names the one the operator
 saw: without it, a change made meanwhile is not noticed (the web's 409 cannot happen).
@@ -16,13 +17,16 @@ import click
 from flask import current_app
 from flask.cli import AppGroup
 
+from ..access import visible
+from ..access.reader import Reader
+from ..accounts import ROLES
 from ..actions.close import close_entry, reopen_entry
 from ..actions.republish import republish_entry
 from ..entries.filters import FILTERS
 from ..errors import DashboardError, InvalidRequest
 from ..runtime import runtime_of
 from ..times import format_time
-from ..web.data import entries_page, entry_detail, get_entry_or_404, list_fields
+from ..web.data import entries_page, entry_detail, list_fields
 from ..web.export import MEDIA_TYPES, export_body
 from ..web.params import single_values
 from .output import BAD_INPUT, FAILED, CommandError, cli_actor, nats_connected, table
@@ -40,6 +44,18 @@ def _filter_options(command):
         flag, metavar, text = declared.option
         command = click.option(flag, metavar=metavar, multiple=True, help=text)(command)
     return command
+
+
+def _reader_option(command):
+    """``--as ROLE``: read as that role would (``--as viewer``: through DLQ_MASK, to hand the
+    output on); the command line on the server reads as an admin by default."""
+    return click.option("--as", "as_role", type=click.Choice(ROLES), default="admin", show_default=True,
+                        help="Show what this role sees (viewer: values DLQ_MASK hides read \"•••\").")(command)
+
+
+def _reader(role: str) -> Reader:
+    """Who the command line reads as."""
+    return Reader.of(role, runtime_of(current_app).mask)
 
 
 def _refusals(command):
@@ -80,10 +96,11 @@ def _one_line(text: str | None, width: int) -> str:
 @click.option("--limit", metavar="N", multiple=True, help="Entries a page (as in the API).")
 @click.option("--cursor", metavar="CURSOR", multiple=True, help="Continue after a page: its next_cursor.")
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: {\"entries\": [...], \"next_cursor\"}.")
+@_reader_option
 @_refusals
-def list_entries(as_json: bool, **options) -> None:
+def list_entries(as_json: bool, as_role: str, **options) -> None:
     """One page of entries, newest first, under the list's filters."""
-    _, page = entries_page(_args(options))
+    _, page = entries_page(_args(options), reader=_reader(as_role))
     if as_json:
         _echo_json(page.to_dict())
         return
@@ -100,11 +117,12 @@ def list_entries(as_json: bool, **options) -> None:
 @entries.command("show")
 @click.argument("entry_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: GET /api/entries/<id>.")
+@_reader_option
 @_refusals
-def show_entry(entry_id: int, as_json: bool) -> None:
+def show_entry(entry_id: int, as_json: bool, as_role: str) -> None:
     """One entry with its payload, failure group, the current schema's verdict, delivery history
     and audit: the value the entry page and GET /api/entries/<id> show."""
-    detail = entry_detail(entry_id)
+    detail = entry_detail(entry_id, _reader(as_role))
     body = detail.to_dict()
     if as_json:
         _echo_json(body)
@@ -143,7 +161,9 @@ def _verdict_line(verdict) -> str:
 
 def _version(entry_id: int, version: int | None) -> int:
     # Without --version the command acts on the entry as it is now (documented above).
-    return version if version is not None else get_entry_or_404(entry_id, with_history=False).version
+    if version is not None:
+        return version
+    return visible.lookup(runtime_of(current_app).store, entry_id, with_history=False).version
 
 
 @entries.command("republish")
@@ -211,10 +231,11 @@ def reopen(entry_id: int, version: int | None, as_json: bool) -> None:
 @click.option("--limit", metavar="N", multiple=True, help="Export at most N entries.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               help="Write to this file (default: standard output).")
+@_reader_option
 @_refusals
-def export(fmt: str, output: Path | None, **options) -> None:
+def export(fmt: str, output: Path | None, as_role: str, **options) -> None:
     """Every entry under the filters as JSON, NDJSON or CSV, streamed as the API streams it."""
-    _, body = export_body(_args(options), fmt)
+    _, body = export_body(_args(options), fmt, _reader(as_role))
     if output is None:
         out = click.get_binary_stream("stdout")
         for chunk in body:

@@ -217,6 +217,15 @@ class Store:
                     select(Action.__table__).where(Action.entry_id == entry_id).order_by(Action.id))]
         return entry
 
+    def entries_by_id(self, entry_ids) -> dict[int, EntryView]:
+        """The entries with these ids (without history), by id; a purged one is left out."""
+        ids = sorted({int(i) for i in entry_ids if i is not None})
+        if not ids:
+            return {}
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(select(ENTRIES).where(Entry.id.in_(ids))).all()
+        return {r._mapping["id"]: self._view(r) for r in rows}
+
     def newest_of_groups(self, group_ids: list[int]) -> dict[int, EntryView]:
         """The newest entry of each of these failure groups, by group id."""
         if not group_ids:

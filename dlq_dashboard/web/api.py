@@ -32,7 +32,7 @@ def list_entries():
 @requires("viewer")
 def get_entry(entry_id: int):
     """One entry with its delivery history and actions, and what its page shows beside it, from
-    the same value (entries/detail.py): the current schema's verdict, its failure group, the
+    the same value (access/detail.py): the current schema's verdict, its failure group, the
     replays (``failed_again``: the newest of them, or null), the payload last sent with the verdict
     on it (null before any republish) and, for a replay, the original's id."""
     return jsonify(entry_detail(entry_id).to_dict())

@@ -9,7 +9,8 @@ from ..entries.audit import audit_page, is_folded
 from ..errors import InvalidRequest
 from . import current_runtime
 from .auth import requires
-from .data import audit_as_seen
+from ..access import visible
+from .data import current_reader, list_fields
 from .responses import render_block
 
 bp = Blueprint("audit", __name__)
@@ -20,7 +21,7 @@ bp = Blueprint("audit", __name__)
 def audit():
     """One page of the audit, newest first, narrowed by entry, job, actor or action."""
     try:
-        page, error = audit_as_seen(audit_page(current_runtime().engine, request.args, fold=True)), None
+        page, error = seen_audit(request.args, fold=True), None
     except InvalidRequest as exc:
         page, error = {"actions": [], "next_cursor": None}, str(exc)
     args = {k: v for k, v in request.args.items() if k != "cursor"}
@@ -33,7 +34,7 @@ def audit():
 def job_items(job_id: int):
     """A bulk job's item records, newest first, a page at a time: what its folded row opens to."""
     args = {**request.args.to_dict(), "job": str(job_id), "items": "1"}
-    page = audit_as_seen(audit_page(current_runtime().engine, args))
+    page = seen_audit(args)
     return render_block("audit.html", "job_items", page=page, job_id=job_id)
 
 
@@ -41,4 +42,10 @@ def job_items(job_id: int):
 @requires("viewer")
 def api_audit():
     """The audit as JSON (``fold`` 1 folds a job's items into its record, as the page does)."""
-    return jsonify(audit_as_seen(audit_page(current_runtime().engine, request.args)))
+    return jsonify(seen_audit(request.args))
+
+
+def seen_audit(args, *, fold: bool = False) -> dict:
+    """One page of the audit (audit_page) as this request's reader sees it."""
+    rt = current_runtime()
+    return visible.audit(current_reader(), rt.store, audit_page(rt.engine, args, fold=fold), list_fields())

@@ -14,7 +14,8 @@ from ..flags import flag
 from ..numbers import whole_number
 from . import current_runtime, params
 from .auth import actor_name, requires
-from .data import jobs_as_seen
+from ..access import visible
+from .data import current_reader, list_fields
 from .presenters.payloads import line_diff
 from .errors import status_of
 from .responses import after_post, page_or_fragment
@@ -35,7 +36,7 @@ def jobs_page(args) -> tuple[dict, dict[str, str]]:
     limit = whole_number(raw, "limit", low=1, high=JOBS_MAX, what="jobs a page") if raw else JOBS_LIMIT
     page = list_jobs(current_runtime().engine, cursor=(args.get("cursor") or "").strip() or None,
                      limit=limit, state=state)
-    jobs_as_seen(page["jobs"])
+    page = {**page, "jobs": visible.jobs(current_reader(), page["jobs"], list_fields())}
     kept = {k: v for k, v in (("state", state), ("limit", raw)) if v}
     return page, kept
 
@@ -72,8 +73,13 @@ def api_job(job_id: int):
     """A job's progress and its items' results (``state`` narrows the items, ``limit`` up to 1000)."""
     raw = request.args.get("limit", "").strip()
     limit = min(whole_number(raw, "limit", what="items to include"), MAX_ITEMS_SHOWN) if raw else 200
-    status = job_status(current_runtime(), job_id, item_state=item_state(), limit=limit)
-    return jsonify(jobs_as_seen([status])[0])
+    return jsonify(seen_job(job_id, item_state=item_state(), limit=limit))
+
+
+def seen_job(job_id: int, **options) -> dict:
+    """A job's progress and its items' results (job_status) as this request's reader sees them."""
+    rt = current_runtime()
+    return visible.job(current_reader(), rt.store, job_status(rt, job_id, **options), list_fields())
 
 
 def item_state() -> str | None:
@@ -86,7 +92,7 @@ def item_state() -> str | None:
 def api_cancel_job(job_id: int):
     """Cancel a job after its current window."""
     cancel_job(current_runtime(), job_id, actor=actor_name())
-    return jsonify(job_status(current_runtime(), job_id, limit=0))
+    return jsonify(seen_job(job_id, limit=0))
 
 
 # --- pages ---------------------------------------------------------------------------------------
@@ -181,7 +187,7 @@ def jobs():
 def job_page(job_id: int):
     """A job's progress; the widget polls itself through htmx until the job ends."""
     state = item_state()
-    status = jobs_as_seen([job_status(current_runtime(), job_id, item_state=state)])[0]
+    status = seen_job(job_id, item_state=state)
     return page_or_fragment("job.html", "progress", job=status, preview=False, state=state,
                             patch_text=patch_text(status["patch"]), item_states=ITEM_STATES)
 

@@ -20,10 +20,11 @@ from ..entries.filters import EntryFilter
 from ..entries.shape import CSV_COLUMNS
 from ..entries.view import EntryView
 from ..numbers import whole_number
+from ..access import visible
+from ..access.reader import Reader
 from . import current_runtime
 from .auth import requires
-from ..masking import Mask
-from .data import list_fields, request_filter, viewer_mask, with_key_fields
+from .data import current_reader, list_fields, request_filter
 
 bp = Blueprint("export", __name__)
 
@@ -38,7 +39,7 @@ MEDIA_TYPES = {
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
-def export_request(args) -> tuple[EntryFilter, int | None]:
+def export_request(args, reader: Reader) -> tuple[EntryFilter, int | None]:
     """The filter of /api/entries and the most rows to export (None: every matching entry).
 
     ``limit`` caps the export instead of sizing a page, so it has no upper bound;
@@ -47,7 +48,7 @@ def export_request(args) -> tuple[EntryFilter, int | None]:
     limit_raw = (args.get("limit") or "").strip()
     max_rows = whole_number(limit_raw, "limit", low=1, what="the most entries to export") if limit_raw else None
     rest = {k: v for k, v in args.items() if k != "limit"}
-    return request_filter(rest), max_rows
+    return request_filter(rest, reader=reader), max_rows
 
 
 def export_filename(flt: EntryFilter, fmt: str, now: datetime | None = None) -> str:
@@ -141,19 +142,14 @@ ENCODERS: dict[str, Callable[[Iterable[EntryView]], Iterator[bytes]]] = {
 }
 
 
-def export_body(args, fmt: str, mask: Mask | None = None) -> tuple[EntryFilter, Iterator[bytes]]:
+def export_body(args, fmt: str, reader: Reader) -> tuple[EntryFilter, Iterator[bytes]]:
     """The filter of ``args`` and every entry it selects encoded in ``fmt``, in chunks (the
-    route and ``flask --app app entries export`` alike), through ``mask`` for a viewer. The first
-    batch is read here, so a failing query raises before anything is sent."""
-    flt, max_rows = export_request(args)
-    entries: Iterator[EntryView] = current_runtime().store.iter_entries(flt, mask=mask)
-    if max_rows is not None:
-        entries = itertools.islice(entries, max_rows)
+    route and ``flask --app app entries export`` alike), as ``reader`` sees them (visible.entries,
+    each with its key fields: "fields", in CSV field.<label>). The first batch is read here, so a
+    failing query raises before anything is sent."""
+    flt, max_rows = export_request(args, reader)
     fields = list_fields()
-    if fields:  # each entry's key fields, as /api/entries gives them ("fields"; CSV: field.<label>)
-        entries = with_key_fields(entries, fields, mask)
-    if mask is not None:
-        entries = (mask.entry(e) for e in entries)
+    entries = visible.entries(reader, current_runtime().store, flt, fields, max_rows=max_rows)
     head = list(itertools.islice(entries, 1))
     entries = itertools.chain(head, entries)
     pieces = csv_pieces(entries, tuple(f.label for f in fields)) if fmt == "csv" else ENCODERS[fmt](entries)
@@ -163,7 +159,7 @@ def export_body(args, fmt: str, mask: Mask | None = None) -> tuple[EntryFilter, 
 def export_response(fmt: str) -> Response:
     """Stream every entry under the request's filters in ``fmt``."""
     # A failing query is an error status rather than a 200 that breaks off (export_body).
-    flt, body = export_body(request.args, fmt, viewer_mask())
+    flt, body = export_body(request.args, fmt, current_reader())
     response = Response(stream_with_context(body), content_type=MEDIA_TYPES[fmt])
     response.headers["Content-Disposition"] = f'attachment; filename="{export_filename(flt, fmt)}"'
     response.headers["Cache-Control"] = "no-store"

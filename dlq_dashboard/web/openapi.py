@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from flask import Blueprint, Flask, current_app, jsonify
 
 from ..actions.close import NOTE_MAX
-from ..entries.detail import detail_schemas
+from ..access.detail import detail_schemas
 from ..entries.filters import FILTERS, MAX_LIMIT
 from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, entry_schema
 from ..entries.shape import nullable as _nullable

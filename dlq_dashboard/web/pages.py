@@ -17,14 +17,15 @@ from dlq_consumer import headers as contract
 from ..actions.decisions import no_stream_sentence, republish_refusal
 from ..actions.streams import stream_of
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
+from ..access import visible
 from ..errors import Hidden
 from ..masking import PAYLOAD_HIDDEN
 from ..entries.tallies import Tallies
 from ..numbers import whole_number
 from . import current_runtime, status
 from .auth import current_identity, requires
-from .data import (entries_page, entry_detail, failed_again, failure_groups, get_entry_or_404, list_fields,
-                   request_filter, viewer_mask)
+from .data import (current_reader, entries_page, entry_detail, failed_again, failure_groups, get_entry_or_404,
+                   list_fields, request_filter)
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.rows import snippet
@@ -87,7 +88,7 @@ def summary():
     flt, filter_error = parse_filter(request.args)
     counts, chart, tally, stored = None, None, None, 0
     if not filter_error:
-        tallies = Tallies(current_runtime().store, viewer_mask())
+        tallies = visible.tallies(current_reader(), current_runtime().store)
         counts, tally = tallies.counts_by_status(flt)
         bounds = chart_bounds(*tallies.received_range(flt))
         totals, _ = tallies.received_between(flt, bounds)
@@ -111,7 +112,7 @@ def newer():
     count = 0
     if after:
         after_id = whole_number(after, "after", what="the newest entry id on the page")
-        count = current_runtime().store.count_newer(flt, after_id, cap=NEW_CAP, mask=viewer_mask())
+        count = visible.count_newer(current_reader(), current_runtime().store, flt, after_id, NEW_CAP)
     return render_block("index.html", "new_entries", new_count=count, cap=NEW_CAP,
                         filter_args=flt.to_args())
 
@@ -158,7 +159,7 @@ def groups():
 @requires("viewer")
 def entry(entry_id: int):
     """One entry: payload beside its schema errors, headers, the timeline, the actions; the
-    JSON of GET /api/entries/<id> is made from the same value (entries/detail.py)."""
+    JSON of GET /api/entries/<id> is made from the same value (access/detail.py)."""
     detail = entry_detail(entry_id)
     found = detail.entry
     marks = mark_indexes(detail.pointers)
@@ -177,7 +178,7 @@ def _entry_context(detail):
     flt = request_filter(request.args)  # a bad one is a 400, as on the list itself
     list_args = flt.to_args()
     entry = detail.entry
-    newer, older = rt.store.neighbours(flt, entry.id, viewer_mask())
+    newer, older = visible.neighbours(current_reader(), rt.store, flt, entry.id)
     republish_reason = edit_reason = None
     identity = current_identity()
     if identity is not None and identity.may("operator"):

@@ -5,8 +5,9 @@ GET /api/entries/<id> (web/api.py) and ``entries show`` (cli/entries.py) all ren
 value, as Datasette's row page and its JSON are both made from one context: the verdict, the
 group and the replays cannot differ between the two.
 
-What the reader may see is decided in one place, ``_Sight``: the entry, each replay, the
-original, the republishes, the group's label and the schema's messages all pass through it.
+What the reader may see is decided by the visibility layer (visible.py): the entry, each
+replay, the original, the republishes and the group's label pass through it, and the schema's
+messages hide what the entry as seen hides.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from typing import Any
 
 from dlq_consumer import headers as contract
 
-from ..errors import EntryNotFound
+from ..entries.schemas import SchemaRegistry
+from ..entries.sent import LastSent, last_sent
+from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, nullable, schema_ref
+from ..entries.store import Store
+from ..entries.view import EntryView
 from ..masking import Mask
 from ..times import format_time
-from .groups import group_label
-from .schemas import SchemaRegistry
-from .shape import BOOL, INT, STATUSES, STR, TIME, nullable, schema_ref
-from .sent import LastSent, last_sent
-from .store import Store
-from .view import EntryView
+from . import visible
+from .reader import Reader
 
 #: Why the current schema's verdict is missing (``SchemaVerdict.error``).
 NOT_AVAILABLE = "Not validated: the payload is not available."
@@ -123,24 +124,23 @@ def replay_dict(replay: EntryView) -> dict[str, Any]:
             "received_at": format_time(replay.received_at)}
 
 
-def build_entry_detail(store: Store, schemas: SchemaRegistry, entry_id: int, mask: Mask | None) -> EntryDetail:
-    """The entry with this id as a reader seeing through ``mask`` (None: everything) may see it,
-    with its verdict, group, replays and republishes; EntryNotFound, a 404, when there is none."""
-    stored = store.get_entry(entry_id, with_history=True)
-    if stored is None:
-        raise EntryNotFound(entry_id)
-    sight = _Sight(mask)
-    seen = sight.entry(stored)
-    replays = [sight.entry(r) for r in store.replays_of(stored.dlq_ref)] if stored.dlq_ref else []
+def build_entry_detail(store: Store, schemas: SchemaRegistry, entry_id: int, reader: Reader) -> EntryDetail:
+    """The entry with this id as ``reader`` may see it, with its verdict, group, replays and
+    republishes; EntryNotFound, a 404, when there is none."""
+    stored = visible.lookup(store, entry_id)
+    seen = visible.entry(reader, stored)
+    replays = visible.replays(reader, store.replays_of(stored.dlq_ref), of=seen) if stored.dlq_ref else []
     original = store.entry_by_dlq_ref(stored.replay_of) if stored.replay_of else None
     republishes = store.republishes_of(stored.id)
-    republishes_seen = sight.republishes(republishes)
+    republishes_seen = visible.republishes(reader, republishes)
+    group = visible.group_of(reader, store, seen)
     return EntryDetail(
         entry=seen, current_schema=_verdict(schemas, stored, seen),
         header_errors=[e for e in seen.schema_errors or [] if isinstance(e, dict)],
-        group=_group(store, seen), replays=replays, republishes=republishes_seen,
+        group=GroupRef(group["id"], group["label"]) if group else None, replays=replays,
+        republishes=republishes_seen,
         last_sent=last_sent(republishes, republishes_seen, stored.original_subject, schemas.validate),
-        original=sight.entry(original) if original is not None else None)
+        original=visible.entry(reader, original) if original is not None else None)
 
 
 def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> SchemaVerdict:
@@ -156,43 +156,6 @@ def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Sch
         return SchemaVerdict(error=TOO_DEEP)
     return SchemaVerdict(result.schema, [{**e.to_dict(), "message": Mask.mask_text(e.message, seen.hidden_values)}
                                          for e in result.errors])
-
-
-def _group(store: Store, seen: EntryView) -> GroupRef | None:
-    # A group's key is its entries' common error, which may quote a value the mask hides here.
-    found = store.group_of(seen.id)
-    if found is None:
-        return None
-    group_id, key = found
-    return GroupRef(group_id, group_label(Mask.mask_text(key, seen.hidden_values)))
-
-
-class _Sight:
-    """What a reader seeing through ``mask`` sees of entries and republishes (None: all of it)."""
-
-    def __init__(self, mask: Mask | None):
-        self.mask = mask or None
-
-    def entry(self, view: EntryView) -> EntryView:
-        return self.mask.entry(view) if self.mask else view
-
-    def republishes(self, republishes: list[dict]) -> list[dict]:
-        """Republishes (store.republishes_of) as seen: for a viewer the payload each sent is masked
-        like the entry's (None, with ``payload_hidden``, when the mask cannot pick fields out of
-        it), so are the headers it sent (and the trace read from them), and ``hidden_values``
-        names what was hidden."""
-        mask = self.mask
-        if not mask:
-            return republishes
-        seen = []
-        for rep in republishes:
-            payload, hidden = mask.mask_payload(rep.get("payload") or b"")
-            headers, header_values = mask.mask_headers(rep.get("headers") or {})
-            hidden = hidden + header_values
-            seen.append({**rep, "payload": payload, "payload_hidden": payload is None,
-                         "hidden_values": tuple(hidden), "headers": headers,
-                         "error": mask.mask_text(rep.get("error"), hidden)})
-        return seen
 
 
 def detail_schemas() -> dict[str, dict]:

@@ -1,0 +1,238 @@
+"""Everything a reader reads of entries, as that reader may see it (DLQ_MASK, docs/security.md).
+
+Each function takes the reader (reader.py) and what was read as stored, and returns what the
+reader may see: a copy, never its argument changed. An operator or an admin (``reader.mask`` is
+None) gets what was stored. The channels (web/pages.py, api.py, export.py, bulk.py, audit.py and
+the command line) read through these and nothing else, so the rule is written once:
+
+- an entry: its masked fields, and the values they held wherever its own texts quote them;
+- a republish it sent, and an entry its republish became (a replay): masked as the entry;
+- a failure group: its text with what the mask hides in its newest entry;
+- a job: its selection (a key-field filter's value, and the words of a search, which name what
+  it looked for), a patch's values for a masked field, and each item's result, masked with the
+  values hidden in that item's entry and in the patch;
+- an audit record: as a job's selection, and its texts masked with its entry's values.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any, Iterable, Iterator, Mapping
+
+from ..actions.bulk.listing import describe_selection
+from ..entries.fields import KeyField, hidden_by
+from ..entries.filters import EntryFilter, FilterError
+from ..entries.groups import Group, group_label
+from ..entries.store import Store
+from ..entries.tallies import Tallies
+from ..entries.view import EntryView, Page
+from ..errors import EntryNotFound
+from ..masking import MASKED, Mask
+from .reader import Reader
+
+#: What a viewer reads for a job's search (``q``) while DLQ_MASK is set: the words searched for
+#: are a masked value as often as not ("alice@example.com"), and beside the ids they matched.
+SEARCH_HIDDEN = MASKED
+
+
+# --- entries -------------------------------------------------------------------------------------
+
+def lookup(store: Store, entry_id: int, *, with_history: bool = True) -> EntryView:
+    """The entry with this id as stored (with its history and actions); EntryNotFound, a 404."""
+    found = store.get_entry(entry_id, with_history=with_history)
+    if found is None:
+        raise EntryNotFound(entry_id)
+    return found
+
+
+def entry(reader: Reader, stored: EntryView, *, also: Iterable[str] = ()) -> EntryView:
+    """The entry as the reader sees it (``also``: more values to hide in its texts)."""
+    return reader.mask.entry(stored, also) if reader.mask else stored
+
+
+def republishes(reader: Reader, stored: list[dict]) -> list[dict]:
+    """An entry's republishes (store.republishes_of) as the reader sees them: for a viewer the
+    payload each sent is masked like the entry's (None, with ``payload_hidden``, when the mask
+    cannot pick fields out of it), so are the headers it sent (and the trace read from them), its
+    error with the values hidden, and ``hidden_values`` names them."""
+    mask = reader.mask
+    if not mask:
+        return stored
+    seen = []
+    for rep in stored:
+        payload, hidden = mask.mask_payload(rep.get("payload") or b"")
+        headers, header_values = mask.mask_headers(rep.get("headers") or {})
+        hidden = hidden + header_values
+        seen.append({**rep, "payload": payload, "payload_hidden": payload is None, "hidden_values": tuple(hidden),
+                     "headers": headers, "error": mask.mask_text(rep.get("error"), hidden)})
+    return seen
+
+
+def replays(reader: Reader, stored: list[EntryView], of: EntryView | None = None) -> list[EntryView]:
+    """Entries whose message was a republish of ``of`` (store.replays_of; ``of`` as the reader
+    sees it), as the reader sees them: each masked as an entry, and what ``of`` hides hidden in
+    their texts too (a republish that failed again quotes what it sent)."""
+    also = of.hidden_values if of is not None else ()
+    return [entry(reader, replay, also=also) for replay in stored]
+
+
+def check_filter(reader: Reader, flt: EntryFilter) -> EntryFilter:
+    """``flt`` if the reader may filter by it: not by a key field DLQ_MASK hides (which entries
+    match would tell its value); FilterError, a 400, otherwise."""
+    for field, _ in flt.field_values:
+        if hidden_by(reader.mask, field):
+            raise FilterError(f"{field.param} cannot be filtered by: DLQ_MASK hides this field from viewers")
+    return flt
+
+
+#: How much of each payload the list reads for its snippet (whitespace runs count as one).
+ROW_PAYLOAD_BYTES = 512
+
+
+def page(reader: Reader, store: Store, flt: EntryFilter, fields: tuple[KeyField, ...] = (), *,
+         rows: bool = False) -> Page:
+    """The page of entries ``flt`` selects as the reader sees them; a viewer's search keeps only
+    what it finds in the masked text. ``rows``: for the list's rows, which show a snippet of each
+    payload: the payloads are read only that far (whole when a mask must be applied first). With
+    key fields (DLQ_LIST_FIELDS) each entry has their values, "•••" where the mask hides one."""
+    mask = reader.mask
+    found = store.list_entries(flt, mask=mask, payload_prefix=None if mask and mask.pointers or not rows
+                               else ROW_PAYLOAD_BYTES)
+    shown = [entry(reader, e) for e in _with_key_fields(reader, store, found.entries, fields)]
+    return Page(shown, found.next_cursor)
+
+
+def entries(reader: Reader, store: Store, flt: EntryFilter, fields: tuple[KeyField, ...] = (), *,
+            max_rows: int | None = None, batch: int = 500) -> Iterator[EntryView]:
+    """Every entry ``flt`` selects (at most ``max_rows``), as the reader sees them, read in
+    batches (the exports): with their key fields, looked up ``batch`` entries at a time."""
+    found: Iterator[EntryView] = store.iter_entries(flt, mask=reader.mask)
+    if max_rows is not None:
+        found = itertools.islice(found, max_rows)
+    while chunk := list(itertools.islice(found, batch)):
+        for stored in _with_key_fields(reader, store, chunk, fields):
+            yield entry(reader, stored)
+
+
+def _with_key_fields(reader: Reader, store: Store, stored: list[EntryView],
+                     fields: tuple[KeyField, ...]) -> list[EntryView]:
+    """``stored`` with their key fields' values, "•••" where the reader's mask hides the field."""
+    if not fields:
+        return stored
+    values = store.field_values([e.id for e in stored], fields)
+    return [replace(e, key_fields={f.label: (MASKED if got.get(f.label) is not None and hidden_by(reader.mask, f)
+                                             else got.get(f.label)) for f in fields})
+            for e in stored for got in (values.get(e.id, {}),)]
+
+
+def tallies(reader: Reader, store: Store) -> Tallies:
+    """The counts, the chart and the groups, counted as the reader's search finds entries."""
+    return Tallies(store, reader.mask)
+
+
+def count_newer(reader: Reader, store: Store, flt: EntryFilter, after_id: int, cap: int) -> int:
+    """How many entries under ``flt`` arrived after ``after_id``, as the reader finds them."""
+    return store.count_newer(flt, after_id, cap=cap, mask=reader.mask)
+
+
+def neighbours(reader: Reader, store: Store, flt: EntryFilter, entry_id: int) -> tuple[int | None, int | None]:
+    """The entries before and after ``entry_id`` in the list ``flt`` makes, as the reader finds it."""
+    return store.neighbours(flt, entry_id, reader.mask)
+
+
+# --- groups --------------------------------------------------------------------------------------
+
+def groups(reader: Reader, store: Store, found: list[Group] | None) -> list[Group] | None:
+    """Failure groups as the reader sees them: a group's text is its entries' common error, so
+    for a viewer what the mask hides in the group's newest entry is hidden in it too."""
+    if not reader.mask or not found:
+        return found
+    newest = store.newest_of_groups([g.id for g in found])
+    return [replace(g, key=reader.mask.group_key(g.key, newest.get(g.id))) for g in found]
+
+
+def group_of(reader: Reader, store: Store, seen: EntryView) -> dict | None:
+    """The failure group of an entry as {"id", "label"}; ``seen``, the entry as the reader sees
+    it: a value the mask hides in it is hidden in the label too."""
+    found = store.group_of(seen.id)
+    if found is None:
+        return None
+    group_id, key = found
+    return {"id": group_id, "label": group_label(Mask.mask_text(key, seen.hidden_values) if reader.mask else key)}
+
+
+# --- jobs and the audit --------------------------------------------------------------------------
+
+def selection(reader: Reader, chosen: Mapping[str, Any], fields: tuple[KeyField, ...] = ()) -> dict:
+    """A job's selection (or its audit record's detail) as the reader sees it: for a viewer a
+    patch's value for a field the mask hides, a key-field filter's value for such a field, and a
+    search's words (``q``) read "•••" (a viewer may not filter by such a field either:
+    check_filter)."""
+    mask = reader.mask
+    if not mask:
+        return dict(chosen)
+    shown = mask.mask_record({"detail": dict(chosen)})["detail"]
+    flt = shown.get("filter")
+    if isinstance(flt, dict):
+        hidden = {f.param for f in fields if hidden_by(mask, f)} | {"q"}
+        shown["filter"] = {k: (SEARCH_HIDDEN if k == "q" else MASKED) if k in hidden and v else v
+                           for k, v in flt.items()}
+    return shown
+
+
+def jobs(reader: Reader, found: list[dict], fields: tuple[KeyField, ...] = ()) -> list[dict]:
+    """Jobs (actions/bulk/listing.py job_summary) as the reader sees them: for a viewer the
+    selection as ``selection`` shows it, and in words without a group's label (a group's label is
+    its entries' error, which may quote a masked value: the group's id instead)."""
+    if not reader.mask:
+        return found
+    shown = []
+    for job in found:
+        chosen = selection(reader, job["selection"], fields)
+        shown.append({**job, "selection": chosen, "patch": chosen.get("patch"),
+                      "selection_text": describe_selection(chosen),
+                      "note": reader.mask.mask_text(job.get("note"), reader.mask.patch_values(job.get("patch")))})
+    return shown
+
+
+def job(reader: Reader, store: Store, status: dict, fields: tuple[KeyField, ...] = ()) -> dict:
+    """A job and its items (actions/bulk/jobs.py job_status) as the reader sees them: the job as
+    ``jobs`` shows it, and each item's result (a schema's or a patch's error, a refusal, which
+    quote the payload) with the values the mask hides in that item's entry and in the patch."""
+    if not reader.mask:
+        return status
+    shown = jobs(reader, [status], fields)[0]
+    items = status.get("items")
+    if items:
+        patched = reader.mask.patch_values(status.get("patch"))
+        stored = store.entries_by_id(i["entry_id"] for i in items if i.get("result"))
+        shown["items"] = [{**item, "result": reader.mask.mask_text(item.get("result"), _values_of(
+            reader.mask, stored.get(item["entry_id"]), patched))} for item in items]
+    return shown
+
+
+def audit(reader: Reader, store: Store, found: dict, fields: tuple[KeyField, ...] = ()) -> dict:
+    """A page of the audit (entries/audit.py audit_page) as the reader sees it: a job's
+    selection (its own record's detail) and a patch's values as ``selection`` shows them, and
+    each record's texts (note, error, detail) with the values the mask hides in its entry and
+    in its patch."""
+    mask = reader.mask
+    if not mask:
+        return found
+    stored = store.entries_by_id(r["entry_id"] for r in found["actions"] if r.get("entry_id"))
+    records = []
+    for record in found["actions"]:
+        detail = record.get("detail")
+        values = _values_of(mask, stored.get(record.get("entry_id")),
+                            mask.patch_values(detail.get("patch")) if isinstance(detail, dict) else ())
+        shown = mask.texts({k: v for k, v in record.items() if k in ("note", "error", "detail")}, values)
+        if isinstance(shown.get("detail"), dict):
+            shown["detail"] = selection(reader, shown["detail"], fields)
+        records.append({**record, **shown})
+    return {**found, "actions": records}
+
+
+def _values_of(mask: Mask, stored: EntryView | None, also: tuple[str, ...]) -> tuple[str, ...]:
+    """What ``mask`` hides in an entry (as stored; None: purged), and ``also``."""
+    return (mask.values_of(stored) if stored is not None else ()) + also
