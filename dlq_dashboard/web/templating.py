@@ -18,6 +18,7 @@ from ..times import as_time, format_time, utcnow
 from . import current_runtime
 from .auth import current_identity
 from .params import form_filter
+from .presenters.actions import bulk_choices, entry_action_bar
 from .responses import list_url
 from .status import service_status
 
@@ -78,6 +79,8 @@ def init_app(app: Flask) -> None:
     app.add_template_filter(timestamp)
     app.add_template_filter(relative)
     app.add_template_filter(number)
+    app.add_template_global(entry_action_bar)
+    app.add_template_global(bulk_choices)
 
     @app.context_processor
     def _context():
