@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from flask import Flask, g
+from flask import Flask, g, request
 from markupsafe import Markup
 
 from dlq_consumer import headers as contract
@@ -19,6 +19,7 @@ from . import current_runtime
 from .auth import current_identity
 from .params import form_filter
 from .presenters.actions import bulk_choices, entry_action_bar
+from .presenters.nav import main_nav
 from .responses import list_url
 from .status import service_status
 
@@ -96,4 +97,4 @@ def init_app(app: Flask) -> None:
                 "reasons": contract.REASONS, "republishable": REPUBLISHABLE, "contract": contract,
                 "service": status, "nats_down": status.nats_down if status else None,
                 "close_needs_nats": rt.settings.delete_on_close, "form_filter": form_filter,
-                "note_max": NOTE_MAX}
+                "note_max": NOTE_MAX, "nav": main_nav(request.endpoint)}
