@@ -20,6 +20,7 @@ from .auth import current_identity
 from .params import form_filter
 from .presenters.actions import bulk_choices, entry_action_bar
 from .presenters.nav import main_nav
+from .presenters.rows import list_columns
 from .responses import list_url
 from .status import service_status
 
@@ -82,6 +83,7 @@ def init_app(app: Flask) -> None:
     app.add_template_filter(number)
     app.add_template_global(entry_action_bar)
     app.add_template_global(bulk_choices)
+    app.add_template_global(list_columns)
 
     @app.context_processor
     def _context():
