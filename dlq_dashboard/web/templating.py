@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from flask import Flask, g
+from flask import Flask, g, request
 from markupsafe import Markup
 
 from dlq_consumer import headers as contract
@@ -18,6 +18,9 @@ from ..times import as_time, format_time, utcnow
 from . import current_runtime
 from .auth import current_identity
 from .params import form_filter
+from .presenters.actions import bulk_choices, entry_action_bar
+from .presenters.nav import main_nav
+from .presenters.rows import list_columns
 from .responses import list_url
 from .status import service_status
 
@@ -78,6 +81,9 @@ def init_app(app: Flask) -> None:
     app.add_template_filter(timestamp)
     app.add_template_filter(relative)
     app.add_template_filter(number)
+    app.add_template_global(entry_action_bar)
+    app.add_template_global(bulk_choices)
+    app.add_template_global(list_columns)
 
     @app.context_processor
     def _context():
@@ -93,4 +99,4 @@ def init_app(app: Flask) -> None:
                 "reasons": contract.REASONS, "republishable": REPUBLISHABLE, "contract": contract,
                 "service": status, "nats_down": status.nats_down if status else None,
                 "close_needs_nats": rt.settings.delete_on_close, "form_filter": form_filter,
-                "note_max": NOTE_MAX}
+                "note_max": NOTE_MAX, "nav": main_nav(request.endpoint)}

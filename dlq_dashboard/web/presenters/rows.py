@@ -1,7 +1,12 @@
-"""What a row of the list shows of an entry's payload: a one-line snippet of its start."""
+"""What a row of the list shows: its columns, and of an entry's payload a one-line snippet of its
+start."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ...entries.fields import KeyField
 from ...entries.view import EntryView
 
 #: Characters of the payload a row shows.
@@ -34,3 +39,23 @@ def snippet(entry: EntryView, size: int = SNIPPET_CHARS) -> str:
     if len(line) > size:
         return line[:size - 1].rstrip() + "…"
     return line + ("…" if cut else "")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the list's table, as its header shows it."""
+
+    label: str
+    css: str = ""
+    title: str = ""
+    selects: bool = False  # the checkbox column, which selects every row of the page
+
+
+def list_columns(fields: Iterable[KeyField], can_act: bool) -> tuple[Column, ...]:
+    """The list's columns in their order: the checkbox for those who can act on the rows (the bulk
+    bar is theirs alone), the entry's facts, its key fields (settings.list_fields), then the payload.
+    A cell across the whole table spans as many as there are."""
+    return ((Column("", selects=True),) if can_act else ()) + tuple(
+        Column(label) for label in ("#", "Status", "Subject", "Consumer", "Original msgId", "Reason", "Error")) + tuple(
+        Column(f.label, css="key-field", title=f.pointer) for f in fields) + (
+        Column("Payload"), Column("Deliveries", css="num"), Column("Failed"))

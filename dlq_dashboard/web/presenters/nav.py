@@ -1,0 +1,50 @@
+"""The main navigation: its items and the pages each one stands for, by endpoint, so the item of
+the page shown is marked (``aria-current="page"``) whatever its URL looks like."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NavItem:
+    """One link of the main navigation."""
+
+    label: str
+    endpoint: str  # where it leads
+    # The other endpoints whose pages belong to it; "blueprint.*" stands for every endpoint of a blueprint.
+    covers: tuple[str, ...] = ()
+
+    def marks(self, endpoint: str | None) -> bool:
+        """True when a page answered by ``endpoint`` belongs to this item."""
+        if not endpoint:
+            return False
+        blueprint = endpoint.rpartition(".")[0]
+        return endpoint == self.endpoint or endpoint in self.covers or f"{blueprint}.*" in self.covers
+
+
+MAIN_NAV = (
+    # An entry's page and its confirmations (republish, edit) are reached from the list.
+    NavItem("Dead letters", "pages.index", ("pages.entry", "pages.newer", "pages.payload_download", "actions.*")),
+    NavItem("Groups", "pages.groups"),
+    NavItem("Views", "views.index", ("views.*",)),
+    # A bulk preview and a job's page belong with the jobs.
+    NavItem("Jobs", "bulk.jobs", ("bulk.*",)),
+    NavItem("Audit", "audit.audit", ("audit.*",)),
+)
+
+
+@dataclass(frozen=True)
+class NavLink:
+    """A nav item as a page renders it."""
+
+    label: str
+    endpoint: str
+    current: bool
+
+
+def main_nav(endpoint: str | None) -> tuple[NavLink, ...]:
+    """The main navigation for a page answered by ``endpoint`` (``request.endpoint``): at most
+    one item current, the first that claims the page."""
+    current = next((item for item in MAIN_NAV if item.marks(endpoint)), None)
+    return tuple(NavLink(item.label, item.endpoint, item is current) for item in MAIN_NAV)
