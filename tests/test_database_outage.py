@@ -42,13 +42,14 @@ def own_postgres():
 
 @pytest.fixture
 def database_url(request, tmp_path):
-    """SQLite in a folder of its own (moved away for an outage), or a database on own_postgres."""
+    """SQLite in a folder of its own (moved away for an outage), or a database on own_postgres;
+    already at the newest revision, as conftest's."""
     if getattr(request, "param", "sqlite") == "sqlite":
         (tmp_path / "db").mkdir()
-        yield f"sqlite:///{tmp_path}/db/dlq.sqlite3"
+        yield support.migrated_sqlite(tmp_path / "db" / "dlq.sqlite3")
         return
     server = request.getfixturevalue("own_postgres")
-    url = server.create_database()
+    url = server.create_database(migrated=True)
     yield url
     if server.proc.poll() is not None:  # a failed test left it stopped
         server.start()

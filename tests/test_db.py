@@ -33,6 +33,9 @@ from dlq_dashboard.nats.server import free_port
 from . import support
 from .test_tallies import kept, truth
 
+# The migrations' own tests: every database_url here starts empty (not the migrated template).
+pytestmark = pytest.mark.fresh_database
+
 ROOT = Path(__file__).resolve().parent.parent
 V1_RELEASE = ROOT / "tests" / "data" / "v1-release.sqlite3"
 # What SQLite's full-text index adds beside the models' tables.

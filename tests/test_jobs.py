@@ -30,13 +30,6 @@ def settings(tmp_path, nats_server, database_url):
                          schemas_dir=support.orders_schema_folder(tmp_path))
 
 
-@pytest.fixture
-def rt(app):
-    runtime = app.extensions["dlq"]
-    assert runtime.jobs.recovered.wait(10)
-    return runtime
-
-
 def payloads(n: int, start: int = 0) -> list[bytes]:
     return [PAYLOAD % i for i in range(start, start + n)]
 
