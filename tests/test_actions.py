@@ -81,6 +81,7 @@ def post(client, url, body, token):
 
 # --- exactly once ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_ten_concurrent_republishes_at_one_version_publish_one_message_and_the_rest_get_409(
         app, rt, nats_server, tokens):
     support.make_orders_stream(nats_server.url)

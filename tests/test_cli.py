@@ -101,6 +101,7 @@ def test_tokens_revoke_stops_the_token_at_once(cli, offline_app):
     assert [t.revoked_at is not None for t in list_tokens(runtime_of(offline_app).engine)] == [True]
 
 
+@pytest.mark.slow
 def test_flask_app_finds_the_app_without_starting_anything(tmp_path):
     """`flask --app app users ...` as the README says, in a fresh process with the repo on its path."""
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path}/cli.sqlite3", "SECRET_KEY": "cli-test",

@@ -17,7 +17,7 @@ from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 BACKLOG = 20_000
 # A stream's followers wait several seconds before they elect a new leader.

@@ -184,6 +184,7 @@ def answering_problems(app, world) -> list[str]:
 
 @pytest.mark.both_databases
 @pytest.mark.parametrize("noticed", [True, False], ids=["probe-noticed", "not-yet-noticed"])
+@pytest.mark.slow
 def test_every_route_answers_503_with_a_sentence_while_the_database_is_away_and_again_after(
         request, app, auth, tmp_path, noticed):
     rt = runtime_of(app)
@@ -394,6 +395,7 @@ def frozen(server: PostgresServer):
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.slow
 def test_a_frozen_database_makes_no_request_wait_as_long_as_the_freeze(request, app, live_server):
     rt = runtime_of(app)
     support.ensure_user(app, "frozen-admin", "admin")

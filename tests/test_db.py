@@ -123,6 +123,7 @@ def test_a_database_upgraded_by_a_newer_release_is_refused_in_one_line(database_
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_postgresql_url_that_cannot_connect_stops_the_start_in_one_line_without_user_or_password(tmp_path):
     closed = free_port()
     url = f"postgresql://dlq:s3cret@127.0.0.1:{closed}/dlq"

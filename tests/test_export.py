@@ -166,6 +166,7 @@ FILTERS = [
 
 
 @pytest.mark.both_databases
+@pytest.mark.slow
 def test_filters_apply_to_exports_exactly_as_to_the_list(offline_app, tokens):
     engine = runtime_of(offline_app).engine
     messages = []
@@ -287,6 +288,7 @@ def _consume(app, query: str) -> int:
     return rows
 
 
+@pytest.mark.slow
 def test_an_export_of_100000_entries_streams_before_the_last_row_is_read(big_app):
     batches = []
 
@@ -313,6 +315,7 @@ def test_an_export_of_100000_entries_streams_before_the_last_row_is_read(big_app
     assert len(batches) > 100  # every row was read in batches, after the first bytes left
 
 
+@pytest.mark.slow
 def test_export_memory_does_not_grow_with_the_row_count(big_app):
     _consume(big_app, "?reason=small&limit=10")  # imports and caches out of the measurement
     peaks = {}

@@ -95,6 +95,7 @@ def test_bad_input_is_stored_and_served_and_never_stalls_the_mirror(app, nats_se
     assert by_seq[9]["original_subject"] == "good.one"
 
 
+@pytest.mark.slow
 def test_ten_thousand_messages_become_ten_thousand_entries(app, nats_server):
     support.run(support.publish_fast(nats_server.url, "dlq.bulk", 10_000,
                      lambda i: (json.dumps({"n": i}).encode(), support.dlq_headers("bulk.x", Dlq_Reason="fatal"))))
@@ -126,6 +127,7 @@ def test_a_restarted_mirror_or_a_replay_stores_nothing_twice(app, nats_server, s
     assert entry_count(app) == 21
 
 
+@pytest.mark.slow
 def test_nats_server_restart_loses_nothing_and_healthz_shows_the_outage(app, nats_server):
     client = app.test_client()
     assert client.get("/healthz").get_json()["status"] == "ok"
@@ -282,6 +284,7 @@ def test_a_backlog_of_large_payloads_is_mirrored_within_a_byte_budget(app, nats_
     assert [hashlib.sha256(p).digest() for p in stored] == [hashlib.sha256(p).digest() for p in payloads]
 
 
+@pytest.mark.slow
 def test_a_backlog_far_larger_than_the_budget_is_mirrored_whole_holding_only_the_budget(app, nats_server, monkeypatch):
     """The client must not take in the backlog faster than the writer stores it: nats-py held
     a million-message backlog in memory (1.3 GB) and then dropped messages for good."""

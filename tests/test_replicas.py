@@ -26,7 +26,7 @@ from dlq_dashboard.nats.server import free_port
 from . import support
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 
 class Replica:
