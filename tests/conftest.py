@@ -1,18 +1,29 @@
 """Fixtures: a real nats-server on a free port with a temporary store, the app over a real SQLite
-file, logins and tokens by role, a live server and Debian's Chromium. Helpers live in support.py."""
+file (or a PostgreSQL database) already at the newest revision, an app factory, logins and tokens
+by role, a live server and Debian's Chromium. Helpers live in support.py.
+
+Databases are migrated once a worker process and copied for each test (a file copy on SQLite,
+``CREATE DATABASE ... TEMPLATE`` on PostgreSQL); tests marked ``fresh_database`` (the migrations'
+own tests) get an empty one. ``slow`` tests (kill -9, backlogs, clusters, several processes) start
+first, so that they do not form the run's tail; browser tests run last.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import threading
 
+import flask
 import pytest
 import waitress
 from hypothesis import settings
 
-from dlq_dashboard import create_app
+from dlq_dashboard import accounts, create_app
 from dlq_dashboard.accounts import create_token
 from dlq_dashboard.nats.server import NatsServer
+from dlq_dashboard.config import Settings
 from dlq_dashboard.runtime import Runtime, runtime_of
 
 from . import support
@@ -31,6 +42,10 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "both_databases: run the test on SQLite and on PostgreSQL")
     config.addinivalue_line("markers", "installed: builds the wheel, installs it in a fresh venv outside the "
                                        "checkout and runs the installed dlq-dashboard command")
+    config.addinivalue_line("markers", "slow: a long resilience test (kill -9, a backlog, a cluster, several "
+                                       "processes); started first, `pytest -m slow` runs them alone")
+    config.addinivalue_line("markers", "fresh_database: the test's database_url is empty (not migrated), "
+                                       "for the tests of the migrations themselves")
 
 
 def pytest_generate_tests(metafunc):
@@ -47,16 +62,46 @@ def postgres_server():
     server.remove()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _password_hashes_worked_out_once():
+    """scrypt is slow on purpose (0.1 s a call) and the tests hash the same few passwords for
+    every login: each result is worked out once a process. The same functions give the same
+    answers (a hash checks as before; a new user's hash is a valid one of its password)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(accounts, "generate_password_hash", functools.lru_cache(accounts.generate_password_hash))
+        patch.setattr(accounts, "check_password_hash", functools.lru_cache(accounts.check_password_hash))
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _templates_compiled_once():
+    """Every app's Jinja environment shares one in-memory bytecode cache (support.CompiledTemplates):
+    compiling the templates again for each test's new app was a third of a page test's time."""
+    create = flask.Flask.create_jinja_environment
+
+    def create_jinja_environment(self):
+        env = create(self)
+        env.bytecode_cache = support.COMPILED_TEMPLATES
+        return env
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(flask.Flask, "create_jinja_environment", create_jinja_environment)
+        yield
+
+
 @pytest.fixture
 def database_url(request, tmp_path):
-    """The test's database: a SQLite file in tmp_path, or (parametrized) a new PostgreSQL database."""
+    """The test's database, already at the newest revision: a SQLite file in tmp_path, or
+    (parametrized) a new PostgreSQL database. Empty instead for a test marked ``fresh_database``."""
+    migrated = request.node.get_closest_marker("fresh_database") is None
     if getattr(request, "param", "sqlite") == "sqlite":
-        yield f"sqlite:///{tmp_path}/dlq.sqlite3"
+        path = tmp_path / "dlq.sqlite3"
+        yield support.migrated_sqlite(path) if migrated else f"sqlite:///{path}"
         return
     server = request.getfixturevalue("postgres_server")
-    url = server.create_database()
+    url = server.create_database(migrated=migrated)
     yield url
-    server.drop_database(url)
+    server.drop_database(url, later=True)
 
 
 @pytest.fixture
@@ -74,31 +119,65 @@ def settings(tmp_path, nats_server, database_url):
 
 
 @pytest.fixture
-def app(settings):
-    """The app with its bridge and mirror running against the test's nats-server."""
-    application = create_app({"SETTINGS": settings, "TESTING": True})
-    runtime = runtime_of(application)
-    runtime.start()
-    assert runtime.bridge.wait_connected(10), "the bridge did not connect"
-    # The streams exist once the mirror follows them: tests may publish from here on.
-    support.wait_for(lambda: all(p.epoch for p in runtime.mirror.progress.values()), message="the mirror to start")
-    yield application
-    runtime.stop()
+def make_app(request, tmp_path):
+    """A factory of apps, each stopped after the test.
+
+    ``make_app(**changes)``: the app over the test's database (``database_url``) with the
+    Settings fields in ``changes`` (``mask=("/email",)``, ``schemas_dir=...``), nothing started
+    and no NATS (a closed port). ``online=True``: pointed at the test's nats-server and started
+    as ``app`` is (the bridge connected, the mirror following). ``settings=``: these Settings
+    (with ``changes`` applied) instead of the test's.
+
+    A test that runs on both databases names ``database_url`` among its arguments (that is what
+    parametrizes it); without it, the database is SQLite.
+    """
+    made = []
+
+    def make(*, online: bool = False, settings: Settings | None = None, **changes):
+        if settings is None:
+            nats_url = request.getfixturevalue("nats_server").url if online else None
+            if "database_url" not in changes:
+                changes["database_url"] = request.getfixturevalue("database_url")
+            settings = support.make_settings(tmp_path, nats_url, **changes)
+        elif changes:
+            settings = dataclasses.replace(settings, **changes)
+        application = create_app({"SETTINGS": settings, "TESTING": True})
+        made.append(application)
+        if online:
+            support.start(application)
+        return application
+
+    yield make
+    for application in reversed(made):
+        runtime_of(application).stop()
 
 
 @pytest.fixture
-def offline_app(tmp_path, database_url):
+def app(settings, make_app):
+    """The app with its bridge and mirror running against the test's nats-server."""
+    return make_app(settings=settings, online=True)
+
+
+@pytest.fixture
+def offline_app(make_app, database_url):
     """The app over the test's database with nothing started (no NATS, no mirror)."""
-    application = create_app({"SETTINGS": support.make_settings(tmp_path, database_url=database_url),
-                              "TESTING": True})
-    yield application
-    runtime_of(application).stop()
+    return make_app(database_url=database_url)
+
+
+@pytest.fixture
+def probe_app(offline_app):
+    """The offline app with probe routes that answer who is asking (support.add_probes)."""
+    return support.add_probes(offline_app)
 
 
 @pytest.fixture
 def rt(request) -> Runtime:
-    """The Runtime of whichever app the test uses (``app`` if it asks for it, else ``offline_app``)."""
-    return runtime_of(_the_app(request))
+    """The Runtime of whichever app the test uses (``app`` if it asks for it, else ``offline_app``);
+    of a started app once the jobs' first recovery pass has run."""
+    runtime = runtime_of(_the_app(request))
+    if "app" in request.fixturenames:
+        assert runtime.jobs.recovered.wait(10), "the jobs' first recovery pass did not run"
+    return runtime
 
 
 def _the_app(request):
@@ -170,7 +249,15 @@ def page(browser):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run browser tests last: once Playwright's sync API has started, its event loop stays
-    running in the main thread for the rest of the session (support.run works around it;
-    code under test that starts a loop of its own in that thread could not)."""
-    items.sort(key=lambda item: "browser" in getattr(item, "fixturenames", ()))
+    """Slow tests first, browser tests last, the rest between in their usual order.
+
+    Browser tests last: once Playwright's sync API has started, its event loop stays running in
+    the main thread for the rest of the session (support.run works around it; code under test
+    that starts a loop of its own in that thread could not). Slow tests first: started last,
+    one of them alone would be the end of the run while the other worker has nothing left."""
+    def place(item) -> int:
+        if "browser" in getattr(item, "fixturenames", ()):
+            return 2
+        return 0 if item.get_closest_marker("slow") else 1
+
+    items.sort(key=place)

@@ -5,24 +5,30 @@ a real server, dead-lettering into the mirror, logging in. Imported as ``from . 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
+import jinja2
 import nats
 from sqlalchemy import func, select
 
 from dlq_dashboard.accounts import create_user
 from dlq_dashboard.actions.bulk.jobs import FINISHED
 from dlq_dashboard.config import Settings
+from dlq_dashboard.db.engine import create_db_engine
+from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Entry, Job
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.runtime import runtime_of
@@ -101,6 +107,86 @@ def assert_child_ends_with_its_parent(code: str, what: str) -> None:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+# --- databases migrated once a process --------------------------------------------------------
+
+_sqlite_template: Path | None = None
+
+
+def sqlite_template() -> Path:
+    """A SQLite file migrated to the newest revision, made on first use in this process (each
+    xdist worker has its own) and removed when the process ends."""
+    global _sqlite_template
+    if _sqlite_template is None:
+        folder = Path(tempfile.mkdtemp(prefix="dlq-template-"))
+        atexit.register(shutil.rmtree, folder, True)
+        path = folder / "dlq.sqlite3"
+        engine = create_db_engine(f"sqlite:///{path}")
+        try:
+            migrate(engine)
+            with engine.connect() as conn:  # everything in the file itself, nothing left in -wal
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            engine.dispose()
+        _sqlite_template = path
+    return _sqlite_template
+
+
+def migrated_sqlite(path) -> str:
+    """The URL of a SQLite database at ``path`` already at the newest revision: a copy of the
+    process's template (a file copy instead of running every revision again)."""
+    shutil.copy(sqlite_template(), path)  # shutil.copy keeps the template's mode, 0600
+    return f"sqlite:///{path}"
+
+
+# --- apps ---------------------------------------------------------------------------------------
+
+class CompiledTemplates(jinja2.BytecodeCache):
+    """Jinja's bytecode cache in memory, shared by every app a test process makes: a template is
+    compiled once a process instead of once an app (Jinja checks the source's checksum, so an
+    edited template is compiled again)."""
+
+    def __init__(self):
+        self._code: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket) -> None:
+        if bucket.key in self._code:
+            bucket.bytecode_from_string(self._code[bucket.key])
+
+    def dump_bytecode(self, bucket) -> None:
+        self._code[bucket.key] = bucket.bytecode_to_string()
+
+
+COMPILED_TEMPLATES = CompiledTemplates()
+
+
+def start(app):
+    """Start an app's runtime and wait until it is ready: the bridge connected and the mirror
+    following its streams (they exist then: a test may publish). Returns the app."""
+    runtime = runtime_of(app)
+    runtime.start()
+    assert runtime.bridge.wait_connected(10), "the bridge did not connect"
+    wait_for(lambda: all(p.epoch for p in runtime.mirror.progress.values()), message="the mirror to start")
+    return app
+
+
+def add_probes(app):
+    """Routes that answer who is asking, one per role, for a GET page, a form and the API."""
+    from flask import jsonify
+
+    from dlq_dashboard.web.auth import actor_name, current_identity, requires
+
+    @requires("viewer")
+    def who():
+        identity = current_identity()
+        return jsonify(actor=actor_name(), role=identity.role, via=identity.via)
+
+    app.add_url_rule("/probe/viewer", "probe_viewer", who, methods=["GET", "POST"])
+    app.add_url_rule("/probe/operator", "probe_operator", requires("operator")(lambda: actor_name()))
+    app.add_url_rule("/api/probe", "api_probe", requires("viewer")(lambda: jsonify(actor=actor_name())),
+                     methods=["GET", "POST"])
+    return app
 
 
 # --- a real nats-server ----------------------------------------------------------------------

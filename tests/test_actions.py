@@ -14,11 +14,11 @@ import pytest
 from nats.js.api import ConsumerConfig
 from sqlalchemy import select
 
-from dlq_dashboard import create_app
 from dlq_dashboard.actions import publishing, recovery
 from dlq_dashboard.actions.close import close_entry
 from dlq_dashboard.actions.republish import republish_entry
 from dlq_dashboard.db.models import Action, Entry, Republish
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -43,14 +43,6 @@ def settings(tmp_path, nats_server, database_url):
     (schemas / "orders.json").write_text(json.dumps(ORDER_SCHEMA))
     return support.make_settings(tmp_path, nats_server.url, database_url=database_url, schemas_dir=str(schemas),
                                  request_timeout=2.0)
-
-
-@pytest.fixture
-def rt(app):
-    """The running app's Runtime, once its first recovery pass has run."""
-    runtime = app.extensions["dlq"]
-    assert runtime.jobs.recovered.wait(10)
-    return runtime
 
 
 class SimulatedCrash(Exception):
@@ -89,6 +81,7 @@ def post(client, url, body, token):
 
 # --- exactly once ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_ten_concurrent_republishes_at_one_version_publish_one_message_and_the_rest_get_409(
         app, rt, nats_server, tokens):
     support.make_orders_stream(nats_server.url)
@@ -361,21 +354,15 @@ def test_close_and_reopen_are_audited_with_who_and_the_note(app, rt, nats_server
     assert client.post("/api/audit", json={}, headers=support.bearer(tokens["admin"])).status_code == 405
 
 
-def test_closing_with_delete_on_close_also_deletes_the_dlq_message(tmp_path, nats_server):
-    application = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url, delete_on_close=True),
-                              "TESTING": True})
-    runtime = application.extensions["dlq"].start()
-    try:
-        assert runtime.bridge.wait_connected(10)
-        support.wait_for(lambda: all(p.epoch for p in runtime.mirror.progress.values()))
-        [entry_id] = support.dead_letter_orders(application, nats_server.url, [VALID])
-        assert len(support.stream_messages(nats_server.url, "DLQ")) == 1
-        outcome = close_entry(runtime, entry_id, 1, actor="alice", note="handled by hand")
-        assert outcome.entry.status == "closed"
-        assert support.stream_messages(nats_server.url, "DLQ") == []
-        assert json.loads(audit_of(runtime, entry_id, "close")[0].detail) == {"dlq_delete": "deleted"}
-    finally:
-        runtime.stop()
+def test_closing_with_delete_on_close_also_deletes_the_dlq_message(make_app, nats_server):
+    application = make_app(online=True, delete_on_close=True)
+    runtime = runtime_of(application)
+    [entry_id] = support.dead_letter_orders(application, nats_server.url, [VALID])
+    assert len(support.stream_messages(nats_server.url, "DLQ")) == 1
+    outcome = close_entry(runtime, entry_id, 1, actor="alice", note="handled by hand")
+    assert outcome.entry.status == "closed"
+    assert support.stream_messages(nats_server.url, "DLQ") == []
+    assert json.loads(audit_of(runtime, entry_id, "close")[0].detail) == {"dlq_delete": "deleted"}
 
 
 # --- a republish that fails again --------------------------------------------------------------

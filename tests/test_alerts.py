@@ -355,6 +355,7 @@ def test_retries_wait_5_seconds_doubling_to_10_minutes():
     assert [backoff(n) for n in (1, 2, 3, 4, 8, 9, 50)] == [5, 10, 20, 40, 600, 600, 600]
 
 
+@pytest.mark.slow
 def test_a_webhook_url_that_is_not_a_url_stops_the_start_with_one_line_naming_it(tmp_path):
     # The other alert settings are refused alike (tests/test_config.py).
     result = subprocess.run([sys.executable, "app.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,

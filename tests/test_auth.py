@@ -5,42 +5,20 @@ from __future__ import annotations
 import re
 
 import pytest
-from flask import jsonify
 from sqlalchemy import select
 
-from dlq_dashboard import create_app
 from dlq_dashboard.accounts import create_token, create_user, revoke_token, set_disabled
 from dlq_dashboard.db.models import Action, Entry
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
-from dlq_dashboard.web.auth import LOGIN_FAILED, actor_name, current_identity, requires, safe_next
+from dlq_dashboard.web.auth import LOGIN_FAILED, actor_name, requires, safe_next
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
 
-def add_probes(app):
-    """Routes that answer who is asking, one per role, for a GET page, a form and the API."""
-
-    @requires("viewer")
-    def who():
-        identity = current_identity()
-        return jsonify(actor=actor_name(), role=identity.role, via=identity.via)
-
-    app.add_url_rule("/probe/viewer", "probe_viewer", who, methods=["GET", "POST"])
-    app.add_url_rule("/probe/operator", "probe_operator", requires("operator")(lambda: actor_name()))
-    app.add_url_rule("/api/probe", "api_probe", requires("viewer")(lambda: jsonify(actor=actor_name())),
-                     methods=["GET", "POST"])
-    return app
-
-
-@pytest.fixture
-def probe_app(offline_app):
-    """The offline app with the probe routes: the app the ``auth`` fixture logs in to."""
-    return add_probes(offline_app)
-
-
 @pytest.fixture
 def engine(probe_app):
-    return probe_app.extensions["dlq"].engine
+    return runtime_of(probe_app).engine
 
 
 # --- login and logout -------------------------------------------------------------------------
@@ -222,12 +200,10 @@ def test_actor_name_is_the_user_the_token_or_anonymous(probe_app, engine, auth):
 # --- a reverse proxy's user header (single sign-on) ---------------------------------------------
 
 @pytest.fixture
-def proxied_app(tmp_path):
-    settings = support.make_settings(tmp_path, trusted_header="X-Forwarded-User", trusted_proxies=("10.0.0.0/24",))
-    app = add_probes(create_app({"SETTINGS": settings, "TESTING": True}))
-    create_user(app.extensions["dlq"].engine, "sso.user@example.com", support.PASSWORD, "operator")
-    yield app
-    app.extensions["dlq"].stop()
+def proxied_app(make_app):
+    app = support.add_probes(make_app(trusted_header="X-Forwarded-User", trusted_proxies=("10.0.0.0/24",)))
+    create_user(runtime_of(app).engine, "sso.user@example.com", support.PASSWORD, "operator")
+    return app
 
 
 def test_the_user_header_is_believed_from_a_trusted_proxy(proxied_app):
@@ -248,7 +224,7 @@ def test_an_unknown_or_disabled_name_from_the_proxy_gets_nothing(proxied_app):
     client = proxied_app.test_client()
     proxy = {"REMOTE_ADDR": "10.0.0.7"}
     assert client.get("/api/probe", headers={"X-Forwarded-User": "stranger"}, environ_base=proxy).status_code == 401
-    set_disabled(proxied_app.extensions["dlq"].engine, "sso.user@example.com", True)
+    set_disabled(runtime_of(proxied_app).engine, "sso.user@example.com", True)
     assert client.get("/api/probe", headers={"X-Forwarded-User": "sso.user@example.com"},
                       environ_base=proxy).status_code == 401
 

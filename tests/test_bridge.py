@@ -50,6 +50,7 @@ def test_calls_from_many_threads_run_on_the_one_bridge_thread(tmp_path, nats_ser
         bridge.stop()
 
 
+@pytest.mark.slow
 def test_a_restarted_server_is_reconnected_to_and_the_outage_is_visible(tmp_path, nats_server):
     bridge = Bridge(support.make_settings(tmp_path, nats_server.url), [nats_server.url]).start()
     try:

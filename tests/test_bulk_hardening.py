@@ -23,13 +23,7 @@ def settings(tmp_path, nats_server, database_url):
                                  schemas_dir=support.orders_schema_folder(tmp_path))
 
 
-@pytest.fixture
-def rt(app):
-    runtime = app.extensions["dlq"]
-    assert runtime.jobs.recovered.wait(10)
-    return runtime
-
-
+@pytest.mark.slow
 def test_a_close_job_is_not_paced_by_the_republish_rate(app, rt, monkeypatch):
     ids = [support.dead_letter(app, seq, payload=b'{"order_id": %d}' % seq) for seq in range(1, 301)]
     taken = []

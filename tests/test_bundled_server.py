@@ -19,7 +19,7 @@ from dlq_dashboard.nats.server import NatsServer, free_port
 
 from . import support
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dlq_dashboard.accounts import get_user, list_tokens, verify_password
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -25,7 +26,7 @@ def cli(offline_app):
 
 @pytest.fixture
 def engine(offline_app):
-    return offline_app.extensions["dlq"].engine
+    return runtime_of(offline_app).engine
 
 
 def test_users_create_reads_the_password_from_stdin(cli, engine):
@@ -97,9 +98,10 @@ def test_tokens_revoke_stops_the_token_at_once(cli, offline_app):
     assert offline_app.test_client().get("/api/entries", headers=support.bearer(token)).status_code == 401
     again = cli("tokens", "revoke", "ci")
     assert again.exit_code == 1 and "no active token named 'ci'" in again.output
-    assert [t.revoked_at is not None for t in list_tokens(offline_app.extensions["dlq"].engine)] == [True]
+    assert [t.revoked_at is not None for t in list_tokens(runtime_of(offline_app).engine)] == [True]
 
 
+@pytest.mark.slow
 def test_flask_app_finds_the_app_without_starting_anything(tmp_path):
     """`flask --app app users ...` as the README says, in a fresh process with the repo on its path."""
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path}/cli.sqlite3", "SECRET_KEY": "cli-test",
@@ -125,6 +127,6 @@ def test_flask_app_finds_the_app_without_starting_anything(tmp_path):
 def test_the_first_admin_exists_for_the_cli_to_see(offline_app, cli):
     from dlq_dashboard.accounts import ensure_first_admin
 
-    password = ensure_first_admin(offline_app.extensions["dlq"].engine)
+    password = ensure_first_admin(runtime_of(offline_app).engine)
     assert password and "admin" in cli("users", "list").output
-    assert get_user(offline_app.extensions["dlq"].engine, "admin").role == "admin"
+    assert get_user(runtime_of(offline_app).engine, "admin").role == "admin"

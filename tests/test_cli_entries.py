@@ -182,6 +182,7 @@ def test_export_streams_what_the_api_exports(cli, api, three, tmp_path):
 
 # --- a process of its own ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_command_connects_to_nats_by_itself_and_acts(tmp_path, nats_server):
     """As the README says, in a fresh process: NATS from NATS_URL, nothing else started."""
     support.make_orders_stream(nats_server.url)

@@ -10,7 +10,6 @@ import nats
 import pytest
 from sqlalchemy import select
 
-from dlq_dashboard import create_app
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.nats.server import NatsCluster
 from dlq_dashboard.nats.streams import StreamSetup
@@ -18,7 +17,7 @@ from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 BACKLOG = 20_000
 # A stream's followers wait several seconds before they elect a new leader.
@@ -57,23 +56,9 @@ def cluster_settings(cluster, tmp_path):
 
 
 @pytest.fixture
-def start_dashboard(cluster_settings):
+def start_dashboard(cluster_settings, make_app):
     """Starts the app as the ``app`` fixture does, on the cluster; stopped afterwards."""
-    apps = []
-
-    def start():
-        application = create_app({"SETTINGS": cluster_settings, "TESTING": True})
-        apps.append(application)
-        runtime = runtime_of(application)
-        runtime.start()
-        assert runtime.bridge.wait_connected(10), "the bridge did not connect"
-        support.wait_for(lambda: all(p.epoch for p in runtime.mirror.progress.values()),
-                         message="the mirror to start")
-        return application
-
-    yield start
-    for application in apps:
-        runtime_of(application).stop()
+    return lambda: make_app(settings=cluster_settings, online=True)
 
 
 def payload(n: int) -> bytes:

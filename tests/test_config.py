@@ -133,6 +133,7 @@ def test_flags_override_the_environment():
     assert s.dlq_stream == "B"
 
 
+@pytest.mark.slow
 def test_the_app_refuses_to_start_with_a_bad_value(tmp_path):
     import subprocess
     import sys

@@ -49,6 +49,7 @@ def payload(i: int) -> bytes:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_kill_9_at_random_moments_loses_nothing_and_stores_nothing_twice(tmp_path, nats_server):
     async def create_stream():
         nc = await nats.connect(nats_server.url)

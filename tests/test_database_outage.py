@@ -42,13 +42,14 @@ def own_postgres():
 
 @pytest.fixture
 def database_url(request, tmp_path):
-    """SQLite in a folder of its own (moved away for an outage), or a database on own_postgres."""
+    """SQLite in a folder of its own (moved away for an outage), or a database on own_postgres;
+    already at the newest revision, as conftest's."""
     if getattr(request, "param", "sqlite") == "sqlite":
         (tmp_path / "db").mkdir()
-        yield f"sqlite:///{tmp_path}/db/dlq.sqlite3"
+        yield support.migrated_sqlite(tmp_path / "db" / "dlq.sqlite3")
         return
     server = request.getfixturevalue("own_postgres")
-    url = server.create_database()
+    url = server.create_database(migrated=True)
     yield url
     if server.proc.poll() is not None:  # a failed test left it stopped
         server.start()
@@ -183,6 +184,7 @@ def answering_problems(app, world) -> list[str]:
 
 @pytest.mark.both_databases
 @pytest.mark.parametrize("noticed", [True, False], ids=["probe-noticed", "not-yet-noticed"])
+@pytest.mark.slow
 def test_every_route_answers_503_with_a_sentence_while_the_database_is_away_and_again_after(
         request, app, auth, tmp_path, noticed):
     rt = runtime_of(app)
@@ -393,6 +395,7 @@ def frozen(server: PostgresServer):
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.slow
 def test_a_frozen_database_makes_no_request_wait_as_long_as_the_freeze(request, app, live_server):
     rt = runtime_of(app)
     support.ensure_user(app, "frozen-admin", "admin")

@@ -33,6 +33,9 @@ from dlq_dashboard.nats.server import free_port
 from . import support
 from .test_tallies import kept, truth
 
+# The migrations' own tests: every database_url here starts empty (not the migrated template).
+pytestmark = pytest.mark.fresh_database
+
 ROOT = Path(__file__).resolve().parent.parent
 V1_RELEASE = ROOT / "tests" / "data" / "v1-release.sqlite3"
 # What SQLite's full-text index adds beside the models' tables.
@@ -120,6 +123,7 @@ def test_a_database_upgraded_by_a_newer_release_is_refused_in_one_line(database_
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_postgresql_url_that_cannot_connect_stops_the_start_in_one_line_without_user_or_password(tmp_path):
     closed = free_port()
     url = f"postgresql://dlq:s3cret@127.0.0.1:{closed}/dlq"

@@ -17,6 +17,7 @@ from dlq_dashboard.demo.orders import OUTAGE_CUSTOMER, read_orders
 from dlq_dashboard.nats.server import NatsServer
 from dlq_dashboard.entries.schemas import SchemaRegistry
 from dlq_dashboard.entries.filters import EntryFilter
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -31,7 +32,7 @@ def running(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("demo")
     server = NatsServer(store_dir=tmp_path / "nats", log_path=tmp_path / "nats.log").start()
     app = create_app({"SETTINGS": demo_settings(support.make_settings(tmp_path, server.url)), "TESTING": True})
-    runtime = app.extensions["dlq"]
+    runtime = runtime_of(app)
     runtime.start()
     assert runtime.bridge.wait_connected(10), "the bridge did not connect"
     demo = Demo(runtime, trickle=None, outage_seconds=OUTAGE_SECONDS, seed=7).start()
@@ -169,7 +170,7 @@ def test_an_exhausted_order_republished_after_the_crm_outage_is_stored(running):
 
 
 def test_the_demo_prints_an_operator_login_once_and_stops_cleanly(app, capsys):
-    runtime = app.extensions["dlq"]
+    runtime = runtime_of(app)
     before = set(threading.enumerate())  # the module's shared demo may be running too
 
     def demo_threads():
@@ -194,7 +195,7 @@ def test_the_demo_prints_an_operator_login_once_and_stops_cleanly(app, capsys):
 
 
 def test_the_demo_operator_is_created_once_with_the_operator_role(offline_app):
-    engine = offline_app.extensions["dlq"].engine
+    engine = runtime_of(offline_app).engine
     password = ensure_demo_operator(engine)
 
     assert password and ensure_demo_operator(engine) is None

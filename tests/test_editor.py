@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from dlq_dashboard.db.models import Republish
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -89,7 +90,7 @@ def test_an_unchanged_edit_republishes_the_original_bytes_and_an_edit_what_was_s
     _republish(operator, edited_id, edited.replace("\n", "\r\n"))
     sent = [m.data for m in support.stream_messages(nats_server.url)]
     assert sent == [ORIGINAL, edited.encode()]
-    with app.extensions["dlq"].engine.connect() as conn:
+    with runtime_of(app).engine.connect() as conn:
         rows = conn.execute(select(Republish.entry_id, Republish.edited, Republish.payload)
                             .order_by(Republish.id)).all()
     assert [(r.entry_id, r.edited, bytes(r.payload)) for r in rows] == [
@@ -153,7 +154,7 @@ def test_a_viewer_does_not_see_an_edited_payload_the_mask_cannot_pick_fields_out
 
     support.make_orders_stream(nats_server.url)
     entry_id = support.dead_letter(app, 1, payload=b"customer c-42, not JSON")
-    republish_entry(app.extensions["dlq"], entry_id, 1, actor="carol", payload=b"customer c-43, still not JSON",
+    republish_entry(runtime_of(app), entry_id, 1, actor="carol", payload=b"customer c-43, still not JSON",
                     force=True)
     operator = _text(support.logged_in(app, "operator").get(f"/entries/{entry_id}"))
     assert "customer c-43, still not JSON</pre>" in operator and "+customer c-43, still not JSON" in operator

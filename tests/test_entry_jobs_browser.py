@@ -9,6 +9,7 @@ import re
 from playwright.sync_api import expect
 
 from dlq_dashboard.actions.bulk import jobs
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -54,7 +55,7 @@ def test_the_jobs_page_follows_a_job_until_it_is_done_without_a_reload(app, live
                                                                        monkeypatch):
     support.make_orders_stream(nats_server.url)
     ids = support.dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c-%d"}' % i for i in range(20)])
-    rt = app.extensions["dlq"]
+    rt = runtime_of(app)
     assert rt.jobs.recovered.wait(10)
     # Made without starting, and the runner's recovery (every few seconds it starts every queued
     # job) kept from it: the page finds it unfinished, whatever the machine's speed.

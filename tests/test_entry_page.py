@@ -140,43 +140,32 @@ def test_an_entry_whose_republish_failed_again_says_so_and_links_the_new_failure
 
 
 @pytest.mark.both_databases
-def test_a_viewers_neighbours_skip_entries_found_only_by_a_masked_value(tmp_path, database_url):
-    from dlq_dashboard import create_app
-    from dlq_dashboard.runtime import runtime_of
-
-    app = create_app({"SETTINGS": support.make_settings(tmp_path, database_url=database_url,
-                                                        mask=("/customer/email",)), "TESTING": True})
-    try:
-        hidden = support.dead_letter(app, 1, payload=b'{"customer": {"email": "alice@example.com"}}')
-        shown = [support.dead_letter(app, seq, payload=b'{"customer": {"name": "alice"}}') for seq in (2, 3)]
-        viewer, operator = support.logged_in(app, "viewer"), support.logged_in(app, "operator")
-        assert neighbours(viewer.get(f"/entries/{shown[1]}?q=alice").get_data(as_text=True)) == (None, shown[0])
-        assert neighbours(viewer.get(f"/entries/{shown[0]}?q=alice").get_data(as_text=True)) == (shown[1], None)
-        assert neighbours(operator.get(f"/entries/{shown[0]}?q=alice").get_data(as_text=True)) == (shown[1], hidden)
-    finally:
-        runtime_of(app).stop()
+def test_a_viewers_neighbours_skip_entries_found_only_by_a_masked_value(make_app, database_url):
+    app = make_app(mask=("/customer/email",))
+    hidden = support.dead_letter(app, 1, payload=b'{"customer": {"email": "alice@example.com"}}')
+    shown = [support.dead_letter(app, seq, payload=b'{"customer": {"name": "alice"}}') for seq in (2, 3)]
+    viewer, operator = support.logged_in(app, "viewer"), support.logged_in(app, "operator")
+    assert neighbours(viewer.get(f"/entries/{shown[1]}?q=alice").get_data(as_text=True)) == (None, shown[0])
+    assert neighbours(viewer.get(f"/entries/{shown[0]}?q=alice").get_data(as_text=True)) == (shown[1], None)
+    assert neighbours(operator.get(f"/entries/{shown[0]}?q=alice").get_data(as_text=True)) == (shown[1], hidden)
 
 
-def test_a_masked_value_in_a_group_label_stays_hidden_from_a_viewer(tmp_path):
-    from dlq_dashboard import create_app
+def test_a_masked_value_in_a_group_label_stays_hidden_from_a_viewer(make_app):
     from dlq_dashboard.actions.bulk import jobs
     from dlq_dashboard.runtime import runtime_of
 
-    app = create_app({"SETTINGS": support.make_settings(tmp_path, mask=("/customer/name",)), "TESTING": True})
+    app = make_app(mask=("/customer/name",))
     rt = runtime_of(app)
-    try:
-        entry = support.dead_letter(app, 1, payload=b'{"customer": {"name": "Zebulon"}}', Dlq_Reason="fatal",
-                                    Dlq_Error="customer Zebulon is blocked")
-        group = rt.store.group_of(entry)
-        assert "Zebulon" in group[1], "the group's key quotes the value"
-        jobs.create_job(rt, "close", actor="ann", filter_args={"group": str(group[0])}, start=False)
-        viewer, operator = support.logged_in(app, "viewer"), support.logged_in(app, "operator")
-        page = viewer.get(f"/entries/{entry}").get_data(as_text=True)
-        assert "Zebulon" not in page and f'data-group="{group[0]}"' in page
-        assert "Zebulon" in operator.get(f"/entries/{entry}").get_data(as_text=True)
-        listing = viewer.get("/jobs").get_data(as_text=True)
-        assert "Zebulon" not in listing and f"group {group[0]}, status=open" in listing
-        assert "Zebulon" not in viewer.get("/api/jobs").get_data(as_text=True)
-        assert "Zebulon" in operator.get("/jobs").get_data(as_text=True)
-    finally:
-        rt.stop()
+    entry = support.dead_letter(app, 1, payload=b'{"customer": {"name": "Zebulon"}}', Dlq_Reason="fatal",
+                                Dlq_Error="customer Zebulon is blocked")
+    group = rt.store.group_of(entry)
+    assert "Zebulon" in group[1], "the group's key quotes the value"
+    jobs.create_job(rt, "close", actor="ann", filter_args={"group": str(group[0])}, start=False)
+    viewer, operator = support.logged_in(app, "viewer"), support.logged_in(app, "operator")
+    page = viewer.get(f"/entries/{entry}").get_data(as_text=True)
+    assert "Zebulon" not in page and f'data-group="{group[0]}"' in page
+    assert "Zebulon" in operator.get(f"/entries/{entry}").get_data(as_text=True)
+    listing = viewer.get("/jobs").get_data(as_text=True)
+    assert "Zebulon" not in listing and f"group {group[0]}, status=open" in listing
+    assert "Zebulon" not in viewer.get("/api/jobs").get_data(as_text=True)
+    assert "Zebulon" in operator.get("/jobs").get_data(as_text=True)

@@ -18,6 +18,7 @@ from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.entries.shape import CSV_COLUMNS
 from dlq_dashboard.web.export import _FORMULA_STARTS
 from dlq_dashboard.web.openapi import openapi_document
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -85,7 +86,7 @@ def _expected_text(payload: bytes) -> str | None:
 @pytest.mark.both_databases
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_each_format_round_trips_hostile_and_binary_payloads_byte_for_byte(offline_app, tokens, fmt):
-    engine = offline_app.extensions["dlq"].engine
+    engine = runtime_of(offline_app).engine
     ingest_dlq_batch(engine, "DLQ", "e1", [_message(i + 1, p) for i, p in enumerate(HOSTILE)])
 
     rows = export(offline_app.test_client(), tokens["viewer"], fmt)
@@ -105,7 +106,7 @@ def test_each_format_round_trips_hostile_and_binary_payloads_byte_for_byte(offli
 
 
 def test_an_export_carries_the_same_entry_shape_as_the_api(offline_app, tokens):
-    engine = offline_app.extensions["dlq"].engine
+    engine = runtime_of(offline_app).engine
     ingest_dlq_batch(engine, "DLQ", "e1", [_message(1, b'{"a": 1}', **{"Dlq-Schema-Errors":
                                                                      '[{"path": "/a", "message": "bad"}]'})])
     client = offline_app.test_client()
@@ -116,7 +117,7 @@ def test_an_export_carries_the_same_entry_shape_as_the_api(offline_app, tokens):
 
 
 def test_csv_has_one_row_per_entry_with_headers_as_json_and_formulas_defused(offline_app, tokens):
-    engine = offline_app.extensions["dlq"].engine
+    engine = runtime_of(offline_app).engine
     ingest_dlq_batch(engine, "DLQ", "e1", [_message(1, b"line one\nline two, \"quoted\""),
                                            _message(2, b"=1+1", traceparent="00-abc-01")])
 
@@ -165,8 +166,9 @@ FILTERS = [
 
 
 @pytest.mark.both_databases
+@pytest.mark.slow
 def test_filters_apply_to_exports_exactly_as_to_the_list(offline_app, tokens):
-    engine = offline_app.extensions["dlq"].engine
+    engine = runtime_of(offline_app).engine
     messages = []
     for i in range(30):
         subject = ["orders.created", "orders.paid.eu", "invoices.created"][i % 3]
@@ -191,7 +193,7 @@ def test_filters_apply_to_exports_exactly_as_to_the_list(offline_app, tokens):
 
 
 def test_limit_caps_an_export_without_the_page_bound(offline_app, tokens):
-    engine = offline_app.extensions["dlq"].engine
+    engine = runtime_of(offline_app).engine
     ingest_dlq_batch(engine, "DLQ", "e1", [_message(i + 1, b"x") for i in range(12)])
     client = offline_app.test_client()
 
@@ -236,7 +238,7 @@ def test_an_export_needs_a_login_or_a_token(offline_app):
 
 @pytest.mark.both_databases
 def test_entries_arriving_during_an_export_are_not_in_it(offline_app, tokens):
-    engine = offline_app.extensions["dlq"].engine
+    engine = runtime_of(offline_app).engine
     ingest_dlq_batch(engine, "DLQ", "e1", [_message(i + 1, b"before") for i in range(2500)])
     response = offline_app.test_client().get("/api/export.ndjson", headers=support.bearer(tokens["viewer"]),
                                              buffered=False)
@@ -261,7 +263,7 @@ def big_app(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("big")
     application = create_app({"SETTINGS": support.make_settings(tmp), "TESTING": True})
-    engine = application.extensions["dlq"].engine
+    engine = runtime_of(application).engine
     ingest_dlq_batch(engine, "DLQ", "e1", [_message(1, b'{"order": 1}' * 20, **{"Dlq-Reason": "large"}),
                                            _message(2, b'{"order": 2}' * 20, **{"Dlq-Reason": "small"})])
     columns = [c.name for c in Entry.__table__.columns if c.name != "id"]
@@ -275,7 +277,7 @@ def big_app(tmp_path_factory):
                 f"INSERT INTO entries ({', '.join(columns)}) SELECT {picked} FROM n, entries WHERE id = {source_id}")
     application.config["VIEWER_TOKEN"] = create_token(engine, "big-viewer", "viewer")
     yield application
-    application.extensions["dlq"].stop()
+    runtime_of(application).stop()
 
 
 def _consume(app, query: str) -> int:
@@ -286,6 +288,7 @@ def _consume(app, query: str) -> int:
     return rows
 
 
+@pytest.mark.slow
 def test_an_export_of_100000_entries_streams_before_the_last_row_is_read(big_app):
     batches = []
 
@@ -293,7 +296,7 @@ def test_an_export_of_100000_entries_streams_before_the_last_row_is_read(big_app
         if statement.lstrip().upper().startswith("SELECT") and "FROM entries" in statement and "LIMIT" in statement:
             batches.append(statement)
 
-    engine = big_app.extensions["dlq"].engine
+    engine = runtime_of(big_app).engine
     event.listen(engine, "before_cursor_execute", count_batches)
     try:
         response = big_app.test_client().get("/api/export.ndjson?reason=large",
@@ -312,6 +315,7 @@ def test_an_export_of_100000_entries_streams_before_the_last_row_is_read(big_app
     assert len(batches) > 100  # every row was read in batches, after the first bytes left
 
 
+@pytest.mark.slow
 def test_export_memory_does_not_grow_with_the_row_count(big_app):
     _consume(big_app, "?reason=small&limit=10")  # imports and caches out of the measurement
     peaks = {}
@@ -334,7 +338,7 @@ def test_export_memory_does_not_grow_with_the_row_count(big_app):
 def test_exports_from_the_running_server_keep_mirrored_payloads_exact(app, nats_server, live_server, tokens):
     support.run(support.publish_many(nats_server.url, [("dlq.orders.created", payload, support.dlq_headers(Dlq_Reason="fatal"))
                                        for payload in HOSTILE]))
-    store = app.extensions["dlq"].store
+    store = runtime_of(app).store
     from dlq_dashboard.entries.filters import EntryFilter
 
     support.wait_for(lambda: len(store.list_entries(EntryFilter(limit=100)).entries) == len(HOSTILE), timeout=20,

@@ -14,6 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dlq_dashboard.runtime import runtime_of
+
 from .support import FUZZ_SCALE, LONG_RUN, csrf_token, dead_letter, jobs_settled, logged_in, make_orders_stream
 from .test_openapi import snapshot
 
@@ -69,13 +71,13 @@ def site(app, nats_server):
     client = logged_in(app, "operator")
     client.post("/bulk", data={"action": "close", "ids": [str(ids[-1])], "note": "a job to look at",
                                "csrf_token": csrf_token(client, "/")})
-    jobs_settled(app.extensions["dlq"].engine)
+    jobs_settled(runtime_of(app).engine)
     return app, ids
 
 
 def test_the_html_routes_answer_every_input_without_a_server_error(site):
     app, ids = site
-    engine = app.extensions["dlq"].engine
+    engine = runtime_of(app).engine
     client = logged_in(app, "operator")
     token = csrf_token(client, "/")
     known = list(ids) + [1, 0]

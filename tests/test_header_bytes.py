@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.nats.headers import parse_header_block, parse_header_lines
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -97,7 +98,7 @@ async def terminate_one_and_dead_letter_the_other(url: str) -> None:
 
 
 def test_a_non_ascii_header_value_is_stored_and_republished_byte_for_byte_on_both_paths(app, nats_server, tokens):
-    engine = app.extensions["dlq"].engine
+    engine = runtime_of(app).engine
     support.run(terminate_one_and_dead_letter_the_other(nats_server.url))
 
     def both_entries():

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 IGNORED = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", "instance",
                                  ".pytest_cache", "bench", "tests", "docs")
 
-pytestmark = pytest.mark.installed
+pytestmark = [pytest.mark.installed, pytest.mark.slow]
 
 
 def build_wheel(tmp_path: Path) -> Path:

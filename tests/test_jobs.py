@@ -30,13 +30,6 @@ def settings(tmp_path, nats_server, database_url):
                          schemas_dir=support.orders_schema_folder(tmp_path))
 
 
-@pytest.fixture
-def rt(app):
-    runtime = app.extensions["dlq"]
-    assert runtime.jobs.recovered.wait(10)
-    return runtime
-
-
 def payloads(n: int, start: int = 0) -> list[bytes]:
     return [PAYLOAD % i for i in range(start, start + n)]
 
@@ -51,6 +44,7 @@ def count(rt, model, *conds):
         return conn.execute(select(func.count()).select_from(model).where(*conds)).scalar()
 
 
+@pytest.mark.slow
 def test_a_bulk_job_over_2000_entries_publishes_exactly_2000_messages_at_the_rate_limit(
         app, rt, nats_server, tokens):
     support.make_orders_stream(nats_server.url)
@@ -155,6 +149,7 @@ def test_a_big_job_publishes_from_a_process_of_its_own_exactly_once(app, rt, nat
     assert count(rt, Republish, Republish.state == "published", Republish.seq.isnot(None)) == 2000
 
 
+@pytest.mark.slow
 def test_a_publishing_process_that_dies_mid_job_publishes_nothing_twice(app, rt, nats_server, monkeypatch):
     support.make_orders_stream(nats_server.url)
     support.dead_letter_orders(app, nats_server.url, payloads(2000))

@@ -11,6 +11,7 @@ from dlq_dashboard.actions import publishing
 from dlq_dashboard.actions.bulk import jobs, publisher, work
 from dlq_dashboard.actions.bulk.runner import JobRunner
 from dlq_dashboard.db.models import Action, Job
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -26,13 +27,6 @@ def settings(tmp_path, nats_server, database_url):
     """The orders schema with a numeric price."""
     return support.make_settings(tmp_path, nats_server.url, database_url=database_url, republish_rate=2000,
                                  request_timeout=2.0, schemas_dir=support.orders_schema_folder(tmp_path, SCHEMA))
-
-
-@pytest.fixture
-def rt(app):
-    runtime = app.extensions["dlq"]
-    assert runtime.jobs.recovered.wait(10)
-    return runtime
 
 
 def audit_rows(rt, *conds) -> list:
@@ -165,7 +159,7 @@ def test_bad_patches_get_a_sentence_and_a_viewer_is_refused(offline_app, tokens,
         response = api({"patch": patch} if patch is not None else {})
         assert response.status_code == 400, (patch, response.get_data(as_text=True))
         assert sentence in response.get_json()["error"], (patch, response.get_json())
-    with offline_app.extensions["dlq"].engine.connect() as conn:
+    with runtime_of(offline_app).engine.connect() as conn:
         assert conn.execute(select(Job.id)).first() is None  # nothing was made
 
     operator = auth.client("operator")

@@ -14,6 +14,7 @@ import re
 from playwright.sync_api import expect
 
 from dlq_dashboard.actions.republish import republish_entry
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -68,7 +69,7 @@ def _measure(page, where: str, overflows: list) -> None:
 
 def _entries(app, nats_server) -> dict[str, int]:
     """The entries the pages show: the longest texts, an edited republish, bytes, a job."""
-    rt = app.extensions["dlq"]
+    rt = runtime_of(app)
     assert rt.jobs.recovered.wait(10)
     support.make_orders_stream(nats_server.url)
     ids = {"huge": support.dead_letter(app, 1, subject=LONG_SUBJECT, payload=ONE_LINE.encode(),
@@ -129,7 +130,7 @@ def test_no_page_scrolls_sideways_at_1440_and_390_px(app, live_server, page, nat
         # The conflict page: a confirmation opened before someone else republished the entry.
         page.goto(f"{live_server}/entries/{ids['conflict']}/republish?version=1")
         if width == WIDTHS[0]:
-            republish_entry(app.extensions["dlq"], ids["conflict"], 1, actor="someone-" + TOKEN)
+            republish_entry(runtime_of(app), ids["conflict"], 1, actor="someone-" + TOKEN)
         page.get_by_role("button", name="Republish", exact=True).click()
         expect(page.get_by_text("already republished")).to_be_visible()
         _measure(page, "the conflict page", overflows)

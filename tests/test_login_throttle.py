@@ -8,22 +8,16 @@ from datetime import datetime, timedelta
 import pytest
 
 from dlq_dashboard.accounts import create_user
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
-from .test_auth import add_probes
 
 pytestmark = pytest.mark.both_databases
 
 
 @pytest.fixture
-def probe_app(offline_app):
-    """The offline app with the probe routes of test_auth."""
-    return add_probes(offline_app)
-
-
-@pytest.fixture
 def engine(probe_app):
-    return probe_app.extensions["dlq"].engine
+    return runtime_of(probe_app).engine
 
 
 def attempt(client, name: str, password: str, address: str = "127.0.0.1"):

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from dlq_dashboard import create_app
 from dlq_dashboard.config import ConfigError, load_settings
 from dlq_dashboard.masking import MASKED, Mask
 from dlq_dashboard.runtime import runtime_of
@@ -25,20 +24,14 @@ PAYLOAD = json.dumps({"order_id": 7, "customer": {"email": EMAIL, "name": "Robin
 HEADER_SECRET = "card-token-zq81"
 
 
-def _masked_app(tmp_path, database_url, **changes):
-    settings = support.make_settings(tmp_path, database_url=database_url, mask=MASK, **changes)
-    return create_app({"SETTINGS": settings, "TESTING": True})
-
-
 @pytest.fixture
-def masked(tmp_path, database_url):
+def masked(make_app, database_url):
     """An app with DLQ_MASK set (nothing started), one entry whose error quotes the email, and
     a viewer's and an operator's client."""
-    app = _masked_app(tmp_path, database_url)
+    app = make_app(mask=MASK)
     entry_id = support.dead_letter(app, 1, payload=PAYLOAD, Dlq_Reason="fatal",
                                    Dlq_Error=f"customer {EMAIL} is blocked", X_CARD=HEADER_SECRET)
-    yield app, entry_id, support.logged_in(app, "viewer"), support.logged_in(app, "operator")
-    runtime_of(app).stop()
+    return app, entry_id, support.logged_in(app, "viewer"), support.logged_in(app, "operator")
 
 
 def secrets_in(text: str) -> list[str]:
@@ -201,24 +194,21 @@ def test_a_viewer_cannot_find_an_entry_by_a_masked_value_and_an_operator_can(mas
 
 
 @pytest.mark.both_databases
-def test_a_viewers_search_pages_past_entries_found_by_a_masked_value_only(tmp_path, database_url):
-    app = _masked_app(tmp_path, database_url)
-    try:
-        # Newest first: 30 that match "alice" by the masked email only, then 5 that show it.
-        visible = [support.dead_letter(app, i, payload=json.dumps({"note": "alice"}).encode()) for i in range(1, 6)]
-        for i in range(6, 36):
-            support.dead_letter(app, i, payload=json.dumps({"customer": {"email": f"alice{i}@x.io"}}).encode())
-        viewer = support.logged_in(app, "viewer")
-        found, cursor = [], ""
-        for _ in range(10):
-            page = viewer.get(f"/api/entries?q=alice&limit=2{cursor}").get_json()
-            found += [e["id"] for e in page["entries"]]
-            if not page["next_cursor"]:
-                break
-            cursor = f"&cursor={page['next_cursor']}"
-        assert found == sorted(visible, reverse=True)
-    finally:
-        runtime_of(app).stop()
+def test_a_viewers_search_pages_past_entries_found_by_a_masked_value_only(make_app, database_url):
+    app = make_app(mask=MASK)
+    # Newest first: 30 that match "alice" by the masked email only, then 5 that show it.
+    visible = [support.dead_letter(app, i, payload=json.dumps({"note": "alice"}).encode()) for i in range(1, 6)]
+    for i in range(6, 36):
+        support.dead_letter(app, i, payload=json.dumps({"customer": {"email": f"alice{i}@x.io"}}).encode())
+    viewer = support.logged_in(app, "viewer")
+    found, cursor = [], ""
+    for _ in range(10):
+        page = viewer.get(f"/api/entries?q=alice&limit=2{cursor}").get_json()
+        found += [e["id"] for e in page["entries"]]
+        if not page["next_cursor"]:
+            break
+        cursor = f"&cursor={page['next_cursor']}"
+    assert found == sorted(visible, reverse=True)
 
 
 @pytest.mark.both_databases
@@ -246,20 +236,17 @@ def test_a_group_whose_error_quotes_a_masked_value_hides_it_from_a_viewer(masked
     assert "sender zebulon is blocked" in operator.get("/groups").get_data(as_text=True)
 
 
-def test_schema_messages_quoting_a_masked_value_hide_it(tmp_path, database_url):
+def test_schema_messages_quoting_a_masked_value_hide_it(tmp_path, make_app, database_url):
     folder = support.orders_schema_folder(tmp_path, {
         "x-subjects": ["orders.*"], "type": "object",
         "properties": {"customer": {"properties": {"email": {"type": "string", "maxLength": 5}}}}})
-    app = _masked_app(tmp_path, database_url, schemas_dir=folder)
-    try:
-        entry_id = support.dead_letter(app, 1, payload=PAYLOAD, Dlq_Schema_Errors=json.dumps(
-            [{"path": "/customer/email", "message": f"'{EMAIL}' is not of type 'integer'"}]))
-        page = support.logged_in(app, "viewer").get(f"/entries/{entry_id}").get_data(as_text=True)
-        assert EMAIL not in page and f"&#39;{MASKED}&#39; is not of type" in page
-        # The stored payload was validated: "•••" is not too long.
-        assert f"&#39;{MASKED}&#39; is too long" in page
-    finally:
-        runtime_of(app).stop()
+    app = make_app(mask=MASK, schemas_dir=folder)
+    entry_id = support.dead_letter(app, 1, payload=PAYLOAD, Dlq_Schema_Errors=json.dumps(
+        [{"path": "/customer/email", "message": f"'{EMAIL}' is not of type 'integer'"}]))
+    page = support.logged_in(app, "viewer").get(f"/entries/{entry_id}").get_data(as_text=True)
+    assert EMAIL not in page and f"&#39;{MASKED}&#39; is not of type" in page
+    # The stored payload was validated: "•••" is not too long.
+    assert f"&#39;{MASKED}&#39; is too long" in page
 
 
 def test_without_dlq_mask_a_viewer_sees_everything(offline_app):

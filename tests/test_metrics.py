@@ -13,6 +13,7 @@ from dlq_dashboard.times import utcnow
 from dlq_dashboard.db.engine import write_transaction
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.db.models import Entry, Republish
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -56,7 +57,7 @@ def test_metrics_need_no_login_and_report_the_database_as_up(offline_app):
 
 
 def test_entry_counts_by_status_and_reason_change_when_entries_arrive(offline_app):
-    engine = offline_app.extensions["dlq"].engine
+    engine = runtime_of(offline_app).engine
     client = offline_app.test_client()
     assert value(scrape(client), "dlq_entries", status="open", reason="fatal") is None
 
@@ -77,7 +78,7 @@ def test_entry_counts_by_status_and_reason_change_when_entries_arrive(offline_ap
 
 
 def test_every_reason_outside_the_contract_is_counted_as_other_however_frequent(offline_app):
-    engine = offline_app.extensions["dlq"].engine
+    engine = runtime_of(offline_app).engine
     reasons = [f"custom-{i:02d}" for i in range(30)] + ["custom-00"] * 3 + ["fatal"]
     _dead_letters(engine, 1, reasons)
 
@@ -89,7 +90,7 @@ def test_every_reason_outside_the_contract_is_counted_as_other_however_frequent(
 
 
 def test_republish_outcomes_change_when_republishes_are_recorded(offline_app):
-    engine = offline_app.extensions["dlq"].engine
+    engine = runtime_of(offline_app).engine
     _dead_letters(engine, 1, ["fatal"])
     client = offline_app.test_client()
     now = utcnow()
@@ -115,7 +116,7 @@ def test_republish_outcomes_change_when_republishes_are_recorded(offline_app):
 
 
 def test_metrics_carry_no_message_data(offline_app):
-    _dead_letters(offline_app.extensions["dlq"].engine, 1, ["fatal"])
+    _dead_letters(runtime_of(offline_app).engine, 1, ["fatal"])
 
     text = offline_app.test_client().get("/metrics").get_data(as_text=True)
 

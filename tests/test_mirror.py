@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 
 from dlq_dashboard.ingest.writes import read_position
 from dlq_dashboard.db.models import Entry
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.both_databases
 
 
 def entry_count(app) -> int:
-    with app.extensions["dlq"].engine.connect() as conn:
+    with runtime_of(app).engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(Entry)).scalar_one()
 
 
@@ -94,14 +95,15 @@ def test_bad_input_is_stored_and_served_and_never_stalls_the_mirror(app, nats_se
     assert by_seq[9]["original_subject"] == "good.one"
 
 
+@pytest.mark.slow
 def test_ten_thousand_messages_become_ten_thousand_entries(app, nats_server):
     support.run(support.publish_fast(nats_server.url, "dlq.bulk", 10_000,
                      lambda i: (json.dumps({"n": i}).encode(), support.dlq_headers("bulk.x", Dlq_Reason="fatal"))))
     support.wait_for(lambda: entry_count(app) == 10_000, timeout=60, message="10,000 entries")
-    with app.extensions["dlq"].engine.connect() as conn:
+    with runtime_of(app).engine.connect() as conn:
         distinct = conn.execute(select(func.count(func.distinct(Entry.dlq_seq)))).scalar_one()
     assert distinct == 10_000
-    assert read_position(app.extensions["dlq"].engine, "DLQ")[1] == 10_000
+    assert read_position(runtime_of(app).engine, "DLQ")[1] == 10_000
 
 
 def test_a_restarted_mirror_or_a_replay_stores_nothing_twice(app, nats_server, settings):
@@ -110,9 +112,9 @@ def test_a_restarted_mirror_or_a_replay_stores_nothing_twice(app, nats_server, s
 
     support.run(support.publish_many(nats_server.url, [(f"dlq.r.{i}", b"{}", support.dlq_headers("r.x")) for i in range(20)]))
     support.wait_for(lambda: entry_count(app) == 20, message="20 entries")
-    app.extensions["dlq"].stop()
+    runtime_of(app).stop()
     # Replay the whole stream: the position is rewound as if a crash had lost it.
-    epoch, _ = read_position(app.extensions["dlq"].engine, "DLQ")
+    epoch, _ = read_position(runtime_of(app).engine, "DLQ")
     second = Runtime.create(settings)
     reset_position(second.engine, "DLQ", epoch)
     second.start()
@@ -125,6 +127,7 @@ def test_a_restarted_mirror_or_a_replay_stores_nothing_twice(app, nats_server, s
     assert entry_count(app) == 21
 
 
+@pytest.mark.slow
 def test_nats_server_restart_loses_nothing_and_healthz_shows_the_outage(app, nats_server):
     client = app.test_client()
     assert client.get("/healthz").get_json()["status"] == "ok"
@@ -186,7 +189,7 @@ async def _fail_messages(url: str, stream: str, retention, count: int, *, term: 
 
 
 def _entries_of(app, stream):
-    with app.extensions["dlq"].engine.connect() as conn:
+    with runtime_of(app).engine.connect() as conn:
         return conn.execute(select(Entry.__table__).where(Entry.original_stream == stream)).all()
 
 
@@ -248,7 +251,7 @@ def test_a_failure_reported_by_a_dlq_copy_and_an_advisory_is_one_entry(app, nats
 def test_two_runtimes_on_one_database_mirror_once_and_the_second_takes_over(app, nats_server, settings):
     from dlq_dashboard.runtime import Runtime
 
-    first = app.extensions["dlq"]
+    first = runtime_of(app)
     second = Runtime.create(settings).start()
     try:
         assert second.bridge.wait_connected(10)
@@ -276,11 +279,12 @@ def test_a_backlog_of_large_payloads_is_mirrored_within_a_byte_budget(app, nats_
     payloads = [bytes([i]) * (4 * 1024 * 1024) for i in range(12)]
     support.run(support.publish_many(nats_server.url, [("dlq.big", p, support.dlq_headers("big.x")) for p in payloads]))
     support.wait_for(lambda: entry_count(app) == 12, timeout=60, message="12 large entries")
-    with app.extensions["dlq"].engine.connect() as conn:
+    with runtime_of(app).engine.connect() as conn:
         stored = [bytes(r[0]) for r in conn.execute(select(Entry.payload).order_by(Entry.dlq_seq))]
     assert [hashlib.sha256(p).digest() for p in stored] == [hashlib.sha256(p).digest() for p in payloads]
 
 
+@pytest.mark.slow
 def test_a_backlog_far_larger_than_the_budget_is_mirrored_whole_holding_only_the_budget(app, nats_server, monkeypatch):
     """The client must not take in the backlog faster than the writer stores it: nats-py held
     a million-message backlog in memory (1.3 GB) and then dropped messages for good."""
@@ -310,6 +314,6 @@ def test_a_backlog_far_larger_than_the_budget_is_mirrored_whole_holding_only_the
     peak = max(held for _, held in samples)
     assert peak < 5 * mirror.QUEUE, f"{peak} messages held at once"
     assert len([1 for stored, _ in samples if stored < total / 2]) >= 3  # looked while the backlog was there
-    with app.extensions["dlq"].engine.connect() as conn:
+    with runtime_of(app).engine.connect() as conn:
         seqs = [r[0] for r in conn.execute(select(Entry.dlq_seq).order_by(Entry.dlq_seq))]
     assert seqs == list(range(1, total + 1))

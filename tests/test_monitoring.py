@@ -19,7 +19,6 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import update
 
-from dlq_dashboard import create_app
 from dlq_dashboard.accounts import create_token
 from dlq_dashboard.actions.bulk import jobs
 from dlq_dashboard.actions.purge import purge_entries
@@ -155,46 +154,38 @@ def test_the_metric_names_are_read_from_queries_as_prometheus_names_them():
     assert exported(text) == {"dlq_x_total", "dlq_h_bucket", "dlq_h_sum", "dlq_h_count"}
 
 
-def test_every_metric_a_panel_or_a_rule_names_is_in_a_real_scrape_and_every_one_scraped_is_documented(tmp_path, nats_server, database_url):
+def test_every_metric_a_panel_or_a_rule_names_is_in_a_real_scrape_and_every_one_scraped_is_documented(make_app, nats_server, database_url):
     """The app with its mirror, an alert sender whose webhook refuses, a republish and a bulk job,
     so that every labelled series appears."""
     hook = f"http://127.0.0.1:{free_port(39500)}/hook"  # nothing listens: the alert stays pending
-    settings = support.make_settings(tmp_path, nats_server.url, database_url=database_url, webhook_urls=(hook,),
-                                     webhook_secret="s", alert_poll=0.1, alert_first_retry=0.3)
-    app = create_app({"SETTINGS": settings, "TESTING": True})
+    app = make_app(online=True, webhook_urls=(hook,), webhook_secret="s", alert_poll=0.1, alert_first_retry=0.3)
     rt = runtime_of(app)
-    rt.start()
-    try:
-        assert rt.bridge.wait_connected(10), "the bridge did not connect"
-        support.wait_for(lambda: all(p.epoch for p in rt.mirror.progress.values()), message="the mirror to start")
-        support.make_orders_stream(nats_server.url)  # where the republish goes
-        first, second, _ = support.dead_letter_orders(app, nats_server.url, [b'{"n": 1}', b'{"n": 2}', b'{"n": 3}'])
-        token = create_token(rt.engine, "monitoring-operator", "operator")
-        client = app.test_client()
-        republished = client.post(f"/api/entries/{first}/republish", json={"version": 1},
-                                  headers=support.bearer(token))
-        assert republished.status_code == 200, republished.get_data(as_text=True)
-        job = client.post("/api/bulk", json={"action": "close", "ids": [f"{second}:1"], "note": "known"},
-                          headers=support.bearer(token))
-        assert job.status_code in (200, 201, 202), job.get_data(as_text=True)
-        support.jobs_settled(rt.engine)
-        support.wait_for(lambda: (value(scrape(client), "dlq_alert_failed_attempts_total") or 0) >= 1,
-                         timeout=30, message="the alert to fail once")
+    support.make_orders_stream(nats_server.url)  # where the republish goes
+    first, second, _ = support.dead_letter_orders(app, nats_server.url, [b'{"n": 1}', b'{"n": 2}', b'{"n": 3}'])
+    token = create_token(rt.engine, "monitoring-operator", "operator")
+    client = app.test_client()
+    republished = client.post(f"/api/entries/{first}/republish", json={"version": 1},
+                              headers=support.bearer(token))
+    assert republished.status_code == 200, republished.get_data(as_text=True)
+    job = client.post("/api/bulk", json={"action": "close", "ids": [f"{second}:1"], "note": "known"},
+                      headers=support.bearer(token))
+    assert job.status_code in (200, 201, 202), job.get_data(as_text=True)
+    support.jobs_settled(rt.engine)
+    support.wait_for(lambda: (value(scrape(client), "dlq_alert_failed_attempts_total") or 0) >= 1,
+                     timeout=30, message="the alert to fail once")
 
-        text = client.get("/metrics").get_data(as_text=True)
-        names = exported(text)
-        missing = {name: where for name, where in named_metrics().items() if name not in names}
-        assert missing == {}, f"named but not exported: {missing}"
-        reference = (DEPLOY.parent / "docs" / "api.md").read_text()
-        undocumented = {name for name in names if name.startswith("dlq_") and f"`{name}`" not in reference}
-        assert undocumented == set(), "exported but not in docs/api.md's table"
-        samples = scrape(client)
-        assert value(samples, "dlq_jobs", action="close", state="done") == 1
-        assert value(samples, "dlq_republishes", state="published", duplicate="false") == 1
-        assert value(samples, "dlq_mirror_stuck", stream="DLQ") == 0
-        assert value(samples, "dlq_entries_received_total") == 3
-    finally:
-        rt.stop()
+    text = client.get("/metrics").get_data(as_text=True)
+    names = exported(text)
+    missing = {name: where for name, where in named_metrics().items() if name not in names}
+    assert missing == {}, f"named but not exported: {missing}"
+    reference = (DEPLOY.parent / "docs" / "api.md").read_text()
+    undocumented = {name for name in names if name.startswith("dlq_") and f"`{name}`" not in reference}
+    assert undocumented == set(), "exported but not in docs/api.md's table"
+    samples = scrape(client)
+    assert value(samples, "dlq_jobs", action="close", state="done") == 1
+    assert value(samples, "dlq_republishes", state="published", duplicate="false") == 1
+    assert value(samples, "dlq_mirror_stuck", stream="DLQ") == 0
+    assert value(samples, "dlq_entries_received_total") == 3
 
 
 def test_the_scrape_check_would_fail_on_a_name_the_app_does_not_export(offline_app):

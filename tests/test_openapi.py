@@ -26,6 +26,7 @@ from dlq_dashboard.db.models import Base
 from dlq_dashboard.entries.filters import MAX_LIMIT
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.web.openapi import openapi_document, route_key
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -186,7 +187,7 @@ def test_real_responses_match_the_document(api):
     call("get", "/api/openapi.json", 200, role=None)
 
     api.nats.stop()
-    support.wait_for(lambda: not api.app.extensions["dlq"].bridge.state.connected, message="the bridge to see NATS go")
+    support.wait_for(lambda: not runtime_of(api.app).bridge.state.connected, message="the bridge to see NATS go")
     call("post", republish, 503, role="operator", path_parameters={"entry_id": ids[7]}, body={"version": 1})
     call("get", "/healthz", 503, role=None)
 
@@ -211,7 +212,7 @@ def snapshot(engine) -> dict:
 def fuzz(api, operation, examples: int, mode: GenerationMode = GenerationMode.POSITIVE, **fixed) -> None:
     """Cases generated from the document: positive ones must be answered as it says, negative ones
     (a long run only) without a server error. The same cases every run, but in a long run."""
-    engine = api.app.extensions["dlq"].engine
+    engine = runtime_of(api.app).engine
     headers = support.bearer(api.tokens["operator"])
     checks = CHECKS if mode == GenerationMode.POSITIVE else [not_a_server_error]
 
@@ -247,7 +248,7 @@ def test_schemathesis_finds_no_5xx_no_answer_off_the_document_and_no_get_that_ch
 # --- paging conventions ----------------------------------------------------------------------
 
 def _ingest(app, first: int, count: int, word: str = "widget") -> None:
-    ingest_dlq_batch(app.extensions["dlq"].engine, "DLQ", "e1", [
+    ingest_dlq_batch(runtime_of(app).engine, "DLQ", "e1", [
         StreamMessage(seq=first + i, subject="dlq.orders.created", data=f'{{"item": "{word}"}}'.encode(),
                       headers={"Dlq-Original-Subject": "orders.created"}, stored_at=None) for i in range(count)])
 

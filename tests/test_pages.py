@@ -10,12 +10,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import insert
 
-from dlq_dashboard import create_app
 from dlq_dashboard.ingest.parse import Advisory
 from dlq_dashboard.times import utcnow
 from dlq_dashboard.ingest.writes import ingest_advisory_batch
 from dlq_dashboard.db.models import Action, Republish
 from dlq_dashboard.web.presenters.payloads import TEXT_LIMIT
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -41,12 +41,9 @@ def schemas_dir(tmp_path):
 
 
 @pytest.fixture
-def web(tmp_path, schemas_dir, database_url):
-    """The app over a real SQLite file, with a schema folder; nothing else started."""
-    application = create_app({"SETTINGS": support.make_settings(tmp_path, database_url=database_url,
-                                                                schemas_dir=str(schemas_dir)), "TESTING": True})
-    yield application
-    application.extensions["dlq"].stop()
+def web(make_app, schemas_dir, database_url):
+    """The app over the test's database, with a schema folder; nothing else started."""
+    return make_app(schemas_dir=str(schemas_dir))
 
 
 @pytest.fixture
@@ -292,7 +289,7 @@ def test_the_detail_lists_the_headers_in_a_table(web, client):
 
 
 def test_the_timeline_tells_naks_dead_lettering_republishes_failures_again_and_closes(web, client):
-    engine = web.extensions["dlq"].engine
+    engine = runtime_of(web).engine
     now = utcnow()
     entry_id = support.dead_letter(web, 1, "orders.created", b"{}", Dlq_Reason="max_deliveries", Dlq_Consumer="C",
                            Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="11")
@@ -323,18 +320,15 @@ def test_the_timeline_tells_naks_dead_lettering_republishes_failures_again_and_c
     assert f'This message is a republish of\n  <a href="/entries/{entry_id}">' in back
 
 
-def test_a_broken_schema_file_is_reported_by_name_on_the_page_and_in_the_log(tmp_path, schemas_dir, caplog):
+def test_a_broken_schema_file_is_reported_by_name_on_the_page_and_in_the_log(make_app, schemas_dir, caplog):
     (schemas_dir / "broken.json").write_text("{ not json")
     with caplog.at_level(logging.ERROR):
-        application = create_app({"SETTINGS": support.make_settings(tmp_path, schemas_dir=str(schemas_dir)), "TESTING": True})
-    try:
-        assert "broken.json" in caplog.text
-        entry_id = support.dead_letter(application, 1, "orders.created", b'{"order_id": "x"}')
-        html = html_of(support.logged_in(application, "viewer").get(f"/entries/{entry_id}"))
-        assert "Schema files that could not be loaded" in html and "<code>broken.json</code>" in html
-        assert "it would pass" in html  # the good file still works
-    finally:
-        application.extensions["dlq"].stop()
+        application = make_app(schemas_dir=str(schemas_dir))
+    assert "broken.json" in caplog.text
+    entry_id = support.dead_letter(application, 1, "orders.created", b'{"order_id": "x"}')
+    html = html_of(support.logged_in(application, "viewer").get(f"/entries/{entry_id}"))
+    assert "Schema files that could not be loaded" in html and "<code>broken.json</code>" in html
+    assert "it would pass" in html  # the good file still works
 
 
 def test_an_unknown_entry_is_a_readable_404(client):

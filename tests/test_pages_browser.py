@@ -9,8 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from playwright.sync_api import expect
 
-from dlq_dashboard import create_app
 from dlq_dashboard.entries.filters import EntryFilter
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -19,23 +19,17 @@ ORDER_SCHEMA = {"x-subjects": ["orders.*"], "type": "object", "required": ["orde
 
 
 @pytest.fixture
-def app(tmp_path, nats_server):
+def app(tmp_path, make_app):
     """The running app (bridge and mirror) with a schema folder, for this module's live server."""
     folder = tmp_path / "schemas"
     folder.mkdir()
     (folder / "orders.json").write_text(json.dumps(ORDER_SCHEMA))
-    application = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url, schemas_dir=str(folder)),
-                              "TESTING": True})
-    runtime = application.extensions["dlq"]
-    runtime.start()
-    assert runtime.bridge.wait_connected(10), "the bridge did not connect"
-    yield application
-    runtime.stop()
+    return make_app(online=True, schemas_dir=str(folder))
 
 
 def dead_letter_and_wait(app, nats_server, messages: list[tuple[str, bytes, dict]]) -> None:
     """Publish dead letters to the DLQ stream and wait until the mirror has stored them."""
-    store = app.extensions["dlq"].store
+    store = runtime_of(app).store
     before = len(list(store.iter_entries(EntryFilter())))
     support.run(support.publish_many(nats_server.url, messages), timeout=30)
     support.wait_for(lambda: len(list(store.iter_entries(EntryFilter()))) >= before + len(messages), timeout=15,
@@ -122,7 +116,7 @@ def test_hostile_dead_letters_trigger_no_dialog_and_no_request(app, nats_server,
     page.on("request", lambda request: requests.append(request.url))
     page.on("console", lambda msg: violations.append(msg.text) if "Content Security Policy" in msg.text else None)
     visited = ["/", "/?q=alert", "/groups?status="] + [
-        f"/entries/{e.id}" for e in app.extensions["dlq"].store.list_entries(EntryFilter()).entries]
+        f"/entries/{e.id}" for e in runtime_of(app).store.list_entries(EntryFilter()).entries]
     for path in visited:
         page.goto(f"{live_server}{path}")
         page.wait_for_load_state("networkidle")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
 from nats.js.errors import NoStreamResponseError
 
 from dlq_dashboard.actions.bulk.publisher import Ack, Publisher
@@ -64,6 +65,7 @@ def test_a_process_that_cannot_connect_is_never_ready_and_refuses_windows(tmp_pa
     assert publisher._proc.exitcode is not None
 
 
+@pytest.mark.slow
 def test_windows_in_flight_when_the_process_dies_fail_as_in_doubt(tmp_path, nats_server):
     support.make_orders_stream(nats_server.url)
     publisher = Publisher(support.make_settings(tmp_path, nats_server.url), timeout=5.0)

@@ -19,7 +19,8 @@ from dlq_dashboard.ingest.grouping import error_group
 
 from .test_tallies import kept, truth
 
-pytestmark = pytest.mark.both_databases
+# The migrations' own tests: every database_url here starts empty (not the migrated template).
+pytestmark = [pytest.mark.both_databases, pytest.mark.fresh_database]
 
 EMAILS = ["user36@example", "user7@example", "jane.doe", "", "o'brien@"]
 COUPONS = ["SAVE11", "SAVE87", "XMAS24", "WINTER2026"]

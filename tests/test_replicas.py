@@ -26,7 +26,7 @@ from dlq_dashboard.nats.server import free_port
 from . import support
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 
 class Replica:
@@ -81,9 +81,9 @@ class Replica:
 @pytest.fixture
 def cluster(tmp_path, nats_server, postgres_server):
     """Two replicas of the dashboard on one PostgreSQL database, with a user and a token."""
-    url = postgres_server.create_database()
+    url = postgres_server.create_database(migrated=True)
     engine = create_db_engine(url)
-    migrate(engine)
+    migrate(engine)  # at the newest revision already: finds nothing to do
     create_user(engine, "ops", support.PASSWORD, "operator")
     token = create_token(engine, "ops-token", "operator")
     support.make_orders_stream(nats_server.url)

@@ -12,6 +12,7 @@ from dlq_dashboard.accounts import AccountError, create_token, create_user
 from dlq_dashboard.db.models import Base
 from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -50,7 +51,7 @@ def refused(response) -> bool:
 
 def snapshot(app) -> dict:
     """Every row of every table the requests could change."""
-    engine = app.extensions["dlq"].engine
+    engine = runtime_of(app).engine
     state = {}
     with engine.connect() as conn:
         for table in Base.metadata.sorted_tables:
@@ -59,7 +60,7 @@ def snapshot(app) -> dict:
             skip = NOT_COMPARED.get(table.name) or set()
             columns = [c for c in table.columns if c.name not in skip]
             state[table.name] = [tuple(r) for r in conn.execute(select(*columns).order_by(*table.primary_key.columns))]
-    bridge = app.extensions["dlq"].bridge
+    bridge = runtime_of(app).bridge
     state["ORDERS messages"] = bridge.call(lambda: bridge.js.stream_info("ORDERS"), timeout=5).state.messages
     return state
 
@@ -67,13 +68,13 @@ def snapshot(app) -> dict:
 @pytest.fixture
 def world(app, auth):
     """An entry to act on, a stream its republish would land in, and a session and token per role."""
-    bridge = app.extensions["dlq"].bridge
+    bridge = runtime_of(app).bridge
     bridge.call(lambda: bridge.js.add_stream(name="ORDERS", subjects=["orders.>"]), timeout=5)
-    engine = app.extensions["dlq"].engine
+    engine = runtime_of(app).engine
     ingest_dlq_batch(engine, "MATRIX", "e1", [
         StreamMessage(1, "dlq.orders.created", support.dlq_headers("orders.created", **{"Dlq-Error": "boom"}),
                       b'{"id": 1}', None)])
-    entry_id = app.extensions["dlq"].store.list_entries(EntryFilter()).entries[0].id
+    entry_id = runtime_of(app).store.list_entries(EntryFilter()).entries[0].id
     sessions = {None: app.test_client()}
     sessions.update({role: auth.client(role) for role in IDENTITIES[1:]})
     tokens = {role: create_token(engine, f"matrix-{role}", role) for role in IDENTITIES[1:]}
@@ -113,7 +114,7 @@ def session_for(app, world, who, method):
         return world["sessions"][who]
     name = f"writer-{who}"
     try:
-        create_user(app.extensions["dlq"].engine, name, support.PASSWORD, who)
+        create_user(runtime_of(app).engine, name, support.PASSWORD, who)
     except AccountError:
         pass
     client = app.test_client()

@@ -13,7 +13,6 @@ from html import unescape
 import pytest
 from sqlalchemy import update
 
-from dlq_dashboard import create_app
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.entries.fields import check_database
 from dlq_dashboard.config import ConfigError, load_settings
@@ -32,10 +31,9 @@ LONG = json.dumps({"customer": {"id": "C-42", "name": "Zoë"}, "items": [{"sku":
 
 
 @pytest.fixture
-def rows_app(tmp_path, database_url):
+def rows_app(make_app, database_url):
     """An app (nothing started) with key fields and DLQ_MASK on /card; entries of every kind."""
-    settings = support.make_settings(tmp_path, database_url=database_url, list_fields=FIELDS, mask=("/card",))
-    app = create_app({"SETTINGS": settings, "TESTING": True})
+    app = make_app(list_fields=FIELDS, mask=("/card",))
     ids = {
         "long": support.dead_letter(app, 1, payload=LONG, Dlq_Consumer="billing", Dlq_Original_Msg_Id="order-42",
                                     Dlq_Reason="fatal", Dlq_Error="bad"),
@@ -48,8 +46,7 @@ def rows_app(tmp_path, database_url):
         "accent": support.dead_letter(app, 6, payload=json.dumps({"customer": {"id": "Zoë"}}, ensure_ascii=False)
                                       .encode(), Dlq_Reason="fatal"),
     }
-    yield app, ids
-    runtime_of(app).stop()
+    return app, ids
 
 
 def row_ids(html: str) -> list[int]:

@@ -9,24 +9,20 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from dlq_dashboard import create_app
-from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
 
 @pytest.fixture
-def app(tmp_path):
+def app(make_app):
     """The app with key fields and three entries; nothing started (the pages need no NATS here)."""
-    settings = support.make_settings(tmp_path, list_fields=(("Customer", "/customer/id"),))
-    application = create_app({"SETTINGS": settings, "TESTING": True})
+    application = make_app(list_fields=(("Customer", "/customer/id"),))
     for seq in (1, 2, 3):
         payload = json.dumps({"customer": {"id": f"C-{seq}"}, "note": "a long line without spaces " + "x" * 300})
         support.dead_letter(application, seq, payload=payload.encode(), Dlq_Reason="fatal",
                             Dlq_Consumer="billing-" + "y" * 60, Dlq_Original_Msg_Id=f"order-{seq}-" + "z" * 60,
                             Dlq_Error="customer not found")
-    yield application
-    runtime_of(application).stop()
+    return application
 
 
 def current(page) -> list[str]:

@@ -27,7 +27,7 @@ EXPECTED_HEADERS = {
 }
 
 
-def make_app(tmp_path, **settings):
+def security_app(tmp_path, **settings):
     app = create_app({"SETTINGS": support.make_settings(tmp_path, trusted_proxies=("10.0.0.0/24",), **settings),
                       "TESTING": True})
     app.add_url_rule("/api/probe", "api_probe", requires("viewer")(lambda: jsonify(ok=True)), methods=["POST"])
@@ -37,9 +37,9 @@ def make_app(tmp_path, **settings):
 
 @pytest.fixture
 def web(tmp_path):
-    app = make_app(tmp_path)
+    app = security_app(tmp_path)
     yield app
-    app.extensions["dlq"].stop()
+    runtime_of(app).stop()
 
 
 def assert_security_headers(response, what):
@@ -60,7 +60,7 @@ def test_the_content_security_policy_allows_no_inline_code_no_eval_and_no_framin
 
 def test_every_get_route_answers_with_the_security_headers(app, auth):
     """Every GET route of app.url_map, anonymous and as admin (entry ids filled in)."""
-    engine = app.extensions["dlq"].engine
+    engine = runtime_of(app).engine
     ingest_dlq_batch(engine, "HDR", "e1", [StreamMessage(1, "dlq.orders.created", support.dlq_headers(), b"{}", None)])
     clients = {"anonymous": app.test_client(), "admin": auth.client("admin")}
     get_rules = [rule.rule for rule in app.url_map.iter_rules() if "GET" in rule.methods]
@@ -98,7 +98,7 @@ def test_pages_with_payloads_are_not_cached_but_static_files_may_be(web):
 # --- cookies over HTTPS -----------------------------------------------------------------------
 
 def https_login(app, environ=None, base_url="https://dash.example"):
-    create_user(app.extensions["dlq"].engine, "tls", support.PASSWORD, "viewer")
+    create_user(runtime_of(app).engine, "tls", support.PASSWORD, "viewer")
     client = app.test_client()
     environ = environ or {}
     page = client.get("/login", base_url=base_url, environ_base=environ)
@@ -182,14 +182,14 @@ def test_another_sessions_csrf_token_is_refused(web):
 def test_a_bearer_call_needs_no_csrf_token(web):
     from dlq_dashboard.accounts import create_token
 
-    token = create_token(web.extensions["dlq"].engine, "script", "viewer")
+    token = create_token(runtime_of(web).engine, "script", "viewer")
     assert web.test_client().post("/api/probe", json={}, headers=support.bearer(token)).status_code == 200
 
 
 # --- the login throttle -----------------------------------------------------------------------
 
 def test_after_five_failures_a_name_is_refused_from_that_address_for_a_while_even_with_the_right_password(web):
-    create_user(web.extensions["dlq"].engine, "target", support.PASSWORD, "viewer")
+    create_user(runtime_of(web).engine, "target", support.PASSWORD, "viewer")
     client = web.test_client()
     for _ in range(5):
         assert support.login(client, "target", "guess-guess").status_code == 401
@@ -207,7 +207,7 @@ def test_an_unknown_name_is_throttled_like_a_known_one(web):
 
 
 def test_a_throttled_name_does_not_lock_out_other_names(web):
-    create_user(web.extensions["dlq"].engine, "colleague", support.PASSWORD, "viewer")
+    create_user(runtime_of(web).engine, "colleague", support.PASSWORD, "viewer")
     client = web.test_client()
     for _ in range(5):
         support.login(client, "target", "guess-guess")
@@ -215,10 +215,10 @@ def test_a_throttled_name_does_not_lock_out_other_names(web):
 
 
 def test_one_address_trying_many_names_is_slowed_down(tmp_path):
-    app = make_app(tmp_path, login_failures_per_address=3)
+    app = security_app(tmp_path, login_failures_per_address=3)
     now = [datetime(2026, 11, 30, 12)]
     app.extensions["dlq_login_throttle"].clock = lambda: now[0]
-    create_user(app.extensions["dlq"].engine, "real", support.PASSWORD, "viewer")
+    create_user(runtime_of(app).engine, "real", support.PASSWORD, "viewer")
     attacker = {"REMOTE_ADDR": "198.51.100.7"}
     client = app.test_client()
     for name in ("a1", "a2", "a3", "a4"):
@@ -234,7 +234,7 @@ def test_one_address_trying_many_names_is_slowed_down(tmp_path):
     token = support.csrf_token(client)
     assert client.post("/login", data={"username": "real", "password": support.PASSWORD, "csrf_token": token},
                        environ_base=attacker).status_code == 302
-    app.extensions["dlq"].stop()
+    runtime_of(app).stop()
 
 
 def _throttle(offline_app, clock, **limits) -> LoginThrottle:
@@ -311,7 +311,7 @@ def test_an_open_route_answers_without_login_and_reveals_no_payload(app, path):
         pytest.skip(f"{path} is not a route of this app yet")
     view = app.view_functions[next(r.endpoint for r in app.url_map.iter_rules() if r.rule == path)]
     assert view.required_role is None
-    engine = app.extensions["dlq"].engine
+    engine = runtime_of(app).engine
     headers = support.dlq_headers(f"orders.{SECRET}", **{"Dlq-Error": f"bad {SECRET}", "X-Customer": SECRET})
     ingest_dlq_batch(engine, "OPEN", "e1", [StreamMessage(1, f"dlq.orders.{SECRET}", headers,
                                                           f'{{"card": "{SECRET}"}}'.encode(), None)])
@@ -324,7 +324,7 @@ def test_a_raw_payload_download_is_an_attachment_never_a_page(web):
     downloads = [r.rule for r in web.url_map.iter_rules() if r.rule.endswith("/payload") and "GET" in r.methods]
     if not downloads:
         pytest.skip("there is no raw payload download in this app yet")
-    engine = web.extensions["dlq"].engine
+    engine = runtime_of(web).engine
     ingest_dlq_batch(engine, "DL", "e1", [StreamMessage(1, "dlq.orders.created", support.dlq_headers(),
                                                         b"<script>alert(1)</script>", None)])
     client = support.logged_in(web, "viewer")

@@ -11,9 +11,9 @@ from sqlalchemy import select
 from dlq_dashboard.accounts import create_user, end_sessions, get_user, set_password
 from dlq_dashboard.db.models import LoginSession
 from dlq_dashboard.web.auth import safe_next
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
-from .test_auth import add_probes
 
 pytestmark = pytest.mark.both_databases
 
@@ -22,14 +22,8 @@ NAVIGATING = {"HX-Redirect", "HX-Location", "HX-Refresh", "Location"}
 
 
 @pytest.fixture
-def probe_app(offline_app):
-    """The offline app with the probe routes of test_auth."""
-    return add_probes(offline_app)
-
-
-@pytest.fixture
 def engine(probe_app):
-    return probe_app.extensions["dlq"].engine
+    return runtime_of(probe_app).engine
 
 
 # --- logout -------------------------------------------------------------------------------------

@@ -201,27 +201,21 @@ def test_closing_is_the_databases_decision_and_works_while_nats_is_frozen(app, n
     assert entry_row(rt, entry_id) == ("closed", 2)
 
 
-def test_with_delete_on_close_closing_is_refused_at_once_while_nats_is_frozen(tmp_path, nats_server):
-    app = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url, delete_on_close=True),
-                      "TESTING": True})
-    rt = runtime_of(app).start()
-    try:
-        assert rt.bridge.wait_connected(10)
-        support.wait_for(lambda: all(p.epoch for p in rt.mirror.progress.values()), message="the mirror")
-        [entry_id] = support.dead_letter_orders(app, nats_server.url, [PAYLOAD])
-        operator = support.logged_in(app, "operator")
-        with frozen(nats_server):
-            declared_unreachable(rt)
-            page = operator.get(f"/entries/{entry_id}").get_data(as_text=True)
-            assert re.search(r'data-needs-nats disabled title="NATS is not reachable[^"]*">Close</button>', page)
-            token = support.csrf_token(operator, f"/entries/{entry_id}")
-            refused, took = timed(lambda: operator.post(f"/entries/{entry_id}/close",
-                                                        data={"version": "1", "csrf_token": token}))
-            assert took < REFUSED_WITHIN and refused.status_code == 503
-            assert "nothing was closed" in refused.get_data(as_text=True)
-        assert entry_row(rt, entry_id) == ("open", 1)
-    finally:
-        rt.stop()
+def test_with_delete_on_close_closing_is_refused_at_once_while_nats_is_frozen(make_app, nats_server):
+    app = make_app(online=True, delete_on_close=True)
+    rt = runtime_of(app)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [PAYLOAD])
+    operator = support.logged_in(app, "operator")
+    with frozen(nats_server):
+        declared_unreachable(rt)
+        page = operator.get(f"/entries/{entry_id}").get_data(as_text=True)
+        assert re.search(r'data-needs-nats disabled title="NATS is not reachable[^"]*">Close</button>', page)
+        token = support.csrf_token(operator, f"/entries/{entry_id}")
+        refused, took = timed(lambda: operator.post(f"/entries/{entry_id}/close",
+                                                    data={"version": "1", "csrf_token": token}))
+        assert took < REFUSED_WITHIN and refused.status_code == 503
+        assert "nothing was closed" in refused.get_data(as_text=True)
+    assert entry_row(rt, entry_id) == ("open", 1)
 
 
 # --- the banner -----------------------------------------------------------------------------------

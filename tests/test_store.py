@@ -13,6 +13,7 @@ from dlq_dashboard.db.engine import write_transaction
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.entries.filters import EntryFilter, FilterError, decode_cursor, encode_cursor
 from dlq_dashboard.times import format_time, utcnow
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -21,12 +22,12 @@ pytestmark = pytest.mark.both_databases
 
 @pytest.fixture
 def store(offline_app):
-    return offline_app.extensions["dlq"].store
+    return runtime_of(offline_app).store
 
 
 @pytest.fixture
 def engine(offline_app):
-    return offline_app.extensions["dlq"].engine
+    return runtime_of(offline_app).engine
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ the trace of the message a republish sent."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import itertools
 import json
@@ -14,7 +13,6 @@ from html.parser import HTMLParser
 
 import pytest
 
-from dlq_dashboard import create_app
 from dlq_dashboard.accounts import create_token
 from dlq_dashboard.runtime import runtime_of
 
@@ -55,29 +53,6 @@ class Page(HTMLParser):
             self._in_id = False
 
 
-def start(tmp_path, nats_server, database_url, **changes):
-    settings = dataclasses.replace(support.make_settings(tmp_path, nats_server.url, database_url=database_url),
-                                   **changes)
-    application = create_app({"SETTINGS": settings, "TESTING": True})
-    runtime = runtime_of(application)
-    runtime.start()
-    assert runtime.bridge.wait_connected(10), "the bridge did not connect"
-    support.wait_for(lambda: all(p.epoch for p in runtime.mirror.progress.values()), message="the mirror to start")
-    return application
-
-
-@pytest.fixture
-def make_app(tmp_path, nats_server, database_url):
-    started = []
-
-    def make(**changes):
-        started.append(start(tmp_path, nats_server, database_url, **changes))
-        return started[-1]
-    yield make
-    for application in started:
-        runtime_of(application).stop()
-
-
 _TOKENS = itertools.count(1)
 
 
@@ -111,8 +86,8 @@ def cli(app, *args):
 
 @pytest.mark.both_databases
 def test_a_valid_traceparent_links_its_trace_on_the_page_in_the_json_the_exports_and_the_command_line(
-        make_app, nats_server):
-    app = make_app(trace_url=TEMPLATE)
+        make_app, nats_server, database_url):
+    app = make_app(online=True, trace_url=TEMPLATE)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID], headers={"traceparent": TRACEPARENT})
     get = api(app)
 
@@ -133,7 +108,7 @@ def test_a_valid_traceparent_links_its_trace_on_the_page_in_the_json_the_exports
 
 
 def test_the_link_text_names_the_trace_by_its_short_id(make_app, nats_server):
-    app = make_app(trace_url=TEMPLATE)
+    app = make_app(online=True, trace_url=TEMPLATE)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID], headers={"TraceParent": TRACEPARENT})
     html = support.logged_in(app, "viewer").get(f"/entries/{entry_id}").get_data(as_text=True)
 
@@ -141,7 +116,7 @@ def test_the_link_text_names_the_trace_by_its_short_id(make_app, nats_server):
 
 
 def test_without_dlq_trace_url_the_trace_id_is_shown_as_text_and_trace_url_is_null(make_app, nats_server):
-    app = make_app()
+    app = make_app(online=True)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID], headers={"traceparent": TRACEPARENT})
 
     page = Page(support.logged_in(app, "viewer").get(f"/entries/{entry_id}").get_data(as_text=True))
@@ -158,7 +133,7 @@ def test_without_dlq_trace_url_the_trace_id_is_shown_as_text_and_trace_url_is_nu
     {"X-Other": "1"},
 ], ids=["zero trace id", "upper case", "version 00 with a fifth part", "markup", "none"])
 def test_an_invalid_or_missing_traceparent_shows_no_trace_anywhere(make_app, nats_server, headers):
-    app = make_app(trace_url=TEMPLATE)
+    app = make_app(online=True, trace_url=TEMPLATE)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID], headers=headers)
     get = api(app)
 
@@ -174,7 +149,7 @@ def test_an_invalid_or_missing_traceparent_shows_no_trace_anywhere(make_app, nat
 
 def test_a_hostile_traceparent_never_renders_as_markup(make_app, nats_server):
     # A later version may carry anything after the flags: the trace is valid, the rest is text.
-    app = make_app(trace_url=TEMPLATE)
+    app = make_app(online=True, trace_url=TEMPLATE)
     later = f"cc-{TRACE}-00f067aa0ba902b7-01-{HOSTILE}"
     hostile, future = support.dead_letter_orders(app, nats_server.url, [VALID], headers={"traceparent": HOSTILE}) + \
         support.dead_letter_orders(app, nats_server.url, [VALID], headers={"traceparent": later})
@@ -189,9 +164,9 @@ def test_a_hostile_traceparent_never_renders_as_markup(make_app, nats_server):
 
 
 @pytest.mark.both_databases
-def test_a_viewer_does_not_see_a_trace_dlq_mask_hides_and_an_operator_does(make_app, nats_server):
+def test_a_viewer_does_not_see_a_trace_dlq_mask_hides_and_an_operator_does(make_app, nats_server, database_url):
     support.make_orders_stream(nats_server.url)
-    app = make_app(trace_url=TEMPLATE, mask=("Traceparent",))
+    app = make_app(online=True, trace_url=TEMPLATE, mask=("Traceparent",))
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID], headers={
         "traceparent": TRACEPARENT, "Dlq-Error": f"payment failed (trace {TRACE})"})
     operator_api = api(app, "operator")
@@ -218,7 +193,7 @@ def test_a_viewer_does_not_see_a_trace_dlq_mask_hides_and_an_operator_does(make_
 
 def test_the_timeline_shows_the_trace_of_the_message_a_republish_sent(make_app, nats_server):
     support.make_orders_stream(nats_server.url)
-    app = make_app(trace_url=TEMPLATE)
+    app = make_app(online=True, trace_url=TEMPLATE)
     traced, untraced = (support.dead_letter_orders(app, nats_server.url, [VALID], headers=headers)[0]
                         for headers in ({"traceparent": TRACEPARENT}, {"X-Tenant": "acme"}))
     for entry_id in (traced, untraced):
@@ -240,7 +215,7 @@ def test_an_entry_with_a_trace_matches_the_openapi_document(make_app, nats_serve
 
     from dlq_dashboard.web.openapi import openapi_document
 
-    app = make_app(trace_url=TEMPLATE)
+    app = make_app(online=True, trace_url=TEMPLATE)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID], headers={"traceparent": TRACEPARENT})
     detail = api(app)(f"/api/entries/{entry_id}").get_json()
     doc = openapi_document(app)

@@ -8,8 +8,6 @@ import json
 import pytest
 from playwright.sync_api import expect
 
-from dlq_dashboard import create_app
-from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -17,12 +15,9 @@ EMAIL = "quentin.private@example.com"
 
 
 @pytest.fixture
-def app(tmp_path):
+def app(make_app):
     """The app with DLQ_MASK set, over a database the tests fill directly (no NATS needed)."""
-    application = create_app({"SETTINGS": support.make_settings(tmp_path, mask=("/customer/email",)),
-                              "TESTING": True})
-    yield application
-    runtime_of(application).stop()
+    return make_app(mask=("/customer/email",))
 
 
 def test_a_viewers_detail_page_shows_dots_for_a_masked_field(app, live_server, page):

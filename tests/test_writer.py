@@ -54,6 +54,7 @@ def test_a_batch_that_follows_an_uncommitted_one_is_refused_and_stores_nothing(e
 
 
 @pytest.mark.both_databases
+@pytest.mark.slow
 def test_the_writer_process_commits_batches_in_order_and_a_killed_one_is_replaced(engine, database_url):
     writer = WriterProcess(database_url)
     try:
@@ -92,6 +93,7 @@ def test_a_reply_to_a_cancelled_call_leaves_the_writer_answering_the_next_ones(e
     assert entry_seqs(engine) == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_calls_in_flight_when_the_writer_dies_fail_rather_than_hang(engine, database_url):
     writer = WriterProcess(database_url)
     try:
@@ -108,6 +110,7 @@ def test_calls_in_flight_when_the_writer_dies_fail_rather_than_hang(engine, data
     assert entry_seqs(engine) == [1]
 
 
+@pytest.mark.slow
 def test_a_killed_writer_process_costs_the_mirror_nothing(app, nats_server):
     mirror = runtime_of(app).mirror
     support.run(support.publish_fast(nats_server.url, "dlq.orders.created", 5_000,
