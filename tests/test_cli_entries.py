@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from dlq_dashboard import create_app
 from dlq_dashboard.accounts import create_token
 from dlq_dashboard.db.models import Action
 from dlq_dashboard.runtime import runtime_of
@@ -76,11 +75,10 @@ def test_a_bad_filter_is_one_line_and_exit_code_2(cli, three):
 
 
 @pytest.fixture
-def keyed(tmp_path):
+def keyed(make_app):
     """An app (nothing started) with key fields Customer and sku, the command line on it, an API
     client with a viewer's token, and entries of two customers."""
-    settings = support.make_settings(tmp_path, list_fields=(("Customer", "/customer/id"), ("sku", "/items/0/sku")))
-    app = create_app({"SETTINGS": settings, "TESTING": True})
+    app = make_app(list_fields=(("Customer", "/customer/id"), ("sku", "/items/0/sku")))
     rt = runtime_of(app)
     ids = [support.dead_letter(app, seq, payload=json.dumps({"customer": {"id": customer}, "items": [{"sku": sku}]})
                                .encode(), Dlq_Reason="fatal")
@@ -90,7 +88,6 @@ def keyed(tmp_path):
     token = create_token(rt.engine, "test-viewer", "viewer")
     yield (lambda *args: runner.invoke(args=["entries", *args]),
            lambda path: client.get(path, headers=support.bearer(token)), ids)
-    rt.stop()
 
 
 def test_list_and_export_filter_by_a_key_field_as_the_api_does(keyed):

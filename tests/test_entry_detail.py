@@ -10,7 +10,6 @@ import re
 import jsonschema
 import pytest
 
-from dlq_dashboard import create_app
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
@@ -22,13 +21,9 @@ SCHEMA = {"x-subjects": ["orders.*"], "type": "object", "required": ["customer_i
 
 
 @pytest.fixture
-def masked_app(tmp_path, database_url):
+def masked_app(tmp_path, database_url, make_app):
     """The app (nothing started) with DLQ_MASK hiding /customer/email and an orders schema."""
-    app = create_app({"SETTINGS": support.make_settings(
-        tmp_path, database_url=database_url, mask=MASK,
-        schemas_dir=support.orders_schema_folder(tmp_path, SCHEMA)), "TESTING": True})
-    yield app
-    runtime_of(app).stop()
+    return make_app(mask=MASK, schemas_dir=support.orders_schema_folder(tmp_path, SCHEMA))
 
 
 def original_and_replays(app) -> tuple[int, list[int]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dlq_dashboard.errors import Forbidden, ForeignSite, Hidden, NotSaved, RequestRefused
+from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.web.errors import REFUSALS, status_of, title_of
 
 from . import support
@@ -34,7 +35,7 @@ def test_a_viewer_posting_an_operators_form_gets_the_refusal_page_not_the_entry_
                            headers={"HX-Request": "true"})
     assert fragment.status_code == 403 and fragment.mimetype == "text/plain"
     assert fragment.get_data(as_text=True).startswith("This needs the operator role; viewer")
-    assert offline_app.extensions["dlq"].store.get_entry(entry_id).status == "open"
+    assert runtime_of(offline_app).store.get_entry(entry_id).status == "open"
 
 
 def test_a_viewers_token_gets_the_refusal_as_json(offline_app, tokens):
