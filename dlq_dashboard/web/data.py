@@ -43,12 +43,11 @@ def failed_again(entries: list[EntryView]) -> dict[int, int]:
     return {refs[ref]: newest for ref, newest in current_runtime().store.failed_again(list(refs)).items()}
 
 
-def get_entry_or_404(entry_id: int, *, with_history: bool = True, masked: bool = True,
-                     reader: Reader | None = None) -> EntryView:
-    """The entry with this id (with its history and actions) as the reader may see it
-    (``masked=False``: as stored); EntryNotFound, a 404, otherwise."""
-    stored = visible.lookup(current_runtime().store, entry_id, with_history=with_history)
-    return visible.entry(reader or current_reader(), stored) if masked else stored
+def get_entry_or_404(entry_id: int, *, with_history: bool = True) -> EntryView:
+    """The entry with this id (with its history and actions) as this request's reader may see
+    it; EntryNotFound, a 404, otherwise."""
+    return visible.entry(current_reader(), visible.lookup(current_runtime().store, entry_id,
+                                                          with_history=with_history))
 
 
 def list_fields() -> tuple[KeyField, ...]:
