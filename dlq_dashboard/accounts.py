@@ -19,9 +19,9 @@ from .db.bounds import Bounds, bounded
 from .db.engine import write_transaction
 from .db.liveness import describe
 from .db.models import ApiToken, LoginSession, User
+from .scopes import ROLES, Grant, Scope, ScopeError, scopes_from_json, scopes_to_json
 from .times import utcnow
 
-ROLES = ("viewer", "operator", "admin")
 MIN_PASSWORD_LENGTH = 8
 # Letters, digits and . _ @ + - (e-mail addresses from single sign-on fit). No ':' so that no
 # user can be named like a token in the audit ("token:<name>"), no spaces or markup.
@@ -57,11 +57,18 @@ class UserInfo:
     name: str
     role: str
     disabled: bool
+    scopes: tuple[Scope, ...] | None = None  # None: unscoped
+    via: str = "password"  # or "oidc": made by a single sign-on
+
+    @property
+    def grants(self) -> tuple[Grant, ...]:
+        """What the user's own role and scopes grant (a single sign-on session carries its own)."""
+        return (Grant(self.role, self.scopes),)
 
 
 @dataclass(frozen=True)
 class TokenInfo:
-    """An API token's name, role and state (never the token or its hash)."""
+    """An API token's name, role, scopes and state (never the token or its hash)."""
 
     id: int
     name: str
@@ -69,6 +76,11 @@ class TokenInfo:
     created_at: datetime
     revoked_at: datetime | None
     last_used_at: datetime | None
+    scopes: tuple[Scope, ...] | None = None  # None: unscoped
+
+    @property
+    def grants(self) -> tuple[Grant, ...]:
+        return (Grant(self.role, self.scopes),)
 
 
 def check_role(role: str) -> str:
@@ -92,15 +104,26 @@ def _check_password(password: str) -> None:
         raise AccountError(f"the password is too short: use {MIN_PASSWORD_LENGTH} characters or more")
 
 
+def check_grant(role: str, scopes: tuple[Scope, ...] | None) -> Grant:
+    """The grant of ``role`` over ``scopes``; AccountError for a bad role or a scoped admin."""
+    check_role(role)
+    try:
+        return Grant(role, scopes)
+    except ScopeError as exc:
+        raise AccountError(str(exc)) from None
+
+
 def _user_info(row) -> UserInfo:
-    return UserInfo(row.id, row.name, row.role, bool(row.disabled))
+    return UserInfo(row.id, row.name, row.role, bool(row.disabled), scopes_from_json(row.scopes), row.via)
 
 
 # --- users ------------------------------------------------------------------------------------
 
-def create_user(engine: Engine, name: str, password: str, role: str) -> UserInfo:
-    """Create a user with a slow password hash (werkzeug's scrypt)."""
-    check_role(role)
+def create_user(engine: Engine, name: str, password: str, role: str,
+                scopes: tuple[Scope, ...] | None = None) -> UserInfo:
+    """Create a user with a slow password hash (werkzeug's scrypt), its role limited to
+    ``scopes`` when given (scopes.parse_scopes)."""
+    check_grant(role, scopes)
     name = check_name(name)
     _check_password(password)
     password_hash = generate_password_hash(password)
@@ -109,10 +132,11 @@ def create_user(engine: Engine, name: str, password: str, role: str) -> UserInfo
             if conn.execute(select(User.id).where(User.name == name)).first():
                 raise AccountError(f"user {name!r} exists already")
             result = conn.execute(User.__table__.insert().values(
-                name=name, password_hash=password_hash, role=role, disabled=False, created_at=utcnow()))
+                name=name, password_hash=password_hash, role=role, disabled=False, created_at=utcnow(),
+                scopes=scopes_to_json(scopes), via="password"))
     except IntegrityError:  # another process created the same name between check and insert
         raise AccountError(f"user {name!r} exists already") from None
-    return UserInfo(result.inserted_primary_key[0], name, role, False)
+    return UserInfo(result.inserted_primary_key[0], name, role, False, scopes)
 
 
 def get_user(engine: Engine, name: str) -> UserInfo | None:
@@ -256,13 +280,14 @@ def new_token() -> str:
     return "dlq_" + secrets.token_urlsafe(32)
 
 
-def create_token(engine: Engine, name: str, role: str) -> str:
-    """Create an API token and return it; only its hash is stored.
+def create_token(engine: Engine, name: str, role: str, scopes: tuple[Scope, ...] | None = None) -> str:
+    """Create an API token, its role limited to ``scopes`` when given, and return it; only its
+    hash is stored.
 
     A revoked token's name may be used again: the revoked row is renamed, not deleted, so
     its history stays readable.
     """
-    check_role(role)
+    check_grant(role, scopes)
     name = check_name(name, "token")
     token = new_token()
     try:
@@ -274,7 +299,8 @@ def create_token(engine: Engine, name: str, role: str) -> str:
                 conn.execute(update(ApiToken.__table__).where(ApiToken.id == old.id)
                              .values(name=f"{name}:revoked:{old.id}"))
             conn.execute(ApiToken.__table__.insert().values(
-                name=name, token_hash=hash_token(token), role=role, created_at=utcnow()))
+                name=name, token_hash=hash_token(token), role=role, created_at=utcnow(),
+                scopes=scopes_to_json(scopes)))
     except IntegrityError:
         raise AccountError(f"a token named {name!r} exists already") from None
     return token
@@ -290,13 +316,19 @@ def revoke_token(engine: Engine, name: str) -> None:
             raise AccountError(f"no active token named {name!r}")
 
 
+_TOKEN_COLUMNS = (ApiToken.id, ApiToken.name, ApiToken.role, ApiToken.created_at, ApiToken.revoked_at,
+                  ApiToken.last_used_at, ApiToken.scopes)
+
+
+def _token_info(row) -> TokenInfo:
+    return TokenInfo(*row[:-1], scopes=scopes_from_json(row.scopes))
+
+
 def list_tokens(engine: Engine) -> list[TokenInfo]:
     """Every token (active and revoked), by name."""
     with engine.connect() as conn:
-        rows = conn.execute(select(ApiToken.id, ApiToken.name, ApiToken.role, ApiToken.created_at,
-                                   ApiToken.revoked_at, ApiToken.last_used_at)
-                            .order_by(ApiToken.name)).all()
-    return [TokenInfo(*row) for row in rows]
+        rows = conn.execute(select(*_TOKEN_COLUMNS).order_by(ApiToken.name)).all()
+    return [_token_info(row) for row in rows]
 
 
 def find_token(engine: Engine, token: str) -> TokenInfo | None:
@@ -305,15 +337,14 @@ def find_token(engine: Engine, token: str) -> TokenInfo | None:
         return None
     digest = hash_token(token)
     with engine.connect() as conn:
-        row = conn.execute(select(ApiToken.id, ApiToken.name, ApiToken.role, ApiToken.created_at,
-                                  ApiToken.revoked_at, ApiToken.last_used_at)
+        row = conn.execute(select(*_TOKEN_COLUMNS)
                            .where(ApiToken.token_hash == digest, ApiToken.revoked_at.is_(None))).first()
     if row is None:
         return None
     now = utcnow()
     if row.last_used_at is None or now - row.last_used_at >= _LAST_USED_EVERY:
         _record_last_use(engine, row.id, now)
-    return TokenInfo(*row)
+    return _token_info(row)
 
 
 def _record_last_use(engine: Engine, token_id: int, now: datetime) -> None:

@@ -368,12 +368,27 @@ def browser_login(page, base_url: str, app, role: str) -> None:
 
 # --- a frozen nats-server ----------------------------------------------------------------------
 
+def _all_threads_stopped(pid: int) -> bool:
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            # The state follows the command's closing parenthesis: "pid (comm) T ...".
+            states.append(task.joinpath("stat").read_text().rpartition(")")[2].split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
 @contextmanager
 def frozen(server):
     """The nats-server stopped with SIGSTOP (its connections stay open, nothing answers),
     continued with SIGCONT afterwards whatever happens."""
     os.kill(server.proc.pid, signal.SIGSTOP)
     try:
+        # kill() returns once the signal is queued; each thread stops when it next runs. Until all
+        # have, a request sent now could still be answered (seen once on a loaded machine).
+        wait_for(lambda: _all_threads_stopped(server.proc.pid), timeout=10,
+                 message="every thread of the nats-server to stop")
         yield
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)

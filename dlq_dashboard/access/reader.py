@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..accounts import ROLES
 from ..masking import Mask
-
-_RANK = {role: i for i, role in enumerate(ROLES)}
+from ..scopes import RANK as _RANK
+from ..scopes import Grant, Scope, scopes_for
 
 
 @dataclass(frozen=True)
@@ -18,15 +17,37 @@ class Reader:
 
     role: str
     mask: Mask | None = None
-    # What of the entries a reader may see at all (team access) is to be decided here too:
-    # its scopes join the role and the mask as a field of this value, and visible.py applies them.
+    # The grants the reader holds (scopes.py); None: one unscoped grant of ``role``. What of the
+    # entries the reader may see is what ``reads`` covers, what it may act on what ``acts`` covers.
+    grants: tuple[Grant, ...] | None = None
 
     @classmethod
-    def of(cls, role: str | None, mask: Mask | None) -> "Reader":
+    def of(cls, role: str | None, mask: Mask | None, grants: tuple[Grant, ...] | None = None) -> "Reader":
         """The reader with ``role`` (None, nobody signed in: read as a viewer) under the
-        settings' ``mask``: a viewer sees through it, an operator and an admin do not."""
+        settings' ``mask``: a viewer sees through it, an operator and an admin do not.
+        ``grants``: what a signed-in identity holds (None or only unscoped grants: everything)."""
         role = role if role in _RANK else "viewer"
-        return cls(role, mask if mask and _RANK[role] < _RANK["operator"] else None)
+        if grants is not None and all(g.scopes is None for g in grants):
+            grants = None
+        return cls(role, mask if mask and _RANK[role] < _RANK["operator"] else None, grants)
+
+    @property
+    def reads(self) -> tuple[Scope, ...] | None:
+        """The scopes this reader may read entries in; None for every entry."""
+        found = scopes_for(self.grants, "viewer") if self.grants is not None else None
+        return () if found is False else found
+
+    @property
+    def acts(self) -> tuple[Scope, ...] | None:
+        """The scopes this reader may republish and close entries in; None for every entry
+        (whether its role may act at all is ``may("operator")``)."""
+        found = scopes_for(self.grants, "operator") if self.grants is not None else None
+        return () if found is False else found
+
+    @property
+    def scoped(self) -> bool:
+        """Whether this reader reaches only part of the entries."""
+        return self.grants is not None
 
     def may(self, role: str) -> bool:
         """True when this reader's role is ``role`` or above it."""

@@ -200,6 +200,13 @@ class User(Base):
     role: Mapped[str] = mapped_column(String(16))
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime)
+    # Scopes (JSON, scopes.py) limiting the role; NULL: unscoped. An admin is never scoped.
+    scopes: Mapped[str | None] = mapped_column(Text)
+    # "password": made with the CLI or /admin/users; "oidc": made by a single sign-on, which
+    # gives its grants to each session (sessions.grants) and identifies it by oidc_subject.
+    via: Mapped[str] = mapped_column(String(16), default="password", server_default="password")
+    oidc_subject: Mapped[str | None] = mapped_column(String(512), unique=True)
+    last_sign_in_at: Mapped[datetime | None] = mapped_column(DateTime)
 
 
 class LoginSession(Base):
@@ -215,6 +222,14 @@ class LoginSession(Base):
     # Written at most once a minute, so a page polling every second costs no write per poll.
     last_seen_at: Mapped[datetime] = mapped_column(DateTime)
     ended_at: Mapped[datetime | None] = mapped_column(DateTime)
+    via: Mapped[str] = mapped_column(String(16), default="password", server_default="password")
+    # The grants of a single sign-on (JSON, scopes.py), read from the provider's groups at the
+    # sign-in; NULL: the user's own role and scopes.
+    grants: Mapped[str | None] = mapped_column(Text)
+    # DLQ_SESSION_HOURS after the sign-in; NULL for rows written before it existed.
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime)
+    # The provider's ID token, sent back as id_token_hint when the session logs out.
+    id_token: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_sessions_user_id", "user_id"), Index("ix_sessions_last_seen_at", "last_seen_at"))
 
@@ -231,6 +246,8 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime)
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime)
+    # Scopes (JSON, scopes.py) limiting the role; NULL: unscoped.
+    scopes: Mapped[str | None] = mapped_column(Text)
 
 
 class MirrorState(Base):

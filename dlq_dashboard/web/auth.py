@@ -16,6 +16,7 @@ from werkzeug.exceptions import HTTPException
 from ..accounts import ROLES, end_session, find_token, get_user, load_session_user, start_session, verify_password
 from ..db.liveness import UNREACHABLE, describe, is_unavailable, sentence
 from ..errors import DatabaseUnavailable, Forbidden
+from ..scopes import Grant
 from . import current_runtime
 from .responses import bearer_token, wants_json
 from .security import client_address, is_trusted_proxy, login_throttle
@@ -38,6 +39,9 @@ class Identity:
     name: str
     role: str
     via: str  # "session", "token" or "proxy"
+    # What the identity holds (scopes.py): one grant of ``role`` over the user's or token's
+    # scopes; a single sign-on session holds the grants its sign-in gave. None: unscoped.
+    grants: tuple[Grant, ...] | None = None
 
     def may(self, role: str) -> bool:
         """True when this identity's role is ``role`` or above it."""
@@ -47,8 +51,10 @@ class Identity:
 class SessionUser(UserMixin):
     """A logged-in user as Flask-Login sees them, in one session."""
 
-    def __init__(self, user_id: int, name: str, role: str, session_key: str):
+    def __init__(self, user_id: int, name: str, role: str, session_key: str,
+                 grants: tuple[Grant, ...] | None = None):
         self.id, self.name, self.role, self.session_key = user_id, name, role, session_key
+        self.grants = grants
 
     def get_id(self) -> str:
         # The login id is the session's key (a row of the sessions table), not the user's: the
@@ -62,7 +68,7 @@ def load_user(session_key: str):
     user = _ask_database(load_session_user, session_key)
     if user is None:
         return None
-    return SessionUser(user.id, user.name, user.role, session_key)
+    return SessionUser(user.id, user.name, user.role, session_key, user.grants)
 
 
 # --- identity ---------------------------------------------------------------------------------
@@ -104,7 +110,7 @@ def _token_identity(token: str) -> Identity | None:
     found = _ask_database(find_token, token)
     if found is None:
         return None
-    return Identity(name=f"token:{found.name}", role=found.role, via="token")
+    return Identity(name=f"token:{found.name}", role=found.role, via="token", grants=found.grants)
 
 
 def _proxy_identity(name: str) -> Identity | None:
@@ -113,7 +119,7 @@ def _proxy_identity(name: str) -> Identity | None:
     user = _ask_database(get_user, name)
     if user is None or user.disabled:
         return None
-    return Identity(name=user.name, role=user.role, via="proxy")
+    return Identity(name=user.name, role=user.role, via="proxy", grants=user.grants)
 
 
 def current_identity() -> Identity | None:
@@ -133,7 +139,8 @@ def current_identity() -> Identity | None:
             and request.headers.get(settings.trusted_header):
         identity = _proxy_identity(request.headers[settings.trusted_header])
     elif current_user.is_authenticated:
-        identity = Identity(name=current_user.name, role=current_user.role, via="session")
+        identity = Identity(name=current_user.name, role=current_user.role, via="session",
+                            grants=current_user.grants)
     g.identity = identity
     return identity
 

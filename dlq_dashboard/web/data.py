@@ -25,7 +25,9 @@ from .auth import current_identity
 def current_reader() -> Reader:
     """Who is asking in this request: its identity's role, under DLQ_MASK."""
     identity = current_identity()
-    return Reader.of(identity.role if identity is not None else None, current_runtime().mask)
+    if identity is None:
+        return Reader.of(None, current_runtime().mask)
+    return Reader.of(identity.role, current_runtime().mask, identity.grants)
 
 
 def entry_detail(entry_id: int, reader: Reader | None = None) -> EntryDetail:
