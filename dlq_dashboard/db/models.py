@@ -288,8 +288,12 @@ class FailureGroup(Base):
     closed_count: Mapped[int] = mapped_column(BigInt, default=0)
     first_seen: Mapped[datetime | None] = mapped_column(DateTime)
     last_seen: Mapped[datetime | None] = mapped_column(DateTime)
+    # The team (DLQ_TEAMS, SPEC section 11) whose subject patterns covered the group's subject
+    # when it was made; NULL: no team.
+    team: Mapped[str | None] = mapped_column(String(64))
 
-    __table_args__ = (UniqueConstraint("subject", "reason", "key", name="uq_failure_groups"),)
+    __table_args__ = (UniqueConstraint("subject", "reason", "key", name="uq_failure_groups"),
+                      Index("ix_failure_groups_team", "team"))
 
 
 class Arrival(Base):

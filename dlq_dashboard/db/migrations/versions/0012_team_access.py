@@ -8,6 +8,7 @@ grants of their sign-in (SPEC section 10).
 - sessions.via, sessions.grants (the grants a single sign-on gave, JSON, read again at every
   sign-in; NULL: the user's own role and scopes), sessions.expires_at (DLQ_SESSION_HOURS) and
   sessions.id_token (the ``id_token_hint`` of the provider's logout).
+- failure_groups.team: the team (DLQ_TEAMS, section 11) a new group is given; NULL for none.
 
 Revision ID: 0012
 Revises: 0011
@@ -38,6 +39,9 @@ def upgrade() -> None:
         batch.add_column(sa.Column("grants", sa.Text, nullable=True))
         batch.add_column(sa.Column("expires_at", sa.DateTime, nullable=True))
         batch.add_column(sa.Column("id_token", sa.Text, nullable=True))
+    with op.batch_alter_table("failure_groups") as batch:
+        batch.add_column(sa.Column("team", sa.String(64), nullable=True))
+    op.create_index("ix_failure_groups_team", "failure_groups", ["team"])
 
 
 def downgrade() -> None:
