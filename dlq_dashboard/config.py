@@ -11,7 +11,9 @@ from typing import Mapping
 
 from .files import FILE_MODE, private_file, private_folder
 from .flags import truth
+from .mailing import MailError, SmtpServer, check_address, parse_smtp_url
 from .redaction import scrub
+from .teams import Team, TeamsError, load_teams
 
 
 class ConfigError(ValueError):
@@ -277,6 +279,28 @@ def _list_fields(name: str, raw: str) -> tuple[tuple[str, str], ...]:
     return tuple(found.items())
 
 
+def _teams(name: str, raw: str) -> tuple[Team, ...]:
+    try:
+        return load_teams(raw)
+    except TeamsError as exc:
+        raise ConfigError(f"{name}={raw!r} is not valid: {exc}") from None
+
+
+def _smtp_url(name: str, raw: str) -> SmtpServer:
+    try:
+        return parse_smtp_url(raw)
+    except MailError as exc:
+        raise ConfigError(f"{name}={scrub(raw)!r} is not valid: {exc}; use smtp://user:pass@host:587?starttls=true "
+                          "or smtps://user:pass@host:465") from None
+
+
+def _address(name: str, raw: str) -> str:
+    try:
+        return check_address(raw)
+    except MailError as exc:
+        raise ConfigError(f"{name}={raw!r} is not valid: {exc}; use the address alert e-mails come from") from None
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the dashboard is configured with (SPEC section 3)."""
@@ -329,6 +353,11 @@ class Settings:
     alert_poll: float = 1.0
     alert_timeout: float = 5.0
     alert_first_retry: float = 5.0
+    # DLQ_TEAMS: the teams, in the file's order (a new group gets the first covering its subject).
+    teams: tuple[Team, ...] = ()
+    # DLQ_SMTP_URL and DLQ_MAIL_FROM: where alert e-mails go, and whom they come from.
+    smtp: SmtpServer | None = None
+    mail_from: str | None = None
     # Resolved entries older than this are purged, in seconds (DLQ_RETENTION; 0: kept forever).
     retention: int = 30 * 86400
     # How often the replica that mirrors runs the purge (and once when it takes the mirror).
@@ -384,6 +413,9 @@ _PARSERS = {
     "DLQ_WEBHOOK_SECRET": ("webhook_secret", lambda n, r: r),
     "DLQ_ALERT_THRESHOLD": ("alert_threshold", _positive_int),
     "DLQ_PUBLIC_URL": ("public_url", _public_url),
+    "DLQ_TEAMS": ("teams", _teams),
+    "DLQ_SMTP_URL": ("smtp", _smtp_url),
+    "DLQ_MAIL_FROM": ("mail_from", _address),
     "DLQ_RETENTION": ("retention", _retention),
     "DLQ_MASK": ("mask", _mask),
     "DLQ_LIST_FIELDS": ("list_fields", _list_fields),
@@ -411,6 +443,22 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides) -> Sett
     if settings.trusted_header and not settings.trusted_proxies:
         raise ConfigError(f"DLQ_TRUSTED_HEADER={settings.trusted_header!r} is not valid without "
                           "DLQ_TRUSTED_PROXIES: list the proxy addresses allowed to send it")
+    return _check_mail(settings, environ.get("DLQ_TEAMS"))
+
+
+def _check_mail(settings: Settings, teams_file: str | None) -> Settings:
+    # A team's e-mails with no server to send them would wait in the outbox for ever: refused.
+    mailing = next((t for t in settings.teams if t.emails), None)
+    if mailing is not None and settings.smtp is None:
+        raise ConfigError(f"DLQ_TEAMS={teams_file!r} is not valid: [teams.{mailing.name}] emails: DLQ_SMTP_URL is "
+                          "not set, so no e-mail can be sent; set it or remove the emails")
+    if settings.smtp is not None and not settings.mail_from:
+        try:  # the account's own address, where the user name is one
+            return replace(settings, mail_from=check_address(settings.smtp.user or ""))
+        except MailError:
+            pass
+        raise ConfigError(f"DLQ_SMTP_URL={settings.smtp.shown!r} is not valid without DLQ_MAIL_FROM: "
+                          "use DLQ_MAIL_FROM to name the address alert e-mails come from")
     return settings
 
 

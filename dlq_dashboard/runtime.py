@@ -14,6 +14,7 @@ from .actions.bulk.runner import JobRunner
 from .actions.intents import Flights
 from .actions.purge import RetentionSchedule
 from .actions.subject_streams import SubjectStreams
+from .alerts.outbox import AlertRule
 from .alerts.sender import AlertSender
 from .config import Settings
 from .db.engine import create_db_engine, dispose_quietly
@@ -53,7 +54,7 @@ class Runtime:
     database: DatabaseProbe | None = None
     mirror: Mirror | None = None
     bundled: BundledServer | None = None
-    # Sends the alerts outbox to DLQ_WEBHOOK_URL while this process holds the alerts lease.
+    # Sends the alerts outbox (webhooks and e-mails) while this process holds the alerts lease.
     alerts: AlertSender | None = None
     retention: RetentionSchedule | None = None
     jobs: JobRunner = field(init=False)
@@ -76,7 +77,7 @@ class Runtime:
     def start(self, *, mirror: bool = True, bundled_port: int = 4222) -> Runtime:
         """Start the bundled nats-server if no NATS_URL is set, the bridge, the mirror, the
         job runner (which first completes republishes a crash left pending) and, with
-        DLQ_WEBHOOK_URL, the alert sender; first the database probe."""
+        DLQ_WEBHOOK_URL or a team's webhooks or e-mails, the alert sender; first the database probe."""
         self.database = DatabaseProbe(self.settings.database_url).start()
         servers = list(self.settings.nats_urls)
         if self.settings.bundled_nats:
@@ -97,7 +98,7 @@ class Runtime:
             # The purge runs where the mirror runs: one replica, beside the writes it could slow.
             self.retention = RetentionSchedule(self, lambda: self.mirror is not None and self.mirror.leader).start()
         self.jobs.start()
-        if self.settings.webhook_urls:
+        if AlertRule.from_settings(self.settings) is not None:
             self.alerts = AlertSender(self.engine, self.settings).start()
         return self
 

@@ -16,7 +16,8 @@ PACKAGES = ("dlq_consumer", "dlq_dashboard")
 MAX_LINES = 500
 
 # Which layers a layer may import (its own included). Read top-down: web -> actions / entries ->
-# ingest / db / nats. "base" is config, times, errors, numbers, flags, masking, redaction and files;
+# ingest / db / nats. "base" is config, times, errors, numbers, flags, masking, redaction, files,
+# scopes, teams and mailing;
 # "consumer" is dlq_consumer.
 LOWER = {
     "base": set(),
@@ -52,7 +53,8 @@ def layer_of(module: str) -> str:
     if parts[1:3] == ["db", "migrations"]:
         return "migrations"
     return {"config": "base", "times": "base", "errors": "base", "numbers": "base", "flags": "base",
-            "masking": "base", "redaction": "base", "files": "base", "scopes": "base"}.get(parts[1], parts[1])
+            "masking": "base", "redaction": "base", "files": "base", "scopes": "base",
+            "teams": "base", "mailing": "base"}.get(parts[1], parts[1])
 
 
 def modules() -> dict[str, Path]:

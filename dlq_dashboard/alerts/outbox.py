@@ -1,6 +1,8 @@
 """Raising alerts inside the mirror's write transaction: a failure group seen for the first time
 (``group.new``) or one whose new entries within 5 minutes reach DLQ_ALERT_THRESHOLD
-(``group.spike``) becomes one row a webhook URL in ``alerts``, its body as it will be sent.
+(``group.spike``) becomes one row a target in ``alerts``, its body as it will be sent. The
+targets of a group's alert (:func:`targets_for`) are every DLQ_WEBHOOK_URL and, for a group with
+a team (DLQ_TEAMS), the team's webhooks and e-mail addresses (``mailto:<address>``), each once.
 
 Written with the entries, so an alert is never lost (a crash before the commit loses the entries
 too, and the mirror writes them again) and never made twice (a batch commits once).
@@ -28,6 +30,7 @@ from ..db.counts import ALL_GROUPS, bucket
 from ..db.models import Alert, Arrival, Entry, FailureGroup
 from ..db.rows import insert_rows
 from ..masking import Mask
+from ..teams import Team, team_named
 from ..times import format_time
 
 ALERTS, ARRIVALS, ENTRIES, GROUPS = Alert.__table__, Arrival.__table__, Entry.__table__, FailureGroup.__table__
@@ -50,14 +53,17 @@ class AlertRule:
     # DLQ_MASK: a chat channel is read as a viewer reads, so a masked value quoted by a group's
     # error is hidden in its alerts too.
     mask: tuple[str, ...] = ()
+    # DLQ_TEAMS: a group's team also receives its alerts, at the team's webhooks and e-mails.
+    teams: tuple[Team, ...] = ()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AlertRule | None:
-        """The rule the settings give; None when no DLQ_WEBHOOK_URL is set (nothing is raised)."""
-        if not settings.webhook_urls:
+        """The rule the settings give; None when neither DLQ_WEBHOOK_URL nor a team names a
+        webhook or an e-mail (nothing is raised)."""
+        if not settings.webhook_urls and not any(t.webhooks or t.emails for t in settings.teams):
             return None
         return cls(urls=settings.webhook_urls, threshold=settings.alert_threshold, public_url=settings.public_url,
-                   mask=tuple(settings.mask))
+                   mask=tuple(settings.mask), teams=tuple(settings.teams))
 
     def group_url(self, group_id: int) -> str:
         """Where the dashboard lists the group's entries."""
@@ -141,12 +147,27 @@ def _spikes(conn: Connection, rule: AlertRule, arrived: dict[int, int], now: dat
     return {g: n for g, n in crossed.items() if g not in alerted}
 
 
+MAILTO = "mailto:"
+
+
+def targets_for(rule: AlertRule, group) -> tuple[str, ...]:
+    """Where an alert of ``group`` goes, each once: every DLQ_WEBHOOK_URL, then, when the group
+    has a team the file still names, that team's webhooks and its e-mails as ``mailto:<address>``
+    (the alerts table's ``url``; alerts/sender.py mails those)."""
+    targets = list(rule.urls)
+    team = team_named(rule.teams, getattr(group, "team", None))
+    if team is not None:
+        targets += team.webhooks
+        targets += [MAILTO + address for address in team.emails]
+    return tuple(dict.fromkeys(targets))
+
+
 def _rows(rule: AlertRule, event: str, event_id: str, group, now: datetime, recent: int | None = None,
           key: str | None = None) -> list[dict]:
     body = alert_body(rule, event, event_id, group, recent, key)
     return [{"event_id": event_id, "url": url, "event": event, "group_id": group.id, "body": body,
              "created_at": now, "attempts": 0, "next_attempt_at": now, "sent_at": None, "last_error": None}
-            for url in rule.urls]
+            for url in targets_for(rule, group)]
 
 
 def alert_body(rule: AlertRule, event: str, event_id: str, group, recent: int | None = None,

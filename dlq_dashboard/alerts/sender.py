@@ -1,10 +1,14 @@
 """The alert sender: a thread in the dashboard's process that POSTs the outbox to the webhooks
-while this process holds the ``alerts`` lease, so one replica sends whatever their number.
+and mails its ``mailto:`` rows through DLQ_SMTP_URL (mail.py) while this process holds the
+``alerts`` lease, so one replica sends whatever their number.
 
 Each row is sent as stored (the same body, ``id`` and ``X-Dlq-Event-Id`` at every attempt);
 a 2xx answer marks it sent, anything else (refused, timed out, a name that does not resolve,
 a 500, a redirect) keeps it pending with the error and the time of its next attempt: 5 seconds,
-doubling to 10 minutes, for as long as it takes. The sender never runs on the mirror's thread
+doubling to 10 minutes, for as long as it takes. An e-mail is sent when the mail server takes
+it (250 after the message), and retried alike after a refusal (4xx or 5xx), a dropped
+connection or a timeout; with no DLQ_SMTP_URL in this process it is kept, each attempt
+recording that it cannot be sent here. The sender never runs on the mirror's thread
 or process, so a webhook that hangs delays alerts only, never ingest.
 """
 
@@ -30,6 +34,8 @@ from ..db.engine import read_transaction, write_transaction
 from ..db.leases import acquire_lease, new_holder, release_lease
 from ..db.models import Alert
 from ..times import as_time, utcnow
+from .mail import alert_message, send_message
+from .outbox import MAILTO
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +131,7 @@ class AlertSender:
 
     def __init__(self, engine: Engine, settings: Settings, *, longest_retry: float = 600.0):
         self.engine, self.secret = engine, settings.webhook_secret
+        self.smtp, self.mail_from = settings.smtp, settings.mail_from
         self.poll, self.timeout = settings.alert_poll, settings.alert_timeout
         self.first_retry, self.longest_retry = settings.alert_first_retry, longest_retry
         self.holder = new_holder()
@@ -185,10 +192,23 @@ class AlertSender:
             for row in due:
                 if self._stop.is_set() or not self._hold_lease():
                     return delivered
-                error = post_alert(row.url, row.body.encode(), row.event_id, self.secret, self.timeout)
+                error = self._deliver(row)
                 self._record(row, error)
                 delivered += error is None
         return delivered
+
+    def _deliver(self, row) -> str | None:
+        """Send one outbox row: mail a ``mailto:`` target, POST to any other."""
+        if not row.url.startswith(MAILTO):
+            return post_alert(row.url, row.body.encode(), row.event_id, self.secret, self.timeout)
+        if self.smtp is None or not self.mail_from:
+            return "not sendable here: DLQ_SMTP_URL is not set (the e-mail waits for a sender that has it)"
+        to = row.url[len(MAILTO):]
+        try:
+            message = alert_message(row.body, row.event_id, to, self.mail_from)
+        except (ValueError, TypeError) as exc:  # a body no release wrote: kept, said once an attempt
+            return f"the alert's body cannot be mailed ({type(exc).__name__})"
+        return send_message(self.smtp, message, to, self.mail_from, self.timeout)
 
     def _record(self, row, error: str | None) -> None:
         now = utcnow()
@@ -208,4 +228,6 @@ class AlertSender:
 
 def _host(url: str) -> str:
     # Webhook URLs carry their secret in the path (Slack's do): the log names the host only.
+    if url.startswith(MAILTO):
+        return url
     return urlsplit(url).hostname or "?"

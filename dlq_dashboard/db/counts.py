@@ -16,6 +16,7 @@ from typing import Iterable
 
 from sqlalchemy import Connection, DateTime, bindparam, case, select, tuple_, update
 
+from ..teams import Team, team_for
 from .models import Arrival, Entry, FailureGroup
 from .rows import add_to_counts, insert_rows
 
@@ -43,9 +44,10 @@ def group_of(subject: str | None, reason: str | None, key: str) -> tuple[str, st
 
 
 def group_ids(conn: Connection, groups: Iterable[tuple[str, str, str]],
-              made: set[int] | None = None) -> dict[tuple[str, str, str], int]:
+              made: set[int] | None = None, teams: tuple[Team, ...] = ()) -> dict[tuple[str, str, str], int]:
     """The id of each group (as group_of names it), made when it is new; ``made`` receives the
-    ids of the groups this call made (what raises a group.new alert)."""
+    ids of the groups this call made (what raises a group.new alert). A group made is given the
+    first of ``teams`` covering its subject (DLQ_TEAMS) in the insert that makes it."""
     wanted = set(groups)
     if not wanted:
         return {}
@@ -55,7 +57,8 @@ def group_ids(conn: Connection, groups: Iterable[tuple[str, str, str]],
         if len(existing) == len(wanted):
             return existing  # nothing to make: the usual batch, one query
     insert_rows(conn, GROUPS, [{"subject": s, "reason": r, "key": k, "open_count": 0, "republished_count": 0,
-                                "closed_count": 0} for s, r, k in sorted(wanted - set(existing))],
+                                "closed_count": 0, "team": team_for(teams, s)}
+                               for s, r, k in sorted(wanted - set(existing))],
                 skip_duplicates=True)
     found = _find_groups(conn, wanted)
     if made is not None:

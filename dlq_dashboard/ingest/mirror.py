@@ -143,7 +143,8 @@ class Mirror:
         # One thread waits on the database and on the writer process: the DLQ and advisory
         # followers never write at the same time, and the bridge's loop never blocks.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mirror-writer")
-        self._process = WriterProcess(self.settings.database_url, AlertRule.from_settings(self.settings))
+        self._process = WriterProcess(self.settings.database_url, AlertRule.from_settings(self.settings),
+                                      self.settings.teams)
         self.progress = {name: StreamProgress(name) for name in mirrored_streams(self.settings)}
 
     def start(self) -> None:

@@ -16,6 +16,7 @@ from ..db.counts import Change, count_changes, group_ids, group_of
 from ..db.engine import write_transaction
 from ..db.models import Entry, Event, MirrorState
 from ..db.rows import insert_rows
+from ..teams import Team
 from ..times import utcnow
 from .grouping import error_group
 from .parse import H_NATS_MSG_ID, H_REPLAY_OF, Advisory, entry_from_dlq_message, normalize_headers
@@ -82,10 +83,11 @@ _DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "origin
 
 
 def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[StreamMessage],
-                     after: int | None = None, alerts: AlertRule | None = None) -> int:
+                     after: int | None = None, alerts: AlertRule | None = None, teams: tuple[Team, ...] = ()) -> int:
     """Store a batch of DLQ messages and the stream position after it, in one transaction;
     with ``after``, only if the database's position is that sequence (OutOfOrder otherwise).
-    With ``alerts``, the alerts the batch raises are written in that transaction too.
+    With ``alerts``, the alerts the batch raises are written in that transaction too; a group it
+    makes is given its team of ``teams`` (DLQ_TEAMS).
 
     Returns how many new entries were made. A message already stored (same stream, epoch and
     sequence) is skipped; a failure an advisory already reported is merged into its entry.
@@ -100,10 +102,10 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
         _check_position(conn, stream, epoch, after)
         # The groups this batch makes, when alerts are on (finding them costs a query).
         new_groups: set[int] | None = set() if alerts is not None else None
-        ids = group_ids(conn, {_group_of(r) for r in rows}, made=new_groups)
+        ids = group_ids(conn, {_group_of(r) for r in rows}, made=new_groups, teams=teams)
         for row in rows:
             row["group_id"] = ids[_group_of(row)]
-        rows = _merge_into_advisory_entries(conn, rows, new_groups)
+        rows = _merge_into_advisory_entries(conn, rows, new_groups, teams)
         made, arrived = 0, {}
         if rows:
             newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
@@ -151,7 +153,8 @@ def index_new_entries(conn: Connection, after_id: int) -> None:
         "FROM entries WHERE id > ?", (after_id,))
 
 
-def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: set[int] | None = None) -> list[dict]:
+def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: set[int] | None = None,
+                                 teams: tuple[Team, ...] = ()) -> list[dict]:
     """Merge rows into entries made earlier from an advisory; return the rows still to insert.
     ``new_groups`` receives the groups made for them."""
     keyed = [r for r in rows if r["original_stream"] and r["original_seq"] is not None]
@@ -196,7 +199,7 @@ def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups:
         merged.append((match, values, group_of(row["original_subject"], values.get("reason", match.reason),
                                                row["group_key"])))
     # The DLQ copy's error decides the group: the entry moves from its advisory's group.
-    ids = group_ids(conn, {group for _, _, group in merged}, made=new_groups)
+    ids = group_ids(conn, {group for _, _, group in merged}, made=new_groups, teams=teams)
     for match, values, group in merged:
         conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id)
                      .values(**values, group_id=ids[group], version=ENTRIES.c.version + 1))
@@ -218,9 +221,10 @@ class FetchedMessage:
 
 def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
                           items: Iterable[tuple[Advisory, FetchedMessage | None, str | None]],
-                          last_seq: int, after: int | None = None, alerts: AlertRule | None = None) -> int:
+                          last_seq: int, after: int | None = None, alerts: AlertRule | None = None,
+                          teams: tuple[Team, ...] = ()) -> int:
     """Store advisories (history, and entries for terminal ones) and the position, in one
-    transaction; with ``alerts``, the alerts they raise too.
+    transaction; with ``alerts``, the alerts they raise too; a group made gets its team of ``teams``.
 
     ``items`` pairs each advisory with the failed message fetched from its stream (or None
     and a sentence saying why it could not be). Returns how many new entries were made.
@@ -240,7 +244,7 @@ def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
             if not stored:
                 continue  # this advisory was stored before: a replay after a crash
             if advisory.kind != "nak":
-                made += _entry_from_advisory(conn, advisory, fetched, missing_reason, new_groups, arrived)
+                made += _entry_from_advisory(conn, advisory, fetched, missing_reason, new_groups, arrived, teams)
         if alerts is not None:
             raise_alerts(conn, alerts, new_groups, arrived, utcnow())
         _save_position(conn, stream, epoch, last_seq)
@@ -256,7 +260,8 @@ def _advisory_error(advisory: Advisory) -> str:
 
 
 def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedMessage | None,
-                         missing_reason: str | None, new_groups: set[int] | None, arrived: Counter) -> int:
+                         missing_reason: str | None, new_groups: set[int] | None, arrived: Counter,
+                         teams: tuple[Team, ...] = ()) -> int:
     """Merge a terminal advisory into the entry of its DLQ copy, or make an entry of it."""
     existing = conn.execute(
         select(Entry.id, Entry.consumer, Entry.deliveries, Entry.sources)
@@ -290,7 +295,7 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
         original_stream=advisory.stream, original_seq=advisory.stream_seq, consumer=advisory.consumer,
         original_msg_id=next((v[0] for k, v in headers.items() if k.lower() == H_NATS_MSG_ID and v), None),
         reason=advisory.kind, error=error, schema_errors=None,
-        group_id=group_ids(conn, [group], made=new_groups)[group],
+        group_id=group_ids(conn, [group], made=new_groups, teams=teams)[group],
         deliveries=advisory.deliveries, failed_at=advisory.at, received_at=now,
         headers=json.dumps(headers, ensure_ascii=False), payload=fetched.data if fetched else b"",
         payload_available=fetched is not None, replay_of=replay_of, sources="advisory",
