@@ -68,7 +68,7 @@ def alert_message(body: str, event_id: str, to: str, sender: str) -> EmailMessag
 def send_message(server: SmtpServer, message: EmailMessage, to: str, sender: str, timeout: float) -> str | None:
     """Send one message to ``to``; None when the server accepted it, else what went wrong, in one
     line (never the password)."""
-    client = None
+    client, stage = None, "before it took the message"
     try:
         if server.security == TLS:
             client = smtplib.SMTP_SSL(server.host, server.port, timeout=timeout,
@@ -78,7 +78,9 @@ def send_message(server: SmtpServer, message: EmailMessage, to: str, sender: str
         if server.security == STARTTLS:
             client.starttls(context=ssl.create_default_context())
         if server.user:
+            stage = "while signing in (are the user name and password right?)"
             client.login(server.user, server.password or "")
+            stage = "before it took the message"
         client.send_message(message, from_addr=sender, to_addrs=[to])
     except smtplib.SMTPRecipientsRefused as exc:
         code, answer = next(iter(exc.recipients.values()), (0, b""))
@@ -86,7 +88,7 @@ def send_message(server: SmtpServer, message: EmailMessage, to: str, sender: str
     except smtplib.SMTPResponseException as exc:
         return _line(server, f"SMTP {exc.smtp_code} {_text(exc.smtp_error)}")
     except smtplib.SMTPServerDisconnected:
-        return "the mail server closed the connection before it took the message"
+        return f"the mail server closed the connection {stage}"
     except socket.gaierror as exc:
         return _line(server, f"the host name does not resolve ({exc.strerror or exc})")
     except (TimeoutError, socket.timeout):
