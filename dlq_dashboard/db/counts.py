@@ -56,8 +56,10 @@ def group_ids(conn: Connection, groups: Iterable[tuple[str, str, str]],
         existing = _find_groups(conn, wanted)
         if len(existing) == len(wanted):
             return existing  # nothing to make: the usual batch, one query
+    # The team only when teams are set: the revisions that regroup (0003, 0011) run this before
+    # revision 0012 adds the column.
     insert_rows(conn, GROUPS, [{"subject": s, "reason": r, "key": k, "open_count": 0, "republished_count": 0,
-                                "closed_count": 0, "team": team_for(teams, s)}
+                                "closed_count": 0, **({"team": team_for(teams, s)} if teams else {})}
                                for s, r, k in sorted(wanted - set(existing))],
                 skip_duplicates=True)
     found = _find_groups(conn, wanted)
