@@ -28,7 +28,8 @@ class MailError(ValueError):
 def check_address(raw: str) -> str:
     """The address, stripped, if it is one plain ``name@domain``; MailError otherwise."""
     address = (raw or "").strip() if isinstance(raw, str) else raw
-    if not isinstance(address, str) or not _ADDRESS.match(address) or not address.isprintable():
+    # ASCII only: an address that needs SMTPUTF8 would be refused by most servers at every attempt.
+    if not isinstance(address, str) or not _ADDRESS.match(address) or not address.isascii():
         raise MailError(f"{raw!r} is not an e-mail address (write it as name@example.com)")
     return address
 

@@ -212,7 +212,7 @@ def test_a_bad_smtp_url_is_refused_in_one_line_without_its_password(value):
 
 
 @pytest.mark.parametrize("value", ["dlq", "dlq@", "@example.com", "a@b@c", "DLQ <dlq@example.com>",
-                                   "dlq@example.com\r\nBcc: x@y.z"])
+                                   "dlq@example.com\r\nBcc: x@y.z", "zoë@example.com"])
 def test_a_bad_sender_address_is_refused_in_one_line(value):
     with pytest.raises(ConfigError) as raised:
         load_settings({"DLQ_MAIL_FROM": value})

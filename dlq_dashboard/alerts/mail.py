@@ -36,7 +36,8 @@ def alert_message(body: str, event_id: str, to: str, sender: str) -> EmailMessag
     group = alert.get("group") or {}
     link = alert.get("url") or ""
     message = EmailMessage()
-    message["Subject"] = _plain(alert.get("text") or alert.get("event") or "DLQ Dashboard alert")
+    # One line whatever a group's text holds: a header may not break.
+    message["Subject"] = " ".join(_plain(alert.get("text") or alert.get("event") or "DLQ Dashboard alert").split())
     message["From"] = sender
     message["To"] = to
     message["Date"] = formatdate(usegmt=True)
