@@ -29,7 +29,7 @@ def check_address(raw: str) -> str:
     """The address, stripped, if it is one plain ``name@domain``; MailError otherwise."""
     address = (raw or "").strip() if isinstance(raw, str) else raw
     # ASCII only: an address that needs SMTPUTF8 would be refused by most servers at every attempt.
-    if not isinstance(address, str) or not _ADDRESS.match(address) or not address.isascii():
+    if not isinstance(address, str) or not _ADDRESS.fullmatch(address) or not address.isascii():
         raise MailError(f"{raw!r} is not an e-mail address (write it as name@example.com)")
     return address
 

@@ -18,6 +18,7 @@ alerts/outbox.py sends a team's alerts to its webhooks and e-mails.
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from .mailing import MailError, check_address
 from .redaction import scrub
 from .scopes import ScopeError, check_pattern, subject_matches
 
-_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
+_NAME = re.compile(r"[a-z0-9_-]{1,64}")
 _KEYS = ("subjects", "webhooks", "emails")
 _SHAPE = "use a TOML file of [teams.<name>] tables, each with subjects and optional webhooks and emails"
 
@@ -85,9 +86,11 @@ def parse_teams(data: dict) -> tuple[Team, ...]:
 
 
 def _team(name: str, table) -> Team:
-    where = f"[teams.{name}]"
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
+        # As TOML quotes such a key, so the line stays one line whatever the name holds.
+        where = f"[teams.{json.dumps(name)}]"
         raise TeamsError(f"{where}: the team name must be 1 to 64 of a-z, 0-9, '_' and '-'")
+    where = f"[teams.{name}]"
     if not isinstance(table, dict):
         raise TeamsError(f"{where}: a team is a table with subjects and optional webhooks and emails")
     for key in table:
