@@ -18,11 +18,13 @@ from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Alert, FailureGroup
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.mailing import STARTTLS, TLS, parse_smtp_url
+from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.teams import Team
 from dlq_dashboard.times import utcnow
 
 from . import support
 from .smtp import MailServer
+from .test_alerts import dead_letter as publish_dead_letter, receiver, start_app  # noqa: F401 - receiver: a fixture
 
 PUBLIC = "https://dlq.example.com"
 ORDERS = Team("orders", ("orders.>",), emails=("orders-oncall@example.com",))
@@ -218,3 +220,24 @@ def test_a_bad_sender_address_is_refused_in_one_line(value):
         load_settings({"DLQ_MAIL_FROM": value})
     message = str(raised.value)
     assert message.startswith("DLQ_MAIL_FROM=") and "\n" not in message and "use" in message
+
+
+@pytest.mark.slow
+def test_a_dead_letter_on_a_teams_subject_reaches_its_mailbox_once_through_the_running_dashboard(
+        tmp_path, nats_server, mail_server, receiver):
+    server, hook = mail_server(user="dlq-mailer", password="s3cret-pass"), receiver()
+    app = start_app(tmp_path, nats_server, f"sqlite:///{tmp_path}/dlq.sqlite3", [hook.url], teams=(ORDERS,),
+                    smtp=parse_smtp_url(server.url), mail_from="dlq@example.com", public_url=PUBLIC)
+    try:
+        publish_dead_letter(nats_server, 2, "customer 17 not found", subject="orders.created")
+        publish_dead_letter(nats_server, 1, "label printer offline", subject="shipping.labelled")
+        engine = runtime_of(app).engine
+        support.wait_for(lambda: len(outbox(engine)) == 3 and all(r.sent_at for r in outbox(engine)), timeout=30,
+                         message="the two webhook alerts and the e-mail to be sent")
+        assert runtime_of(app).alerts.send_due() == 0
+        [message] = server.received()
+        [(_, orders_alert)] = [(h, b) for h, b in hook.alerts() if b["group"]["subject"] == "orders.created"]
+        assert message["X-Dlq-Event-Id"] == orders_alert["id"] and message["To"] == "orders-oncall@example.com"
+        assert orders_alert["url"] in message.get_content().splitlines()
+    finally:
+        runtime_of(app).stop()
