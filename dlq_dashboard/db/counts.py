@@ -52,7 +52,7 @@ def group_ids(conn: Connection, groups: Iterable[tuple[str, str, str]],
     if not wanted:
         return {}
     existing: dict[tuple, int] = {}
-    if made is not None:
+    if made is not None or teams:  # with teams, so that only a group really made is matched to them
         existing = _find_groups(conn, wanted)
         if len(existing) == len(wanted):
             return existing  # nothing to make: the usual batch, one query
