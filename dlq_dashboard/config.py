@@ -11,6 +11,8 @@ from typing import Mapping
 
 from .files import FILE_MODE, private_file, private_folder
 from .flags import truth
+from .sign_in import (GroupRule, SettingError, button_words, check_single_sign_on, claim_path, issuer, oidc_roles,
+                      oidc_scopes, session_hours)
 from .redaction import scrub
 
 
@@ -277,6 +279,16 @@ def _list_fields(name: str, raw: str) -> tuple[tuple[str, str], ...]:
     return tuple(found.items())
 
 
+def _sign_in(parse):
+    """A parser of sign_in.py, its one-line SettingError as a ConfigError."""
+    def parse_setting(name: str, raw: str):
+        try:
+            return parse(name, raw)
+        except SettingError as exc:
+            raise ConfigError(str(exc)) from None
+    return parse_setting
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the dashboard is configured with (SPEC section 3)."""
@@ -347,6 +359,25 @@ class Settings:
     login_failures_per_name: int = 20
     login_slowdown_max: float = 30.0
     login_failure_window: float = 300.0
+    # Single sign-on with OpenID Connect (SPEC section 10, docs/security.md): the issuer (unset:
+    # none), the client, the scopes asked for, the claim holding groups (a dotted path), the
+    # rules giving groups their grants (none: nobody may sign in) and the button's words.
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    oidc_scopes: tuple[str, ...] = ("openid", "email", "profile")
+    oidc_groups_claim: str = "groups"
+    oidc_roles: tuple[GroupRule, ...] = ()
+    oidc_name: str = "single sign-on"
+    # DLQ_LOCAL_LOGIN=false: no password form and no password sign-in (tokens still work).
+    local_login: bool = True
+    # Every session (password or single sign-on) ends this many hours after its sign-in.
+    session_hours: float = 12.0
+
+    @property
+    def single_sign_on(self) -> bool:
+        """True when DLQ_OIDC_ISSUER is set."""
+        return bool(self.oidc_issuer)
 
     @property
     def bundled_nats(self) -> bool:
@@ -393,6 +424,15 @@ _PARSERS = {
     "DLQ_LOGIN_FAILURES_PER_NAME": ("login_failures_per_name", _positive_int),
     "DLQ_LOGIN_SLOWDOWN_MAX": ("login_slowdown_max", lambda n, r: _login_seconds(n, r, 3600)),
     "DLQ_LOGIN_FAILURE_WINDOW": ("login_failure_window", lambda n, r: _login_seconds(n, r, 86400)),
+    "DLQ_OIDC_ISSUER": ("oidc_issuer", _sign_in(issuer)),
+    "DLQ_OIDC_CLIENT_ID": ("oidc_client_id", lambda n, r: r.strip()),
+    "DLQ_OIDC_CLIENT_SECRET": ("oidc_client_secret", lambda n, r: r),
+    "DLQ_OIDC_SCOPES": ("oidc_scopes", _sign_in(oidc_scopes)),
+    "DLQ_OIDC_GROUPS_CLAIM": ("oidc_groups_claim", _sign_in(claim_path)),
+    "DLQ_OIDC_ROLES": ("oidc_roles", _sign_in(oidc_roles)),
+    "DLQ_OIDC_NAME": ("oidc_name", _sign_in(button_words)),
+    "DLQ_LOCAL_LOGIN": ("local_login", _bool),
+    "DLQ_SESSION_HOURS": ("session_hours", _sign_in(session_hours)),
 }
 
 
@@ -411,6 +451,10 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides) -> Sett
     if settings.trusted_header and not settings.trusted_proxies:
         raise ConfigError(f"DLQ_TRUSTED_HEADER={settings.trusted_header!r} is not valid without "
                           "DLQ_TRUSTED_PROXIES: list the proxy addresses allowed to send it")
+    try:
+        check_single_sign_on(settings)
+    except SettingError as exc:
+        raise ConfigError(str(exc)) from None
     return settings
 
 

@@ -27,6 +27,7 @@ from dlq_dashboard.config import Settings
 from dlq_dashboard.runtime import Runtime, runtime_of
 
 from . import support
+from .oidc_provider import IdentityProvider
 from .postgres import PostgresServer
 
 DATABASES = ("sqlite", "postgresql")
@@ -225,6 +226,22 @@ def live_server(app):
     yield f"http://127.0.0.1:{server.effective_port}"
     server.close()
     thread.join(5)
+
+
+@pytest.fixture
+def identity_provider(tmp_path):
+    """A factory of real OpenID Connect providers (tests/oidc_provider.py), each ended by its PID
+    after the test: ``identity_provider(accounts={...}, public=False, ttl={...})``, then
+    ``.settings(roles=...)`` for make_app and ``.start(bases=[...])``."""
+    made = []
+
+    def make(**options) -> IdentityProvider:
+        made.append(IdentityProvider(tmp_path, **options))
+        return made[-1]
+
+    yield make
+    for provider in made:
+        provider.stop()
 
 
 @pytest.fixture(scope="session")

@@ -52,7 +52,8 @@ def layer_of(module: str) -> str:
     if parts[1:3] == ["db", "migrations"]:
         return "migrations"
     return {"config": "base", "times": "base", "errors": "base", "numbers": "base", "flags": "base",
-            "masking": "base", "redaction": "base", "files": "base", "scopes": "base"}.get(parts[1], parts[1])
+            "masking": "base", "redaction": "base", "files": "base", "scopes": "base",
+            "sign_in": "base"}.get(parts[1], parts[1])
 
 
 def modules() -> dict[str, Path]:
