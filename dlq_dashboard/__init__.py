@@ -92,7 +92,7 @@ def create_app(config: dict[str, Any] | None = None):
 
     csrf = CSRFProtect(app)
     auth.login_manager.init_app(app)
-    oidc.init_app(app)
+    oidc.init_app(app)  # its routes, with DLQ_OIDC_ISSUER set
     # Before the CSRF check below: a cross-site write is refused as such.
     security.init_app(app)
     errors.init_app(app)
@@ -100,7 +100,7 @@ def create_app(config: dict[str, Any] | None = None):
     templating.init_app(app)
     cli.init_app(app)
     htmx.init_app(app)
-    for module in (auth, oidc, pages, api, actions, bulk, audit, export, metrics, openapi, status, saved_views):
+    for module in (auth, pages, api, actions, bulk, audit, export, metrics, openapi, status, saved_views):
         app.register_blueprint(module.bp)
 
     @app.before_request

@@ -403,3 +403,8 @@ def test_no_single_sign_on_route_answers_without_an_issuer(make_app):
     assert 'id="sso"' not in client.get("/login").get_data(as_text=True)
     with runtime_of(client.application).engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(LoginSession)).scalar() == 0
+
+
+def test_the_single_sign_on_routes_are_open_to_anyone(sso_app):
+    for endpoint in ("oidc.start", "oidc.callback"):
+        assert sso_app.view_functions[endpoint].required_role is None

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 import requests
 from authlib.integrations.base_client import MismatchingStateError, OAuthError
 from authlib.integrations.flask_client import OAuth
-from flask import Blueprint, Flask, abort, current_app, redirect, request, session, url_for
+from flask import Blueprint, Flask, current_app, redirect, request, session, url_for
 from flask_login import login_user
 from joserfc.errors import BadSignatureError, ClaimError, ExpiredTokenError, JoseError
 
@@ -146,7 +146,8 @@ class SingleSignOn:
 
 
 def init_app(app: Flask) -> None:
-    """With DLQ_OIDC_ISSUER set, give the app its OpenID Connect client."""
+    """With DLQ_OIDC_ISSUER set, give the app its OpenID Connect client and its two routes
+    (without it they do not exist: a 404)."""
     settings = runtime_of(app).settings
     if not settings.single_sign_on:
         return
@@ -157,14 +158,12 @@ def init_app(app: Flask) -> None:
                        "token_endpoint_auth_method": "client_secret_basic" if confidential else "none",
                        "default_timeout": PROVIDER_TIMEOUT})
     app.extensions[EXTENSION] = SingleSignOn(settings, client)
+    app.register_blueprint(bp)
 
 
 def single_sign_on() -> SingleSignOn:
-    """This app's client; a 404 without DLQ_OIDC_ISSUER."""
-    found = current_app.extensions.get(EXTENSION)
-    if found is None:
-        abort(404)
-    return found
+    """This app's client (its routes exist only where it does)."""
+    return current_app.extensions[EXTENSION]
 
 
 def _own_url(endpoint: str) -> str:
