@@ -45,15 +45,36 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+class ProviderPool:
+    """The providers a test worker keeps running between tests, one for each set of options
+    (starting node and the provider takes seconds; its accounts and tampering are reset for
+    each test that takes it). Ended by their PIDs at the end of the session."""
+
+    def __init__(self):
+        self.running: dict[str, "IdentityProvider"] = {}
+
+    def stop(self) -> None:
+        for provider in self.running.values():
+            provider._end()
+
+
 class IdentityProvider:
-    """One node-oidc-provider process: its accounts, its one client, its log."""
+    """A node-oidc-provider process: its accounts, its one client, its log.
+
+    ``shared`` (the default): a process of the worker's pool started for the same options is
+    taken over, and left running after the test; ``shared=False`` for a test that stops the
+    provider, never starts it (a closed port), or starts it with other bases (a live server)."""
 
     def __init__(self, folder: Path, *, accounts: dict | None = None, public: bool = False,
-                 ttl: dict | None = None, conform_id_token_claims: bool = True, claims: dict | None = None):
+                 ttl: dict | None = None, conform_id_token_claims: bool = True, claims: dict | None = None,
+                 shared: bool = True, pool: ProviderPool | None = None):
         if not (FOLDER / "node_modules" / "oidc-provider").is_dir():
             raise AssertionError(f"{FOLDER}/node_modules is missing: run `npm ci` in {FOLDER} (.ci/run does)")
         self.folder = Path(folder)
-        self.port = _free_port()
+        self.pool = pool if shared else None
+        self.key = json.dumps([public, ttl, conform_id_token_claims, claims], sort_keys=True)
+        running = self.pool.running.get(self.key) if self.pool else None
+        self.port = running.port if running else _free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
         self.accounts = dict(accounts or {})
         self.public, self.ttl, self.claims = public, dict(ttl or {}), claims
@@ -82,7 +103,17 @@ class IdentityProvider:
 
     def start(self, bases: list[str] | tuple[str, ...] = (TEST_CLIENT_BASE,), timeout: float = 30.0):
         """Start the provider, with a client whose redirect URIs are each base's callback (and
-        /login after logout); return once its discovery document answers."""
+        /login after logout); return once its discovery document answers. A shared provider
+        already running gets this test's accounts and no tampering instead."""
+        running = self.pool.running.get(self.key) if self.pool else None
+        if self.pool is not None and tuple(bases) != (TEST_CLIENT_BASE,):
+            raise AssertionError("a shared provider serves the test client only: use shared=False")
+        if running is not None:
+            self.process, self.log_path = running.process, running.log_path
+            self.tamper()
+            for account, claims in self.accounts.items():
+                self.set_account(account, **claims)
+            return self
         client = {"client_id": CLIENT_ID, "grant_types": ["authorization_code"], "response_types": ["code"],
                   "redirect_uris": [f"{b}/login/oidc/callback" for b in bases],
                   "post_logout_redirect_uris": [f"{b}/login" for b in bases]}
@@ -100,8 +131,10 @@ class IdentityProvider:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen([node, str(SCRIPT), str(path)], cwd=FOLDER, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
-        support.wait_for(self._answers, timeout=timeout, interval=0.1,
+        support.wait_for(self._answers, timeout=timeout, interval=0.05,
                          message=f"the identity provider's discovery document (log: {self.log_path})")
+        if self.pool is not None:
+            self.pool.running[self.key] = self
         return self
 
     def _answers(self) -> bool:
@@ -113,8 +146,18 @@ class IdentityProvider:
         except requests.RequestException:
             return False
 
+    def release(self) -> None:
+        """After the test: end the provider unless the pool keeps it."""
+        if self.pool is None or self.pool.running.get(self.key) is None:
+            self.stop()
+
     def stop(self) -> None:
         """End the provider (by its PID) and wait until it has gone."""
+        if self.pool is not None:
+            raise AssertionError("a shared provider is not stopped by a test: use shared=False")
+        self._end()
+
+    def _end(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
         os.kill(self.process.pid, signal.SIGTERM)

@@ -38,10 +38,19 @@ def add_grants_probe(app):
     return app
 
 
+ACCOUNTS = {"alice": ALICE, "bob": {"email": "bob@example.com", "groups": ["other"]},
+            "root": {"email": "root@example.com", "groups": ["dlq-admins"]}}
+
+
 @pytest.fixture
 def idp(identity_provider):
-    return identity_provider(accounts={"alice": ALICE, "bob": {"email": "bob@example.com", "groups": ["other"]},
-                                       "root": {"email": "root@example.com", "groups": ["dlq-admins"]}})
+    return identity_provider(accounts=ACCOUNTS)
+
+
+@pytest.fixture
+def own_idp(identity_provider):
+    """A provider of this test alone (it is stopped, or never started)."""
+    return identity_provider(shared=False, accounts=ACCOUNTS)
 
 
 @pytest.fixture
@@ -286,16 +295,18 @@ def test_an_id_token_that_fails_its_checks_ends_on_the_login_page(sso_app, idp, 
     assert idp.sign_in(sso_app.test_client(), "alice").status_code == 302  # the same flow, untouched
 
 
-def test_a_provider_that_cannot_be_reached_at_the_callback_ends_on_the_login_page(sso_app, idp):
-    client = sso_app.test_client()
-    path = idp.callback_path(client, "alice")
-    idp.stop()
-    refused_with(client.get(path), oidc.UNREACHABLE, sso_app)
+def test_a_provider_that_cannot_be_reached_at_the_callback_ends_on_the_login_page(own_idp, make_app):
+    app = make_app(**own_idp.settings(roles=ROLES))
+    own_idp.start()
+    client = app.test_client()
+    path = own_idp.callback_path(client, "alice")
+    own_idp.stop()
+    refused_with(client.get(path), oidc.UNREACHABLE, app)
 
 
-def test_a_provider_that_cannot_be_reached_at_start_does_not_stop_the_dashboard(idp, make_app):
+def test_a_provider_that_cannot_be_reached_at_start_does_not_stop_the_dashboard(own_idp, make_app):
     # The provider is never started: its port is closed.
-    app = make_app(**idp.settings(roles=ROLES))
+    app = make_app(**own_idp.settings(roles=ROLES))
     client = app.test_client()
     html = client.get("/login").get_data(as_text=True)
     assert oidc.UNAVAILABLE in html and 'id="sso"' not in html

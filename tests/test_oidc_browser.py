@@ -51,7 +51,7 @@ def served():
 
 def test_a_team_member_signs_in_through_the_providers_form_and_republishes_within_their_scope_only(
         identity_provider, make_app, served, page, nats_server):
-    idp = identity_provider(accounts={"alice": {"email": "alice@example.com", "email_verified": True,
+    idp = identity_provider(shared=False, accounts={"alice": {"email": "alice@example.com", "email_verified": True,
                                                 "groups": ["team-orders"]}})
     app = make_app(online=True, **idp.settings(roles="team-orders=operator:orders.>"))
     base = served(app)
