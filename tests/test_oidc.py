@@ -419,3 +419,8 @@ def test_no_single_sign_on_route_answers_without_an_issuer(make_app):
 def test_the_single_sign_on_routes_are_open_to_anyone(sso_app):
     for endpoint in ("oidc.start", "oidc.callback"):
         assert sso_app.view_functions[endpoint].required_role is None
+
+
+def test_an_issuer_without_rules_is_told_in_the_log(make_app, caplog):
+    make_app(oidc_issuer="http://127.0.0.1:1", oidc_client_id="dlq")
+    assert "DLQ_OIDC_ROLES is not set: nobody may sign in with single sign-on" in caplog.text

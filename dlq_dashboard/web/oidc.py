@@ -159,6 +159,8 @@ def init_app(app: Flask) -> None:
                        "default_timeout": PROVIDER_TIMEOUT})
     app.extensions[EXTENSION] = SingleSignOn(settings, client)
     app.register_blueprint(bp)
+    if not settings.oidc_roles:
+        log.warning("DLQ_OIDC_ROLES is not set: nobody may sign in with single sign-on (%s)", settings.oidc_issuer)
 
 
 def single_sign_on() -> SingleSignOn:
