@@ -424,3 +424,8 @@ def test_the_single_sign_on_routes_are_open_to_anyone(sso_app):
 def test_an_issuer_without_rules_is_told_in_the_log(make_app, caplog):
     make_app(oidc_issuer="http://127.0.0.1:1", oidc_client_id="dlq")
     assert "DLQ_OIDC_ROLES is not set: nobody may sign in with single sign-on" in caplog.text
+
+
+def test_the_pages_form_action_lets_the_logout_reach_the_provider_and_nowhere_else(sso_app, idp):
+    policy = sso_app.test_client().get("/login").headers["Content-Security-Policy"]
+    assert f"form-action 'self' {idp.issuer};" in policy

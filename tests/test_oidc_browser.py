@@ -94,3 +94,27 @@ def test_a_team_member_signs_in_through_the_providers_form_and_republishes_withi
         from sqlalchemy import text
 
         assert conn.execute(text("SELECT status FROM entries WHERE id = :id"), {"id": outside}).scalar() == "open"
+
+
+def test_logout_in_the_browser_continues_to_the_providers_logout_and_back_to_the_login_page(
+        identity_provider, make_app, served, page):
+    idp = identity_provider(shared=False, accounts={"alice": {"email": "alice@example.com", "groups": ["staff"]}})
+    app = make_app(**idp.settings(roles="staff=viewer"))
+    base = served(app)
+    idp.start(bases=[base])
+    page.goto(f"{base}/login")
+    page.get_by_role("link", name="Sign in with Test IdP").click()
+    page.locator('input[name="login"]').fill("alice")
+    page.locator('input[name="password"]').fill("any password")
+    page.get_by_role("button", name="Sign-in").click()
+    page.wait_for_url(f"{base}/")
+
+    # The logout form's redirect to the provider is allowed by the page's form-action.
+    page.get_by_role("button", name="Logout").click()
+    page.wait_for_url(re.compile(rf"^{re.escape(idp.issuer)}/session/end"))
+    page.get_by_role("button", name="Yes, sign me out").click()
+    page.wait_for_url(f"{base}/login")
+    expect(page.get_by_role("link", name="Sign in with Test IdP")).to_be_visible()
+    # The provider's session has ended too: signing in again shows its login form.
+    page.get_by_role("link", name="Sign in with Test IdP").click()
+    expect(page.locator('input[name="login"]')).to_be_visible()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import requests
 from authlib.integrations.base_client import MismatchingStateError, OAuthError
@@ -131,6 +131,18 @@ class SingleSignOn:
         return {"name": self.settings.oidc_name, "unavailable": unavailable,
                 "url": url_for("oidc.start", next=request.args.get("next") or None)}
 
+    def allow_logout_redirect(self, response):
+        """Let the logout form's redirect reach the provider: browsers hold a form's redirects to
+        the page's CSP form-action ('self'), so the provider's logout origin is added to it."""
+        policy = response.headers.get("Content-Security-Policy")
+        if policy and "form-action 'self'" in policy:
+            origins = {_origin(self.settings.oidc_issuer)}
+            if self._metadata and self._metadata.get("end_session_endpoint"):
+                origins.add(_origin(self._metadata["end_session_endpoint"]))
+            response.headers["Content-Security-Policy"] = policy.replace(
+                "form-action 'self'", " ".join(["form-action 'self'", *sorted(o for o in origins if o)]))
+        return response
+
     def logout_url(self, id_token: str) -> str | None:
         """The provider's end_session_endpoint for this session's ID token, returning to /login;
         None when the provider has none or cannot be reached."""
@@ -157,8 +169,11 @@ def init_app(app: Flask) -> None:
         client_kwargs={"scope": " ".join(settings.oidc_scopes), "code_challenge_method": "S256",
                        "token_endpoint_auth_method": "client_secret_basic" if confidential else "none",
                        "default_timeout": PROVIDER_TIMEOUT})
-    app.extensions[EXTENSION] = SingleSignOn(settings, client)
+    sso = app.extensions[EXTENSION] = SingleSignOn(settings, client)
     app.register_blueprint(bp)
+    # Registered before web/security.py's headers, so it runs after them (Flask runs these in
+    # reverse order) and finds the policy to widen.
+    app.after_request(sso.allow_logout_redirect)
     if not settings.oidc_roles:
         log.warning("DLQ_OIDC_ROLES is not set: nobody may sign in with single sign-on (%s)", settings.oidc_issuer)
 
@@ -166,6 +181,13 @@ def init_app(app: Flask) -> None:
 def single_sign_on() -> SingleSignOn:
     """This app's client (its routes exist only where it does)."""
     return current_app.extensions[EXTENSION]
+
+
+def _origin(url: str) -> str | None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or any(c in parts.netloc for c in " ;,'\""):
+        return None
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _own_url(endpoint: str) -> str:
