@@ -80,8 +80,9 @@ def refused_with(answer, sentence: str, app) -> None:
 
 # --- signing in --------------------------------------------------------------------------------
 
+@pytest.mark.both_databases
 def test_a_member_of_a_group_signs_in_and_holds_the_grants_of_every_rule_that_names_a_group_of_theirs(
-        sso_app, idp):
+        database_url, sso_app, idp):
     client = sso_app.test_client()
     answer = idp.sign_in(client, "alice")
     assert answer.status_code == 302 and answer.headers["Location"] == "/"
@@ -124,7 +125,8 @@ def test_after_signing_in_the_browser_goes_where_it_was_going(sso_app, idp):
     assert idp.sign_in(client, "alice", start="/login/oidc?next=//evil.example").headers["Location"] == "/"
 
 
-def test_groups_are_read_at_every_sign_in_so_leaving_a_group_leaves_its_access(sso_app, idp):
+@pytest.mark.both_databases
+def test_groups_are_read_at_every_sign_in_so_leaving_a_group_leaves_its_access(database_url, sso_app, idp):
     client = sso_app.test_client()
     idp.sign_in(client, "alice")
     assert client.get("/probe/grants").get_json()["role"] == "operator"
