@@ -431,3 +431,16 @@ def test_an_issuer_without_rules_is_told_in_the_log(make_app, caplog):
 def test_the_pages_form_action_lets_the_logout_reach_the_provider_and_nowhere_else(sso_app, idp):
     policy = sso_app.test_client().get("/login").headers["Content-Security-Policy"]
     assert f"form-action 'self' {idp.issuer};" in policy
+
+
+def test_the_provider_returns_to_the_public_url_where_it_is_set(idp, make_app):
+    app = make_app(**idp.settings(roles=ROLES, public_url="https://dlq.example.com"))
+    idp.start()
+    client = app.test_client()
+    query = parse_qs(urlsplit(client.get("/login/oidc").headers["Location"]).query)
+    assert query["redirect_uri"] == ["https://dlq.example.com/login/oidc/callback"]
+    sso = app.extensions[oidc.EXTENSION]
+    with app.test_request_context("/logout"):
+        query = parse_qs(urlsplit(sso.logout_url("a.b.c")).query)
+    assert query == {"id_token_hint": ["a.b.c"], "post_logout_redirect_uri": ["https://dlq.example.com/login"],
+                     "client_id": ["dlq-dashboard"]}
