@@ -41,8 +41,8 @@ def create_app(config: dict[str, Any] | None = None):
     from . import cli
     from .config import Settings, ensure_secret_key, load_settings
     from .runtime import EXTENSION, Runtime
-    from .web import (actions, api, audit, auth, bulk, errors, export, metrics, openapi, pages, saved_views, security, status,
-                      templating)
+    from .web import (actions, api, audit, auth, bulk, errors, export, metrics, oidc, openapi, pages, saved_views, security,
+                      status, templating)
     from .web import params as web_params
     from .web.responses import bearer_token, htmx
 
@@ -92,6 +92,7 @@ def create_app(config: dict[str, Any] | None = None):
 
     csrf = CSRFProtect(app)
     auth.login_manager.init_app(app)
+    oidc.init_app(app)  # its routes, with DLQ_OIDC_ISSUER set
     # Before the CSRF check below: a cross-site write is refused as such.
     security.init_app(app)
     errors.init_app(app)

@@ -8,7 +8,7 @@ import logging
 import re
 import secrets
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, delete, func, or_, select, update
@@ -19,7 +19,8 @@ from .db.bounds import Bounds, bounded
 from .db.engine import write_transaction
 from .db.liveness import describe
 from .db.models import ApiToken, LoginSession, User
-from .scopes import ROLES, Grant, Scope, ScopeError, scopes_from_json, scopes_to_json
+from .scopes import (ROLES, Grant, Scope, ScopeError, grants_from_json, grants_to_json, highest_role, scopes_for,
+                     scopes_from_json, scopes_to_json)
 from .times import utcnow
 
 MIN_PASSWORD_LENGTH = 8
@@ -35,6 +36,8 @@ _LAST_USED_EVERY = timedelta(minutes=1)
 # A session row ended, or not seen, this long ago is deleted at the next login: its cookie has
 # expired long before (the idle lifetime is 12 hours unless configured otherwise).
 SESSION_ROWS_KEPT = timedelta(days=30)
+# The password hash of a user made by single sign-on: no password matches it.
+NO_PASSWORD = "!single-sign-on"
 
 SESSIONS = LoginSession.__table__
 # The write waits at most this long (for SQLite's write lock, PostgreSQL's row lock): a token's
@@ -59,10 +62,16 @@ class UserInfo:
     disabled: bool
     scopes: tuple[Scope, ...] | None = None  # None: unscoped
     via: str = "password"  # or "oidc": made by a single sign-on
+    # The grants of the session this user was loaded for, when its sign-in gave them (single
+    # sign-on: sessions.grants); None: the user's own role and scopes.
+    session_grants: tuple[Grant, ...] | None = field(default=None, compare=False)
 
     @property
     def grants(self) -> tuple[Grant, ...]:
-        """What the user's own role and scopes grant (a single sign-on session carries its own)."""
+        """What the user holds: their session's grants where its sign-in gave them, else what
+        their own role and scopes grant."""
+        if self.session_grants is not None:
+            return self.session_grants
         return (Grant(self.role, self.scopes),)
 
 
@@ -153,7 +162,8 @@ def verify_password(engine: Engine, name: str, password: str) -> UserInfo | None
     """
     with engine.connect() as conn:
         user = conn.execute(select(User.__table__).where(User.name == (name or "").strip())).first()
-    if user is None:
+    if user is None or user.via != "password":
+        # A single sign-on user has no password: signing in as one needs the provider.
         check_password_hash(_DUMMY_HASH, password)
         return None
     if not check_password_hash(user.password_hash, password) or user.disabled:
@@ -163,32 +173,42 @@ def verify_password(engine: Engine, name: str, password: str) -> UserInfo | None
 
 # --- sessions ---------------------------------------------------------------------------------
 
-def start_session(engine: Engine, user_id: int) -> str:
-    """A new session of the user; returns the random key the cookie carries (only its hash is
-    stored). Rows long ended or unseen are deleted on the way."""
+def start_session(engine: Engine, user_id: int, *, hours: float = 12.0, via: str = "password",
+                  grants: tuple[Grant, ...] | None = None, id_token: str | None = None) -> str:
+    """A new session of the user, ending ``hours`` after now (DLQ_SESSION_HOURS); returns the
+    random key the cookie carries (only its hash is stored). A single sign-on session keeps the
+    grants its sign-in gave and the ID token its logout sends back. Rows long ended or unseen
+    are deleted on the way."""
     key = secrets.token_urlsafe(32)
     now = utcnow()
     with write_transaction(engine) as conn:
         conn.execute(delete(SESSIONS).where(or_(SESSIONS.c.ended_at < now - SESSION_ROWS_KEPT,
                                                 SESSIONS.c.last_seen_at < now - SESSION_ROWS_KEPT)))
-        conn.execute(SESSIONS.insert().values(id=hash_token(key), user_id=user_id, created_at=now,
-                                              last_seen_at=now, ended_at=None))
+        conn.execute(SESSIONS.insert().values(
+            id=hash_token(key), user_id=user_id, created_at=now, last_seen_at=now, ended_at=None, via=via,
+            grants=None if grants is None else grants_to_json(grants), expires_at=now + timedelta(hours=hours),
+            id_token=id_token))
     return key
 
 
-def load_session_user(engine: Engine, session_key: str) -> UserInfo | None:
-    """The user of the session ``session_key`` names, if the session has not ended and the user
-    exists and is enabled; records that the session was seen (at most once a minute)."""
+def load_session_user(engine: Engine, session_key: str, *, hours: float = 12.0) -> UserInfo | None:
+    """The user of the session ``session_key`` names, if the session has neither ended nor
+    expired and the user exists and is enabled, holding the session's grants where its sign-in
+    gave them; records that the session was seen (at most once a minute). A row written before
+    sessions expired expires ``hours`` after it was made."""
     if not session_key:
         return None
     session_id = hash_token(session_key)
     with engine.connect() as conn:
-        row = conn.execute(select(User.__table__, SESSIONS.c.last_seen_at)
+        row = conn.execute(select(User.__table__, SESSIONS.c.last_seen_at, SESSIONS.c.created_at.label("since"),
+                                  SESSIONS.c.expires_at, SESSIONS.c.grants.label("session_grants"))
                            .join(SESSIONS, SESSIONS.c.user_id == User.id)
                            .where(SESSIONS.c.id == session_id, SESSIONS.c.ended_at.is_(None))).first()
     if row is None or row.disabled:
         return None
     now = utcnow()
+    if now >= (row.expires_at or row.since + timedelta(hours=hours)):
+        return None
     if now - row.last_seen_at >= _LAST_USED_EVERY:
         try:
             with write_transaction(engine) as conn:
@@ -197,14 +217,25 @@ def load_session_user(engine: Engine, session_key: str) -> UserInfo | None:
             # Only a record: a database that reads but cannot write (a full disk) must not
             # fail the request of a valid session.
             log.warning("a session's last use could not be written: %s", exc.__class__.__name__)
-    return _user_info(row)
+    user = _user_info(row)
+    if row.session_grants is None:
+        return user
+    grants = grants_from_json(row.session_grants)
+    if not grants:
+        return None
+    return UserInfo(user.id, user.name, highest_role(grants), user.disabled, user.scopes, user.via,
+                    session_grants=grants)
 
 
-def end_session(engine: Engine, session_key: str) -> None:
-    """End one session (logout): its cookie, and every copy of it, stops working."""
+def end_session(engine: Engine, session_key: str) -> str | None:
+    """End one session (logout): its cookie, and every copy of it, stops working. Returns the
+    ID token of a single sign-on session (for the provider's logout), else None."""
+    session_id = hash_token(session_key)
     with write_transaction(engine) as conn:
-        conn.execute(update(SESSIONS).where(SESSIONS.c.id == hash_token(session_key),
+        id_token = conn.execute(select(SESSIONS.c.id_token).where(SESSIONS.c.id == session_id)).scalar()
+        conn.execute(update(SESSIONS).where(SESSIONS.c.id == session_id,
                                             SESSIONS.c.ended_at.is_(None)).values(ended_at=utcnow()))
+    return id_token
 
 
 def end_sessions(engine: Engine, user_id: int) -> int:
@@ -217,6 +248,45 @@ def _end_all_sessions(conn, user_id: int) -> int:
     done = conn.execute(update(SESSIONS).where(SESSIONS.c.user_id == user_id, SESSIONS.c.ended_at.is_(None))
                         .values(ended_at=utcnow()))
     return done.rowcount
+
+
+# --- single sign-on users ---------------------------------------------------------------------
+
+def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Grant, ...]) -> UserInfo:
+    """The user a single sign-on identifies by ``subject`` (issuer + sub), made at its first
+    sign-in and brought up to date at every one: name, role (the highest grant), the scopes of
+    that role's grants, and the time. AccountError for a disabled user, a name that cannot be
+    used, or one a local user holds already."""
+    role = highest_role(grants)
+    if role is None:
+        raise AccountError("no grant to sign in with")
+    covered = scopes_for(grants, role)
+    # A user row holds one grant: the highest role over what its grants cover (a part of what
+    # the session holds, never more), for the channels that read the row (a proxy's header).
+    scopes = None if covered is None or covered is False else covered
+    name = check_name(name)
+    now = utcnow()
+    values = dict(name=name, role=role, scopes=scopes_to_json(scopes), last_sign_in_at=now)
+    try:
+        with write_transaction(engine) as conn:
+            row = conn.execute(select(User.__table__).where(User.oidc_subject == subject)).first()
+            holder = conn.execute(select(User.oidc_subject).where(User.name == name)).first()
+            if holder is not None and holder.oidc_subject != subject:
+                raise AccountError(f"the name {name!r} belongs to another user of this dashboard")
+            if row is None:
+                result = conn.execute(User.__table__.insert().values(
+                    **values, password_hash=NO_PASSWORD, disabled=False, created_at=now, via="oidc",
+                    oidc_subject=subject))
+                user_id, disabled = result.inserted_primary_key[0], False
+            else:
+                user_id, disabled = row.id, bool(row.disabled)
+                if not disabled:
+                    conn.execute(update(User.__table__).where(User.id == row.id).values(**values))
+    except IntegrityError:  # another sign-in of the same person, or the same name, at the same time
+        raise AccountError(f"the name {name!r} belongs to another user of this dashboard") from None
+    if disabled:
+        raise AccountError("this account is disabled on this dashboard")
+    return UserInfo(user_id, name, role, False, scopes, "oidc")
 
 
 # --- passwords and disabling -------------------------------------------------------------------

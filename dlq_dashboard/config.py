@@ -11,7 +11,9 @@ from typing import Mapping
 
 from .files import FILE_MODE, private_file, private_folder
 from .flags import truth
-from .mailing import MailError, SmtpServer, check_address, parse_smtp_url
+from .mailing import MailError, SmtpServer, check_address, mail_sender, parse_smtp_url
+from .sign_in import (GroupRule, SettingError, button_words, check_single_sign_on, claim_path, issuer, oidc_roles,
+                      oidc_scopes, session_hours)
 from .redaction import scrub
 from .teams import Team, TeamsError, load_teams
 
@@ -279,26 +281,25 @@ def _list_fields(name: str, raw: str) -> tuple[tuple[str, str], ...]:
     return tuple(found.items())
 
 
-def _teams(name: str, raw: str) -> tuple[Team, ...]:
-    try:
-        return load_teams(raw)
-    except TeamsError as exc:
-        raise ConfigError(f"{name}={raw!r} is not valid: {exc}") from None
+def _refusing(parse, error: type[Exception], hint: str = ""):
+    """A parser of one value (teams.py, mailing.py) whose ``error`` is a one-line ConfigError
+    naming the variable and its value (without a URL's password)."""
+    def parse_setting(name: str, raw: str):
+        try:
+            return parse(raw)
+        except error as exc:
+            raise ConfigError(f"{name}={scrub(raw)!r} is not valid: {exc}{hint}") from None
+    return parse_setting
 
 
-def _smtp_url(name: str, raw: str) -> SmtpServer:
-    try:
-        return parse_smtp_url(raw)
-    except MailError as exc:
-        raise ConfigError(f"{name}={scrub(raw)!r} is not valid: {exc}; use smtp://user:pass@host:587?starttls=true "
-                          "or smtps://user:pass@host:465") from None
-
-
-def _address(name: str, raw: str) -> str:
-    try:
-        return check_address(raw)
-    except MailError as exc:
-        raise ConfigError(f"{name}={raw!r} is not valid: {exc}; use the address alert e-mails come from") from None
+def _sign_in(parse):
+    """A parser of sign_in.py, its one-line SettingError as a ConfigError."""
+    def parse_setting(name: str, raw: str):
+        try:
+            return parse(name, raw)
+        except SettingError as exc:
+            raise ConfigError(str(exc)) from None
+    return parse_setting
 
 
 @dataclass(frozen=True)
@@ -376,6 +377,25 @@ class Settings:
     login_failures_per_name: int = 20
     login_slowdown_max: float = 30.0
     login_failure_window: float = 300.0
+    # Single sign-on with OpenID Connect (SPEC section 10, docs/security.md): the issuer (unset:
+    # none), the client, the scopes asked for, the claim holding groups (a dotted path), the
+    # rules giving groups their grants (none: nobody may sign in) and the button's words.
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    oidc_scopes: tuple[str, ...] = ("openid", "email", "profile")
+    oidc_groups_claim: str = "groups"
+    oidc_roles: tuple[GroupRule, ...] = ()
+    oidc_name: str = "single sign-on"
+    # DLQ_LOCAL_LOGIN=false: no password form and no password sign-in (tokens still work).
+    local_login: bool = True
+    # Every session (password or single sign-on) ends this many hours after its sign-in.
+    session_hours: float = 12.0
+
+    @property
+    def single_sign_on(self) -> bool:
+        """True when DLQ_OIDC_ISSUER is set."""
+        return bool(self.oidc_issuer)
 
     @property
     def bundled_nats(self) -> bool:
@@ -413,9 +433,11 @@ _PARSERS = {
     "DLQ_WEBHOOK_SECRET": ("webhook_secret", lambda n, r: r),
     "DLQ_ALERT_THRESHOLD": ("alert_threshold", _positive_int),
     "DLQ_PUBLIC_URL": ("public_url", _public_url),
-    "DLQ_TEAMS": ("teams", _teams),
-    "DLQ_SMTP_URL": ("smtp", _smtp_url),
-    "DLQ_MAIL_FROM": ("mail_from", _address),
+    "DLQ_TEAMS": ("teams", _refusing(load_teams, TeamsError)),
+    "DLQ_SMTP_URL": ("smtp", _refusing(parse_smtp_url, MailError, "; use smtp://user:pass@host:587?starttls=true "
+                                                                  "or smtps://user:pass@host:465")),
+    "DLQ_MAIL_FROM": ("mail_from", _refusing(check_address, MailError,
+                                             "; use the address alert e-mails come from")),
     "DLQ_RETENTION": ("retention", _retention),
     "DLQ_MASK": ("mask", _mask),
     "DLQ_LIST_FIELDS": ("list_fields", _list_fields),
@@ -425,6 +447,15 @@ _PARSERS = {
     "DLQ_LOGIN_FAILURES_PER_NAME": ("login_failures_per_name", _positive_int),
     "DLQ_LOGIN_SLOWDOWN_MAX": ("login_slowdown_max", lambda n, r: _login_seconds(n, r, 3600)),
     "DLQ_LOGIN_FAILURE_WINDOW": ("login_failure_window", lambda n, r: _login_seconds(n, r, 86400)),
+    "DLQ_OIDC_ISSUER": ("oidc_issuer", _sign_in(issuer)),
+    "DLQ_OIDC_CLIENT_ID": ("oidc_client_id", lambda n, r: r.strip()),
+    "DLQ_OIDC_CLIENT_SECRET": ("oidc_client_secret", lambda n, r: r),
+    "DLQ_OIDC_SCOPES": ("oidc_scopes", _sign_in(oidc_scopes)),
+    "DLQ_OIDC_GROUPS_CLAIM": ("oidc_groups_claim", _sign_in(claim_path)),
+    "DLQ_OIDC_ROLES": ("oidc_roles", _sign_in(oidc_roles)),
+    "DLQ_OIDC_NAME": ("oidc_name", _sign_in(button_words)),
+    "DLQ_LOCAL_LOGIN": ("local_login", _bool),
+    "DLQ_SESSION_HOURS": ("session_hours", _sign_in(session_hours)),
 }
 
 
@@ -443,22 +474,12 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides) -> Sett
     if settings.trusted_header and not settings.trusted_proxies:
         raise ConfigError(f"DLQ_TRUSTED_HEADER={settings.trusted_header!r} is not valid without "
                           "DLQ_TRUSTED_PROXIES: list the proxy addresses allowed to send it")
-    return _check_mail(settings, environ.get("DLQ_TEAMS"))
-
-
-def _check_mail(settings: Settings, teams_file: str | None) -> Settings:
-    # A team's e-mails with no server to send them would wait in the outbox for ever: refused.
-    mailing = next((t for t in settings.teams if t.emails), None)
-    if mailing is not None and settings.smtp is None:
-        raise ConfigError(f"DLQ_TEAMS={teams_file!r} is not valid: [teams.{mailing.name}] emails: DLQ_SMTP_URL is "
-                          "not set, so no e-mail can be sent; set it or remove the emails")
-    if settings.smtp is not None and not settings.mail_from:
-        try:  # the account's own address, where the user name is one
-            return replace(settings, mail_from=check_address(settings.smtp.user or ""))
-        except MailError:
-            pass
-        raise ConfigError(f"DLQ_SMTP_URL={settings.smtp.shown!r} is not valid without DLQ_MAIL_FROM: "
-                          "use DLQ_MAIL_FROM to name the address alert e-mails come from")
+    try:
+        settings = replace(settings, mail_from=mail_sender(settings.teams, settings.smtp, settings.mail_from,
+                                                           environ.get("DLQ_TEAMS")))
+        check_single_sign_on(settings)
+    except (MailError, SettingError) as exc:
+        raise ConfigError(str(exc)) from None
     return settings
 
 

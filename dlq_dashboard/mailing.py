@@ -74,3 +74,20 @@ def parse_smtp_url(raw: str) -> SmtpServer:
     password = unquote(parts.password) if parts.password is not None else None
     return SmtpServer(host=parts.hostname, port=port or _DEFAULT_PORTS[security], security=security, user=user,
                       password=password)
+
+
+def mail_sender(teams, smtp: SmtpServer | None, mail_from: str | None, teams_file: str | None) -> str | None:
+    """The address alert e-mails come from (DLQ_MAIL_FROM, else the SMTP account's own address
+    where its user name is one); MailError with the setting's sentence when e-mails are wanted
+    but cannot be sent: a team's e-mails with no server would wait in the outbox for ever."""
+    mailing = next((t for t in teams if t.emails), None)
+    if mailing is not None and smtp is None:
+        raise MailError(f"DLQ_TEAMS={teams_file!r} is not valid: [teams.{mailing.name}] emails: DLQ_SMTP_URL is "
+                        "not set, so no e-mail can be sent; set it or remove the emails")
+    if smtp is None or mail_from:
+        return mail_from
+    try:
+        return check_address(smtp.user or "")
+    except MailError:
+        raise MailError(f"DLQ_SMTP_URL={smtp.shown!r} is not valid without DLQ_MAIL_FROM: "
+                        "use DLQ_MAIL_FROM to name the address alert e-mails come from") from None

@@ -27,6 +27,7 @@ from dlq_dashboard.config import Settings
 from dlq_dashboard.runtime import Runtime, runtime_of
 
 from . import support
+from .oidc_provider import IdentityProvider, ProviderPool
 from .postgres import PostgresServer
 
 DATABASES = ("sqlite", "postgresql")
@@ -225,6 +226,31 @@ def live_server(app):
     yield f"http://127.0.0.1:{server.effective_port}"
     server.close()
     thread.join(5)
+
+
+@pytest.fixture(scope="session")
+def _identity_providers():
+    pool = ProviderPool()
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture
+def identity_provider(tmp_path, _identity_providers):
+    """A factory of real OpenID Connect providers (tests/oidc_provider.py):
+    ``identity_provider(accounts={...}, public=False, ttl={...}, shared=True)``, then
+    ``.settings(roles=...)`` for make_app's keyword arguments and ``.start()``; ``.sign_in(client,
+    login)`` drives the flow through the provider's login form. A shared one (the default, for the
+    test client) is kept running for the worker's next tests; the others end after the test, by PID."""
+    made = []
+
+    def make(**options) -> IdentityProvider:
+        made.append(IdentityProvider(tmp_path, pool=_identity_providers, **options))
+        return made[-1]
+
+    yield make
+    for provider in made:
+        provider.release()
 
 
 @pytest.fixture(scope="session")

@@ -146,3 +146,34 @@ def test_a_token_name_and_role_are_checked_like_a_users(engine):
         accounts.create_token(engine, "my token", "viewer")
     with pytest.raises(AccountError, match="role"):
         accounts.create_token(engine, "ok", "superuser")
+
+
+# --- single sign-on users and their sessions ---------------------------------------------------
+
+def test_a_single_sign_on_session_holds_the_grants_of_its_sign_in_and_gives_back_its_id_token(engine):
+    from dlq_dashboard.scopes import Grant, Scope
+
+    grants = (Grant("operator", (Scope("orders.>"),)), Grant("viewer"))
+    user = accounts.sign_in_oidc_user(engine, "https://idp.example a-sub", "ann@example.com", grants)
+    assert (user.role, user.scopes, user.via) == ("operator", (Scope("orders.>"),), "oidc")
+    key = accounts.start_session(engine, user.id, hours=1, via="oidc", grants=grants, id_token="a.b.c")
+    loaded = accounts.load_session_user(engine, key)
+    assert loaded.grants == grants and loaded.role == "operator"
+    password_key = accounts.start_session(engine, accounts.create_user(engine, "pat", PASSWORD, "viewer").id)
+    assert accounts.load_session_user(engine, password_key).grants == (Grant("viewer"),)
+    assert accounts.end_session(engine, key) == "a.b.c" and accounts.end_session(engine, password_key) is None
+    assert accounts.load_session_user(engine, key) is None
+
+
+def test_a_single_sign_on_user_is_found_by_subject_and_brought_up_to_date(engine):
+    from dlq_dashboard.scopes import Grant
+
+    first = accounts.sign_in_oidc_user(engine, "iss sub-1", "old@example.com", (Grant("admin"),))
+    again = accounts.sign_in_oidc_user(engine, "iss sub-1", "new@example.com", (Grant("viewer"),))
+    assert again.id == first.id and stored_user(engine, "new@example.com").role == "viewer"
+    assert stored_user(engine, "old@example.com") is None
+    with pytest.raises(AccountError, match="belongs to another user"):
+        accounts.sign_in_oidc_user(engine, "iss sub-2", "new@example.com", (Grant("viewer"),))
+    with pytest.raises(AccountError, match="not valid"):
+        accounts.sign_in_oidc_user(engine, "iss sub-3", "a name with spaces", (Grant("viewer"),))
+    assert accounts.verify_password(engine, "new@example.com", accounts.NO_PASSWORD) is None

@@ -28,6 +28,10 @@ bp = Blueprint("auth", __name__)
 login_manager = LoginManager()
 
 LOGIN_FAILED = "Unknown user name or wrong password."
+NO_PASSWORDS = "Signing in with a password is turned off here: use single sign-on."
+# web/oidc.py's client, where DLQ_OIDC_ISSUER is set (its offer() and logout_url(); it imports
+# this module, so it is found through the app rather than imported).
+SINGLE_SIGN_ON = "dlq_single_sign_on"
 # The answer to an htmx request whose session has ended (static/app.js shows it in the banner).
 SIGNED_OUT = "You were signed out. Sign in again in another tab; this page keeps what you typed."
 
@@ -65,7 +69,8 @@ class SessionUser(UserMixin):
 @login_manager.user_loader
 def load_user(session_key: str):
     """The session's user, if the session has not ended and the user exists and is enabled."""
-    user = _ask_database(load_session_user, session_key)
+    user = _ask_database(functools.partial(load_session_user, hours=current_runtime().settings.session_hours),
+                         session_key)
     if user is None:
         return None
     return SessionUser(user.id, user.name, user.role, session_key, user.grants)
@@ -251,12 +256,22 @@ def _is_page(path: str) -> bool:
             and not getattr(view, "fragment", False))
 
 
+def login_page(error: str | None = None, status: int = 200):
+    """The login page: the password form (unless DLQ_LOCAL_LOGIN=false), the single sign-on
+    button where configured, and ``error``'s one sentence."""
+    sso = current_app.extensions.get(SINGLE_SIGN_ON)
+    return render_template("login.html", error=error, sso=sso.offer() if sso else None,
+                           local_login=current_runtime().settings.local_login), status
+
+
 @bp.route("/login", methods=["GET", "POST"])
 @requires(None)
 def login():
     """The login form; a failed login says nothing about which part was wrong."""
     if request.method == "GET":
-        return render_template("login.html", error=None)
+        return login_page()
+    if not current_runtime().settings.local_login:
+        return login_page(NO_PASSWORDS, 403)
     name = request.form.get("username", "")
     address = client_address()
     throttle = login_throttle()
@@ -264,14 +279,15 @@ def login():
     if refused:
         # Checked before the password: while throttled, guessing learns nothing.
         message = f"{refused.message} Try again in {refused.seconds} second{'s' if refused.seconds != 1 else ''}."
-        return render_template("login.html", error=message), 429, {"Retry-After": str(refused.seconds)}
+        return *login_page(message, 429), {"Retry-After": str(refused.seconds)}
     user = verify_password(current_runtime().engine, name, request.form.get("password", ""))
     if user is None:
         throttle.failed(name, address)
-        return render_template("login.html", error=LOGIN_FAILED), 401
+        return login_page(LOGIN_FAILED, 401)
     throttle.succeeded(name, address)
     session.clear()  # a fresh session (and CSRF token) at login: nothing carries over
-    login_user(SessionUser(user.id, user.name, user.role, start_session(current_runtime().engine, user.id)))
+    key = start_session(current_runtime().engine, user.id, hours=current_runtime().settings.session_hours)
+    login_user(SessionUser(user.id, user.name, user.role, key, user.grants))
     session.permanent = True  # expires after PERMANENT_SESSION_LIFETIME without a request
     return redirect(safe_next(request.args.get("next")))
 
@@ -279,9 +295,13 @@ def login():
 @bp.route("/logout", methods=["POST"])
 @requires("viewer")
 def logout():
-    """End this session only (a copy of its cookie too); the user's other sessions go on."""
+    """End this session only (a copy of its cookie too); the user's other sessions go on. A
+    single sign-on session continues to the provider's logout, which returns to /login."""
+    id_token = None
     if current_user.is_authenticated:
-        end_session(current_runtime().engine, current_user.session_key)
+        id_token = end_session(current_runtime().engine, current_user.session_key)
     logout_user()
     session.clear()
-    return redirect(url_for("auth.login"))
+    sso = current_app.extensions.get(SINGLE_SIGN_ON)
+    provider_logout = sso.logout_url(id_token) if sso and id_token else None
+    return redirect(provider_logout or url_for("auth.login"))

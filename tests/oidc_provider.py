@@ -1,0 +1,232 @@
+"""A real OpenID Connect provider for the single sign-on tests: node-oidc-provider (tests/oidc/,
+installed by `npm ci` there; .ci/run does it) on 127.0.0.1 and a free port, started by the
+``identity_provider`` fixture of conftest.py and ended by its PID.
+
+A test makes it, points the app at it, then starts it with the dashboard's addresses (the
+provider checks each redirect URI against its client's)::
+
+    idp = identity_provider(accounts={"alice": {"email": "alice@example.com", "groups": ["team-orders"]}})
+    app = make_app(**idp.settings(roles="team-orders=operator:orders.>"))
+    idp.start()                                  # http://localhost, the test client's address
+    response = idp.sign_in(app.test_client(), "alice")   # the flow, through the provider's login form
+
+``sign_in`` drives the provider's own pages (its development login form takes any password)
+with ``requests``; ``start(bases=[live_url])`` registers a live server's address for a browser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import requests
+
+from . import support
+
+FOLDER = Path(__file__).resolve().parent / "oidc"
+SCRIPT = FOLDER / "provider.mjs"
+CLIENT_ID, CLIENT_SECRET = "dlq-dashboard", "a secret for the test provider only"
+# The test client's address: Flask's test client answers at http://localhost.
+TEST_CLIENT_BASE = "http://localhost"
+_FORM = re.compile(r'<form[^>]*action="([^"]+)"[^>]*>(.*?)</form>', re.S)
+_INPUT = re.compile(r'<input[^>]*?name="([^"]+)"(?:[^>]*?value="([^"]*)")?[^>]*>')
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ProviderPool:
+    """The providers a test worker keeps running between tests, one for each set of options
+    (starting node and the provider takes seconds; its accounts and tampering are reset for
+    each test that takes it). Ended by their PIDs at the end of the session."""
+
+    def __init__(self):
+        self.running: dict[str, "IdentityProvider"] = {}
+
+    def stop(self) -> None:
+        for provider in self.running.values():
+            provider._end()
+
+
+class IdentityProvider:
+    """A node-oidc-provider process: its accounts, its one client, its log.
+
+    ``shared`` (the default): a process of the worker's pool started for the same options is
+    taken over, and left running after the test; ``shared=False`` for a test that stops the
+    provider, never starts it (a closed port), or starts it with other bases (a live server)."""
+
+    def __init__(self, folder: Path, *, accounts: dict | None = None, public: bool = False,
+                 ttl: dict | None = None, conform_id_token_claims: bool = True, claims: dict | None = None,
+                 shared: bool = True, pool: ProviderPool | None = None):
+        if not (FOLDER / "node_modules" / "oidc-provider").is_dir():
+            raise AssertionError(f"{FOLDER}/node_modules is missing: run `npm ci` in {FOLDER} (.ci/run does)")
+        self.folder = Path(folder)
+        self.pool = pool if shared else None
+        self.key = json.dumps([public, ttl, conform_id_token_claims, claims], sort_keys=True)
+        running = self.pool.running.get(self.key) if self.pool else None
+        self.port = running.port if running else _free_port()
+        self.issuer = f"http://127.0.0.1:{self.port}"
+        self.accounts = dict(accounts or {})
+        self.public, self.ttl, self.claims = public, dict(ttl or {}), claims
+        self.conform = conform_id_token_claims
+        self.process: subprocess.Popen | None = None
+        self.log_path = self.folder / f"oidc-provider-{self.port}.log"
+        # The provider's own cookies (its session) for the requests driver: signing in again
+        # while they last asks for no login, as a browser's would.
+        self.browser = requests.Session()
+
+    # --- the app's side -----------------------------------------------------------------------
+
+    def settings(self, roles: str | None = "*=viewer", **more) -> dict:
+        """The Settings fields that point an app at this provider (make_app's keyword arguments)."""
+        values = dict(oidc_issuer=self.issuer, oidc_client_id=CLIENT_ID,
+                      oidc_client_secret=None if self.public else CLIENT_SECRET,
+                      oidc_scopes=("openid", "email", "profile", "groups"), oidc_name="Test IdP")
+        if roles is not None:
+            from dlq_dashboard.sign_in import parse_rules
+
+            values["oidc_roles"] = parse_rules(roles)
+        values.update(more)
+        return values
+
+    # --- the process --------------------------------------------------------------------------
+
+    def start(self, bases: list[str] | tuple[str, ...] = (TEST_CLIENT_BASE,), timeout: float = 30.0):
+        """Start the provider, with a client whose redirect URIs are each base's callback (and
+        /login after logout); return once its discovery document answers. A shared provider
+        already running gets this test's accounts and no tampering instead."""
+        running = self.pool.running.get(self.key) if self.pool else None
+        if self.pool is not None and tuple(bases) != (TEST_CLIENT_BASE,):
+            raise AssertionError("a shared provider serves the test client only: use shared=False")
+        if running is not None:
+            self.process, self.log_path = running.process, running.log_path
+            self.tamper()
+            for account, claims in self.accounts.items():
+                self.set_account(account, **claims)
+            return self
+        client = {"client_id": CLIENT_ID, "grant_types": ["authorization_code"], "response_types": ["code"],
+                  "redirect_uris": [f"{b}/login/oidc/callback" for b in bases],
+                  "post_logout_redirect_uris": [f"{b}/login" for b in bases]}
+        if self.public:
+            client["token_endpoint_auth_method"] = "none"
+        else:
+            client.update(client_secret=CLIENT_SECRET, token_endpoint_auth_method="client_secret_basic")
+        config = {"port": self.port, "issuer": self.issuer, "clients": [client], "accounts": self.accounts,
+                  "ttl": self.ttl, "conformIdTokenClaims": self.conform}
+        if self.claims:
+            config["claims"] = self.claims
+        path = self.folder / f"oidc-provider-{self.port}.json"
+        path.write_text(json.dumps(config))
+        node = shutil.which("node") or "/usr/bin/node"
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen([node, str(SCRIPT), str(path)], cwd=FOLDER, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        support.wait_for(self._answers, timeout=timeout, interval=0.05,
+                         message=f"the identity provider's discovery document (log: {self.log_path})")
+        if self.pool is not None:
+            self.pool.running[self.key] = self
+        return self
+
+    def _answers(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"the identity provider ended ({self.process.returncode}): "
+                                 f"{self.log_path.read_text(errors='replace')[-2000:]}")
+        try:
+            return requests.get(f"{self.issuer}/.well-known/openid-configuration", timeout=2).ok
+        except requests.RequestException:
+            return False
+
+    def release(self) -> None:
+        """After the test: end the provider unless the pool keeps it."""
+        if self.pool is None or self.pool.running.get(self.key) is None:
+            self.stop()
+
+    def stop(self) -> None:
+        """End the provider (by its PID) and wait until it has gone."""
+        if self.pool is not None:
+            raise AssertionError("a shared provider is not stopped by a test: use shared=False")
+        self._end()
+
+    def _end(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.kill(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    # --- changing it while it runs ------------------------------------------------------------
+
+    def set_account(self, account: str, **claims) -> None:
+        """Give ``account`` these claims from now on (its groups, say)."""
+        self.accounts[account] = claims
+        requests.put(f"{self.issuer}/_test/accounts/{account}", json=claims, timeout=5).raise_for_status()
+
+    def tamper(self, **claims) -> None:
+        """ID tokens issued from now on carry these claims (``aud``, ``iss``, ``nonce``,
+        ``exp_offset`` seconds from now, ``bad_signature=True``); ``tamper()`` stops it."""
+        requests.put(f"{self.issuer}/_test/tamper", json=claims, timeout=5).raise_for_status()
+
+    # --- the browser's side, with requests ----------------------------------------------------
+
+    def authorize(self, url: str, login: str | None) -> str:
+        """Follow the dashboard's redirect to the provider through its pages (its login form
+        filled with ``login`` and any password, when it asks) until it sends the browser back;
+        return that address (the dashboard's callback with its code and state)."""
+        for _ in range(20):
+            if not url.startswith(self.issuer):
+                return url
+            answer = self.browser.get(url, allow_redirects=False, timeout=10)
+            if answer.is_redirect:
+                url = urljoin(url, answer.headers["Location"])
+                continue
+            form = _FORM.search(answer.text)
+            assert form and login is not None, f"the provider showed no form to fill: {answer.text[:500]}"
+            fields = {name: value or "" for name, value in _INPUT.findall(form.group(2))}
+            fields.update(login=login, password="any password")
+            answer = self.browser.post(urljoin(url, form.group(1)), data=fields, allow_redirects=False, timeout=10)
+            assert answer.is_redirect, answer.text[:500]
+            url = urljoin(url, answer.headers["Location"])
+        raise AssertionError(f"the provider did not send the browser back: {url}")
+
+    def sign_in(self, client, login: str | None, start: str = "/login/oidc"):
+        """Sign a Flask test client in through the provider: the dashboard's answer to the callback."""
+        return client.get(self.callback_path(client, login, start))
+
+    def callback_path(self, client, login: str | None, start: str = "/login/oidc") -> str:
+        """The callback the provider sends the browser back to (not yet followed)."""
+        answer = client.get(start)
+        assert answer.status_code == 302, answer.get_data(as_text=True)
+        back = self.authorize(answer.headers["Location"], login)
+        parts = urlsplit(back)
+        return f"{parts.path}?{parts.query}"
+
+    def log_out(self, url: str) -> str:
+        """Follow the dashboard's redirect to the provider's end_session_endpoint, confirm the
+        provider's question, and return where it sends the browser."""
+        answer = self.browser.get(url, allow_redirects=False, timeout=10)
+        form = re.search(r'<form[^>]*action="([^"]+)"[^>]*>(.*?)</form>', answer.text, re.S)
+        assert form, answer.text[:500]
+        fields = {name: value or "" for name, value in _INPUT.findall(form.group(2))}
+        fields["logout"] = "yes"
+        answer = self.browser.post(urljoin(url, form.group(1)), data=fields, allow_redirects=False, timeout=10)
+        for _ in range(5):
+            if not answer.is_redirect:
+                break
+            location = urljoin(answer.url, answer.headers["Location"])
+            if not location.startswith(self.issuer):
+                return location
+            answer = self.browser.get(location, allow_redirects=False, timeout=10)
+        raise AssertionError(f"the provider did not return after logout: {answer.status_code} {answer.text[:300]}")
