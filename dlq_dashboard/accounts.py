@@ -1,9 +1,13 @@
-"""Users, their login sessions and API tokens: create, list, disable, revoke, end (used by the CLI,
-the login and the first start)."""
+"""Users, their login sessions and API tokens: create, list, disable, revoke, end, change a role
+and its scopes (used by the CLI, /admin/users, the login and the first start).
+
+A change made with an ``actor`` (the CLI's ``cli:<os user>``, the admin signed in to /admin/users)
+writes its audit record in the change's own transaction: who did what to which user or token."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import secrets
@@ -18,8 +22,8 @@ from werkzeug.security import check_password_hash, generate_password_hash
 from .db.bounds import Bounds, bounded
 from .db.engine import write_transaction
 from .db.liveness import describe
-from .db.models import ApiToken, LoginSession, User
-from .scopes import ROLES, Grant, Scope, ScopeError, scopes_from_json, scopes_to_json
+from .db.models import Action, ApiToken, LoginSession, User
+from .scopes import ROLES, Grant, Scope, ScopeError, parse_scopes, scopes_from_json, scopes_to_json
 from .times import utcnow
 
 MIN_PASSWORD_LENGTH = 8
@@ -37,6 +41,7 @@ _LAST_USED_EVERY = timedelta(minutes=1)
 SESSION_ROWS_KEPT = timedelta(days=30)
 
 SESSIONS = LoginSession.__table__
+USERS, TOKENS, ACTIONS = User.__table__, ApiToken.__table__, Action.__table__
 # The write waits at most this long (for SQLite's write lock, PostgreSQL's row lock): a token's
 # request is not held up behind the mirror's writes for a timestamp.
 _LAST_USE_BOUNDS = Bounds(statement=1.0)
@@ -59,6 +64,7 @@ class UserInfo:
     disabled: bool
     scopes: tuple[Scope, ...] | None = None  # None: unscoped
     via: str = "password"  # or "oidc": made by a single sign-on
+    last_sign_in_at: datetime | None = None
 
     @property
     def grants(self) -> tuple[Grant, ...]:
@@ -113,16 +119,38 @@ def check_grant(role: str, scopes: tuple[Scope, ...] | None) -> Grant:
         raise AccountError(str(exc)) from None
 
 
+def read_scopes(texts) -> tuple[Scope, ...] | None:
+    """The scopes written in ``texts`` (scopes.parse_scopes: None for none at all); AccountError
+    with the sentence of the first bad one."""
+    try:
+        return parse_scopes(texts)
+    except ScopeError as exc:
+        raise AccountError(str(exc)) from None
+
+
+def describe_grant(role: str, scopes: tuple[Scope, ...] | None) -> str:
+    """A role and its scopes in words, as the audit and the commands say them."""
+    return f"{role} over {', '.join(map(str, scopes)) if scopes else 'every subject'}"
+
+
+def _audit(conn, actor: str | None, action: str, note: str, **detail) -> None:
+    # The account audited is named in the detail (``user`` or ``token``), the actor as for the entries.
+    if actor is not None:
+        conn.execute(ACTIONS.insert().values(action=action, actor=actor, at=utcnow(), note=note,
+                                             detail=json.dumps(detail, separators=(",", ":"))))
+
+
 def _user_info(row) -> UserInfo:
-    return UserInfo(row.id, row.name, row.role, bool(row.disabled), scopes_from_json(row.scopes), row.via)
+    return UserInfo(row.id, row.name, row.role, bool(row.disabled), scopes_from_json(row.scopes), row.via,
+                    row.last_sign_in_at)
 
 
 # --- users ------------------------------------------------------------------------------------
 
 def create_user(engine: Engine, name: str, password: str, role: str,
-                scopes: tuple[Scope, ...] | None = None) -> UserInfo:
+                scopes: tuple[Scope, ...] | None = None, *, actor: str | None = None) -> UserInfo:
     """Create a user with a slow password hash (werkzeug's scrypt), its role limited to
-    ``scopes`` when given (scopes.parse_scopes)."""
+    ``scopes`` when given (read_scopes)."""
     check_grant(role, scopes)
     name = check_name(name)
     _check_password(password)
@@ -134,6 +162,8 @@ def create_user(engine: Engine, name: str, password: str, role: str,
             result = conn.execute(User.__table__.insert().values(
                 name=name, password_hash=password_hash, role=role, disabled=False, created_at=utcnow(),
                 scopes=scopes_to_json(scopes), via="password"))
+            _audit(conn, actor, "user_create", f"{name}: {describe_grant(role, scopes)}", user=name, role=role,
+                   scopes=_texts(scopes))
     except IntegrityError:  # another process created the same name between check and insert
         raise AccountError(f"user {name!r} exists already") from None
     return UserInfo(result.inserted_primary_key[0], name, role, False, scopes)
@@ -169,6 +199,7 @@ def start_session(engine: Engine, user_id: int) -> str:
     key = secrets.token_urlsafe(32)
     now = utcnow()
     with write_transaction(engine) as conn:
+        conn.execute(update(USERS).where(User.id == user_id).values(last_sign_in_at=now))
         conn.execute(delete(SESSIONS).where(or_(SESSIONS.c.ended_at < now - SESSION_ROWS_KEPT,
                                                 SESSIONS.c.last_seen_at < now - SESSION_ROWS_KEPT)))
         conn.execute(SESSIONS.insert().values(id=hash_token(key), user_id=user_id, created_at=now,
@@ -221,16 +252,22 @@ def _end_all_sessions(conn, user_id: int) -> int:
 
 # --- passwords and disabling -------------------------------------------------------------------
 
-def set_password(engine: Engine, name: str, password: str) -> None:
+def _user_row(conn, name: str):
+    row = conn.execute(select(USERS).where(User.name == (name or "").strip())).first()
+    if row is None:
+        raise AccountError(f"no user named {name!r}")
+    return row
+
+
+def set_password(engine: Engine, name: str, password: str, *, actor: str | None = None) -> None:
     """Give a user a new password; every session they had ends."""
     _check_password(password)
     password_hash = generate_password_hash(password)
     with write_transaction(engine) as conn:
-        user_id = conn.execute(select(User.id).where(User.name == name)).scalar()
-        if user_id is None:
-            raise AccountError(f"no user named {name!r}")
-        conn.execute(update(User.__table__).where(User.id == user_id).values(password_hash=password_hash))
-        _end_all_sessions(conn, user_id)
+        user = _user_row(conn, name)
+        conn.execute(update(USERS).where(User.id == user.id).values(password_hash=password_hash))
+        ended = _end_all_sessions(conn, user.id)
+        _audit(conn, actor, "user_password", f"{user.name}: a new password", user=user.name, sessions_ended=ended)
 
 
 def list_users(engine: Engine) -> list[UserInfo]:
@@ -240,14 +277,71 @@ def list_users(engine: Engine) -> list[UserInfo]:
     return [_user_info(u) for u in rows]
 
 
-def set_disabled(engine: Engine, name: str, disabled: bool) -> None:
-    """Disable (or enable) a user; either way their sessions end."""
+def set_disabled(engine: Engine, name: str, disabled: bool, *, actor: str | None = None) -> int:
+    """Disable (or enable) a user; either way their sessions end. Returns how many were open."""
     with write_transaction(engine) as conn:
-        user_id = conn.execute(select(User.id).where(User.name == name)).scalar()
-        if user_id is None:
-            raise AccountError(f"no user named {name!r}")
-        conn.execute(update(User.__table__).where(User.id == user_id).values(disabled=disabled))
-        _end_all_sessions(conn, user_id)
+        user = _user_row(conn, name)
+        conn.execute(update(USERS).where(User.id == user.id).values(disabled=disabled))
+        ended = _end_all_sessions(conn, user.id)
+        _audit(conn, actor, "user_disable" if disabled else "user_enable",
+               f"{user.name}: {'disabled' if disabled else 'enabled'}, {_sessions(ended)} ended",
+               user=user.name, sessions_ended=ended)
+    return ended
+
+
+def end_user_sessions(engine: Engine, name: str, *, actor: str | None = None) -> int:
+    """End every session of the user named ``name`` (an admin's action); returns how many were open."""
+    with write_transaction(engine) as conn:
+        user = _user_row(conn, name)
+        ended = _end_all_sessions(conn, user.id)
+        _audit(conn, actor, "user_end_sessions", f"{user.name}: {_sessions(ended)} ended", user=user.name,
+               sessions_ended=ended)
+    return ended
+
+
+def set_role_and_scopes(engine: Engine, name: str, role: str, scopes: tuple[Scope, ...] | None, *,
+                        actor: str | None = None) -> UserInfo:
+    """Give a local user ``role`` over ``scopes`` (None: every subject); it holds from their next
+    request. A single sign-on user's grants come from DLQ_OIDC_ROLES at each sign-in instead."""
+    check_grant(role, scopes)
+    with write_transaction(engine) as conn:
+        user = _user_row(conn, name)
+        if user.via != "password":
+            raise AccountError(f"{user.name} signs in with single sign-on: their role and scopes come from "
+                               "DLQ_OIDC_ROLES at each sign-in")
+        was = scopes_from_json(user.scopes)
+        conn.execute(update(USERS).where(User.id == user.id).values(role=role, scopes=scopes_to_json(scopes)))
+        _audit(conn, actor, "user_grant", f"{user.name}: {describe_grant(role, scopes)} "
+               f"(was {describe_grant(user.role, was)})", user=user.name, role=role, scopes=_texts(scopes),
+               was_role=user.role, was_scopes=_texts(was))
+        return _user_info(conn.execute(select(USERS).where(User.id == user.id)).first())
+
+
+def open_sessions(engine: Engine) -> dict[int, int]:
+    """How many sessions each user has open (user id -> count; users with none left out)."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(SESSIONS.c.user_id, func.count()).where(SESSIONS.c.ended_at.is_(None))
+                            .group_by(SESSIONS.c.user_id)).all()
+    return {user_id: n for user_id, n in rows}
+
+
+def session_via(engine: Engine, session_key: str) -> str | None:
+    """How the session ``session_key`` names was signed in to ("password" or "oidc"), or None."""
+    with engine.connect() as conn:
+        return conn.execute(select(SESSIONS.c.via).where(SESSIONS.c.id == hash_token(session_key))).scalar()
+
+
+def new_password() -> str:
+    """A random password for a new user, to show once."""
+    return secrets.token_urlsafe(12)
+
+
+def _texts(scopes: tuple[Scope, ...] | None) -> list[str] | None:
+    return None if scopes is None else [str(s) for s in scopes]
+
+
+def _sessions(n: int) -> str:
+    return f"{n} session{'' if n == 1 else 's'}"
 
 
 def count_users(engine: Engine) -> int:
@@ -260,7 +354,7 @@ def ensure_first_admin(engine: Engine) -> str | None:
     """With no user at all, create ``admin`` with a random password and return the password."""
     if count_users(engine):
         return None
-    password = secrets.token_urlsafe(12)
+    password = new_password()
     try:
         create_user(engine, "admin", password, "admin")
     except AccountError:  # another process created it first
@@ -280,7 +374,8 @@ def new_token() -> str:
     return "dlq_" + secrets.token_urlsafe(32)
 
 
-def create_token(engine: Engine, name: str, role: str, scopes: tuple[Scope, ...] | None = None) -> str:
+def create_token(engine: Engine, name: str, role: str, scopes: tuple[Scope, ...] | None = None, *,
+                 actor: str | None = None) -> str:
     """Create an API token, its role limited to ``scopes`` when given, and return it; only its
     hash is stored.
 
@@ -301,19 +396,39 @@ def create_token(engine: Engine, name: str, role: str, scopes: tuple[Scope, ...]
             conn.execute(ApiToken.__table__.insert().values(
                 name=name, token_hash=hash_token(token), role=role, created_at=utcnow(),
                 scopes=scopes_to_json(scopes)))
+            _audit(conn, actor, "token_create", f"{name}: {describe_grant(role, scopes)}", token=name, role=role,
+                   scopes=_texts(scopes))
     except IntegrityError:
         raise AccountError(f"a token named {name!r} exists already") from None
     return token
 
 
-def revoke_token(engine: Engine, name: str) -> None:
+def revoke_token(engine: Engine, name: str, *, actor: str | None = None) -> None:
     """Revoke a token by name; it stops working at once."""
     with write_transaction(engine) as conn:
-        done = conn.execute(update(ApiToken.__table__)
+        done = conn.execute(update(TOKENS)
                             .where(ApiToken.name == name, ApiToken.revoked_at.is_(None))
                             .values(revoked_at=utcnow()))
         if done.rowcount == 0:
             raise AccountError(f"no active token named {name!r}")
+        _audit(conn, actor, "token_revoke", f"{name}: revoked", token=name)
+
+
+def set_token_role_and_scopes(engine: Engine, name: str, role: str, scopes: tuple[Scope, ...] | None, *,
+                              actor: str | None = None) -> TokenInfo:
+    """Give the active token ``name`` ``role`` over ``scopes`` (None: every subject), from its next call."""
+    check_grant(role, scopes)
+    with write_transaction(engine) as conn:
+        row = conn.execute(select(*_TOKEN_COLUMNS)
+                           .where(ApiToken.name == name, ApiToken.revoked_at.is_(None))).first()
+        if row is None:
+            raise AccountError(f"no active token named {name!r}")
+        was = scopes_from_json(row.scopes)
+        conn.execute(update(TOKENS).where(ApiToken.id == row.id).values(role=role, scopes=scopes_to_json(scopes)))
+        _audit(conn, actor, "token_grant", f"{name}: {describe_grant(role, scopes)} "
+               f"(was {describe_grant(row.role, was)})", token=name, role=role, scopes=_texts(scopes),
+               was_role=row.role, was_scopes=_texts(was))
+        return _token_info(conn.execute(select(*_TOKEN_COLUMNS).where(ApiToken.id == row.id)).first())
 
 
 _TOKEN_COLUMNS = (ApiToken.id, ApiToken.name, ApiToken.role, ApiToken.created_at, ApiToken.revoked_at,

@@ -58,7 +58,9 @@ def test_users_list_shows_names_roles_and_states(cli):
     cli("users", "create", "amy", "--role", "viewer", "--password-stdin", input=support.PASSWORD)
     cli("users", "disable", "zed")
     lines = [line.split() for line in cli("users", "list").output.strip().splitlines()]
-    assert lines == [["NAME", "ROLE", "STATE"], ["amy", "viewer", "active"], ["zed", "admin", "disabled"]]
+    assert lines == [["NAME", "ROLE", "SCOPES", "VIA", "STATE", "LAST", "SIGN-IN"],
+                     ["amy", "viewer", "all", "password", "active", "never"],
+                     ["zed", "admin", "all", "password", "disabled", "never"]]
 
 
 def test_users_disable_stops_the_login_and_enable_restores_it(cli, engine, offline_app):
