@@ -70,3 +70,18 @@ def test_an_admin_creates_a_scoped_user_and_disables_them_after_confirming(app, 
         audited = [(r.action, r.actor) for r in conn.execute(select(Action.__table__).order_by(Action.id))]
     assert audited == [("user_create", "admin-browser"), ("user_disable", "admin-browser")]
     assert problems == []
+
+
+def test_the_page_fits_its_window_at_1440_and_390_px_with_long_names_and_patterns(app, live_server, page):
+    from .test_layout_browser import MEASURE
+
+    engine = runtime_of(app).engine
+    long_pattern = "orders." + ".".join(["segment" + "y" * 40] * 5)
+    accounts.create_user(engine, "u" + "x" * 63, support.PASSWORD, "operator", accounts.read_scopes([long_pattern]))
+    accounts.create_token(engine, "t" + "y" * 63, "viewer", accounts.read_scopes([long_pattern, "pay.*"]))
+    support.browser_login(page, live_server, app, "admin")
+    for width in (1440, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server}/admin/users")
+        measured = page.evaluate(MEASURE)
+        assert measured["scroll"] <= measured["width"], (width, measured["wide"])
