@@ -300,3 +300,12 @@ def test_names_and_patterns_are_shown_as_text_never_as_markup(offline_app, engin
     assert 'value="orders.&lt;svg/onload=alert(1)"' in pages[0].get_data(as_text=True)
     assert 'value="pay.&#34;onfocus=&#34;alert(2)"' in pages[0].get_data(as_text=True)
     assert "User name '<img src=x onerror=alert(3)>' is not valid" in text(pages[2])
+
+
+@pytest.mark.both_databases
+def test_a_name_no_account_can_have_is_a_404_on_both_databases(make_app, database_url):
+    app = make_app(database_url=database_url)
+    client = support.logged_in(app, "admin")
+    client.token = support.csrf_token(client, "/admin/users")
+    for path in ("/admin/users/a%00b/disable", "/admin/tokens/a%00b/revoke", "/admin/users/" + "x" * 300 + "/grant"):
+        assert post(client, path, role="viewer").status_code == 404, path

@@ -73,8 +73,13 @@ def _read_grant(form) -> tuple[str, tuple | None]:
     return role, scopes
 
 
+def _askable(name: str) -> bool:
+    # A name from the path that no account can have (PostgreSQL refuses a NUL in a query's text).
+    return name.isprintable() and len(name) <= 255
+
+
 def _user_or_404(name: str) -> accounts.UserInfo:
-    user = accounts.get_user(current_runtime().engine, name)
+    user = accounts.get_user(current_runtime().engine, name) if _askable(name) else None
     if user is None:
         raise NotFound(f"There is no user named {name!r}.")
     return user
@@ -82,7 +87,7 @@ def _user_or_404(name: str) -> accounts.UserInfo:
 
 def _token_or_404(name: str) -> accounts.TokenInfo:
     token = next((t for t in accounts.list_tokens(current_runtime().engine)
-                  if t.name == name and t.revoked_at is None), None)
+                  if t.name == name and t.revoked_at is None), None) if _askable(name) else None
     if token is None:
         raise NotFound(f"There is no active API token named {name!r}.")
     return token
