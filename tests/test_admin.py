@@ -309,3 +309,10 @@ def test_a_name_no_account_can_have_is_a_404_on_both_databases(make_app, databas
     client.token = support.csrf_token(client, "/admin/users")
     for path in ("/admin/users/a%00b/disable", "/admin/tokens/a%00b/revoke", "/admin/users/" + "x" * 300 + "/grant"):
         assert post(client, path, role="viewer").status_code == 404, path
+
+
+def test_saving_a_role_and_scopes_unchanged_changes_and_audits_nothing(offline_app, engine, admin):
+    accounts.create_user(engine, "ada", support.PASSWORD, "operator", accounts.read_scopes(["orders.>"]))
+    assert post(admin, "/admin/users/ada/grant", role="operator", scopes="orders.>").status_code == 303
+    assert "ada is operator over orders.> already; nothing was changed." in text(admin.get("/admin/users"))
+    assert audit(engine) == []

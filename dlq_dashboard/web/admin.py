@@ -5,8 +5,9 @@ end every session of a user.
 Each action is a short block over accounts.py, the functions the CLI calls, which write the audit
 record (who did what to whom) in the change's transaction. A dangerous action (disable, end
 sessions, revoke, a role changed to or from admin) answers first with a confirmation, a form that
-sends the same values again with ``confirmed``; with htmx the confirmation appears on the page,
-without JavaScript it is a page of its own. Bad input answers the page again with one sentence and
+sends the same values again with ``confirmed``; the page's disable, end-sessions and revoke
+buttons ask by htmx, so the confirmation appears on the page (without JavaScript, and for a role,
+it is a page of its own). A change that is done answers POST-redirect-GET with a flashed sentence. Bad input answers the page again with one sentence and
 every value that was sent (a password aside), so nothing typed is lost.
 """
 
@@ -144,6 +145,8 @@ def grant_user(name: str):
         role, scopes = _read_grant(request.form)
     except AccountError as exc:
         return _page(400, error=_sentence(exc), sent=sent)
+    if (role, scopes) == (user.role, user.scopes):
+        return _done(f"{user.name} is {describe_grant(role, scopes)} already; nothing was changed.")
     if _is_me(user.name) and role != "admin":
         return _page(400, error="You cannot take the admin role from yourself: another admin can.", sent=sent)
     if (role == "admin") != (user.role == "admin") and not _confirmed():
@@ -229,6 +232,8 @@ def grant_token(name: str):
         role, scopes = _read_grant(request.form)
     except AccountError as exc:
         return _page(400, error=_sentence(exc), sent=sent)
+    if (role, scopes) == (token.role, token.scopes):
+        return _done(f"The API token {token.name} is {describe_grant(role, scopes)} already; nothing was changed.")
     if (role == "admin") != (token.role == "admin") and not _confirmed():
         return _confirm(f"Make the API token {token.name} {describe_grant(role, scopes)}? It applies from its next "
                         "call.", f"Make {token.name} {role}", url_for("admin.grant_token", name=token.name),
