@@ -320,3 +320,27 @@ def test_saving_a_role_and_scopes_unchanged_changes_and_audits_nothing(offline_a
     assert post(admin, "/admin/users/ada/grant", role="operator", scopes="orders.>").status_code == 303
     assert "ada is operator over orders.> already; nothing was changed." in text(admin.get("/admin/users"))
     assert audit(engine) == []
+
+
+@pytest.mark.both_databases
+def test_every_action_of_the_page_on_both_databases(make_app, database_url):
+    app = make_app(database_url=database_url)
+    engine = runtime_of(app).engine
+    client = support.logged_in(app, "admin")
+    client.token = support.csrf_token(client, "/admin/users")
+    assert post(client, "/admin/users", name="bea", role="viewer", scopes="orders.>").status_code == 200
+    member = app.test_client()
+    assert support.login(member, "bea", support.PASSWORD).status_code == 401  # a made password, not this one
+    accounts.set_password(engine, "bea", support.PASSWORD)
+    assert support.login(member, "bea", support.PASSWORD).status_code == 302
+    assert post(client, "/admin/users/bea/grant", role="operator", scopes="orders.>, pay.*").status_code == 303
+    assert member.get("/api/me").get_json()["grants"] == [{"role": "operator", "scopes": ["orders.>", "pay.*"]}]
+    assert post(client, "/admin/users/bea/end-sessions", confirmed="yes").status_code == 303
+    assert member.get("/api/me").status_code == 401
+    assert post(client, "/admin/users/bea/disable", confirmed="yes").status_code == 303
+    assert post(client, "/admin/users/bea/enable").status_code == 303
+    assert post(client, "/admin/tokens", name="bot", role="viewer", scopes="").status_code == 200
+    assert post(client, "/admin/tokens/bot/grant", role="operator", scopes="x.>").status_code == 303
+    assert post(client, "/admin/tokens/bot/revoke", confirmed="yes").status_code == 303
+    assert [a for a, _, _ in audit(engine)] == ["user_create", "user_grant", "user_end_sessions", "user_disable",
+                                                "user_enable", "token_create", "token_grant", "token_revoke"]
