@@ -36,7 +36,8 @@ def test_an_admin_creates_a_scoped_user_and_disables_them_after_confirming(app, 
     form.locator("select[name=role]").select_option("operator")
     form.locator("input[name=scopes]").fill("orders.>, billing.>")
     form.get_by_role("button", name="Create user").click()
-    expect(page.locator("[data-shown-once]")).to_contain_text("Created user team-orders (operator over billing.>, orders.>)")
+    expect(page.locator("[data-shown-once]")).to_contain_text(
+        "Created user team-orders (operator over billing.>, orders.>)")
     password = page.locator("[data-secret]").inner_text()
     assert accounts.get_user(engine, "team-orders").grants[0].to_dict() == {"role": "operator",
                                                                             "scopes": ["billing.>", "orders.>"]}

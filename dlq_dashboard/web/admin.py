@@ -7,8 +7,9 @@ record (who did what to whom) in the change's transaction. A dangerous action (d
 sessions, revoke, a role changed to or from admin) answers first with a confirmation, a form that
 sends the same values again with ``confirmed``; the page's disable, end-sessions and revoke
 buttons ask by htmx, so the confirmation appears on the page (without JavaScript, and for a role,
-it is a page of its own). A change that is done answers POST-redirect-GET with a flashed sentence. Bad input answers the page again with one sentence and
-every value that was sent (a password aside), so nothing typed is lost.
+it is a page of its own). A change that is done answers POST-redirect-GET with a flashed
+sentence. Bad input answers the page again with one sentence and every value that was sent (a
+password aside), so nothing typed is lost.
 """
 
 from __future__ import annotations
