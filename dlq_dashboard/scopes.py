@@ -6,7 +6,7 @@ optionally limited to scopes; a grant without scopes covers everything. A user o
 or more grants (a single sign-on user holds one per rule of DLQ_OIDC_ROLES whose group they are
 in; a local user and a token hold one). Team patterns (DLQ_TEAMS) use the same matching.
 
-Pure functions only: stored as JSON text by accounts.py, applied to reads by access/visible.py.
+Pure functions only: stored as JSON text by accounts/, applied to reads by access/visible.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlalchemy import select, update
 
@@ -9,7 +11,7 @@ from dlq_dashboard import accounts
 from dlq_dashboard.accounts import AccountError
 from dlq_dashboard.db.engine import create_db_engine, write_transaction
 from dlq_dashboard.db.migrate import migrate
-from dlq_dashboard.db.models import ApiToken, User
+from dlq_dashboard.db.models import Action, ApiToken, User
 
 PASSWORD = "correct horse battery"
 
@@ -177,3 +179,93 @@ def test_a_single_sign_on_user_is_found_by_subject_and_brought_up_to_date(engine
     with pytest.raises(AccountError, match="not valid"):
         accounts.sign_in_oidc_user(engine, "iss sub-3", "a name with spaces", (Grant("viewer"),))
     assert accounts.verify_password(engine, "new@example.com", accounts.NO_PASSWORD) is None
+
+
+# --- the admin's changes: roles, scopes, sessions, each audited ---------------------------------
+
+def audit_rows(engine):
+    with engine.connect() as conn:
+        return [(r.action, r.actor, json.loads(r.detail), r.note)
+                for r in conn.execute(select(Action.__table__).order_by(Action.id))]
+
+
+def test_a_users_role_and_scopes_change_from_their_next_request_and_the_audit_says_who_did_it_to_whom(engine):
+    user = accounts.create_user(engine, "fay", PASSWORD, "viewer", actor="cli:root")
+    key = accounts.start_session(engine, user.id)
+    changed = accounts.set_role_and_scopes(engine, "fay", "operator", accounts.read_scopes(["orders.>", "billing.*"]),
+                                           actor="ann")
+    assert (changed.role, [str(s) for s in changed.scopes]) == ("operator", ["billing.*", "orders.>"])
+    seen = accounts.load_session_user(engine, key)  # the same session: no new sign-in needed
+    assert [g.to_dict() for g in seen.grants] == [{"role": "operator", "scopes": ["billing.*", "orders.>"]}]
+    accounts.set_role_and_scopes(engine, "fay", "admin", None, actor="ann")
+    assert accounts.get_user(engine, "fay").grants[0].to_dict() == {"role": "admin", "scopes": None}
+    assert audit_rows(engine) == [
+        ("user_create", "cli:root", {"user": "fay", "role": "viewer", "scopes": None}, "fay: viewer over every subject"),
+        ("user_grant", "ann", {"user": "fay", "role": "operator", "scopes": ["billing.*", "orders.>"],
+                               "was_role": "viewer", "was_scopes": None},
+         "fay: operator over billing.*, orders.> (was viewer over every subject)"),
+        ("user_grant", "ann", {"user": "fay", "role": "admin", "scopes": None, "was_role": "operator",
+                               "was_scopes": ["billing.*", "orders.>"]},
+         "fay: admin over every subject (was operator over billing.*, orders.>)")]
+
+
+def test_a_scoped_admin_a_bad_pattern_an_unknown_user_and_a_single_sign_on_user_are_refused_unchanged(engine):
+    accounts.create_user(engine, "gil", PASSWORD, "operator")
+    with pytest.raises(AccountError, match="an admin is never scoped"):
+        accounts.set_role_and_scopes(engine, "gil", "admin", accounts.read_scopes(["orders.>"]), actor="ann")
+    with pytest.raises(AccountError, match="'orders..x' has an empty token"):
+        accounts.read_scopes(["orders..x"])
+    with pytest.raises(AccountError, match="'>.orders' has '>' before its last token"):
+        accounts.read_scopes(["ok.*", ">.orders"])
+    with pytest.raises(AccountError, match="no user named 'ghost'"):
+        accounts.set_role_and_scopes(engine, "ghost", "viewer", None, actor="ann")
+    with write_transaction(engine) as conn:
+        conn.execute(update(User.__table__).where(User.name == "gil").values(via="oidc"))
+    with pytest.raises(AccountError, match="single sign-on.*DLQ_OIDC_ROLES"):
+        accounts.set_role_and_scopes(engine, "gil", "viewer", None, actor="ann")
+    assert accounts.get_user(engine, "gil").grants[0].to_dict() == {"role": "operator", "scopes": None}
+    assert audit_rows(engine) == []  # made without an actor (as the first admin is), and nothing else done
+
+
+def test_ending_a_users_sessions_ends_every_open_one_and_counts_them(engine):
+    hal = accounts.create_user(engine, "hal", PASSWORD, "viewer")
+    other = accounts.create_user(engine, "ivy", PASSWORD, "viewer")
+    keys = [accounts.start_session(engine, hal.id) for _ in range(3)]
+    accounts.end_session(engine, keys[0])  # a logout: already ended, not counted again
+    kept = accounts.start_session(engine, other.id)
+    assert accounts.open_sessions(engine) == {hal.id: 2, other.id: 1}
+    assert accounts.end_user_sessions(engine, "hal", actor="ann") == 2
+    assert all(accounts.load_session_user(engine, key) is None for key in keys)
+    assert accounts.load_session_user(engine, kept).name == "ivy"
+    assert not accounts.get_user(engine, "hal").disabled
+    assert accounts.set_disabled(engine, "ivy", True, actor="ann") == 1
+    assert [(a, detail) for a, _, detail, _ in audit_rows(engine)] == [
+        ("user_end_sessions", {"user": "hal", "sessions_ended": 2}),
+        ("user_disable", {"user": "ivy", "sessions_ended": 1})]
+    with pytest.raises(AccountError, match="no user named 'ghost'"):
+        accounts.end_user_sessions(engine, "ghost", actor="ann")
+
+
+def test_a_sign_in_is_recorded_as_the_users_last(engine):
+    user = accounts.create_user(engine, "jo", PASSWORD, "viewer")
+    assert accounts.get_user(engine, "jo").last_sign_in_at is None
+    key = accounts.start_session(engine, user.id)
+    signed_in = accounts.get_user(engine, "jo").last_sign_in_at
+    assert signed_in is not None and accounts.session_via(engine, key) == "password"
+    assert accounts.session_via(engine, "no such key") is None
+
+
+def test_a_tokens_role_and_scopes_change_from_its_next_call_and_a_revoke_is_audited(engine):
+    token = accounts.create_token(engine, "etl", "viewer", accounts.read_scopes(["orders.>"]), actor="ann")
+    assert accounts.find_token(engine, token).grants[0].to_dict() == {"role": "viewer", "scopes": ["orders.>"]}
+    accounts.set_token_role_and_scopes(engine, "etl", "operator", accounts.read_scopes(["orders.>", "east:pay.*"]),
+                                       actor="ann")
+    assert accounts.find_token(engine, token).grants[0].to_dict() == {"role": "operator",
+                                                                      "scopes": ["orders.>", "east:pay.*"]}
+    with pytest.raises(AccountError, match="an admin is never scoped"):
+        accounts.set_token_role_and_scopes(engine, "etl", "admin", accounts.read_scopes(["orders.>"]), actor="ann")
+    accounts.revoke_token(engine, "etl", actor="ann")
+    with pytest.raises(AccountError, match="no active token named 'etl'"):
+        accounts.set_token_role_and_scopes(engine, "etl", "viewer", None, actor="ann")
+    assert [(a, actor, detail.get("token")) for a, actor, detail, _ in audit_rows(engine)] == [
+        ("token_create", "ann", "etl"), ("token_grant", "ann", "etl"), ("token_revoke", "ann", "etl")]

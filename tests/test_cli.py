@@ -58,7 +58,9 @@ def test_users_list_shows_names_roles_and_states(cli):
     cli("users", "create", "amy", "--role", "viewer", "--password-stdin", input=support.PASSWORD)
     cli("users", "disable", "zed")
     lines = [line.split() for line in cli("users", "list").output.strip().splitlines()]
-    assert lines == [["NAME", "ROLE", "STATE"], ["amy", "viewer", "active"], ["zed", "admin", "disabled"]]
+    assert lines == [["NAME", "ROLE", "SCOPES", "VIA", "STATE", "LAST", "SIGN-IN"],
+                     ["amy", "viewer", "all", "password", "active", "never"],
+                     ["zed", "admin", "all", "password", "disabled", "never"]]
 
 
 def test_users_disable_stops_the_login_and_enable_restores_it(cli, engine, offline_app):
@@ -130,3 +132,109 @@ def test_the_first_admin_exists_for_the_cli_to_see(offline_app, cli):
     password = ensure_first_admin(runtime_of(offline_app).engine)
     assert password and "admin" in cli("users", "list").output
     assert get_user(runtime_of(offline_app).engine, "admin").role == "admin"
+
+
+# --- scopes, ending sessions, the audit ---------------------------------------------------------
+
+def _audit(engine):
+    from sqlalchemy import select
+
+    from dlq_dashboard.db.models import Action
+
+    with engine.connect() as conn:
+        return [(r.action, r.actor, r.note) for r in conn.execute(select(Action.__table__).order_by(Action.id))]
+
+
+def test_users_create_takes_scopes_and_users_list_shows_them(cli, engine):
+    result = cli("users", "create", "ops", "--role", "operator", "--scope", "orders.>", "--scope", "billing.>",
+                 "--password-stdin", input=support.PASSWORD)
+    assert result.exit_code == 0, result.output
+    assert "Created user ops (operator over billing.>, orders.>)." in result.output
+    assert [g.to_dict() for g in get_user(engine, "ops").grants] == [{"role": "operator",
+                                                                      "scopes": ["billing.>", "orders.>"]}]
+    [_, row] = [line.split() for line in cli("users", "list").output.strip().splitlines()]
+    assert row == ["ops", "operator", "billing.>,orders.>", "password", "active", "never"]
+
+
+@pytest.mark.parametrize("args", [("users", "create", "bad", "--role", "viewer", "--scope", "orders..x",
+                                   "--password-stdin"),
+                                  ("users", "create", "bad", "--role", "admin", "--scope", "orders.>", "--password-stdin"),
+                                  ("tokens", "create", "bad", "--role", "viewer", "--scope", "orders.>.x")])
+def test_a_bad_pattern_or_a_scoped_admin_is_one_line_a_non_zero_exit_and_nothing_stored(cli, engine, args):
+    result = cli(*args, input=support.PASSWORD)
+    assert result.exit_code != 0
+    [line] = result.output.strip().splitlines()
+    assert line.startswith("Error: ") and ("subject pattern" in line or "an admin is never scoped" in line), line
+    assert get_user(engine, "bad") is None and list_tokens(engine) == [] and _audit(engine) == []
+
+
+def test_users_scope_sets_new_scopes_removes_them_with_all_and_keeps_them_for_a_role_alone(cli, engine):
+    cli("users", "create", "kim", "--role", "viewer", "--password-stdin", input=support.PASSWORD)
+    result = cli("users", "scope", "kim", "--scope", "orders.*,billing.>")
+    assert result.exit_code == 0, result.output
+    assert "User kim is now viewer over billing.>, orders.*." in result.output
+    assert cli("users", "scope", "kim", "--role", "operator").exit_code == 0
+    assert get_user(engine, "kim").grants[0].to_dict() == {"role": "operator", "scopes": ["billing.>", "orders.*"]}
+    assert "now operator over every subject" in cli("users", "scope", "kim", "--all").output
+    assert get_user(engine, "kim").scopes is None
+
+
+def test_users_scope_refuses_nothing_to_change_both_options_a_bad_pattern_and_an_unknown_user(cli, engine):
+    cli("users", "create", "lee", "--role", "operator", "--scope", "orders.>", "--password-stdin",
+        input=support.PASSWORD)
+    for args, words in ((("users", "scope", "lee"), "say what to change"),
+                        (("users", "scope", "lee", "--all", "--scope", "x.>"), "not both"),
+                        (("users", "scope", "lee", "--scope", "a b"), "has a space"),
+                        (("users", "scope", "lee", "--role", "admin"), "an admin is never scoped"),
+                        (("users", "scope", "ghost", "--all"), "no user named 'ghost'")):
+        result = cli(*args)
+        assert result.exit_code != 0 and words in result.output, (args, result.output)
+    assert get_user(engine, "lee").grants[0].to_dict() == {"role": "operator", "scopes": ["orders.>"]}
+    assert cli("users", "scope", "lee", "--role", "admin", "--all").exit_code == 0
+    assert get_user(engine, "lee").grants[0].to_dict() == {"role": "admin", "scopes": None}
+
+
+def test_tokens_take_scopes_on_create_and_scope_and_tokens_list_shows_them(cli, engine, offline_app):
+    created = cli("tokens", "create", "etl", "--role", "viewer", "--scope", "orders.>")
+    assert created.exit_code == 0 and "API token etl (viewer over orders.>)" in created.output
+    token = created.stdout.strip().splitlines()[-1]
+    assert cli("tokens", "scope", "etl", "--role", "operator", "--scope", "orders.>", "--scope", "pay.*").exit_code == 0
+    from dlq_dashboard.accounts import find_token
+
+    assert find_token(engine, token).grants[0].to_dict() == {"role": "operator", "scopes": ["orders.>", "pay.*"]}
+    [header, row] = [line.split() for line in cli("tokens", "list").output.strip().splitlines()]
+    assert header[:3] == ["NAME", "ROLE", "SCOPES"] and row[:3] == ["etl", "operator", "orders.>,pay.*"]
+    assert "no active token named 'ghost'" in cli("tokens", "scope", "ghost", "--all").output
+
+
+def test_users_end_sessions_signs_the_user_out_everywhere_and_leaves_them_enabled(cli, engine, offline_app):
+    cli("users", "create", "max", "--role", "viewer", "--password-stdin", input=support.PASSWORD)
+    clients = [offline_app.test_client() for _ in range(2)]
+    for client in clients:
+        assert support.login(client, "max", support.PASSWORD).status_code == 302
+        assert client.get("/").status_code == 200
+    result = cli("users", "end-sessions", "max")
+    assert result.exit_code == 0 and "Ended 2 sessions of max." in result.output
+    assert all(client.get("/").status_code == 302 for client in clients)
+    assert support.login(offline_app.test_client(), "max", support.PASSWORD).status_code == 302
+    assert cli("users", "end-sessions", "ghost").exit_code == 1
+
+
+def test_every_change_the_cli_makes_is_audited_as_cli_and_the_os_user(cli, engine):
+    from dlq_dashboard.cli.output import cli_actor
+
+    cli("users", "create", "ned", "--role", "viewer", "--password-stdin", input=support.PASSWORD)
+    cli("users", "scope", "ned", "--scope", "orders.>")
+    cli("users", "disable", "ned")
+    cli("users", "enable", "ned")
+    cli("users", "end-sessions", "ned")
+    cli("users", "set-password", "ned", "--password-stdin", input="a brand new password\n")
+    cli("tokens", "create", "bot", "--role", "viewer")
+    cli("tokens", "scope", "bot", "--scope", "pay.>")
+    cli("tokens", "revoke", "bot")
+    audited = _audit(engine)
+    assert [a for a, _, _ in audited] == ["user_create", "user_grant", "user_disable", "user_enable",
+                                          "user_end_sessions", "user_password", "token_create", "token_grant",
+                                          "token_revoke"]
+    assert {actor for _, actor, _ in audited} == {cli_actor()}
+    assert audited[1][2] == "ned: viewer over orders.> (was viewer over every subject)"

@@ -23,7 +23,7 @@ from .test_openapi import snapshot
 NAMES = ("status", "subject", "reason", "stream", "consumer", "q", "since", "until", "limit", "cursor", "group",
          "after", "version", "note", "payload", "encoding", "force", "ids", "action", "upto", "only_valid",
          "entry", "job", "actor", "by", "state", "viewport", "username", "password", "next", "filter", "id",
-         "patch")
+         "patch", "name", "role", "scopes")
 HUGE = (2**31, 2**63 - 1, 2**63, 2**64, 10**30)
 NUMBERS = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from((0, 1, 2, -1) + HUGE)).map(str)
 WORDS = st.sampled_from(("", "open", "closed", "republished", "any", "fatal", "max_deliveries", "orders.*",
@@ -78,8 +78,11 @@ def site(app, nats_server):
 def test_the_html_routes_answer_every_input_without_a_server_error(site):
     app, ids = site
     engine = runtime_of(app).engine
-    client = logged_in(app, "operator")
-    token = csrf_token(client, "/")
+    operator = logged_in(app, "operator")
+    operator_token = csrf_token(operator, "/")
+    # /admin/... as an admin (an operator only meets its 403).
+    admin = logged_in(app, "admin")
+    admin_token = csrf_token(admin, "/admin/users")
     known = list(ids) + [1, 0]
     all_routes = routes(app)
     assert ("POST", "/bulk/preview") in all_routes and ("GET", "/groups") in all_routes
@@ -89,12 +92,15 @@ def test_the_html_routes_answer_every_input_without_a_server_error(site):
     @given(route=st.sampled_from(all_routes), fields=FIELDS,
            entry_id=st.one_of(st.sampled_from(known), st.integers(0, 2**70)),
            with_token=st.sampled_from((True, True, True, False)), htmx=st.booleans(),
-           not_utf8=st.sampled_from((False, False, False, True)))
-    def call(route, fields, entry_id, with_token, htmx, not_utf8):
+           not_utf8=st.sampled_from((False, False, False, True)),
+           account=st.sampled_from(("operator-user", "ghost", "a.b@example.com", "x" * 80, "%00", "..")))
+    def call(route, fields, entry_id, with_token, htmx, not_utf8, account):
         method, rule = route
         path = rule
         for name in ("entry_id", "job_id", "view_id"):
             path = path.replace(f"<int:{name}>", str(entry_id))
+        path = path.replace("<name>", account)
+        client, token = (admin, admin_token) if path.startswith("/admin/") else (operator, operator_token)
         assert "<" not in path, f"a path parameter the fuzz does not fill: {rule}"
         if path == "/logout":
             return  # would end the session every later example needs

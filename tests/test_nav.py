@@ -20,7 +20,7 @@ from . import support
 PAGES = {
     "pages.index": "Dead letters", "pages.entry": "Dead letters", "actions.confirm_republish": "Dead letters",
     "actions.edit": "Dead letters", "pages.groups": "Groups", "views.index": "Views", "bulk.jobs": "Jobs",
-    "bulk.job_page": "Jobs", "audit.audit": "Audit",
+    "bulk.job_page": "Jobs", "audit.audit": "Audit", "admin.users": "Users",
     "auth.login": None,  # signed in already: the form again, under no item
 }
 
@@ -35,7 +35,8 @@ def nav_of(html: str) -> tuple[list[tuple[str, str]], list[str]]:
 
 @pytest.fixture
 def nav_pages(offline_app):
-    """An operator's client and the URL of every GET route, with a real entry and job in its path."""
+    """An admin's client (every page opens for it) and the URL of every GET route, with a real
+    entry and job in its path."""
     entry_id = support.dead_letter(offline_app, 1, payload=b'{"order_id": 1}')
     job_id = jobs.create_job(runtime_of(offline_app), "close", actor="ann", ids=[entry_id], start=False)
     values = {"entry_id": entry_id, "job_id": job_id}
@@ -44,7 +45,7 @@ def nav_pages(offline_app):
         for rule in offline_app.url_map.iter_rules():
             if "GET" in rule.methods and rule.endpoint != "static":
                 urls[rule.endpoint] = url_for(rule.endpoint, **{k: values[k] for k in rule.arguments})
-    return support.logged_in(offline_app, "operator"), urls
+    return support.logged_in(offline_app, "admin"), urls
 
 
 def test_every_page_with_the_nav_marks_the_one_item_it_belongs_to(offline_app, nav_pages):
@@ -105,3 +106,11 @@ def test_at_most_one_item_is_current_and_none_for_a_page_outside_the_nav():
         assert sum(link.current for link in main_nav(endpoint)) == 1, endpoint
     for endpoint in (None, "auth.login", "status.banner", "pages.summary"):
         assert not any(link.current for link in main_nav(endpoint)), endpoint
+
+
+def test_the_users_item_is_shown_to_admins_only(offline_app):
+    labels = {role: [label for label, _ in nav_of(support.logged_in(offline_app, role).get("/").get_data(as_text=True))[0]]
+              for role in ("viewer", "operator", "admin")}
+    assert "Users" not in labels["viewer"] and "Users" not in labels["operator"]
+    assert labels["admin"][-1] == "Users" and labels["admin"][:-1] == labels["operator"]
+    assert [link.label for link in main_nav("pages.index", "operator")] == labels["operator"]

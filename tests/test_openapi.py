@@ -182,6 +182,9 @@ def test_real_responses_match_the_document(api):
             for line in body.splitlines():
                 jsonschema.validate(json.loads(line), entry_schema)
         call("get", f"/api/export.{fmt}", 400, query={"status": "lost"})
+    assert call("get", "/api/me", 200).json() == {"name": "token:test-viewer", "role": "viewer", "via": "token",
+                                                   "grants": [{"role": "viewer", "scopes": None}]}
+    call("get", "/api/me", 401, role=None)
     call("get", "/healthz", 200, role=None)
     call("get", "/metrics", 200, role=None)
     call("get", "/api/openapi.json", 200, role=None)

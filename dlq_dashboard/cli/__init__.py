@@ -1,5 +1,12 @@
 """Admin commands: ``flask --app app users ...`` and ``tokens ...`` (here), ``entries ...``
-(entries.py) and ``purge`` (purge.py)."""
+(entries.py) and ``purge`` (purge.py).
+
+Users and tokens change through the functions /admin/users calls (accounts/), audited with the
+actor ``cli:<os user>``. ``--scope PATTERN`` (repeated, or several separated by ',') limits a role
+to the subjects the patterns cover; without it a role covers every subject. ``users scope`` and
+``tokens scope`` change them: ``--scope`` sets new ones, ``--all`` removes them (every subject);
+one of the two, or ``--role`` alone (the scopes stay), must be given, so that a forgotten option
+never widens anyone's reach."""
 
 from __future__ import annotations
 
@@ -14,11 +21,12 @@ from ..accounts import ROLES, AccountError
 from ..runtime import runtime_of
 from ..times import format_time
 from .entries import entries
+from .output import BAD_INPUT, CommandError, cli_actor
 from .output import table as _table
 from .purge import purge
 
-users = AppGroup("users", help="Create, list, disable and enable the people who log in.")
-tokens = AppGroup("tokens", help="Create, list and revoke API tokens for scripts.")
+users = AppGroup("users", help="Create, list, scope, disable and enable the people who log in; end their sessions.")
+tokens = AppGroup("tokens", help="Create, list, scope and revoke API tokens for scripts.")
 
 
 def init_app(app: Flask) -> None:
@@ -40,45 +48,100 @@ def _read_password(from_stdin: bool) -> str:
     return click.prompt("Password", hide_input=True, confirmation_prompt=True)
 
 
-def _done(call, *args):
+def _done(call, *args, **kwargs):
     try:
-        return call(*args)
+        return call(*args, **kwargs)
     except AccountError as exc:
         raise click.ClickException(str(exc)) from None
 
 
+def _scopes(texts: tuple[str, ...]):
+    """The --scope options as scopes (None without any); a bad pattern is one line and exit code 2."""
+    try:
+        return accounts.read_scopes(texts or None)
+    except AccountError as exc:
+        raise CommandError(f"{exc}; nothing was changed.", BAD_INPUT) from None
+
+
+def _grant(role: str, scopes) -> str:
+    # "operator", or "operator over orders.>, billing.>".
+    return role if scopes is None else accounts.describe_grant(role, scopes)
+
+
+def _shown(scopes) -> str:
+    # One word, so that a column of `users list` stays one word wide.
+    return ",".join(map(str, scopes)) if scopes else "all"
+
+
 _role = click.option("--role", required=True, type=click.Choice(ROLES), help="viewer, operator or admin")
+_scope = click.option("--scope", "scope", multiple=True, metavar="PATTERN",
+                      help="A subject pattern the role is limited to (NATS wildcards, or source:pattern); "
+                           "repeat it for more. Without it: every subject.")
+_new_role = click.option("--role", type=click.Choice(ROLES), help="A new role (the scopes stay unless given).")
+_everything = click.option("--all", "everything", is_flag=True, help="Remove the scopes: every subject.")
 _stdin = click.option("--password-stdin", is_flag=True,
                       help="Read the password from the first line of standard input instead of a prompt.")
+
+
+def _changed_grant(role: str | None, scope: tuple[str, ...], everything: bool, old_role: str, old_scopes):
+    """The role and scopes ``users scope`` / ``tokens scope`` ask for, from the old ones."""
+    if scope and everything:
+        raise CommandError("give --scope or --all, not both; nothing was changed.", BAD_INPUT)
+    if not (scope or everything or role):
+        raise CommandError("say what to change: --scope PATTERN (repeat it for more), --all for every "
+                           "subject, or --role; nothing was changed.", BAD_INPUT)
+    scopes = None if everything else (_scopes(scope) if scope else old_scopes)
+    return role or old_role, scopes
 
 
 @users.command("create")
 @click.argument("name")
 @_role
+@_scope
 @_stdin
-def create_user(name: str, role: str, password_stdin: bool) -> None:
-    """Create user NAME with a role; the password comes from a prompt or --password-stdin."""
+def create_user(name: str, role: str, scope: tuple[str, ...], password_stdin: bool) -> None:
+    """Create user NAME with a role (limited to --scope patterns); the password comes from a
+    prompt or --password-stdin."""
     _done(accounts.check_name, name)
+    scopes = _scopes(scope)
+    _done(accounts.check_grant, role, scopes)  # before the password is asked for
     password = _read_password(password_stdin)
-    user = _done(accounts.create_user, _engine(), name, password, role)
-    click.echo(f"Created user {user.name} ({user.role}).")
+    user = _done(accounts.create_user, _engine(), name, password, role, scopes, actor=cli_actor())
+    click.echo(f"Created user {user.name} ({_grant(user.role, user.scopes)}).")
 
 
 @users.command("list")
 def list_users() -> None:
-    """List every user with their role and whether they are disabled."""
+    """List every user: role, scopes, how they sign in, state and last sign-in."""
     found = accounts.list_users(_engine())
     if not found:
         click.echo("No users yet.")
         return
-    _table([(u.name, u.role, "disabled" if u.disabled else "active") for u in found], ("NAME", "ROLE", "STATE"))
+    _table([(u.name, u.role, _shown(u.scopes), u.via, "disabled" if u.disabled else "active",
+             format_time(u.last_sign_in_at) or "never") for u in found],
+           ("NAME", "ROLE", "SCOPES", "VIA", "STATE", "LAST SIGN-IN"))
+
+
+@users.command("scope")
+@click.argument("name")
+@_new_role
+@_scope
+@_everything
+def scope_user(name: str, role: str | None, scope: tuple[str, ...], everything: bool) -> None:
+    """Change the scopes (and with --role the role) of user NAME, from their next request."""
+    user = accounts.get_user(_engine(), name)
+    if user is None:
+        raise click.ClickException(f"no user named {name!r}")
+    role, scopes = _changed_grant(role, scope, everything, user.role, user.scopes)
+    user = _done(accounts.set_role_and_scopes, _engine(), name, role, scopes, actor=cli_actor())
+    click.echo(f"User {user.name} is now {accounts.describe_grant(user.role, user.scopes)}.")
 
 
 @users.command("disable")
 @click.argument("name")
 def disable_user(name: str) -> None:
     """Disable user NAME; their sessions end at once."""
-    _done(accounts.set_disabled, _engine(), name, True)
+    _done(accounts.set_disabled, _engine(), name, True, actor=cli_actor())
     click.echo(f"Disabled user {name}; their sessions have ended.")
 
 
@@ -86,8 +149,16 @@ def disable_user(name: str) -> None:
 @click.argument("name")
 def enable_user(name: str) -> None:
     """Enable user NAME again."""
-    _done(accounts.set_disabled, _engine(), name, False)
+    _done(accounts.set_disabled, _engine(), name, False, actor=cli_actor())
     click.echo(f"Enabled user {name}.")
+
+
+@users.command("end-sessions")
+@click.argument("name")
+def end_user_sessions(name: str) -> None:
+    """End every session of user NAME (they sign in again); the user stays enabled."""
+    ended = _done(accounts.end_user_sessions, _engine(), name, actor=cli_actor())
+    click.echo(f"Ended {ended} session{'' if ended == 1 else 's'} of {name}.")
 
 
 @users.command("set-password")
@@ -98,36 +169,54 @@ def set_password(name: str, password_stdin: bool) -> None:
     if accounts.get_user(_engine(), name) is None:
         raise click.ClickException(f"no user named {name!r}")
     password = _read_password(password_stdin)
-    _done(accounts.set_password, _engine(), name, password)
+    _done(accounts.set_password, _engine(), name, password, actor=cli_actor())
     click.echo(f"Changed the password of {name}; their sessions have ended.")
 
 
 @tokens.command("create")
 @click.argument("name")
 @_role
-def create_token(name: str, role: str) -> None:
-    """Create API token NAME with a role and print it once (only its hash is kept)."""
-    token = _done(accounts.create_token, _engine(), name, role)
+@_scope
+def create_token(name: str, role: str, scope: tuple[str, ...]) -> None:
+    """Create API token NAME with a role (limited to --scope patterns) and print it once (only
+    its hash is kept)."""
+    scopes = _scopes(scope)
+    token = _done(accounts.create_token, _engine(), name, role, scopes, actor=cli_actor())
     # The token alone on standard output, so `TOKEN=$(flask --app app tokens create ...)` works.
-    click.echo(f"API token {name} ({role}); shown once, store it now:", err=True)
+    click.echo(f"API token {name} ({_grant(role, scopes)}); shown once, store it now:", err=True)
     click.echo(token)
 
 
 @tokens.command("list")
 def list_tokens() -> None:
-    """List API tokens: name, role, created, last used, revoked."""
+    """List API tokens: name, role, scopes, created, last used, revoked."""
     found = accounts.list_tokens(_engine())
     if not found:
         click.echo("No API tokens yet.")
         return
-    _table([(t.name, t.role, format_time(t.created_at), format_time(t.last_used_at) or "never",
+    _table([(t.name, t.role, _shown(t.scopes), format_time(t.created_at), format_time(t.last_used_at) or "never",
              format_time(t.revoked_at) or "active") for t in found],
-           ("NAME", "ROLE", "CREATED", "LAST USED", "REVOKED"))
+           ("NAME", "ROLE", "SCOPES", "CREATED", "LAST USED", "REVOKED"))
+
+
+@tokens.command("scope")
+@click.argument("name")
+@_new_role
+@_scope
+@_everything
+def scope_token(name: str, role: str | None, scope: tuple[str, ...], everything: bool) -> None:
+    """Change the scopes (and with --role the role) of API token NAME, from its next call."""
+    token = next((t for t in accounts.list_tokens(_engine()) if t.name == name and t.revoked_at is None), None)
+    if token is None:
+        raise click.ClickException(f"no active token named {name!r}")
+    role, scopes = _changed_grant(role, scope, everything, token.role, token.scopes)
+    token = _done(accounts.set_token_role_and_scopes, _engine(), name, role, scopes, actor=cli_actor())
+    click.echo(f"API token {token.name} is now {accounts.describe_grant(token.role, token.scopes)}.")
 
 
 @tokens.command("revoke")
 @click.argument("name")
 def revoke_token(name: str) -> None:
     """Revoke API token NAME; it stops working at once."""
-    _done(accounts.revoke_token, _engine(), name)
+    _done(accounts.revoke_token, _engine(), name, actor=cli_actor())
     click.echo(f"Revoked API token {name}.")

@@ -1,18 +1,22 @@
-"""The JSON API: entries (the list's and the detail page's data, as JSON), and /healthz."""
+"""The JSON API: entries (the list's and the detail page's data, as JSON), who is asking
+(/api/me), and /healthz."""
 
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
+from flask_login import current_user
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..accounts import session_via
 from ..db.liveness import DatabaseState, describe
 from ..ingest.mirror import mirrored_streams
 from ..ingest.writes import read_position
 from ..nats.bridge import NatsUnavailable
 from ..redaction import scrub
+from ..scopes import Grant
 from ..times import format_time, utcnow
 from . import current_runtime
-from .auth import current_identity, requires
+from .auth import Identity, current_identity, requires
 from .data import entries_page, entry_detail, failure_groups
 
 bp = Blueprint("api", __name__)
@@ -45,6 +49,25 @@ def list_groups():
     each with the filter of /api/entries that lists exactly its entries."""
     answer = failure_groups(request.args)
     return jsonify(groups=[g.to_dict(answer.base) for g in answer.groups], exact=answer.tally.whole)
+
+
+@bp.route("/api/me")
+@requires("viewer")
+def me():
+    """Who is asking: the name, the role, the grants (each a role over its scopes, or null for
+    every subject) and how they signed in."""
+    return jsonify(who_is_asking(current_identity()))
+
+
+def who_is_asking(identity: Identity) -> dict:
+    """GET /api/me's answer for ``identity``. ``via`` is "password" or "oidc" for a session (as
+    its row says), "token" for an API token and "proxy" for a trusted proxy's user header."""
+    via = identity.via
+    if via == "session":
+        # The session's own row says how it was signed in to (the single sign-on writes "oidc").
+        via = session_via(current_runtime().engine, current_user.session_key) or "password"
+    grants = identity.grants or (Grant(identity.role),)
+    return {"name": identity.name, "role": identity.role, "grants": [g.to_dict() for g in grants], "via": via}
 
 
 def health() -> tuple[dict, int]:

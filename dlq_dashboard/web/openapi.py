@@ -96,6 +96,27 @@ SCHEMAS: dict[str, dict] = {
         "properties": {"actions": {"type": "array", "items": _ref("AuditRecord")},
                        "next_cursor": _nullable(STR)},
     },
+    "Me": {
+        "type": "object", "required": ["name", "role", "grants", "via"],
+        "properties": {
+            "name": {**STR, "description": "As the audit names the caller (token:<name> for an API token)."},
+            "role": {**STR, "enum": ["viewer", "operator", "admin"],
+                     "description": "The highest role of the grants: what decides which routes may be used."},
+            "grants": {"type": "array", "items": _ref("Grant")},
+            "via": {**STR, "enum": ["password", "oidc", "token", "proxy"],
+                    "description": "How the caller signed in: a password or single sign-on session, an API "
+                                   "token, or a trusted proxy's user header (DLQ_TRUSTED_HEADER)."},
+        },
+    },
+    "Grant": {
+        "type": "object", "required": ["role", "scopes"],
+        "properties": {
+            "role": {**STR, "enum": ["viewer", "operator", "admin"]},
+            "scopes": {"anyOf": [{"type": "array", "items": STR}, {"type": "null"}],
+                       "description": "Subject patterns (NATS wildcards, or source:pattern) the role is "
+                                      "limited to; null: every subject."},
+        },
+    },
     "Publish": {
         "type": "object", "required": ["msg_id", "stream", "seq", "duplicate"],
         "properties": {"msg_id": {**STR, "description": "The fresh Nats-Msg-Id sent."},
@@ -376,6 +397,10 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                               {**INT, "minimum": 1, "maximum": 1000}),
                        CURSOR],
         "responses": {"200": _json(_ref("AuditPage"), "A page of audit records."), **_errors(400, 401, 403)},
+    },
+    ("get", "/api/me"): {
+        "operationId": "me", "tags": ["operations"], "summary": "Who is asking: name, role, grants and sign-in",
+        "responses": {"200": _json(_ref("Me"), "The caller."), **_errors(401, 403)},
     },
     ("get", "/api/export.json"): _export("json", "application/json",
                                          {"type": "array", "items": _ref("Entry")}, "one JSON array"),

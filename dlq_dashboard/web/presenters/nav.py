@@ -1,9 +1,12 @@
 """The main navigation: its items and the pages each one stands for, by endpoint, so the item of
-the page shown is marked (``aria-current="page"``) whatever its URL looks like."""
+the page shown is marked (``aria-current="page"``) whatever its URL looks like. An item that
+needs a role is shown to that role and above only."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ...scopes import RANK
 
 
 @dataclass(frozen=True)
@@ -14,6 +17,11 @@ class NavItem:
     endpoint: str  # where it leads
     # The other endpoints whose pages belong to it; "blueprint.*" stands for every endpoint of a blueprint.
     covers: tuple[str, ...] = ()
+    role: str | None = None  # the least role that sees it (None: everyone signed in)
+
+    def shown_to(self, role: str | None) -> bool:
+        """True when a reader of ``role`` sees this item."""
+        return self.role is None or (role is not None and RANK[role] >= RANK[self.role])
 
     def marks(self, endpoint: str | None) -> bool:
         """True when a page answered by ``endpoint`` belongs to this item."""
@@ -31,6 +39,7 @@ MAIN_NAV = (
     # A bulk preview and a job's page belong with the jobs.
     NavItem("Jobs", "bulk.jobs", ("bulk.*",)),
     NavItem("Audit", "audit.audit", ("audit.*",)),
+    NavItem("Users", "admin.users", ("admin.*",), role="admin"),
 )
 
 
@@ -43,8 +52,8 @@ class NavLink:
     current: bool
 
 
-def main_nav(endpoint: str | None) -> tuple[NavLink, ...]:
-    """The main navigation for a page answered by ``endpoint`` (``request.endpoint``): at most
-    one item current, the first that claims the page."""
+def main_nav(endpoint: str | None, role: str | None = None) -> tuple[NavLink, ...]:
+    """The main navigation for a page answered by ``endpoint`` (``request.endpoint``), as a reader
+    of ``role`` sees it: at most one item current, the first that claims the page."""
     current = next((item for item in MAIN_NAV if item.marks(endpoint)), None)
-    return tuple(NavLink(item.label, item.endpoint, item is current) for item in MAIN_NAV)
+    return tuple(NavLink(item.label, item.endpoint, item is current) for item in MAIN_NAV if item.shown_to(role))
