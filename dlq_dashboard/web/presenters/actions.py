@@ -64,6 +64,9 @@ def entry_action_bar(entry: Any, republish_reason: str | None, edit_reason: str 
         actions += [EntryAction("republish", "Republish", "actions.confirm_republish", needs_nats=True,
                                 nats_note="Republishing", reason=republish_reason or None),
                     EntryAction("edit", "Edit and republish", "actions.edit", needs_nats=True,
+                                nats_note="Republishing", reason=edit_reason or None),
+                    # Beside Edit: the payload coerced by its schema (entries/repair.py), shown as a diff first.
+                    EntryAction("repair", "Repair by schema", "repair.entry_repair", needs_nats=True,
                                 nats_note="Republishing", reason=edit_reason or None)]
     if entry.status != "closed":
         # Closing is the database's decision; only DLQ_DELETE_ON_CLOSE makes it a NATS call too.
@@ -91,7 +94,8 @@ class BulkChoice:
     needs_nats: bool
 
 
-BULK_LABELS = {"republish": "republish", "close": "close", "patch": "patch and republish"}
+BULK_LABELS = {"republish": "republish", "close": "close", "patch": "patch and republish",
+               "repair": "repair by schema and republish"}
 
 
 def bulk_choices(close_needs_nats: bool) -> tuple[BulkChoice, ...]:
