@@ -165,6 +165,10 @@ def test_real_responses_match_the_document(api):
     call("post", "/api/bulk", 202, role="operator", body={"action": "close", "note": "again",
                                                             "filter": {"subject": "orders.*", "status": "closed"}})
     call("post", "/api/bulk", 400, role="operator", body={"action": "explode", "ids": [ids[6]]})
+    repair = call("post", "/api/repair/preview", 200, role="operator", body={"ids": [ids[6], ids[8]]}).json()
+    assert (repair["count"], repair["cannot"], repair["pass"]) == (2, 2, 0)  # no schema covers them
+    call("post", "/api/repair/preview", 400, role="operator", body={})
+    call("post", "/api/repair/preview", 403, body={"ids": [ids[6]]})
     call("get", "/api/jobs/{job_id}", 200, path_parameters={"job_id": job})
     call("get", "/api/jobs/{job_id}", 404, path_parameters={"job_id": MISSING})
     call("post", "/api/jobs/{job_id}/cancel", 200, role="operator", path_parameters={"job_id": job})

@@ -135,8 +135,10 @@ SCHEMAS: dict[str, dict] = {
                         "entries only). Each entry is taken at the version it has now, or at the version "
                         "given with its id."),
         "properties": {
-            "action": {"type": "string", "enum": ["republish", "close", "patch"],
-                       "description": "patch: apply ``patch`` to each payload, then republish the result."},
+            "action": {"type": "string", "enum": ["republish", "close", "patch", "repair"],
+                       "description": ("patch: apply ``patch`` to each payload, then republish the result; "
+                                       "repair: coerce each payload by its current schema (docs/repair.md), then "
+                                       "republish those that pass (the others are skipped with the reason).")},
             "patch": {"type": "array", "items": {"type": "object", "required": ["op", "path"]},
                       "description": ("A JSON Patch (RFC 6902) for action patch. An entry it cannot apply to "
                                       "(not JSON, a path missing, a test failing) is skipped with the reason.")},
@@ -153,6 +155,48 @@ SCHEMAS: dict[str, dict] = {
             "upto": {**INT, "description": "Leave out entries newer than this id (what a preview showed)."},
         },
     },
+    "RepairSelection": {
+        "type": "object",
+        "description": "Entries chosen either by ids or by filter, as POST /api/bulk takes them.",
+        "properties": {
+            "ids": {"type": "array", "items": {"anyOf": [
+                {**INT, "minimum": 1},
+                {"type": "object", "required": ["id"],
+                 "properties": {"id": {**INT, "minimum": 1}, "version": INT}}]}},
+            "filter": _ref("Filter"),
+            "upto": {**INT, "description": "Leave out entries newer than this id."},
+        },
+    },
+    "RepairReason": {
+        "type": "object", "required": ["reason", "count", "examples"],
+        "properties": {"reason": STR, "count": INT, "examples": {"type": "array", "items": INT,
+                                                                "description": "A few of those entries' ids."}},
+    },
+    "RepairPreview": {
+        "type": "object",
+        "required": ["count", "pass", "still_fail", "cannot", "already_valid", "examples"],
+        "description": "What repair by the schema would do to the selection, before a job starts.",
+        "properties": {
+            "count": {**INT, "description": "Entries selected."},
+            "upto": {**_nullable(INT), "description": "The newest id selected: pass it to POST /api/bulk."},
+            "filter": {"type": ["object", "null"]},
+            "counted": INT, "bounded": BOOL, "total": INT,
+            "pass": {**INT, "description": "Would pass the current schema once repaired, and be republished."},
+            "still_fail": {**INT, "description": "Repaired, would still fail it: skipped."},
+            "cannot": {**INT, "description": "Cannot be repaired (ambiguous, not JSON, no schema...): skipped."},
+            "already_valid": {**INT, "description": "Already pass: nothing to repair, skipped."},
+            "still_fail_reasons": {"type": "array", "items": _ref("RepairReason")},
+            "cannot_reasons": {"type": "array", "items": _ref("RepairReason")},
+            "examples": {"type": "array", "items": {
+                "type": "object", "required": ["id", "changes", "diff"],
+                "properties": {"id": INT, "diff": {"type": "array", "items": STR},
+                               "changes": {"type": "array", "items": {
+                                   "type": "object", "properties": {"path": STR, "rule": STR}}}}}},
+            "no_stream": {"type": "object", "additionalProperties": INT},
+            "note": _nullable(STR),
+            "sent": {**INT, "description": "Would reach a stream."},
+        },
+    },
     "JobAccepted": {
         "type": "object", "required": ["job"], "properties": {"job": INT},
     },
@@ -164,7 +208,8 @@ SCHEMAS: dict[str, dict] = {
         "type": "object", "required": ["id", "action", "state", "total", "done", "failed"],
         "description": "A bulk job, its progress and (some of) its items' results.",
         "properties": {
-            "id": INT, "action": {"type": "string", "enum": ["republish", "close", "patch"]}, "actor": STR,
+            "id": INT, "action": {"type": "string", "enum": ["republish", "close", "patch", "repair"]},
+            "actor": STR,
             "state": STR, "note": _nullable(STR), "selection": {"type": "object"},
             "patch": {**_nullable({"type": "array", "items": {"type": "object"}}),
                       "description": "The JSON Patch a patch job applies (null for other jobs)."},
@@ -330,11 +375,19 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "reopenEntry", "Undo a close", "ReopenRequest", "EntryResult", (400, 401, 403, 404, 409, 422)),
     ("post", "/api/bulk"): {
         "operationId": "startBulkJob", "tags": ["actions"],
-        "summary": "Republish, close, or patch and republish many entries as a job",
+        "summary": "Republish, close, patch and republish, or repair and republish many entries as a job",
         "description": "Needs the operator role. The job runs with a rate limit; poll GET /api/jobs/{job_id}.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkRequest")}}},
         "responses": {"202": _json(_ref("JobAccepted"), "The job was started."),
                       **_errors(400, 401, 403, 422, 503)},
+    },
+    ("post", "/api/repair/preview"): {
+        "operationId": "previewRepair", "tags": ["actions"],
+        "summary": "What repair by the schema would do to entries (would pass, still fail, cannot repair)",
+        "description": ("Needs the operator role. Changes nothing; POST /api/bulk with action repair and the "
+                        "same selection starts the job."),
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("RepairSelection")}}},
+        "responses": {"200": _json(_ref("RepairPreview"), "The preview."), **_errors(400, 401, 403, 404)},
     },
     ("get", "/api/entries/{entry_id}/targets"): {
         "operationId": "getTargets", "tags": ["entries"],
