@@ -197,6 +197,24 @@ SCHEMAS: dict[str, dict] = {
             "sent": {**INT, "description": "Would reach a stream."},
         },
     },
+    "Alert": {
+        "type": "object",
+        "required": ["id", "event_id", "event", "group_id", "target", "state", "attempts", "created_at"],
+        "properties": {
+            "id": INT, "event_id": STR, "event": STR, "group_id": INT, "group_subject": _nullable(STR),
+            "target": {**STR, "description": "The webhook URL without its user, password and query."},
+            "state": {"type": "string", "enum": ["failed", "pending", "sent"]},
+            "attempts": INT, "last_error": _nullable(STR), "created_at": TIME,
+            "next_attempt_at": {**_nullable(TIME), "description": "The next try (null once sent)."},
+            "sent_at": _nullable(TIME),
+        },
+    },
+    "AlertPage": {
+        "type": "object", "required": ["alerts", "counts", "next_before"],
+        "properties": {"alerts": {"type": "array", "items": _ref("Alert")},
+                       "counts": {"type": "object", "additionalProperties": INT},
+                       "next_before": {**_nullable(INT), "description": "Pass as before for the next page."}},
+    },
     "JobAccepted": {
         "type": "object", "required": ["job"], "properties": {"job": INT},
     },
@@ -388,6 +406,18 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                         "same selection starts the job."),
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("RepairSelection")}}},
         "responses": {"200": _json(_ref("RepairPreview"), "The preview."), **_errors(400, 401, 403, 404)},
+    },
+    ("get", "/api/alerts"): {
+        "operationId": "listAlerts", "tags": ["operations"],
+        "summary": "The alert outbox, newest first: state, attempts, last error, next try, target",
+        "description": "Needs the operator role.",
+        "parameters": [_query("state", "Only alerts in this state.",
+                              {"type": "string", "enum": ["failed", "pending", "sent"]}),
+                       _query("before", "Only alerts with a smaller id (next_before of the page before).",
+                              {"type": "integer", "minimum": 1}),
+                       _query("limit", "The most alerts, 1 to 500 (default 100).",
+                              {"type": "integer", "minimum": 1, "maximum": 500})],
+        "responses": {"200": _json(_ref("AlertPage"), "One page of alerts."), **_errors(400, 401, 403)},
     },
     ("get", "/api/entries/{entry_id}/targets"): {
         "operationId": "getTargets", "tags": ["entries"],

@@ -14,6 +14,8 @@ class NavItem:
     endpoint: str  # where it leads
     # The other endpoints whose pages belong to it; "blueprint.*" stands for every endpoint of a blueprint.
     covers: tuple[str, ...] = ()
+    # The least role that sees the item (a page it could not open is not offered).
+    role: str = "viewer"
 
     def marks(self, endpoint: str | None) -> bool:
         """True when a page answered by ``endpoint`` belongs to this item."""
@@ -25,12 +27,15 @@ class NavItem:
 
 MAIN_NAV = (
     # An entry's page and its confirmations (republish, edit) are reached from the list.
-    NavItem("Dead letters", "pages.index", ("pages.entry", "pages.newer", "pages.payload_download", "actions.*")),
+    NavItem("Dead letters", "pages.index", ("pages.entry", "pages.newer", "pages.payload_download", "actions.*",
+                                            "repair.*", "row_actions.*")),
     NavItem("Groups", "pages.groups"),
     NavItem("Views", "views.index", ("views.*",)),
     # A bulk preview and a job's page belong with the jobs.
     NavItem("Jobs", "bulk.jobs", ("bulk.*",)),
     NavItem("Audit", "audit.audit", ("audit.*",)),
+    # The alert outbox: what was sent to the webhooks, what waits, and why.
+    NavItem("Alerts", "alert_outbox.alerts", ("alert_outbox.*",), role="operator"),
 )
 
 
@@ -43,8 +48,10 @@ class NavLink:
     current: bool
 
 
-def main_nav(endpoint: str | None) -> tuple[NavLink, ...]:
+def main_nav(endpoint: str | None, may=None) -> tuple[NavLink, ...]:
     """The main navigation for a page answered by ``endpoint`` (``request.endpoint``): at most
-    one item current, the first that claims the page."""
+    one item current, the first that claims the page; ``may`` (a role -> bool, the identity's
+    ``may``) leaves out the items above the reader's role."""
     current = next((item for item in MAIN_NAV if item.marks(endpoint)), None)
-    return tuple(NavLink(item.label, item.endpoint, item is current) for item in MAIN_NAV)
+    return tuple(NavLink(item.label, item.endpoint, item is current) for item in MAIN_NAV
+                 if item.role == "viewer" or (may is not None and may(item.role)))
