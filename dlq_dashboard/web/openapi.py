@@ -19,6 +19,10 @@ from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, entry_schema
 from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
 from .auth import requires
+from .openapi_parts import DESK_OPERATIONS, DESK_SCHEMAS
+from .openapi_parts import errors as _errors
+from .openapi_parts import json_answer as _json
+from .openapi_parts import query as _query
 
 bp = Blueprint("openapi", __name__)
 
@@ -155,66 +159,6 @@ SCHEMAS: dict[str, dict] = {
             "upto": {**INT, "description": "Leave out entries newer than this id (what a preview showed)."},
         },
     },
-    "RepairSelection": {
-        "type": "object",
-        "description": "Entries chosen either by ids or by filter, as POST /api/bulk takes them.",
-        "properties": {
-            "ids": {"type": "array", "items": {"anyOf": [
-                {**INT, "minimum": 1},
-                {"type": "object", "required": ["id"],
-                 "properties": {"id": {**INT, "minimum": 1}, "version": INT}}]}},
-            "filter": _ref("Filter"),
-            "upto": {**INT, "description": "Leave out entries newer than this id."},
-        },
-    },
-    "RepairReason": {
-        "type": "object", "required": ["reason", "count", "examples"],
-        "properties": {"reason": STR, "count": INT, "examples": {"type": "array", "items": INT,
-                                                                "description": "A few of those entries' ids."}},
-    },
-    "RepairPreview": {
-        "type": "object",
-        "required": ["count", "pass", "still_fail", "cannot", "already_valid", "examples"],
-        "description": "What repair by the schema would do to the selection, before a job starts.",
-        "properties": {
-            "count": {**INT, "description": "Entries selected."},
-            "upto": {**_nullable(INT), "description": "The newest id selected: pass it to POST /api/bulk."},
-            "filter": {"type": ["object", "null"]},
-            "counted": INT, "bounded": BOOL, "total": INT,
-            "pass": {**INT, "description": "Would pass the current schema once repaired, and be republished."},
-            "still_fail": {**INT, "description": "Repaired, would still fail it: skipped."},
-            "cannot": {**INT, "description": "Cannot be repaired (ambiguous, not JSON, no schema...): skipped."},
-            "already_valid": {**INT, "description": "Already pass: nothing to repair, skipped."},
-            "still_fail_reasons": {"type": "array", "items": _ref("RepairReason")},
-            "cannot_reasons": {"type": "array", "items": _ref("RepairReason")},
-            "examples": {"type": "array", "items": {
-                "type": "object", "required": ["id", "changes", "diff"],
-                "properties": {"id": INT, "diff": {"type": "array", "items": STR},
-                               "changes": {"type": "array", "items": {
-                                   "type": "object", "properties": {"path": STR, "rule": STR}}}}}},
-            "no_stream": {"type": "object", "additionalProperties": INT},
-            "note": _nullable(STR),
-            "sent": {**INT, "description": "Would reach a stream."},
-        },
-    },
-    "Alert": {
-        "type": "object",
-        "required": ["id", "event_id", "event", "group_id", "target", "state", "attempts", "created_at"],
-        "properties": {
-            "id": INT, "event_id": STR, "event": STR, "group_id": INT, "group_subject": _nullable(STR),
-            "target": {**STR, "description": "The webhook URL without its user, password and query."},
-            "state": {"type": "string", "enum": ["failed", "pending", "sent"]},
-            "attempts": INT, "last_error": _nullable(STR), "created_at": TIME,
-            "next_attempt_at": {**_nullable(TIME), "description": "The next try (null once sent)."},
-            "sent_at": _nullable(TIME),
-        },
-    },
-    "AlertPage": {
-        "type": "object", "required": ["alerts", "counts", "next_before"],
-        "properties": {"alerts": {"type": "array", "items": _ref("Alert")},
-                       "counts": {"type": "object", "additionalProperties": INT},
-                       "next_before": {**_nullable(INT), "description": "Pass as before for the next page."}},
-    },
     "JobAccepted": {
         "type": "object", "required": ["job"], "properties": {"job": INT},
     },
@@ -298,19 +242,6 @@ _ERROR_TEXT = {
     422: "The request is well-formed but cannot be carried out (e.g. no subject to republish to).",
     503: "NATS or the database cannot be reached now; nothing was changed.",
 }
-
-
-def _json(schema: dict, description: str) -> dict:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _errors(*codes: int) -> dict:
-    return {str(code): {"$ref": f"#/components/responses/E{code}"} for code in codes}
-
-
-def _query(name: str, description: str, schema: dict | None = None) -> dict:
-    return {"name": name, "in": "query", "required": False, "description": description,
-            "schema": schema or STR}
 
 
 def _path_id(name: str, what: str) -> dict:
@@ -398,26 +329,6 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkRequest")}}},
         "responses": {"202": _json(_ref("JobAccepted"), "The job was started."),
                       **_errors(400, 401, 403, 422, 503)},
-    },
-    ("post", "/api/repair/preview"): {
-        "operationId": "previewRepair", "tags": ["actions"],
-        "summary": "What repair by the schema would do to entries (would pass, still fail, cannot repair)",
-        "description": ("Needs the operator role. Changes nothing; POST /api/bulk with action repair and the "
-                        "same selection starts the job."),
-        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("RepairSelection")}}},
-        "responses": {"200": _json(_ref("RepairPreview"), "The preview."), **_errors(400, 401, 403, 404)},
-    },
-    ("get", "/api/alerts"): {
-        "operationId": "listAlerts", "tags": ["operations"],
-        "summary": "The alert outbox, newest first: state, attempts, last error, next try, target",
-        "description": "Needs the operator role.",
-        "parameters": [_query("state", "Only alerts in this state.",
-                              {"type": "string", "enum": ["failed", "pending", "sent"]}),
-                       _query("before", "Only alerts with a smaller id (next_before of the page before).",
-                              {"type": "integer", "minimum": 1}),
-                       _query("limit", "The most alerts, 1 to 500 (default 100).",
-                              {"type": "integer", "minimum": 1, "maximum": 500})],
-        "responses": {"200": _json(_ref("AlertPage"), "One page of alerts."), **_errors(400, 401, 403)},
     },
     ("get", "/api/entries/{entry_id}/targets"): {
         "operationId": "getTargets", "tags": ["entries"],
@@ -514,7 +425,7 @@ def openapi_document(app: Flask) -> dict[str, Any]:
     """The OpenAPI 3.1 document for the operations ``app`` routes."""
     routed = routed_operations(app)
     paths: dict[str, dict] = {}
-    for (method, path), operation in OPERATIONS.items():
+    for (method, path), operation in {**OPERATIONS, **DESK_OPERATIONS}.items():
         if (method, route_key(path)) in routed:
             paths.setdefault(path, {})[method] = operation
     return {
@@ -525,7 +436,7 @@ def openapi_document(app: Flask) -> dict[str, Any]:
         "tags": [{"name": "entries"}, {"name": "actions"}, {"name": "export"}, {"name": "operations"}],
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **DESK_SCHEMAS},
             "responses": {f"E{code}": _json(_ref("Error"), text) for code, text in _ERROR_TEXT.items()},
             "securitySchemes": {
                 "bearerToken": {"type": "http", "scheme": "bearer",
