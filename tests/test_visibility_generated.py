@@ -99,13 +99,16 @@ def world(app, nats_server):
                        {"op": "replace", "path": "/shipping/city", "value": "x"}]},
             # A republish the schema refuses: the refusal quotes the card.
             {"action": "republish", "ids": [ids[1]]},
+            # A repair by the schema of the same entries: its reasons name places, never values.
+            {"action": "repair", "filter": {"field.Email": EMAIL, "status": "open"}},
             # A close by a search for the email.
             {"action": "close", "filter": {"q": EMAIL}, "note": "tidied"}):
         answer = operator.post("/api/bulk", json=body, headers=auth)
         assert answer.status_code == 202, answer.get_data(as_text=True)
         jobs.append(answer.get_json()["job"])
         support.jobs_settled(rt.engine)
-    return {"entry_id": sorted(ids.values()), "job_id": jobs}
+    # A list row's actions (/entries/<id>/row/<action>): the confirmation of each.
+    return {"entry_id": sorted(ids.values()), "job_id": jobs, "action": ["republish", "close"]}
 
 
 def _ids_by_seq(engine) -> dict[int, int]:
