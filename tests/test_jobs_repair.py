@@ -130,3 +130,37 @@ def test_a_viewer_gets_no_repair_and_a_payload_without_schema_says_why(offline_a
     assert body["cannot_reasons"][0]["reason"] == "No schema covers its subject, so there is nothing to repair by."
     page = auth.client("operator").get(f"/entries/{entry_id}/repair").get_data(as_text=True)
     assert "It cannot be repaired: No schema covers its subject" in page
+
+
+def test_a_repair_job_resumed_after_a_crash_publishes_nothing_twice(app, rt, nats_server, tokens, monkeypatch):
+    from dlq_dashboard.actions import publishing
+    from dlq_dashboard.actions.bulk import jobs
+    from dlq_dashboard.actions.bulk.runner import JobRunner
+
+    support.make_orders_stream(nats_server.url)
+    broken = demo_orders("price_as_string", 6, seed=5)
+    ids = support.dead_letter_orders(app, nats_server.url, broken)
+
+    def crash_after_the_publish(where, intent):
+        if where == "after_publish":
+            raise RuntimeError("simulated crash after the publish, before the commit")
+
+    monkeypatch.setattr(publishing, "fault_point", crash_after_the_publish)
+    response = app.test_client().post("/api/bulk", json={"action": "repair", "ids": ids},
+                                      headers=support.bearer(tokens["operator"]))
+    assert response.status_code == 202, response.get_data(as_text=True)
+    job_id = response.get_json()["job"]
+    rt.jobs.join(job_id, timeout=30)
+    assert jobs.job_status(rt, job_id, limit=0)["state"] == "running"
+    assert len(support.stream_messages(nats_server.url)) == 6  # published, not recorded
+
+    # A restart: recovery publishes the pending intents again (same msgIds, same repaired
+    # payloads), then the job resumes and finds them done.
+    monkeypatch.setattr(publishing, "fault_point", lambda where, intent: None)
+    rt.jobs.stop()
+    rt.jobs = JobRunner(rt).start()
+    status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
+                              timeout=30, message="the resumed job to finish")
+    assert (status["done"], status["skipped"], status["failed"]) == (6, 0, 0)
+    published = support.stream_messages(nats_server.url)
+    assert sorted(m.data for m in published) == sorted(repaired(p) for p in broken)
