@@ -90,6 +90,12 @@ def test_the_demos_prices_as_text_are_repaired_in_one_bulk_action_each_republish
     assert set(skipped) == set(missing + comma) and "required property" in skipped[missing[0]]
     job_page = client.get(f"/jobs/{job_id}").get_data(as_text=True)
     assert "Job %d: bulk repair" % job_id in job_page
+    # Each republish's audit and the entry's timeline say it was repaired by the schema.
+    audit = client.get(f"/api/audit?entry={ids[0]}").get_json()["actions"]
+    assert [a["detail"].get("repaired") for a in audit if a["action"] == "republish"] == [True]
+    assert "Repaired by the schema and republished to orders.created" in client.get(
+        f"/entries/{ids[0]}").get_data(as_text=True)
+    assert ", repaired by the schema" in client.get(f"/audit?entry={ids[0]}").get_data(as_text=True)
 
 
 def test_one_entry_is_repaired_from_its_page_and_republished_once_even_when_sent_twice(
