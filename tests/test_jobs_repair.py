@@ -170,3 +170,21 @@ def test_a_repair_job_resumed_after_a_crash_publishes_nothing_twice(app, rt, nat
     assert (status["done"], status["skipped"], status["failed"]) == (6, 0, 0)
     published = support.stream_messages(nats_server.url)
     assert sorted(m.data for m in published) == sorted(repaired(p) for p in broken)
+
+
+def test_a_groups_repair_previews_that_groups_entries(make_app):
+    app = make_app(schemas_dir=str(DEMO_SCHEMAS))
+    for seq, payload in enumerate(demo_orders("price_as_string", 3, seed=2), start=1):
+        support.dead_letter(app, seq, payload=payload, Dlq_Reason="schema_invalid",
+                            Dlq_Error="/items/0/price is a string")
+    support.dead_letter(app, 9, payload=b'{"other": "1"}', Dlq_Reason="fatal", Dlq_Error="something else")
+    operator = support.logged_in(app, "operator")
+    groups = operator.get("/api/groups").get_json()["groups"]
+    [group] = [g for g in groups if g["reason"] == "schema_invalid"]
+    page = operator.get("/groups").get_data(as_text=True)
+    assert ">Repair by schema</button>" in page
+    form = {"csrf_token": support.csrf_token(operator, "/groups"), "by": "filter", "action": "repair",
+            **group["filter"]}
+    preview = operator.post("/bulk/preview", data=form).get_data(as_text=True)
+    assert "<strong>3</strong> entries are selected" in preview
+    assert (count_of(preview, "pass"), count_of(preview, "cannot")) == (3, 0)
