@@ -200,3 +200,29 @@
     }
   });
 })();
+
+// --- Actions on a list row ------------------------------------------------------------------
+// A row's Republish and Close (templates/_row_actions.html) are forms leading to a confirmation
+// page. With script the same question is asked here, naming the entry, and the action is posted
+// through htmx, which swaps the row with the answer (the row as it is now, and what was done).
+// The row is hx-disable (its text comes from payloads), so this takes no hx- attributes.
+(function () {
+  "use strict";
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form || !form.matches || !form.matches("form[data-row-action]") || !window.htmx) {
+      return;
+    }
+    event.preventDefault();
+    if (!window.confirm(form.getAttribute("data-confirm"))) {
+      return;
+    }
+    var row = form.closest("tr");
+    var values = {};
+    new FormData(form).forEach(function (value, name) { values[name] = value; });
+    form.querySelectorAll("button").forEach(function (button) { button.disabled = true; });
+    window.htmx.ajax("POST", form.getAttribute("data-post"),
+                     { source: form, target: row, swap: "outerHTML", values: values });
+  });
+})();

@@ -105,14 +105,15 @@ def test_the_bulk_bar_offers_every_bulk_jobs_action_and_the_ones_that_publish_ne
 
 def test_a_reason_said_once_for_two_buttons_is_shown_once_and_both_buttons_point_at_one():
     bar = entry_action_bar(SimpleNamespace(status="open"), REFUSED, REFUSED, close_needs_nats=False)
-    assert [(r.id, r.shown) for r in bar.reasons] == [("republish-reason", True), ("edit-reason", False)]
-    assert [a.name for a in bar.actions] == ["republish", "edit", "close"]
+    assert [(r.id, r.shown) for r in bar.reasons] == [("republish-reason", True), ("edit-reason", False),
+                                                      ("repair-reason", False)]
+    assert [a.name for a in bar.actions] == ["republish", "edit", "repair", "close"]
     # Neither republish can work, so only Close is left and it needs no NATS: no note about NATS.
     assert bar.nats_notes == ()
 
 
-@pytest.mark.parametrize("status, names", [("open", ["republish", "edit", "close"]),
-                                           ("republished", ["republish", "edit", "close", "reopen"]),
+@pytest.mark.parametrize("status, names", [("open", ["republish", "edit", "repair", "close"]),
+                                           ("republished", ["republish", "edit", "repair", "close", "reopen"]),
                                            ("closed", ["reopen"])])
 def test_an_entrys_status_decides_which_actions_its_bar_offers(status, names):
     bar = entry_action_bar(SimpleNamespace(status=status), None, None, close_needs_nats=True)

@@ -93,11 +93,12 @@ def test_the_html_routes_answer_every_input_without_a_server_error(site):
            entry_id=st.one_of(st.sampled_from(known), st.integers(0, 2**70)),
            with_token=st.sampled_from((True, True, True, False)), htmx=st.booleans(),
            not_utf8=st.sampled_from((False, False, False, True)),
-           account=st.sampled_from(("operator-user", "ghost", "a.b@example.com", "x" * 80, "%00", "..")))
-    def call(route, fields, entry_id, with_token, htmx, not_utf8, account):
+           account=st.sampled_from(("operator-user", "ghost", "a.b@example.com", "x" * 80, "%00", "..")),
+           row_action=st.sampled_from(("republish", "close", "explode")))
+    def call(route, fields, entry_id, with_token, htmx, not_utf8, account, row_action):
         method, rule = route
-        path = rule
-        for name in ("entry_id", "job_id", "view_id"):
+        path = rule.replace("<action>", row_action)  # a list row's action (web/row_actions.py)
+        for name in ("entry_id", "job_id", "view_id", "alert_id"):
             path = path.replace(f"<int:{name}>", str(entry_id))
         path = path.replace("<name>", account)
         client, token = (admin, admin_token) if path.startswith("/admin/") else (operator, operator_token)

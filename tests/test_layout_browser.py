@@ -40,6 +40,9 @@ PAGES = [
     "/jobs/{job}",
     "/jobs/{patch_job}",
     "/audit?job={job}",
+    "/entries/{huge}/repair",
+    "/entries/{huge}/row/close",
+    "/alerts",
 ]
 
 TOKEN = "x" * 300  # no space to break at

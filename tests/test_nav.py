@@ -20,7 +20,8 @@ from . import support
 PAGES = {
     "pages.index": "Dead letters", "pages.entry": "Dead letters", "actions.confirm_republish": "Dead letters",
     "actions.edit": "Dead letters", "pages.groups": "Groups", "views.index": "Views", "bulk.jobs": "Jobs",
-    "bulk.job_page": "Jobs", "audit.audit": "Audit", "admin.users": "Users",
+    "bulk.job_page": "Jobs", "audit.audit": "Audit", "admin.users": "Users", "repair.entry_repair": "Dead letters",
+    "row_actions.confirm": "Dead letters", "alert_outbox.alerts": "Alerts",
     "auth.login": None,  # signed in already: the form again, under no item
 }
 
@@ -39,7 +40,7 @@ def nav_pages(offline_app):
     entry and job in its path."""
     entry_id = support.dead_letter(offline_app, 1, payload=b'{"order_id": 1}')
     job_id = jobs.create_job(runtime_of(offline_app), "close", actor="ann", ids=[entry_id], start=False)
-    values = {"entry_id": entry_id, "job_id": job_id}
+    values = {"entry_id": entry_id, "job_id": job_id, "action": "republish"}
     urls = {}
     with offline_app.test_request_context():
         for rule in offline_app.url_map.iter_rules():
@@ -99,6 +100,12 @@ def test_a_page_answered_by_a_post_or_an_error_is_marked_by_its_endpoint_too(off
     missing = client.get("/entries/999999")
     assert missing.status_code == 404
     assert nav_of(missing.get_data(as_text=True))[1] == ["Dead letters"]
+
+
+def test_a_viewer_is_not_offered_the_items_above_its_role(offline_app):
+    viewer = support.logged_in(offline_app, "viewer")
+    labels = [label for label, _ in nav_of(viewer.get("/").get_data(as_text=True))[0]]
+    assert labels == [item.label for item in MAIN_NAV if item.role is None] and "Alerts" not in labels
 
 
 def test_at_most_one_item_is_current_and_none_for_a_page_outside_the_nav():

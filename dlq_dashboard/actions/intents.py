@@ -177,6 +177,10 @@ def set_status(conn: Connection, ids: list[int], status: str, **values) -> list[
     return changes
 
 
+#: What _job_patches gives for a repair job: its republishes' audit says "repaired", not a patch.
+REPAIR = "repair"
+
+
 @lru_cache(maxsize=256)
 def _audit_detail(subject: str, edited: bool, forced: bool, recovered: bool, patch: str | None = None) -> str:
     detail: dict[str, Any] = {"subject": subject, "edited": edited}
@@ -184,20 +188,24 @@ def _audit_detail(subject: str, edited: bool, forced: bool, recovered: bool, pat
         detail["forced"] = True
     if recovered:
         detail["recovered"] = True
-    if patch:
+    if patch == REPAIR:
+        detail["repaired"] = True  # by the schema, in a repair job (actions/bulk/repairing.py)
+    elif patch:
         detail["patch"] = json.loads(patch)
     return json.dumps(detail)
 
 
 def _job_patches(conn: Connection, intents: list[Intent]) -> dict[int, str]:
-    """{job id: its JSON Patch as JSON text} for the patch jobs among these intents' (the audit of
-    each republish a patch made carries the patch; a plain job's window costs no query)."""
+    """{job id: its JSON Patch as JSON text, or REPAIR} for the patch and repair jobs among these
+    intents' (the audit of each republish a patch made carries the patch, of a repair
+    ``repaired``; a plain job's window costs no query)."""
     job_ids = {i.job_id for i in intents if i.job_id is not None and i.edited}
     if not job_ids:
         return {}
-    rows = conn.execute(select(JOBS.c.id, JOBS.c.selection).where(JOBS.c.id.in_(sorted(job_ids)),
-                                                                  JOBS.c.action == "patch")).all()
-    return {r.id: json.dumps(json.loads(r.selection or "{}").get("patch")) for r in rows}
+    rows = conn.execute(select(JOBS.c.id, JOBS.c.action, JOBS.c.selection).where(
+        JOBS.c.id.in_(sorted(job_ids)), JOBS.c.action.in_(("patch", "repair")))).all()
+    return {r.id: REPAIR if r.action == "repair" else json.dumps(json.loads(r.selection or "{}").get("patch"))
+            for r in rows}
 
 
 def _audit(intent: Intent, action: str, now: datetime, *, recovered: bool, patches: dict[int, str],

@@ -17,6 +17,7 @@ from .auth import actor_name, requires
 from ..access import visible
 from .data import current_reader, list_fields
 from .presenters.payloads import line_diff
+from .repair import bulk_repair_page
 from .errors import status_of
 from .responses import after_post, page_or_fragment
 
@@ -54,8 +55,8 @@ def api_jobs():
 @bp.route("/api/bulk", methods=["POST"])
 @requires("operator")
 def api_bulk():
-    """Start a bulk republish, close or patch (one JSON Patch, then republish) over ids or a filter;
-    202 with the job's id."""
+    """Start a bulk republish, close, patch (one JSON Patch, then republish) or repair (each payload
+    by its current schema, then republish those that pass) over ids or a filter; 202 with the job's id."""
     body = params.json_body()
     action, selection = str(body.get("action")), params.bulk_selection(body)
     if action == "patch":  # only those that pass the schema once patched, unless told otherwise
@@ -105,6 +106,8 @@ def bulk_preview():
     action = request.form.get("action", "republish")
     if action == "patch":
         return _patch_preview()
+    if action == "repair":
+        return bulk_repair_page()
     try:
         selection = params.form_selection()
         items, summary = select_items(rt, **selection)
@@ -137,6 +140,8 @@ def bulk_create():
     except DashboardError as exc:
         if patching:
             return _patch_page(error=str(exc), status=status_of(exc))
+        if request.form.get("action") == "repair":
+            return bulk_repair_page(error=str(exc), status=status_of(exc))
         return render_template("job.html", preview=True, action=request.form.get("action"), items=[], targets={},
                                refusals=None, summary={}, selection={}, form=request.form, error=str(exc),
                                job=None), \

@@ -19,6 +19,10 @@ from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, entry_schema
 from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
 from .auth import requires
+from .openapi_parts import DESK_OPERATIONS, DESK_SCHEMAS
+from .openapi_parts import errors as _errors
+from .openapi_parts import json_answer as _json
+from .openapi_parts import query as _query
 
 bp = Blueprint("openapi", __name__)
 
@@ -156,8 +160,10 @@ SCHEMAS: dict[str, dict] = {
                         "entries only). Each entry is taken at the version it has now, or at the version "
                         "given with its id."),
         "properties": {
-            "action": {"type": "string", "enum": ["republish", "close", "patch"],
-                       "description": "patch: apply ``patch`` to each payload, then republish the result."},
+            "action": {"type": "string", "enum": ["republish", "close", "patch", "repair"],
+                       "description": ("patch: apply ``patch`` to each payload, then republish the result; "
+                                       "repair: coerce each payload by its current schema (docs/repair.md), then "
+                                       "republish those that pass (the others are skipped with the reason).")},
             "patch": {"type": "array", "items": {"type": "object", "required": ["op", "path"]},
                       "description": ("A JSON Patch (RFC 6902) for action patch. An entry it cannot apply to "
                                       "(not JSON, a path missing, a test failing) is skipped with the reason.")},
@@ -185,7 +191,8 @@ SCHEMAS: dict[str, dict] = {
         "type": "object", "required": ["id", "action", "state", "total", "done", "failed"],
         "description": "A bulk job, its progress and (some of) its items' results.",
         "properties": {
-            "id": INT, "action": {"type": "string", "enum": ["republish", "close", "patch"]}, "actor": STR,
+            "id": INT, "action": {"type": "string", "enum": ["republish", "close", "patch", "repair"]},
+            "actor": STR,
             "state": STR, "note": _nullable(STR), "selection": {"type": "object"},
             "patch": {**_nullable({"type": "array", "items": {"type": "object"}}),
                       "description": "The JSON Patch a patch job applies (null for other jobs)."},
@@ -256,19 +263,6 @@ _ERROR_TEXT = {
     422: "The request is well-formed but cannot be carried out (e.g. no subject to republish to).",
     503: "NATS or the database cannot be reached now; nothing was changed.",
 }
-
-
-def _json(schema: dict, description: str) -> dict:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _errors(*codes: int) -> dict:
-    return {str(code): {"$ref": f"#/components/responses/E{code}"} for code in codes}
-
-
-def _query(name: str, description: str, schema: dict | None = None) -> dict:
-    return {"name": name, "in": "query", "required": False, "description": description,
-            "schema": schema or STR}
 
 
 def _path_id(name: str, what: str) -> dict:
@@ -351,7 +345,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "reopenEntry", "Undo a close", "ReopenRequest", "EntryResult", (400, 401, 403, 404, 409, 422)),
     ("post", "/api/bulk"): {
         "operationId": "startBulkJob", "tags": ["actions"],
-        "summary": "Republish, close, or patch and republish many entries as a job",
+        "summary": "Republish, close, patch and republish, or repair and republish many entries as a job",
         "description": "Needs the operator role. The job runs with a rate limit; poll GET /api/jobs/{job_id}.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkRequest")}}},
         "responses": {"202": _json(_ref("JobAccepted"), "The job was started."),
@@ -456,7 +450,7 @@ def openapi_document(app: Flask) -> dict[str, Any]:
     """The OpenAPI 3.1 document for the operations ``app`` routes."""
     routed = routed_operations(app)
     paths: dict[str, dict] = {}
-    for (method, path), operation in OPERATIONS.items():
+    for (method, path), operation in {**OPERATIONS, **DESK_OPERATIONS}.items():
         if (method, route_key(path)) in routed:
             paths.setdefault(path, {})[method] = operation
     return {
@@ -467,7 +461,7 @@ def openapi_document(app: Flask) -> dict[str, Any]:
         "tags": [{"name": "entries"}, {"name": "actions"}, {"name": "export"}, {"name": "operations"}],
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **DESK_SCHEMAS},
             "responses": {f"E{code}": _json(_ref("Error"), text) for code, text in _ERROR_TEXT.items()},
             "securitySchemes": {
                 "bearerToken": {"type": "http", "scheme": "bearer",

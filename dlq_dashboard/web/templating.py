@@ -18,7 +18,7 @@ from ..times import as_time, format_time, utcnow
 from . import current_runtime
 from .auth import current_identity
 from .params import form_filter
-from .presenters.actions import bulk_choices, entry_action_bar
+from .presenters.actions import bulk_choices, entry_action_bar, row_actions, row_confirm
 from .presenters.nav import main_nav
 from .presenters.rows import list_columns
 from .responses import list_url
@@ -83,6 +83,8 @@ def init_app(app: Flask) -> None:
     app.add_template_filter(number)
     app.add_template_global(entry_action_bar)
     app.add_template_global(bulk_choices)
+    app.add_template_global(row_actions)
+    app.add_template_global(row_confirm)
     app.add_template_global(list_columns)
 
     @app.context_processor

@@ -35,10 +35,11 @@ from .patching import parse_patch
 
 JOBS, ITEMS = Job.__table__, JobItem.__table__
 ENTRIES, INTENTS, ACTIONS = Entry.__table__, Republish.__table__, Action.__table__
-#: patch: apply one JSON Patch to each entry's payload and republish the result (patching.py).
-JOB_ACTIONS = ("republish", "close", "patch")
+#: patch: apply one JSON Patch to each entry's payload and republish the result (patching.py);
+#: repair: coerce each payload by its current schema and republish those that then pass (repairing.py).
+JOB_ACTIONS = ("republish", "close", "patch", "repair")
 #: The actions whose items are republished.
-REPUBLISHING = ("republish", "patch")
+REPUBLISHING = ("republish", "patch", "repair")
 #: A job in one of these states has ended; its items are settled.
 FINISHED = ("done", "cancelled")
 #: The states of a job's items (``state`` on a job's page and its JSON narrows them to one).
@@ -134,15 +135,17 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     then means "only those that pass the schema once patched", the others are skipped with the
     reason (the patch is kept in the job's selection, and so in its audit record)."""
     if action not in JOB_ACTIONS:
-        raise JobError(f"action {action!r} is not valid: use republish, close or patch")
+        raise JobError(f"action {action!r} is not valid: use republish, close, patch or repair")
     note = close_note(note)
     ops = parse_patch(patch) if action == "patch" else None
-    items, summary = select_items(rt, ids=ids, filter_args=filter_args, only_valid=only_valid and ops is None,
+    items, summary = select_items(rt, ids=ids, filter_args=filter_args, only_valid=only_valid and ops is None and action != "repair",
                                   upto=upto)
     if not items:
         raise JobError("No entries match; nothing to do.")
     if ops is not None:
         summary.update(patch=ops, only_valid=bool(only_valid))
+    if action == "repair":  # only those that pass once repaired are republished
+        summary.update(repair=True, only_valid=True)
     summary["force"] = bool(force)
     now = utcnow()
     with write_transaction(rt.engine) as conn:

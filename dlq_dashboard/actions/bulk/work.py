@@ -45,6 +45,7 @@ from ..publishing import classify_failure, nats_unreachable
 from .jobs import FINISHED, ITEMS, JOBS, REPUBLISHING, ack_sentence
 from .pacing import TokenBucket, window_size
 from .patching import Unpatchable, patch_for_job
+from .repairing import repair_for_job
 from .publisher import Publisher, publish_window
 from .steps import Turn, next_step
 
@@ -338,8 +339,10 @@ class JobWork:
                 # A patch gives the same bytes every time (patching.py): a resumed item asks for its own
                 # intent. One already published or pending carries its payload: nothing to patch again.
                 earlier = existing.get(msg_id)
+                fresh = earlier is None or earlier.state == "failed"
                 payload = patch_for_job(rt, patch, rows[entry_id], bool(selection.get("only_valid"))) \
-                    if patch is not None and (earlier is None or earlier.state == "failed") else None
+                    if patch is not None and fresh else \
+                    repair_for_job(rt, rows[entry_id]) if job["action"] == "repair" and fresh else None
                 claims.append(decide_republish(
                     rt, rows[entry_id], version, existing.get(msg_id),
                     [p for p in pending.get(entry_id, []) if p.msg_id != msg_id],

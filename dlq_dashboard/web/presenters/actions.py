@@ -64,6 +64,9 @@ def entry_action_bar(entry: Any, republish_reason: str | None, edit_reason: str 
         actions += [EntryAction("republish", "Republish", "actions.confirm_republish", needs_nats=True,
                                 nats_note="Republishing", reason=republish_reason or None),
                     EntryAction("edit", "Edit and republish", "actions.edit", needs_nats=True,
+                                nats_note="Republishing", reason=edit_reason or None),
+                    # Beside Edit: the payload coerced by its schema (entries/repair.py), shown as a diff first.
+                    EntryAction("repair", "Repair by schema", "repair.entry_repair", needs_nats=True,
                                 nats_note="Republishing", reason=edit_reason or None)]
     if entry.status != "closed":
         # Closing is the database's decision; only DLQ_DELETE_ON_CLOSE makes it a NATS call too.
@@ -91,7 +94,8 @@ class BulkChoice:
     needs_nats: bool
 
 
-BULK_LABELS = {"republish": "republish", "close": "close", "patch": "patch and republish"}
+BULK_LABELS = {"republish": "republish", "close": "close", "patch": "patch and republish",
+               "repair": "repair by schema and republish"}
 
 
 def bulk_choices(close_needs_nats: bool) -> tuple[BulkChoice, ...]:
@@ -99,3 +103,29 @@ def bulk_choices(close_needs_nats: bool) -> tuple[BulkChoice, ...]:
     closing does when it deletes the DLQ message (DLQ_DELETE_ON_CLOSE)."""
     return tuple(BulkChoice(action, BULK_LABELS[action], action in REPUBLISHING or bool(close_needs_nats))
                  for action in JOB_ACTIONS)
+
+
+@dataclass(frozen=True)
+class RowAction:
+    """One action on a row of the list: a button that asks first, naming the entry (``row_confirm``)."""
+
+    name: str  # republish or close: web/row_actions.py ROW_ACTIONS
+    label: str
+    needs_nats: bool
+
+
+def row_actions(entry: Any, close_needs_nats: bool) -> tuple[RowAction, ...]:
+    """What a list row offers an operator: Republish while its status allows it, Close unless it is closed
+    (the entry page's rules; the request itself is judged by the same functions)."""
+    found = []
+    if entry.status in REPUBLISHABLE:
+        found.append(RowAction("republish", "Republish", True))
+    if entry.status != "closed":
+        found.append(RowAction("close", "Close", bool(close_needs_nats)))
+    return tuple(found)
+
+
+def row_confirm(action: str, entry: Any) -> str:
+    """The question a row's action asks, naming the entry by its id and subject."""
+    verb = {"republish": "Republish", "close": "Close"}[action]
+    return f"{verb} entry {entry.id} ({entry.original_subject or 'no subject'})?"

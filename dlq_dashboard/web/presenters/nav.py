@@ -33,12 +33,15 @@ class NavItem:
 
 MAIN_NAV = (
     # An entry's page and its confirmations (republish, edit) are reached from the list.
-    NavItem("Dead letters", "pages.index", ("pages.entry", "pages.newer", "pages.payload_download", "actions.*")),
+    NavItem("Dead letters", "pages.index", ("pages.entry", "pages.newer", "pages.payload_download", "actions.*",
+                                            "repair.*", "row_actions.*")),
     NavItem("Groups", "pages.groups"),
     NavItem("Views", "views.index", ("views.*",)),
     # A bulk preview and a job's page belong with the jobs.
     NavItem("Jobs", "bulk.jobs", ("bulk.*",)),
     NavItem("Audit", "audit.audit", ("audit.*",)),
+    # The alert outbox: what was sent to the webhooks, what waits, and why.
+    NavItem("Alerts", "alert_outbox.alerts", ("alert_outbox.*",), role="operator"),
     NavItem("Users", "admin.users", ("admin.*",), role="admin"),
 )
 

@@ -53,9 +53,11 @@ class Column:
 
 def list_columns(fields: Iterable[KeyField], can_act: bool) -> tuple[Column, ...]:
     """The list's columns in their order: the checkbox for those who can act on the rows (the bulk
-    bar is theirs alone), the entry's facts, its key fields (settings.list_fields), then the payload.
+    bar is theirs alone), the entry's facts, its key fields (settings.list_fields), then the payload,
+    and for them the row's actions (Republish, Close: templates/_row_actions.html).
     A cell across the whole table spans as many as there are."""
     return ((Column("", selects=True),) if can_act else ()) + tuple(
         Column(label) for label in ("#", "Status", "Subject", "Consumer", "Original msgId", "Reason", "Error")) + tuple(
         Column(f.label, css="key-field", title=f.pointer) for f in fields) + (
-        Column("Payload"), Column("Deliveries", css="num"), Column("Failed"))
+        Column("Payload"), Column("Deliveries", css="num"), Column("Failed")) + (
+        (Column("Actions", css="row-actions"),) if can_act else ())

@@ -19,6 +19,9 @@ from ...entries.view import EntryView
 from ...times import parse_time
 from .payloads import TEXT_LIMIT, display_form, line_diff
 
+#: What a republish's audit marks as repaired by the schema (a repair job's) stands for in place of a patch.
+REPAIRED = "repaired"
+
 
 @dataclass
 class Moment:
@@ -67,7 +70,8 @@ def _republish_moment(rep: dict, entry: EntryView, patch: Any = None) -> Moment:
     edited = bool(rep.get("edited"))
     subject = entry.original_subject
     if state == "published":
-        title = "Republished with a JSON Patch" if patch else ("Edited and republished" if edited else "Republished")
+        title = ("Repaired by the schema and republished" if patch == REPAIRED else
+                 "Republished with a JSON Patch" if patch else "Edited and republished" if edited else "Republished")
         title = f"{title} to {subject}" if subject else title
     elif state == "failed":
         title = "Edited republish failed" if edited else "Republish failed"
@@ -79,7 +83,7 @@ def _republish_moment(rep: dict, entry: EntryView, patch: Any = None) -> Moment:
                            ("duplicate", None if duplicate is None else ("yes" if duplicate else "no")),
                            ("job", rep.get("job_id")), ("error", rep.get("error")),
                            # A bulk patch's republish: the patch its job applied (from the audit record).
-                           ("patch", json.dumps(patch, ensure_ascii=False) if patch else None)),
+                           ("patch", json.dumps(patch, ensure_ascii=False) if patch and patch != REPAIRED else None)),
                     actor=rep.get("actor"))
     # The headers it sent, as the request may see them (a viewer's mask hides a masked traceparent).
     moment.trace_id = trace_id_of(rep.get("headers"))
@@ -127,8 +131,8 @@ def build_timeline(entry: EntryView, republishes: Iterable[dict] = (),
     moments.append(Moment(entry.received_at, "mirrored", "Dead-lettered and mirrored",
                           _facts(("stored as", where), ("sources", entry.sources.replace(",", " and ")))))
     republishes = list(republishes)
-    patches = {a.get("msg_id"): a["detail"]["patch"] for a in entry.actions or []
-               if isinstance(a.get("detail"), dict) and a["detail"].get("patch")}
+    patches = {a.get("msg_id"): a["detail"].get("patch") or REPAIRED for a in entry.actions or []
+               if isinstance(a.get("detail"), dict) and (a["detail"].get("patch") or a["detail"].get("repaired"))}
     shown = [_republish_moment(r, entry, patches.get(r.get("msg_id"))) for r in republishes]
     moments.extend(shown)
     # A failure of a republished message comes after that republish, whatever the clocks say:

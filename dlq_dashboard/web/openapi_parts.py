@@ -1,0 +1,113 @@
+"""Parts of the OpenAPI document (web/openapi.py): the helpers its operations are written with,
+and the incident desk's operations and schemas (repair by the schema, the alert outbox)."""
+
+from __future__ import annotations
+
+from ..entries.shape import BOOL, INT, STR, TIME
+from ..entries.shape import nullable as _nullable
+from ..entries.shape import schema_ref as _ref
+
+
+def json_answer(schema: dict, description: str) -> dict:
+    """A JSON answer of ``schema``."""
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def errors(*codes: int) -> dict:
+    """The document's error answers for these status codes."""
+    return {str(code): {"$ref": f"#/components/responses/E{code}"} for code in codes}
+
+
+def query(name: str, description: str, schema: dict | None = None) -> dict:
+    """An optional query parameter (a string unless ``schema`` says otherwise)."""
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": schema or STR}
+
+
+_json, _errors, _query = json_answer, errors, query
+
+DESK_SCHEMAS: dict[str, dict] = {
+    "RepairSelection": {
+        "type": "object",
+        "description": "Entries chosen either by ids or by filter, as POST /api/bulk takes them.",
+        "properties": {
+            "ids": {"type": "array", "items": {"anyOf": [
+                {**INT, "minimum": 1},
+                {"type": "object", "required": ["id"],
+                 "properties": {"id": {**INT, "minimum": 1}, "version": INT}}]}},
+            "filter": _ref("Filter"),
+            "upto": {**INT, "description": "Leave out entries newer than this id."},
+        },
+    },
+    "RepairReason": {
+        "type": "object", "required": ["reason", "count", "examples"],
+        "properties": {"reason": STR, "count": INT, "examples": {"type": "array", "items": INT,
+                                                                "description": "A few of those entries' ids."}},
+    },
+    "RepairPreview": {
+        "type": "object",
+        "required": ["count", "pass", "still_fail", "cannot", "already_valid", "examples"],
+        "description": "What repair by the schema would do to the selection, before a job starts.",
+        "properties": {
+            "count": {**INT, "description": "Entries selected."},
+            "upto": {**_nullable(INT), "description": "The newest id selected: pass it to POST /api/bulk."},
+            "filter": {"type": ["object", "null"]},
+            "counted": INT, "bounded": BOOL, "total": INT,
+            "pass": {**INT, "description": "Would pass the current schema once repaired, and be republished."},
+            "still_fail": {**INT, "description": "Repaired, would still fail it: skipped."},
+            "cannot": {**INT, "description": "Cannot be repaired (ambiguous, not JSON, no schema...): skipped."},
+            "already_valid": {**INT, "description": "Already pass: nothing to repair, skipped."},
+            "still_fail_reasons": {"type": "array", "items": _ref("RepairReason")},
+            "cannot_reasons": {"type": "array", "items": _ref("RepairReason")},
+            "examples": {"type": "array", "items": {
+                "type": "object", "required": ["id", "changes", "diff"],
+                "properties": {"id": INT, "diff": {"type": "array", "items": STR},
+                               "changes": {"type": "array", "items": {
+                                   "type": "object", "properties": {"path": STR, "rule": STR}}}}}},
+            "no_stream": {"type": "object", "additionalProperties": INT},
+            "note": _nullable(STR),
+            "sent": {**INT, "description": "Would reach a stream."},
+        },
+    },
+    "Alert": {
+        "type": "object",
+        "required": ["id", "event_id", "event", "group_id", "target", "state", "attempts", "created_at"],
+        "properties": {
+            "id": INT, "event_id": STR, "event": STR, "group_id": INT, "group_subject": _nullable(STR),
+            "target": {**STR, "description": "The webhook URL without its user, password and query."},
+            "state": {"type": "string", "enum": ["failed", "pending", "sent"]},
+            "attempts": INT, "last_error": _nullable(STR), "created_at": TIME,
+            "next_attempt_at": {**_nullable(TIME), "description": "The next try (null once sent)."},
+            "sent_at": _nullable(TIME),
+        },
+    },
+    "AlertPage": {
+        "type": "object", "required": ["alerts", "counts", "next_before"],
+        "properties": {"alerts": {"type": "array", "items": _ref("Alert")},
+                       "counts": {"type": "object", "additionalProperties": INT},
+                       "next_before": {**_nullable(INT), "description": "Pass as before for the next page."}},
+    },
+}
+
+DESK_OPERATIONS: dict[tuple[str, str], dict] = {
+    ("post", "/api/repair/preview"): {
+        "operationId": "previewRepair", "tags": ["actions"],
+        "summary": "What repair by the schema would do to entries (would pass, still fail, cannot repair)",
+        "description": ("Needs the operator role. Changes nothing; POST /api/bulk with action repair and the "
+                        "same selection starts the job."),
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("RepairSelection")}}},
+        "responses": {"200": _json(_ref("RepairPreview"), "The preview."), **_errors(400, 401, 403, 404)},
+    },
+    ("get", "/api/alerts"): {
+        "operationId": "listAlerts", "tags": ["operations"],
+        "summary": "The alert outbox, newest first: state, attempts, last error, next try, target",
+        "description": "Needs the operator role.",
+        "parameters": [_query("state", "Only alerts in this state.",
+                              {"type": "string", "enum": ["failed", "pending", "sent"]}),
+                       _query("before", "Only alerts with a smaller id (next_before of the page before).",
+                              {"type": "integer", "minimum": 1}),
+                       _query("limit", "The most alerts, 1 to 500 (default 100).",
+                              {"type": "integer", "minimum": 1, "maximum": 500})],
+        "responses": {"200": _json(_ref("AlertPage"), "One page of alerts."), **_errors(400, 401, 403)},
+    },
+}

@@ -1,0 +1,139 @@
+"""/alerts and GET /api/alerts: the alert outbox for admins and operators (state, attempts, last
+error, next try, a target without its credentials), and "send again" for a failed alert: audited,
+CSRF, made due now, then sent by the sender with the same id."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import insert, select
+
+from dlq_dashboard import create_app
+from dlq_dashboard.db.engine import write_transaction
+from dlq_dashboard.db.models import Action, Alert
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
+
+from . import support
+from .test_alerts import SECRET, Receiver, dead_letter, outbox
+
+SECRET_URL = "https://hook:s3cret@hooks.example/services/T0/B0?token=abc123"
+
+
+def add_alerts(app) -> dict[str, int]:
+    """A sent, a failed and a pending alert, as the outbox holds them."""
+    now, ids = utcnow(), {}
+    rows = {"sent": dict(attempts=1, sent_at=now, last_error=None),
+            "failed": dict(attempts=3, sent_at=None, last_error="connection refused by https://u:pw@hooks.example/x"),
+            "pending": dict(attempts=0, sent_at=None, last_error=None)}
+    with write_transaction(runtime_of(app).engine) as conn:
+        for n, (state, values) in enumerate(rows.items()):
+            ids[state] = conn.execute(insert(Alert.__table__).values(
+                event_id=f"event-{n}", url=SECRET_URL, event="group.new", group_id=7, body="{}",
+                created_at=now - timedelta(minutes=5), next_attempt_at=now + timedelta(minutes=10),
+                **values)).inserted_primary_key[0]
+    return ids
+
+
+def row_of(html: str, alert_id: int) -> str:
+    return re.search(rf'<tr data-alert="{alert_id}">.*?</tr>', html, re.S).group(0)
+
+
+def test_operators_and_admins_read_the_outbox_with_the_targets_credentials_left_out(offline_app, auth):
+    ids = add_alerts(offline_app)
+    for role in ("operator", "admin"):
+        page = auth.client(role).get("/alerts")
+        html = page.get_data(as_text=True)
+        assert page.status_code == 200, role
+        assert '<a href="/alerts" aria-current="page">Alerts</a>' in html
+        assert "s3cret" not in html and "abc123" not in html and "pw@" not in html
+        failed = row_of(html, ids["failed"])
+        assert ">failed<" in failed and ">3<" in failed and "connection refused by https://hooks.example/x" in failed
+        assert "https://hooks.example/services/T0/B0?…" in failed and ">Send again<" in failed
+        assert ">Send again<" not in row_of(html, ids["sent"]) and ">sent<" in row_of(html, ids["sent"])
+        assert ">pending<" in row_of(html, ids["pending"])
+    only_failed = auth.client("operator").get("/alerts?state=failed").get_data(as_text=True)
+    assert f'data-alert="{ids["failed"]}"' in only_failed and f'data-alert="{ids["sent"]}"' not in only_failed
+    assert auth.client("operator").get("/alerts?state=lost").status_code == 400
+
+
+def test_a_viewer_is_refused_the_outbox_and_is_not_offered_it(offline_app, auth, tokens):
+    add_alerts(offline_app)
+    viewer = auth.client("viewer")
+    assert viewer.get("/alerts").status_code == 403
+    assert ">Alerts</a>" not in viewer.get("/").get_data(as_text=True)
+    api = offline_app.test_client()
+    assert api.get("/api/alerts", headers=support.bearer(tokens["viewer"])).status_code == 403
+
+
+def test_the_json_twin_says_what_the_page_says(offline_app, tokens):
+    ids = add_alerts(offline_app)
+    body = offline_app.test_client().get("/api/alerts", headers=support.bearer(tokens["operator"])).get_json()
+    assert body["counts"] == {"failed": 1, "pending": 1, "sent": 1} and body["next_before"] is None
+    by_id = {a["id"]: a for a in body["alerts"]}
+    failed = by_id[ids["failed"]]
+    assert (failed["state"], failed["attempts"], failed["event_id"]) == ("failed", 3, "event-1")
+    assert failed["target"] == "https://hooks.example/services/T0/B0?…" and failed["next_attempt_at"].endswith("Z")
+    assert by_id[ids["sent"]]["next_attempt_at"] is None and by_id[ids["sent"]]["sent_at"].endswith("Z")
+    paged = offline_app.test_client().get("/api/alerts?limit=1", headers=support.bearer(tokens["admin"])).get_json()
+    assert len(paged["alerts"]) == 1 and paged["next_before"] == ids["pending"]
+
+
+def test_send_again_needs_the_csrf_token_a_failed_alert_and_is_audited(offline_app, auth):
+    ids = add_alerts(offline_app)
+    engine = runtime_of(offline_app).engine
+    operator = auth.client("operator")
+    assert operator.post(f"/alerts/{ids['failed']}/send-again").status_code == 400  # no CSRF token
+    token = support.csrf_token(operator, "/alerts")
+    assert operator.post(f"/alerts/{ids['sent']}/send-again", data={"csrf_token": token}).status_code == 400
+    assert operator.post("/alerts/99999/send-again", data={"csrf_token": token}).status_code == 404
+    before = utcnow()
+    answer = operator.post(f"/alerts/{ids['failed']}/send-again", data={"csrf_token": token, "state": "failed"})
+    assert answer.status_code == 303 and answer.headers["Location"].endswith("/alerts?state=failed")
+    row = next(r for r in outbox(engine) if r.id == ids["failed"])
+    assert before - timedelta(seconds=1) <= row.next_attempt_at <= utcnow() and row.attempts == 3
+    with engine.connect() as conn:
+        [audit] = conn.execute(select(Action).where(Action.action == "send_alert_again")).all()
+    assert audit.actor and audit.entry_id is None
+    detail = json.loads(audit.detail)
+    assert detail == {"alert": ids["failed"], "event_id": "event-1", "event": "group.new",
+                      "target": "https://hooks.example/services/T0/B0?…"}
+    viewer = auth.client("viewer")
+    assert viewer.post(f"/alerts/{ids['failed']}/send-again",
+                       data={"csrf_token": support.csrf_token(viewer, "/")}).status_code == 403
+
+
+@pytest.mark.both_databases
+def test_a_failed_alert_sent_again_is_sent_at_once_with_the_same_id(tmp_path, nats_server, database_url):
+    hook = Receiver([500])
+    # Retries minutes apart: only "send again" sends it within the test.
+    settings = support.make_settings(tmp_path, nats_server.url, database_url=database_url, webhook_urls=(hook.url,),
+                                     webhook_secret=SECRET, alert_poll=0.1, alert_first_retry=3600.0)
+    app = create_app({"SETTINGS": settings, "TESTING": True})
+    runtime_of(app).start()
+    try:
+        rt = runtime_of(app)
+        assert rt.bridge.wait_connected(10), "the bridge did not connect"
+        support.wait_for(lambda: all(p.epoch for p in rt.mirror.progress.values()), message="the mirror to start")
+        dead_letter(nats_server, 1, "tax service down")
+        engine = runtime_of(app).engine
+        support.wait_for(lambda: (rows := outbox(engine)) and rows[0].attempts == 1, timeout=30,
+                         message="the first, refused attempt")
+        [alert] = outbox(engine)
+        assert alert.sent_at is None and alert.next_attempt_at > utcnow() + timedelta(minutes=5)  # the longest wait: 10
+        operator = support.logged_in(app, "operator")
+        page = operator.get("/alerts").get_data(as_text=True)
+        assert ">HTTP 500 Internal Server Error<" in row_of(page, alert.id)
+        answer = operator.post(f"/alerts/{alert.id}/send-again",
+                               data={"csrf_token": support.csrf_token(operator, "/alerts")})
+        assert answer.status_code == 303
+        support.wait_for(lambda: outbox(engine)[0].sent_at, timeout=30, message="the alert to be sent again")
+        (first, _), (again, _) = hook.requests
+        assert first["x-dlq-event-id"] == again["x-dlq-event-id"] == alert.event_id
+        assert outbox(engine)[0].attempts == 2
+    finally:
+        runtime_of(app).stop()
+        hook.close()

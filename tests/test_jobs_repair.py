@@ -1,0 +1,190 @@
+"""Repair by the schema over a real nats-server: the demo's main failure (each price sent as a
+different numeric string) previewed and repaired in one bulk action, each republish arriving
+once with its digits as written; one entry's repair from its page; the JSON twins."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from dlq_dashboard.demo.orders import OrderFactory
+from dlq_dashboard.demo.service import DEMO_SCHEMAS
+
+from . import support
+
+
+@pytest.fixture
+def settings(tmp_path, nats_server, database_url):
+    """The demo's order schema."""
+    return support.make_settings(tmp_path, nats_server.url, database_url=database_url, republish_rate=2000,
+                                 request_timeout=2.0, schemas_dir=str(DEMO_SCHEMAS))
+
+
+def demo_orders(kind: str, count: int, seed: int = 7) -> list[bytes]:
+    factory = OrderFactory(random.Random(seed))
+    return [factory.make(kind).payload for _ in range(count)]
+
+
+def repaired(payload: bytes) -> bytes:
+    """The payload with its price's quotes removed and nothing else changed (the digits as sent)."""
+    return re.sub(rb'"price": "([0-9.]+)"', rb'"price": \1', payload, count=1)
+
+
+def count_of(page: str, name: str) -> int:
+    return int(re.search(rf'data-count="{name}">([0-9,]+)<', page).group(1).replace(",", ""))
+
+
+@pytest.mark.both_databases
+def test_the_demos_prices_as_text_are_repaired_in_one_bulk_action_each_republished_once_with_its_digits(
+        app, rt, nats_server, auth, tokens):
+    support.make_orders_stream(nats_server.url)
+    broken = demo_orders("price_as_string", 12)
+    assert len({json.loads(p)["items"][0]["price"] for p in broken}) > 6  # a different numeric string each
+    assert any(json.loads(p)["items"][0]["price"].endswith("0") for p in broken)  # a trailing zero to keep
+    ids = support.dead_letter_orders(app, nats_server.url, broken)
+    missing = support.dead_letter_orders(app, nats_server.url, demo_orders("missing_customer", 2, seed=3))
+    comma = support.dead_letter_orders(app, nats_server.url, [re.sub(rb'("price": "[0-9]+)\.', rb"\1,", broken[0])])
+    client = auth.client("operator")
+    form = {"csrf_token": support.csrf_token(client, "/"), "by": "filter", "action": "repair",
+            "subject": "orders.created"}
+
+    preview = client.post("/bulk/preview", data=form)
+    page = preview.get_data(as_text=True)
+    assert preview.status_code == 200, page
+    assert (count_of(page, "pass"), count_of(page, "still_fail"), count_of(page, "cannot")) == (12, 0, 3)
+    assert "No rule repairs it: /: &#39;customer_id&#39; is a required property." in page
+    assert "/items/0/price: the text is not a number as JSON writes one" in page
+    assert page.count('class="repair-example"') == 5
+    first = json.loads(broken[0])["items"][0]["price"]
+    assert f'<span class="add">+      &#34;price&#34;: {first}' in page  # the diff keeps the digits
+    assert support.stream_messages(nats_server.url) == []  # nothing runs before Start
+
+    # The JSON twin says the same.
+    answer = app.test_client().post("/api/repair/preview", json={"filter": {"subject": "orders.created"}},
+                                    headers=support.bearer(tokens["operator"]))
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    body = answer.get_json()
+    assert (body["pass"], body["still_fail"], body["cannot"], body["count"]) == (12, 0, 3, 15)
+    assert {r["reason"]: r["count"] for r in body["cannot_reasons"]}[
+        "No rule repairs it: /: 'customer_id' is a required property."] == 2
+    assert body["cannot_reasons"][0]["examples"] and body["examples"][0]["changes"] == [
+        {"path": "/items/0/price", "rule": "a number written as text"}]
+
+    start = {**form, "upto": str(comma[0])}
+    answers = [client.post("/bulk", data=start) for _ in range(2)]  # a double-click
+    assert answers[0].status_code == 303
+    assert answers[1].status_code in (303, 400)
+    support.jobs_settled(rt.engine)
+
+    published = support.stream_messages(nats_server.url)
+    assert len(published) == len(ids)
+    assert len({m.headers["Nats-Msg-Id"] for m in published}) == len(ids)
+    assert sorted(m.data for m in published) == sorted(repaired(p) for p in broken)  # byte for byte
+    job_id = int(answers[0].headers["Location"].rsplit("/", 1)[1])
+    status = client.get(f"/api/jobs/{job_id}").get_json()
+    assert (status["action"], status["total"], status["done"], status["skipped"]) == ("repair", 15, 12, 3)
+    skipped = {i["entry_id"]: i["result"] for i in status["items"] if i["state"] == "skipped"}
+    assert set(skipped) == set(missing + comma) and "required property" in skipped[missing[0]]
+    job_page = client.get(f"/jobs/{job_id}").get_data(as_text=True)
+    assert "Job %d: bulk repair" % job_id in job_page
+    # Each republish's audit and the entry's timeline say it was repaired by the schema.
+    audit = client.get(f"/api/audit?entry={ids[0]}").get_json()["actions"]
+    assert [a["detail"].get("repaired") for a in audit if a["action"] == "republish"] == [True]
+    assert "Repaired by the schema and republished to orders.created" in client.get(
+        f"/entries/{ids[0]}").get_data(as_text=True)
+    assert ", repaired by the schema" in client.get(f"/audit?entry={ids[0]}").get_data(as_text=True)
+
+
+def test_one_entry_is_repaired_from_its_page_and_republished_once_even_when_sent_twice(
+        app, rt, nats_server, auth):
+    support.make_orders_stream(nats_server.url)
+    [payload] = demo_orders("price_as_string", 1, seed=11)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [payload])
+    client = auth.client("operator")
+
+    entry_page = client.get(f"/entries/{entry_id}").get_data(as_text=True)
+    assert f'action="/entries/{entry_id}/repair"' in entry_page and ">Repair by schema<" in entry_page
+    page = client.get(f"/entries/{entry_id}/repair").get_data(as_text=True)
+    assert "Repaired, the payload passes the current schema." in page and "repair-diff" in page
+    digest = re.search(r'name="digest" value="([0-9a-f]+)"', page).group(1)
+    form = {"csrf_token": support.csrf_token(client, f"/entries/{entry_id}/repair"), "version": "1",
+            "digest": digest}
+    answers = [client.post(f"/entries/{entry_id}/repair", data=form) for _ in range(2)]
+    assert answers[0].status_code == 303 and answers[1].status_code == 409
+    [message] = support.stream_messages(nats_server.url)
+    assert message.data == repaired(payload)
+
+    # A Republish of a repair other than the one shown is refused; without the token too.
+    other = client.post(f"/entries/{entry_id}/repair", data={**form, "version": "2", "digest": "0" * 32})
+    assert other.status_code == 409 and len(support.stream_messages(nats_server.url)) == 1
+    assert client.post(f"/entries/{entry_id}/repair", data={"version": "2", "digest": digest}).status_code == 400
+
+
+def test_a_viewer_gets_no_repair_and_a_payload_without_schema_says_why(offline_app, auth, tokens):
+    entry_id = support.dead_letter(offline_app, 1, payload=b'{"price": "1.50"}')
+    viewer = auth.client("viewer")
+    assert viewer.get(f"/entries/{entry_id}/repair").status_code == 403
+    assert ">Repair by schema<" not in viewer.get(f"/entries/{entry_id}").get_data(as_text=True)
+    api = offline_app.test_client()
+    assert api.post("/api/repair/preview", json={"ids": [entry_id]},
+                    headers=support.bearer(tokens["viewer"])).status_code == 403
+    body = api.post("/api/repair/preview", json={"ids": [entry_id]},
+                    headers=support.bearer(tokens["operator"])).get_json()
+    assert body["cannot_reasons"][0]["reason"] == "No schema covers its subject, so there is nothing to repair by."
+    page = auth.client("operator").get(f"/entries/{entry_id}/repair").get_data(as_text=True)
+    assert "It cannot be repaired: No schema covers its subject" in page
+
+
+def test_a_repair_job_resumed_after_a_crash_publishes_nothing_twice(app, rt, nats_server, tokens, monkeypatch):
+    from dlq_dashboard.actions import publishing
+    from dlq_dashboard.actions.bulk import jobs
+    from dlq_dashboard.actions.bulk.runner import JobRunner
+
+    support.make_orders_stream(nats_server.url)
+    broken = demo_orders("price_as_string", 6, seed=5)
+    ids = support.dead_letter_orders(app, nats_server.url, broken)
+
+    def crash_after_the_publish(where, intent):
+        if where == "after_publish":
+            raise RuntimeError("simulated crash after the publish, before the commit")
+
+    monkeypatch.setattr(publishing, "fault_point", crash_after_the_publish)
+    response = app.test_client().post("/api/bulk", json={"action": "repair", "ids": ids},
+                                      headers=support.bearer(tokens["operator"]))
+    assert response.status_code == 202, response.get_data(as_text=True)
+    job_id = response.get_json()["job"]
+    rt.jobs.join(job_id, timeout=30)
+    assert jobs.job_status(rt, job_id, limit=0)["state"] == "running"
+    assert len(support.stream_messages(nats_server.url)) == 6  # published, not recorded
+
+    # A restart: recovery publishes the pending intents again (same msgIds, same repaired
+    # payloads), then the job resumes and finds them done.
+    monkeypatch.setattr(publishing, "fault_point", lambda where, intent: None)
+    rt.jobs.stop()
+    rt.jobs = JobRunner(rt).start()
+    status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
+                              timeout=30, message="the resumed job to finish")
+    assert (status["done"], status["skipped"], status["failed"]) == (6, 0, 0)
+    published = support.stream_messages(nats_server.url)
+    assert sorted(m.data for m in published) == sorted(repaired(p) for p in broken)
+
+
+def test_a_groups_repair_previews_that_groups_entries(make_app):
+    app = make_app(schemas_dir=str(DEMO_SCHEMAS))
+    for seq, payload in enumerate(demo_orders("price_as_string", 3, seed=2), start=1):
+        support.dead_letter(app, seq, payload=payload, Dlq_Reason="schema_invalid",
+                            Dlq_Error="/items/0/price is a string")
+    support.dead_letter(app, 9, payload=b'{"other": "1"}', Dlq_Reason="fatal", Dlq_Error="something else")
+    operator = support.logged_in(app, "operator")
+    groups = operator.get("/api/groups").get_json()["groups"]
+    [group] = [g for g in groups if g["reason"] == "schema_invalid"]
+    page = operator.get("/groups").get_data(as_text=True)
+    assert ">Repair by schema</button>" in page
+    form = {"csrf_token": support.csrf_token(operator, "/groups"), "by": "filter", "action": "repair",
+            **group["filter"]}
+    preview = operator.post("/bulk/preview", data=form).get_data(as_text=True)
+    assert "<strong>3</strong> entries are selected" in preview
+    assert (count_of(preview, "pass"), count_of(preview, "cannot")) == (3, 0)

@@ -1,0 +1,47 @@
+"""A list row's actions in a real browser: the question names the entry, no answer does nothing,
+yes closes it and the row is swapped in place with what was done."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from dlq_dashboard.runtime import runtime_of
+
+from . import support
+
+
+@pytest.fixture
+def app(make_app):
+    """The app with two open entries; nothing started (closing needs no NATS)."""
+    application = make_app()
+    for seq in (1, 2):
+        support.dead_letter(application, seq, payload=b'{"order_id": %d}' % seq, Dlq_Reason="fatal")
+    return application
+
+
+def test_a_row_is_closed_after_its_question_and_swapped_in_place(app, live_server, page):
+    support.browser_login(page, live_server, app, "operator")
+    page.goto(f"{live_server}/")
+    first = page.locator("#entry-rows tr[data-id]").first
+    entry_id = int(first.get_attribute("data-id"))
+    asked: list[str] = []
+
+    def answer(dialog, accept):
+        asked.append(dialog.message)
+        dialog.accept() if accept else dialog.dismiss()
+
+    page.once("dialog", lambda d: answer(d, False))
+    first.get_by_role("button", name=f"Close entry {entry_id}").click()
+    support.wait_for(lambda: asked, message="the question")
+    assert asked == [f"Close entry {entry_id} (orders.created)?"]
+    assert runtime_of(app).store.get_entry(entry_id, with_history=False).status == "open"
+
+    page.once("dialog", lambda d: answer(d, True))
+    page.locator(f'#entry-rows tr[data-id="{entry_id}"]').get_by_role("button", name=f"Close entry {entry_id}").click()
+    row = page.locator(f'#entry-rows tr[data-id="{entry_id}"]')
+    expect(row.locator(".row-message")).to_have_text(f"Closed entry {entry_id}.")
+    expect(row.locator(".status")).to_have_text("closed")
+    assert page.url == f"{live_server}/"  # the list stayed
+    assert runtime_of(app).store.get_entry(entry_id, with_history=False).status == "closed"
+    expect(page.locator("#entry-rows tr[data-id]")).to_have_count(2)
