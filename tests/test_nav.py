@@ -19,7 +19,8 @@ from . import support
 # until it is named here (and, unless it stands alone, covered by an item of MAIN_NAV).
 PAGES = {
     "pages.index": "Dead letters", "pages.entry": "Dead letters", "actions.confirm_republish": "Dead letters",
-    "actions.edit": "Dead letters", "pages.groups": "Groups", "views.index": "Views", "bulk.jobs": "Jobs",
+    "actions.edit": "Dead letters", "pages.groups": "Groups", "groups.group_page": "Groups", "views.index": "Views",
+    "bulk.jobs": "Jobs",
     "bulk.job_page": "Jobs", "audit.audit": "Audit",
     "auth.login": None,  # signed in already: the form again, under no item
 }
@@ -38,7 +39,7 @@ def nav_pages(offline_app):
     """An operator's client and the URL of every GET route, with a real entry and job in its path."""
     entry_id = support.dead_letter(offline_app, 1, payload=b'{"order_id": 1}')
     job_id = jobs.create_job(runtime_of(offline_app), "close", actor="ann", ids=[entry_id], start=False)
-    values = {"entry_id": entry_id, "job_id": job_id}
+    values = {"entry_id": entry_id, "job_id": job_id, "group_id": 1}
     urls = {}
     with offline_app.test_request_context():
         for rule in offline_app.url_map.iter_rules():
