@@ -312,3 +312,13 @@ def test_the_command_line_assigns_resolves_ignores_reopens_notes_and_shows(world
     with engine.connect() as conn:
         actors = set(conn.execute(select(Action.actor).where(Action.action.like("group_%"))).scalars())
     assert all(a.startswith("cli:") for a in actors)
+
+
+def test_a_saved_view_of_the_groups_keeps_its_state_assignee_me_and_team(world, offline_app):
+    viewer = support.logged_in(offline_app, "viewer")
+    token = support.csrf_token(viewer, "/groups")
+    answer = viewer.post("/views", data={"csrf_token": token, "name": "mine", "page": "groups", "status": "any",
+                                         "state": "investigating,regressed", "assignee": "me", "team": "orders"})
+    assert answer.status_code == 303
+    opened = answer.headers["Location"]
+    assert "state=investigating%2Cregressed" in opened and "assignee=me" in opened and "team=orders" in opened
