@@ -20,7 +20,6 @@ import platform
 import sqlite3
 import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 

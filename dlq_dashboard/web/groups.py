@@ -14,6 +14,8 @@ from ..access import visible
 from ..actions.triage import add_note, change_state, parse_state_change
 from ..entries.filters import EntryFilter
 from ..entries.groups import Group
+from ..errors import InvalidRequest
+from ..numbers import VERSION_MAX, whole_number
 from ..times import utcnow
 from . import current_runtime, params
 from .auth import actor_name, requires
@@ -69,6 +71,13 @@ def group_page(group_id: int):
         notes=[a for a in data["activity"] if a["text"]])
 
 
+def group_version(raw: Any) -> int:
+    """The group's version as seen, from a form field or a JSON value (a 400 with a sentence)."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        raise InvalidRequest("version is required: send the group's version as you saw it (a whole number).")
+    return whole_number(raw, "version", high=VERSION_MAX, what="the group's version as you saw it")
+
+
 def _form_body() -> dict[str, Any]:
     form = request.form
     body = {k: form.get(k) for k in ("state", "assignee", "note", "until", "until_count", "resolved_in")}
@@ -82,7 +91,7 @@ def _form_body() -> dict[str, Any]:
 def group_state_form(group_id: int):
     """A state change from the group's page (the version seen rides in the form)."""
     change = parse_state_change(_form_body(), utcnow())
-    change_state(current_runtime().engine, group_id, params.version(request.form.get("version")), change,
+    change_state(current_runtime().engine, group_id, group_version(request.form.get("version")), change,
                  actor=actor_name())
     return after_post(url_for("groups.group_page", group_id=group_id))
 
@@ -111,7 +120,7 @@ def api_group_state(group_id: int):
     """Change a group's state with the version seen; a stale one is a 409."""
     body = params.json_body()
     change = parse_state_change(body, utcnow())
-    change_state(current_runtime().engine, group_id, params.version(body.get("version")), change,
+    change_state(current_runtime().engine, group_id, group_version(body.get("version")), change,
                  actor=actor_name())
     return jsonify(group=group_json(group_data(group_id, with_activity=False)["group"]))
 
