@@ -322,3 +322,15 @@ def test_a_saved_view_of_the_groups_keeps_its_state_assignee_me_and_team(world, 
     assert answer.status_code == 303
     opened = answer.headers["Location"]
     assert "state=investigating%2Cregressed" in opened and "assignee=me" in opened and "team=orders" in opened
+
+
+def test_the_trend_of_a_day_long_group_is_drawn_per_hour(offline_app, monkeypatch):
+    from dlq_dashboard.ingest import writes
+
+    engine, now = runtime_of(offline_app).engine, utcnow()
+    for seq, ago in ((1, timedelta(hours=22)), (2, timedelta(hours=5)), (3, timedelta(minutes=1))):
+        monkeypatch.setattr(writes, "utcnow", lambda ago=ago: now - ago)
+        fail(engine, seq)
+    monkeypatch.undo()
+    page = support.logged_in(offline_app, "viewer").get(f"/groups/{group_row(engine).id}").get_data(as_text=True)
+    assert 'data-bar-size="1 hour"' in page and page.count('class="bar"') == 3

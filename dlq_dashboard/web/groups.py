@@ -6,6 +6,8 @@ Every read goes through access/visible.py with the request's reader.
 
 from __future__ import annotations
 
+import math
+from datetime import datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, jsonify, render_template, request, url_for
@@ -27,8 +29,20 @@ from .responses import after_post
 bp = Blueprint("groups", __name__)
 #: The newest entries the page lists (the rest are a link to the list filtered by the group).
 NEWEST = 10
-# Bars of the trend: at most this many, so a burst of minutes is drawn per minute and a day per hour.
-TREND_BARS = 48
+
+
+def trend_bounds(first: datetime | None, last: datetime | None) -> list[datetime]:
+    """Bar edges that fit a group's span: a bar a minute for a burst of up to an hour, a bar an
+    hour for up to two days (at least a day shown), the list's chart widths beyond."""
+    if first is None or last is None:
+        return []
+    if last - first <= timedelta(hours=1):
+        return chart_bounds(first, last, max_bars=61)  # the smallest width: one minute
+    if last - first <= timedelta(days=2):
+        end = last.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+        hours = max(math.ceil((end - first) / timedelta(hours=1)), 24)
+        return [end - timedelta(hours=hours - i) for i in range(hours + 1)]
+    return chart_bounds(first, last)
 
 
 def group_data(group_id: int, *, with_activity: bool = True) -> dict[str, Any]:
@@ -59,7 +73,7 @@ def group_page(group_id: int):
     found: Group = data["group"]
     flt = EntryFilter(group=str(group_id))
     tallies = visible.tallies(reader, rt.store)
-    bounds = chart_bounds(found.first_seen, found.last_seen, max_bars=TREND_BARS)
+    bounds = trend_bounds(found.first_seen, found.last_seen)
     totals, _ = tallies.received_between(flt, bounds)
     chart = build_chart(bounds, totals)
     newest = visible.page(reader, rt.store, EntryFilter(group=str(group_id), limit=NEWEST), list_fields(), rows=True)
