@@ -138,7 +138,7 @@ def main() -> int:
         "assignee, and by team), beside the kept counts: the groups are the same at both sizes, so",
         "the work is too. A group's page reads its counts and trend from the kept counts, its newest",
         "entries by the group's index, and the consumers and streams involved among its newest",
-        "10,000 entries (the page says so past that): bounded, but more at a million than at a",
+        "2,000 entries (the page says so past that): bounded, but more at a million than at a",
         "thousand, hence not targeted.",
         "",
         (f"Measured {datetime.now():%Y-%m-%d} on a shared, loaded machine (load average "
