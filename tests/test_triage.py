@@ -334,3 +334,27 @@ def test_the_trend_of_a_day_long_group_is_drawn_per_hour(offline_app, monkeypatc
     monkeypatch.undo()
     page = support.logged_in(offline_app, "viewer").get(f"/groups/{group_row(engine).id}").get_data(as_text=True)
     assert 'data-bar-size="1 hour"' in page and page.count('class="bar"') == 3
+
+
+@pytest.mark.both_databases
+def test_a_bulk_job_over_a_group_is_in_its_activity(world, offline_app, database_url):
+    from dlq_dashboard.actions.bulk import jobs
+
+    job_id = jobs.create_job(runtime_of(offline_app), "close", actor="ann", filter_args={"group": str(world["group"])},
+                             start=False)
+    shown = world["client"].get(f"/api/groups/{world['group']}",
+                                headers=support.bearer(world["tokens"]["viewer"])).get_json()
+    [job] = [a for a in shown["activity"] if a["kind"] == "job"]
+    assert (job["actor"], job["detail"]) == ("ann", {"job": job_id, "action": "close", "total": 3})
+    page = support.logged_in(offline_app, "viewer").get(f"/groups/{world['group']}").get_data(as_text=True)
+    assert f"/jobs/{job_id}" in page
+
+
+def test_a_failure_after_an_ignore_s_time_opens_the_group_at_once(world):
+    engine, group = world["engine"], world["group"]
+    change_state(engine, group, 1, parse_state_change({"state": "ignored", "until": "1h"}, utcnow()), actor="test")
+    with engine.begin() as conn:  # its hour has passed, and no pass has run yet
+        conn.execute(FailureGroup.__table__.update().where(FailureGroup.id == group)
+                     .values(ignored_until=utcnow() - timedelta(minutes=1)))
+    fail(engine, 50)
+    assert group_row(engine, group).state == "open" and events(engine)[-1] == "group.reopened"
