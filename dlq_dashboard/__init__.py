@@ -41,8 +41,8 @@ def create_app(config: dict[str, Any] | None = None):
     from . import cli
     from .config import Settings, ensure_secret_key, load_settings
     from .runtime import EXTENSION, Runtime
-    from .web import (actions, admin, alert_outbox, api, audit, auth, bulk, errors, export, metrics, oidc, openapi,
-                      pages, repair, row_actions, saved_views, security, status, templating)
+    from .web import (actions, admin, alert_outbox, api, audit, auth, bulk, errors, export, groups, metrics, oidc,
+                      openapi, pages, repair, row_actions, saved_views, security, status, templating)
     from .web import params as web_params
     from .web.responses import bearer_token, htmx
 
@@ -100,8 +100,8 @@ def create_app(config: dict[str, Any] | None = None):
     templating.init_app(app)
     cli.init_app(app)
     htmx.init_app(app)
-    for module in (auth, pages, api, actions, bulk, audit, export, metrics, openapi, status, saved_views, admin,
-                   repair, row_actions, alert_outbox):
+    for module in (auth, pages, groups, api, actions, bulk, audit, export, metrics, openapi, status, saved_views,
+                   admin, repair, row_actions, alert_outbox):
         app.register_blueprint(module.bp)
 
     @app.before_request

@@ -363,6 +363,8 @@ class Settings:
     retention: int = 30 * 86400
     # How often the replica that mirrors runs the purge (and once when it takes the mirror).
     purge_interval: float = 3600.0
+    # How often that replica opens again the ignored groups whose time has come (SPEC section 11).
+    reopen_interval: float = 5.0
     # DLQ_MASK: JSON Pointers into payloads and header names, hidden from viewers.
     mask: tuple[str, ...] = ()
     # DLQ_LIST_FIELDS: (label, JSON Pointer) of each payload field the list shows and filters by.

@@ -14,6 +14,7 @@ from .actions.bulk.runner import JobRunner
 from .actions.intents import Flights
 from .actions.purge import RetentionSchedule
 from .actions.subject_streams import SubjectStreams
+from .actions.triage import ReopenSchedule
 from .alerts.outbox import AlertRule
 from .alerts.sender import AlertSender
 from .config import Settings
@@ -57,6 +58,8 @@ class Runtime:
     # Sends the alerts outbox (webhooks and e-mails) while this process holds the alerts lease.
     alerts: AlertSender | None = None
     retention: RetentionSchedule | None = None
+    # Opens ignored groups again when their time comes, on the replica that mirrors.
+    reopening: ReopenSchedule | None = None
     jobs: JobRunner = field(init=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +100,9 @@ class Runtime:
             self.mirror.start()
             # The purge runs where the mirror runs: one replica, beside the writes it could slow.
             self.retention = RetentionSchedule(self, lambda: self.mirror is not None and self.mirror.leader).start()
+            self.reopening = ReopenSchedule(self.engine, AlertRule.from_settings(self.settings),
+                                            lambda: self.mirror is not None and self.mirror.leader,
+                                            interval=self.settings.reopen_interval).start()
         self.jobs.start()
         if AlertRule.from_settings(self.settings) is not None:
             self.alerts = AlertSender(self.engine, self.settings).start()
@@ -127,6 +133,8 @@ class Runtime:
             self.alerts.stop()
         if self.retention is not None:
             self.retention.stop()
+        if self.reopening is not None:
+            self.reopening.stop()
         if self.bridge is not None:
             self.bridge.stop()
         if self.mirror is not None:

@@ -23,7 +23,7 @@ from .test_openapi import snapshot
 NAMES = ("status", "subject", "reason", "stream", "consumer", "q", "since", "until", "limit", "cursor", "group",
          "after", "version", "note", "payload", "encoding", "force", "ids", "action", "upto", "only_valid",
          "entry", "job", "actor", "by", "state", "viewport", "username", "password", "next", "filter", "id",
-         "patch", "name", "role", "scopes")
+         "patch", "name", "role", "scopes", "assignee", "assign", "until", "until_count", "resolved_in", "text")
 HUGE = (2**31, 2**63 - 1, 2**63, 2**64, 10**30)
 NUMBERS = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from((0, 1, 2, -1) + HUGE)).map(str)
 WORDS = st.sampled_from(("", "open", "closed", "republished", "any", "fatal", "max_deliveries", "orders.*",
@@ -44,7 +44,10 @@ FORMS = st.sampled_from((
      ("patch", '[{"op": "replace", "path": "/order_id", "value": 1}]')),
     (("action", "patch"), ("ids", "1"), ("patch", '[{"op": "test", "path": "/x", "value": 1}]')),
     (("status", "open"), ("subject", "orders.>"), ("q", "order")), (("after", "1"), ("status", "open")),
-    (("group", "1"),), (("entry", "1"), ("job", "1")), (("state", "failed"),)))
+    (("group", "1"),), (("entry", "1"), ("job", "1")), (("state", "failed"),),
+    (("version", "1"), ("state", "investigating"), ("assign", "me")), (("version", "1"), ("state", "ignored"),
+                                                                      ("until", "2h")),
+    (("version", "1"), ("state", "ignored"), ("until_count", "3")), (("text", "a note"),)))
 FIELDS = st.builds(lambda form, extra: list(form) + extra, FORMS,
                    st.lists(st.tuples(st.sampled_from(NAMES), VALUES), max_size=6))
 
@@ -98,7 +101,7 @@ def test_the_html_routes_answer_every_input_without_a_server_error(site):
     def call(route, fields, entry_id, with_token, htmx, not_utf8, account, row_action):
         method, rule = route
         path = rule.replace("<action>", row_action)  # a list row's action (web/row_actions.py)
-        for name in ("entry_id", "job_id", "view_id", "alert_id"):
+        for name in ("entry_id", "job_id", "view_id", "alert_id", "group_id"):
             path = path.replace(f"<int:{name}>", str(entry_id))
         path = path.replace("<name>", account)
         client, token = (admin, admin_token) if path.startswith("/admin/") else (operator, operator_token)

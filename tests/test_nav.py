@@ -19,9 +19,9 @@ from . import support
 # until it is named here (and, unless it stands alone, covered by an item of MAIN_NAV).
 PAGES = {
     "pages.index": "Dead letters", "pages.entry": "Dead letters", "actions.confirm_republish": "Dead letters",
-    "actions.edit": "Dead letters", "pages.groups": "Groups", "views.index": "Views", "bulk.jobs": "Jobs",
-    "bulk.job_page": "Jobs", "audit.audit": "Audit", "admin.users": "Users", "repair.entry_repair": "Dead letters",
-    "row_actions.confirm": "Dead letters", "alert_outbox.alerts": "Alerts",
+    "actions.edit": "Dead letters", "pages.groups": "Groups", "groups.group_page": "Groups", "views.index": "Views",
+    "bulk.jobs": "Jobs", "bulk.job_page": "Jobs", "audit.audit": "Audit", "admin.users": "Users",
+    "repair.entry_repair": "Dead letters", "row_actions.confirm": "Dead letters", "alert_outbox.alerts": "Alerts",
     "auth.login": None,  # signed in already: the form again, under no item
 }
 
@@ -40,7 +40,7 @@ def nav_pages(offline_app):
     entry and job in its path."""
     entry_id = support.dead_letter(offline_app, 1, payload=b'{"order_id": 1}')
     job_id = jobs.create_job(runtime_of(offline_app), "close", actor="ann", ids=[entry_id], start=False)
-    values = {"entry_id": entry_id, "job_id": job_id, "action": "republish"}
+    values = {"entry_id": entry_id, "job_id": job_id, "group_id": 1, "action": "republish"}
     urls = {}
     with offline_app.test_request_context():
         for rule in offline_app.url_map.iter_rules():

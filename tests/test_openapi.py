@@ -69,7 +69,7 @@ def test_each_operation_states_the_login_its_route_requires(offline_app):
 
     for path, item in doc["paths"].items():
         for method, operation in item.items():
-            url = path.replace("{entry_id}", "1").replace("{job_id}", "1")
+            url = path.replace("{entry_id}", "1").replace("{job_id}", "1").replace("{group_id}", "1")
             endpoint, _ = adapter.match(url, method=method.upper())
             role = offline_app.view_functions[endpoint].required_role
             if role is None:
@@ -139,6 +139,26 @@ def test_real_responses_match_the_document(api):
     call("get", "/api/groups", 200, query={"status": "open", "subject": "orders.*", "limit": 5})
     call("get", "/api/groups", 400, query={"since": "yesterday"})
     call("get", "/api/groups", 401, role=None)
+    call("get", "/api/groups", 200, query={"state": "open,investigating", "assignee": "me", "team": "orders"})
+    call("get", "/api/groups", 400, query={"state": "asleep"})
+    group = {"group_id": groups[0]["id"]}
+    state = "/api/groups/{group_id}/state"
+    changed = call("post", state, 200, role="operator", path_parameters=group,
+                   body={"version": groups[0]["version"], "state": "investigating", "assignee": "alice"}).json()
+    assert changed["group"]["state"] == "investigating"
+    call("post", state, 409, role="operator", path_parameters=group,
+         body={"version": groups[0]["version"], "state": "resolved"})
+    call("post", state, 400, role="operator", path_parameters=group,
+         body={"version": changed["group"]["version"], "state": "ignored", "until": "soon"})
+    call("post", state, 403, path_parameters=group, body={"version": 1, "state": "open"})
+    call("post", state, 404, role="operator", path_parameters={"group_id": MISSING}, body={"version": 1, "state": "open"})
+    call("post", "/api/groups/{group_id}/notes", 201, role="operator", path_parameters=group, body={"text": "seen"})
+    call("post", "/api/groups/{group_id}/notes", 400, role="operator", path_parameters=group, body={"text": " "})
+    call("post", "/api/groups/{group_id}/notes", 404, role="operator", path_parameters={"group_id": MISSING},
+         body={"text": "x"})
+    detail = call("get", "/api/groups/{group_id}", 200, path_parameters=group).json()
+    assert [a["kind"] for a in detail["activity"]][:2] == ["note", "state"]
+    call("get", "/api/groups/{group_id}", 404, path_parameters={"group_id": MISSING})
     call("get", "/api/entries/{entry_id}", 200, path_parameters=entry)
     call("get", "/api/entries/{entry_id}", 404, path_parameters={"entry_id": MISSING + 1})
     call("get", "/api/entries/{entry_id}/targets", 200, path_parameters=entry)
@@ -254,6 +274,8 @@ def test_schemathesis_finds_no_5xx_no_answer_off_the_document_and_no_get_that_ch
             fuzz(api, operation, 6, path_parameters={"entry_id": api.ids[-1]})
         if "job_id" in operation.path:
             fuzz(api, operation, 4, path_parameters={"job_id": api.job})
+        if "group_id" in operation.path:
+            fuzz(api, operation, 6, path_parameters={"group_id": 1})
         if support.LONG_RUN and (operation.query or operation.path_parameters or operation.body):
             fuzz(api, operation, 10, GenerationMode.NEGATIVE)  # what the document rules out: a 4xx
 

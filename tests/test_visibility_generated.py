@@ -36,8 +36,9 @@ MASK = ("/email", "/card", "X-Secret")
 EXEMPT = {"static"}
 # The command line: the commands that read entries (walked with --as viewer), and those that act
 # (an operator's or an admin's tools, answering in what they changed); a command in neither fails.
-READING = {("entries", "list"), ("entries", "show"), ("entries", "export")}
-ACTING = {("entries", "republish"), ("entries", "close"), ("entries", "reopen"), ("purge",)}
+READING = {("entries", "list"), ("entries", "show"), ("entries", "export"), ("groups", "list"), ("groups", "show")}
+ACTING = {("entries", "republish"), ("entries", "close"), ("entries", "reopen"), ("purge",),
+          *(("groups", name) for name in ("assign", "resolve", "ignore", "reopen", "note"))}
 ADMIN_GROUPS = {"users", "tokens"}  # accounts: names and roles, no entries
 
 
@@ -107,8 +108,17 @@ def world(app, nats_server):
         assert answer.status_code == 202, answer.get_data(as_text=True)
         jobs.append(answer.get_json()["job"])
         support.jobs_settled(rt.engine)
+    # Triage: a note and a state change's note on every group, each quoting masked values.
+    groups = sorted(g["id"] for g in operator.get("/api/groups", headers=auth).get_json()["groups"])
+    for group_id in groups:
+        answer = operator.post(f"/api/groups/{group_id}/notes", json={"text": f"the customer {EMAIL} again"},
+                               headers=auth)
+        assert answer.status_code == 201, answer.get_data(as_text=True)
+        answer = operator.post(f"/api/groups/{group_id}/state", headers=auth, json={
+            "version": 1, "state": "investigating", "assignee": "ops", "note": f"card {CARD} via {HEADER}"})
+        assert answer.status_code == 200, answer.get_data(as_text=True)
     # A list row's actions (/entries/<id>/row/<action>): the confirmation of each.
-    return {"entry_id": sorted(ids.values()), "job_id": jobs, "action": ["republish", "close"]}
+    return {"entry_id": sorted(ids.values()), "job_id": jobs, "group_id": groups, "action": ["republish", "close"]}
 
 
 def _ids_by_seq(engine) -> dict[int, int]:
@@ -175,6 +185,9 @@ def test_operators_see_every_secret_where_it_was_hidden(app, world):
     assert f"still no account for {EMAIL}" in operator.get(f"/entries/{replayed}").get_data(as_text=True)
     assert EMAIL in leaks(operator.get(f"/api/audit?job={world['job_id'][2]}").get_data())
     assert HEADER in leaks(operator.get("/api/groups").get_data())
+    for group_id in world["group_id"]:
+        assert {EMAIL, CARD, HEADER} <= leaks(operator.get(f"/groups/{group_id}").get_data())
+        assert {EMAIL, CARD} <= leaks(operator.get(f"/api/groups/{group_id}").get_data())
 
 
 def test_no_viewer_visible_byte_of_any_get_route_holds_a_masked_value(app, world):
@@ -226,7 +239,9 @@ def test_no_output_of_the_command_line_read_as_a_viewer_holds_a_masked_value(app
         assert "as_role" in {p.name for p in command.params}, f"{' '.join(path)} cannot read as a viewer"
         calls = {("entries", "list"): [[], ["--json"]],
                  ("entries", "show"): [[str(e), *flag] for e in world["entry_id"] for flag in ([], ["--json"])],
-                 ("entries", "export"): [["--format", fmt] for fmt in ("json", "ndjson", "csv")]}[path]
+                 ("entries", "export"): [["--format", fmt] for fmt in ("json", "ndjson", "csv")],
+                 ("groups", "list"): [[], ["--json"]],
+                 ("groups", "show"): [[str(g), *flag] for g in world["group_id"] for flag in ([], ["--json"])]}[path]
         for args in calls:
             result = runner.invoke(args=[*path, *args, "--as", "viewer"])
             assert result.exit_code == 0, result.output

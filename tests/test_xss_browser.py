@@ -341,3 +341,28 @@ def test_hostile_jobs_audit_rows_and_list_context_are_only_text(app, live_server
     query = "&".join(f"{k}={v}" for k, v in (("q", "script"), ("reason", HOSTILE_REASON)))
     text = visit(page, watch, f"{live_server}/entries/{hostile_entries['first']}?{query}")
     assert f"reason={HOSTILE_REASON}" in text
+
+
+def test_a_group_page_with_hostile_notes_and_names_is_only_text_and_its_forms_work(app, live_server, page,
+                                                                                   hostile_entries):
+    from dlq_dashboard.actions.triage import add_note, change_state, parse_state_change
+    from dlq_dashboard.times import utcnow
+
+    engine = runtime_of(app).engine
+    group_id = runtime_of(app).store.group_of(hostile_entries["everything"])[0]
+    for text in CORPUS:
+        add_note(engine, group_id, text, actor=CORPUS[1][:40])
+    change_state(engine, group_id, 1, parse_state_change({"state": "resolved", "resolved_in": CORPUS[0],
+                                                          "note": CORPUS[9]}, utcnow()), actor="ops")
+    support.browser_login(page, live_server, app, "operator")
+    watch = Watch(page, app, live_server)
+    text = visit(page, watch, f"{live_server}/groups/{group_id}")
+    for raw in CORPUS:
+        assert raw.strip()[:24] in text, f"the group page does not show {raw!r} as text"
+    assert HOSTILE_SUBJECT in text and CORPUS[0] in text
+    # Assign to me, through the page's own form (with its CSRF token), back on the page.
+    page.get_by_role("button", name="Assign to me").click()
+    page.wait_for_load_state("networkidle")
+    assert page.locator(".group-state-now .assignee").text_content() == "operator-browser"
+    text = visit(page, Watch(page, app, live_server), f"{live_server}/groups/{group_id}")  # after its own POST
+    assert "investigating" in text

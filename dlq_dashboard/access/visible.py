@@ -11,7 +11,10 @@ the command line) read through these and nothing else, so the rule is written on
 - a job: its selection (a key-field filter's value, and the words of a search, which name what
   it looked for), a patch's values for a masked field, and each item's result, masked with the
   values hidden in that item's entry and in the patch;
-- an audit record: as a job's selection, and its texts masked with its entry's values.
+- an audit record: as a job's selection, and its texts masked with its entry's values (a
+  group's record: with the values hidden in the group's newest entries);
+- a group's triage: its notes and its activity's texts masked with the values the mask hides in
+  the group's newest entries (entries/triage.py NOTE_MASK_SCAN of them).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from dataclasses import replace
 from typing import Any, Iterable, Iterator, Mapping
 
 from ..actions.bulk.listing import describe_selection
+from ..actions.triage import GroupNotFound
+from ..entries import triage
 from ..entries.fields import KeyField, hidden_by
 from ..entries.filters import EntryFilter, FilterError
 from ..entries.groups import Group, group_label
@@ -162,6 +167,43 @@ def group_of(reader: Reader, store: Store, seen: EntryView) -> dict | None:
     return {"id": group_id, "label": group_label(Mask.mask_text(key, seen.hidden_values) if reader.mask else key)}
 
 
+def group(reader: Reader, store: Store, group_id: int) -> Group:
+    """One failure group with its state as the reader sees it (its key as ``groups`` shows it);
+    GroupNotFound, a 404, when there is none."""
+    found = triage.find_group(store.engine, group_id)
+    if found is None:
+        raise GroupNotFound(group_id)
+    return groups(reader, store, [found])[0]
+
+
+def group_values(reader: Reader, store: Store, group_id: int) -> tuple[str, ...]:
+    """What the reader's mask hides in the group's newest entries (what a note may quote)."""
+    if not reader.mask:
+        return ()
+    stored = store.entries_by_id(triage.newest_entry_ids(store.engine, group_id))
+    return tuple(v for e in stored.values() for v in reader.mask.values_of(e))
+
+
+def group_activity(reader: Reader, store: Store, group_id: int, limit: int = 200) -> list[dict]:
+    """A group's activity log (entries/triage.py activity) as the reader sees it: for a viewer each
+    note and detail with the values the mask hides in the group's newest entries hidden."""
+    found = triage.activity(store.engine, group_id, limit)
+    if not reader.mask or not found:
+        return found
+    values = group_values(reader, store, group_id)
+    return [{**a, **reader.mask.texts({"text": a["text"], "detail": a["detail"]}, values)} for a in found]
+
+
+def group_involved(reader: Reader, store: Store, group_id: int) -> dict:
+    """The consumers and streams among a group's newest entries (columns no mask hides)."""
+    return triage.involved(store.engine, group_id)
+
+
+def entry_group_states(reader: Reader, store: Store, shown: list[EntryView]) -> dict[int, str]:
+    """{entry id: its group's state} for entries the reader was shown."""
+    return triage.states_of_entries(store.engine, [e.id for e in shown])
+
+
 # --- jobs and the audit --------------------------------------------------------------------------
 
 def selection(reader: Reader, chosen: Mapping[str, Any], fields: tuple[KeyField, ...] = ()) -> dict:
@@ -221,11 +263,13 @@ def audit(reader: Reader, store: Store, found: dict, fields: tuple[KeyField, ...
     if not mask:
         return found
     stored = store.entries_by_id(r["entry_id"] for r in found["actions"] if r.get("entry_id"))
+    of_groups = {g: group_values(reader, store, g) for g in {_group_of_record(r) for r in found["actions"]} if g}
     records = []
     for record in found["actions"]:
         detail = record.get("detail")
         values = _values_of(mask, stored.get(record.get("entry_id")),
                             mask.patch_values(detail.get("patch")) if isinstance(detail, dict) else ())
+        values += of_groups.get(_group_of_record(record), ())
         shown = mask.texts({k: v for k, v in record.items() if k in ("note", "error", "detail")}, values)
         if isinstance(shown.get("detail"), dict):
             shown["detail"] = selection(reader, shown["detail"], fields)
@@ -236,3 +280,12 @@ def audit(reader: Reader, store: Store, found: dict, fields: tuple[KeyField, ...
 def _values_of(mask: Mask, stored: EntryView | None, also: tuple[str, ...]) -> tuple[str, ...]:
     """What ``mask`` hides in an entry (as stored; None: purged), and ``also``."""
     return (mask.values_of(stored) if stored is not None else ()) + also
+
+
+def _group_of_record(record: dict) -> int | None:
+    """The group an audit record of a group's triage names (actions/triage.py), if it is one."""
+    detail = record.get("detail")
+    if str(record.get("action", "")).startswith("group_") and isinstance(detail, dict):
+        group_id = detail.get("group")
+        return group_id if isinstance(group_id, int) else None
+    return None

@@ -12,6 +12,10 @@ of the last 5 minutes (this minute and the four before, from the per-minute arri
 the threshold to the threshold or more, and the group had no spike alert in the 5 minutes before.
 A flood that goes on therefore alerts once; one that dies down below the threshold and comes
 back alerts again, at most once every 5 minutes.
+
+Triage (db/triage.py): a write that makes a resolved group ``regressed`` raises ``group.regressed``,
+one that opens an ignored group again ``group.reopened`` (so does the periodic pass,
+``raise_state_alerts``); a group still ignored raises nothing, not even a spike.
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ from ..config import Settings
 from ..db.counts import ALL_GROUPS, bucket
 from ..db.models import Alert, Arrival, Entry, FailureGroup
 from ..db.rows import insert_rows
+from ..db.triage import Transitions
 from ..masking import Mask
 from ..teams import Team, team_named
 from ..times import format_time
 
 ALERTS, ARRIVALS, ENTRIES, GROUPS = Alert.__table__, Arrival.__table__, Entry.__table__, FailureGroup.__table__
 WINDOW = timedelta(minutes=5)
-NEW, SPIKE = "group.new", "group.spike"
+NEW, SPIKE, REGRESSED, REOPENED = "group.new", "group.spike", "group.regressed", "group.reopened"
 # Group keys are normalised error texts of up to 300 characters; a chat line shows the start.
 _TEXT_KEY = 160
 # The namespace of group.new ids (uuid5 over the group): one id a group, whoever writes it.
@@ -71,28 +76,51 @@ class AlertRule:
 
 
 def raise_alerts(conn: Connection, rule: AlertRule, made: Iterable[int], arrived: dict[int, int],
-                 now: datetime) -> int:
+                 now: datetime, transitions: Transitions | None = None) -> int:
     """Write the alerts of a write, in its transaction: ``made`` are the groups it made,
-    ``arrived`` the new entries it gave each group. Returns how many rows were written."""
-    made = set(made)
-    spikes = _spikes(conn, rule, arrived, now)
-    alerting = made | set(spikes)
-    if not alerting:
+    ``arrived`` the new entries it gave each group, ``transitions`` what it did to their states
+    (db/triage.py apply_arrivals). Returns how many rows were written."""
+    moved = transitions or Transitions()
+    silent = moved.silenced
+    made = set(made) - silent
+    spikes = _spikes(conn, rule, {g: n for g, n in arrived.items() if g not in silent}, now)
+    events: dict[int, list[tuple[str, str, int | None]]] = {}
+    for group_id in sorted(made | set(spikes) | moved.regressed | moved.reopened):
+        if group_id in made:
+            events.setdefault(group_id, []).append((NEW, "", None))
+        if group_id in moved.regressed:
+            events.setdefault(group_id, []).append((REGRESSED, str(uuid.uuid4()), None))
+        if group_id in moved.reopened:
+            events.setdefault(group_id, []).append((REOPENED, str(uuid.uuid4()), None))
+        if group_id in spikes:
+            events.setdefault(group_id, []).append((SPIKE, str(uuid.uuid4()), spikes[group_id]))
+    return _write(conn, rule, events, now)
+
+
+def raise_state_alerts(conn: Connection, rule: AlertRule, reopened: Iterable[int], now: datetime) -> int:
+    """Write a ``group.reopened`` for each of ``reopened`` (the periodic pass that ends the ignored
+    groups whose time has come: db/triage.py reopen_due), in its transaction."""
+    return _write(conn, rule, {g: [(REOPENED, str(uuid.uuid4()), None)] for g in sorted(set(reopened))}, now)
+
+
+def _write(conn: Connection, rule: AlertRule, events: dict[int, list[tuple[str, str, int | None]]],
+           now: datetime) -> int:
+    """One outbox row a URL for each (event, id, recent) of each group; a group.new's id is its own."""
+    if not events:
         return 0
-    groups = {row.id: row for row in conn.execute(select(GROUPS).where(GROUPS.c.id.in_(sorted(alerting))))}
+    groups = {row.id: row for row in conn.execute(select(GROUPS).where(GROUPS.c.id.in_(sorted(events))))}
     shown = _shown_keys(conn, rule, groups)
     rows = []
-    for group_id in sorted(alerting):
+    for group_id, raised in events.items():
         group = groups.get(group_id)
         if group is None or not group.open_count + group.republished_count + group.closed_count:
             # A group the write named but left empty (a DLQ copy joined its advisory's entry
             # in another group): nothing failed there to announce.
             continue
-        if group_id in made:
-            event_id = str(uuid.uuid5(_NAMESPACE, f"{NEW}:{group_id}:{group.subject}\0{group.reason}\0{group.key}"))
-            rows += _rows(rule, NEW, event_id, group, now, key=shown.get(group_id))
-        if group_id in spikes:
-            rows += _rows(rule, SPIKE, str(uuid.uuid4()), group, now, recent=spikes[group_id], key=shown.get(group_id))
+        for event, event_id, recent in raised:
+            if event == NEW:
+                event_id = str(uuid.uuid5(_NAMESPACE, f"{NEW}:{group_id}:{group.subject}\0{group.reason}\0{group.key}"))
+            rows += _rows(rule, event, event_id, group, now, recent=recent, key=shown.get(group_id))
     return insert_rows(conn, ALERTS, rows, skip_duplicates=True)
 
 
@@ -182,6 +210,11 @@ def alert_body(rule: AlertRule, event: str, event_id: str, group, recent: int | 
                       "key": key, "count": count, "first_seen": format_time(group.first_seen),
                       "last_seen": format_time(group.last_seen)},
             "url": link}
+    state = getattr(group, "state", None)
+    if state is not None:
+        body["group"].update(state=state, team=getattr(group, "team", None))
+        if event == REGRESSED:
+            body["group"]["resolved_in"] = group.resolved_in
     if recent is not None:
         body["spike"] = {"count": recent, "minutes": int(WINDOW.total_seconds() // 60), "threshold": rule.threshold}
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
@@ -194,6 +227,12 @@ def alert_text(event: str, group, count: int, recent: int | None, rule: AlertRul
     key = key if len(key) <= _TEXT_KEY else key[:_TEXT_KEY - 1] + "…"
     if event == NEW:
         line = f"New failure group on {where}: \"{key}\" ({count} {_entries(count)} so far)"
+    elif event == REGRESSED:
+        release = getattr(group, "resolved_in", None)
+        line = (f"Failure group regressed on {where}: \"{key}\" failed again after it was resolved"
+                f"{f' in {release}' if release else ''} ({count} {_entries(count)} so far)")
+    elif event == REOPENED:
+        line = f"Ignored failure group open again on {where}: \"{key}\" ({count} {_entries(count)} so far)"
     else:
         line = (f"Failure spike on {where}: {recent} new {_entries(recent)} within 5 minutes "
                 f"(threshold {rule.threshold}): \"{key}\"")

@@ -21,6 +21,7 @@ from ..accounts import ROLES, AccountError
 from ..runtime import runtime_of
 from ..times import format_time
 from .entries import entries
+from .groups import groups
 from .output import BAD_INPUT, CommandError, cli_actor
 from .output import table as _table
 from .purge import purge
@@ -30,10 +31,11 @@ tokens = AppGroup("tokens", help="Create, list, scope and revoke API tokens for 
 
 
 def init_app(app: Flask) -> None:
-    """Register the ``users``, ``tokens`` and ``entries`` command groups and ``purge``."""
+    """Register the ``users``, ``tokens``, ``entries`` and ``groups`` command groups and ``purge``."""
     app.cli.add_command(users)
     app.cli.add_command(tokens)
     app.cli.add_command(entries)
+    app.cli.add_command(groups)
     app.cli.add_command(purge)
 
 

@@ -291,9 +291,42 @@ class FailureGroup(Base):
     # The team (DLQ_TEAMS, SPEC section 11) whose subject patterns covered the group's subject
     # when it was made; NULL: no team.
     team: Mapped[str | None] = mapped_column(String(64))
+    # Triage (SPEC section 11, db/triage.py): the state people share, changed by them with the
+    # version they saw, and by the mirror (a resolved group failing again, an ignored one's end).
+    # Defaults in the database only: the regrouping revisions make groups before these columns exist.
+    state: Mapped[str] = mapped_column(String(16), server_default="open")
+    assignee: Mapped[str | None] = mapped_column(String(255))
+    resolved_in: Mapped[str | None] = mapped_column(String(255))
+    ignored_until: Mapped[datetime | None] = mapped_column(DateTime)
+    ignored_until_count: Mapped[int | None] = mapped_column(BigInt)
+    # New failures counted since the group was ignored (against ignored_until_count).
+    ignored_seen: Mapped[int] = mapped_column(BigInt, server_default="0")
+    version: Mapped[int] = mapped_column(Integer, server_default="1")
+    state_changed_at: Mapped[datetime | None] = mapped_column(DateTime)
+    note_count: Mapped[int] = mapped_column(Integer, server_default="0")
 
     __table_args__ = (UniqueConstraint("subject", "reason", "key", name="uq_failure_groups"),
-                      Index("ix_failure_groups_team", "team"))
+                      Index("ix_failure_groups_team", "team"),
+                      Index("ix_failure_groups_state", "state", "assignee"))
+
+
+class GroupActivity(Base):
+    """A failure group's activity log: a state change (``kind`` "state", ``state`` the new one),
+    a note, or a bulk job over its entries, with its time and actor (the alerts sent are read from
+    ``alerts``). Written in the transaction of what it records."""
+
+    __tablename__ = "group_activity"
+
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+    group_id: Mapped[int] = mapped_column(BigInt)
+    at: Mapped[datetime] = mapped_column(DateTime)
+    actor: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str | None] = mapped_column(String(16))
+    text: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
+
+    __table_args__ = (Index("ix_group_activity_group", "group_id", "id"),)
 
 
 class Arrival(Base):

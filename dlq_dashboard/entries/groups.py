@@ -37,6 +37,16 @@ class Group:
     first_seen: datetime | None
     last_seen: datetime | None
     by_status: dict[str, int] = field(default_factory=dict)
+    # Triage (SPEC section 11): the state people share, who has it, its team, and its version.
+    state: str = "open"
+    assignee: str | None = None
+    team: str | None = None
+    version: int = 1
+    notes: int = 0
+    resolved_in: str | None = None
+    until: datetime | None = None
+    until_count: int | None = None
+    state_changed_at: datetime | None = None
 
     @cached_property
     def label(self) -> str:
@@ -53,4 +63,11 @@ class Group:
         when ``base`` holds the filters it was counted under."""
         return {"id": self.id, "subject": self.subject, "reason": self.reason, "label": self.label,
                 "count": self.count, "by_status": self.by_status, "first_seen": format_time(self.first_seen),
-                "last_seen": format_time(self.last_seen), "filter": self.filter_args(base)}
+                "last_seen": format_time(self.last_seen), "filter": self.filter_args(base),
+                **self.state_dict()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Its triage fields as the API answers them."""
+        return {"state": self.state, "assignee": self.assignee, "team": self.team, "version": self.version,
+                "notes": self.notes, "resolved_in": self.resolved_in, "until": format_time(self.until),
+                "until_count": self.until_count, "state_changed_at": format_time(self.state_changed_at)}

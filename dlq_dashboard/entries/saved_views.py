@@ -18,6 +18,7 @@ from ..db.models import SavedView
 from ..errors import InvalidRequest
 from .fields import KeyField
 from .filters import EntryFilter
+from .triage import GroupStateFilter
 
 VIEWS = SavedView.__table__
 #: The pages a view can be saved from.
@@ -65,6 +66,9 @@ def clean_view(name: str, page: str, filters: Mapping[str, str],
     args = flt.to_args()
     if page == "groups" and "status" not in args and filters.get("status") in ("", "any"):
         args["status"] = ""  # the groups page reads no status as "open"; '' keeps "any"
+    if page == "groups":
+        # The groups' own filters (triage); "me" stays "me": whoever opens the view.
+        args.update(GroupStateFilter.from_args(filters, me="me").to_args(me="me"))
     return name, page, urlencode(args)
 
 

@@ -55,25 +55,26 @@ class Tallies:
 
     # --- groups --------------------------------------------------------------------------------
 
-    def groups(self, flt: EntryFilter, limit: int = 200) -> tuple[list[Group], Tally]:
-        """Failure groups under the filter, largest first."""
+    def groups(self, flt: EntryFilter, limit: int = 200, where: tuple = ()) -> tuple[list[Group], Tally]:
+        """Failure groups under the filter, largest first; ``where``: conditions on the groups
+        themselves (their triage state, assignee, team: entries/triage.py GroupStateFilter)."""
         if served_by_kept_counts(flt):
             count = _count_column(flt.status)
-            query = (select(GROUPS, count.label("n")).where(count > 0, *flt.group_conditions())
+            query = (select(GROUPS, count.label("n")).where(count > 0, *flt.group_conditions(), *where)
                      .order_by(literal_column("n").desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
             with read_transaction(self.engine) as conn:
                 rows = conn.execute(query).all()
-            return [_group(r, r.n, r.first_seen, r.last_seen) for r in rows], KEPT
+            return [group_from_row(r, r.n, r.first_seen, r.last_seen) for r in rows], KEPT
         newest, tally = self._newest(flt)
         counted = (select(Entry.group_id, func.count().label("n"), func.min(Entry.received_at).label("first"),
                           func.max(Entry.received_at).label("last"))
                    .where(Entry.id.in_(newest)).group_by(Entry.group_id).subquery())
         query = (select(GROUPS, counted.c.n, counted.c.first, counted.c.last)
-                 .join(counted, counted.c.group_id == GROUPS.c.id)
+                 .join(counted, counted.c.group_id == GROUPS.c.id).where(*where)
                  .order_by(counted.c.n.desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
         with read_transaction(self.engine) as conn:
             rows = conn.execute(query).all()
-        return [_group(r, r.n, as_time(r.first), as_time(r.last)) for r in rows], tally
+        return [group_from_row(r, r.n, as_time(r.first), as_time(r.last)) for r in rows], tally
 
     def hourly_arrivals(self, group_ids: list[int], *, hours: int = 24,
                         now: datetime | None = None) -> tuple[datetime, dict[int, list[int]]]:
@@ -187,11 +188,15 @@ def _count_column(status: str | None):
     return GROUPS.c.open_count + GROUPS.c.republished_count + GROUPS.c.closed_count
 
 
-def _group(row, count: int, first: datetime | None, last: datetime | None) -> Group:
+def group_from_row(row, count: int, first: datetime | None, last: datetime | None) -> Group:
+    """A row of failure_groups as a Group counting ``count`` entries."""
     m = row._mapping
     return Group(id=m["id"], subject=m["subject"] or None, reason=m["reason"] or None, key=m["key"] or NO_ERROR,
                  count=int(count), by_status={s: int(m[STATUS_COLUMNS[s]]) for s in STATUSES},
-                 first_seen=first, last_seen=last)
+                 first_seen=first, last_seen=last, state=m["state"], assignee=m["assignee"], team=m["team"],
+                 version=m["version"], notes=m["note_count"], resolved_in=m["resolved_in"],
+                 until=as_time(m["ignored_until"]), until_count=m["ignored_until_count"],
+                 state_changed_at=as_time(m["state_changed_at"]))
 
 
 def _minute(engine: Engine):

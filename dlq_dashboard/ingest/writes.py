@@ -16,6 +16,7 @@ from ..db.counts import Change, count_changes, group_ids, group_of
 from ..db.engine import write_transaction
 from ..db.models import Entry, Event, MirrorState
 from ..db.rows import insert_rows
+from ..db.triage import apply_arrivals
 from ..teams import Team
 from ..times import utcnow
 from .grouping import error_group
@@ -117,8 +118,10 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
                                                    (r["group_id"], r["received_at"], r["status"]) for r in rows).items()])
             else:
                 arrived = count_new_entries(conn, newest)
+        # Triage: a resolved group failing again regresses, an ignored one counts (db/triage.py).
+        moved = apply_arrivals(conn, arrived, now)
         if alerts is not None:
-            raise_alerts(conn, alerts, new_groups, arrived, now)
+            raise_alerts(conn, alerts, new_groups, arrived, now, moved)
         _save_position(conn, stream, epoch, max(m.seq for m in messages))
     return max(made, 0)
 
@@ -245,8 +248,10 @@ def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
                 continue  # this advisory was stored before: a replay after a crash
             if advisory.kind != "nak":
                 made += _entry_from_advisory(conn, advisory, fetched, missing_reason, new_groups, arrived, teams)
+        now = utcnow()
+        moved = apply_arrivals(conn, arrived, now)
         if alerts is not None:
-            raise_alerts(conn, alerts, new_groups, arrived, utcnow())
+            raise_alerts(conn, alerts, new_groups, arrived, now, moved)
         _save_position(conn, stream, epoch, last_seq)
     return made
 

@@ -16,6 +16,7 @@ from ..entries.fields import KeyField, key_fields
 from ..entries.filters import EntryFilter, FilterError
 from ..entries.groups import Group
 from ..entries.tallies import Tally
+from ..entries.triage import GroupStateFilter
 from ..access.detail import EntryDetail, build_entry_detail
 from ..entries.view import EntryView, Page
 from . import current_runtime
@@ -85,19 +86,28 @@ class FailureGroups(NamedTuple):
     groups: list[Group]  # the groups under it, largest first
     tally: Tally  # how they were counted
     base: dict[str, str]  # the filters that list a group's entries besides its id
+    triage: GroupStateFilter = GroupStateFilter()  # the groups' own filters (state, assignee, team)
 
 
-def failure_groups(args: Mapping[str, str]) -> FailureGroups:
+def failure_groups(args: Mapping[str, str], *, reader: Reader | None = None, me: str | None = None) -> FailureGroups:
     """The filter of a request, the failure groups under it (largest first) as its reader sees
     them, how they were counted, and the filters that list a group's entries besides its id (its
-    subject and reason go without saying); FilterError, a 400, for a bad one."""
-    reader = current_reader()
+    subject and reason go without saying); FilterError, a 400, for a bad one. ``reader`` and ``me``
+    (who ``assignee=me`` is) for a caller outside a request (the command line)."""
+    reader = reader or current_reader()
     flt = request_filter(args, reader=reader, max_limit=GROUPS_MAX)
+    triage = GroupStateFilter.from_args(args, me=me or caller_name())
     if flt.cursor:
         raise FilterError(f"cursor does not apply to groups: they come in one answer, largest first "
                           f"(limit takes up to {GROUPS_MAX:,})")
     limit = flt.limit if (args.get("limit") or "").strip() else GROUPS_LIMIT
     store = current_runtime().store
-    found, tally = visible.tallies(reader, store).groups(flt, limit=limit)
+    found, tally = visible.tallies(reader, store).groups(flt, limit=limit, where=triage.conditions())
     base = {k: v for k, v in flt.to_args().items() if k not in ("group", "subject", "reason")}
-    return FailureGroups(flt, visible.groups(reader, store, found), tally, base)
+    return FailureGroups(flt, visible.groups(reader, store, found), tally, base, triage)
+
+
+def caller_name() -> str | None:
+    """The signed-in caller's name (what ``assignee=me`` means), None for nobody."""
+    identity = current_identity()
+    return identity.name if identity is not None else None

@@ -18,6 +18,7 @@ from ..entries.filters import FILTERS, MAX_LIMIT
 from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, entry_schema
 from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
+from . import openapi_groups
 from .auth import requires
 from .openapi_parts import DESK_OPERATIONS, DESK_SCHEMAS
 from .openapi_parts import errors as _errors
@@ -74,7 +75,8 @@ SCHEMAS: dict[str, dict] = {
     },
     "Group": {
         "type": "object",
-        "required": ["id", "subject", "reason", "label", "count", "by_status", "first_seen", "last_seen", "filter"],
+        "required": ["id", "subject", "reason", "label", "count", "by_status", "first_seen", "last_seen", "filter",
+                     *openapi_groups.GROUP_STATE_REQUIRED],
         "description": "Entries of one subject and reason whose errors say the same thing.",
         "properties": {
             "id": INT, "subject": _nullable(STR), "reason": _nullable(STR),
@@ -86,8 +88,10 @@ SCHEMAS: dict[str, dict] = {
             "first_seen": _nullable(TIME), "last_seen": _nullable(TIME),
             "filter": {**_ref("Filter"), "required": ["group"],
                        "description": "The GET /api/entries parameters that list exactly its count entries."},
+            **openapi_groups.GROUP_STATE_PROPERTIES,
         },
     },
+    **openapi_groups.SCHEMAS,
     "GroupList": {
         "type": "object", "required": ["groups"],
         "properties": {"groups": {"type": "array", "items": _ref("Group")},
@@ -258,7 +262,7 @@ _ERROR_TEXT = {
     400: "A parameter or body value is not valid; the error says which and what it accepts.",
     401: "No session and no valid API token.",
     403: "The caller's role may not do this.",
-    404: "No such entry or job.",
+    404: "No such entry, job or failure group.",
     409: "The version sent is stale, or the entry's status does not allow the action.",
     422: "The request is well-formed but cannot be carried out (e.g. no subject to republish to).",
     503: "NATS or the database cannot be reached now; nothing was changed.",
@@ -325,11 +329,12 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "summary": "Failure groups under the filters of GET /api/entries, largest first",
         "description": ("Every status unless `status` is given (the /groups page shows open entries by "
                         "default). Each group's `filter` lists exactly its `count` entries on GET /api/entries."),
-        "parameters": [*FILTER_PARAMETERS,
+        "parameters": [*FILTER_PARAMETERS, *openapi_groups.filter_parameters(_query),
                        _query("limit", "The most groups, 1 to 1000 (default 200).",
                               {"type": "integer", "minimum": 1, "maximum": 1000})],
         "responses": {"200": _json(_ref("GroupList"), "The groups, largest first."), **_errors(400, 401, 403)},
     },
+    **openapi_groups.operations(_json, _errors, _query, _path_id),
     ("get", "/api/entries/{entry_id}"): {
         "operationId": "getEntry", "tags": ["entries"], "summary": "One entry with its history and actions",
         "parameters": [_path_id("entry_id", "entry")],

@@ -21,11 +21,12 @@ from ..access import visible
 from ..errors import Hidden
 from ..masking import PAYLOAD_HIDDEN
 from ..entries.tallies import Tallies
+from ..db.triage import STATES
 from ..numbers import whole_number
 from . import current_runtime, status
 from .auth import current_identity, requires
-from .data import (current_reader, entries_page, entry_detail, failed_again, failure_groups, get_entry_or_404,
-                   list_fields, request_filter)
+from .data import (caller_name, current_reader, entries_page, entry_detail, failed_again, failure_groups,
+                   get_entry_or_404, list_fields, request_filter)
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.rows import snippet
@@ -74,7 +75,8 @@ def index():
         filter_args=flt.to_args(), example_command=example_command(), saved=saved_views("list"), view_url=view_url,
         paging={"limit": flt.limit} if flt.limit != DEFAULT_LIMIT else {},
         fields=list_fields(), snippet=snippet, presets=TIME_PRESETS,
-        failed_again=failed_again(page.entries) if page else {})
+        failed_again=failed_again(page.entries) if page else {},
+        group_states=visible.entry_group_states(current_reader(), current_runtime().store, page.entries) if page else {})
     if htmx and not flt.cursor and not filter_error:
         # The form sends its empty fields too; the address bar gets the tidy, shareable URL.
         response.headers["HX-Push-Url"] = list_url(**flt.to_args())
@@ -133,10 +135,11 @@ def groups():
     """Failures grouped by subject, reason and normalized error, each with its trend over the last
     24 hours; a group opens the filtered list, or (operators) a bulk preview of its entries."""
     args = {**({} if "status" in request.args else {"status": "open"}), **request.args.to_dict()}
-    found, tally, base, trends, filter_error = None, None, {}, {}, None
+    found, tally, base, trends, filter_error, triage_args = None, None, {}, {}, None, {}
     try:
         answer = failure_groups(args)
         flt, found, tally, base = answer.filter, answer.groups, answer.tally, answer.base
+        triage_args = answer.triage.to_args(caller_name())
     except FilterError as exc:
         flt, filter_error = EntryFilter(), str(exc)
     if found:
@@ -145,10 +148,11 @@ def groups():
     response = page_or_fragment("groups.html", "results", 400 if filter_error else 200,
                                 groups=found, tally=tally, flt=flt, args=args,
                                 filter_error=filter_error, base_args=base, trends=trends,
-                                filter_args=flt.to_args(), saved=saved_views("groups"), view_url=view_url)
+                                filter_args={**flt.to_args(), **triage_args}, saved=saved_views("groups"),
+                                view_url=view_url, group_states=STATES)
     if htmx and not filter_error:
         # The tidy address, as the list's; "status=" stays, as it means any status here.
-        shown = {**flt.to_args(), **({"status": ""} if not flt.status else {})}
+        shown = {**flt.to_args(), **triage_args, **({"status": ""} if not flt.status else {})}
         response.headers["HX-Push-Url"] = url_for("pages.groups", **shown)
     return response
 

@@ -30,6 +30,7 @@ from ...times import utcnow
 from ..close import close_note
 from ..context import ActionContext
 from ..intents import Published
+from ..triage import record_job
 from .listing import group_labels, job_summary
 from .patching import parse_patch
 
@@ -158,6 +159,7 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
         conn.execute(insert(ACTIONS).values(job_id=job_id, action=f"bulk_{action}", actor=actor, at=now,
                                             note=note,
                                             detail=json.dumps({"total": len(items), **summary})))
+        record_job(conn, filter_args, job_id, action, len(items), actor, now)  # in its group's activity
     if start:
         rt.jobs.submit(job_id)
     return job_id

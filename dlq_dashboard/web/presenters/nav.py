@@ -35,7 +35,8 @@ MAIN_NAV = (
     # An entry's page and its confirmations (republish, edit) are reached from the list.
     NavItem("Dead letters", "pages.index", ("pages.entry", "pages.newer", "pages.payload_download", "actions.*",
                                             "repair.*", "row_actions.*")),
-    NavItem("Groups", "pages.groups"),
+    # A group's own page (and its triage forms) belong with the groups.
+    NavItem("Groups", "pages.groups", ("groups.*",)),
     NavItem("Views", "views.index", ("views.*",)),
     # A bulk preview and a job's page belong with the jobs.
     NavItem("Jobs", "bulk.jobs", ("bulk.*",)),

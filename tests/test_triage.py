@@ -1,0 +1,360 @@
+"""Triage (SPEC section 11): a failure group's state, changed with the version seen (409 when
+stale), audited, with notes and an activity log; regression and reopening decided at ingest in
+the mirror's transaction with their alerts; ignored groups silent; the periodic pass that ends an
+ignore whose time has come; the API, the page's forms and the command line."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from dlq_dashboard.actions.triage import ReopenSchedule, change_state, parse_state_change, reopen_expired
+from dlq_dashboard.alerts.outbox import AlertRule
+from dlq_dashboard.db.models import Action, Alert, FailureGroup, GroupActivity
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
+
+from . import support
+
+RULE = AlertRule(urls=("http://a.example/hook",), threshold=1000)
+
+
+def fail(engine, first_seq: int, count: int = 1, error: str = "order 1 not found", rule: AlertRule | None = RULE,
+         subject: str = "orders.created") -> None:
+    """Dead-letter ``count`` failures of one cause, as the mirror writes them."""
+    headers = support.dlq_headers(subject, Dlq_Reason="fatal", Dlq_Error=error)
+    ingest_dlq_batch(engine, "DLQ", "e1", [StreamMessage(seq, f"dlq.{subject}", dict(headers), b'{"a": 1}', utcnow())
+                                           for seq in range(first_seq, first_seq + count)], alerts=rule)
+
+
+def group_row(engine, group_id: int | None = None):
+    with engine.connect() as conn:
+        query = select(FailureGroup)
+        if group_id is not None:
+            query = query.where(FailureGroup.id == group_id)
+        return conn.execute(query.order_by(FailureGroup.id)).first()
+
+
+def events(engine) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(Alert.event).order_by(Alert.id)).scalars())
+
+
+def post_state(client, token, group_id: int, **body):
+    return client.post(f"/api/groups/{group_id}/state", json=body, headers=support.bearer(token))
+
+
+@pytest.fixture
+def world(offline_app, tokens):
+    """One group of three failures (and its group.new alert)."""
+    engine = runtime_of(offline_app).engine
+    fail(engine, 1, 3)
+    return {"engine": engine, "group": group_row(engine).id, "client": offline_app.test_client(), "tokens": tokens}
+
+
+# --- the state, its version and its audit --------------------------------------------------------
+
+@pytest.mark.both_databases
+def test_a_group_is_open_at_first_and_the_api_lists_its_state_assignee_team_version_and_notes(world, database_url):
+    body = world["client"].get("/api/groups", headers=support.bearer(world["tokens"]["viewer"])).get_json()
+    group = body["groups"][0]
+    assert {k: group[k] for k in ("state", "assignee", "team", "version", "notes")} == {
+        "state": "open", "assignee": None, "team": None, "version": 1, "notes": 0}
+
+
+@pytest.mark.both_databases
+def test_assigning_takes_the_version_seen_and_a_stale_one_is_a_409_that_changes_nothing(world, database_url):
+    client, operator, group = world["client"], world["tokens"]["operator"], world["group"]
+    answer = post_state(client, operator, group, version=1, state="investigating", assignee="alice", note="on it")
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    assert {k: answer.get_json()["group"][k] for k in ("state", "assignee", "version", "notes")} == {
+        "state": "investigating", "assignee": "alice", "version": 2, "notes": 1}
+    stale = post_state(client, operator, group, version=1, state="resolved")
+    assert stale.status_code == 409 and "version 1" in stale.get_json()["error"]
+    assert group_row(world["engine"], group).state == "investigating"
+    with world["engine"].connect() as conn:
+        audit = conn.execute(select(Action.action, Action.actor, Action.note, Action.detail)
+                             .where(Action.action == "group_state")).all()
+    assert [(a.action, a.actor, a.note) for a in audit] == [("group_state", "token:test-operator", "on it")]
+    assert json.loads(audit[0].detail)["group"] == group and json.loads(audit[0].detail)["state"] == "investigating"
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"state": "regressed"}, "not set by hand"),
+    ({"state": "closed"}, "is not valid"),
+    ({"state": "investigating"}, "assignee is required"),
+    ({"state": "resolved", "until": "2h"}, "until goes with state ignored"),
+    ({"state": "ignored", "until": "2h", "until_count": 5}, "not both"),
+    ({"state": "ignored", "until": "yesterday"}, "until 'yesterday' is not valid"),
+    ({"state": "ignored", "until": "2020-01-01T00:00:00Z"}, "has passed"),
+    ({"state": "ignored", "until_count": 0}, "until_count"),
+    ({"state": "ignored", "resolved_in": "v2"}, "resolved_in goes with state resolved"),
+    ({"state": "open", "note": 5}, "note must be text"),
+])
+def test_a_bad_state_change_is_a_400_with_a_sentence(world, body, words):
+    answer = post_state(world["client"], world["tokens"]["operator"], world["group"], version=1, **body)
+    assert answer.status_code == 400 and words in answer.get_json()["error"], answer.get_json()
+    assert group_row(world["engine"], world["group"]).version == 1
+
+
+def test_viewers_read_and_operators_change(world):
+    client, tokens, group = world["client"], world["tokens"], world["group"]
+    assert post_state(client, tokens["viewer"], group, version=1, state="resolved").status_code == 403
+    assert client.post(f"/api/groups/{group}/notes", json={"text": "x"},
+                       headers=support.bearer(tokens["viewer"])).status_code == 403
+    assert client.get(f"/api/groups/{group}", headers=support.bearer(tokens["viewer"])).status_code == 200
+    assert client.get("/api/groups/999999", headers=support.bearer(tokens["viewer"])).status_code == 404
+    assert post_state(client, tokens["operator"], 999999, version=1, state="resolved").status_code == 404
+
+
+@pytest.mark.both_databases
+def test_a_note_is_201_counted_audited_and_in_the_activity_without_raising_the_version(world, database_url):
+    client, tokens, group = world["client"], world["tokens"], world["group"]
+    answer = client.post(f"/api/groups/{group}/notes", json={"text": "  looks like the v1 parser  "},
+                         headers=support.bearer(tokens["operator"]))
+    assert answer.status_code == 201 and answer.get_json()["note"]["text"] == "looks like the v1 parser"
+    assert client.post(f"/api/groups/{group}/notes", json={"text": " "},
+                       headers=support.bearer(tokens["operator"])).status_code == 400
+    shown = client.get(f"/api/groups/{group}", headers=support.bearer(tokens["viewer"])).get_json()
+    assert shown["notes"] == 1 and shown["version"] == 1
+    assert [(a["kind"], a["text"]) for a in shown["activity"]] == [("note", "looks like the v1 parser")]
+    with world["engine"].connect() as conn:
+        assert conn.execute(select(Action.note).where(Action.action == "group_note")).scalar_one() == \
+            "looks like the v1 parser"
+
+
+@pytest.mark.both_databases
+def test_api_groups_filters_by_state_list_assignee_me_and_team(world, database_url):
+    engine, client, tokens = world["engine"], world["client"], world["tokens"]
+    fail(engine, 10, 1, error="another cause")
+    fail(engine, 20, 1, error="a third cause")
+    first, second, third = (g.id for g in _all_groups(engine))
+    operator = support.bearer(tokens["operator"])
+    assert post_state(client, tokens["operator"], first, version=1, state="investigating",
+                      assignee="token:test-operator").status_code == 200
+    assert post_state(client, tokens["operator"], second, version=1, state="resolved", resolved_in="v2").status_code == 200
+    with engine.begin() as conn:
+        conn.execute(FailureGroup.__table__.update().where(FailureGroup.id == third).values(team="orders"))
+
+    def ids(query: str, headers=operator) -> list[int]:
+        answer = client.get(f"/api/groups?{query}", headers=headers)
+        assert answer.status_code == 200, answer.get_data(as_text=True)
+        return sorted(g["id"] for g in answer.get_json()["groups"])
+
+    assert ids("state=investigating,resolved") == sorted([first, second])
+    assert ids("state=open") == [third]
+    assert ids("assignee=me") == [first]
+    assert ids("assignee=me", support.bearer(tokens["viewer"])) == []
+    assert ids("team=orders") == [third]
+    bad = client.get("/api/groups?state=done", headers=operator)
+    assert bad.status_code == 400 and "state 'done' is not valid" in bad.get_json()["error"]
+
+
+def _all_groups(engine):
+    with engine.connect() as conn:
+        return conn.execute(select(FailureGroup).order_by(FailureGroup.id)).all()
+
+
+# --- at ingest: regression, ignores and their alerts ---------------------------------------------
+
+@pytest.mark.both_databases
+def test_a_new_failure_in_a_resolved_group_regresses_it_with_one_group_regressed_alert(world, database_url):
+    engine, group = world["engine"], world["group"]
+    assert post_state(world["client"], world["tokens"]["operator"], group, version=1, state="resolved",
+                      resolved_in="v2").status_code == 200
+    fail(engine, 4, 2)
+    row = group_row(engine, group)
+    assert (row.state, row.resolved_in, row.version) == ("regressed", "v2", 3)
+    assert events(engine) == ["group.new", "group.regressed"]
+    body = json.loads(_alert_bodies(engine)[-1])
+    assert body["event"] == "group.regressed" and body["group"]["state"] == "regressed"
+    assert "v2" in body["text"] and body["group"]["resolved_in"] == "v2"
+    fail(engine, 6, 1)  # regressed already: no second alert
+    assert events(engine) == ["group.new", "group.regressed"]
+    with engine.connect() as conn:
+        logged = conn.execute(select(GroupActivity.actor, GroupActivity.state).order_by(GroupActivity.id)).all()
+    assert [tuple(r) for r in logged][-1] == ("mirror", "regressed")
+
+
+def _alert_bodies(engine) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(Alert.body).order_by(Alert.id)).scalars())
+
+
+@pytest.mark.both_databases
+def test_an_ignored_group_raises_no_spike_and_opens_again_after_its_count_with_group_reopened(world, database_url):
+    engine, group = world["engine"], world["group"]
+    assert post_state(world["client"], world["tokens"]["operator"], group, version=1, state="ignored",
+                      until_count=5).status_code == 200
+    spiky = AlertRule(urls=RULE.urls, threshold=3)
+    fail(engine, 10, 4, rule=spiky)  # past the spike threshold, but ignored: silent
+    row = group_row(engine, group)
+    assert (row.state, row.ignored_seen) == ("ignored", 4)
+    assert events(engine) == ["group.new"]
+    fail(engine, 20, 1, rule=spiky)  # the fifth: open again
+    row = group_row(engine, group)
+    assert (row.state, row.ignored_until_count, row.ignored_seen) == ("open", None, 0)
+    assert events(engine)[-1] == "group.reopened" and events(engine).count("group.reopened") == 1
+
+
+@pytest.mark.both_databases
+def test_an_ignored_group_whose_time_has_come_opens_again_without_a_failure_in_the_periodic_pass(world,
+                                                                                                 database_url):
+    engine, group = world["engine"], world["group"]
+    assert post_state(world["client"], world["tokens"]["operator"], group, version=1, state="ignored",
+                      until="1h").status_code == 200
+    assert reopen_expired(engine, RULE) == set()
+    assert reopen_expired(engine, RULE, now=utcnow() + timedelta(hours=2)) == {group}
+    assert group_row(engine, group).state == "open" and events(engine) == ["group.new", "group.reopened"]
+    assert reopen_expired(engine, RULE, now=utcnow() + timedelta(hours=3)) == set()
+
+
+def test_the_reopening_pass_runs_only_while_this_process_leads(world):
+    engine, group = world["engine"], world["group"]
+    change = parse_state_change({"state": "ignored", "until": "1s"}, utcnow())
+    change_state(engine, group, 1, change, actor="test")
+    leading = {"now": False}
+    schedule = ReopenSchedule(engine, RULE, lambda: leading["now"], interval=0.05).start()
+    try:
+        support.wait_for(lambda: group_row(engine, group).ignored_until < utcnow(), message="the second to pass")
+        schedule._stop.wait(0.3)  # several passes while not leading: nothing changes
+        assert group_row(engine, group).state == "ignored"
+        leading["now"] = True
+        support.wait_for(lambda: group_row(engine, group).state == "open", message="the pass to reopen it")
+    finally:
+        schedule.stop()
+
+
+def test_ignored_for_good_stays_ignored_and_silent(world):
+    engine, group = world["engine"], world["group"]
+    assert post_state(world["client"], world["tokens"]["operator"], group, version=1, state="ignored").status_code == 200
+    fail(engine, 30, 50, rule=AlertRule(urls=RULE.urls, threshold=10))
+    assert group_row(engine, group).state == "ignored" and events(engine) == ["group.new"]
+
+
+# --- the page, its forms, and the list ------------------------------------------------------------
+
+def test_the_group_page_shows_state_actions_notes_activity_counts_and_newest_entries(world, offline_app):
+    engine, group = world["engine"], world["group"]
+    operator = support.logged_in(offline_app, "operator")
+    page = operator.get(f"/groups/{group}").get_data(as_text=True)
+    assert "order &lt;id&gt; not found" in page
+    for words in ("Assign to me", "Resolve", "Ignore for good", "Add note", "Newest entries", "Every entry of this group"):
+        assert words in page, words
+    token = support.csrf_token(operator, f"/groups/{group}")
+    answer = operator.post(f"/groups/{group}/state", data={"csrf_token": token, "version": "1",
+                                                           "state": "investigating", "assign": "me"})
+    assert answer.status_code == 303
+    assert group_row(engine, group).assignee == "operator-user"
+    answer = operator.post(f"/groups/{group}/notes", data={"csrf_token": token, "text": "<b>bold</b> idea"})
+    assert answer.status_code == 303
+    page = operator.get(f"/groups/{group}").get_data(as_text=True)
+    assert "&lt;b&gt;bold&lt;/b&gt; idea" in page and "<b>bold</b>" not in page
+    assert "operator-user" in page and "investigating" in page
+    # Without the CSRF token nothing changes.
+    refused = operator.post(f"/groups/{group}/state", data={"version": "2", "state": "open"})
+    assert refused.status_code in (400, 403) and group_row(engine, group).state == "investigating"
+    viewer = support.logged_in(offline_app, "viewer")
+    seen = viewer.get(f"/groups/{group}").get_data(as_text=True)
+    assert "Assign to me" not in seen and "bold" in seen
+    assert viewer.post(f"/groups/{group}/state", data={"csrf_token": support.csrf_token(viewer, f"/groups/{group}"),
+                                                       "version": "2", "state": "open"}).status_code == 403
+
+
+def test_the_groups_page_shows_state_and_assignee_and_filters_by_them_and_the_list_marks_entries(world, offline_app):
+    engine, group = world["engine"], world["group"]
+    fail(engine, 40, 1, error="another cause")
+    other = _all_groups(engine)[-1].id
+    assert post_state(world["client"], world["tokens"]["operator"], group, version=1, state="investigating",
+                      assignee="alice").status_code == 200
+    viewer = support.logged_in(offline_app, "viewer")
+    page = viewer.get("/groups?state=investigating").get_data(as_text=True)
+    assert "alice" in page and f"/groups/{group}" in page and f"/groups/{other}\"" not in page
+    assert viewer.get("/groups?state=nope").status_code == 400
+    listing = viewer.get("/").get_data(as_text=True)
+    assert 'group-state-investigating' in listing
+
+
+def test_the_trend_is_drawn_per_minute_for_a_burst_of_minutes(world, offline_app):
+    viewer = support.logged_in(offline_app, "viewer")
+    page = viewer.get(f"/groups/{world['group']}").get_data(as_text=True)
+    assert 'data-bar-size="1 minute"' in page
+
+
+# --- the command line -------------------------------------------------------------------------------
+
+def test_the_command_line_assigns_resolves_ignores_reopens_notes_and_shows(world, offline_app):
+    runner, group, engine = offline_app.test_cli_runner(), str(world["group"]), world["engine"]
+
+    def run(*args):
+        result = runner.invoke(args=["groups", *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "investigating (bob)" in run("assign", group, "bob")
+    assert "resolved" in run("resolve", group, "--in", "v3")
+    assert group_row(engine, int(group)).resolved_in == "v3"
+    assert "ignored" in run("ignore", group, "--count", "10")
+    assert "open" in run("reopen", group)
+    run("note", group, "checked the logs")
+    shown = run("show", group)
+    assert "checked the logs" in shown and "state:" in shown
+    listed = json.loads(run("list", "--json", "--state", "open"))
+    assert [g["id"] for g in listed["groups"]] == [int(group)]
+    stale = runner.invoke(args=["groups", "resolve", group, "--version", "1"])
+    assert stale.exit_code == 1 and "changed since you saw it" in stale.output
+    bad = runner.invoke(args=["groups", "ignore", group])
+    assert bad.exit_code == 2
+    with engine.connect() as conn:
+        actors = set(conn.execute(select(Action.actor).where(Action.action.like("group_%"))).scalars())
+    assert all(a.startswith("cli:") for a in actors)
+
+
+def test_a_saved_view_of_the_groups_keeps_its_state_assignee_me_and_team(world, offline_app):
+    viewer = support.logged_in(offline_app, "viewer")
+    token = support.csrf_token(viewer, "/groups")
+    answer = viewer.post("/views", data={"csrf_token": token, "name": "mine", "page": "groups", "status": "any",
+                                         "state": "investigating,regressed", "assignee": "me", "team": "orders"})
+    assert answer.status_code == 303
+    opened = answer.headers["Location"]
+    assert "state=investigating%2Cregressed" in opened and "assignee=me" in opened and "team=orders" in opened
+
+
+def test_the_trend_of_a_day_long_group_is_drawn_per_hour(offline_app, monkeypatch):
+    from dlq_dashboard.ingest import writes
+
+    engine, now = runtime_of(offline_app).engine, utcnow()
+    for seq, ago in ((1, timedelta(hours=22)), (2, timedelta(hours=5)), (3, timedelta(minutes=1))):
+        monkeypatch.setattr(writes, "utcnow", lambda ago=ago: now - ago)
+        fail(engine, seq)
+    monkeypatch.undo()
+    page = support.logged_in(offline_app, "viewer").get(f"/groups/{group_row(engine).id}").get_data(as_text=True)
+    assert 'data-bar-size="1 hour"' in page and page.count('class="bar"') == 3
+
+
+@pytest.mark.both_databases
+def test_a_bulk_job_over_a_group_is_in_its_activity(world, offline_app, database_url):
+    from dlq_dashboard.actions.bulk import jobs
+
+    job_id = jobs.create_job(runtime_of(offline_app), "close", actor="ann", filter_args={"group": str(world["group"])},
+                             start=False)
+    shown = world["client"].get(f"/api/groups/{world['group']}",
+                                headers=support.bearer(world["tokens"]["viewer"])).get_json()
+    [job] = [a for a in shown["activity"] if a["kind"] == "job"]
+    assert (job["actor"], job["detail"]) == ("ann", {"job": job_id, "action": "close", "total": 3})
+    page = support.logged_in(offline_app, "viewer").get(f"/groups/{world['group']}").get_data(as_text=True)
+    assert f"/jobs/{job_id}" in page
+
+
+def test_a_failure_after_an_ignore_s_time_opens_the_group_at_once(world):
+    engine, group = world["engine"], world["group"]
+    change_state(engine, group, 1, parse_state_change({"state": "ignored", "until": "1h"}, utcnow()), actor="test")
+    with engine.begin() as conn:  # its hour has passed, and no pass has run yet
+        conn.execute(FailureGroup.__table__.update().where(FailureGroup.id == group)
+                     .values(ignored_until=utcnow() - timedelta(minutes=1)))
+    fail(engine, 50)
+    assert group_row(engine, group).state == "open" and events(engine)[-1] == "group.reopened"
