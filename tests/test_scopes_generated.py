@@ -201,6 +201,11 @@ def test_no_get_route_tells_a_scoped_reader_of_an_outside_entry(app, world, who)
                     body = response.get_data()
                     if tells(body) or (bad := outside_ids_in(body, world)):
                         problems.append(f"{url}{' (htmx)' if htmx else ''}: {MARK if tells(body) else bad}")
+                    if args.get("group") == world["groups"]["outside"]:  # an outside group is an unknown one
+                        unknown = _get(reader, f"{path}?{urlencode({**args, 'group': UNKNOWN})}", htmx)
+                        if not same_answer(response, unknown, args["group"], UNKNOWN):
+                            problems.append(f"{url}: {response.status_code}, not as an unknown group "
+                                            f"({unknown.status_code})")
                     if which == "outside" and "view_id" not in rule.arguments:
                         unknown = _get(reader, f"{filled(rule, world, 'unknown')}?{urlencode(args)}", htmx)
                         if not same_answer(response, unknown, int(re.findall(r"\d+", path)[0]), UNKNOWN):
