@@ -303,8 +303,11 @@ def test_the_scoped_readers_see_their_own_side(app, world):
     assert {g["id"] for g in _get(reader, "/api/groups?status=").get_json()["groups"]} == {world["groups"]["inside"]}
     assert {j["id"] for j in _get(reader, "/api/jobs").get_json()["jobs"]} == {world["jobs"]["inside"]}
     assert "orders view" in _get(reader, "/views").get_data(as_text=True)
-    summary = _get(reader, "/summary?status=", htmx=True).get_data(as_text=True)
-    assert "5" in summary
+    # Counts are of the inside entries only: five of the nine stored, by every way of counting.
+    for url in ("/summary?status=", "/summary?status=open", "/summary?subject=billing.>"):
+        assert "5 entries stored." in _get(reader, url, htmx=True).get_data(as_text=True), url
+    assert sum(g["count"] for g in _get(reader, "/api/groups?status=").get_json()["groups"]) == 5
+    assert _get(reader, "/api/entries?subject=billing.>&status=").get_json()["entries"] == []
     audit = _get(reader, "/api/audit?fold=0").get_json()["actions"]
     assert audit and {r["entry_id"] for r in audit if r["entry_id"]} <= set(world["inside"])
 
