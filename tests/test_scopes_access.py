@@ -37,6 +37,7 @@ def three(offline_app):
             for seq, subject in enumerate(("orders.created", "billing.paid", "audit.seen"), start=1)}
 
 
+@pytest.mark.both_databases
 def test_an_entry_read_but_not_acted_on_is_a_403_with_its_sentence_and_unknown_outside_every_grant(
         offline_app, three):
     store = runtime_of(offline_app).store
@@ -85,6 +86,7 @@ def test_a_scoped_operator_republishes_inside_its_scope_once_and_nothing_outside
     assert support.stream_messages(nats_server.url, "BILLING") == []
 
 
+@pytest.mark.both_databases
 def test_a_bulk_selection_by_ids_leaves_an_uncovered_id_out_as_an_unknown_one(offline_app, three):
     rt = runtime_of(offline_app)
     items, summary = select_items(rt, ids=[three["orders.created"], three["billing.paid"], 999999], scopes=ORDERS)
@@ -119,6 +121,7 @@ def test_a_scoped_reader_sees_its_own_views_and_the_shared_ones_of_its_scopes(of
     assert visible.views(Reader.of("viewer", None), store, found, "me") == found
 
 
+@pytest.mark.both_databases
 def test_a_scoped_readers_groups_and_summary_are_counted_from_the_kept_counts(offline_app, three):
     store = runtime_of(offline_app).store
     reader = Reader.of("viewer", None, (Grant("viewer", parse_scopes(["orders.*", "audit.seen"])),))

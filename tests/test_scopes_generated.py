@@ -29,6 +29,8 @@ from . import support
 from .test_routes_roles import call, snapshot
 from .test_visibility_generated import get_routes
 
+pytestmark = pytest.mark.both_databases
+
 INSIDE, OUTSIDE = "orders.created", "billing.zq7invoice"
 #: Everything about the outside entries carries it: subject, payload, error, notes, a view's name.
 MARK = "zq7"
