@@ -127,10 +127,12 @@ def replay_dict(replay: EntryView) -> dict[str, Any]:
 def build_entry_detail(store: Store, schemas: SchemaRegistry, entry_id: int, reader: Reader) -> EntryDetail:
     """The entry with this id as ``reader`` may see it, with its verdict, group, replays and
     republishes; EntryNotFound, a 404, when there is none."""
-    stored = visible.lookup(store, entry_id)
+    stored = visible.lookup(reader, store, entry_id)
     seen = visible.entry(reader, stored)
     replays = visible.replays(reader, store.replays_of(stored.dlq_ref), of=seen) if stored.dlq_ref else []
     original = store.entry_by_dlq_ref(stored.replay_of) if stored.replay_of else None
+    if original is not None and not visible.covered(reader.reads, original):
+        original = None  # as if this database did not hold it
     republishes = store.republishes_of(stored.id)
     republishes_seen = visible.republishes(reader, republishes)
     group = visible.group_of(reader, store, seen)

@@ -15,6 +15,13 @@ the command line) read through these and nothing else, so the rule is written on
   group's record: with the values hidden in the group's newest entries);
 - a group's triage: its notes and its activity's texts masked with the values the mask hides in
   the group's newest entries (entries/triage.py NOTE_MASK_SCAN of them).
+
+A scoped reader (``reader.reads``, docs/scopes.md) reaches only the entries whose original subject
+a scope of theirs covers: the filters of every list, count, group, search and export carry the
+scopes (entries/scoping.py turns them into SQL), one entry outside them is as unknown as an id
+that does not exist (EntryNotFound, the same 404), and acting needs ``reader.acts``. A job is
+shown when every entry it took is one the reader may read; an audit record when its entry is, or
+its job; a shared saved view when what it selects lies inside the reader's scopes.
 """
 
 from __future__ import annotations
@@ -23,17 +30,20 @@ import itertools
 from dataclasses import replace
 from typing import Any, Iterable, Iterator, Mapping
 
-from ..actions.bulk.listing import describe_selection
+from ..actions.bulk.jobs import job_status
+from ..actions.bulk.listing import describe_selection, list_jobs
 from ..actions.triage import GroupNotFound
 from ..entries import triage
+from ..entries.audit import audit_page
 from ..entries.fields import KeyField, hidden_by
 from ..entries.filters import EntryFilter, FilterError
 from ..entries.groups import Group, group_label
 from ..entries.store import Store
 from ..entries.tallies import Tallies
 from ..entries.view import EntryView, Page
-from ..errors import EntryNotFound
+from ..errors import EntryNotFound, Forbidden
 from ..masking import MASKED, Mask
+from ..scopes import DEFAULT_SOURCE, Scope
 from .reader import Reader
 
 #: What a viewer reads for a job's search (``q``) while DLQ_MASK is set: the words searched for
@@ -43,12 +53,45 @@ SEARCH_HIDDEN = MASKED
 
 # --- entries -------------------------------------------------------------------------------------
 
-def lookup(store: Store, entry_id: int, *, with_history: bool = True) -> EntryView:
-    """The entry with this id as stored (with its history and actions); EntryNotFound, a 404."""
+def covered(scopes: tuple[Scope, ...] | None, stored: EntryView) -> bool:
+    """Whether ``scopes`` (None: everything) cover the entry (every entry is of the source
+    "default" until several sources exist)."""
+    return scopes is None or any(s.covers(stored.original_subject) for s in scopes)
+
+
+def lookup(reader: Reader, store: Store, entry_id: int, *, with_history: bool = True) -> EntryView:
+    """The entry with this id as stored (with its history and actions), if the reader may read
+    it; EntryNotFound, a 404, otherwise: one outside the reader's scopes is as unknown as none."""
     found = store.get_entry(entry_id, with_history=with_history)
-    if found is None:
+    if found is None or not covered(reader.reads, found):
         raise EntryNotFound(entry_id)
     return found
+
+
+#: Why an operator may read an entry and not act on it (a 403).
+NOT_YOURS = ("Entry {id} is outside the scopes you may act on (your operator grants): you may read it, "
+             "but not republish, edit, close or reopen it.")
+
+
+def acting_on(reader: Reader, store: Store, entry_id: int, *, with_history: bool = True) -> EntryView:
+    """The entry an action of the reader's is about to change, as stored: EntryNotFound (404)
+    when the reader may not read it, Forbidden (403, NOT_YOURS) when they may read it but their
+    operator grants do not cover it."""
+    found = lookup(reader, store, entry_id, with_history=with_history)
+    if not covered(reader.acts, found):
+        raise Forbidden(NOT_YOURS.format(id=entry_id))
+    return found
+
+
+def may_act(reader: Reader, stored: EntryView) -> bool:
+    """Whether the reader's operator grants cover the entry (the entry page's action bar)."""
+    return reader.may("operator") and covered(reader.acts, stored)
+
+
+def scoped(reader: Reader, flt: EntryFilter, *, acting: bool = False) -> EntryFilter:
+    """``flt`` limited to what the reader may read (``acting``: act on)."""
+    scopes = reader.acts if acting else reader.reads
+    return flt if scopes is None else replace(flt, scopes=scopes)
 
 
 def entry(reader: Reader, stored: EntryView, *, also: Iterable[str] = ()) -> EntryView:
@@ -88,7 +131,7 @@ def check_filter(reader: Reader, flt: EntryFilter) -> EntryFilter:
     for field, _ in flt.field_values:
         if hidden_by(reader.mask, field):
             raise FilterError(f"{field.param} cannot be filtered by: DLQ_MASK hides this field from viewers")
-    return flt
+    return scoped(reader, flt)
 
 
 #: How much of each payload the list reads for its snippet (whitespace runs count as one).
@@ -101,7 +144,7 @@ def page(reader: Reader, store: Store, flt: EntryFilter, fields: tuple[KeyField,
     what it finds in the masked text. ``rows``: for the list's rows, which show a snippet of each
     payload: the payloads are read only that far (whole when a mask must be applied first). With
     key fields (DLQ_LIST_FIELDS) each entry has their values, "•••" where the mask hides one."""
-    mask = reader.mask
+    mask, flt = reader.mask, scoped(reader, flt)
     found = store.list_entries(flt, mask=mask, payload_prefix=None if mask and mask.pointers or not rows
                                else ROW_PAYLOAD_BYTES)
     shown = [entry(reader, e) for e in _with_key_fields(reader, store, found.entries, fields)]
@@ -112,7 +155,7 @@ def entries(reader: Reader, store: Store, flt: EntryFilter, fields: tuple[KeyFie
             max_rows: int | None = None, batch: int = 500) -> Iterator[EntryView]:
     """Every entry ``flt`` selects (at most ``max_rows``), as the reader sees them, read in
     batches (the exports): with their key fields, looked up ``batch`` entries at a time."""
-    found: Iterator[EntryView] = store.iter_entries(flt, mask=reader.mask)
+    found: Iterator[EntryView] = store.iter_entries(scoped(reader, flt), mask=reader.mask)
     if max_rows is not None:
         found = itertools.islice(found, max_rows)
     while chunk := list(itertools.islice(found, batch)):
@@ -133,17 +176,17 @@ def _with_key_fields(reader: Reader, store: Store, stored: list[EntryView],
 
 def tallies(reader: Reader, store: Store) -> Tallies:
     """The counts, the chart and the groups, counted as the reader's search finds entries."""
-    return Tallies(store, reader.mask)
+    return Tallies(store, reader.mask, reader.reads)
 
 
 def count_newer(reader: Reader, store: Store, flt: EntryFilter, after_id: int, cap: int) -> int:
     """How many entries under ``flt`` arrived after ``after_id``, as the reader finds them."""
-    return store.count_newer(flt, after_id, cap=cap, mask=reader.mask)
+    return store.count_newer(scoped(reader, flt), after_id, cap=cap, mask=reader.mask)
 
 
 def neighbours(reader: Reader, store: Store, flt: EntryFilter, entry_id: int) -> tuple[int | None, int | None]:
     """The entries before and after ``entry_id`` in the list ``flt`` makes, as the reader finds it."""
-    return store.neighbours(flt, entry_id, reader.mask)
+    return store.neighbours(scoped(reader, flt), entry_id, reader.mask)
 
 
 # --- groups --------------------------------------------------------------------------------------
@@ -167,13 +210,33 @@ def group_of(reader: Reader, store: Store, seen: EntryView) -> dict | None:
     return {"id": group_id, "label": group_label(Mask.mask_text(key, seen.hidden_values) if reader.mask else key)}
 
 
+#: Why an operator may read a group and not change its state or add a note (a 403).
+GROUP_NOT_YOURS = ("Group {id} is outside the scopes you may act on (your operator grants): you may read it, "
+                   "but not change its state or add a note.")
+
+
+def _group_covered(scopes: tuple[Scope, ...] | None, found: Group) -> bool:
+    return scopes is None or any(s.covers(found.subject) for s in scopes)
+
+
 def group(reader: Reader, store: Store, group_id: int) -> Group:
     """One failure group with its state as the reader sees it (its key as ``groups`` shows it);
-    GroupNotFound, a 404, when there is none."""
+    GroupNotFound, a 404, when there is none or its subject is outside the reader's scopes (a
+    group belongs to one subject, so it is inside or outside as a whole)."""
     found = triage.find_group(store.engine, group_id)
-    if found is None:
+    if found is None or not _group_covered(reader.reads, found):
         raise GroupNotFound(group_id)
     return groups(reader, store, [found])[0]
+
+
+def group_to_change(reader: Reader, store: Store, group_id: int) -> Group:
+    """The group a state change or a note of the reader's is about: GroupNotFound (404) when the
+    reader may not read it, Forbidden (403, GROUP_NOT_YOURS) when their operator grants do not
+    cover its subject."""
+    found = group(reader, store, group_id)
+    if not _group_covered(reader.acts, found):
+        raise Forbidden(GROUP_NOT_YOURS.format(id=group_id))
+    return found
 
 
 def group_values(reader: Reader, store: Store, group_id: int) -> tuple[str, ...]:
@@ -187,6 +250,7 @@ def group_values(reader: Reader, store: Store, group_id: int) -> tuple[str, ...]
 def group_activity(reader: Reader, store: Store, group_id: int, limit: int = 200) -> list[dict]:
     """A group's activity log (entries/triage.py activity) as the reader sees it: for a viewer each
     note and detail with the values the mask hides in the group's newest entries hidden."""
+    group(reader, store, group_id)  # GroupNotFound outside the reader's scopes
     found = triage.activity(store.engine, group_id, limit)
     if not reader.mask or not found:
         return found
@@ -196,6 +260,7 @@ def group_activity(reader: Reader, store: Store, group_id: int, limit: int = 200
 
 def group_involved(reader: Reader, store: Store, group_id: int) -> dict:
     """The consumers and streams among a group's newest entries (columns no mask hides)."""
+    group(reader, store, group_id)  # GroupNotFound outside the reader's scopes
     return triage.involved(store.engine, group_id)
 
 
@@ -289,3 +354,59 @@ def _group_of_record(record: dict) -> int | None:
         group_id = detail.get("group")
         return group_id if isinstance(group_id, int) else None
     return None
+
+
+# --- reads of jobs, the audit and saved views, within the reader's scopes ------------------------
+
+def read_jobs(reader: Reader, engine, fields: tuple[KeyField, ...] = (), **options) -> dict:
+    """One page of jobs (listing.list_jobs) as the reader sees it: a scoped reader's holds the
+    jobs whose every entry they may read, each as ``jobs`` shows it."""
+    found = list_jobs(engine, scopes=reader.reads, **options)
+    return {**found, "jobs": jobs(reader, found["jobs"], fields)}
+
+
+def read_job(reader: Reader, rt, job_id: int, fields: tuple[KeyField, ...] = (), **options) -> dict:
+    """A job and its items (jobs.job_status) as the reader sees it; JobNotFound, a 404, for one
+    that is not theirs to read (an entry it took is outside their scopes) as for an unknown id."""
+    return job(reader, rt.store, job_status(rt, job_id, scopes=reader.reads, **options), fields)
+
+
+def read_audit(reader: Reader, store: Store, args: Mapping[str, str], *, fold: bool = False,
+               fields: tuple[KeyField, ...] = ()) -> dict:
+    """A page of the audit as the reader sees it: a scoped reader's holds the records of the
+    entries they may read and of the jobs they may see (entries/audit.py records_within)."""
+    return audit(reader, store, audit_page(store.engine, args, fold=fold, scopes=reader.reads), fields)
+
+
+def pattern_within(inner: str, outer: str) -> bool:
+    """Whether every subject the NATS pattern ``inner`` matches, ``outer`` matches too."""
+    want, have = outer.split("."), inner.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or have[i] == ">" or (token != "*" and (have[i] == "*" or token != have[i])):
+            return False
+    return len(have) == len(want)
+
+
+def view_within(reader: Reader, store: Store, view) -> bool:
+    """Whether a saved view selects only entries the reader may read, told by its filters alone:
+    a subject pattern inside one of their scopes, or a failure group whose subject they cover."""
+    scopes = reader.reads
+    if scopes is None:
+        return True
+    args = view.args
+    subject = args.get("subject")
+    if subject and any(s.source in (None, DEFAULT_SOURCE) and pattern_within(subject, s.pattern) for s in scopes):
+        return True
+    group = args.get("group")
+    if group and group.isascii() and group.isdigit():
+        found = store.group_subjects([int(group)]).get(int(group))
+        return found is not None and any(s.covers(found) for s in scopes)
+    return False
+
+
+def views(reader: Reader, store: Store, found: list, owner: str | None) -> list:
+    """Saved views as the reader sees them: their own, and the shared ones that select only what
+    they may read (view_within); a shared view of other scopes is not shown."""
+    return [v for v in found if v.owner == owner or view_within(reader, store, v)]

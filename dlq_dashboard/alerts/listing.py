@@ -60,20 +60,23 @@ def state_of(row) -> str:
 
 
 def list_alerts(engine: Engine, *, state: str | None = None, limit: int = LIMIT,
-                before: int | None = None) -> dict[str, Any]:
+                before: int | None = None, within=None) -> dict[str, Any]:
     """The outbox, newest first: ``state`` narrows it to one of STATES, ``before`` (an id) pages it.
-    Also how many are in each state."""
+    Also how many are in each state. ``within``: a condition on the groups' subject (a scoped
+    reader's, entries/scoping.py), which leaves out the alerts of every other group."""
+    joined = ALERTS.outerjoin(GROUPS, GROUPS.c.id == ALERTS.c.group_id)
+    scoped = () if within is None else (within,)
     query = (select(ALERTS.c.id, ALERTS.c.event_id, ALERTS.c.url, ALERTS.c.event, ALERTS.c.group_id,
                     ALERTS.c.created_at, ALERTS.c.attempts, ALERTS.c.next_attempt_at, ALERTS.c.sent_at,
                     ALERTS.c.last_error, GROUPS.c.subject)
-             .select_from(ALERTS.outerjoin(GROUPS, GROUPS.c.id == ALERTS.c.group_id)))
+             .select_from(joined).where(*scoped))
     if state:
         query = query.where(*_IN_STATE[state])
     if before is not None:
         query = query.where(ALERTS.c.id < before)
     with engine.connect() as conn:
         rows = conn.execute(query.order_by(ALERTS.c.id.desc()).limit(limit + 1)).all()
-        counts = {name: conn.execute(select(func.count()).select_from(ALERTS).where(*where)).scalar()
+        counts = {name: conn.execute(select(func.count()).select_from(joined).where(*where, *scoped)).scalar()
                   for name, where in _IN_STATE.items()}
     alerts = [{"id": r.id, "event_id": r.event_id, "event": r.event, "group_id": r.group_id,
                "group_subject": r.subject, "target": shown_target(r.url), "state": state_of(r),
@@ -84,12 +87,14 @@ def list_alerts(engine: Engine, *, state: str | None = None, limit: int = LIMIT,
             "next_before": alerts[-1]["id"] if len(rows) > limit else None}
 
 
-def send_again(engine: Engine, alert_id: int, *, actor: str) -> None:
+def send_again(engine: Engine, alert_id: int, *, actor: str, within=None) -> None:
     """Make a failed alert due now (the sender then sends it as stored, with the same id), with
-    an audit record in the same transaction; NotFailed for one that is sent or not tried yet."""
+    an audit record in the same transaction; NotFailed for one that is sent or not tried yet;
+    AlertNotFound for one of a group outside ``within`` (as list_alerts) as for an unknown id."""
     now = utcnow()
     with write_transaction(engine) as conn:
-        row = conn.execute(select(ALERTS).where(ALERTS.c.id == alert_id)).first()
+        row = conn.execute(select(ALERTS).select_from(ALERTS.outerjoin(GROUPS, GROUPS.c.id == ALERTS.c.group_id))
+                           .where(ALERTS.c.id == alert_id, *(() if within is None else (within,)))).first()
         if row is None:
             raise AlertNotFound(alert_id)
         if state_of(row) != "failed":

@@ -25,6 +25,7 @@ from ..actions.republish import republish_entry
 from ..entries.filters import FILTERS
 from ..errors import DashboardError, InvalidRequest
 from ..runtime import runtime_of
+from ..scopes import Grant, ScopeError, parse_scopes
 from ..times import format_time
 from ..web.data import entries_page, entry_detail, list_fields
 from ..web.export import MEDIA_TYPES, export_body
@@ -48,14 +49,27 @@ def _filter_options(command):
 
 def _reader_option(command):
     """``--as ROLE``: read as that role would (``--as viewer``: through DLQ_MASK, to hand the
-    output on); the command line on the server reads as an admin by default."""
+    output on); the command line on the server reads as an admin by default. ``--scope
+    PATTERN`` (repeatable): read as a user of that role scoped to those patterns would."""
+    command = click.option("--scope", "scopes", metavar="PATTERN", multiple=True,
+                           help=("Show what a user scoped to this subject pattern sees (NATS wildcards; "
+                                 "give it once for each pattern, with --as viewer or operator)."))(command)
     return click.option("--as", "as_role", type=click.Choice(ROLES), default="admin", show_default=True,
                         help="Show what this role sees (viewer: values DLQ_MASK hides read \"•••\").")(command)
 
 
-def _reader(role: str) -> Reader:
-    """Who the command line reads as."""
-    return Reader.of(role, runtime_of(current_app).mask)
+def _reader(role: str, scopes: tuple[str, ...] = ()) -> Reader:
+    """Who the command line reads as (``scopes``: the --scope patterns, for a scoped reader)."""
+    if not scopes:
+        return Reader.of(role, runtime_of(current_app).mask)
+    if role == "admin":
+        raise InvalidRequest("--scope reads as a scoped user: give --as viewer or --as operator with it "
+                             "(an admin is never scoped)")
+    try:
+        grant = Grant(role, parse_scopes(scopes))
+    except ScopeError as exc:
+        raise InvalidRequest(f"--scope: {exc}") from None
+    return Reader.of(role, runtime_of(current_app).mask, (grant,))
 
 
 def _refusals(command):
@@ -98,9 +112,9 @@ def _one_line(text: str | None, width: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: {\"entries\": [...], \"next_cursor\"}.")
 @_reader_option
 @_refusals
-def list_entries(as_json: bool, as_role: str, **options) -> None:
+def list_entries(as_json: bool, as_role: str, scopes: tuple[str, ...], **options) -> None:
     """One page of entries, newest first, under the list's filters."""
-    _, page = entries_page(_args(options), reader=_reader(as_role))
+    _, page = entries_page(_args(options), reader=_reader(as_role, scopes))
     if as_json:
         _echo_json(page.to_dict())
         return
@@ -119,10 +133,10 @@ def list_entries(as_json: bool, as_role: str, **options) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: GET /api/entries/<id>.")
 @_reader_option
 @_refusals
-def show_entry(entry_id: int, as_json: bool, as_role: str) -> None:
+def show_entry(entry_id: int, as_json: bool, as_role: str, scopes: tuple[str, ...]) -> None:
     """One entry with its payload, failure group, the current schema's verdict, delivery history
     and audit: the value the entry page and GET /api/entries/<id> show."""
-    detail = entry_detail(entry_id, _reader(as_role))
+    detail = entry_detail(entry_id, _reader(as_role, scopes))
     body = detail.to_dict()
     if as_json:
         _echo_json(body)
@@ -163,7 +177,7 @@ def _version(entry_id: int, version: int | None) -> int:
     # Without --version the command acts on the entry as it is now (documented above).
     if version is not None:
         return version
-    return visible.lookup(runtime_of(current_app).store, entry_id, with_history=False).version
+    return visible.lookup(_reader("admin"), runtime_of(current_app).store, entry_id, with_history=False).version
 
 
 @entries.command("republish")
@@ -233,9 +247,9 @@ def reopen(entry_id: int, version: int | None, as_json: bool) -> None:
               help="Write to this file (default: standard output).")
 @_reader_option
 @_refusals
-def export(fmt: str, output: Path | None, as_role: str, **options) -> None:
+def export(fmt: str, output: Path | None, as_role: str, scopes: tuple[str, ...], **options) -> None:
     """Every entry under the filters as JSON, NDJSON or CSV, streamed as the API streams it."""
-    _, body = export_body(_args(options), fmt, _reader(as_role))
+    _, body = export_body(_args(options), fmt, _reader(as_role, scopes))
     if output is None:
         out = click.get_binary_stream("stdout")
         for chunk in body:

@@ -43,11 +43,12 @@ def _echo_json(body) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: {\"groups\": [...]}.")
 @_reader_option
 @_refusals
-def list_groups(state, assignee, team, status, subject, limit, as_json: bool, as_role: str) -> None:
+def list_groups(state, assignee, team, status, subject, limit, as_json: bool, as_role: str,
+                scopes: tuple[str, ...]) -> None:
     """Failure groups, largest first, with their state and assignee."""
     args = {k: v for k, v in {"state": state, "assignee": assignee, "team": team, "status": status,
                               "subject": subject, "limit": limit}.items() if v}
-    answer = failure_groups(args, reader=_reader(as_role), me=cli_actor())
+    answer = failure_groups(args, reader=_reader(as_role, scopes), me=cli_actor())
     if as_json:
         _echo_json({"groups": [g.to_dict(answer.base) for g in answer.groups]})
         return
@@ -63,9 +64,9 @@ def list_groups(state, assignee, team, status, subject, limit, as_json: bool, as
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: GET /api/groups/<id>.")
 @_reader_option
 @_refusals
-def show_group(group_id: int, as_json: bool, as_role: str) -> None:
+def show_group(group_id: int, as_json: bool, as_role: str, scopes: tuple[str, ...]) -> None:
     """One group with its state, counts and activity log."""
-    reader, store = _reader(as_role), runtime_of(current_app).store
+    reader, store = _reader(as_role, scopes), runtime_of(current_app).store
     found = visible.group(reader, store, group_id)
     activity = visible.group_activity(reader, store, group_id)
     if as_json:

@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from sqlalchemy import Engine, and_, func, not_, select
+from sqlalchemy import Engine, and_, func, not_, or_, select
 
 from ..db.engine import read_transaction
 from ..db.models import Action, Job, JobItem
 from ..flags import flag
 from ..numbers import whole_number
 from ..times import format_time
+from ..scopes import Scope
 from .filters import decode_cursor, encode_cursor
+from .scoping import entries_within, jobs_within
 
 ACTIONS, JOBS, ITEMS = Action.__table__, Job.__table__, JobItem.__table__
 DEFAULT_LIMIT = 100
@@ -55,12 +57,28 @@ def is_folded(args: Mapping[str, str], default: bool) -> bool:
     return flag(args.get("fold"), "fold", default)
 
 
-def audit_page(engine: Engine, args: Mapping[str, str], *, fold: bool = False) -> dict[str, Any]:
+def records_within(scopes: tuple[Scope, ...] | None):
+    """The condition on audit records a scoped reader may read (None: every one): those of an
+    entry the scopes cover (by a job: of a job they may see), and the records of a job whose every
+    entry they cover (jobs_within); a record of neither (none is written today) is not theirs."""
+    if scopes is None:
+        return None
+    jobs_seen = ACTIONS.c.job_id.in_(select(JOBS.c.id).where(jobs_within(scopes)))
+    return or_(and_(ACTIONS.c.entry_id.is_not(None), ACTIONS.c.entry_id.in_(entries_within(scopes)),
+                    or_(ACTIONS.c.job_id.is_(None), jobs_seen)),
+               and_(ACTIONS.c.entry_id.is_(None), ACTIONS.c.job_id.is_not(None), jobs_seen))
+
+
+def audit_page(engine: Engine, args: Mapping[str, str], *, fold: bool = False,
+               scopes: tuple[Scope, ...] | None = None) -> dict[str, Any]:
     """One page of the audit, newest first, narrowed by ``entry``, ``job``, ``actor`` or
     ``action``; ``limit`` and ``cursor`` page it; ``items`` 1 with ``job`` keeps the job's item
     records only. Folded (is_folded), a job's item records are left out and its own record
-    carries their counts as ``job``. InvalidRequest names a bad argument."""
+    carries their counts as ``job``. ``scopes``: a scoped reader's (records_within).
+    InvalidRequest names a bad argument."""
     query = select(ACTIONS).order_by(ACTIONS.c.id.desc())
+    if scopes is not None:
+        query = query.where(records_within(scopes))
     if is_folded(args, fold):
         query = query.where(not_(and_(ACTIONS.c.job_id.is_not(None), ACTIONS.c.entry_id.is_not(None))))
     if args.get("job") and flag(args.get("items"), "items"):

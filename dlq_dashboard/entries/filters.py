@@ -20,7 +20,9 @@ from ..db.engine import is_sqlite
 from ..db.models import Entry, FailureGroup
 from ..errors import InvalidRequest
 from ..numbers import whole_number
+from ..scopes import Scope
 from ..times import format_time, parse_time, utcnow
+from .scoping import scope_condition
 from .fields import FIELD_PREFIX, KeyField, field_condition
 from .shape import STATUSES, STR
 
@@ -403,6 +405,9 @@ class EntryFilter:
     since_ago: str | None = None
     # Key fields (DLQ_LIST_FIELDS) and the value each must have: field.<label>=<value>.
     field_values: tuple[tuple[KeyField, str], ...] = ()
+    # What the reader may reach (access/visible.py puts a scoped reader's scopes here): None for
+    # everything. Not a filter of the list: never in to_args, links or a job's selection words.
+    scopes: tuple[Scope, ...] | None = None
 
     @classmethod
     def from_args(cls, args: Mapping[str, str], *, max_limit: int = MAX_LIMIT,
@@ -440,6 +445,8 @@ class EntryFilter:
     def conditions(self, engine: Engine, *, search: bool = True) -> list:
         """SQL conditions for everything but paging (``search=False``: without ``q``)."""
         conds = [c for declared in FILTERS if not declared.search for c in declared.conditions(self, engine)]
+        if self.scopes is not None:
+            conds.append(scope_condition(Entry.original_subject, self.scopes))
         if search:
             conds += [c for declared in FILTERS if declared.search for c in declared.conditions(self, engine)]
         return conds
@@ -447,7 +454,10 @@ class EntryFilter:
     def group_conditions(self) -> list:
         """SQL conditions on failure_groups for the filters the kept counts hold (subject,
         reason, group; a group's subject and reason are '' where its entries have none)."""
-        return [c for declared in FILTERS for c in declared.group_conditions(self)]
+        conds = [c for declared in FILTERS for c in declared.group_conditions(self)]
+        if self.scopes is not None:  # a group is of one subject: a scope covers all its entries or none
+            conds.append(scope_condition(GROUPS.c.subject, self.scopes))
+        return conds
 
     def _group_condition(self):
         """The failure_groups condition of ``group`` (Store.check_group looks for the group by it)."""

@@ -15,7 +15,7 @@ from ..db.models import Action, Entry, Event, FailureGroup, Republish
 from ..times import format_time
 from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value
-from .filters import EntryFilter, FilterError, decode_cursor, encode_cursor, fts_query
+from .filters import EntryFilter, FilterError, decode_cursor, encode_cursor, fts_query, scope_condition
 from ..masking import Mask
 from .view import EntryView, Page
 
@@ -191,7 +191,10 @@ class Store:
         if not flt.group:
             return
         with read_transaction(self.engine) as conn:
-            found = conn.execute(select(_GROUPS.c.id).where(flt._group_condition()).limit(1)).first()
+            query = select(_GROUPS.c.id).where(flt._group_condition())
+            if flt.scopes is not None:  # a group outside the reader's scopes is as unknown as none
+                query = query.where(scope_condition(_GROUPS.c.subject, flt.scopes))
+            found = conn.execute(query.limit(1)).first()
         if found is None:
             raise FilterError(f"group {flt.group!r} is not a failure group: use a group's id from /groups "
                               "or /api/groups")
@@ -203,6 +206,14 @@ class Store:
                                .join(ENTRIES, ENTRIES.c.group_id == _GROUPS.c.id)
                                .where(Entry.id == entry_id)).first()
         return (row.id, row.key) if row else None
+
+    def group_subjects(self, group_ids: list[int]) -> dict[int, str | None]:
+        """The subject of each of these failure groups (None where its entries have none)."""
+        if not group_ids:
+            return {}
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(select(_GROUPS.c.id, _GROUPS.c.subject).where(_GROUPS.c.id.in_(group_ids))).all()
+        return {r.id: r.subject or None for r in rows}
 
     def get_entry(self, entry_id: int, *, with_history: bool = True) -> EntryView | None:
         """One entry, with its delivery history and its actions."""

@@ -5,7 +5,7 @@ themselves, the newest BOUND of them at most, and the answer says so."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, Select, String, and_, func, literal_column, select, type_coerce
@@ -18,6 +18,7 @@ from ..times import as_time, utcnow
 from .filters import FILTERS, STATUSES, EntryFilter
 from .groups import Group
 from ..masking import Mask
+from ..scopes import Scope
 from .store import MASKED_SEARCH_SCAN, Store
 
 #: The most matching entries counted when the kept counts cannot answer a filter.
@@ -48,16 +49,22 @@ def served_by_kept_counts(flt: EntryFilter) -> bool:
 
 class Tallies:
     """Groups, counts by status and arrivals over time, under a filter (with a viewer's
-    ``mask``, a search counts only the entries it finds in what the viewer sees)."""
+    ``mask``, a search counts only the entries it finds in what the viewer sees; with
+    ``scopes``, a scoped reader's, only the entries they cover, counted from the kept counts
+    of the groups whose subject they cover: a group is of one subject)."""
 
-    def __init__(self, store: Store, mask: Mask | None = None):
-        self.store, self.engine, self.mask = store, store.engine, mask
+    def __init__(self, store: Store, mask: Mask | None = None, scopes: tuple[Scope, ...] | None = None):
+        self.store, self.engine, self.mask, self.scopes = store, store.engine, mask, scopes
+
+    def _scoped(self, flt: EntryFilter) -> EntryFilter:
+        return flt if self.scopes is None else replace(flt, scopes=self.scopes)
 
     # --- groups --------------------------------------------------------------------------------
 
     def groups(self, flt: EntryFilter, limit: int = 200, where: tuple = ()) -> tuple[list[Group], Tally]:
         """Failure groups under the filter, largest first; ``where``: conditions on the groups
         themselves (their triage state, assignee, team: entries/triage.py GroupStateFilter)."""
+        flt = self._scoped(flt)
         if served_by_kept_counts(flt):
             count = _count_column(flt.status)
             query = (select(GROUPS, count.label("n")).where(count > 0, *flt.group_conditions(), *where)
@@ -109,6 +116,7 @@ class Tallies:
 
     def counts_by_status(self, flt: EntryFilter) -> tuple[dict[str, int], Tally]:
         """How many entries each status has under the filter (its status aside)."""
+        flt = self._scoped(flt)
         others = EntryFilter(**{**flt.__dict__, "status": None, "cursor": None})
         if served_by_kept_counts(others):
             sums = [func.coalesce(func.sum(GROUPS.c[STATUS_COLUMNS[s]]), 0) for s in STATUSES]
@@ -125,6 +133,7 @@ class Tallies:
 
     def received_range(self, flt: EntryFilter) -> tuple[datetime | None, datetime | None]:
         """When the first and the last entry under the filter arrived."""
+        flt = self._scoped(flt)
         if served_by_kept_counts(flt):
             query = select(func.min(GROUPS.c.first_seen), func.max(GROUPS.c.last_seen)).where(
                 _count_column(flt.status) > 0, *flt.group_conditions())
@@ -137,6 +146,7 @@ class Tallies:
 
     def received_between(self, flt: EntryFilter, bounds: list[datetime]) -> tuple[list[int], Tally]:
         """Entries under the filter that arrived in each [bounds[i], bounds[i+1])."""
+        flt = self._scoped(flt)
         totals = [0] * max(len(bounds) - 1, 0)
         if not totals:
             return totals, KEPT

@@ -20,7 +20,7 @@ from ..errors import InvalidRequest
 from ..flags import flag
 from . import current_runtime, params
 from .auth import actor_name, requires
-from .data import get_entry_or_404
+from .data import entry_to_act_on, get_entry_or_404
 from .errors import status_of
 from .presenters.payloads import editable, line_diff, same_document
 from .responses import after_post, render_block
@@ -34,6 +34,7 @@ bp = Blueprint("actions", __name__)
 @requires("operator")
 def api_republish(entry_id: int):
     """Republish with the version seen; ``payload_base64`` sends an edited payload, ``force`` an invalid one."""
+    entry_to_act_on(entry_id, with_history=False)  # 404 outside the reader's scopes, 403 outside their acts
     body = params.json_body()
     payload = params.base64_payload(body["payload_base64"]) if body.get("payload_base64") is not None else None
     outcome = republish_entry(current_runtime(), entry_id, params.version(body.get("version")), actor=actor_name(),
@@ -45,6 +46,7 @@ def api_republish(entry_id: int):
 @requires("operator")
 def api_close(entry_id: int):
     """Acknowledge and close with an optional note."""
+    entry_to_act_on(entry_id, with_history=False)  # 404 outside the reader's scopes, 403 outside their acts
     body = params.json_body()
     outcome = close_entry(current_runtime(), entry_id, params.version(body.get("version")), actor=actor_name(),
                           note=body.get("note"))
@@ -55,6 +57,7 @@ def api_close(entry_id: int):
 @requires("operator")
 def api_reopen(entry_id: int):
     """Reopen a closed or republished entry."""
+    entry_to_act_on(entry_id, with_history=False)  # 404 outside the reader's scopes, 403 outside their acts
     version = params.version(params.json_body().get("version"))
     return jsonify(reopen_entry(current_runtime(), entry_id, version, actor=actor_name()).to_dict())
 
@@ -123,21 +126,21 @@ def check_payload(entry: EntryView, text: str, encoding: str) -> dict[str, Any]:
 @requires("operator")
 def confirm_republish(entry_id: int):
     """Confirm a republish: where it goes and which consumers will receive it."""
-    return _editor(get_entry_or_404(entry_id), editing=False)
+    return _editor(entry_to_act_on(entry_id), editing=False)
 
 
 @bp.route("/entries/<int:entry_id>/edit")
 @requires("operator")
 def edit(entry_id: int):
     """The payload editor: validated against the current schema as the operator types."""
-    return _editor(get_entry_or_404(entry_id), editing=True)
+    return _editor(entry_to_act_on(entry_id), editing=True)
 
 
 @bp.route("/entries/<int:entry_id>/validate", methods=["POST"])
 @requires("operator", fragment=True)
 def validate(entry_id: int):
     """The editor's live check (an htmx fragment): schema errors and the diff from the original."""
-    entry = get_entry_or_404(entry_id)
+    entry = entry_to_act_on(entry_id)
     encoding = "base64" if request.form.get("encoding") == "base64" else "text"
     return render_block("edit.html", "check", entry=entry,
                         check=check_payload(entry, request.form.get("payload", ""), encoding))
@@ -151,7 +154,7 @@ def republish(entry_id: int):
     A refusal (an invalid payload, no stream) or an outage shows the form again with the
     reason; a conflict is answered by web/errors.py with what changed meanwhile.
     """
-    entry = get_entry_or_404(entry_id)
+    entry = entry_to_act_on(entry_id)
     force = flag(request.form.get("force"), "force")
     try:
         republish_entry(current_runtime(), entry_id, params.version(request.form.get("version")),
@@ -169,6 +172,7 @@ def republish(entry_id: int):
 @requires("operator")
 def close(entry_id: int):
     """Acknowledge and close with a note."""
+    entry_to_act_on(entry_id, with_history=False)
     close_entry(current_runtime(), entry_id, params.version(request.form.get("version")), actor=actor_name(),
                 note=request.form.get("note"))
     return after_post(url_for("pages.entry", entry_id=entry_id))
@@ -178,6 +182,7 @@ def close(entry_id: int):
 @requires("operator")
 def reopen(entry_id: int):
     """Reopen a closed or republished entry."""
+    entry_to_act_on(entry_id, with_history=False)
     reopen_entry(current_runtime(), entry_id, params.version(request.form.get("version")), actor=actor_name())
     return after_post(url_for("pages.entry", entry_id=entry_id))
 

@@ -5,14 +5,21 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, render_template, request, url_for
 
-from ..alerts.listing import LIMIT, MAX_LIMIT, STATES, list_alerts, send_again
+from ..alerts.listing import GROUPS, LIMIT, MAX_LIMIT, STATES, list_alerts, send_again
+from ..entries.scoping import scope_condition
 from ..numbers import whole_number
 from ..times import format_time
 from . import current_runtime, params
 from .auth import actor_name, requires
+from .data import current_reader
 from .responses import after_post
 
 bp = Blueprint("alert_outbox", __name__)
+
+
+def _within():
+    """The reader's scopes as a condition on the alerts' groups (None: every alert)."""
+    return scope_condition(GROUPS.c.subject, current_reader().reads)
 
 
 def outbox(args) -> tuple[dict, dict[str, str]]:
@@ -22,7 +29,7 @@ def outbox(args) -> tuple[dict, dict[str, str]]:
     raw_limit, raw_before = (args.get("limit") or "").strip(), (args.get("before") or "").strip()
     limit = whole_number(raw_limit, "limit", low=1, high=MAX_LIMIT, what="alerts a page") if raw_limit else LIMIT
     before = whole_number(raw_before, "before", low=1, what="the alert id to page from") if raw_before else None
-    found = list_alerts(current_runtime().engine, state=state, limit=limit, before=before)
+    found = list_alerts(current_runtime().engine, state=state, limit=limit, before=before, within=_within())
     return found, {k: v for k, v in (("state", state), ("limit", raw_limit)) if v}
 
 
@@ -47,6 +54,6 @@ def api_alerts():
 @requires("operator")
 def alert_send_again(alert_id: int):
     """Make a failed alert due now; the sender sends it with the same id. Back to the outbox."""
-    send_again(current_runtime().engine, alert_id, actor=actor_name())
+    send_again(current_runtime().engine, alert_id, actor=actor_name(), within=_within())
     return after_post(url_for("alert_outbox.alerts", **{k: v for k, v in request.form.items()
                                                         if k == "state" and v in STATES}))

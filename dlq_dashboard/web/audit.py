@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, render_template, request
 
-from ..entries.audit import audit_page, is_folded
+from ..entries.audit import is_folded
 from ..errors import InvalidRequest
 from . import current_runtime
 from .auth import requires
@@ -47,5 +47,4 @@ def api_audit():
 
 def seen_audit(args, *, fold: bool = False) -> dict:
     """One page of the audit (audit_page) as this request's reader sees it."""
-    rt = current_runtime()
-    return visible.audit(current_reader(), rt.store, audit_page(rt.engine, args, fold=fold), list_fields())
+    return visible.read_audit(current_reader(), current_runtime().store, args, fold=fold, fields=list_fields())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, render_template, request, url_for
 
-from ..actions.bulk.jobs import ITEM_STATES, JobError, cancel_job, create_job, job_status, select_items
-from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX, list_jobs
+from ..actions.bulk.jobs import ITEM_STATES, JobError, cancel_job, create_job, select_items
+from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX
 from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
 from ..actions.bulk.refusals import republish_refusals
 from ..actions.republish import republish_targets
@@ -35,9 +35,8 @@ def jobs_page(args) -> tuple[dict, dict[str, str]]:
     state = params.one_of(args.get("state"), "state", JOB_STATES)
     raw = (args.get("limit") or "").strip()
     limit = whole_number(raw, "limit", low=1, high=JOBS_MAX, what="jobs a page") if raw else JOBS_LIMIT
-    page = list_jobs(current_runtime().engine, cursor=(args.get("cursor") or "").strip() or None,
-                     limit=limit, state=state)
-    page = {**page, "jobs": visible.jobs(current_reader(), page["jobs"], list_fields())}
+    page = visible.read_jobs(current_reader(), current_runtime().engine, list_fields(),
+                             cursor=(args.get("cursor") or "").strip() or None, limit=limit, state=state)
     kept = {k: v for k, v in (("state", state), ("limit", raw)) if v}
     return page, kept
 
@@ -62,7 +61,8 @@ def api_bulk():
     if action == "patch":  # only those that pass the schema once patched, unless told otherwise
         selection["only_valid"] = flag(body.get("only_valid"), "only_valid", default=True)
     job_id = create_job(current_runtime(), action, actor=actor_name(), note=body.get("note"),
-                        force=flag(body.get("force"), "force"), patch=body.get("patch"), **selection)
+                        force=flag(body.get("force"), "force"), patch=body.get("patch"),
+                        scopes=current_reader().acts, **selection)
     response = jsonify(job=job_id)
     response.headers["Location"] = url_for("bulk.api_job", job_id=job_id)
     return response, 202
@@ -79,8 +79,7 @@ def api_job(job_id: int):
 
 def seen_job(job_id: int, **options) -> dict:
     """A job's progress and its items' results (job_status) as this request's reader sees them."""
-    rt = current_runtime()
-    return visible.job(current_reader(), rt.store, job_status(rt, job_id, **options), list_fields())
+    return visible.read_job(current_reader(), current_runtime(), job_id, list_fields(), **options)
 
 
 def item_state() -> str | None:
@@ -92,7 +91,7 @@ def item_state() -> str | None:
 @requires("operator")
 def api_cancel_job(job_id: int):
     """Cancel a job after its current window."""
-    cancel_job(current_runtime(), job_id, actor=actor_name())
+    cancel_job(current_runtime(), job_id, actor=actor_name(), scopes=current_reader().acts)
     return jsonify(seen_job(job_id, limit=0))
 
 
@@ -110,7 +109,7 @@ def bulk_preview():
         return bulk_repair_page()
     try:
         selection = params.form_selection()
-        items, summary = select_items(rt, **selection)
+        items, summary = select_items(rt, scopes=current_reader().acts, **selection)
         error = None if items else "No entries match; nothing to do."
     except DashboardError as exc:
         items, summary, selection, error = [], {}, {}, str(exc)
@@ -136,7 +135,8 @@ def bulk_create():
             selection["only_valid"] = flag(request.form.get("only_valid"), "only_valid")
         job_id = create_job(current_runtime(), request.form.get("action", ""), actor=actor_name(),
                             note=request.form.get("note"), force=flag(request.form.get("force"), "force"),
-                            patch=request.form.get("patch") if patching else None, **selection)
+                            patch=request.form.get("patch") if patching else None,
+                            scopes=current_reader().acts, **selection)
     except DashboardError as exc:
         if patching:
             return _patch_page(error=str(exc), status=status_of(exc))
@@ -163,7 +163,8 @@ def _patch_preview():
     """The patch form for a selection; given a patch, what it would do to the selected entries."""
     rt, summary = current_runtime(), {}
     try:
-        items, summary = select_items(rt, **{**params.form_selection(), "only_valid": False})
+        items, summary = select_items(rt, scopes=current_reader().acts,
+                                      **{**params.form_selection(), "only_valid": False})
         if not items:
             raise JobError("No entries match; nothing to do.")
         if "patch" not in request.form:  # arrived from the list or a group: the form first
@@ -201,5 +202,5 @@ def job_page(job_id: int):
 @requires("operator")
 def job_cancel(job_id: int):
     """Cancel a job; its page shows it stop."""
-    cancel_job(current_runtime(), job_id, actor=actor_name())
+    cancel_job(current_runtime(), job_id, actor=actor_name(), scopes=current_reader().acts)
     return after_post(url_for("bulk.job_page", job_id=job_id))

@@ -49,8 +49,15 @@ def failed_again(entries: list[EntryView]) -> dict[int, int]:
 def get_entry_or_404(entry_id: int, *, with_history: bool = True) -> EntryView:
     """The entry with this id (with its history and actions) as this request's reader may see
     it; EntryNotFound, a 404, otherwise."""
-    return visible.entry(current_reader(), visible.lookup(current_runtime().store, entry_id,
-                                                          with_history=with_history))
+    reader = current_reader()
+    return visible.entry(reader, visible.lookup(reader, current_runtime().store, entry_id, with_history=with_history))
+
+
+def entry_to_act_on(entry_id: int, *, with_history: bool = True) -> EntryView:
+    """The entry an action of this request's reader is about to change (an operator sees it as
+    stored): EntryNotFound, a 404, when they may not read it; Forbidden, a 403 with its
+    sentence, when their operator grants do not cover it (access/visible.py acting_on)."""
+    return visible.acting_on(current_reader(), current_runtime().store, entry_id, with_history=with_history)
 
 
 def list_fields() -> tuple[KeyField, ...]:
@@ -61,9 +68,10 @@ def list_fields() -> tuple[KeyField, ...]:
 def request_filter(args: Mapping[str, str], *, reader: Reader | None = None, **options) -> EntryFilter:
     """The filter of a request's arguments, as the reader may filter (FilterError, a 400, for a
     bad one, or one by a key field DLQ_MASK hides from it)."""
-    flt = EntryFilter.from_args(args, key_fields=list_fields(), **options)
-    current_runtime().store.check_group(flt)
-    return visible.check_filter(reader or current_reader(), flt)
+    flt = visible.check_filter(reader or current_reader(),
+                               EntryFilter.from_args(args, key_fields=list_fields(), **options))
+    current_runtime().store.check_group(flt)  # within the reader's scopes: another group is unknown
+    return flt
 
 
 def entries_page(args: Mapping[str, str], *, rows: bool = False,

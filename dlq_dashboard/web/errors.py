@@ -19,6 +19,8 @@ from flask import Flask, current_app, jsonify, make_response, render_template, r
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 
+from ..access import visible
+from ..access.reader import Reader
 from ..actions.errors import ActionError, Conflict, NatsDown, Refused
 from ..db.bounds import Bounds, set_bounds
 from ..db.liveness import UNAVAILABLE, describe, sentence
@@ -36,7 +38,7 @@ from ..errors import (
     RequestRefused,
 )
 from . import current_runtime
-from .auth import identity_unknown
+from .auth import current_identity, identity_unknown
 from .responses import wants_json
 
 log = logging.getLogger(__name__)
@@ -119,13 +121,20 @@ def error_body(exc: DashboardError) -> dict[str, Any]:
     body: dict[str, Any] = {"error": str(exc)}
     if isinstance(exc, ActionError):
         if isinstance(exc, Conflict) and exc.entry_id is not None:
-            current = current_runtime().store.get_entry(exc.entry_id)
+            current = _readable(current_runtime().store.get_entry(exc.entry_id))
             body["entry"] = current.to_dict() if current else None
         if exc.publish is not None:
             body["publish"] = exc.publish.to_dict()
         if exc.errors:
             body["schema_errors"] = exc.errors
     return body
+
+
+def _readable(entry):
+    """The entry if this request's reader may read it (its scopes cover it), else None."""
+    identity = current_identity()
+    reads = Reader.of(identity.role, None, identity.grants).reads if identity is not None else None
+    return entry if entry is not None and visible.covered(reads, entry) else None
 
 
 def dashboard_error(exc: DashboardError):
@@ -164,10 +173,10 @@ def csrf_refused(exc: CSRFError):
 def not_done_page(exc: DashboardError, entry_id: int, status: int):
     """Why an action on an entry was not done; for a conflict, what changed since the version seen."""
     store = current_runtime().store
-    entry = store.get_entry(entry_id)
+    entry = _readable(store.get_entry(entry_id))  # outside the reader's scopes: as an unknown id's page
     seen = exc.seen_version if isinstance(exc, ActionError) else None
     since = [a for a in (entry.actions if entry else []) if seen is not None and (a["version"] or 0) >= seen]
-    republishes = [r for r in store.republishes_of(entry_id) if seen is not None and r["version"] >= seen]
+    republishes = [r for r in store.republishes_of(entry_id) if entry and seen is not None and r["version"] >= seen]
     return make_response(render_template(
         "conflict.html", error=exc, conflict=isinstance(exc, Conflict), entry=entry, seen=seen, since=since,
         republishes=republishes), status)

@@ -104,6 +104,7 @@ def _form_body() -> dict[str, Any]:
 @requires("operator")
 def group_state_form(group_id: int):
     """A state change from the group's page (the version seen rides in the form)."""
+    visible.group_to_change(current_reader(), current_runtime().store, group_id)
     change = parse_state_change(_form_body(), utcnow())
     change_state(current_runtime().engine, group_id, group_version(request.form.get("version")), change,
                  actor=actor_name())
@@ -114,6 +115,7 @@ def group_state_form(group_id: int):
 @requires("operator")
 def group_note_form(group_id: int):
     """A note from the group's page."""
+    visible.group_to_change(current_reader(), current_runtime().store, group_id)
     add_note(current_runtime().engine, group_id, request.form.get("text"), actor=actor_name())
     return after_post(url_for("groups.group_page", group_id=group_id) + "#notes")
 
@@ -132,6 +134,7 @@ def api_group(group_id: int):
 @requires("operator")
 def api_group_state(group_id: int):
     """Change a group's state with the version seen; a stale one is a 409."""
+    visible.group_to_change(current_reader(), current_runtime().store, group_id)
     body = params.json_body()
     change = parse_state_change(body, utcnow())
     change_state(current_runtime().engine, group_id, group_version(body.get("version")), change,
@@ -143,5 +146,6 @@ def api_group_state(group_id: int):
 @requires("operator")
 def api_group_note(group_id: int):
     """Add a note to a group's activity."""
+    visible.group_to_change(current_reader(), current_runtime().store, group_id)
     note = add_note(current_runtime().engine, group_id, params.json_body().get("text"), actor=actor_name())
     return jsonify(note=note), 201

@@ -182,10 +182,14 @@ def _entry_context(detail):
     flt = request_filter(request.args)  # a bad one is a 400, as on the list itself
     list_args = flt.to_args()
     entry = detail.entry
-    newer, older = visible.neighbours(current_reader(), rt.store, flt, entry.id)
+    reader = current_reader()
+    newer, older = visible.neighbours(reader, rt.store, flt, entry.id)
     republish_reason = edit_reason = None
     identity = current_identity()
-    if identity is not None and identity.may("operator"):
+    # Outside the operator's acting scopes the bar is not offered (a request would be a 403).
+    outside_acts = visible.NOT_YOURS.format(id=entry.id) if reader.may("operator") and not visible.may_act(
+        reader, entry) else None
+    if identity is not None and identity.may("operator") and not outside_acts:
         # An operator sees entries unmasked, so ``entry`` is the entry as stored, the one the
         # action would refuse.
         republish_reason = republish_refusal(entry, status=True)
@@ -198,7 +202,7 @@ def _entry_context(detail):
                 republish_reason = republish_reason or no_stream_sentence(entry.original_subject)
                 edit_reason = edit_reason or no_stream_sentence(entry.original_subject)
     return {"list_args": list_args, "newer_id": newer, "older_id": older,
-            "republish_reason": republish_reason, "edit_reason": edit_reason}
+            "republish_reason": republish_reason, "edit_reason": edit_reason, "outside_acts": outside_acts}
 
 
 @bp.route("/entries/<int:entry_id>/payload")

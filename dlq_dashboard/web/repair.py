@@ -16,7 +16,7 @@ from ..entries.repair import REPAIRED, VALID
 from ..errors import DashboardError, InvalidRequest
 from . import current_runtime, params
 from .auth import actor_name, requires
-from .data import get_entry_or_404
+from .data import current_reader, entry_to_act_on
 from .errors import status_of
 from .presenters.payloads import line_diff
 from .responses import after_post
@@ -46,7 +46,7 @@ def _entry_page(entry, *, error: Exception | str | None = None, status: int = 20
 @requires("operator")
 def entry_repair(entry_id: int):
     """The entry's payload repaired by its current schema, as a line diff, with Republish."""
-    return _entry_page(get_entry_or_404(entry_id))
+    return _entry_page(entry_to_act_on(entry_id))
 
 
 @bp.route("/entries/<int:entry_id>/repair", methods=["POST"])
@@ -54,7 +54,7 @@ def entry_repair(entry_id: int):
 def entry_repair_republish(entry_id: int):
     """Republish the repaired payload the page showed (the same exactly-once republish as the
     editor's: a second click publishes nothing more); back to the entry's timeline."""
-    entry = get_entry_or_404(entry_id)
+    entry = entry_to_act_on(entry_id)
     version = params.version(request.form.get("version"))
     result = repair_entry(current_runtime(), entry)
     if result.outcome != REPAIRED:
@@ -74,7 +74,8 @@ def entry_repair_republish(entry_id: int):
 def _preview(selection: dict) -> tuple[dict, dict]:
     """The selection's summary and what repairing it would do; JobError when nothing is selected."""
     rt = current_runtime()
-    items, summary = select_items(rt, **{**selection, "only_valid": False})
+    # Only what the reader's operator grants cover (by ids, another id is left out as unknown).
+    items, summary = select_items(rt, scopes=current_reader().acts, **{**selection, "only_valid": False})
     if not items:
         raise JobError("No entries match; nothing to do.")
     preview = preview_repair(rt, [i["id"] for i in items])

@@ -15,7 +15,7 @@ from ..entries.filters import EntryFilter, encode_cursor
 from ..errors import EntryNotFound, InvalidRequest
 from . import current_runtime, params
 from .auth import actor_name, requires
-from .data import current_reader, failed_again, get_entry_or_404, list_fields
+from .data import current_reader, entry_to_act_on, failed_again, list_fields
 from .presenters.rows import snippet
 from .responses import after_post, htmx, render_block
 
@@ -40,7 +40,7 @@ def _back() -> str:
 @requires("operator")
 def confirm(entry_id: int, action: str):
     """The question a row's action asks (naming the entry: id and subject), as a page of its own."""
-    entry = get_entry_or_404(entry_id, with_history=False)
+    entry = entry_to_act_on(entry_id, with_history=False)
     seen = request.args.get("version", "").strip()
     return render_template("row_confirm.html", entry=entry, action=_action(action), back=_back(),
                            version=params.version(seen) if seen else entry.version)
@@ -52,6 +52,7 @@ def act(entry_id: int, action: str):
     """Republish or close the entry at the version the row showed, exactly once (a second click
     is answered as a conflict and publishes nothing); htmx gets the row as it is now."""
     action, rt = _action(action), current_runtime()
+    entry_to_act_on(entry_id, with_history=False)  # 404 outside the reader's scopes, 403 outside their acts
     version = params.version(request.form.get("version"))
     try:
         if action == "republish":
@@ -83,4 +84,5 @@ def _row(entry_id: int, message: dict) -> str:
     back = _back()
     return render_block("index.html", "entry_row", e=found[0], can_act=True, fields=list_fields(),
                         failed_again=failed_again(found), snippet=snippet, filter_args={}, row_back=back,
+                        group_states=visible.entry_group_states(reader, current_runtime().store, found),
                         row_message=message)

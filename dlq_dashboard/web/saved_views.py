@@ -17,7 +17,8 @@ from ..flags import flag
 from ..times import utcnow
 from . import current_runtime
 from .auth import current_identity, requires
-from .data import list_fields
+from ..access import visible
+from .data import current_reader, list_fields
 from .responses import after_post
 
 bp = Blueprint("views", __name__)
@@ -32,14 +33,18 @@ def view_url(view) -> str:
 def saved_views(page: str) -> list:
     """The views of a page this request's identity sees (its own and the shared ones)."""
     identity = current_identity()
-    return views_for(current_runtime().engine, identity.name, page) if identity else []
+    if identity is None:
+        return []
+    rt = current_runtime()
+    return visible.views(current_reader(), rt.store, views_for(rt.engine, identity.name, page), identity.name)
 
 
 def _owned_view_or_404(view_id: int):
     view = get_view(current_runtime().engine, view_id)
     identity = current_identity()
     # Another person's unshared view is as unknown as a missing one.
-    if view is None or (view.owner != identity.name and not view.shared and not identity.may("admin")):
+    if view is None or (view.owner != identity.name and not view.shared and not identity.may("admin")) or \
+            not visible.views(current_reader(), current_runtime().store, [view], identity.name):
         raise NotFound(f"There is no saved view {view_id}.")
     return view
 
@@ -49,7 +54,8 @@ def _owned_view_or_404(view_id: int):
 def index():
     """One's own saved views and the shared ones."""
     identity = current_identity()
-    views = views_for(current_runtime().engine, identity.name)
+    rt = current_runtime()
+    views = visible.views(current_reader(), rt.store, views_for(rt.engine, identity.name), identity.name)
     return render_template("views.html", views=views, view_url=view_url)
 
 

@@ -25,6 +25,8 @@ from ...db.models import Action, Entry, Job, JobItem, Republish
 from ...db.rows import insert_rows
 from ...entries.fields import key_fields
 from ...entries.filters import EntryFilter, encode_cursor
+from ...entries.scoping import jobs_within, scope_condition
+from ...scopes import Scope
 from ...errors import InvalidRequest, JobNotFound
 from ...times import utcnow
 from ..close import close_note
@@ -68,11 +70,13 @@ def _wanted(ids) -> dict[int, int | None]:
 
 
 def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None, only_valid: bool = False,
-                 upto: int | None = None) -> tuple[list[dict], dict[str, Any]]:
+                 upto: int | None = None, scopes: tuple[Scope, ...] | None = None) -> tuple[list[dict], dict[str, Any]]:
     """The entries a job would take, as [{"id", "version", "status"}], and a summary of the choice.
 
     By filter without a status, only open entries are taken. ``upto`` (the newest id a preview
-    showed) keeps entries that arrived after the preview out of the job.
+    showed) keeps entries that arrived after the preview out of the job. ``scopes`` (what a
+    scoped operator may act on; None: everything): by filter only the entries they cover are
+    taken; by ids one they do not cover is left out as an id that names no entry is (``missing``).
     """
     if (ids is None) == (filter_args is None):
         raise JobError("Choose the entries either by ids or by filter.")
@@ -84,7 +88,9 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         with rt.engine.connect() as conn:
             rows = conn.execute(select(ENTRIES.c.id, ENTRIES.c.version, ENTRIES.c.status, ENTRIES.c.original_subject,
                                        ENTRIES.c.payload, ENTRIES.c.payload_available)
-                                .where(ENTRIES.c.id.in_(list(wanted)))).all()
+                                .where(ENTRIES.c.id.in_(list(wanted)),
+                                       *([] if scopes is None else [scope_condition(ENTRIES.c.original_subject,
+                                                                                    scopes)]))).all()
         summary.update(ids=len(wanted), missing=len(wanted) - len(rows))
         candidates = [(r.id, wanted[r.id] if wanted[r.id] is not None else r.version, r.status,
                        r.original_subject, r.payload, r.payload_available) for r in rows]
@@ -92,7 +98,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         args = {k: v for k, v in filter_args.items() if k not in ("limit", "cursor")}
         if not str(args.get("status") or "").strip():
             args["status"] = "open"
-        flt = EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields))
+        flt = replace(EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields)), scopes=scopes)
         rt.store.check_group(flt)
         if upto is not None:
             flt = replace(flt, cursor=encode_cursor(int(upto) + 1))
@@ -129,18 +135,19 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
 
 def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_args: dict | None = None,
                only_valid: bool = False, upto: int | None = None, note: str | None = None,
-               force: bool = False, start: bool = True, patch=None) -> int:
+               force: bool = False, start: bool = True, patch=None, scopes: tuple[Scope, ...] | None = None) -> int:
     """Make a job over the selected entries (fixed now, with their versions) and start it.
 
     A ``patch`` job takes every selected entry and judges each one when it runs: ``only_valid``
     then means "only those that pass the schema once patched", the others are skipped with the
-    reason (the patch is kept in the job's selection, and so in its audit record)."""
+    reason (the patch is kept in the job's selection, and so in its audit record). ``scopes``:
+    what the operator may act on (select_items)."""
     if action not in JOB_ACTIONS:
         raise JobError(f"action {action!r} is not valid: use republish, close, patch or repair")
     note = close_note(note)
     ops = parse_patch(patch) if action == "patch" else None
-    items, summary = select_items(rt, ids=ids, filter_args=filter_args, only_valid=only_valid and ops is None and action != "repair",
-                                  upto=upto)
+    items, summary = select_items(rt, ids=ids, filter_args=filter_args,
+                                  only_valid=only_valid and ops is None and action != "repair", upto=upto, scopes=scopes)
     if not items:
         raise JobError("No entries match; nothing to do.")
     if ops is not None:
@@ -165,10 +172,12 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     return job_id
 
 
-def cancel_job(rt: ActionContext, job_id: int, *, actor: str) -> bool:
-    """Ask a job to stop after its current window; False if it had already finished."""
+def cancel_job(rt: ActionContext, job_id: int, *, actor: str, scopes: tuple[Scope, ...] | None = None) -> bool:
+    """Ask a job to stop after its current window; False if it had already finished.
+    ``scopes``: a job outside them (jobs_within) is as unknown as none."""
     with write_transaction(rt.engine) as conn:
-        job = conn.execute(select(JOBS.c.state).where(JOBS.c.id == job_id)).first()
+        job = conn.execute(select(JOBS.c.state).where(JOBS.c.id == job_id,
+                                                      *_within(scopes))).first()
         if job is None:
             raise JobNotFound(job_id)
         if job.state in FINISHED:
@@ -184,10 +193,16 @@ def cancel_job(rt: ActionContext, job_id: int, *, actor: str) -> bool:
     return True
 
 
-def job_status(rt: ActionContext, job_id: int, *, item_state: str | None = None, limit: int = 200) -> dict[str, Any]:
-    """A job's progress and the results of (some of) its items; JobNotFound for an unknown id."""
+def _within(scopes: tuple[Scope, ...] | None) -> list:
+    return [] if scopes is None else [jobs_within(scopes)]
+
+
+def job_status(rt: ActionContext, job_id: int, *, item_state: str | None = None, limit: int = 200,
+               scopes: tuple[Scope, ...] | None = None) -> dict[str, Any]:
+    """A job's progress and the results of (some of) its items; JobNotFound for an unknown id,
+    or one outside ``scopes`` (a scoped reader's: jobs_within)."""
     with rt.engine.connect() as conn:
-        job = conn.execute(select(JOBS).where(JOBS.c.id == job_id)).first()
+        job = conn.execute(select(JOBS).where(JOBS.c.id == job_id, *_within(scopes))).first()
         if job is None:
             raise JobNotFound(job_id)
         counts = dict(conn.execute(select(ITEMS.c.state, func.count()).where(ITEMS.c.job_id == job_id)

@@ -13,6 +13,8 @@ from ...db.engine import read_transaction
 from ...db.models import FailureGroup, Job, JobItem
 from ...entries.filters import decode_cursor, encode_cursor, filter_of
 from ...entries.groups import group_label
+from ...entries.scoping import jobs_within
+from ...scopes import Scope
 from ...times import format_time, utcnow
 
 JOBS, ITEMS, GROUPS = Job.__table__, JobItem.__table__, FailureGroup.__table__
@@ -88,10 +90,13 @@ def group_labels(conn, selections: list[Mapping[str, Any]]) -> dict[int, str]:
 
 
 def list_jobs(engine: Engine, *, cursor: str | None = None, limit: int = JOBS_LIMIT,
-              state: str | None = None) -> dict[str, Any]:
+              state: str | None = None, scopes: tuple[Scope, ...] | None = None) -> dict[str, Any]:
     """One page of jobs, newest first (keyset on the id), each as job_summary; ``state``
-    "running" keeps the unfinished ones, "finished" the others."""
+    "running" keeps the unfinished ones, "finished" the others; ``scopes`` (a scoped reader's)
+    keeps the jobs whose every entry they cover (entries/scoping.py jobs_within)."""
     query = select(JOBS).order_by(JOBS.c.id.desc())
+    if scopes is not None:
+        query = query.where(jobs_within(scopes))
     if cursor:
         query = query.where(JOBS.c.id < decode_cursor(cursor))
     if state == "running":

@@ -1,0 +1,100 @@
+"""What a scoped reader may reach, as SQL: NATS subject patterns as conditions on
+entries.original_subject and failure_groups.subject that select exactly what
+scopes.subject_matches matches, on SQLite and PostgreSQL (tests/test_scoping.py compares them),
+and the jobs whose every entry a reader's scopes cover."""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import and_, exists, false, not_, or_, select
+
+from ..db.models import Entry, FailureGroup, Job, JobItem
+from ..scopes import DEFAULT_SOURCE, Scope
+
+ENTRIES, GROUPS, JOBS, ITEMS = Entry.__table__, FailureGroup.__table__, Job.__table__, JobItem.__table__
+
+
+def _literal_prefix(pattern: str) -> str:
+    """The tokens before the first wildcard, with the dot after them."""
+    literal = []
+    for token in pattern.split("."):
+        if token in ("*", ">"):
+            break
+        literal.append(token)
+    return ".".join(literal) + ("." if literal else "")
+
+
+def like_escape(value: str) -> str:
+    """``value`` as a LIKE pattern's literal text (ESCAPE '\\'): its ``\\``, ``%`` and ``_`` escaped."""
+    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def scope_pattern_regex(pattern: str) -> str:
+    """A regular expression that both PostgreSQL (``~``) and Python's ``re`` (SQLite's REGEXP)
+    read alike, matching a subject exactly when scopes.subject_matches(pattern, subject) does:
+    tokens split on ``.`` (an empty one too), ``*`` any one token, ``>`` at least one more; ``\\A``
+    and ``\\Z`` anchor the whole text (``$`` would allow a newline after it)."""
+    tokens = pattern.split(".")
+    parts = []
+    for i, token in enumerate(tokens):
+        if token == ">" and i == len(tokens) - 1:
+            parts.append(r"(.|\n)*")
+        elif token == "*":
+            parts.append(r"[^.]*")
+        else:
+            parts.append(re.escape(token))
+    return r"\A" + r"\.".join(parts) + r"\Z"
+
+
+def subject_condition(column, pattern: str):
+    """``column`` (a subject) matches the NATS subject pattern exactly as
+    scopes.subject_matches does, on SQLite and PostgreSQL: a literal pattern by equality; one
+    with wildcards by its literal prefix (LIKE with its metacharacters escaped, which lets the
+    subject index narrow the rows) and the exact expression of scope_pattern_regex. An empty or
+    NULL subject never matches."""
+    if "*" not in pattern.split(".") and ">" not in pattern.split("."):
+        return column == pattern
+    conds = [column != ""]
+    prefix = _literal_prefix(pattern)
+    if prefix:
+        conds.append(column.like(like_escape(prefix) + "%", escape="\\"))
+    conds.append(column.regexp_match(scope_pattern_regex(pattern)))
+    return and_(*conds)
+
+
+def scope_condition(column, scopes: tuple[Scope, ...] | None, source: str = DEFAULT_SOURCE):
+    """The condition on ``column`` (entries.original_subject or failure_groups.subject) that
+    keeps what ``scopes`` cover (None: everything, so None is returned: no condition; ``()``:
+    nothing). Every entry is of the source ``source`` until several sources exist, so a scope
+    limited to another source covers none of them."""
+    if scopes is None:
+        return None
+    conds = [subject_condition(column, s.pattern) for s in scopes if s.source in (None, source)]
+    return or_(*conds) if conds else false()
+
+
+def covered_groups(scopes: tuple[Scope, ...]):
+    """The ids of the failure groups whose subject ``scopes`` cover, as a subquery: a group is of
+    one subject (db/counts.py group_of), so its entries are covered exactly when it is."""
+    return select(GROUPS.c.id).where(scope_condition(GROUPS.c.subject, scopes))
+
+
+def jobs_within(scopes: tuple[Scope, ...] | None):
+    """The condition on jobs that keeps those whose every item's entry ``scopes`` cover (None:
+    no condition). Judged by the entries' groups (covered_groups, read once), so a job of a
+    million items costs index lookups, not a pattern match each. A job with an item whose entry
+    is gone (purged) is kept from a scoped reader: what it took can no longer be told to lie inside."""
+    if scopes is None:
+        return None
+    outside = (select(ITEMS.c.job_id).select_from(ITEMS.outerjoin(ENTRIES, ENTRIES.c.id == ITEMS.c.entry_id))
+               .where(ITEMS.c.job_id == JOBS.c.id,
+                      or_(ENTRIES.c.group_id.is_(None), ENTRIES.c.group_id.not_in(covered_groups(scopes)))))
+    return not_(exists(outside))
+
+
+def entries_within(scopes: tuple[Scope, ...] | None):
+    """The ids of the entries ``scopes`` cover, as a subquery (None: no condition)."""
+    if scopes is None:
+        return None
+    return select(ENTRIES.c.id).where(scope_condition(ENTRIES.c.original_subject, scopes))

@@ -1,0 +1,136 @@
+"""Scopes enforced (access/visible.py): an entry a reader may read but not act on, a republish
+within and outside an operator's scopes on a real nats-server, a bulk selection by ids across
+scopes, which shared saved views a scoped reader sees, and the kept counts a scoped reader's
+groups and summary are counted from."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from dlq_dashboard.access import visible
+from dlq_dashboard.access.reader import Reader
+from dlq_dashboard.accounts import create_token
+from dlq_dashboard.actions.bulk.jobs import select_items
+from dlq_dashboard.db.models import FailureGroup
+from dlq_dashboard.entries.filters import EntryFilter
+from dlq_dashboard.entries.saved_views import View
+from dlq_dashboard.errors import EntryNotFound, Forbidden
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.scopes import Grant, parse_scopes
+from dlq_dashboard.times import utcnow
+from dlq_dashboard.web import data, pages
+
+from . import support
+
+ORDERS, BILLING = parse_scopes(["orders.>"]), parse_scopes(["billing.>"])
+#: Operator over orders, viewer over billing: reads both, acts on orders only.
+MIXED = Reader.of("operator", None, (Grant("operator", ORDERS), Grant("viewer", BILLING)))
+
+
+@pytest.fixture
+def three(offline_app):
+    """An entry of orders, one of billing, one of audit: their ids."""
+    return {subject: support.dead_letter(offline_app, seq, subject)
+            for seq, subject in enumerate(("orders.created", "billing.paid", "audit.seen"), start=1)}
+
+
+@pytest.mark.both_databases
+def test_an_entry_read_but_not_acted_on_is_a_403_with_its_sentence_and_unknown_outside_every_grant(
+        offline_app, three):
+    store = runtime_of(offline_app).store
+    assert visible.acting_on(MIXED, store, three["orders.created"]).original_subject == "orders.created"
+    with pytest.raises(Forbidden, match="outside the scopes you may act on"):
+        visible.acting_on(MIXED, store, three["billing.paid"])
+    assert visible.lookup(MIXED, store, three["billing.paid"]).id == three["billing.paid"]
+    with pytest.raises(EntryNotFound):
+        visible.acting_on(MIXED, store, three["audit.seen"])
+    page = visible.page(MIXED, store, EntryFilter())
+    assert {e.original_subject for e in page.entries} == {"orders.created", "billing.paid"}
+
+
+def test_the_entry_page_offers_no_action_bar_where_the_operator_may_not_act_and_the_api_says_why(
+        offline_app, three, monkeypatch):
+    client = support.logged_in(offline_app, "operator")
+    for module in (data, pages):
+        monkeypatch.setattr(module, "current_reader", lambda: MIXED)
+    page = client.get(f"/entries/{three['billing.paid']}").get_data(as_text=True)
+    assert 'id="outside-acts"' in page and 'data-action="close"' not in page
+    assert 'data-action="close"' in client.get(f"/entries/{three['orders.created']}").get_data(as_text=True)
+    answer = client.post(f"/api/entries/{three['billing.paid']}/close", json={"version": 1},
+                         headers={"X-CSRFToken": support.csrf_token(client, "/")})
+    assert answer.status_code == 403
+    assert answer.get_json()["error"] == visible.NOT_YOURS.format(id=three["billing.paid"])
+    assert client.get(f"/entries/{three['audit.seen']}").status_code == 404
+
+
+def test_a_scoped_operator_republishes_inside_its_scope_once_and_nothing_outside(app, nats_server):
+    rt = runtime_of(app)
+    bridge = rt.bridge
+    for name, subjects in (("ORDERS", ["orders.>"]), ("BILLING", ["billing.>"])):
+        bridge.call(lambda n=name, s=subjects: bridge.js.add_stream(name=n, subjects=s), timeout=5)
+    inside = support.dead_letter(app, 1, "orders.created", b'{"n": 1}')
+    outside = support.dead_letter(app, 2, "billing.paid", b'{"n": 2}')
+    auth = support.bearer(create_token(rt.engine, "orders-ops", "operator", scopes=ORDERS))
+    client = app.test_client()
+    answer = client.post(f"/api/entries/{inside}/republish", json={"version": 1}, headers=auth)
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    refused = client.post(f"/api/entries/{outside}/republish", json={"version": 1}, headers=auth)
+    unknown = client.post("/api/entries/999999/republish", json={"version": 1}, headers=auth)
+    assert refused.status_code == unknown.status_code == 404
+    assert refused.get_json()["error"] == f"There is no entry {outside}."
+    sent = support.stream_messages(nats_server.url, "ORDERS")
+    assert [(m.subject, m.data) for m in sent] == [("orders.created", b'{"n": 1}')]
+    assert support.stream_messages(nats_server.url, "BILLING") == []
+
+
+@pytest.mark.both_databases
+def test_a_bulk_selection_by_ids_leaves_an_uncovered_id_out_as_an_unknown_one(offline_app, three):
+    rt = runtime_of(offline_app)
+    items, summary = select_items(rt, ids=[three["orders.created"], three["billing.paid"], 999999], scopes=ORDERS)
+    assert [i["id"] for i in items] == [three["orders.created"]]
+    assert summary["missing"] == 2
+    items, _ = select_items(rt, filter_args={"status": "open"}, scopes=ORDERS)
+    assert [i["id"] for i in items] == [three["orders.created"]]
+
+
+@pytest.mark.parametrize("inner, outer, within", [
+    ("orders.created", "orders.>", True), ("orders.*", "orders.>", True), ("orders.>", "orders.>", True),
+    ("orders.>", "orders.*", False), ("orders", "orders.>", False), (">", "orders.>", False),
+    ("orders.*.x", "orders.*.x", True), ("orders.eu.x", "orders.*.x", True), ("orders.*.x", "orders.eu.x", False),
+    ("billing.>", "orders.>", False), ("orders.a.b", "orders.*", False),
+])
+def test_a_pattern_lies_within_another(inner, outer, within):
+    assert visible.pattern_within(inner, outer) is within
+
+
+def test_a_scoped_reader_sees_its_own_views_and_the_shared_ones_of_its_scopes(offline_app, three):
+    store = runtime_of(offline_app).store
+    reader = Reader.of("viewer", None, (Grant("viewer", ORDERS),))
+    with store.engine.connect() as conn:
+        groups = dict(conn.execute(select(FailureGroup.subject, FailureGroup.id)).all())
+
+    def view(i, owner, query, shared=True):
+        return View(i, owner, f"v{i}", "list", query, shared, utcnow())
+    found = [view(1, "admin", "subject=orders.created"), view(2, "admin", "subject=billing.%3E"),
+             view(3, "admin", "status=open"), view(4, "me", "subject=billing.%3E", shared=False),
+             view(5, "admin", f"group={groups['orders.created']}"), view(6, "admin", f"group={groups['billing.paid']}")]
+    assert [v.id for v in visible.views(reader, store, found, "me")] == [1, 4, 5]
+    assert visible.views(Reader.of("viewer", None), store, found, "me") == found
+
+
+@pytest.mark.both_databases
+def test_a_scoped_readers_groups_and_summary_are_counted_from_the_kept_counts(offline_app, three):
+    store = runtime_of(offline_app).store
+    reader = Reader.of("viewer", None, (Grant("viewer", parse_scopes(["orders.*", "audit.seen"])),))
+    tallies = visible.tallies(reader, store)
+    groups, tally = tallies.groups(EntryFilter())
+    assert tally.kept and sorted(g.subject for g in groups) == ["audit.seen", "orders.created"]
+    counts, tally = tallies.counts_by_status(EntryFilter())
+    assert tally.kept and counts == {"open": 2, "republished": 0, "closed": 0}
+    first, last = tallies.received_range(EntryFilter())
+    totals, tally = tallies.received_between(EntryFilter(), [first - timedelta(hours=1), last + timedelta(hours=1)])
+    assert tally.kept and totals == [2]
+
