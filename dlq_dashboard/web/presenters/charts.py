@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 _SIZES = [timedelta(minutes=m) for m in (1, 5, 15, 30, 60, 180, 360, 720, 1440, 10080)]
 MAX_BARS = 60
 MIN_BARS = 30
-WIDTH, HEIGHT = 760, 170
+WIDTH, HEIGHT = 760, 130
 # The plot area inside the SVG: room on the left for the counts, below for the times.
 LEFT, RIGHT, TOP, BOTTOM = 52, WIDTH - 10, 20, HEIGHT - 30
 X_TICKS = 5
