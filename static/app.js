@@ -268,3 +268,85 @@
     }
   });
 })();
+
+// --- What was just done --------------------------------------------------------------------------
+// The sentence an action leaves for the page it leads to (base.html) is put into its status
+// region after the page has loaded: a screen reader announces a region's change, not its first
+// content.
+document.addEventListener("DOMContentLoaded", function () {
+  "use strict";
+  document.querySelectorAll("[data-done]").forEach(function (region) {
+    window.setTimeout(function () {
+      region.querySelectorAll("template").forEach(function (template) {
+        region.appendChild(template.content.cloneNode(true));
+        template.remove();
+      });
+    }, 100);
+  });
+});
+
+// --- The editor's gutter -----------------------------------------------------------------------
+// Beside the payload editor (edit.html): one number a line, those the schema check points at
+// marked (the check's data-failing-lines, new after each check); it scrolls with the text. A
+// "Line n" button of the check puts the cursor at the start of that line.
+(function () {
+  "use strict";
+
+  function failing() {
+    var check = document.getElementById("payload-check");
+    var said = check ? check.getAttribute("data-failing-lines") || "" : "";
+    return said ? said.split(",").map(Number) : [];
+  }
+
+  function draw() {
+    var editor = document.getElementById("payload");
+    var gutter = document.querySelector("[data-gutter]");
+    if (!editor || !gutter) {
+      return;
+    }
+    var count = editor.value.split("\n").length;
+    var marked = failing();
+    gutter.textContent = "";
+    for (var n = 1; n <= count; n++) {
+      var line = document.createElement("span");
+      line.textContent = String(n);
+      if (marked.indexOf(n) >= 0) {
+        line.className = "failing";
+      }
+      gutter.append(line, "\n");
+    }
+    gutter.scrollTop = editor.scrollTop;
+  }
+
+  document.addEventListener("input", function (event) {
+    if (event.target && event.target.id === "payload") {
+      draw();
+    }
+  });
+  document.addEventListener("scroll", function (event) {
+    var gutter = document.querySelector("[data-gutter]");
+    if (gutter && event.target && event.target.id === "payload") {
+      gutter.scrollTop = event.target.scrollTop;
+    }
+  }, true);
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var target = event.detail && event.detail.target;
+    if (target && (target.id === "payload-check" || !target.isConnected)) {
+      draw();
+    }
+  });
+  document.addEventListener("click", function (event) {
+    var button = event.target && event.target.closest && event.target.closest("[data-goto-line]");
+    var editor = document.getElementById("payload");
+    if (!button || !editor) {
+      return;
+    }
+    var line = Number(button.getAttribute("data-goto-line"));
+    var lines = editor.value.split("\n");
+    var at = lines.slice(0, line - 1).join("\n").length + (line > 1 ? 1 : 0);
+    editor.focus();
+    editor.setSelectionRange(at, at + (lines[line - 1] || "").length);
+    var height = parseFloat(getComputedStyle(editor).lineHeight) || 19;
+    editor.scrollTop = Math.max(0, (line - 3) * height);
+  });
+})();
