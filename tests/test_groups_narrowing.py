@@ -24,8 +24,9 @@ def web(make_app, database_url):
     return make_app(list_fields=DEMO_LIST_FIELDS)
 
 
-def _store(web, seq: int, customer: str, error: str, *, minutes_ago: float = 0, reason: str = "fatal") -> None:
-    at = utcnow() - timedelta(minutes=minutes_ago)
+def _store(web, seq: int, customer: str, error: str, *, minutes_ago: float = 0, reason: str = "fatal",
+           at=None) -> None:
+    at = at or utcnow() - timedelta(minutes=minutes_ago)
     payload = ('{"order_id": "o-%d", "customer_id": "%s"}' % (seq, customer)).encode()
     saved = writes.utcnow
     writes.utcnow = lambda: at  # received then, as the mirror would have
@@ -71,6 +72,8 @@ def test_search_key_fields_and_time_narrow_the_groups_and_their_counts_match_the
     page = client.get("/groups?status=&q=declined").get_data(as_text=True)
     assert "counted entry by entry" in page
     assert 'value="declined"' in page  # the search box keeps what was typed
+    # The placeholders of the groups' labels, said in words.
+    assert "<code>&lt;n&gt;</code> stands for a number, <code>&lt;id&gt;</code> for an id" in page
 
 
 def test_a_key_field_or_time_filter_opens_the_further_filters_on_the_groups_page(web):
@@ -87,8 +90,9 @@ def _trend(client, query: str) -> str:
 
 
 def test_the_trend_is_per_minute_over_the_last_hour_and_per_hour_over_a_day(web):
-    for seq, ago in enumerate((0.2, 3, 3.5, 30, 59, 90, 600), start=1):
-        _store(web, seq, "C-1", "timeout", minutes_ago=ago)
+    minute = utcnow().replace(second=0, microsecond=0)  # two of them in one minute, whatever the clock says
+    for seq, ago in enumerate((0, 3 * 60 - 5, 3 * 60 - 25, 30 * 60, 58 * 60, 90 * 60, 600 * 60), start=1):
+        _store(web, seq, "C-1", "timeout", at=minute - timedelta(seconds=ago))
     client = support.logged_in(web, "viewer")
     # Over a day, by the hour: every entry; over the last hour, by the minute: the five of it,
     # two of them in one minute.
