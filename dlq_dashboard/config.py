@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -394,6 +395,18 @@ _PARSERS = {
     "DLQ_LOGIN_SLOWDOWN_MAX": ("login_slowdown_max", lambda n, r: _login_seconds(n, r, 3600)),
     "DLQ_LOGIN_FAILURE_WINDOW": ("login_failure_window", lambda n, r: _login_seconds(n, r, 86400)),
 }
+
+
+#: DLQ_LOG_LEVEL's words (read before the settings, so that loading them can log).
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def log_level(environ: Mapping[str, str] | None = None) -> int:
+    """DLQ_LOG_LEVEL as a logging level (info when unset); ConfigError for another word."""
+    raw = (os.environ if environ is None else environ).get("DLQ_LOG_LEVEL", "").strip().lower() or "info"
+    if raw not in LOG_LEVELS:
+        raise ConfigError(f"DLQ_LOG_LEVEL={raw!r} is not one of {', '.join(LOG_LEVELS)}")
+    return LOG_LEVELS[raw]
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides) -> Settings:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 
@@ -18,25 +17,21 @@ import click
 from flask.cli import ScriptInfo
 
 from .. import create_app as _create_app
-from ..config import ConfigError, load_settings
+from ..config import ConfigError, load_settings, log_level
 from ..nats.bundled import StoreInUse
 from ..nats.client_log import quiet_nats_tracebacks
 from ..runtime import runtime_of
 
 #: The admin command groups; any other first argument is a flag of the server.
 ADMIN_COMMANDS = ("users", "tokens", "entries", "purge")
-#: DLQ_LOG_LEVEL's words. Below debug, the libraries' chatter (Alembic's paragraph per migration
-#: revision) is left out, so a start prints one line per thing that matters.
-LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+#: Below debug, the libraries' chatter (Alembic's paragraph per migration revision) is left
+#: out, so a start prints one line per thing that matters.
 CHATTY = ("alembic",)
 
 
-def configure_logging(environ=os.environ) -> None:
+def configure_logging(environ=None) -> None:
     """Log lines on stderr at DLQ_LOG_LEVEL (info by default); raise ConfigError for another word."""
-    raw = environ.get("DLQ_LOG_LEVEL", "").strip().lower() or "info"
-    if raw not in LOG_LEVELS:
-        raise ConfigError(f"DLQ_LOG_LEVEL={raw!r} is not one of {', '.join(LOG_LEVELS)}")
-    level = LOG_LEVELS[raw]
+    level = log_level(environ)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in CHATTY:
         logging.getLogger(name).setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
