@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -16,6 +17,7 @@ from .sign_in import (GroupRule, SettingError, button_words, check_single_sign_o
                       oidc_scopes, session_hours)
 from .redaction import scrub
 from .teams import Team, TeamsError, load_teams
+from .times import format_duration, parse_duration
 
 
 class ConfigError(ValueError):
@@ -43,28 +45,6 @@ def _positive_int(name: str, raw: str, allow_zero: bool = False, highest: int | 
         accepted = f"of {lowest} or more" if highest is None else f"from {lowest} to {highest}"
         raise ConfigError(f"{name}={raw!r} is not valid: use a whole number {accepted}")
     return value
-
-
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(raw: str) -> int | None:
-    """Seconds in a duration such as ``90s`` or ``30d`` (SPEC section 3; ``0`` alone is zero),
-    or None when it does not parse."""
-    value = raw.strip().lower()
-    if value == "0":
-        return 0
-    if len(value) < 2 or value[-1] not in _DURATION_UNITS or not (value[:-1].isascii() and value[:-1].isdigit()):
-        return None
-    return int(value[:-1]) * _DURATION_UNITS[value[-1]]
-
-
-def format_duration(seconds: int) -> str:
-    """The shortest way to write ``seconds`` as a duration: ``30d``, ``36h``, ``90s``."""
-    for unit in ("d", "h", "m"):
-        if seconds and seconds % _DURATION_UNITS[unit] == 0:
-            return f"{seconds // _DURATION_UNITS[unit]}{unit}"
-    return f"{seconds}s"
 
 
 def _retention(name: str, raw: str) -> int:
@@ -459,6 +439,18 @@ _PARSERS = {
     "DLQ_LOCAL_LOGIN": ("local_login", _bool),
     "DLQ_SESSION_HOURS": ("session_hours", _sign_in(session_hours)),
 }
+
+
+#: DLQ_LOG_LEVEL's words (read before the settings, so that loading them can log).
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def log_level(environ: Mapping[str, str] | None = None) -> int:
+    """DLQ_LOG_LEVEL as a logging level (info when unset); ConfigError for another word."""
+    raw = (os.environ if environ is None else environ).get("DLQ_LOG_LEVEL", "").strip().lower() or "info"
+    if raw not in LOG_LEVELS:
+        raise ConfigError(f"DLQ_LOG_LEVEL={raw!r} is not one of {', '.join(LOG_LEVELS)}")
+    return LOG_LEVELS[raw]
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides) -> Settings:

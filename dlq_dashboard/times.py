@@ -36,3 +36,25 @@ def as_time(value) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
     return parse_time(str(value).replace(" ", "T"))
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(raw: str) -> int | None:
+    """Seconds in a duration such as ``90s`` or ``30d`` (SPEC section 3; ``0`` alone is zero),
+    or None when it does not parse."""
+    value = raw.strip().lower()
+    if value == "0":
+        return 0
+    if len(value) < 2 or value[-1] not in _DURATION_UNITS or not (value[:-1].isascii() and value[:-1].isdigit()):
+        return None
+    return int(value[:-1]) * _DURATION_UNITS[value[-1]]
+
+
+def format_duration(seconds: int) -> str:
+    """The shortest way to write ``seconds`` as a duration: ``30d``, ``36h``, ``90s``."""
+    for unit in ("d", "h", "m"):
+        if seconds and seconds % _DURATION_UNITS[unit] == 0:
+            return f"{seconds // _DURATION_UNITS[unit]}{unit}"
+    return f"{seconds}s"

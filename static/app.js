@@ -132,9 +132,9 @@
 })();
 
 // --- Keyboard -----------------------------------------------------------------------------------
-// j / k choose the next / previous row of a list (rows marked data-row-url), Enter opens the
-// chosen one, "/" jumps to the search box, "?" shows the keys (the dialog in base.html; Escape
-// closes it). Nothing happens while typing in a field or with Ctrl, Alt or Meta held.
+// j / k choose the next / previous row of a list (rows marked data-row-url), or on an entry's
+// page open its next / previous entry (links marked data-neighbour); Enter opens the chosen row,
+// "/" jumps to the search box, "?" shows the keys (the dialog in base.html; Escape closes it). Nothing happens while typing in a field or with Ctrl, Alt or Meta held.
 (function () {
   "use strict";
 
@@ -186,7 +186,14 @@
         handled = true;
       }
     } else if (event.key === "j" || event.key === "k") {
-      handled = move(event.key === "j" ? 1 : -1);
+      // On an entry's page (no rows): its next (older) or previous (newer) entry in its list.
+      var neighbour = document.querySelector('a[data-neighbour="' + (event.key === "j" ? "next" : "prev") + '"]');
+      if (!document.querySelector("tr[data-row-url]") && neighbour) {
+        window.location.assign(neighbour.getAttribute("href"));
+        handled = true;
+      } else {
+        handled = move(event.key === "j" ? 1 : -1);
+      }
     } else if (event.key === "Enter") {
       // Only for the chosen row itself: Enter on a link or button keeps its own meaning.
       var row = document.querySelector("tr.row-current[data-row-url]");
@@ -224,5 +231,148 @@
     form.querySelectorAll("button").forEach(function (button) { button.disabled = true; });
     window.htmx.ajax("POST", form.getAttribute("data-post"),
                      { source: form, target: row, swap: "outerHTML", values: values });
+  });
+})();
+
+// --- Folded parts that remember --------------------------------------------------------------
+// A <details data-remember="key"> is opened or folded as it was last left (localStorage), also
+// after htmx renders it again: the list's chart, its further filters. data-keep-open: the server
+// opened it (one of its fields has a value), and it stays open. data-fold-narrow: folded at first
+// on a narrow window, until it is opened once.
+(function () {
+  "use strict";
+
+  var PREFIX = "dlq.fold.";
+  var narrow = window.matchMedia("(max-width: 600px)");
+
+  function stored(key) {
+    try {
+      return window.localStorage.getItem(PREFIX + key);
+    } catch (error) {
+      return null; // storage refused (a private window): every part keeps its default
+    }
+  }
+
+  function apply(root) {
+    root.querySelectorAll("details[data-remember]").forEach(function (details) {
+      var was = stored(details.getAttribute("data-remember"));
+      if (was === "open") {
+        details.open = true;
+      } else if ((was === "folded" || (was === null && details.hasAttribute("data-fold-narrow") && narrow.matches)) &&
+                 !details.hasAttribute("data-keep-open")) {
+        details.open = false;
+      }
+      details.setAttribute("data-remembered", "");
+    });
+  }
+
+  // "toggle" does not bubble: listened for in the capture phase. Only a person's toggle is
+  // remembered (apply() marks what it set, and its own toggle events come after).
+  document.addEventListener("click", function (event) {
+    var summary = event.target && event.target.closest && event.target.closest("details[data-remember] > summary");
+    if (summary) {
+      summary.parentElement.setAttribute("data-toggled", "");
+    }
+  });
+  document.addEventListener("toggle", function (event) {
+    var details = event.target;
+    if (!details.matches || !details.matches("details[data-remember][data-toggled]")) {
+      return;
+    }
+    details.removeAttribute("data-toggled");
+    try {
+      window.localStorage.setItem(PREFIX + details.getAttribute("data-remember"), details.open ? "open" : "folded");
+    } catch (error) {
+      // not remembered: nothing else depends on it
+    }
+  }, true);
+
+  document.addEventListener("DOMContentLoaded", function () { apply(document); });
+  document.addEventListener("htmx:afterSettle", function (event) {
+    if (event.detail && event.detail.target) {
+      apply(event.detail.target.parentElement || document);
+    }
+  });
+})();
+
+// --- What was just done --------------------------------------------------------------------------
+// The sentence an action leaves for the page it leads to (base.html) is put into its status
+// region after the page has loaded: a screen reader announces a region's change, not its first
+// content.
+document.addEventListener("DOMContentLoaded", function () {
+  "use strict";
+  document.querySelectorAll("[data-done]").forEach(function (region) {
+    window.setTimeout(function () {
+      region.querySelectorAll("template").forEach(function (template) {
+        region.appendChild(template.content.cloneNode(true));
+        template.remove();
+      });
+    }, 100);
+  });
+});
+
+// --- The editor's gutter -----------------------------------------------------------------------
+// Beside the payload editor (edit.html): one number a line, those the schema check points at
+// marked (the check's data-failing-lines, new after each check); it scrolls with the text. A
+// "Line n" button of the check puts the cursor at the start of that line.
+(function () {
+  "use strict";
+
+  function failing() {
+    var check = document.getElementById("payload-check");
+    var said = check ? check.getAttribute("data-failing-lines") || "" : "";
+    return said ? said.split(",").map(Number) : [];
+  }
+
+  function draw() {
+    var editor = document.getElementById("payload");
+    var gutter = document.querySelector("[data-gutter]");
+    if (!editor || !gutter) {
+      return;
+    }
+    var count = editor.value.split("\n").length;
+    var marked = failing();
+    gutter.textContent = "";
+    for (var n = 1; n <= count; n++) {
+      var line = document.createElement("span");
+      line.textContent = String(n);
+      if (marked.indexOf(n) >= 0) {
+        line.className = "failing";
+      }
+      gutter.append(line, "\n");
+    }
+    gutter.scrollTop = editor.scrollTop;
+  }
+
+  document.addEventListener("input", function (event) {
+    if (event.target && event.target.id === "payload") {
+      draw();
+    }
+  });
+  document.addEventListener("scroll", function (event) {
+    var gutter = document.querySelector("[data-gutter]");
+    if (gutter && event.target && event.target.id === "payload") {
+      gutter.scrollTop = event.target.scrollTop;
+    }
+  }, true);
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var target = event.detail && event.detail.target;
+    if (target && (target.id === "payload-check" || !target.isConnected)) {
+      draw();
+    }
+  });
+  document.addEventListener("click", function (event) {
+    var button = event.target && event.target.closest && event.target.closest("[data-goto-line]");
+    var editor = document.getElementById("payload");
+    if (!button || !editor) {
+      return;
+    }
+    var line = Number(button.getAttribute("data-goto-line"));
+    var lines = editor.value.split("\n");
+    var at = lines.slice(0, line - 1).join("\n").length + (line > 1 ? 1 : 0);
+    editor.focus();
+    editor.setSelectionRange(at, at + (lines[line - 1] || "").length);
+    var height = parseFloat(getComputedStyle(editor).lineHeight) || 19;
+    editor.scrollTop = Math.max(0, (line - 3) * height);
   });
 })();

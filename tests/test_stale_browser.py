@@ -78,6 +78,7 @@ def test_a_page_opened_while_nats_is_frozen_offers_bulk_close_but_not_bulk_repub
         support.wait_for(lambda: not rt.bridge.state.connected, message="the probe's verdict")
         page.goto(f"{live_server}/")
         expect(page.locator("[data-status-banner]")).to_contain_text("NATS is not reachable since")
+        page.locator("#entry-rows input[name=ids]").first.check()  # the bulk bar shows once a row is ticked
         choice = page.get_by_label("Selected entries")
         expect(choice).to_have_value("close")
         expect(choice.locator("option[value=republish]")).to_be_disabled()

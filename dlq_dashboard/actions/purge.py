@@ -31,7 +31,7 @@ import nats.js.errors
 from sqlalchemy import Connection, and_, delete, exists, func, insert, or_, select, tuple_, update
 
 from ..alerts.outbox import forget_sent
-from ..config import format_duration
+from ..times import format_duration
 from ..db.counts import ARRIVALS, GROUPS, WIDTHS, Change, bucket, count_changes
 from ..db.engine import read_transaction, write_transaction
 from ..db.models import Action, Entry, Event, Job, JobItem, Purge, Republish

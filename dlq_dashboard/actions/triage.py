@@ -18,7 +18,7 @@ from typing import Any, Callable
 from sqlalchemy import Connection, Engine, insert, select, update
 
 from ..alerts.outbox import AlertRule, raise_state_alerts
-from ..config import parse_duration
+from ..times import parse_duration
 from ..db.engine import write_transaction
 from ..db.models import Action, FailureGroup
 from ..db.triage import IGNORED, INVESTIGATING, OPEN, REGRESSED, RESOLVED, STATE_COLUMNS, record_activity, reopen_due

@@ -17,13 +17,31 @@ import click
 from flask.cli import ScriptInfo
 
 from .. import create_app as _create_app
-from ..config import ConfigError, load_settings
+from ..config import ConfigError, load_settings, log_level
 from ..nats.bundled import StoreInUse
 from ..nats.client_log import quiet_nats_tracebacks
 from ..runtime import runtime_of
 
 #: The admin command groups; any other first argument is a flag of the server.
 ADMIN_COMMANDS = ("users", "tokens", "entries", "purge")
+#: Below debug, the libraries' chatter (Alembic's paragraph per migration revision) is left
+#: out, so a start prints one line per thing that matters.
+CHATTY = ("alembic",)
+
+
+def configure_logging(environ=None) -> None:
+    """Log lines on stderr at DLQ_LOG_LEVEL (info by default); raise ConfigError for another word."""
+    level = log_level(environ)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in CHATTY:
+        logging.getLogger(name).setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
+
+
+def framed(lines: list[str]) -> str:
+    """Lines in a box, so one-time passwords stand out from the log around them."""
+    width = max(len(line) for line in lines)
+    rule = "+" + "-" * (width + 2) + "+"
+    return "\n".join([rule, *(f"| {line.ljust(width)} |" for line in lines), rule])
 
 
 def create_app(config=None):
@@ -80,9 +98,9 @@ def admin(argv: list[str]) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     """Start the bundled nats-server (without NATS_URL), the mirror and the web server."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    quiet_nats_tracebacks()  # while a server is down: one line per change, not a traceback a second
     try:
+        configure_logging()
+        quiet_nats_tracebacks()  # while a server is down: one line per change, not a traceback a second
         settings = load_settings()
         if args.demo:
             from ..demo import demo_settings
@@ -98,9 +116,11 @@ def serve(args: argparse.Namespace) -> int:
 
     application = create_app({"SETTINGS": settings})
     runtime = runtime_of(application)
+    # One-time logins are printed last, framed, once the address to use them at is known.
+    logins: list[str] = []
     password = ensure_first_admin(runtime.engine)
     if password:
-        print(f"Created the first user: admin / {password}  (shown once; change it with the CLI)", flush=True)
+        logins.append(f"Created the first user: admin / {password}  (shown once; change it with the CLI)")
     demo = None
     server = None
 
@@ -121,8 +141,12 @@ def serve(args: argparse.Namespace) -> int:
             from ..demo import Demo
 
             demo = Demo(runtime).start()
+            if demo.login:
+                logins.append(f"Demo operator login: {demo.login[0]} / {demo.login[1]}  (shown once)")
         server = waitress.create_server(application, host=args.host, port=args.port, threads=args.threads)
         print(f"DLQ Dashboard at http://{args.host}:{server.effective_port}", flush=True)
+        if logins:
+            print(framed(logins), flush=True)
         server.run()
     except (KeyboardInterrupt, SystemExit):
         pass

@@ -7,7 +7,7 @@ from flask import current_app
 from flask.cli import with_appcontext
 
 from ..actions.purge import RESOLVED, purge_entries
-from ..config import format_duration, parse_duration
+from ..times import format_duration, parse_duration
 from ..runtime import runtime_of
 from .output import BAD_INPUT, CommandError, cli_actor, nats_connected
 

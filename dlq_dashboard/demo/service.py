@@ -123,6 +123,7 @@ class Demo:
         self.sent: list[SentOrder] = []
         self.ready = threading.Event()  # set once the consumer pulls and the shop publishes
         self.error: BaseException | None = None
+        self.login: tuple[str, str] | None = None  # the operator made at the start, and its password
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
@@ -133,10 +134,10 @@ class Demo:
     # --- start and stop -----------------------------------------------------------------------
 
     def start(self) -> "Demo":
-        """Create the demo operator (printing its password once) and start the demo thread."""
+        """Create the demo operator (its name and password in ``login``, for the start to print
+        once) and start the demo thread."""
         password = ensure_demo_operator(self.runtime.engine)
-        if password:
-            print(f"Demo operator login: {OPERATOR} / {password}  (shown once)", flush=True)
+        self.login = (OPERATOR, password) if password else None
         self.services = SimulatedServices(self.outage_seconds)
         self._db.submit(self.table.open).result()
         loop_ready = threading.Event()
@@ -270,7 +271,7 @@ class Demo:
         await asyncio.get_running_loop().run_in_executor(
             self._db, self.table.upsert, order, f"{md.stream}:{md.sequence.stream}", replay_of)
         await services.reserve_stock(order["order_id"])
-        log.info("demo: stored order %s of %s%s", order["order_id"], order["customer_id"],
+        log.debug("demo: stored order %s of %s%s", order["order_id"], order["customer_id"],
                  f" (republished from {replay_of})" if replay_of else "")
 
     async def _announce_outage_end(self) -> None:

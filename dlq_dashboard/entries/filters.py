@@ -15,7 +15,7 @@ from sqlalchemy import Engine, func, literal_column, or_, select, text
 
 from dlq_consumer import headers as contract
 
-from ..config import parse_duration
+from ..times import parse_duration
 from ..db.engine import is_sqlite
 from ..db.models import Entry, FailureGroup
 from ..errors import InvalidRequest

@@ -88,20 +88,27 @@ class Tallies:
         """Entries of each group (any status) that arrived in each of the last ``hours`` hours, the
         current hour last, from the hour buckets of the arrivals: one query for all the groups,
         a few rows each however many entries there are. Returns the first hour and the counts."""
-        end = bucket(now or utcnow(), 3600) + timedelta(hours=1)
-        start = end - timedelta(hours=hours)
+        return self.arrivals(group_ids, width=3600, buckets=hours, now=now)
+
+    def arrivals(self, group_ids: list[int], *, width: int, buckets: int,
+                 now: datetime | None = None) -> tuple[datetime, dict[int, list[int]]]:
+        """As hourly_arrivals, in the last ``buckets`` buckets of ``width`` seconds (db/counts.py
+        WIDTHS: a minute or an hour), the current one last."""
+        end = bucket(now or utcnow(), width) + timedelta(seconds=width)
+        start = end - timedelta(seconds=width * buckets)
+        hours = buckets
         trends = {group_id: [0] * hours for group_id in group_ids}
         if not group_ids:
             return start, trends
         # The bucket as the driver gives it: SQLite's stored text is matched as text, since
         # parsing 24 times 200 of them into datetimes would cost more than the query.
         query = (select(ARRIVALS.c.group_id, type_coerce(ARRIVALS.c.bucket, String), func.sum(ARRIVALS.c.count))
-                 .where(ARRIVALS.c.width == 3600, ARRIVALS.c.bucket >= start, ARRIVALS.c.bucket < end,
+                 .where(ARRIVALS.c.width == width, ARRIVALS.c.bucket >= start, ARRIVALS.c.bucket < end,
                         ARRIVALS.c.group_id.in_(group_ids))
                  .group_by(ARRIVALS.c.bucket, ARRIVALS.c.group_id))
         hour_index: dict = {}
         for i in range(hours):
-            at = start + timedelta(hours=i)
+            at = start + timedelta(seconds=width * i)
             hour_index[at] = hour_index[at.strftime(_SQLITE_TIME)] = i
         with read_transaction(self.engine) as conn:
             for group_id, at, n in conn.execute(query):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, jsonify, render_template, request, url_for
+from flask import Blueprint, flash, jsonify, render_template, request, url_for
 
 from ..actions.close import close_entry, reopen_entry
 from ..actions.errors import NatsDown, Refused
@@ -22,6 +22,7 @@ from . import current_runtime, params
 from .auth import actor_name, requires
 from .data import entry_to_act_on, get_entry_or_404
 from .errors import status_of
+from .presenters.lines import failing_lines
 from .presenters.payloads import editable, line_diff, same_document
 from .responses import after_post, render_block
 
@@ -105,6 +106,24 @@ def _form_payload(entry: EntryView) -> bytes | None:
     return None if body == entry.payload else body
 
 
+def done(sentence: str, link_text: str, anchor: str = "timeline-title") -> None:
+    """What an action did, said on the page it leads to (base.html announces it, role=status),
+    with a link to where its result is shown."""
+    flash({"text": sentence, "link": link_text, "anchor": anchor}, "done")
+
+
+def republished_sentence(entry: EntryView, published, edited: bool) -> str:
+    """What a republish from the pages did: which payload went where, and what the broker said."""
+    what = f"Republished entry {entry.id}" + (" with the edited payload" if edited else "")
+    where = f" to {entry.original_subject}" if entry.original_subject else ""
+    if published is None:
+        return f"{what}{where}."
+    if published.duplicate:
+        return f"{what}{where}: the broker had it already (message {published.msg_id}), so it was not sent twice."
+    stored = f", stored by stream {published.stream} as message {published.seq}" if published.stream else ""
+    return f"{what}{where}{stored}."
+
+
 def check_payload(entry: EntryView, text: str, encoding: str) -> dict[str, Any]:
     """The current schema's verdict on an edited payload and its line diff from the original
     (of the pretty forms, so a one-field change is one line out and one in)."""
@@ -112,14 +131,18 @@ def check_payload(entry: EntryView, text: str, encoding: str) -> dict[str, Any]:
         body = _edited_body(entry, text, encoding)
     except InvalidRequest:
         return {"errors": [{"path": "", "message": "not valid base64"}], "schema": None, "diff": [],
-                "changed": True}
+                "changed": True, "lines": []}
     try:
         verdict = current_runtime().schemas.validate(entry.original_subject, body)
     except RecursionError:
         return {"errors": [{"path": "", "message": "the payload nests too deeply to be validated"}],
-                "schema": None, "diff": line_diff(entry.payload, body), "changed": body != entry.payload}
-    return {"errors": [e.to_dict() for e in verdict.errors], "schema": verdict.schema,
-            "diff": line_diff(entry.payload, body), "changed": body != entry.payload}
+                "schema": None, "diff": line_diff(entry.payload, body), "changed": body != entry.payload,
+                "lines": []}
+    errors = [e.to_dict() for e in verdict.errors]
+    return {"errors": errors, "schema": verdict.schema, "diff": line_diff(entry.payload, body),
+            "changed": body != entry.payload,
+            # The editor's lines the errors point at (of the text as typed; none for base64).
+            "lines": failing_lines(text, errors) if encoding == "text" else []}
 
 
 @bp.route("/entries/<int:entry_id>/republish", methods=["GET"])
@@ -156,15 +179,17 @@ def republish(entry_id: int):
     """
     entry = entry_to_act_on(entry_id)
     force = flag(request.form.get("force"), "force")
+    edited = _form_payload(entry)
     try:
-        republish_entry(current_runtime(), entry_id, params.version(request.form.get("version")),
-                        actor=actor_name(), payload=_form_payload(entry), force=force)
+        outcome = republish_entry(current_runtime(), entry_id, params.version(request.form.get("version")),
+                                  actor=actor_name(), payload=edited, force=force)
     except InvalidRequest as exc:
         return _editor(entry, editing=True, payload_text=request.form.get("payload"), error=exc, force=force,
                        status=status_of(exc))
     except (Refused, NatsDown) as exc:
         return _editor(entry, editing="payload" in request.form, payload_text=request.form.get("payload"),
                        error=exc, force=force, status=status_of(exc))
+    done(republished_sentence(entry, outcome.publish, edited is not None), "See it in the timeline")
     return after_post(url_for("pages.entry", entry_id=entry_id))
 
 
@@ -175,6 +200,7 @@ def close(entry_id: int):
     entry_to_act_on(entry_id, with_history=False)
     close_entry(current_runtime(), entry_id, params.version(request.form.get("version")), actor=actor_name(),
                 note=request.form.get("note"))
+    done(f"Closed entry {entry_id}: it is acknowledged and no longer open.", "See it in the timeline")
     return after_post(url_for("pages.entry", entry_id=entry_id))
 
 
@@ -184,5 +210,6 @@ def reopen(entry_id: int):
     """Reopen a closed or republished entry."""
     entry_to_act_on(entry_id, with_history=False)
     reopen_entry(current_runtime(), entry_id, params.version(request.form.get("version")), actor=actor_name())
+    done(f"Reopened entry {entry_id}: it is open again.", "See it in the timeline")
     return after_post(url_for("pages.entry", entry_id=entry_id))
 

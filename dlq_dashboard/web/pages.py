@@ -8,6 +8,7 @@ entry share their data functions with the JSON API (data.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import Blueprint, current_app, make_response, render_template, request, send_from_directory, url_for
@@ -23,7 +24,8 @@ from ..masking import PAYLOAD_HIDDEN
 from ..entries.tallies import Tallies
 from ..db.triage import STATES
 from ..numbers import whole_number
-from . import current_runtime, status
+from ..times import utcnow
+from . import current_runtime, params, status
 from .auth import current_identity, requires
 from .data import (caller_name, current_reader, entries_page, entry_detail, failed_again, failure_groups,
                    get_entry_or_404, list_fields, request_filter)
@@ -129,6 +131,31 @@ def favicon():
 
 # --- groups -----------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class TrendWindow:
+    """The span of the groups' trends and what one bar counts (the kept arrivals' widths)."""
+
+    name: str
+    label: str
+    width: int  # seconds a bar counts: db/counts.py WIDTHS
+    buckets: int
+    unit: str
+
+
+TREND_WINDOWS = (TrendWindow("1h", "last hour, per minute", 60, 60, "min"),
+                 TrendWindow("24h", "last 24 hours, per hour", 3600, 24, "h"))
+
+
+def trend_window(raw: str | None, flt: EntryFilter) -> TrendWindow:
+    """The window asked for (``window=1h|24h``, a 400 for another), or the one that fits the
+    filter's time: per minute when it looks at the last hour or less."""
+    name = params.one_of(raw, "window", [w.name for w in TREND_WINDOWS])
+    if name is None:
+        recent = flt.since is not None and utcnow() - flt.since <= timedelta(hours=1, seconds=1)
+        name = "1h" if recent else "24h"
+    return next(w for w in TREND_WINDOWS if w.name == name)
+
+
 @bp.route("/groups")
 @requires("viewer")
 def groups():
@@ -142,17 +169,21 @@ def groups():
         triage_args = answer.triage.to_args(caller_name())
     except FilterError as exc:
         flt, filter_error = EntryFilter(), str(exc)
+    window = trend_window(request.args.get("window"), flt)
     if found:
-        _, hourly = Tallies(current_runtime().store).hourly_arrivals([g.id for g in found])
-        trends = {group_id: build_sparkline(counts) for group_id, counts in hourly.items()}
+        _, counts = Tallies(current_runtime().store).arrivals([g.id for g in found], width=window.width,
+                                                              buckets=window.buckets)
+        trends = {group_id: build_sparkline(n, window.unit) for group_id, n in counts.items()}
     response = page_or_fragment("groups.html", "results", 400 if filter_error else 200,
                                 groups=found, tally=tally, flt=flt, args=args,
                                 filter_error=filter_error, base_args=base, trends=trends,
                                 filter_args={**flt.to_args(), **triage_args}, saved=saved_views("groups"),
-                                view_url=view_url, group_states=STATES)
+                                view_url=view_url, group_states=STATES, fields=list_fields(), presets=TIME_PRESETS,
+                                window=window, windows=TREND_WINDOWS)
     if htmx and not filter_error:
         # The tidy address, as the list's; "status=" stays, as it means any status here.
-        shown = {**flt.to_args(), **triage_args, **({"status": ""} if not flt.status else {})}
+        shown = {**flt.to_args(), **triage_args, **({"status": ""} if not flt.status else {}),
+                 **({"window": window.name} if request.args.get("window") else {})}
         response.headers["HX-Push-Url"] = url_for("pages.groups", **shown)
     return response
 

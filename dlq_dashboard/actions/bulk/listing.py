@@ -30,7 +30,7 @@ def describe_selection(selection: Mapping[str, Any], labels: Mapping[int, str] |
     "group <label>" (its other filters after it)."""
     if "ids" in selection:
         n = selection.get("ids") or 0
-        return f"{n} selected {'entry' if n == 1 else 'entries'}"
+        return f"{n:,} selected {'entry' if n == 1 else 'entries'}"
     leading, rest = [], []
     for name, value in (selection.get("filter") or {}).items():
         declared = filter_of(name)  # each filter's own words (entries/filters.py)

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 _SIZES = [timedelta(minutes=m) for m in (1, 5, 15, 30, 60, 180, 360, 720, 1440, 10080)]
 MAX_BARS = 60
 MIN_BARS = 30
-WIDTH, HEIGHT = 760, 170
+WIDTH, HEIGHT = 760, 130
 # The plot area inside the SVG: room on the left for the counts, below for the times.
 LEFT, RIGHT, TOP, BOTTOM = 52, WIDTH - 10, 20, HEIGHT - 30
 X_TICKS = 5
@@ -167,17 +167,18 @@ class Sparkline:
     peak: int
     width: int
     height: int = SPARK_HEIGHT
+    unit: str = "h"  # what one bar counts: an hour ("h") or a minute ("min")
 
     @property
     def description(self) -> str:
         """The text alternative: what the bars say, for those who do not see them."""
-        hours = len(self.counts)
+        bars = len(self.counts)
         if not self.total:
-            return f"none in the last {hours} h"
-        return f"{self.total:,} in the last {hours} h, peak {self.peak:,}/h"
+            return f"none in the last {bars} {self.unit}"
+        return f"{self.total:,} in the last {bars} {self.unit}, peak {self.peak:,}/{self.unit}"
 
 
-def build_sparkline(counts: list[int]) -> Sparkline:
+def build_sparkline(counts: list[int], unit: str = "h") -> Sparkline:
     """Bars for hourly ``counts``, scaled to the busiest hour, as one SVG path of vertical strokes
     (a page shows up to 200 of them: one short attribute each, no element per bar; the stroke
     width is in app.css); an hour with any arrival gets a visible bar, however small next to
@@ -186,4 +187,4 @@ def build_sparkline(counts: list[int]) -> Sparkline:
     scale = (SPARK_HEIGHT - 1) / peak if peak else 0
     path = "".join(f"M{i * SPARK_BAR + 1.5} {SPARK_HEIGHT}v-{max(2, round(n * scale))}"
                    for i, n in enumerate(counts) if n)
-    return Sparkline(tuple(counts), path, sum(counts), peak, SPARK_BAR * len(counts))
+    return Sparkline(tuple(counts), path, sum(counts), peak, SPARK_BAR * len(counts), unit=unit)

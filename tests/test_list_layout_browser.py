@@ -1,0 +1,135 @@
+"""The list starts with the list: at 1440×900 the first entry is fully in the first screen, filters
+included, and on a 390×844 phone an entry takes at most 120 px and the first starts in the first
+screen; on the demo's dead letters and on 50,000 of them. The common filters stand in one row,
+the rest fold (open while one of them is set, or as last left), the chart folds and stays as
+left, and the bulk bar shows once an entry is ticked (everything matching: while a filter is set).
+"""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from dlq_dashboard.demo.service import demo_settings
+from dlq_dashboard.runtime import runtime_of
+
+from . import support
+from .demo_entries import store_demo_entries
+
+DESKTOP, PHONE = (1440, 900), (390, 844)
+MAX_PHONE_ROW = 120
+SETTLED = "() => !document.querySelector('[hx-trigger=\"load\"], .htmx-request')"
+ROWS = """() => [...document.querySelectorAll('#entry-rows tr[data-id]')].slice(0, 5).map(row => {
+  const box = row.getBoundingClientRect();
+  return {top: box.top + window.scrollY, bottom: box.bottom + window.scrollY, height: box.height};
+})"""
+
+
+@pytest.fixture
+def app(settings, make_app):
+    """The app as ``python app.py --demo`` configures it: the orders' schema and key fields."""
+    return make_app(settings=demo_settings(settings), online=True)
+
+
+def _open(page, base: str, path: str, size: tuple[int, int]) -> list[dict]:
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    page.goto(base + path)
+    page.wait_for_function(SETTLED)
+    rows = page.evaluate(ROWS)
+    assert rows, f"{path}: no rows"
+    return rows
+
+
+def _measure_both_widths(page, base: str) -> dict[str, float]:
+    """The first row's place at both sizes; asserts the layout's promises and returns the numbers."""
+    rows = _open(page, base, "/", DESKTOP)
+    assert rows[0]["bottom"] <= DESKTOP[1], f"the first row ends at {rows[0]['bottom']} px, below the fold"
+    # The common filters in one row, the rest folded.
+    tops = [page.locator(sel).first.bounding_box()["y"] for sel in
+            ("#q", "#filters select[name=status]", "#filters input[name=subject]", "#filters input[name=reason]",
+             "#filters button[type=submit]")]
+    assert max(tops) - min(tops) < 20, f"the common filters stand in more than one row: {tops}"
+    expect(page.locator("#filters input[name=consumer]")).to_be_hidden()
+    desktop = rows[0]["bottom"]
+
+    rows = _open(page, base, "/", PHONE)
+    assert rows[0]["top"] < PHONE[1], f"the first row starts at {rows[0]['top']} px, past the first screen"
+    tallest = max(r["height"] for r in rows)
+    assert tallest <= MAX_PHONE_ROW, f"a row is {tallest} px tall on a phone"
+    return {"desktop_first_row_bottom": desktop, "phone_first_row_top": rows[0]["top"], "phone_tallest_row": tallest}
+
+
+def test_the_first_demo_entry_is_in_the_first_screen_at_1440_and_390_px(app, live_server, page):
+    store_demo_entries(runtime_of(app).engine, 80)
+    support.browser_login(page, live_server, app, "operator")
+    measured = _measure_both_widths(page, live_server)
+    print("demo entries:", measured)
+
+
+@pytest.mark.slow
+def test_the_first_of_50000_entries_is_in_the_first_screen_at_1440_and_390_px(app, live_server, page):
+    store_demo_entries(runtime_of(app).engine, 50_000)
+    support.browser_login(page, live_server, app, "operator")
+    measured = _measure_both_widths(page, live_server)
+    print("50,000 entries:", measured)
+
+
+def test_further_filters_open_while_one_is_set_and_the_first_row_stays_in_view(app, live_server, page):
+    store_demo_entries(runtime_of(app).engine, 30)
+    support.browser_login(page, live_server, app, "operator")
+    rows = _open(page, live_server, "/?consumer=fulfilment", DESKTOP)
+    expect(page.locator("details.more-filters")).to_have_attribute("open", "")
+    expect(page.locator("details.more-filters summary")).to_have_text("More filters (1 set)")
+    expect(page.locator("#filters input[name=consumer]")).to_have_value("fulfilment")
+    assert rows[0]["bottom"] <= DESKTOP[1]
+
+
+def test_the_further_filters_and_the_chart_stay_as_they_were_left(app, live_server, page):
+    store_demo_entries(runtime_of(app).engine, 30)
+    support.browser_login(page, live_server, app, "operator")
+    _open(page, live_server, "/", DESKTOP)
+    chart = page.locator("figure.chart svg")
+    expect(chart).to_be_visible()
+    page.get_by_text("Chart: failures per").click()
+    expect(chart).to_be_hidden()
+    page.locator("details.more-filters summary").click()
+    expect(page.locator("#filters input[name=consumer]")).to_be_visible()
+
+    _open(page, live_server, "/", DESKTOP)
+    expect(page.locator("figure.chart")).to_be_hidden()
+    expect(page.locator("#filters input[name=consumer]")).to_be_visible()
+    # The chart comes again with new filters (htmx renders it anew), still folded.
+    page.locator("#filters select[name=status]").select_option("open")
+    page.wait_for_url("**/?status=open")
+    page.wait_for_function(SETTLED)
+    expect(page.locator("details.chart-fold")).to_have_count(1)
+    expect(page.locator("figure.chart")).to_be_hidden()
+    page.get_by_text("Chart: failures per").click()
+    _open(page, live_server, "/", DESKTOP)
+    expect(page.locator("figure.chart svg")).to_be_visible()
+
+
+def test_the_chart_is_folded_at_first_on_a_phone(app, live_server, page):
+    store_demo_entries(runtime_of(app).engine, 30)
+    support.browser_login(page, live_server, app, "operator")
+    _open(page, live_server, "/", PHONE)
+    expect(page.locator("figure.chart")).to_be_hidden()
+    page.get_by_text("Chart: failures per").click()
+    expect(page.locator("figure.chart svg")).to_be_visible()
+
+
+def test_the_bulk_bar_shows_once_an_entry_is_ticked_or_a_filter_is_set(app, live_server, page):
+    store_demo_entries(runtime_of(app).engine, 30)
+    support.browser_login(page, live_server, app, "operator")
+    _open(page, live_server, "/", DESKTOP)
+    selected = page.get_by_role("button", name="Preview bulk action")
+    expect(selected).to_be_hidden()
+    expect(page.get_by_role("button", name="Preview for all matching")).to_have_count(0)
+    page.locator("#entry-rows input[name=ids]").first.check()
+    expect(selected).to_be_visible()
+    page.locator("#entry-rows input[name=ids]").first.uncheck()
+    expect(selected).to_be_hidden()
+
+    _open(page, live_server, "/?status=open", DESKTOP)
+    expect(page.get_by_role("button", name="Preview for all matching")).to_be_visible()
+    expect(selected).to_be_hidden()
