@@ -1,7 +1,8 @@
 """Take the screenshots in README.md and docs/: the list, the detail page, the payload editor, a
-bulk patch's preview and the jobs page.
+bulk patch's preview, the jobs page, and triage (the groups with their states, one group's page).
 
-    python docs/screenshots.py [list] [detail] [editor] [patch-preview] [jobs]     (all of them by default)
+    python docs/screenshots.py [list] [detail] [editor] [patch-preview] [jobs] [groups] [group]
+    (all of them by default)
 
 Fills a temporary database with realistic dead letters (through the mirror's ingest), starts a
 nats-server of its own with the shop's ORDERS stream and consumer (so the pages show NATS
@@ -135,6 +136,35 @@ def jobs_for_the_photo(rt) -> None:
                     patch=[{"op": "replace", "path": "/items/0/price", "value": 12.5}], only_valid=True)
 
 
+def triage_for_the_photo(engine) -> int:
+    """An incident under way (docs/triage.md): the gateway timeouts assigned and noted, the
+    schema failures resolved in v2, the cancellations ignored for a day; the timeouts' group id."""
+    from sqlalchemy import select
+
+    from dlq_dashboard.actions.triage import add_note, change_state, parse_state_change
+    from dlq_dashboard.db.models import FailureGroup
+    from dlq_dashboard.times import utcnow
+
+    with engine.connect() as conn:
+        by_subject = {s: (i, v) for s, i, v in conn.execute(
+            select(FailureGroup.subject, FailureGroup.id, FailureGroup.version).order_by(FailureGroup.id.desc()))}
+    now = utcnow()
+    timeouts, version = by_subject["payments.captured"]
+    change_state(engine, timeouts, version, parse_state_change({"state": "investigating", "assignee": "mara"}, now),
+                 actor="mara")
+    add_note(engine, timeouts, "The gateway answers in 31 s since 09:40; the provider's status page says degraded.",
+             actor="mara")
+    add_note(engine, timeouts, "Retry after the provider's fix; closing the duplicates first.", actor="lee")
+    schema, version = by_subject["orders.created"]
+    change_state(engine, schema, version, parse_state_change(
+        {"state": "resolved", "resolved_in": "v2", "note": "prices are numbers again since order-service v2"}, now),
+        actor="lee")
+    cancelled, version = by_subject["orders.cancelled"]
+    change_state(engine, cancelled, version, parse_state_change(
+        {"state": "ignored", "until": "24h", "note": "known: the old mobile app"}, now), actor="lee")
+    return timeouts
+
+
 def main(shots: list[str]) -> int:
     import waitress
     from playwright.sync_api import sync_playwright
@@ -165,6 +195,7 @@ def main(shots: list[str]) -> int:
         runtime_of(app).bridge.wait_connected(10)
         create_user(engine, "mara", "screenshots-password", "operator")
         jobs_for_the_photo(runtime_of(app))
+        group_id = triage_for_the_photo(engine)
         with engine.connect() as conn:
             detail_id = conn.execute(select(Entry.id).where(Entry.reason == "schema_invalid")
                                      .order_by(Entry.id.desc())).scalars().first()
@@ -201,6 +232,12 @@ def main(shots: list[str]) -> int:
                 if "jobs" in shots:
                     page.goto(f"{base}/jobs")
                     page.screenshot(path=str(ROOT / "docs" / "screenshot-jobs.png"))
+                if "groups" in shots:
+                    page.goto(f"{base}/groups?status=")
+                    page.screenshot(path=str(ROOT / "docs" / "screenshot-groups.png"))
+                if "group" in shots:
+                    page.goto(f"{base}/groups/{group_id}")
+                    page.screenshot(path=str(ROOT / "docs" / "screenshot-group.png"), full_page=True)
                 browser.close()
         finally:
             server.close()
@@ -211,4 +248,4 @@ def main(shots: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or ["list", "detail", "editor", "patch-preview", "jobs"]))
+    sys.exit(main(sys.argv[1:] or ["list", "detail", "editor", "patch-preview", "jobs", "groups", "group"]))

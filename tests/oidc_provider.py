@@ -16,6 +16,7 @@ with ``requests``; ``start(bases=[live_url])`` registers a live server's address
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -58,6 +59,23 @@ class ProviderPool:
             provider._end()
 
 
+def installed() -> None:
+    """node-oidc-provider in tests/oidc/node_modules, installed from the committed lockfile
+    (``npm ci``) the first time a test needs it, once for every test worker (a file lock)."""
+    if (FOLDER / "node_modules" / "oidc-provider").is_dir():
+        return
+    if shutil.which("npm") is None:
+        raise AssertionError("npm is missing: the single sign-on tests need Node.js 20 or later and npm "
+                             "(apt-get install -y nodejs npm; .ci/run does)")
+    with open(FOLDER / ".npm-ci.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (FOLDER / "node_modules" / "oidc-provider").is_dir():
+            done = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=FOLDER,
+                                  capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                raise AssertionError(f"npm ci in {FOLDER} failed:\n{done.stdout}{done.stderr}")
+
+
 class IdentityProvider:
     """A node-oidc-provider process: its accounts, its one client, its log.
 
@@ -68,8 +86,7 @@ class IdentityProvider:
     def __init__(self, folder: Path, *, accounts: dict | None = None, public: bool = False,
                  ttl: dict | None = None, conform_id_token_claims: bool = True, claims: dict | None = None,
                  shared: bool = True, pool: ProviderPool | None = None):
-        if not (FOLDER / "node_modules" / "oidc-provider").is_dir():
-            raise AssertionError(f"{FOLDER}/node_modules is missing: run `npm ci` in {FOLDER} (.ci/run does)")
+        installed()
         self.folder = Path(folder)
         self.pool = pool if shared else None
         self.key = json.dumps([public, ttl, conform_id_token_claims, claims], sort_keys=True)

@@ -45,26 +45,30 @@ def test_the_vendored_axe_core_is_the_pinned_version_with_its_licence():
     assert "Mozilla Public License" in (static / f"axe-core-{AXE_VERSION}.LICENSE").read_text(encoding="utf-8")
 
 
-def test_every_page_has_no_wcag_21_a_or_aa_violation_in_light_and_dark(app, live_server, browser, nats_server):
+WIDTHS = ((1440, 900), (390, 844))  # a desk and a phone, as the list's layout test measures
+
+
+def test_every_page_has_no_wcag_21_a_or_aa_violation_in_light_and_dark_at_both_widths(app, live_server, browser,
+                                                                                     nats_server):
     ids = _entries(app, nats_server)
     found: list[str] = []
-    for scheme in ("light", "dark"):
-        context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+    for scheme, (width, height) in ((s, w) for w in WIDTHS for s in ("light", "dark")):
+        context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=scheme)
         page = context.new_page()
         try:
             page.goto(f"{live_server}/login")
-            found += _violations(page, f"/login ({scheme})")
+            found += _violations(page, f"/login ({scheme}, {width} px)")
             support.browser_login(page, live_server, app, "operator")
             for path in PAGES:
                 url = path.format(**ids)
                 response = page.goto(live_server + url)
                 assert response.ok, f"{url}: {response.status}"
-                found += _violations(page, f"{url} ({scheme})")
+                found += _violations(page, f"{url} ({scheme}, {width} px)")
             # The keys' dialog, opened by "?".
             page.goto(f"{live_server}/")
             page.keyboard.press("?")
             expect(page.locator("#keys-help")).to_be_visible()
-            found += _violations(page, f"the keys' dialog ({scheme})")
+            found += _violations(page, f"the keys' dialog ({scheme}, {width} px)")
         finally:
             context.close()
     assert not found, f"{len(found)} axe-core violations:\n" + "\n".join(found)

@@ -1,6 +1,7 @@
 """An incident on the real server (SPEC section 11): a burst of dead letters through NATS makes a
-failure group, it is assigned, resolved in "v2", a new failure regresses it, and exactly one
-group.regressed alert reaches a local webhook; the group's activity tells the whole story."""
+failure group (of the team "orders"), it is assigned, resolved in "v2", a new failure regresses
+it, and exactly one group.regressed alert reaches a local webhook receiver and the team's mailbox
+on a real SMTP server, with one event id; the group's activity tells the whole story."""
 
 from __future__ import annotations
 
@@ -9,10 +10,15 @@ from sqlalchemy import select
 
 from dlq_dashboard.accounts import create_token
 from dlq_dashboard.db.models import Alert
+from dlq_dashboard.mailing import parse_smtp_url
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.teams import Team
 
 from . import support
+from .smtp import MailServer
 from .test_alerts import Receiver, dead_letter, start_app
+
+ORDERS = Team("orders", ("orders.>",), emails=("orders-oncall@example.com",))
 
 
 @pytest.fixture
@@ -22,6 +28,17 @@ def webhook():
     receiver.close()
 
 
+@pytest.fixture
+def mailbox():
+    server = MailServer()
+    yield server
+    server.close()
+
+
+def mails(server: MailServer, event: str) -> list:
+    return [m for m in server.received() if m["X-Dlq-Event"] == event]
+
+
 def all_sent(engine) -> bool:
     with engine.connect() as conn:
         return all(sent is not None for sent in conn.execute(select(Alert.sent_at)).scalars())
@@ -29,8 +46,9 @@ def all_sent(engine) -> bool:
 
 @pytest.mark.both_databases
 def test_a_burst_is_assigned_resolved_in_v2_and_regresses_with_one_group_regressed_alert(
-        tmp_path, nats_server, database_url, webhook):
-    app = start_app(tmp_path, nats_server, database_url, [webhook.url])
+        tmp_path, nats_server, database_url, webhook, mailbox):
+    app = start_app(tmp_path, nats_server, database_url, [webhook.url], teams=(ORDERS,),
+                    smtp=parse_smtp_url(mailbox.url), mail_from="dlq@example.com")
     rt = runtime_of(app)
     try:
         client = app.test_client()
@@ -40,7 +58,7 @@ def test_a_burst_is_assigned_resolved_in_v2_and_regresses_with_one_group_regress
         support.wait_for(lambda: webhook.alerts("group.new"), timeout=20, message="the group.new alert")
         support.wait_for(lambda: all_sent(rt.engine), timeout=20, message="the group.new alert to be recorded sent")
         [group] = client.get("/api/groups", headers=operator).get_json()["groups"]
-        assert group["count"] == 30 and group["state"] == "open"
+        assert group["count"] == 30 and group["state"] == "open" and group["team"] == "orders"
 
         assigned = client.post(f"/api/groups/{group['id']}/state", headers=operator, json={
             "version": group["version"], "state": "investigating", "assignee": "alice"}).get_json()["group"]
@@ -58,6 +76,12 @@ def test_a_burst_is_assigned_resolved_in_v2_and_regresses_with_one_group_regress
         assert body["group"]["id"] == group["id"] and body["group"]["state"] == "regressed"
         assert "resolved in v2" in body["text"]
         assert [b["event"] for _, b in webhook.alerts()] == ["group.new", "group.regressed"]
+        # The team's mailbox: the same two alerts, each once, the regression under the webhook's id.
+        support.wait_for(lambda: mails(mailbox, "group.regressed"), timeout=20, message="the group.regressed e-mail")
+        [mail] = mails(mailbox, "group.regressed")
+        assert mail["X-Dlq-Event-Id"] == body["id"] and mail["To"] == "orders-oncall@example.com"
+        assert "resolved in v2" in mail["Subject"]
+        assert [m["X-Dlq-Event"] for m in mailbox.received()] == ["group.new", "group.regressed"]
 
         shown = client.get(f"/api/groups/{group['id']}", headers=operator).get_json()
         assert (shown["state"], shown["resolved_in"], shown["assignee"]) == ("regressed", "v2", "alice")
