@@ -15,15 +15,14 @@ from sqlalchemy import Engine, func, literal_column, or_, select, text
 
 from dlq_consumer import headers as contract
 
-from ..times import parse_duration
 from ..db.engine import is_sqlite
 from ..db.models import Entry, FailureGroup
 from ..errors import InvalidRequest
 from ..numbers import whole_number
 from ..scopes import Scope
-from ..times import format_time, parse_time, utcnow
-from .scoping import scope_condition
+from ..times import format_time, parse_duration, parse_time, utcnow
 from .fields import FIELD_PREFIX, KeyField, field_condition
+from .scoping import like_escape, literal_prefix, scope_condition
 from .shape import STATUSES, STR
 
 GROUPS = FailureGroup.__table__
@@ -65,19 +64,6 @@ def validate_subject_pattern(pattern: str) -> str:
                 "'*' for one token and '>' at the end for the rest (e.g. orders.* or orders.>)"
             )
     return pattern
-
-
-def _literal_prefix(pattern: str) -> str:
-    literal = []
-    for token in pattern.split("."):
-        if token in ("*", ">"):
-            break
-        literal.append(token)
-    return ".".join(literal) + ("." if literal else "")
-
-
-def _like_escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 # --- full-text queries ------------------------------------------------------------------------
@@ -134,10 +120,10 @@ def decode_cursor(cursor: str) -> int:
 def _subject_conditions(column, pattern: str) -> list:
     if "*" in pattern or ">" in pattern.split("."):
         conds = []
-        prefix = _literal_prefix(pattern)
+        prefix = literal_prefix(pattern)
         if prefix:
             # The prefix lets the subject index narrow the rows the regex must look at.
-            conds.append(column.like(_like_escape(prefix) + "%", escape="\\"))
+            conds.append(column.like(like_escape(prefix) + "%", escape="\\"))
         conds.append(column.regexp_match(subject_pattern_regex(pattern)))
         return conds
     return [column == pattern]

@@ -15,7 +15,7 @@ from ..scopes import DEFAULT_SOURCE, Scope
 ENTRIES, GROUPS, JOBS, ITEMS = Entry.__table__, FailureGroup.__table__, Job.__table__, JobItem.__table__
 
 
-def _literal_prefix(pattern: str) -> str:
+def literal_prefix(pattern: str) -> str:
     """The tokens before the first wildcard, with the dot after them."""
     literal = []
     for token in pattern.split("."):
@@ -56,7 +56,7 @@ def subject_condition(column, pattern: str):
     if "*" not in pattern.split(".") and ">" not in pattern.split("."):
         return column == pattern
     conds = [column != ""]
-    prefix = _literal_prefix(pattern)
+    prefix = literal_prefix(pattern)
     if prefix:
         conds.append(column.like(like_escape(prefix) + "%", escape="\\"))
     conds.append(column.regexp_match(scope_pattern_regex(pattern)))
