@@ -13,11 +13,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import threading
 
 import flask
 import pytest
-import waitress
 from hypothesis import settings
 
 from dlq_dashboard import accounts, create_app
@@ -220,12 +218,9 @@ def auth(request) -> AuthActions:
 @pytest.fixture
 def live_server(app):
     """The app served by waitress on 127.0.0.1 and a free port, in a thread; yields its base URL."""
-    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=4)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
+    server, thread = support.serve_in_thread(app)
     yield f"http://127.0.0.1:{server.effective_port}"
-    server.close()
-    thread.join(5)
+    support.stop_serving(server, thread)
 
 
 @pytest.fixture(scope="session")

@@ -392,3 +392,28 @@ def frozen(server):
         yield
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
+
+
+# --- a web server in a thread ------------------------------------------------------------------
+
+def serve_in_thread(app, threads: int = 4):
+    """``app`` served by waitress on 127.0.0.1 and a free port in a thread of its own; returns
+    (server, thread). End it with ``stop_serving``."""
+    import threading
+
+    import waitress
+
+    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=threads)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def stop_serving(server, thread) -> None:
+    """End a server ``serve_in_thread`` started. Its sockets are closed from its own loop: closed
+    from here, the loop (in select()) closes them once more, and a second close ends whatever the
+    process has opened under the same descriptor number since (another test's socket or pipe)."""
+    server.trigger.pull_trigger(lambda: [d.close() for d in list(server._map.values())])
+    thread.join(5)
+    assert not thread.is_alive(), "the web server did not stop"
+    server.task_dispatcher.shutdown()

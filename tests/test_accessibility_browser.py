@@ -9,7 +9,6 @@ and loaded from the app itself, so the pages' CSP lets it run.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 

@@ -5,10 +5,8 @@ groups, then a republish inside their scope and a refusal outside it."""
 from __future__ import annotations
 
 import re
-import threading
 
 import pytest
-import waitress
 from playwright.sync_api import expect
 
 from dlq_dashboard.runtime import runtime_of
@@ -37,16 +35,13 @@ def served():
     servers = []
 
     def serve(app) -> str:
-        server = waitress.create_server(app, host="127.0.0.1", port=0, threads=4)
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
+        server, thread = support.serve_in_thread(app)
         servers.append((server, thread))
         return f"http://127.0.0.1:{server.effective_port}"
 
     yield serve
     for server, thread in servers:
-        server.close()
-        thread.join(5)
+        support.stop_serving(server, thread)
 
 
 def test_a_team_member_signs_in_through_the_providers_form_and_republishes_within_their_scope_only(

@@ -10,10 +10,8 @@ import logging
 import os
 import stat
 import subprocess
-import threading
 
 import pytest
-import waitress
 
 from dlq_dashboard import create_app
 from dlq_dashboard.accounts import create_token, create_user
@@ -223,20 +221,13 @@ def served(tmp_path):
 
     def serve(**changes):
         app = create_app({"SETTINGS": support.make_settings(tmp_path, **changes), "TESTING": True})
-        server = waitress.create_server(app, host="127.0.0.1", port=0, threads=2)
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
+        server, thread = support.serve_in_thread(app, threads=2)
         started.append((app, server, thread))
         return server.effective_port
 
     yield serve
     for app, server, thread in started:
-        # Closed from the server's own loop (closing its sockets from here races its select()):
-        # with nothing left to watch, the loop returns.
-        server.trigger.pull_trigger(lambda server=server: [d.close() for d in list(server._map.values())])
-        thread.join(5)
-        assert not thread.is_alive(), "the web server did not stop"
-        server.task_dispatcher.shutdown()
+        support.stop_serving(server, thread)
         runtime_of(app).stop()
 
 
