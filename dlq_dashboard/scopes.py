@@ -59,6 +59,17 @@ def subject_matches(pattern: str, subject: str | None) -> bool:
     return len(have) == len(want)
 
 
+def pattern_within(inner: str, outer: str) -> bool:
+    """Whether every subject the NATS pattern ``inner`` matches, ``outer`` matches too."""
+    want, have = outer.split("."), inner.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or have[i] == ">" or (token != "*" and (have[i] == "*" or token != have[i])):
+            return False
+    return len(have) == len(want)
+
+
 @dataclass(frozen=True, order=True)
 class Scope:
     """A subject pattern, limited to one source when ``source`` is set."""

@@ -44,11 +44,6 @@ class Reader:
         found = scopes_for(self.grants, "operator") if self.grants is not None else None
         return () if found is False else found
 
-    @property
-    def scoped(self) -> bool:
-        """Whether this reader reaches only part of the entries."""
-        return self.grants is not None
-
     def may(self, role: str) -> bool:
         """True when this reader's role is ``role`` or above it."""
         return _RANK[self.role] >= _RANK[role]

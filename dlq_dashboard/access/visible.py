@@ -43,7 +43,7 @@ from ..entries.tallies import Tallies
 from ..entries.view import EntryView, Page
 from ..errors import EntryNotFound, Forbidden
 from ..masking import MASKED, Mask
-from ..scopes import DEFAULT_SOURCE, Scope
+from ..scopes import DEFAULT_SOURCE, Scope, pattern_within
 from .reader import Reader
 
 #: What a viewer reads for a job's search (``q``) while DLQ_MASK is set: the words searched for
@@ -53,10 +53,15 @@ SEARCH_HIDDEN = MASKED
 
 # --- entries -------------------------------------------------------------------------------------
 
+def covers(scopes: tuple[Scope, ...] | None, subject: str | None) -> bool:
+    """Whether ``scopes`` (None: everything) cover ``subject`` (an entry's original subject, a
+    group's subject; every entry is of the source "default" until several sources exist)."""
+    return scopes is None or any(s.covers(subject) for s in scopes)
+
+
 def covered(scopes: tuple[Scope, ...] | None, stored: EntryView) -> bool:
-    """Whether ``scopes`` (None: everything) cover the entry (every entry is of the source
-    "default" until several sources exist)."""
-    return scopes is None or any(s.covers(stored.original_subject) for s in scopes)
+    """Whether ``scopes`` cover the entry."""
+    return covers(scopes, stored.original_subject)
 
 
 def lookup(reader: Reader, store: Store, entry_id: int, *, with_history: bool = True) -> EntryView:
@@ -215,16 +220,12 @@ GROUP_NOT_YOURS = ("Group {id} is outside the scopes you may act on (your operat
                    "but not change its state or add a note.")
 
 
-def _group_covered(scopes: tuple[Scope, ...] | None, found: Group) -> bool:
-    return scopes is None or any(s.covers(found.subject) for s in scopes)
-
-
 def group(reader: Reader, store: Store, group_id: int) -> Group:
     """One failure group with its state as the reader sees it (its key as ``groups`` shows it);
     GroupNotFound, a 404, when there is none or its subject is outside the reader's scopes (a
     group belongs to one subject, so it is inside or outside as a whole)."""
     found = triage.find_group(store.engine, group_id)
-    if found is None or not _group_covered(reader.reads, found):
+    if found is None or not covers(reader.reads, found.subject):
         raise GroupNotFound(group_id)
     return groups(reader, store, [found])[0]
 
@@ -234,7 +235,7 @@ def group_to_change(reader: Reader, store: Store, group_id: int) -> Group:
     reader may not read it, Forbidden (403, GROUP_NOT_YOURS) when their operator grants do not
     cover its subject."""
     found = group(reader, store, group_id)
-    if not _group_covered(reader.acts, found):
+    if not covers(reader.acts, found.subject):
         raise Forbidden(GROUP_NOT_YOURS.format(id=group_id))
     return found
 
@@ -376,17 +377,6 @@ def read_audit(reader: Reader, store: Store, args: Mapping[str, str], *, fold: b
     """A page of the audit as the reader sees it: a scoped reader's holds the records of the
     entries they may read and of the jobs they may see (entries/audit.py records_within)."""
     return audit(reader, store, audit_page(store.engine, args, fold=fold, scopes=reader.reads), fields)
-
-
-def pattern_within(inner: str, outer: str) -> bool:
-    """Whether every subject the NATS pattern ``inner`` matches, ``outer`` matches too."""
-    want, have = outer.split("."), inner.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(have) > i
-        if i >= len(have) or have[i] == ">" or (token != "*" and (have[i] == "*" or token != have[i])):
-            return False
-    return len(have) == len(want)
 
 
 def view_within(reader: Reader, store: Store, view) -> bool:

@@ -20,6 +20,7 @@ from ..entries.triage import GroupStateFilter
 from ..access.detail import EntryDetail, build_entry_detail
 from ..entries.view import EntryView, Page
 from . import current_runtime
+from .presenters.rows import snippet
 from .auth import current_identity
 
 
@@ -44,6 +45,14 @@ def failed_again(entries: list[EntryView]) -> dict[int, int]:
     whose republish failed again (whatever their status now), in one query."""
     refs = {e.dlq_ref: e.id for e in entries if e.dlq_ref}
     return {refs[ref]: newest for ref, newest in current_runtime().store.failed_again(list(refs)).items()}
+
+
+def row_context(entries: list[EntryView]) -> dict:
+    """What the list's rows (index.html's ``entry_row`` block) need beside each entry: the key
+    fields, the payload snippet, which failed again, each entry's group state. The list and a row
+    rendered alone (web/row_actions.py) take it from here, so neither can miss a part."""
+    return {"fields": list_fields(), "snippet": snippet, "failed_again": failed_again(entries),
+            "group_states": visible.entry_group_states(current_reader(), current_runtime().store, entries)}
 
 
 def get_entry_or_404(entry_id: int, *, with_history: bool = True) -> EntryView:

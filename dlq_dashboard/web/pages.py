@@ -27,11 +27,10 @@ from ..numbers import whole_number
 from ..times import utcnow
 from . import current_runtime, params, status
 from .auth import current_identity, requires
-from .data import (caller_name, current_reader, entries_page, entry_detail, failed_again, failure_groups,
-                   get_entry_or_404, list_fields, request_filter)
+from .data import (caller_name, current_reader, entries_page, entry_detail, failure_groups, get_entry_or_404,
+                   list_fields, request_filter, row_context)
 from .presenters.charts import build_chart, build_sparkline, chart_bounds, describe_size
 from .presenters.payloads import mark_indexes, view_payload
-from .presenters.rows import snippet
 from .presenters.timeline import build_timeline
 from .saved_views import saved_views, view_url
 from .responses import htmx, list_url, page_or_fragment, render_block
@@ -76,9 +75,7 @@ def index():
         page=page, flt=flt, args=request.args, filter_error=filter_error, top_id=top_id,
         filter_args=flt.to_args(), example_command=example_command(), saved=saved_views("list"), view_url=view_url,
         paging={"limit": flt.limit} if flt.limit != DEFAULT_LIMIT else {},
-        fields=list_fields(), snippet=snippet, presets=TIME_PRESETS,
-        failed_again=failed_again(page.entries) if page else {},
-        group_states=visible.entry_group_states(current_reader(), current_runtime().store, page.entries) if page else {})
+        presets=TIME_PRESETS, **row_context(page.entries if page else []))
     if htmx and not flt.cursor and not filter_error:
         # The form sends its empty fields too; the address bar gets the tidy, shareable URL.
         response.headers["HX-Push-Url"] = list_url(**flt.to_args())

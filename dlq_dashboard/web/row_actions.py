@@ -15,8 +15,7 @@ from ..entries.filters import EntryFilter, encode_cursor
 from ..errors import EntryNotFound, InvalidRequest
 from . import current_runtime, params
 from .auth import actor_name, requires
-from .data import current_reader, entry_to_act_on, failed_again, list_fields
-from .presenters.rows import snippet
+from .data import current_reader, entry_to_act_on, list_fields, row_context
 from .responses import after_post, htmx, render_block
 
 bp = Blueprint("row_actions", __name__)
@@ -82,7 +81,5 @@ def _row(entry_id: int, message: dict) -> str:
     if not found or found[0].id != entry_id:
         raise EntryNotFound(entry_id)
     back = _back()
-    return render_block("index.html", "entry_row", e=found[0], can_act=True, fields=list_fields(),
-                        failed_again=failed_again(found), snippet=snippet, filter_args={}, row_back=back,
-                        group_states=visible.entry_group_states(reader, current_runtime().store, found),
-                        row_message=message)
+    return render_block("index.html", "entry_row", e=found[0], can_act=True, filter_args={}, row_back=back,
+                        row_message=message, **row_context(found))
