@@ -16,6 +16,7 @@ from .mailing import MailError, SmtpServer, check_address, mail_sender, parse_sm
 from .sign_in import (GroupRule, SettingError, button_words, check_single_sign_on, claim_path, issuer, oidc_roles,
                       oidc_scopes, session_hours)
 from .redaction import scrub
+from .sources import Source, SourcesError, load_sources
 from .teams import Team, TeamsError, load_teams
 from .times import format_duration, parse_duration
 
@@ -373,6 +374,8 @@ class Settings:
     local_login: bool = True
     # Every session (password or single sign-on) ends this many hours after its sign-in.
     session_hours: float = 12.0
+    # DLQ_CONFIG's [[sources]] (SPEC section 12); none: one source made of the fields above (sources.py).
+    sources: tuple[Source, ...] = ()
 
     @property
     def single_sign_on(self) -> bool:
@@ -381,8 +384,8 @@ class Settings:
 
     @property
     def bundled_nats(self) -> bool:
-        """True when no NATS_URL is set and the dashboard runs its own nats-server."""
-        return not self.nats_urls
+        """True when no NATS_URL (nor DLQ_CONFIG) is set and the dashboard runs its own nats-server."""
+        return not self.nats_urls and not self.sources
 
     def with_overrides(self, **changes) -> "Settings":
         """A copy with the given fields replaced (flags override the environment)."""
@@ -416,6 +419,7 @@ _PARSERS = {
     "DLQ_ALERT_THRESHOLD": ("alert_threshold", _positive_int),
     "DLQ_PUBLIC_URL": ("public_url", _public_url),
     "DLQ_TEAMS": ("teams", _refusing(load_teams, TeamsError)),
+    "DLQ_CONFIG": ("sources", _refusing(load_sources, SourcesError)),
     "DLQ_SMTP_URL": ("smtp", _refusing(parse_smtp_url, MailError, "; use smtp://user:pass@host:587?starttls=true "
                                                                   "or smtps://user:pass@host:465")),
     "DLQ_MAIL_FROM": ("mail_from", _refusing(check_address, MailError,

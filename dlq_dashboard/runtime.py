@@ -30,9 +30,27 @@ from .ingest.mirror import Mirror
 from .nats.bridge import Bridge
 from .nats.bundled import BundledServer
 from .nats.streams import StreamSetup
+from .sources import Source, source_settings, sources_of
 
 #: Where create_app keeps the runtime: ``app.extensions[EXTENSION]``.
 EXTENSION = "dlq"
+
+
+@dataclass
+class Feed:
+    """One source's parts (SPEC section 12): its settings (section 3's NATS fields taken from the
+    source), its streams, and once started its own NATS connection and mirror. One that cannot
+    reach its NATS stops nothing else."""
+
+    source: Source
+    settings: Settings
+    streams: StreamSetup
+    bridge: Bridge | None = None
+    mirror: Mirror | None = None
+
+    @property
+    def name(self) -> str:
+        return self.source.name
 
 
 @dataclass
@@ -61,9 +79,28 @@ class Runtime:
     # Opens ignored groups again when their time comes, on the replica that mirrors.
     reopening: ReopenSchedule | None = None
     jobs: JobRunner = field(init=False)
+    # Each source's parts, in DLQ_CONFIG's order; the first is also ``streams``, ``bridge`` and
+    # ``mirror`` above (what a page about "the" NATS connection, the CLI and the schedules use).
+    feeds: dict[str, Feed] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.jobs = JobRunner(self)
+        if not self.feeds:
+            for source in sources_of(self.settings):
+                settings = source_settings(self.settings, source)
+                self.feeds[source.name] = Feed(source, settings, StreamSetup(settings))
+            self.streams = next(iter(self.feeds.values())).streams
+
+    @property
+    def main_source(self) -> str:
+        """The first source's name (``default`` without DLQ_CONFIG)."""
+        return next(iter(self.feeds))
+
+    def bridge_for(self, source: str | None) -> Bridge | None:
+        """The NATS connection of ``source`` (None: the main one); None when not started or not a
+        source of this dashboard (an entry of a source removed from DLQ_CONFIG)."""
+        feed = self.feeds.get(source or self.main_source) if source or self.feeds else None
+        return feed.bridge if feed is not None else None
 
     @classmethod
     def create(cls, settings: Settings) -> Runtime:
@@ -92,12 +129,17 @@ class Runtime:
             print(f"Started the bundled nats-server at {self.bundled.url}", flush=True)
             # For `flask --app app entries republish` and `purge`, which run beside this process.
             write_private(self._bundled_url_file(), self.bundled.url)
-        self.bridge = Bridge(self.settings, servers)
-        self.bridge.on_connect(lambda: self.streams.ensure(self.bridge.js))
-        self.bridge.start()
+        for feed in self.feeds.values():
+            feed.bridge = Bridge(feed.settings, servers if self.settings.bundled_nats else list(feed.settings.nats_urls),
+                                 feed.name)
+            feed.bridge.on_connect(lambda feed=feed: feed.streams.ensure(feed.bridge.js))
+            feed.bridge.start()
+            if mirror:
+                feed.mirror = Mirror(feed.bridge, self.engine, feed.settings, feed.streams, feed.name)
+                feed.mirror.start()
+        first = self.feeds[self.main_source]
+        self.bridge, self.mirror = first.bridge, first.mirror
         if mirror:
-            self.mirror = Mirror(self.bridge, self.engine, self.settings, self.streams)
-            self.mirror.start()
             # The purge runs where the mirror runs: one replica, beside the writes it could slow.
             self.retention = RetentionSchedule(self, lambda: self.mirror is not None and self.mirror.leader).start()
             self.reopening = ReopenSchedule(self.engine, AlertRule.from_settings(self.settings),
@@ -109,16 +151,18 @@ class Runtime:
         return self
 
     def connect_nats(self) -> bool:
-        """Start the bridge alone (the CLI's republish and purge): to NATS_URL, or to the bundled
-        server of a dashboard running on this instance folder. False if it did not connect
-        within the connect timeout."""
-        servers = list(self.settings.nats_urls)
+        """Start the bridges alone (the CLI's republish and purge), one a source: to its NATS
+        URLs, or to the bundled server of a dashboard running on this instance folder. False if
+        the main source's did not connect within the connect timeout (each action asks its own)."""
+        bundled = None
         if self.settings.bundled_nats:
             path = self._bundled_url_file()
             if not path.exists():
                 return False
-            servers = [path.read_text().strip()]
-        self.bridge = Bridge(self.settings, servers).start()
+            bundled = [path.read_text().strip()]
+        for feed in self.feeds.values():
+            feed.bridge = Bridge(feed.settings, bundled or list(feed.settings.nats_urls), feed.name).start()
+        self.bridge = self.feeds[self.main_source].bridge
         return self.bridge.wait_connected(self.settings.connect_timeout)
 
     def _bundled_url_file(self) -> Path:
@@ -135,10 +179,12 @@ class Runtime:
             self.retention.stop()
         if self.reopening is not None:
             self.reopening.stop()
-        if self.bridge is not None:
-            self.bridge.stop()
-        if self.mirror is not None:
-            self.mirror.close()
+        bridges = [feed.bridge for feed in self.feeds.values() if feed.bridge is not None]
+        for bridge in bridges or ([self.bridge] if self.bridge is not None else []):
+            bridge.stop()
+        mirrors = [feed.mirror for feed in self.feeds.values() if feed.mirror is not None]
+        for one in mirrors or ([self.mirror] if self.mirror is not None else []):
+            one.close()
         if self.bundled is not None:
             self._bundled_url_file().unlink(missing_ok=True)
             self.bundled.stop()

@@ -17,7 +17,7 @@ MAX_LINES = 500
 
 # Which layers a layer may import (its own included). Read top-down: web -> actions / entries ->
 # ingest / db / nats. "base" is config, times, errors, numbers, flags, masking, redaction, files,
-# scopes, teams and mailing;
+# scopes, sources, teams and mailing;
 # "consumer" is dlq_consumer.
 LOWER = {
     "base": set(),
@@ -53,7 +53,7 @@ def layer_of(module: str) -> str:
     if parts[1:3] == ["db", "migrations"]:
         return "migrations"
     return {"config": "base", "times": "base", "errors": "base", "numbers": "base", "flags": "base",
-            "masking": "base", "redaction": "base", "files": "base", "scopes": "base",
+            "masking": "base", "redaction": "base", "files": "base", "scopes": "base", "sources": "base",
             "teams": "base", "mailing": "base", "sign_in": "base"}.get(parts[1], parts[1])
 
 

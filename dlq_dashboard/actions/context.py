@@ -36,3 +36,6 @@ class ActionContext(Protocol):
     flights: Flights
     jobs: JobQueue
     subject_streams: SubjectStreams
+
+    def bridge_for(self, source: str | None) -> Bridge | None:
+        """The NATS connection of an entry's source (SPEC section 12); None when there is none."""

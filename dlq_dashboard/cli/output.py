@@ -55,6 +55,8 @@ def nats_connected(rt: Runtime, *, required: bool = True) -> Iterator[bool]:
             raise CommandError(f"NATS is not reachable at {where}; nothing was done.")
         yield connected
     finally:
-        if rt.bridge is not None:
-            rt.bridge.stop()
-            rt.bridge = None
+        for feed in rt.feeds.values():
+            if feed.bridge is not None:
+                feed.bridge.stop()
+                feed.bridge = None
+        rt.bridge = None

@@ -43,39 +43,43 @@ def group_of(subject: str | None, reason: str | None, key: str) -> tuple[str, st
     return subject or "", reason or "", key
 
 
-def group_ids(conn: Connection, groups: Iterable[tuple[str, str, str]],
-              made: set[int] | None = None, teams: tuple[Team, ...] = ()) -> dict[tuple[str, str, str], int]:
-    """The id of each group (as group_of names it), made when it is new; ``made`` receives the
-    ids of the groups this call made (what raises a group.new alert). A group made is given the
-    first of ``teams`` covering its subject (DLQ_TEAMS) in the insert that makes it."""
+def group_ids(conn: Connection, groups: Iterable[tuple[str, str, str]], made: set[int] | None = None,
+              teams: tuple[Team, ...] = (), source: str | None = None) -> dict[tuple[str, str, str], int]:
+    """The id of each group (as group_of names it) of ``source``, made when it is new; ``made``
+    receives the ids of the groups this call made (what raises a group.new alert). A group made is
+    given the first of ``teams`` covering its subject (DLQ_TEAMS) in the insert that makes it.
+    ``source`` None: a database before revision 0015 (the regrouping revisions), of one source."""
     wanted = set(groups)
     if not wanted:
         return {}
     existing: dict[tuple, int] = {}
     if made is not None or teams:  # with teams, so that only a group really made is matched to them
-        existing = _find_groups(conn, wanted)
+        existing = _find_groups(conn, wanted, source)
         if len(existing) == len(wanted):
             return existing  # nothing to make: the usual batch, one query
     # The team only when teams are set: the revisions that regroup (0003, 0011) run this before
     # revision 0012 adds the column.
     insert_rows(conn, GROUPS, [{"subject": s, "reason": r, "key": k, "open_count": 0, "republished_count": 0,
-                                "closed_count": 0, **({"team": team_for(teams, s)} if teams else {})}
+                                "closed_count": 0, **({"team": team_for(teams, s)} if teams else {}),
+                                **({"source": source} if source is not None else {})}
                                for s, r, k in sorted(wanted - set(existing))],
                 skip_duplicates=True)
-    found = _find_groups(conn, wanted)
+    found = _find_groups(conn, wanted, source)
     if made is not None:
         made.update(group_id for group, group_id in found.items() if group not in existing)
     return found
 
 
-def _find_groups(conn: Connection, wanted: set[tuple[str, str, str]]) -> dict[tuple[str, str, str], int]:
+def _find_groups(conn: Connection, wanted: set[tuple[str, str, str]],
+                 source: str | None = None) -> dict[tuple[str, str, str], int]:
     found: dict[tuple, int] = {}
     ordered = sorted(wanted)
     for start in range(0, len(ordered), 500):
         chunk = ordered[start:start + 500]
         for group_id, s, r, k in conn.execute(
                 select(GROUPS.c.id, GROUPS.c.subject, GROUPS.c.reason, GROUPS.c.key)
-                .where(tuple_(GROUPS.c.subject, GROUPS.c.reason, GROUPS.c.key).in_(chunk))):
+                .where(tuple_(GROUPS.c.subject, GROUPS.c.reason, GROUPS.c.key).in_(chunk),
+                       *([GROUPS.c.source == source] if source is not None else []))):
             found[(s, r, k)] = group_id
     return found
 

@@ -57,6 +57,8 @@ class Entry(Base):
     updated_at: Mapped[datetime | None] = mapped_column(DateTime)
     # The failure group (ingest/grouping.py), chosen once when the entry is written.
     group_id: Mapped[int | None] = mapped_column(BigInt)
+    # The source (SPEC section 12, sources.py) the entry was mirrored from.
+    source: Mapped[str] = mapped_column(String(40), default="default", server_default="default")
 
     __table_args__ = (
         UniqueConstraint("dlq_stream", "dlq_epoch", "dlq_seq", name="uq_entries_dlq_message"),
@@ -76,6 +78,7 @@ class Entry(Base):
         # "this is a republish of <stream>:<seq>" looks an entry up without its epoch.
         Index("ix_entries_dlq_ref", "dlq_stream", "dlq_seq"),
         Index("ix_entries_group_id", "group_id", "id"),
+        Index("ix_entries_source_id", "source", "id"),
         # The purge reads the resolved entries in the order they were resolved (updated_at).
         Index("ix_entries_status_updated", "status", "updated_at", "id"),
     )
@@ -100,6 +103,8 @@ class Event(Base):
     detail: Mapped[str] = mapped_column(Text, default="{}")
     # The advisory's id: a redelivered advisory is stored once.
     source_key: Mapped[str] = mapped_column(String(255), unique=True)
+    # The source whose advisory stream told it (two sources may have streams of the same name).
+    source: Mapped[str] = mapped_column(String(40), default="default", server_default="default")
 
     __table_args__ = (Index("ix_events_original", "original_stream", "original_seq"),)
 
@@ -148,6 +153,8 @@ class Republish(Base):
     seq: Mapped[int | None] = mapped_column(BigInt)
     duplicate: Mapped[bool | None] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text)
+    # The source it is published through: the entry's (SPEC section 12).
+    source: Mapped[str] = mapped_column(String(40), default="default", server_default="default")
 
 
 class Job(Base):
@@ -255,6 +262,7 @@ class MirrorState(Base):
 
     __tablename__ = "mirror_state"
 
+    source: Mapped[str] = mapped_column(String(40), primary_key=True, default="default", server_default="default")
     stream: Mapped[str] = mapped_column(String(255), primary_key=True)
     epoch: Mapped[str | None] = mapped_column(String(64))
     last_seq: Mapped[int] = mapped_column(BigInt, default=0)
@@ -304,8 +312,10 @@ class FailureGroup(Base):
     version: Mapped[int] = mapped_column(Integer, server_default="1")
     state_changed_at: Mapped[datetime | None] = mapped_column(DateTime)
     note_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    # A group belongs to one source (SPEC section 12): the same failure in two sources is two groups.
+    source: Mapped[str] = mapped_column(String(40), server_default="default")
 
-    __table_args__ = (UniqueConstraint("subject", "reason", "key", name="uq_failure_groups"),
+    __table_args__ = (UniqueConstraint("source", "subject", "reason", "key", name="uq_failure_groups"),
                       Index("ix_failure_groups_team", "team"),
                       Index("ix_failure_groups_state", "state", "assignee"))
 

@@ -38,6 +38,7 @@ from ..db.leases import acquire_lease, new_holder, release_lease
 from ..nats.bridge import Bridge
 from ..nats.streams import StreamSetup, read_message, stream_epoch
 from ..redaction import scrub
+from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
 from .parse import parse_advisory
 from .writer import WriterProcess
@@ -54,7 +55,7 @@ BATCH_BYTES = 16 * 1024 * 1024
 # Batches sent to the writer process before the first is committed, so that it never waits for
 # the next: 12,300 -> 14,200 msg/s from two to four (a 200,000-message backlog, measured).
 WRITES_IN_FLIGHT = 4
-LEASE_NAME = "mirror"
+LEASE_NAME = "mirror"  # the default source's; another source's is "mirror:<name>" (lease_name)
 LEASE_SECONDS = 15.0
 # The pause before retrying a stuck stream: doubled at each failure up to the longest, and back
 # to the first once a write has succeeded.
@@ -123,18 +124,25 @@ def mirrored_streams(settings: Settings) -> list[str]:
     return [settings.dlq_stream] + ([settings.advisory_stream] if settings.capture_advisories else [])
 
 
+def lease_name(source: str) -> str:
+    """The lease whose holder mirrors ``source``: one replica a source (SPEC section 12)."""
+    return LEASE_NAME if source == DEFAULT_SOURCE else f"{LEASE_NAME}:{source}"
+
+
 class StreamChanged(Exception):
     """The stream was deleted or recreated under the mirror: start over from the database."""
 
 
 @dataclass
 class Mirror:
-    """Runs the stream followers on the bridge while this process holds the mirror lease."""
+    """Runs the stream followers of one source on its bridge while this process holds the
+    source's mirror lease. ``settings`` are the source's (sources.source_settings)."""
 
     bridge: Bridge
     engine: Engine
     settings: Settings
     streams: StreamSetup
+    source: str = DEFAULT_SOURCE
     holder: str = field(default_factory=new_holder)
     leader: bool = False
     progress: dict[str, StreamProgress] = field(init=False)
@@ -144,7 +152,7 @@ class Mirror:
         # followers never write at the same time, and the bridge's loop never blocks.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mirror-writer")
         self._process = WriterProcess(self.settings.database_url, AlertRule.from_settings(self.settings),
-                                      self.settings.teams)
+                                      self.settings.teams, self.source)
         self.progress = {name: StreamProgress(name) for name in mirrored_streams(self.settings)}
 
     def start(self) -> None:
@@ -155,7 +163,7 @@ class Mirror:
         """Release the lease and the writer thread (after the bridge has stopped)."""
         if self.leader:
             try:
-                release_lease(self.engine, LEASE_NAME, self.holder)
+                release_lease(self.engine, lease_name(self.source), self.holder)
             except Exception:
                 log.warning("releasing the mirror lease failed", exc_info=True)
         self._writer.shutdown(wait=True)
@@ -182,7 +190,8 @@ class Mirror:
         try:
             while True:
                 try:
-                    held = await self._db(acquire_lease, self.engine, LEASE_NAME, self.holder, LEASE_SECONDS)
+                    held = await self._db(acquire_lease, self.engine, lease_name(self.source), self.holder,
+                                          LEASE_SECONDS)
                     if not renewing:
                         log.warning("the mirror lease is renewed again")
                     renewing = True
@@ -197,7 +206,7 @@ class Mirror:
                     renewing = False
                     held = self.leader
                 if held and not followers:
-                    log.info("this process mirrors %s", ", ".join(self.progress))
+                    log.info("this process mirrors %s of source %s", ", ".join(self.progress), self.source)
                     followers = [asyncio.create_task(self._follow_forever(self.settings.dlq_stream,
                                                                           self._prepare_dlq))]
                     if self.settings.capture_advisories:
@@ -254,7 +263,7 @@ class Mirror:
         js = self.bridge.js
         info = await self._stream_info(stream)
         epoch = stream_epoch(info)
-        saved_epoch, last_seq = await self._db(read_position, self.engine, stream)
+        saved_epoch, last_seq = await self._db(read_position, self.engine, stream, self.source)
         if saved_epoch is not None and saved_epoch != epoch:
             # Sequences restart at 1 in a recreated stream. Old entries keep their epoch, so
             # nothing is overwritten; the new stream is read from its start.

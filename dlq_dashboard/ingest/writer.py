@@ -23,6 +23,7 @@ from typing import Any
 
 from ..alerts.outbox import AlertRule
 from ..db.engine import create_db_engine, dispose_quietly
+from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
 from . import writes
 
@@ -46,10 +47,12 @@ class WriterProcess:
     are submitted. Several may be in flight: while it commits one batch the next one is already
     waiting in its pipe, so the writer never waits for the dashboard's process."""
 
-    def __init__(self, database_url: str, alerts: AlertRule | None = None, teams: tuple[Team, ...] = ()):
+    def __init__(self, database_url: str, alerts: AlertRule | None = None, teams: tuple[Team, ...] = (),
+                 source: str = DEFAULT_SOURCE):
         self.database_url = database_url
         self.alerts = alerts  # raised in the writes' transactions; None: no alerts
         self.teams = teams  # DLQ_TEAMS: the team each new group is given
+        self.source = source  # the source (SPEC section 12) whose entries and position it writes
         self._conn: Connection | None = None
         self._proc = None
         self._pending: deque[Future] = deque()  # the calls the current process has not answered
@@ -81,8 +84,9 @@ class WriterProcess:
 
     def _start(self) -> None:
         ours, theirs = _context().Pipe()
-        self._proc = _context().Process(target=serve, args=(self.database_url, theirs, self.alerts, self.teams),
-                                        name="dlq-mirror-writer", daemon=True)
+        self._proc = _context().Process(target=serve, args=(self.database_url, theirs, self.alerts, self.teams,
+                                                            self.source),
+                                        name=f"dlq-mirror-writer-{self.source}", daemon=True)
         self._proc.start()
         theirs.close()
         self._conn, self._pending = ours, deque()
@@ -127,24 +131,25 @@ class WriterProcess:
         self._proc, self._conn = None, None
 
 
-def _ingest_dlq_rows(engine, alerts: AlertRule | None, teams: tuple[Team, ...], stream: str, epoch: str,
-                     rows: list[tuple], after: int | None = None) -> int:
+def _ingest_dlq_rows(engine, alerts: AlertRule | None, teams: tuple[Team, ...], source: str, stream: str,
+                     epoch: str, rows: list[tuple], after: int | None = None) -> int:
     # Plain tuples cross the pipe: pickling them costs a fraction of pickling dataclasses.
     return writes.ingest_dlq_batch(engine, stream, epoch, [writes.StreamMessage(*row) for row in rows], after,
-                                   alerts, teams)
+                                   alerts, teams, source)
 
 
-def _ingest_advisory_batch(engine, alerts: AlertRule | None, teams: tuple[Team, ...], stream: str, epoch: str,
-                           items, last_seq: int, after: int | None = None) -> int:
-    return writes.ingest_advisory_batch(engine, stream, epoch, items, last_seq, after, alerts, teams)
+def _ingest_advisory_batch(engine, alerts: AlertRule | None, teams: tuple[Team, ...], source: str, stream: str,
+                           epoch: str, items, last_seq: int, after: int | None = None) -> int:
+    return writes.ingest_advisory_batch(engine, stream, epoch, items, last_seq, after, alerts, teams, source)
 
 
 FUNCTIONS = {"ingest_dlq_rows": _ingest_dlq_rows, "ingest_advisory_batch": _ingest_advisory_batch}
 
 
-def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, teams: tuple[Team, ...] = ()) -> None:
+def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, teams: tuple[Team, ...] = (),
+          source: str = DEFAULT_SOURCE) -> None:
     """The writer's loop: run each requested ingest function until told to stop or orphaned;
-    ``alerts`` and ``teams`` are the settings the writes apply (the process has no Settings)."""
+    ``alerts``, ``teams`` and ``source`` are what the writes apply (the process has no Settings)."""
     engine = create_db_engine(database_url)
     # What exists now (modules, the engine) lives as long as the writer: the collector need not
     # walk it again at every full collection, which a batch's many new objects bring about.
@@ -159,7 +164,7 @@ def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, 
                 return
             name, args = request
             try:
-                reply = ("ok", FUNCTIONS[name](engine, alerts, teams, *args))
+                reply = ("ok", FUNCTIONS[name](engine, alerts, teams, source, *args))
             except Exception as exc:  # reported to the mirror, which resumes from the committed position
                 reply = ("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             try:

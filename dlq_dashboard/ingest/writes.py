@@ -17,6 +17,7 @@ from ..db.engine import write_transaction
 from ..db.models import Entry, Event, MirrorState
 from ..db.rows import insert_rows
 from ..db.triage import apply_arrivals
+from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
 from ..times import utcnow
 from .grouping import error_group
@@ -39,11 +40,11 @@ class StreamMessage:
 
 # --- position ---------------------------------------------------------------------------------
 
-def read_position(engine: Engine, stream: str) -> tuple[str | None, int]:
-    """The (epoch, last sequence) the mirror has committed for a stream."""
+def read_position(engine: Engine, stream: str, source: str = DEFAULT_SOURCE) -> tuple[str | None, int]:
+    """The (epoch, last sequence) the mirror has committed for a stream of ``source``."""
     with engine.connect() as conn:
         row = conn.execute(select(MirrorState.epoch, MirrorState.last_seq)
-                           .where(MirrorState.stream == stream)).first()
+                           .where(MirrorState.source == source, MirrorState.stream == stream)).first()
     return (row[0], row[1]) if row else (None, 0)
 
 
@@ -51,29 +52,31 @@ class OutOfOrder(RuntimeError):
     """A batch follows one that was not committed: writing it would skip that one's messages."""
 
 
-def _check_position(conn: Connection, stream: str, epoch: str, after: int | None) -> None:
+def _check_position(conn: Connection, source: str, stream: str, epoch: str, after: int | None) -> None:
     # Batches may be sent to the writer before the one they follow is committed. If that one
     # failed, this one must not commit: its position would move past messages never stored.
     if after is None:
         return
-    row = conn.execute(select(MirrorState.epoch, MirrorState.last_seq).where(MirrorState.stream == stream)).first()
+    row = conn.execute(select(MirrorState.epoch, MirrorState.last_seq)
+                       .where(MirrorState.source == source, MirrorState.stream == stream)).first()
     stored = row.last_seq if row is not None and row.epoch == epoch else 0
     if stored != after:
         raise OutOfOrder(f"{stream}: the batch follows sequence {after}, the database is at {stored}")
 
 
-def _save_position(conn: Connection, stream: str, epoch: str, last_seq: int) -> None:
+def _save_position(conn: Connection, source: str, stream: str, epoch: str, last_seq: int) -> None:
     table = MirrorState.__table__
-    done = conn.execute(update(table).where(table.c.stream == stream)
+    done = conn.execute(update(table).where(table.c.source == source, table.c.stream == stream)
                         .values(epoch=epoch, last_seq=last_seq, updated_at=utcnow()))
     if done.rowcount == 0:
-        conn.execute(insert(table).values(stream=stream, epoch=epoch, last_seq=last_seq, updated_at=utcnow()))
+        conn.execute(insert(table).values(source=source, stream=stream, epoch=epoch, last_seq=last_seq,
+                                          updated_at=utcnow()))
 
 
-def reset_position(engine: Engine, stream: str, epoch: str) -> None:
+def reset_position(engine: Engine, stream: str, epoch: str, source: str = DEFAULT_SOURCE) -> None:
     """Start a recreated stream (a new epoch) from its beginning, keeping every old entry."""
     with write_transaction(engine) as conn:
-        _save_position(conn, stream, epoch, 0)
+        _save_position(conn, source, stream, epoch, 0)
 
 
 # --- DLQ messages -----------------------------------------------------------------------------
@@ -84,11 +87,13 @@ _DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "origin
 
 
 def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[StreamMessage],
-                     after: int | None = None, alerts: AlertRule | None = None, teams: tuple[Team, ...] = ()) -> int:
+                     after: int | None = None, alerts: AlertRule | None = None, teams: tuple[Team, ...] = (),
+                     source: str = DEFAULT_SOURCE) -> int:
     """Store a batch of DLQ messages and the stream position after it, in one transaction;
     with ``after``, only if the database's position is that sequence (OutOfOrder otherwise).
     With ``alerts``, the alerts the batch raises are written in that transaction too; a group it
-    makes is given its team of ``teams`` (DLQ_TEAMS).
+    makes is given its team of ``teams`` (DLQ_TEAMS). The entries, groups and position are of
+    ``source`` (SPEC section 12).
 
     Returns how many new entries were made. A message already stored (same stream, epoch and
     sequence) is skipped; a failure an advisory already reported is merged into its entry.
@@ -99,14 +104,16 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
     rows = [entry_from_dlq_message(stream=stream, epoch=epoch, seq=m.seq, headers=m.headers,
                                    payload=m.data, stored_at=m.stored_at, received_at=now)
             for m in messages]
+    for row in rows:
+        row["source"] = source
     with write_transaction(engine) as conn:
-        _check_position(conn, stream, epoch, after)
+        _check_position(conn, source, stream, epoch, after)
         # The groups this batch makes, when alerts are on (finding them costs a query).
         new_groups: set[int] | None = set() if alerts is not None else None
-        ids = group_ids(conn, {_group_of(r) for r in rows}, made=new_groups, teams=teams)
+        ids = group_ids(conn, {_group_of(r) for r in rows}, made=new_groups, teams=teams, source=source)
         for row in rows:
             row["group_id"] = ids[_group_of(row)]
-        rows = _merge_into_advisory_entries(conn, rows, new_groups, teams)
+        rows = _merge_into_advisory_entries(conn, rows, new_groups, teams, source)
         made, arrived = 0, {}
         if rows:
             newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
@@ -122,7 +129,7 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
         moved = apply_arrivals(conn, arrived, now)
         if alerts is not None:
             raise_alerts(conn, alerts, new_groups, arrived, now, moved)
-        _save_position(conn, stream, epoch, max(m.seq for m in messages))
+        _save_position(conn, source, stream, epoch, max(m.seq for m in messages))
     return max(made, 0)
 
 
@@ -157,9 +164,9 @@ def index_new_entries(conn: Connection, after_id: int) -> None:
 
 
 def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: set[int] | None = None,
-                                 teams: tuple[Team, ...] = ()) -> list[dict]:
-    """Merge rows into entries made earlier from an advisory; return the rows still to insert.
-    ``new_groups`` receives the groups made for them."""
+                                 teams: tuple[Team, ...] = (), source: str = DEFAULT_SOURCE) -> list[dict]:
+    """Merge rows into entries made earlier from an advisory of the same ``source``; return the
+    rows still to insert. ``new_groups`` receives the groups made for them."""
     keyed = [r for r in rows if r["original_stream"] and r["original_seq"] is not None]
     if not keyed:
         return rows
@@ -176,7 +183,7 @@ def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups:
             select(Entry.id, Entry.original_stream, Entry.original_seq, Entry.consumer, Entry.deliveries,
                    Entry.failed_at, Entry.reason, Entry.group_id, Entry.received_at, Entry.status)
             .where(Entry.dlq_seq.is_(None), Entry.original_stream == stream_name,
-                   Entry.original_seq.between(low, high))).all())
+                   Entry.original_seq.between(low, high), Entry.source == source)).all())
     if not candidates:
         return rows
     remaining, merged = [], []
@@ -202,7 +209,7 @@ def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups:
         merged.append((match, values, group_of(row["original_subject"], values.get("reason", match.reason),
                                                row["group_key"])))
     # The DLQ copy's error decides the group: the entry moves from its advisory's group.
-    ids = group_ids(conn, {group for _, _, group in merged}, made=new_groups, teams=teams)
+    ids = group_ids(conn, {group for _, _, group in merged}, made=new_groups, teams=teams, source=source)
     for match, values, group in merged:
         conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id)
                      .values(**values, group_id=ids[group], version=ENTRIES.c.version + 1))
@@ -225,7 +232,7 @@ class FetchedMessage:
 def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
                           items: Iterable[tuple[Advisory, FetchedMessage | None, str | None]],
                           last_seq: int, after: int | None = None, alerts: AlertRule | None = None,
-                          teams: tuple[Team, ...] = ()) -> int:
+                          teams: tuple[Team, ...] = (), source: str = DEFAULT_SOURCE) -> int:
     """Store advisories (history, and entries for terminal ones) and the position, in one
     transaction; with ``alerts``, the alerts they raise too; a group made gets its team of ``teams``.
 
@@ -236,23 +243,24 @@ def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
     new_groups: set[int] | None = set() if alerts is not None else None
     arrived: Counter[int] = Counter()
     with write_transaction(engine) as conn:
-        _check_position(conn, stream, epoch, after)
+        _check_position(conn, source, stream, epoch, after)
         for advisory, fetched, missing_reason in items:
             stored = insert_rows(conn, EVENTS, [{
                 "original_stream": advisory.stream, "original_seq": advisory.stream_seq,
                 "consumer": advisory.consumer, "kind": advisory.kind, "deliveries": advisory.deliveries,
-                "at": advisory.at, "source_key": f"advisory:{advisory.id}",
+                "at": advisory.at, "source_key": f"advisory:{advisory.id}", "source": source,
                 "detail": json.dumps({"reason": advisory.reason} if advisory.reason else {})}],
                 skip_duplicates=True)
             if not stored:
                 continue  # this advisory was stored before: a replay after a crash
             if advisory.kind != "nak":
-                made += _entry_from_advisory(conn, advisory, fetched, missing_reason, new_groups, arrived, teams)
+                made += _entry_from_advisory(conn, advisory, fetched, missing_reason, new_groups, arrived, teams,
+                                             source)
         now = utcnow()
         moved = apply_arrivals(conn, arrived, now)
         if alerts is not None:
             raise_alerts(conn, alerts, new_groups, arrived, now, moved)
-        _save_position(conn, stream, epoch, last_seq)
+        _save_position(conn, source, stream, epoch, last_seq)
     return made
 
 
@@ -266,12 +274,12 @@ def _advisory_error(advisory: Advisory) -> str:
 
 def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedMessage | None,
                          missing_reason: str | None, new_groups: set[int] | None, arrived: Counter,
-                         teams: tuple[Team, ...] = ()) -> int:
+                         teams: tuple[Team, ...] = (), source: str = DEFAULT_SOURCE) -> int:
     """Merge a terminal advisory into the entry of its DLQ copy, or make an entry of it."""
     existing = conn.execute(
         select(Entry.id, Entry.consumer, Entry.deliveries, Entry.sources)
         .where(Entry.original_stream == advisory.stream, Entry.original_seq == advisory.stream_seq,
-               or_(Entry.consumer.is_(None), Entry.consumer == advisory.consumer))
+               Entry.source == source, or_(Entry.consumer.is_(None), Entry.consumer == advisory.consumer))
         .order_by(Entry.id.desc())
     ).all()
     match = next((e for e in existing if "advisory" not in e.sources.split(",")), None)
@@ -300,7 +308,7 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
         original_stream=advisory.stream, original_seq=advisory.stream_seq, consumer=advisory.consumer,
         original_msg_id=next((v[0] for k, v in headers.items() if k.lower() == H_NATS_MSG_ID and v), None),
         reason=advisory.kind, error=error, schema_errors=None,
-        group_id=group_ids(conn, [group], made=new_groups, teams=teams)[group],
+        group_id=group_ids(conn, [group], made=new_groups, teams=teams, source=source)[group], source=source,
         deliveries=advisory.deliveries, failed_at=advisory.at, received_at=now,
         headers=json.dumps(headers, ensure_ascii=False), payload=fetched.data if fetched else b"",
         payload_available=fetched is not None, replay_of=replay_of, sources="advisory",

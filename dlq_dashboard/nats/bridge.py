@@ -24,6 +24,7 @@ from nats.js import JetStreamContext
 
 from ..config import Settings
 from ..redaction import scrub, without_userinfo
+from ..scopes import DEFAULT_SOURCE
 from ..times import format_time, utcnow
 from . import headers
 from .client_log import ConnectionLog, describe_error
@@ -78,9 +79,10 @@ def auth_options(settings: Settings) -> dict[str, Any]:
 class Bridge:
     """Owns the event loop thread and the NATS connection; reconnects forever."""
 
-    def __init__(self, settings: Settings, servers: list[str]):
+    def __init__(self, settings: Settings, servers: list[str], source: str = DEFAULT_SOURCE):
         self.settings = settings
         self.servers = servers
+        self.source = source  # the source (SPEC section 12) this connection serves
         # The servers as every text names them: NATS_URL may carry user:password@.
         self.shown_servers = ", ".join(without_userinfo(s) for s in servers)
         self.state = ConnectionState()
@@ -95,7 +97,7 @@ class Bridge:
         # Raised at every (re)connection: a ping sent on an earlier connection is never answered.
         self._generation = 0
         # nats-py reports each failed reconnect attempt: logged once until the error changes.
-        self._errors = ConnectionLog(log, "NATS")
+        self._errors = ConnectionLog(log, "NATS" if source == DEFAULT_SOURCE else f"NATS of source {source}")
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -112,7 +114,8 @@ class Bridge:
             finally:
                 close_loop(self.loop)
 
-        self._thread = threading.Thread(target=run, name="nats-bridge", daemon=True)
+        self._thread = threading.Thread(target=run, daemon=True, name="nats-bridge" if self.source == DEFAULT_SOURCE
+                                        else f"nats-bridge-{self.source}")
         self._thread.start()
         ready.wait()
         self.state = ConnectionState(unreachable_since=utcnow())

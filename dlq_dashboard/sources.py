@@ -1,0 +1,190 @@
+"""Sources (SPEC section 12): the dead-letter streams one dashboard mirrors, each over its own
+NATS connection, so that a source can be another stream, another account or another cluster.
+
+``DLQ_CONFIG`` names a TOML file with one ``[[sources]]`` table a source::
+
+    [[sources]]
+    name = "orders"
+    nats_url = "nats://nats-a:4222"          # or a list of URLs (a cluster)
+    creds = "/etc/dlq/orders.creds"           # or user/password, or token
+    tls_ca = "/etc/dlq/ca.pem"
+    stream = "DLQ"
+    subjects = ["dlq.orders.>"]
+    capture_advisories = true
+    advisory_stream = "DLQ_ADVISORIES"
+
+Without the file there is one source, ``default``, made of NATS_URL, DLQ_STREAM and the rest of
+section 3 (:func:`sources_of`). Pure parsing and the settings one source's parts run with; the
+runtime starts a bridge and a mirror per source.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .redaction import scrub
+from .scopes import DEFAULT_SOURCE
+
+# A source's name is in scopes (``name:pattern``), URLs and lease names: short, no ':'.
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
+_STREAM = re.compile(r"[A-Za-z0-9_-]{1,255}")
+_URL_SCHEMES = ("nats", "tls", "ws", "wss")
+_KEYS = {"name", "nats_url", "creds", "user", "password", "token", "tls_ca", "stream", "subjects",
+         "capture_advisories", "advisory_stream"}
+_SHAPE = "use a TOML file of [[sources]] tables, each with name, nats_url and stream"
+
+
+class SourcesError(ValueError):
+    """The sources file cannot be used; the message names the source and the key, in one line."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One dead-letter stream and the NATS connection it is read and republished through."""
+
+    name: str = DEFAULT_SOURCE
+    nats_urls: tuple[str, ...] = ()
+    creds: str | None = None
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    tls_ca: str | None = None
+    stream: str = "DLQ"
+    subjects: tuple[str, ...] = ("dlq.>",)
+    capture_advisories: bool = True
+    advisory_stream: str = "DLQ_ADVISORIES"
+
+    def describe(self) -> str:
+        """Where the source is, for logs and pages: its stream and servers, without passwords."""
+        return f"{self.stream} on {', '.join(scrub(u) for u in self.nats_urls) or 'the bundled nats-server'}"
+
+
+def default_source(settings: Any) -> Source:
+    """The one source of a dashboard without DLQ_CONFIG: section 3's NATS settings."""
+    return Source(name=DEFAULT_SOURCE, nats_urls=tuple(settings.nats_urls), creds=settings.nats_creds,
+                  user=settings.nats_user, password=settings.nats_password, token=settings.nats_token,
+                  tls_ca=settings.nats_tls_ca, stream=settings.dlq_stream, subjects=tuple(settings.dlq_subjects),
+                  capture_advisories=settings.capture_advisories, advisory_stream=settings.advisory_stream)
+
+
+def sources_of(settings: Any) -> tuple[Source, ...]:
+    """The sources the dashboard mirrors, in the file's order (the first is the main one: the CLI
+    and the bundled server use it); without DLQ_CONFIG, the default source alone."""
+    return tuple(settings.sources) or (default_source(settings),)
+
+
+def source_settings(settings: Any, source: Source) -> Any:
+    """``settings`` with section 3's NATS fields taken from ``source``: what one source's bridge,
+    stream setup and mirror run with."""
+    return replace(settings, nats_urls=source.nats_urls, nats_creds=source.creds, nats_user=source.user,
+                   nats_password=source.password, nats_token=source.token, nats_tls_ca=source.tls_ca,
+                   dlq_stream=source.stream, dlq_subjects=source.subjects,
+                   capture_advisories=source.capture_advisories, advisory_stream=source.advisory_stream,
+                   sources=())
+
+
+def load_sources(path: str) -> tuple[Source, ...]:
+    """The sources of the TOML file at ``path``; SourcesError naming the source and the key."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise SourcesError(f"the file cannot be read ({exc.strerror or type(exc).__name__}); {_SHAPE}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SourcesError(f"it is not TOML ({' '.join(str(exc).split())}); {_SHAPE}") from None
+    return parse_sources(data, Path(path).parent)
+
+
+def parse_sources(data: dict, folder: Path = Path(".")) -> tuple[Source, ...]:
+    """The sources of a parsed file (relative file paths from ``folder``); SourcesError naming
+    the source and the key that is wrong."""
+    unknown = [key for key in data if key != "sources"]
+    if unknown:
+        raise SourcesError(f"the key {unknown[0]!r} is not known; {_SHAPE}")
+    tables = data.get("sources")
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise SourcesError(f"it has no [[sources]] table; {_SHAPE}")
+    sources: list[Source] = []
+    for index, table in enumerate(tables, start=1):
+        source = _source(table, index, folder)
+        if any(s.name == source.name for s in sources):
+            raise SourcesError(f"source {source.name!r}: the name is used twice")
+        for other in sources:
+            if set(other.nats_urls) & set(source.nats_urls):
+                if other.stream == source.stream:
+                    raise SourcesError(f"source {source.name!r}, key 'stream': source {other.name!r} already "
+                                       f"mirrors stream {source.stream!r} on the same server")
+        sources.append(source)
+    return tuple(sources)
+
+
+def _source(table: dict, index: int, folder: Path) -> Source:
+    name = table.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise SourcesError(f"source {index}, key 'name': use 1 to 40 letters, digits, '_' or '-'")
+    where = f"source {name!r}"
+    unknown = sorted(set(table) - _KEYS)
+    if unknown:
+        raise SourcesError(f"{where}: the key {unknown[0]!r} is not known (known: {', '.join(sorted(_KEYS))})")
+    values: dict[str, Any] = {"name": name, "nats_urls": _urls(where, table.get("nats_url"))}
+    for key in ("creds", "tls_ca"):
+        if key in table:
+            values[key] = _file(where, key, table[key], folder)
+    for key in ("user", "password", "token"):
+        if key in table:
+            if not isinstance(table[key], str) or not table[key]:
+                raise SourcesError(f"{where}, key {key!r}: use a string")
+            values[key] = table[key]
+    if "token" in values and ("user" in values or "password" in values):
+        raise SourcesError(f"{where}, key 'token': use a token or a user and password, not both")
+    if ("user" in values) != ("password" in values):
+        raise SourcesError(f"{where}, key {'password' if 'user' in values else 'user'!r}: "
+                           "a user needs a password and a password a user")
+    for key in ("stream", "advisory_stream"):
+        if key in table:
+            if not isinstance(table[key], str) or not _STREAM.fullmatch(table[key]):
+                raise SourcesError(f"{where}, key {key!r}: use a stream name of letters, digits, '-' and '_'")
+            values[key] = table[key]
+    if "stream" not in values:
+        raise SourcesError(f"{where}, key 'stream': name the dead-letter stream it mirrors")
+    if "subjects" in table:
+        subjects = table["subjects"]
+        if isinstance(subjects, str):
+            subjects = [subjects]
+        if (not isinstance(subjects, list) or not subjects
+                or not all(isinstance(s, str) and s.strip() and " " not in s.strip() for s in subjects)):
+            raise SourcesError(f"{where}, key 'subjects': use a list of NATS subjects such as [\"dlq.>\"]")
+        values["subjects"] = tuple(s.strip() for s in subjects)
+    if "capture_advisories" in table:
+        if not isinstance(table["capture_advisories"], bool):
+            raise SourcesError(f"{where}, key 'capture_advisories': use true or false")
+        values["capture_advisories"] = table["capture_advisories"]
+    source = Source(**values)
+    if source.stream == source.advisory_stream:
+        raise SourcesError(f"{where}, key 'stream': {source.stream!r} is taken by the advisory stream")
+    return source
+
+
+def _urls(where: str, raw: Any) -> tuple[str, ...]:
+    urls = [raw] if isinstance(raw, str) else raw
+    if not isinstance(urls, list) or not urls:
+        raise SourcesError(f"{where}, key 'nats_url': name the NATS server, such as \"nats://host:4222\"")
+    found = []
+    for url in urls:
+        if not isinstance(url, str) or "://" not in url or url.split("://", 1)[0] not in _URL_SCHEMES:
+            raise SourcesError(f"{where}, key 'nats_url': {scrub(str(url))!r} is not a nats:// URL")
+        found.extend(u.strip() for u in url.split(",") if u.strip())
+    return tuple(found)
+
+
+def _file(where: str, key: str, raw: Any, folder: Path) -> str:
+    if not isinstance(raw, str) or not raw:
+        raise SourcesError(f"{where}, key {key!r}: use the path of a file")
+    path = Path(raw) if Path(raw).is_absolute() else folder / raw
+    if not path.is_file():
+        raise SourcesError(f"{where}, key {key!r}: {raw!r} is not a file")
+    return str(path)
