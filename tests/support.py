@@ -201,6 +201,41 @@ def make_settings(tmp_path, nats_url: str | None = None, *, database_url: str | 
                     connect_timeout=2.0, **changes)
 
 
+#: nats-server's configuration of two accounts with JetStream, each with one user (SPEC section
+#: 12: two sources may share a server but not an account). Their URLs: account_url(server, "a").
+TWO_ACCOUNTS = """accounts {
+  A: { jetstream: enabled, users: [{user: a, password: pa}] }
+  B: { jetstream: enabled, users: [{user: b, password: pb}] }
+}"""
+
+
+def account_url(server, user: str) -> str:
+    """The URL of ``server`` signed in as ``user`` of TWO_ACCOUNTS (its password: "p" + user)."""
+    return f"nats://{user}:p{user}@127.0.0.1:{server.port}"
+
+
+def sources_file(tmp_path, sources: list[dict]) -> str:
+    """A DLQ_CONFIG file of ``sources`` (each a dict of a [[sources]] table); returns its path."""
+    path = tmp_path / "dlq-sources.toml"
+    lines = []
+    for source in sources:
+        lines.append("[[sources]]")
+        lines.extend(f"{key} = {json.dumps(value)}" for key, value in source.items())
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return str(path)
+
+
+def start_sources(app, timeout: float = 20.0):
+    """Start an app of several sources and wait until every source's mirror follows its streams
+    (start() waits for the main one only). Returns the app."""
+    runtime = runtime_of(app)
+    runtime.start()
+    wait_for(lambda: all(feed.mirror is not None and all(p.epoch for p in feed.mirror.progress.values())
+                         for feed in runtime.feeds.values()), timeout=timeout, message="every source's mirror")
+    return app
+
+
 async def publish_many(url: str, messages: list[tuple[str, bytes, dict | None]]) -> list:
     """Publish (subject, payload, headers) messages through JetStream; returns the PubAcks."""
     nc = await nats.connect(url)

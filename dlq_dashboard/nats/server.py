@@ -122,6 +122,8 @@ class NatsServer:
     end_with_parent: bool = False
     # Descriptors the server inherits (the bundled server's store lock).
     pass_fds: tuple[int, ...] = ()
+    # More of nats-server's configuration, as written in its file (the tests' accounts).
+    extra_config: str = ""
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -175,6 +177,8 @@ class NatsServer:
             listen = f"127.0.0.1:{self.cluster_port}"
             lines += [f'server_name: "{self.server_name}"',
                       f'cluster {{ name: "{self.cluster_name}", listen: "{listen}", routes: [{routes}] }}']
+        if self.extra_config:
+            lines.append(self.extra_config)
         return "\n".join(lines) + "\n"
 
     def healthy(self) -> bool:
