@@ -19,6 +19,7 @@ from ..db.rows import insert_rows, update_rows
 from ..entries.schemas import ValidationResult
 from ..entries.view import EntryView
 from ..errors import EntryNotFound
+from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
 from .context import ActionContext
 from .errors import AlreadyRepublished, Conflict, InFlight, Refused
@@ -191,7 +192,8 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
     headers = republish_headers(orjson.loads(entry["headers"] or "{}"), msg_id, entry_ref(entry))
     intent = Intent(id=existing.id if existing else None, entry_id=entry_id, version=version, msg_id=msg_id,
                     subject=subject, payload=body, headers=headers, edited=body != original, actor=actor,
-                    job_id=job_id, created_at=now or utcnow(), forced=not verdict.valid)
+                    job_id=job_id, created_at=now or utcnow(), forced=not verdict.valid,
+                    source=entry.get("source") or DEFAULT_SOURCE)
     return ("retry" if existing else "new"), intent
 
 
@@ -202,7 +204,7 @@ def write_claims(conn: Connection, claims: list[tuple[str, Intent]]) -> None:
     def values(i: Intent) -> dict[str, Any]:
         return {"msg_id": i.msg_id, "entry_id": i.entry_id, "version": i.version, "subject": i.subject,
                 "payload": i.payload, "headers": orjson.dumps(i.headers).decode(), "edited": i.edited,
-                "actor": i.actor, "job_id": i.job_id, "created_at": i.created_at}
+                "actor": i.actor, "job_id": i.job_id, "created_at": i.created_at, "source": i.source}
 
     insert_rows(conn, INTENTS, [{**values(i), "state": "pending"} for kind, i in claims if kind == "new"])
     update_rows(conn, INTENTS, "msg_id", [values(i) for kind, i in claims if kind == "retry"],

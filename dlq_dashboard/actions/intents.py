@@ -24,6 +24,7 @@ from dlq_consumer import headers as contract
 from ..db.counts import STATUS_COLUMNS, Change, bucket, count_changes
 from ..db.models import Action, Entry, Job, Republish
 from ..db.rows import UNCACHED, among, insert_rows, update_rows, update_rows_returning
+from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
 
 ENTRIES, INTENTS, ACTIONS = Entry.__table__, Republish.__table__, Action.__table__
@@ -67,6 +68,8 @@ class Intent:
     # Published before (a retry, a recovery): an earlier attempt may have been stored, so a
     # failure now never counts as "nothing was stored" unless the broker itself said so.
     resumed: bool = False
+    # The source it goes out through: the entry's (SPEC section 12), over that source's connection.
+    source: str = DEFAULT_SOURCE
 
     @classmethod
     def from_row(cls, row) -> "Intent":
@@ -75,7 +78,7 @@ class Intent:
                    subject=m["subject"], payload=bytes(m["payload"]), headers=json.loads(m["headers"] or "{}"),
                    edited=bool(m["edited"]), actor=m["actor"], job_id=m["job_id"],
                    created_at=m["created_at"], state=m["state"], error=m["error"], stream=m["stream"],
-                   seq=m["seq"], duplicate=m["duplicate"])
+                   seq=m["seq"], duplicate=m["duplicate"], source=m.get("source") or DEFAULT_SOURCE)
 
 
 def entry_ref(entry: Mapping[str, Any]) -> str:
