@@ -16,9 +16,10 @@ from ..nats.bridge import NatsUnavailable
 from ..nats.streams import NotDeleted, delete_message, stream_epoch
 from ..times import utcnow
 from .context import ActionContext
-from .decisions import Outcome, close_values, decide_close, decide_reopen, load_entry, pending_intents
+from .decisions import (Outcome, close_values, decide_close, decide_reopen, load_entry, pending_intents,
+                        source_of)
 from .errors import NatsDown
-from .publishing import nats_unreachable
+from .publishing import nats_unreachable, of_source
 
 ENTRIES, ACTIONS = Entry.__table__, Action.__table__
 #: The longest note a close (or a bulk job) keeps: one of 200,000 characters made the audit and
@@ -61,10 +62,23 @@ def close_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str, n
 
 
 def delete_from_dlq(rt: ActionContext, entries: list[Mapping]) -> dict[int, str]:
-    """Delete entries' messages from the DLQ stream; {entry id: what happened}. NatsDown if unreachable."""
-    down = nats_unreachable(rt)
-    if down:
-        raise NatsDown(f"{down}; DLQ_DELETE_ON_CLOSE needs NATS to delete the message, so nothing was closed.")
+    """Delete entries' messages from their source's DLQ stream; {entry id: what happened}.
+    NatsDown if a source's NATS is unreachable (then nothing is deleted of that source's)."""
+    results: dict[int, str] = {}
+    by_source: dict[str, list[Mapping]] = {}
+    for entry in entries:
+        by_source.setdefault(source_of(entry), []).append(entry)
+    for source in by_source:  # every source asked first, so that one away deletes nothing at all
+        down = nats_unreachable(rt, source)
+        if down:
+            raise NatsDown(f"{down}; DLQ_DELETE_ON_CLOSE needs NATS to delete the message, so nothing was closed.")
+    for source, some in by_source.items():
+        results.update(_delete_in(rt, source, some))
+    return results
+
+
+def _delete_in(rt: ActionContext, source: str, entries: list[Mapping]) -> dict[int, str]:
+    bridge = rt.bridge_for(source)
 
     async def delete_all():
         results: dict[int, str] = {}
@@ -72,24 +86,26 @@ def delete_from_dlq(rt: ActionContext, entries: list[Mapping]) -> dict[int, str]
         for entry in entries:
             stream = entry["dlq_stream"]
             if stream not in epochs:
-                epochs[stream] = stream_epoch(await rt.bridge.js.stream_info(stream))
+                epochs[stream] = stream_epoch(await bridge.js.stream_info(stream))
             if epochs[stream] != entry["dlq_epoch"]:
                 # Sequences restart in a recreated stream: this seq is another message now.
                 results[entry["id"]] = "not deleted: the DLQ stream was recreated since"
                 continue
-            gone = not await delete_message(rt.bridge.nc, rt.bridge.js, stream, entry["dlq_seq"],
+            gone = not await delete_message(bridge.nc, bridge.js, stream, entry["dlq_seq"],
                                             rt.settings.request_timeout)
             results[entry["id"]] = "already gone" if gone else "deleted"
         return results
 
     try:
-        return rt.bridge.call(delete_all, rt.settings.request_timeout + 0.05 * len(entries))
+        return bridge.call(delete_all, rt.settings.request_timeout + 0.05 * len(entries))
     except NatsUnavailable as exc:
-        raise NatsDown(f"{exc}; the DLQ message could not be deleted, so nothing was closed.") from None
+        raise NatsDown(f"{of_source(rt, source, str(exc))}; the DLQ message could not be deleted, "
+                       "so nothing was closed.") from None
     except nats.js.errors.NotFoundError:
-        raise NatsDown("The DLQ stream does not exist now, so nothing was closed.") from None
+        raise NatsDown(of_source(rt, source, "The DLQ stream does not exist now, so nothing was closed.")) from None
     except NotDeleted as exc:
-        raise NatsDown(f"JetStream did not delete the DLQ message ({exc}), so nothing was closed.") from None
+        raise NatsDown(of_source(rt, source, f"JetStream did not delete the DLQ message ({exc}), "
+                                             "so nothing was closed.")) from None
 
 
 def reopen_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str) -> Outcome:

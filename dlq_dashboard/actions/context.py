@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Mapping, Protocol
 
 from sqlalchemy import Engine
 
@@ -36,6 +36,12 @@ class ActionContext(Protocol):
     flights: Flights
     jobs: JobQueue
     subject_streams: SubjectStreams
+    # Each source's parts by name (runtime.Feed), in DLQ_CONFIG's order: which sources exist here.
+    feeds: Mapping[str, Any]
+
+    @property
+    def main_source(self) -> str:
+        """The first source's name, whose connection is ``bridge``."""
 
     def bridge_for(self, source: str | None) -> Bridge | None:
         """The NATS connection of an entry's source (SPEC section 12); None when there is none."""

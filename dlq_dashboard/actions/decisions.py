@@ -24,6 +24,7 @@ from ..times import utcnow
 from .context import ActionContext
 from .errors import AlreadyRepublished, Conflict, InFlight, Refused
 from .intents import INTENTS, Intent, Published, entry_ref, republish_headers, republish_msg_id
+from .publishing import nats_unreachable, not_configured
 
 ENTRIES = Entry.__table__
 #: The statuses an entry can be republished from (a closed one is reopened first).
@@ -112,6 +113,31 @@ def no_stream_sentence(subject: str) -> str:
     return f"No stream stores subject {subject}: a republish would be refused."
 
 
+def source_of(entry: Mapping | EntryView) -> str:
+    """The source an entry was mirrored from (SPEC section 12): its actions go out through it."""
+    found = entry.get("source") if isinstance(entry, Mapping) else getattr(entry, "source", None)
+    return found or DEFAULT_SOURCE
+
+
+def source_refusal(rt: ActionContext, source: str, entry_id: int | None = None) -> str | None:
+    """Why nothing can be republished through ``source`` at all (a sentence), or None: the
+    source is not configured here (taken out of DLQ_CONFIG since its entries were mirrored)."""
+    if source in rt.feeds:
+        return None
+    what = f"entry {entry_id}" if entry_id is not None else "the entry"
+    return f"{not_configured(source)}, so {what} cannot be republished from this dashboard."
+
+
+def source_verdict(rt: ActionContext, source: str, entry_id: int | None = None) -> str | None:
+    """What the entry page says about republishing through ``source`` now: not configured, or
+    (with several sources) its NATS unreachable; None when it can be asked. With one source the
+    page says NATS is down the way every page does (the banner, the disabled buttons)."""
+    refusal = source_refusal(rt, source, entry_id)
+    if refusal or len(rt.feeds) <= 1:
+        return refusal
+    return nats_unreachable(rt, source)
+
+
 def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = None, edit: bool = False,
                       status: bool = False, name: str | None = None) -> str | None:
     """Why this entry cannot be republished (``payload``: with this edited payload; ``edit``:
@@ -176,7 +202,7 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
     _check_version(entry, version)
     if entry["status"] not in REPUBLISHABLE:
         raise Conflict(_status_sentence(entry_id, entry["status"]), entry_id=entry_id, seen_version=version)
-    refusal = republish_refusal(entry, payload=payload)
+    refusal = republish_refusal(entry, payload=payload) or source_refusal(rt, source_of(entry), entry_id)
     if refusal:
         raise Refused(refusal, entry_id=entry_id)
     subject = entry["original_subject"]
@@ -193,7 +219,7 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
     intent = Intent(id=existing.id if existing else None, entry_id=entry_id, version=version, msg_id=msg_id,
                     subject=subject, payload=body, headers=headers, edited=body != original, actor=actor,
                     job_id=job_id, created_at=now or utcnow(), forced=not verdict.valid,
-                    source=entry.get("source") or DEFAULT_SOURCE)
+                    source=source_of(entry))
     return ("retry" if existing else "new"), intent
 
 

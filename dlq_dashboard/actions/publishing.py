@@ -23,12 +23,36 @@ def fault_point(stage: str, intent: Intent) -> None:
     replace it to crash there. Bulk jobs look it up here too."""
 
 
-def nats_unreachable(rt: ActionContext) -> str | None:
-    """Why NATS cannot be used now (a sentence), or None when it is connected."""
-    if rt.bridge is None:
-        return "NATS is not connected (the dashboard's background services are not running)"
-    state = rt.bridge.state
-    return None if state.connected else state.reason()
+def several_sources(rt: ActionContext) -> bool:
+    """Whether this dashboard has more than one source (then every sentence about NATS names one)."""
+    return len(rt.feeds) > 1
+
+
+def of_source(rt: ActionContext, source: str | None, sentence: str) -> str:
+    """``sentence`` about NATS, naming ``source`` when there are several (with one, as it was)."""
+    if source is None or not several_sources(rt):
+        return sentence
+    if sentence.startswith("NATS "):
+        return f"NATS of source '{source}' {sentence[len('NATS '):]}"
+    return f"Source '{source}': {sentence}"
+
+
+def not_configured(source: str) -> str:
+    """Why nothing can be done through ``source``: this dashboard has no such source (an entry
+    mirrored before the source was taken out of DLQ_CONFIG)."""
+    return f"Source '{source}' is not configured here (DLQ_CONFIG names no such source)"
+
+
+def nats_unreachable(rt: ActionContext, source: str | None = None) -> str | None:
+    """Why the NATS of ``source`` (None: the main source) cannot be used now (a sentence), or
+    None when it is connected. With several sources the sentence names the source."""
+    if source is not None and source not in rt.feeds:
+        return not_configured(source)
+    bridge = rt.bridge if source is None else rt.bridge_for(source)
+    if bridge is None:
+        return of_source(rt, source, "NATS is not connected (the dashboard's background services are not running)")
+    state = bridge.state
+    return None if state.connected else of_source(rt, source, state.reason())
 
 
 def classify_failure(exc: BaseException, intent: Intent) -> tuple[bool, ActionError]:
@@ -59,11 +83,18 @@ def _classify(exc: BaseException, subject: str) -> tuple[bool, ActionError]:
 
 
 def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False) -> Published:
-    """Publish a committed intent with its msgId and record the outcome; raise Refused or NatsDown."""
+    """Publish a committed intent with its msgId through its source's NATS and record the
+    outcome; raise Refused or NatsDown."""
     rt.flights.start([intent])
     try:
         fault_point("after_intent", intent)
-        down = nats_unreachable(rt)
+        source = intent.source
+        if source not in rt.feeds:
+            # Nothing is recorded: an earlier attempt may have been stored, and the intent is
+            # completed with its msgId if the source is configured again.
+            raise Refused(f"{not_configured(source)}; the republish of entry {intent.entry_id} (msgId "
+                          f"{intent.msg_id}) was not sent and waits for that source.", entry_id=intent.entry_id)
+        down = nats_unreachable(rt, source)
         if down and intent.resumed:
             raise NatsDown(f"{down}. The republish (msgId {intent.msg_id}) is completed with that msgId "
                            "when NATS is back; nothing is published twice.", entry_id=intent.entry_id)
@@ -72,13 +103,15 @@ def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False
                 record_failed(conn, [(intent, down)], recovered=recovered)
             raise NatsDown(f"{down}; nothing was republished and entry {intent.entry_id} is as it was. "
                            "Try again when NATS is back.", entry_id=intent.entry_id)
+        bridge = rt.bridge_for(source)
         timeout = rt.settings.request_timeout
         try:
-            ack = rt.bridge.call(lambda: rt.bridge.js.publish(intent.subject, intent.payload,
-                                                              headers=dict(intent.headers), timeout=timeout),
-                                 timeout + 1.0)
+            ack = bridge.call(lambda: bridge.js.publish(intent.subject, intent.payload,
+                                                        headers=dict(intent.headers), timeout=timeout),
+                              timeout + 1.0)
         except Exception as exc:
             nothing_stored, error = classify_failure(exc, intent)
+            error = type(error)(of_source(rt, source, str(error)), entry_id=intent.entry_id)
             with write_transaction(rt.engine) as conn:
                 if nothing_stored:
                     record_failed(conn, [(intent, str(error))], recovered=recovered)

@@ -41,7 +41,7 @@ from ..nats.streams import NotDeleted, delete_message, stream_epoch
 from ..times import utcnow
 from .bulk.jobs import FINISHED
 from .context import ActionContext
-from .publishing import nats_unreachable
+from .publishing import nats_unreachable, of_source
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +120,13 @@ def purge_entries(rt: ActionContext, *, older_than: int, actor: str, statuses: t
         return report
 
     purge_id: int | None = None
-    epochs: dict[str, str | None] = {}
+    epochs: dict[tuple[str, str], str | None] = {}
     for status in statuses:
         after: tuple[datetime, int] | None = None
         while not stopping():
             # In the order they were resolved: a range of ix_entries_status_updated, no sort.
-            query = (select(ENTRIES.c.id, ENTRIES.c.updated_at, ENTRIES.c.dlq_stream, ENTRIES.c.dlq_epoch,
-                            ENTRIES.c.dlq_seq)
+            query = (select(ENTRIES.c.id, ENTRIES.c.updated_at, ENTRIES.c.source, ENTRIES.c.dlq_stream,
+                            ENTRIES.c.dlq_epoch, ENTRIES.c.dlq_seq)
                      .where(_purgeable(status, cutoff)).order_by(ENTRIES.c.updated_at, ENTRIES.c.id).limit(batch))
             if after is not None:
                 query = query.where(tuple_(ENTRIES.c.updated_at, ENTRIES.c.id) > tuple_(*after))
@@ -151,23 +151,41 @@ def purge_entries(rt: ActionContext, *, older_than: int, actor: str, statuses: t
     return report
 
 
-def delete_messages(rt: ActionContext, rows: list, epochs: dict[str, str | None]) -> tuple[set[int], int, str | None]:
-    """Delete these entries' DLQ stream messages: (the ids whose message could not be deleted now,
-    how many were deleted, why not). A message already gone, or in a stream since deleted or
-    recreated (where its sequence names another message), counts as gone."""
-    if not rows:
-        return set(), 0, None
-    down = nats_unreachable(rt)
+def delete_messages(rt: ActionContext, rows: list,
+                    epochs: dict[tuple[str, str], str | None]) -> tuple[set[int], int, str | None]:
+    """Delete these entries' DLQ stream messages, each through its source's NATS: (the ids whose
+    message could not be deleted now, how many were deleted, why not). A message already gone,
+    or in a stream since deleted or recreated (where its sequence names another message), counts
+    as gone. A source whose NATS is unreachable keeps its rows for the next run; the others go on.
+    ``epochs``: each (source, stream)'s epoch, as asked so far in this purge."""
+    failed: set[int] = set()
+    deleted, reasons = 0, []
+    by_source: dict[str, list] = {}
+    for row in rows:
+        by_source.setdefault(row.source, []).append(row)
+    for source, some in by_source.items():
+        kept, done, reason = _delete_in(rt, source, some, epochs)
+        failed |= kept
+        deleted += done
+        if reason:
+            reasons.append(reason)
+    return failed, deleted, "; ".join(reasons) or None
+
+
+def _delete_in(rt: ActionContext, source: str, rows: list,
+               epochs: dict[tuple[str, str], str | None]) -> tuple[set[int], int, str | None]:
+    down = nats_unreachable(rt, source)
     if down:
         return {r.id for r in rows}, 0, down
+    bridge = rt.bridge_for(source)
 
     async def delete_all() -> tuple[set[int], int]:
-        js = rt.bridge.js
-        for name in {r.dlq_stream for r in rows} - set(epochs):
+        js = bridge.js
+        for name in {r.dlq_stream for r in rows} - {stream for known, stream in epochs if known == source}:
             try:
-                epochs[name] = stream_epoch(await js.stream_info(name))
+                epochs[(source, name)] = stream_epoch(await js.stream_info(name))
             except nats.js.errors.NotFoundError:
-                epochs[name] = None
+                epochs[(source, name)] = None
         failed: set[int] = set()
         deleted = 0
         window = asyncio.Semaphore(DELETES_IN_FLIGHT)
@@ -178,22 +196,22 @@ def delete_messages(rt: ActionContext, rows: list, epochs: dict[str, str | None]
                 try:
                     # Already gone (removed by hand, by its limits, or by DLQ_DELETE_ON_CLOSE) counts as gone.
                     # Awaited first: `deleted += await ...` would read `deleted` before the await.
-                    done = await delete_message(rt.bridge.nc, js, row.dlq_stream, row.dlq_seq,
+                    done = await delete_message(bridge.nc, js, row.dlq_stream, row.dlq_seq,
                                                 rt.settings.request_timeout)
                 except (nats.errors.Error, asyncio.TimeoutError, ValueError, NotDeleted):
                     failed.add(row.id)
                     return
                 deleted += done
 
-        await asyncio.gather(*(delete_one(r) for r in rows
-                               if epochs.get(r.dlq_stream) is not None and epochs[r.dlq_stream] == r.dlq_epoch))
+        await asyncio.gather(*(delete_one(r) for r in rows if epochs.get((source, r.dlq_stream)) is not None
+                               and epochs[(source, r.dlq_stream)] == r.dlq_epoch))
         return failed, deleted
 
     try:
-        failed, deleted = rt.bridge.call(delete_all, rt.settings.request_timeout + 0.01 * len(rows))
+        failed, deleted = bridge.call(delete_all, rt.settings.request_timeout + 0.01 * len(rows))
     except NatsUnavailable as exc:
-        return {r.id for r in rows}, 0, str(exc)
-    return failed, deleted, "NATS did not delete their DLQ messages" if failed else None
+        return {r.id for r in rows}, 0, of_source(rt, source, str(exc))
+    return failed, deleted, of_source(rt, source, "NATS did not delete their DLQ messages") if failed else None
 
 
 def _remove(rt: ActionContext, ids: list[int], status: str, cutoff: datetime, purge_id: int | None, actor: str,

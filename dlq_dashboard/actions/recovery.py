@@ -24,30 +24,41 @@ from ..times import utcnow
 from .context import ActionContext
 from .errors import NatsDown, Refused
 from .intents import INTENTS, Intent, record_published
-from .publishing import nats_unreachable, publish_intent
+from .publishing import nats_unreachable, not_configured, publish_intent
 
 log = logging.getLogger(__name__)
 
 
 def recover_pending(rt: ActionContext, *, older_than: float = 0.0) -> int:
-    """Finish intents left pending (a crash, an unanswered publish) with their own msgId.
+    """Finish intents left pending (a crash, an unanswered publish) with their own msgId, each
+    through its source's NATS.
 
     Returns how many were finished. Past the target stream's duplicate window the broker no
-    longer recognises the msgId, so the stream is searched for it before publishing.
+    longer recognises the msgId, so the stream is searched for it before publishing. The
+    intents of a source whose NATS is unreachable, or that is not configured here, stay
+    pending for a later pass; the other sources' are finished.
     """
-    if nats_unreachable(rt):
+    waiting = {source for source in rt.feeds if nats_unreachable(rt, source)}
+    if len(waiting) == len(rt.feeds):
         return 0
     cutoff = utcnow() - timedelta(seconds=older_than)
     with rt.engine.connect() as conn:
         rows = conn.execute(select(INTENTS).where(INTENTS.c.state == "pending", INTENTS.c.created_at <= cutoff)
                             .order_by(INTENTS.c.id)).all()
     finished = 0
+    unknown: set[str] = set()
     for intent in map(Intent.from_row, rows):
         intent.resumed = True  # whether it was sent before the crash is unknown
-        if intent in rt.flights:
+        if intent.source in waiting or intent in rt.flights:
             continue
+        if intent.source not in rt.feeds:
+            if intent.source not in unknown:
+                unknown.add(intent.source)
+                log.warning("republishes of source %r wait: %s", intent.source, not_configured(intent.source))
+            continue
+        bridge = rt.bridge_for(intent.source)
         try:
-            found = rt.bridge.call(lambda: find_stored(rt.bridge.js, intent), rt.settings.request_timeout + 30)
+            found = bridge.call(lambda: find_stored(bridge.js, intent), rt.settings.request_timeout + 30)
             if found is not None:
                 with write_transaction(rt.engine) as conn:
                     record_published(conn, [(intent, found)], recovered=True)
@@ -59,7 +70,7 @@ def recover_pending(rt: ActionContext, *, older_than: float = 0.0) -> int:
             finished += 1
         except (NatsDown, NatsUnavailable) as exc:
             log.warning("republish %s is still waiting for NATS: %s", intent.msg_id, exc)
-            break
+            waiting.add(intent.source)  # the rest of its source's wait too; the others go on
     return finished
 
 

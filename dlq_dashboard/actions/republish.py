@@ -31,7 +31,7 @@ from .context import ActionContext
 from .decisions import Outcome, decide_republish, load_entry, no_stream_sentence, pending_intents, write_claims
 from .errors import Conflict
 from .intents import INTENTS, Intent, republish_msg_id
-from .publishing import nats_unreachable, publish_intent
+from .publishing import nats_unreachable, of_source, publish_intent
 
 
 def republish_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str, payload: bytes | None = None,
@@ -54,20 +54,23 @@ def republish_entry(rt: ActionContext, entry_id: int, version: int, *, actor: st
     return Outcome(rt.store.get_entry(entry_id), published)
 
 
-def republish_targets(rt: ActionContext, subject: str | None) -> dict[str, Any]:
-    """The stream that stores ``subject`` and the consumers that will receive a republish of it."""
+def republish_targets(rt: ActionContext, subject: str | None, source: str | None = None) -> dict[str, Any]:
+    """The stream that stores ``subject`` in ``source`` (None: the main source), where a
+    republish of an entry of that source goes, and the consumers that will receive it."""
     if not subject:
         return {"stream": None, "consumers": [], "error": "The entry has no original subject."}
-    if nats_unreachable(rt):
-        return {"stream": None, "consumers": [], "error": f"{nats_unreachable(rt)}; the consumers cannot be listed."}
+    down = nats_unreachable(rt, source)
+    if down:
+        return {"stream": None, "consumers": [], "error": f"{down}; the consumers cannot be listed."}
+    bridge = rt.bridge if source is None else rt.bridge_for(source)
 
     async def look_up():
         try:
-            stream = await rt.bridge.js.find_stream_name_by_subject(subject)
+            stream = await bridge.js.find_stream_name_by_subject(subject)
         except nats.js.errors.NotFoundError:
-            return {"stream": None, "consumers": [], "error": no_stream_sentence(subject)}
+            return {"stream": None, "consumers": [], "error": of_source(rt, source, no_stream_sentence(subject))}
         consumers = []
-        for info in await rt.bridge.js.consumers_info(stream):
+        for info in await bridge.js.consumers_info(stream):
             filters = list(info.config.filter_subjects or []) or (
                 [info.config.filter_subject] if info.config.filter_subject else [])
             if not filters or any(re.match(subject_pattern_regex(f), subject) for f in filters):
@@ -76,6 +79,7 @@ def republish_targets(rt: ActionContext, subject: str | None) -> dict[str, Any]:
         return {"stream": stream, "consumers": sorted(consumers, key=lambda c: c["name"]), "error": None}
 
     try:
-        return rt.bridge.call(look_up, rt.settings.request_timeout)
+        return bridge.call(look_up, rt.settings.request_timeout)
     except NatsUnavailable as exc:
-        return {"stream": None, "consumers": [], "error": f"{exc}; the consumers cannot be listed."}
+        return {"stream": None, "consumers": [], "error": f"{of_source(rt, source, str(exc))}; "
+                                                          "the consumers cannot be listed."}

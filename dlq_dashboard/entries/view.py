@@ -62,6 +62,8 @@ class EntryView:
     closed_by: str | None
     closed_at: datetime | None
     close_note: str | None
+    # The source it was mirrored from (SPEC section 12); its actions go out through that source.
+    source: str = "default"
     history: list[dict] | None = None
     actions: list[dict] | None = None
     # Set on the copy a viewer sees under DLQ_MASK (masking.py): the payload is hidden

@@ -68,7 +68,7 @@ def api_reopen(entry_id: int):
 def api_targets(entry_id: int):
     """The stream and consumers a republish of this entry would reach."""
     entry = get_entry_or_404(entry_id, with_history=False)
-    return jsonify(republish_targets(current_runtime(), entry.original_subject))
+    return jsonify(republish_targets(current_runtime(), entry.original_subject, entry.source))
 
 
 # --- pages ---------------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def _editor(entry: EntryView, *, editing: bool, payload_text: str | None = None,
     current = payload_text if payload_text is not None else original
     return render_template("edit.html", entry=entry, version=version, editing=editing, encoding=encoding,
                            original=original, payload=current, check=check_payload(entry, current, encoding),
-                           force=force, targets=republish_targets(current_runtime(), entry.original_subject),
+                           force=force, targets=republish_targets(current_runtime(), entry.original_subject, entry.source),
                            error=error), status
 
 

@@ -15,7 +15,7 @@ from flask import Blueprint, current_app, make_response, render_template, reques
 
 from dlq_consumer import headers as contract
 
-from ..actions.decisions import no_stream_sentence, republish_refusal
+from ..actions.decisions import no_stream_sentence, republish_refusal, source_verdict
 from ..actions.streams import stream_of
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
 from ..access import visible
@@ -220,12 +220,15 @@ def _entry_context(detail):
     if identity is not None and identity.may("operator") and not outside_acts:
         # An operator sees entries unmasked, so ``entry`` is the entry as stored, the one the
         # action would refuse.
-        republish_reason = republish_refusal(entry, status=True)
-        edit_reason = republish_refusal(entry, status=True, edit=True)
-        if (republish_reason is None or edit_reason is None) and not status.service_status(rt).nats_down:
-            # Asked only while NATS answers (the page's own verdict, from memory), half a second
-            # at most, remembered a while; while it is down the buttons say so instead.
-            known, stream = stream_of(rt, entry.original_subject)
+        # About the entry's own source: its actions go out through it (SPEC section 12).
+        by_source = source_verdict(rt, entry.source, entry.id)
+        republish_reason = republish_refusal(entry, status=True) or by_source
+        edit_reason = republish_refusal(entry, status=True, edit=True) or by_source
+        nats_down = by_source if len(rt.feeds) > 1 else status.service_status(rt).nats_down
+        if (republish_reason is None or edit_reason is None) and not nats_down:
+            # Asked only while the source's NATS answers (the page's own verdict, from memory), half
+            # a second at most, remembered a while; while it is down the buttons say so instead.
+            known, stream = stream_of(rt, entry.original_subject, entry.source)
             if known and stream is None:
                 republish_reason = republish_reason or no_stream_sentence(entry.original_subject)
                 edit_reason = edit_reason or no_stream_sentence(entry.original_subject)

@@ -39,7 +39,7 @@ def _entry_page(entry, *, error: Exception | str | None = None, status: int = 20
         "repair.html", entry=entry, version=params.version(seen) if seen else entry.version, result=result,
         repaired=result.outcome == REPAIRED, already=ALREADY_PASSES if result.outcome == VALID else None,
         diff=line_diff(entry.payload, result.payload, ("stored", "repaired")) if result.outcome == REPAIRED else [],
-        digest=digest(result.payload), targets=republish_targets(rt, entry.original_subject), error=error), status
+        digest=digest(result.payload), targets=republish_targets(rt, entry.original_subject, entry.source), error=error), status
 
 
 @bp.route("/entries/<int:entry_id>/repair")
