@@ -11,6 +11,7 @@ import nats
 import pytest
 from sqlalchemy import select, update
 
+from dlq_dashboard.accounts.tokens import create_token
 from dlq_dashboard.actions import publishing, recovery
 from dlq_dashboard.actions.close import close_entry
 from dlq_dashboard.actions.errors import AlreadyRepublished, NatsDown, Refused
@@ -194,7 +195,8 @@ def test_with_one_sources_nats_away_its_entries_are_refused_by_name_and_the_othe
 
 
 def test_an_entry_of_a_source_no_longer_configured_is_refused_and_nothing_is_published(desk, urls):
-    rt = runtime_of(desk())
+    app = desk()
+    rt = runtime_of(app)
     entry_id = dead_letter_in(rt, urls["b"], "b")
     with rt.engine.begin() as conn:
         conn.execute(update(Entry).where(Entry.id == entry_id).values(source="gone"))
@@ -204,6 +206,11 @@ def test_an_entry_of_a_source_no_longer_configured_is_refused_and_nothing_is_pub
     assert str(refused.value) == (f"Source 'gone' is not configured here (DLQ_CONFIG names no such source), "
                                   f"so entry {entry_id} cannot be republished from this dashboard.")
     assert intents_of(rt, entry_id) == [] and status_of(rt, entry_id) == ("open", 1)
+    answer = app.test_client().post(f"/api/entries/{entry_id}/republish", json={"version": 1},
+                                    headers=support.bearer(create_token(rt.engine, "ops", "operator")))
+    assert answer.status_code == 422 and answer.get_json()["error"] == str(refused.value)
+    page = support.logged_in(app, "operator").get(f"/entries/{entry_id}").get_data(as_text=True)
+    assert "Source &#39;gone&#39; is not configured here" in page
     assert all(support.stream_messages(url) == [] for url in urls.values())
 
 
@@ -234,3 +241,30 @@ def test_the_retention_purge_deletes_each_message_through_its_source_and_keeps_a
     assert support.stream_messages(urls["a"], "DLQ") == [] and support.stream_messages(urls["b"], "DLQ") == []
     with rt.engine.connect() as conn:
         assert list(conn.execute(select(Entry.id))) == [(ids["c"],)]
+
+
+@pytest.mark.both_databases
+def test_a_refusal_names_the_source_only_when_there_are_several(make_app, tmp_path, database_url):
+    alone = runtime_of(make_app())  # one source, nothing started
+    first = support.dead_letter(alone.engine, 1)
+    with pytest.raises(NatsDown) as refused:
+        republish_entry(alone, first, 1, actor="alice")
+    assert str(refused.value) == ("NATS is not connected (the dashboard's background services are not running); "
+                                  f"nothing was republished and entry {first} is as it was. Try again when NATS is back.")
+
+    path = support.sources_file(tmp_path, [{"name": n, "nats_url": f"nats://127.0.0.1:{port}", "stream": "DLQ"}
+                                           for n, port in (("a", 1), ("b", 2))])
+    app = make_app(sources=load_settings({"DLQ_CONFIG": path}).sources)
+    several = runtime_of(app)
+    second = support.dead_letter(several.engine, 2)
+    with several.engine.begin() as conn:
+        conn.execute(update(Entry).where(Entry.id.in_([second, first])).values(source="b"))
+    with pytest.raises(NatsDown) as refused:
+        republish_entry(several, second, 1, actor="alice")
+    assert str(refused.value) == ("NATS of source 'b' is not connected (the dashboard's background services are "
+                                  f"not running); nothing was republished and entry {second} is as it was. "
+                                  "Try again when NATS is back.")
+    token = create_token(several.engine, "ops", "operator")
+    answer = app.test_client().post(f"/api/entries/{first}/republish", json={"version": 1},
+                                    headers=support.bearer(token))
+    assert answer.status_code == 503 and answer.get_json()["error"].startswith("NATS of source 'b' ")
