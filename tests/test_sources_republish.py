@@ -194,12 +194,28 @@ def test_with_one_sources_nats_away_its_entries_are_refused_by_name_and_the_othe
     assert "NATS of source &#39;c&#39; is not reachable" in page.get_data(as_text=True)
 
 
-def test_an_entry_of_a_source_no_longer_configured_is_refused_and_nothing_is_published(desk, urls):
+def test_an_entry_of_a_source_no_longer_configured_is_refused_and_nothing_is_published(desk, urls, monkeypatch):
     app = desk()
     rt = runtime_of(app)
     entry_id = dead_letter_in(rt, urls["b"], "b")
+    left = dead_letter_in(rt, urls["b"], "b")
+    crash = crash_at(monkeypatch, "after_intent")
+    with pytest.raises(crash):
+        republish_entry(rt, left, 1, actor="alice")
+    monkeypatch.setattr(publishing, "fault_point", lambda where, intent: None)
+    # Source b taken out of DLQ_CONFIG (here: its entries and intents renamed to a source that is not).
     with rt.engine.begin() as conn:
-        conn.execute(update(Entry).where(Entry.id == entry_id).values(source="gone"))
+        conn.execute(update(Entry).where(Entry.id.in_([entry_id, left])).values(source="gone"))
+        # Older than any publish takes: abandoned by its process, not in flight there.
+        conn.execute(update(Republish).values(source="gone", created_at=utcnow() - timedelta(minutes=1)))
+
+    # A pending intent of it waits, neither published nor failed.
+    recovery.recover_pending(rt)
+    with pytest.raises(Refused) as waits:
+        republish_entry(rt, left, 1, actor="alice")
+    assert str(waits.value).startswith("Source 'gone' is not configured here (DLQ_CONFIG names no such source); "
+                                       f"the republish of entry {left} (msgId ")
+    assert [i.state for i in intents_of(rt, left)] == ["pending"] and status_of(rt, left) == ("open", 1)
 
     with pytest.raises(Refused) as refused:
         republish_entry(rt, entry_id, 1, actor="alice")

@@ -27,6 +27,8 @@ from .intents import INTENTS, Intent, record_published
 from .publishing import nats_unreachable, not_configured, publish_intent
 
 log = logging.getLogger(__name__)
+#: Sources not configured here whose pending intents were told of in the log (once each).
+_TOLD: set[str] = set()
 
 
 def recover_pending(rt: ActionContext, *, older_than: float = 0.0) -> int:
@@ -46,14 +48,13 @@ def recover_pending(rt: ActionContext, *, older_than: float = 0.0) -> int:
         rows = conn.execute(select(INTENTS).where(INTENTS.c.state == "pending", INTENTS.c.created_at <= cutoff)
                             .order_by(INTENTS.c.id)).all()
     finished = 0
-    unknown: set[str] = set()
     for intent in map(Intent.from_row, rows):
         intent.resumed = True  # whether it was sent before the crash is unknown
         if intent.source in waiting or intent in rt.flights:
             continue
         if intent.source not in rt.feeds:
-            if intent.source not in unknown:
-                unknown.add(intent.source)
+            if intent.source not in _TOLD:
+                _TOLD.add(intent.source)
                 log.warning("republishes of source %r wait: %s", intent.source, not_configured(intent.source))
             continue
         bridge = rt.bridge_for(intent.source)

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from ..db.models import Entry
+from ..scopes import DEFAULT_SOURCE
 from .shape import entry_json
 from .traces import trace_id_of, trace_url
 
@@ -63,7 +64,7 @@ class EntryView:
     closed_at: datetime | None
     close_note: str | None
     # The source it was mirrored from (SPEC section 12); its actions go out through that source.
-    source: str = "default"
+    source: str = DEFAULT_SOURCE
     history: list[dict] | None = None
     actions: list[dict] | None = None
     # Set on the copy a viewer sees under DLQ_MASK (masking.py): the payload is hidden
