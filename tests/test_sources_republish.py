@@ -61,14 +61,13 @@ def desk(tmp_path, urls, make_app, database_url):
 
 def dead_letter_in(rt, url: str, source: str, subject: str = "orders.created") -> int:
     """Dead-letter one message into a source's DLQ and return its entry once mirrored."""
-    headers = support.dlq_headers(subject, Dlq_Reason="fatal", Dlq_Error="handler failed")
-    support.run(support.publish_many(url, [(f"dlq.{subject}", PAYLOAD, headers)]))
-
     def newest():
         with rt.engine.connect() as conn:
             return conn.execute(select(Entry.id).where(Entry.source == source).order_by(Entry.id.desc())).first()
 
     before = newest()
+    headers = support.dlq_headers(subject, Dlq_Reason="fatal", Dlq_Error="handler failed")
+    support.run(support.publish_many(url, [(f"dlq.{subject}", PAYLOAD, headers)]))
     return support.wait_for(lambda: (found := newest()) is not None and found != before and found[0],
                             timeout=20, message=f"an entry of source {source}")
 
@@ -83,7 +82,8 @@ def status_of(rt, entry_id):
         return tuple(conn.execute(select(Entry.status, Entry.version).where(Entry.id == entry_id)).one())
 
 
-def crash_at(monkeypatch, stage: str) -> None:
+def crash_at(monkeypatch, stage: str) -> type[Exception]:
+    """Make the republish machinery raise, where the process would die, the exception returned."""
     class SimulatedCrash(Exception):
         pass
 
