@@ -44,7 +44,7 @@ def recover_pending(rt: ActionContext, *, older_than: float = 0.0) -> int:
     finished = 0
     for intent in map(Intent.from_row, rows):
         intent.resumed = True  # whether it was sent before the crash is unknown
-        if intent in rt.flights:
+        if intent in rt.flights or intent.source != rt.bridge.source:  # another source's: through its own NATS
             continue
         try:
             found = rt.bridge.call(lambda: find_stored(rt.bridge.js, intent), rt.settings.request_timeout + 30)

@@ -1,7 +1,7 @@
 """Which stream stores a subject, as the entry page asks it to say whether a republish can
 work: a NATS request, so it is asked only while NATS answers, waits half a second at most, and
 is remembered for a while (on the runtime) so that paging through entries of one subject asks
-once."""
+once. Asked of the entry's source and remembered by source and subject."""
 
 from __future__ import annotations
 
@@ -18,14 +18,16 @@ LOOKUP_TIMEOUT = 0.5
 _MISSING = ""  # remembered for "no stream stores it"
 
 
-def stream_of(rt: ActionContext, subject: str | None) -> tuple[bool, str | None]:
-    """(known, stream): the stream that stores ``subject`` (None: no stream does), or
-    known=False when it cannot be told now (no subject, NATS unreachable or slow)."""
-    bridge = rt.bridge
+def stream_of(rt: ActionContext, subject: str | None, source: str | None = None) -> tuple[bool, str | None]:
+    """(known, stream): the stream that stores ``subject`` in ``source`` (None: the main source;
+    stream None: no stream does), or known=False when it cannot be told now (no subject, the
+    source's NATS unreachable or slow, a source not configured here)."""
+    bridge = rt.bridge if source is None else rt.bridge_for(source)
     if not subject or bridge is None or not bridge.state.connected:
         return False, None
+    source = source or rt.main_source  # the main source asked by its name or as None is one answer
     now = time.monotonic()
-    remembered = rt.subject_streams.get(subject, now)
+    remembered = rt.subject_streams.get(subject, now, source)
     if remembered is not None:
         return True, remembered or None
 
@@ -39,5 +41,5 @@ def stream_of(rt: ActionContext, subject: str | None) -> tuple[bool, str | None]
         stream = bridge.call(look_up, min(LOOKUP_TIMEOUT, rt.settings.request_timeout))
     except (NatsUnavailable, nats.errors.Error, TimeoutError):
         return False, None
-    rt.subject_streams.put(subject, now, stream)
+    rt.subject_streams.put(subject, now, stream, source)
     return True, stream or None

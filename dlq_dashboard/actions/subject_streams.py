@@ -1,4 +1,6 @@
-"""The streams of subjects one runtime has looked up, remembered a while (actions/streams.py asks)."""
+"""The streams of subjects one runtime has looked up, remembered a while (actions/streams.py asks).
+Known by source and subject: the same subject is stored by another stream (or none) in another
+source's account or cluster."""
 
 from __future__ import annotations
 
@@ -11,21 +13,21 @@ REMEMBER_MOST = 10_000
 
 
 class SubjectStreams:
-    """The remembered answers of one runtime: subject -> (when asked, stream or '')."""
+    """The remembered answers of one runtime: (source, subject) -> (when asked, stream or '')."""
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[float, str]] = {}
+        self._known: dict[tuple[str | None, str], tuple[float, str]] = {}
         self._lock = threading.Lock()
 
-    def get(self, subject: str, now: float) -> str | None:
-        """The remembered stream ('' for none) while still fresh, else None."""
+    def get(self, subject: str, now: float, source: str | None = None) -> str | None:
+        """The remembered stream ('' for none) of ``subject`` in ``source`` while still fresh, else None."""
         with self._lock:
-            found = self._known.get(subject)
+            found = self._known.get((source, subject))
         return found[1] if found is not None and now - found[0] < REMEMBER_SECONDS else None
 
-    def put(self, subject: str, now: float, stream: str) -> None:
-        """Remember an answer."""
+    def put(self, subject: str, now: float, stream: str, source: str | None = None) -> None:
+        """Remember an answer about ``subject`` in ``source``."""
         with self._lock:
             if len(self._known) >= REMEMBER_MOST:
                 self._known.clear()
-            self._known[subject] = (now, stream)
+            self._known[(source, subject)] = (now, stream)
