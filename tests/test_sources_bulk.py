@@ -165,7 +165,9 @@ def test_each_source_publishes_from_a_process_of_its_own(make_app, tmp_path, url
 
 
 @pytest.mark.slow
-def test_a_source_killed_mid_job_waits_and_its_items_finish_once_it_is_back(make_app, tmp_path, urls, nats_server):
+@pytest.mark.both_databases
+def test_a_source_killed_mid_job_waits_and_its_items_finish_once_it_is_back(make_app, tmp_path, urls, nats_server,
+                                                                            database_url):
     app = sources_app(make_app, tmp_path, urls, names=("orders", "shipping"), republish_rate=20)
     rt = runtime_of(app)
     for name in ("orders", "shipping"):

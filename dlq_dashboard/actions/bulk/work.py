@@ -243,6 +243,9 @@ class JobWork:
     def _start_over(self, job, items) -> bool:
         if self.lanes.several and self.lane is not None and self.lane.after == 0:
             self.lanes.drop(self.lane)  # its pass from the first item found nothing: its items are settled
+            if self.lane.publisher:  # nothing of it is in flight (a start over comes after the last outcome)
+                self.lane.publisher.close()
+                self.lane.publisher = False
         elif self.lane is not None:
             self.lane.after = 0
         return True
