@@ -9,7 +9,7 @@ committed with the items' results. A crash leaves intents pending; they are fini
 own msgIds, and the job resumes with the items not yet done.
 
 This module selects, creates, cancels and reports on jobs; runner.py runs them (a JobWork from
-work.py each), paced as pacing.py says.
+work.py each), paced as pacing.py says; with several sources by lanes, a source each (lanes.py).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from ..close import close_note
 from ..context import ActionContext
 from ..intents import Published
 from ..triage import record_job
+from .lanes import connected, pending_sources, several_sources, source_names
 from .listing import group_labels, job_summary
 from .patching import parse_patch
 
@@ -197,6 +198,17 @@ def _within(scopes: tuple[Scope, ...] | None) -> list:
     return [] if scopes is None else [jobs_within(scopes)]
 
 
+def _source_facts(rt: ActionContext, conn, job) -> dict[str, Any]:
+    """With several sources, a republish job's facts about them: ``waits_for``, the sources
+    whose NATS is unreachable while the job has items of them to go (the others go on), and
+    ``rate_per_source``, DLQ_REPUBLISH_RATE, which applies to each source (None: no limit).
+    Nothing with one source."""
+    if job.action not in REPUBLISHING or not several_sources(rt):
+        return {}
+    down = [] if job.state in FINISHED else [name for name in source_names(rt) if not connected(rt, name)]
+    return {"waits_for": pending_sources(conn, job.id, down), "rate_per_source": rt.settings.republish_rate or None}
+
+
 def job_status(rt: ActionContext, job_id: int, *, item_state: str | None = None, limit: int = 200,
                scopes: tuple[Scope, ...] | None = None) -> dict[str, Any]:
     """A job's progress and the results of (some of) its items; JobNotFound for an unknown id,
@@ -218,8 +230,9 @@ def job_status(rt: ActionContext, job_id: int, *, item_state: str | None = None,
             query = query.where(ITEMS.c.state == item_state)
         items = conn.execute(query.order_by(ITEMS.c.entry_id).limit(limit)).all()
         labels = group_labels(conn, [json.loads(job.selection or "{}")])
+        sources = _source_facts(rt, conn, job)
     return {
-        **job_summary(job._mapping, counts, labels),
+        **job_summary(job._mapping, counts, labels), **sources,
         "items": [{"entry_id": r.entry_id, "version": r.version, "state": r.state,
                    "result": r.result or (ack_sentence(Published(r.msg_id, r.stream, r.seq, r.duplicate))
                                           if r.msg_id else None)} for r in items],

@@ -23,7 +23,7 @@ from ...errors import InvalidRequest
 from ..context import ActionContext
 from ..decisions import republish_refusal
 from ..intents import ENTRIES
-from .refusals import ONE_ENTRY, subjects_without_stream
+from .refusals import ONE_ENTRY, subject_key, subjects_without_stream
 
 #: The operations of RFC 6902 and the members each needs besides ``op`` and ``path``.
 OPERATIONS = {"add": ("value",), "remove": (), "replace": ("value",), "move": ("from",), "copy": ("from",),
@@ -179,7 +179,7 @@ def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], 
         chunk = counted[start:start + _CHUNK]
         with rt.engine.connect() as conn:
             rows = conn.execute(select(ENTRIES.c.id, ENTRIES.c.original_subject, ENTRIES.c.payload,
-                                       ENTRIES.c.payload_available, ENTRIES.c.headers)
+                                       ENTRIES.c.payload_available, ENTRIES.c.headers, ENTRIES.c.source)
                                 .where(ENTRIES.c.id.in_(chunk)).order_by(ENTRIES.c.id)).all()
         for row in rows:
             example: dict[str, Any] = {"id": row.id}
@@ -193,7 +193,7 @@ def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], 
                 example["skipped"] = str(exc)
             else:
                 failure = schema_failure(rt, row.original_subject, after)
-                patched.setdefault(row.original_subject, [0, 0])[failure is not None] += 1
+                patched.setdefault(subject_key(rt, row), [0, 0])[failure is not None] += 1
                 if failure:
                     failing += 1
                     first_failure = first_failure or failure

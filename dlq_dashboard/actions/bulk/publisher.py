@@ -6,7 +6,9 @@ loop and the loop waits for them. A child process publishes the windows instead 
 ``publish_async`` with the intents' own msgIds), and the job's process only records. The
 intents are committed before a window is sent, exactly as through the bridge; a child that dies
 leaves its windows unanswered, so their intents stay pending and are completed with the same
-msgIds. The child ends when its pipe closes, however the dashboard's process ends.
+msgIds. The child ends when its pipe closes, however the dashboard's process ends. With several
+sources each source a job publishes to has a child of its own, connected to that source's NATS
+(lanes.py).
 """
 
 from __future__ import annotations
@@ -70,11 +72,11 @@ class _Message:
 
 # --- the child --------------------------------------------------------------------------------
 
-def _serve(conn, settings: Settings, timeout: float) -> None:
-    asyncio.run(_publish_forever(conn, settings, timeout))
+def _serve(conn, settings: Settings, timeout: float, name: str = "dlq-dashboard-jobs") -> None:
+    asyncio.run(_publish_forever(conn, settings, timeout, name))
 
 
-async def _publish_forever(conn, settings: Settings, timeout: float) -> None:
+async def _publish_forever(conn, settings: Settings, timeout: float, name: str = "dlq-dashboard-jobs") -> None:
     import nats
 
     async def quiet(*_args) -> None:  # the job's own process reports NATS's state
@@ -82,7 +84,7 @@ async def _publish_forever(conn, settings: Settings, timeout: float) -> None:
 
     try:
         nc = await asyncio.wait_for(nats.connect(
-            servers=list(settings.nats_urls), name="dlq-dashboard-jobs", allow_reconnect=True,
+            servers=list(settings.nats_urls), name=name, allow_reconnect=True,
             max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=2, error_cb=quiet,
             disconnected_cb=quiet, reconnected_cb=quiet, **auth_options(settings)), settings.connect_timeout)
     except Exception as exc:  # the job publishes through the bridge instead
@@ -137,12 +139,16 @@ def _sendable(exc: BaseException) -> BaseException:
 
 class Publisher:
     """A child process publishing windows; a window's future has each message's PubAck or
-    exception. It starts in the background: until :attr:`ready`, publish through the bridge."""
+    exception. It starts in the background: until :attr:`ready`, publish through the bridge.
+    ``settings``: whose NATS it connects to (a source's, with several); ``source``: that source's
+    name (None: the one source), in the process's and the connection's name."""
 
-    def __init__(self, settings: Settings, timeout: float):
+    def __init__(self, settings: Settings, timeout: float, source: str | None = None):
+        self.source = source
+        name = "dlq-dashboard-jobs" if source is None else f"dlq-dashboard-jobs-{source}"
         context = multiprocessing.get_context("spawn")  # no fork of the dashboard's threads
         self._conn, child = context.Pipe()
-        self._proc = context.Process(target=_serve, args=(child, settings, timeout), name="dlq-dashboard-jobs",
+        self._proc = context.Process(target=_serve, args=(child, settings, timeout, name), name=name,
                                      daemon=True)
         self._proc.start()
         child.close()
@@ -185,7 +191,8 @@ class Publisher:
                 if message[0] == "ready":
                     self._ready.set()
                 elif message[0] == "failed":
-                    log.warning("a job publishes through the bridge: its own connection failed (%s)", message[1])
+                    log.warning("a job publishes through the bridge%s: its own connection failed (%s)",
+                                "" if self.source is None else f" of source {self.source}", message[1])
                     return
                 else:
                     _, window_id, answers = message

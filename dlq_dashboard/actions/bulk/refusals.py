@@ -1,7 +1,7 @@
 """What a bulk republish would refuse, counted before it starts, by the rules the job applies
 (in their order: the status, republish_refusal, the schema unless overridden, a stream for the
 subject), so the preview can say how many will fail and why, and not offer a Start that
-fails them all.
+fails them all. With several sources the stream is asked of each entry's own source.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ..context import ActionContext
 from ..decisions import no_stream_sentence, republish_refusal
 from ..intents import ENTRIES
 from ..streams import stream_of
+from .lanes import several_sources
 
 #: Entries a preview reads at most (their payloads are validated), as the patch preview does.
 PREVIEW_BOUND = 10_000
@@ -31,19 +32,30 @@ def schema_sentence(schema: str | None) -> str:
             if schema else "The payload does not pass the current schema; republishing it needs the override.")
 
 
-def subjects_without_stream(rt: ActionContext, subjects) -> tuple[dict[str, str], str | None]:
+def subject_key(rt: ActionContext, row) -> str | tuple[str, str]:
+    """What a preview tallies an entry's subject under: the subject, or with several sources
+    (source, subject), since each source has its own streams."""
+    subject = row.original_subject
+    return (row.source, subject) if subject and several_sources(rt) else subject
+
+
+def subjects_without_stream(rt: ActionContext, subjects) -> tuple[dict, str | None]:
     """{subject: why a republish to it is refused} for the subjects no stream stores, and a
-    sentence when some could not be asked (NATS unreachable or slow, too many subjects)."""
+    sentence when some could not be asked (NATS unreachable or slow, too many subjects). A
+    subject given as (source, subject) (subject_key) is asked of that source, and its sentence
+    names the source."""
     refused, unasked = {}, 0
-    for n, subject in enumerate(s for s in subjects if s):
+    for n, key in enumerate(s for s in subjects if s):
         if n >= SUBJECTS_ASKED:
             unasked += 1
             continue
-        known, stream = stream_of(rt, subject)
+        source, subject = key if isinstance(key, tuple) else (None, key)
+        known, stream = stream_of(rt, subject) if source is None else stream_of(rt, subject, source)
         if not known:
             unasked += 1
         elif stream is None:
-            refused[subject] = no_stream_sentence(subject)
+            sentence = no_stream_sentence(subject)
+            refused[key] = sentence if source is None else f"Source '{source}': {sentence}"
     note = (f"Whether a stream stores {unasked} of the subjects could not be asked now; "
             "a republish to one that has none fails.") if unasked else None
     return refused, note
@@ -57,12 +69,13 @@ def republish_refusals(rt: ActionContext, ids: list[int], *, bound: int = PREVIE
     counted = ids[:bound]
     reasons: Counter[str] = Counter()
     refused_anyway = 0  # by the status or republish_refusal: the override changes nothing
-    # subject -> [entries that pass the rest, entries the schema fails, the schema's name]
+    # subject (subject_key) -> [entries that pass the rest, entries the schema fails, the schema's name]
     passed: dict[str, list] = {}
     for start in range(0, len(counted), _CHUNK):
         with rt.engine.connect() as conn:
             rows = conn.execute(select(ENTRIES.c.id, ENTRIES.c.status, ENTRIES.c.original_subject,
-                                       ENTRIES.c.payload, ENTRIES.c.payload_available, ENTRIES.c.headers)
+                                       ENTRIES.c.payload, ENTRIES.c.payload_available, ENTRIES.c.headers,
+                                       ENTRIES.c.source)
                                 .where(ENTRIES.c.id.in_(counted[start:start + _CHUNK]))).all()
         for row in rows:
             refusal = republish_refusal(row._mapping, status=True, name=ONE_ENTRY)
@@ -70,7 +83,7 @@ def republish_refusals(rt: ActionContext, ids: list[int], *, bound: int = PREVIE
                 reasons[refusal] += 1
                 refused_anyway += 1
                 continue
-            tally = passed.setdefault(row.original_subject, [0, 0, None])
+            tally = passed.setdefault(subject_key(rt, row), [0, 0, None])
             verdict = rt.schemas.validate(row.original_subject, bytes(row.payload or b"")) \
                 if rt.schemas.schemas else None
             if verdict is not None and not verdict.valid:

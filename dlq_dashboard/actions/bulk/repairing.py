@@ -20,7 +20,7 @@ from ..context import ActionContext
 from ..decisions import republish_refusal
 from ..intents import ENTRIES
 from .patching import Unpatchable
-from .refusals import ONE_ENTRY, subjects_without_stream
+from .refusals import ONE_ENTRY, subject_key, subjects_without_stream
 
 #: Entries whose diff a preview shows, and how many a preview counts at most (as a patch's preview).
 PREVIEW_DIFFS, PREVIEW_BOUND = 5, 10_000
@@ -83,7 +83,7 @@ def preview_repair(rt: ActionContext, ids: list[int], *, diffs: int = PREVIEW_DI
         chunk = counted[start:start + _CHUNK]
         with rt.engine.connect() as conn:
             rows = conn.execute(select(ENTRIES.c.id, ENTRIES.c.status, ENTRIES.c.original_subject, ENTRIES.c.payload,
-                                       ENTRIES.c.payload_available, ENTRIES.c.headers)
+                                       ENTRIES.c.payload_available, ENTRIES.c.headers, ENTRIES.c.source)
                                 .where(ENTRIES.c.id.in_(chunk)).order_by(ENTRIES.c.id)).all()
         for row in rows:
             result = repair_entry(rt, row._mapping, name=ONE_ENTRY)  # alike ones counted as one
@@ -94,7 +94,7 @@ def preview_repair(rt: ActionContext, ids: list[int], *, diffs: int = PREVIEW_DI
                 if len(shown[1]) < REASON_EXAMPLES:
                     shown[1].append(row.id)
             if result.outcome == REPAIRED:
-                passing[row.original_subject] += 1
+                passing[subject_key(rt, row)] += 1
                 if len(examples) < diffs:
                     examples.append({"id": row.id, "before": bytes(row.payload or b""), "after": result.payload,
                                      "changes": [c.to_dict() for c in result.changes]})

@@ -18,6 +18,7 @@ from ...times import utcnow
 from ..context import ActionContext
 from ..recovery import recover_pending
 from .jobs import JOBS
+from .lanes import connected, source_names
 from .work import LEASE_SECONDS, JobWork
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,9 @@ class JobRunner:
         first = True
         while not self._stop.is_set():
             try:
-                bridge = self.rt.bridge
-                if bridge is not None and bridge.state.connected:
+                # Each source's pending intents are finished through its own NATS (recovery.py):
+                # a pass runs while any of them answers.
+                if any(connected(self.rt, name) for name in source_names(self.rt)):
                     # At start every pending intent is abandoned; later only those whose
                     # publish got no answer, or that are older than any publish can take.
                     recover_pending(self.rt, older_than=0 if first else 3 * self.rt.settings.request_timeout)

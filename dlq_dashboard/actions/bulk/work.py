@@ -4,7 +4,9 @@ Republish windows go through the same intents as a single republish (actions/int
 published with ``publish_async`` so a window costs one round trip (from a process of its own
 for a big job, publisher.py), and the outcome of a window is committed with the items' results.
 A crash leaves intents pending; they are finished with their own msgIds, and the job resumes
-with the items not yet done. runner.py runs the threads.
+with the items not yet done. runner.py runs the threads. With several sources a republish job
+goes by lanes, a source each (lanes.py): each source's windows are its own, paced on their own,
+published through that source's connection, and wait for that source's NATS alone.
 """
 
 from __future__ import annotations
@@ -16,23 +18,20 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import select, update
 
-from ...db.counts import Change, count_changes
 from ...db.engine import is_sqlite, write_transaction
 from ...db.leases import acquire_lease
-from ...db.rows import UNCACHED, among, update_rows
+from ...db.rows import UNCACHED, among
 from ...nats.bridge import NatsUnavailable
 from ...times import utcnow
 
 # fault_point is looked up on its module at each call, so that tests replacing it reach jobs too.
 from .. import publishing
-from ..close import delete_from_dlq
 from ..context import ActionContext
-from ..decisions import close_values, decide_close, decide_republish, pending_intents, write_claims
+from ..decisions import decide_republish, write_claims
 from ..errors import AlreadyRepublished, Conflict, InFlight, NatsDown, Refused
 from ..intents import (
-    ACTIONS,
     ENTRIES,
     INTENTS,
     Intent,
@@ -42,8 +41,10 @@ from ..intents import (
     republish_msg_id,
 )
 from ..publishing import classify_failure, nats_unreachable
+from .closing import close_window, count_results, write_results
 from .jobs import FINISHED, ITEMS, JOBS, REPUBLISHING, ack_sentence
-from .pacing import TokenBucket, window_size
+from .lanes import Lane, Lanes, not_configured, publisher_settings, read_window
+from .pacing import window_size
 from .patching import Unpatchable, patch_for_job
 from .repairing import repair_for_job
 from .publisher import Publisher, publish_window
@@ -60,13 +61,18 @@ OWN_PUBLISHER_RATE = 1000
 # What deciding a republish reads of an entry (no times: parsing them is most of a wide row's cost).
 _CLAIM_COLUMNS = [ENTRIES.c[name] for name in (
     "id", "version", "status", "original_subject", "payload", "payload_available", "headers", "dlq_stream",
-    "dlq_seq", "original_stream", "original_seq")]
+    "dlq_seq", "original_stream", "original_seq", "source")]
 
 
 # --- one job ---------------------------------------------------------------------------------
 
 class WaitForNats(Exception):
-    """The window could not finish because NATS is down; its items stay pending."""
+    """The window could not finish because NATS is down; its items stay pending. ``lane``: the
+    lane whose window it was."""
+
+    def __init__(self, message: str, lane: Lane | None = None):
+        super().__init__(message)
+        self.lane = lane
 
 
 class JobWork:
@@ -85,19 +91,22 @@ class JobWork:
         self.wake, self.stop = wake, stop
         # Set by the job's action when it is first read (_paced): only republishes are paced.
         self.action: str | None = None
-        self.size, self.bucket = window_size(0), None
+        self.size, self.rate = window_size(0), 0
         self.renewed = time.monotonic()
-        self.flights: list[tuple[list[Intent], Any]] = []
-        self.publisher: Publisher | bool | None = None  # False: could not be started
+        # Windows published and not recorded yet: (intents, the answers' future, the lane).
+        self.flights: list[tuple[list[Intent], Any, Lane]] = []
+        # The job's lanes (a source each, or one), made when it is first read; the lane of this
+        # turn's window. A lane has its token bucket and its publishing process (publisher.py).
+        self.lanes: Lanes | None = None
+        self.lane: Lane | None = None
         # PostgreSQL: a window's outcome is recorded on a connection of its own (see _republish_recording_apart).
         self.recorder: ThreadPoolExecutor | None = None
         self.recording: Future | None = None
-        # Items are taken in entry order after ``after``; a pass from the start again picks up
-        # leftovers. ``ahead``: the job and its next window, read at the end of the window
-        # before's transaction (a connection and two statements a window fewer, each a wait for
-        # the interpreter lock while the bridge's loop publishes).
-        self.after = 0
-        self.ahead: tuple[Any, list] | None = None
+        # A lane's items are taken in entry order after its ``after``; a pass from the start again
+        # picks up leftovers. ``ahead``: the job, the next lane and its window, read at the end of
+        # the window before's transaction (a connection and two statements a window fewer, each a
+        # wait for the interpreter lock while the bridge's loop publishes).
+        self.ahead: tuple[Any, Lane | None, list] | None = None
 
     def _renew(self) -> None:
         if time.monotonic() - self.renewed > LEASE_SECONDS / 3:
@@ -108,31 +117,30 @@ class JobWork:
         """DLQ_REPUBLISH_RATE paces what a job publishes; a close publishes nothing, so it goes in
         whole windows unpaced (15,000 closes took 76 s at the republish rate)."""
         self.action = action
-        rate = self.rt.settings.republish_rate if action in REPUBLISHING else 0
-        self.size = window_size(rate)
-        self.bucket = TokenBucket(rate, self.size) if rate > 0 else None
+        self.rate = self.rt.settings.republish_rate if action in REPUBLISHING else 0
+        self.size = window_size(self.rate)
 
-    def _read_job_and_window(self, conn, after: int):
-        """The job as it is now, and its next window of pending items after ``after``."""
+    def _read_job_and_window(self, conn):
+        """The job as it is now, the lane whose turn it is and its next window of pending items."""
         job = conn.execute(select(JOBS).where(JOBS.c.id == self.job_id)).first()._mapping
         if self.action is None:
             self._paced(job["action"])
-        # (entry id, version) as plain tuples, which the garbage collector stops tracking: rows
-        # kept from one window to the next would be scanned again by every full collection.
-        items = [tuple(r) for r in conn.execute(select(ITEMS.c.entry_id, ITEMS.c.version).where(
-            ITEMS.c.job_id == self.job_id, ITEMS.c.state == "pending", ITEMS.c.entry_id > after)
-            .order_by(ITEMS.c.entry_id).limit(self.size))]
-        return job, items
+        if self.lanes is None:
+            self.lanes = Lanes.of_job(self.rt, conn, job, job["action"] in REPUBLISHING, self.rate, self.size)
+        lane = self.lanes.pick(self.rt)
+        return job, lane, read_window(conn, self.job_id, lane, self.size)
 
     def _wants_publisher(self, job) -> bool:
         rate = self.rt.settings.republish_rate
         return job["total"] >= OWN_PUBLISHER_FROM and (rate <= 0 or rate >= OWN_PUBLISHER_RATE)
 
     def _start_publisher(self) -> Publisher | bool:
-        """The job's publishing process, started in the background (windows go through the
-        bridge until it is connected); False if it cannot be started."""
+        """The publishing process of this turn's lane (its source's NATS), started in the
+        background (windows go through the bridge until it is connected); False if it cannot be
+        started."""
         try:
-            return Publisher(self.rt.settings, self.rt.settings.request_timeout)
+            return Publisher(publisher_settings(self.rt, self.lane), self.rt.settings.request_timeout,
+                             source=self.lane.source)
         except Exception:  # e.g. no processes allowed: the bridge publishes every window
             log.warning("job %d publishes through the bridge: its own process did not start", self.job_id,
                         exc_info=True)
@@ -159,25 +167,30 @@ class JobWork:
         recorded stays pending (its intents are finished with their msgIds later)."""
         if self.recorder is not None:
             self.recorder.shutdown(wait=True)
-        for intents, _ in self.flights:
+        for intents, _, _ in self.flights:
             self.rt.flights.end(intents)
-        if self.publisher:
-            self.publisher.close()
+        for lane in self.lanes or ():
+            if lane.publisher:
+                lane.publisher.close()
 
     def _begin_turn(self):
-        """Renew the lease; the job and its next window (read now after a cancel woke the loop,
-        else as the window before's transaction read it); start what a republish needs."""
+        """Renew the lease; the job, the lane whose turn it is and its next window (read now
+        after a cancel woke the loop or when that lane's NATS went away, else as the window
+        before's transaction read it); start what a republish needs."""
         self._renew()
         if self.wake.is_set():  # a cancel: read the job as it is now
             self.wake.clear()
             self.ahead = None
+        if self.ahead is not None and self.ahead[1] is not None and not self.lanes.usable(self.rt, self.ahead[1]):
+            self.ahead[1].after = 0
+            self.ahead = None
         if self.ahead is None:
             with self.rt.engine.connect() as conn:
-                self.ahead = self._read_job_and_window(conn, self.after)
-        (job, items), self.ahead = self.ahead, None
+                self.ahead = self._read_job_and_window(conn)
+        (job, self.lane, items), self.ahead = self.ahead, None
         if job["action"] in REPUBLISHING:
-            if items and self.publisher is None and self._wants_publisher(job):
-                self.publisher = self._start_publisher()
+            if items and self.lane.publisher is None and self._wants_publisher(job):
+                self.lane.publisher = self._start_publisher()
             if self.recorder is None and not is_sqlite(self.rt.engine):
                 self.recorder = ThreadPoolExecutor(1, thread_name_prefix=f"job-{self.job_id}-outcomes")
         return job, items
@@ -185,10 +198,19 @@ class JobWork:
     def _turn(self, job, items) -> Turn:
         """What next_step decides on, as this turn sees it."""
         needs_nats = job["action"] in REPUBLISHING or self.rt.settings.delete_on_close
+        lane, lanes = self.lane, self.lanes
+        if lanes.several:
+            # NATS is down for this job when every lane left waits for its source's; it is done
+            # when its last lane's pass from the first item finds nothing.
+            nats_down = lane is None and len(lanes) > 0
+            from_start = lane is None or (lane.after == 0 and len(lanes) == 1)
+        else:
+            nats_down = bool(needs_nats and nats_unreachable(self.rt))
+            from_start = lane.after == 0
         return Turn(stopping=self.stop.is_set(), finished=job["state"] in FINISHED,
                     cancel_requested=bool(job["cancel_requested"]), needs_nats=bool(needs_nats),
-                    nats_down=bool(needs_nats and nats_unreachable(self.rt)), has_items=bool(items),
-                    in_flight=bool(self.flights), recording=self.recording is not None, from_start=self.after == 0)
+                    nats_down=nats_down, has_items=bool(items),
+                    in_flight=bool(self.flights), recording=self.recording is not None, from_start=from_start)
 
     # The steps (steps.Step), each named for its value; True: take another turn.
 
@@ -203,14 +225,15 @@ class JobWork:
 
     def _wait_for_nats(self, job, items) -> bool:
         self._record_in_flight()
-        self.after = 0
+        for lane in self.lanes:
+            lane.after = 0
         self._pause(1.0)
         return True
 
     def _await_recording(self, job, items) -> bool:
-        if self._wait_for_recording():  # its republishes wait for NATS: a second, then a new pass
-            self._pause(1.0)
-            self.after = 0
+        lane, waiting = self._wait_for_recording()
+        if waiting:  # its republishes wait for NATS: a second, then a new pass
+            self._lane_waits(lane)
         return True
 
     def _finish(self, job, items) -> bool:
@@ -218,90 +241,119 @@ class JobWork:
         return False
 
     def _start_over(self, job, items) -> bool:
-        self.after = 0
+        if self.lanes.several and self.lane is not None and self.lane.after == 0:
+            self.lanes.drop(self.lane)  # its pass from the first item found nothing: its items are settled
+            if self.lane.publisher:  # nothing of it is in flight (a start over comes after the last outcome)
+                self.lane.publisher.close()
+                self.lane.publisher = False
+        elif self.lane is not None:
+            self.lane.after = 0
         return True
 
+    def _lane_waits(self, lane: Lane | None) -> None:
+        """A lane's republishes wait for NATS: with one lane the job pauses a second and starts a
+        new pass; with several that lane alone waits a second, and the others go on."""
+        if self.lanes.several and lane is not None:
+            lane.wait_a_second()
+            return
+        self._pause(1.0)
+        for each in self.lanes:
+            each.after = 0
+
     def _work_window(self, job, items) -> bool:
-        """Wait for the pacer's tokens, then republish or close the window; a republish with no
-        items left records its oldest window in flight."""
-        if items and self.bucket is not None and not self.bucket.take(len(items), self.wake):
+        """Wait for the lane's pacer's tokens, then republish or close the window; a republish
+        with no items left records its oldest window in flight."""
+        lane = self.lane
+        bucket = lane.bucket if lane is not None else None
+        if items and bucket is not None and not bucket.take(len(items), self.wake):
             self.wake.clear()
             return True  # woken by a cancel: look at the job again
+        after = items[-1][0] if items else (lane.after if lane is not None else 0)
         try:
             if job["action"] in REPUBLISHING:
-                self.ahead = self._republish(job, items, items[-1][0] if items else self.after)
+                self.ahead = self._republish(job, items, after)
             elif items:
                 self._close(job, items)
         except (WaitForNats, NatsDown, NatsUnavailable) as exc:
             log.warning("job %d waits for NATS: %s", self.job_id, exc)
-            self._pause(1.0)
-            self.after = 0
+            waits = exc.lane if isinstance(exc, WaitForNats) and exc.lane is not None else lane
+            if lane is not None and waits is not lane and items:
+                lane.after = after  # its window was claimed and sent; another lane's waits
+            self._lane_waits(waits)
             return True
-        if items:
-            self.after = items[-1][0]
+        if items and lane is not None:
+            lane.after = after
         return True
 
     def _republish(self, job, items, after: int):
         """Keep two windows in flight. When the older one's answers are in, one transaction
         records them, commits the next window's intents (one commit a window) and reads the
         window after; the next window's publish starts while the other is still out. Returns
-        what it read: the job and its next items after ``after``."""
+        what it read: the job, the next lane and its items (this lane's after ``after``)."""
         if self.recorder is not None:
             return self._republish_recording_apart(job, items, after)
         oldest = None
         if len(self.flights) >= 2 or (self.flights and not items):
             oldest = self.flights.pop(0)
         try:
-            answers = self._answers(*oldest) if oldest else None
+            answers = self._answers(*oldest[:2]) if oldest else None
             with write_transaction(self.rt.engine) as conn:
                 waiting = self._write_outcomes(conn, oldest[0], answers) if oldest else 0
                 claims = self._claim(conn, job, items) if items else []
-                ahead = self._read_job_and_window(conn, after)
+                self._advance(after)
+                ahead = self._read_job_and_window(conn)
         finally:
             if oldest:
                 self.rt.flights.end(oldest[0])
         if claims:
             self.flights.append(self._start([intent for _, intent in claims]))
         if waiting:
-            raise WaitForNats(f"{waiting} republishes wait for NATS")
+            raise WaitForNats(f"{waiting} republishes wait for NATS", oldest[2])
         return ahead
+
+    def _advance(self, after: int) -> None:
+        """This turn's lane has taken its items up to ``after``."""
+        if self.lane is not None:
+            self.lane.after = after
 
     def _republish_recording_apart(self, job, items, after: int):
         """_republish on PostgreSQL: the older window's answers are awaited and recorded by the
         recorder thread, in a transaction of its own, while this one commits the next window's
         intents. The server's work for an outcome (a new version of each entry in every one of
         its indexes) is most of a window's time; one connection made the job wait for it."""
-        waiting = self._wait_for_recording()  # the window before's outcome (its error is raised here)
+        # the window before's outcome (its error is raised here)
+        waiting_lane, waiting = self._wait_for_recording()
         if len(self.flights) >= 2 or (self.flights and not items):
             self.recording = self.recorder.submit(self._record, *self.flights.pop(0))
         with write_transaction(self.rt.engine) as conn:
             claims = self._claim(conn, job, items) if items else []
-            ahead = self._read_job_and_window(conn, after)
+            self._advance(after)
+            ahead = self._read_job_and_window(conn)
         if claims:
             self.flights.append(self._start([intent for _, intent in claims]))
         if waiting:
-            raise WaitForNats(f"{waiting} republishes wait for NATS")
+            raise WaitForNats(f"{waiting} republishes wait for NATS", waiting_lane)
         return ahead
 
-    def _record(self, intents: list[Intent], future) -> int:
+    def _record(self, intents: list[Intent], future, lane: Lane) -> tuple[Lane, int]:
         try:
             answers = self._answers(intents, future)
             with write_transaction(self.rt.engine) as conn:
-                return self._write_outcomes(conn, intents, answers)
+                return lane, self._write_outcomes(conn, intents, answers)
         finally:
             self.rt.flights.end(intents)
 
-    def _wait_for_recording(self) -> int:
-        """Wait for the outcome being recorded (its error is raised here); returns how many of
-        its republishes wait for NATS."""
+    def _wait_for_recording(self) -> tuple[Lane | None, int]:
+        """Wait for the outcome being recorded (its error is raised here); returns its lane and
+        how many of its republishes wait for NATS."""
         recording, self.recording = self.recording, None
-        return recording.result() if recording is not None else 0
+        return recording.result() if recording is not None else (None, 0)
 
     def _record_in_flight(self) -> None:
         """Record every window still in flight."""
         self._wait_for_recording()
         while self.flights:
-            intents, future = self.flights.pop(0)
+            intents, future, _ = self.flights.pop(0)
             try:
                 answers = self._answers(intents, future)
                 with write_transaction(self.rt.engine) as conn:
@@ -334,6 +386,9 @@ class JobWork:
             if entry_id not in rows:
                 results[entry_id] = ("failed", "The entry no longer exists.")
                 continue
+            if self.lane is not None and not self.lane.configured:
+                results[entry_id] = ("failed", not_configured(self.lane.source, entry_id))
+                continue
             msg_id = msg_ids[entry_id]
             try:
                 # A patch gives the same bytes every time (patching.py): a resumed item asks for its own
@@ -359,21 +414,25 @@ class JobWork:
             except Refused as exc:
                 results[entry_id] = ("failed", str(exc))
         write_claims(conn, claims)
-        _write_results(conn, self.job_id, results)
+        write_results(conn, self.job_id, results)
         return claims
 
     def _start(self, intents: list[Intent]):
+        """Publish a window of one lane: through that lane's process, else its source's bridge."""
+        lane = self.lane
         self.rt.flights.start(intents)
         try:
             for intent in intents:
                 publishing.fault_point("after_intent", intent)
-            if self.publisher and self.publisher.ready:
+            if lane.publisher and lane.publisher.ready:
                 try:
-                    return intents, self.publisher.publish([(i.subject, i.payload, i.headers) for i in intents])
+                    return intents, lane.publisher.publish([(i.subject, i.payload, i.headers) for i in intents]), lane
                 except NatsUnavailable:  # the child has ended: the bridge publishes the rest
                     pass
-            bridge = self.rt.bridge
-            return intents, bridge.spawn(publish_window(bridge.js, intents, self.rt.settings.request_timeout))
+            bridge = self.rt.bridge if lane.source is None else self.rt.bridge_for(intents[0].source)
+            if lane.source is not None and (bridge is None or bridge.js is None):
+                raise NatsUnavailable(f"the NATS of source {lane.source} is not connected")
+            return intents, bridge.spawn(publish_window(bridge.js, intents, self.rt.settings.request_timeout)), lane
         except BaseException:
             self.rt.flights.end(intents)
             raise
@@ -410,51 +469,12 @@ class JobWork:
             mark_in_doubt(conn, in_doubt, "No answer from NATS; completed with the same msgId later.")
         # An intent someone else finished (recovery) keeps its item pending: a later pass reads
         # that outcome.
-        _write_results(conn, self.job_id, {i.entry_id: results[i.entry_id] for i in intents
+        write_results(conn, self.job_id, {i.entry_id: results[i.entry_id] for i in intents
                                            if i.msg_id in recorded and i.entry_id in results})
         return len(retry_later) + len(in_doubt)
 
     def _close(self, job, items) -> None:
-        rt, now = self.rt, utcnow()
-        results: dict[int, tuple[str, str]] = {}
-        with write_transaction(rt.engine) as conn:
-            ids = [entry_id for entry_id, _ in items]
-            query = select(ENTRIES).where(ENTRIES.c.id.in_(ids))
-            if conn.dialect.name == "postgresql":
-                query = query.with_for_update()  # decided and changed in this transaction only
-            rows = {r.id: r._mapping for r in conn.execute(query)}
-            pending = pending_intents(conn, ids)
-            closing = []
-            for entry_id, version in items:
-                row = rows.get(entry_id)
-                if row is None:
-                    results[entry_id] = ("failed", "The entry no longer exists.")
-                    continue
-                try:
-                    decide_close(row, version, pending.get(entry_id, []))
-                    closing.append(((entry_id, version), row))
-                except Conflict as exc:
-                    results[entry_id] = ("skipped", str(exc))
-            deleted: dict[int, str] = {}
-            to_delete = [row for _, row in closing if row["dlq_stream"] and row["dlq_seq"]]
-            if rt.settings.delete_on_close and to_delete:
-                deleted = delete_from_dlq(rt, to_delete)
-            if closing:
-                conn.execute(update(ENTRIES).where(ENTRIES.c.id == bindparam("b_id"),
-                                                   ENTRIES.c.version == bindparam("b_version"))
-                             .values(version=ENTRIES.c.version + 1, **close_values(job["actor"], job["note"], now)),
-                             [{"b_id": entry_id, "b_version": version} for (entry_id, version), _ in closing])
-                count_changes(conn, [Change(row["group_id"], row["group_id"], row["received_at"], row["status"],
-                                            "closed") for _, row in closing])
-                conn.execute(insert(ACTIONS), [{
-                    "entry_id": entry_id, "job_id": self.job_id, "action": "close", "actor": job["actor"],
-                    "at": now, "note": job["note"], "version": version,
-                    "detail": json.dumps({"dlq_delete": deleted[entry_id]} if entry_id in deleted else {}),
-                } for (entry_id, version), _ in closing])
-                for (entry_id, _), _ in closing:
-                    results[entry_id] = ("done", "Closed." + (f" DLQ message {deleted[entry_id]}."
-                                                              if entry_id in deleted else ""))
-            _write_results(conn, self.job_id, results)
+        close_window(self.rt, self.job_id, job, items)
 
     def _end_job(self, *, cancelled: bool) -> None:
         with write_transaction(self.rt.engine) as conn:
@@ -463,29 +483,4 @@ class JobWork:
                              .values(state="cancelled", result="Cancelled before it was processed."))
             conn.execute(update(JOBS).where(JOBS.c.id == self.job_id).values(
                 state="cancelled" if cancelled else "done", finished_at=utcnow()))
-            _count(conn, self.job_id)
-
-
-# --- the items' results ----------------------------------------------------------------------
-
-def _write_results(conn, job_id: int, results: dict[int, tuple[str, str | None]]) -> None:
-    if not results:
-        return
-    # Only this job's runner (it holds the job's lease) moves its items out of pending, once.
-    plain = [e for e, (s, r) in results.items() if s == "done" and r is None]
-    if plain:
-        conn.execute(update(ITEMS).where(ITEMS.c.job_id == job_id, among(conn, ITEMS.c.entry_id, plain),
-                                         ITEMS.c.state == "pending").values(state="done"), execution_options=UNCACHED)
-    update_rows(conn, ITEMS, "entry_id", [{"entry_id": e, "state": s, "result": r}
-                                          for e, (s, r) in results.items() if r is not None],
-                match={"job_id": job_id, "state": "pending"})
-    done = sum(1 for s, _ in results.values() if s == "done")
-    conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(
-        done=JOBS.c.done + done, failed=JOBS.c.failed + len(results) - done))
-
-
-def _count(conn, job_id: int) -> None:
-    counts = dict(conn.execute(select(ITEMS.c.state, func.count()).where(ITEMS.c.job_id == job_id)
-                               .group_by(ITEMS.c.state)).all())
-    conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(
-        done=counts.get("done", 0), failed=counts.get("failed", 0) + counts.get("skipped", 0)))
+            count_results(conn, self.job_id)
