@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from ..db.models import Entry
+from ..scopes import DEFAULT_SOURCE
 from .shape import entry_json
 from .traces import trace_id_of, trace_url
 
@@ -62,6 +63,8 @@ class EntryView:
     closed_by: str | None
     closed_at: datetime | None
     close_note: str | None
+    # The source (SPEC section 12) it was mirrored from: the name of its DLQ_CONFIG [[sources]].
+    source: str = DEFAULT_SOURCE
     history: list[dict] | None = None
     actions: list[dict] | None = None
     # Set on the copy a viewer sees under DLQ_MASK (masking.py): the payload is hidden
@@ -124,7 +127,7 @@ class EntryView:
         return result
 
 
-# EntryView's stored fields are table columns of the same names; those with a default are not.
+# EntryView's stored fields are table columns of the same names (``source`` too); the others are not.
 _STORED = [f.name for f in fields(EntryView) if f.name not in _NOT_STORED]
 _STORED_COLUMNS = itemgetter(*(ENTRIES.columns.keys().index(name) for name in _STORED))
 _CONVERSIONS = tuple((_STORED.index(name), convert) for name, convert in (
