@@ -19,6 +19,8 @@ from sqlalchemy import insert, select
 from dlq_dashboard.access import visible
 from dlq_dashboard.access.reader import Reader
 from dlq_dashboard.accounts.tokens import create_token
+from dlq_dashboard.actions.bulk.jobs import create_job, job_status
+from dlq_dashboard.actions.bulk.listing import list_jobs
 from dlq_dashboard.alerts.outbox import AlertRule
 from dlq_dashboard.db.models import Alert, Entry, Event
 from dlq_dashboard.entries.filters import EntryFilter
@@ -164,6 +166,20 @@ def test_a_scope_of_one_source_reaches_that_sources_entries_and_groups_alone(des
     # A scope without a source covers the subject in every source.
     every = api(app, "viewer", (Scope("orders.>"),))
     assert {e["id"] for e in every("/api/entries").get_json()["entries"]} == {ids["billing7"], ids["orders7"]}
+
+
+def test_a_job_is_shown_to_a_scope_of_one_source_only_when_it_took_that_sources_entries(desk):
+    app, ids = desk
+    rt = runtime_of(app)
+    billing = create_job(rt, "close", actor="admin", ids={ids["billing7"]: None}, start=False)
+    orders = create_job(rt, "close", actor="admin", ids={ids["orders7"]: None}, start=False)
+    by_filter = create_job(rt, "close", actor="admin", filter_args={"source": "billing", "subject": "orders.*"},
+                           start=False)
+    seen = [j["id"] for j in list_jobs(rt.engine, scopes=(Scope("orders.>", "billing"),))["jobs"]]
+    assert sorted(seen) == sorted([billing, by_filter]) and orders not in seen
+    chosen = job_status(rt, by_filter)
+    # The filter's source took billing's entry alone, and its words name it.
+    assert [i["entry_id"] for i in chosen["items"]] == [ids["billing7"]] and "source=billing" in chosen["selection_text"]
 
 
 def test_a_shared_view_is_within_a_scope_of_one_source_only_when_it_names_that_source(desk):
