@@ -18,7 +18,7 @@ from dlq_dashboard.web.params import form_filter
 
 KEY_FIELDS = (KeyField("Customer", "/customer/id"),)
 #: A good value for each declared filter, by the parameter that gives it.
-SAMPLES = {"status": ("status", "open"), "subject": ("subject", "orders.*"), "stream": ("stream", "ORDERS"),
+SAMPLES = {"source": ("source", "billing"), "status": ("status", "open"), "subject": ("subject", "orders.*"), "stream": ("stream", "ORDERS"),
            "consumer": ("consumer", "billing"), "reason": ("reason", "fatal"), "q": ("q", "timeout"),
            "since": ("since", "1h"), "until": ("until", "2030-01-01T00:00:00.000000Z"), "group": ("group", "5"),
            "field.<label>": ("field.Customer", "C-42")}

@@ -1,5 +1,6 @@
 """Subject patterns as SQL (entries/scoping.py): the condition a scope adds to a query selects
-exactly the subjects scopes.subject_matches matches, on SQLite and on PostgreSQL."""
+exactly the subjects scopes.subject_matches matches, and with sources exactly the rows
+Scope.covers covers, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -27,6 +28,19 @@ def probe(database_url):
     engine = create_engine(database_url)
     meta = MetaData()
     table = Table("scope_probe", meta, Column("id", Integer, primary_key=True), Column("subject", Text))
+    meta.create_all(engine)
+    yield engine, table
+    meta.drop_all(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def sourced_probe(database_url):
+    """A table of subjects and their sources, as entries and failure_groups have: (engine, table)."""
+    engine = create_engine(database_url)
+    meta = MetaData()
+    table = Table("scope_source_probe", meta, Column("id", Integer, primary_key=True), Column("subject", Text),
+                  Column("source", Text))
     meta.create_all(engine)
     yield engine, table
     meta.drop_all(engine)
@@ -81,3 +95,37 @@ def test_scopes_cover_together_and_none_covers_nothing(probe):
 def test_like_metacharacters_are_escaped_and_the_regex_is_anchored():
     assert like_escape("a_b%c\\") == "a\\_b\\%c\\\\"
     assert scope_pattern_regex("a.*.>") == r"\Aa\.[^.]*\.(.|\n)*\Z"
+
+
+SOURCES = ("default", "east", "west")
+SCOPE = st.tuples(PATTERN, st.one_of(st.none(), st.sampled_from(SOURCES))).map(lambda ps: Scope(*ps))
+
+
+@settings(max_examples=100, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(scopes=st.lists(SCOPE, max_size=3).map(tuple),
+       rows=st.lists(st.tuples(SUBJECT, st.sampled_from(SOURCES)), min_size=1, max_size=12))
+def test_scopes_select_in_sql_what_scope_covers_covers_source_and_subject_alike(sourced_probe, scopes, rows):
+    engine, table = sourced_probe
+    # Rows that match each scope's pattern, in every source, so that matches are not rare.
+    rows = rows + [(s.pattern.replace("*", "x").replace(">", "y.z"), source) for s in scopes for source in SOURCES]
+    expected = {i for i, (subject, source) in enumerate(rows) if any(s.covers(subject, source) for s in scopes)}
+    with engine.begin() as conn:
+        conn.execute(table.delete())
+        conn.execute(insert(table), [{"id": i, "subject": subject, "source": source}
+                                     for i, (subject, source) in enumerate(rows)])
+        # The source column is the subject column's table's own (entries.source, failure_groups.source).
+        found = set(conn.execute(select(table.c.id).where(scope_condition(table.c.subject, scopes))).scalars())
+    assert found == expected
+
+
+def test_a_scope_of_a_source_keeps_that_sources_rows_only(sourced_probe):
+    engine, table = sourced_probe
+    rows = [("orders.created", "billing"), ("orders.created", "default"), ("billing.paid", "billing")]
+    with engine.begin() as conn:
+        conn.execute(insert(table), [{"id": i, "subject": s, "source": src} for i, (s, src) in enumerate(rows)])
+        def kept(*scopes):
+            return set(conn.execute(select(table.c.id).where(scope_condition(table.c.subject, scopes))).scalars())
+        assert kept(Scope("orders.>", "billing")) == {0}
+        assert kept(Scope("orders.>")) == {0, 1}  # no source: every source
+        assert kept(Scope("orders.>", "default"), Scope("billing.>", "billing")) == {1, 2}

@@ -129,8 +129,10 @@ def build_entry_detail(store: Store, schemas: SchemaRegistry, entry_id: int, rea
     republishes; EntryNotFound, a 404, when there is none."""
     stored = visible.lookup(reader, store, entry_id)
     seen = visible.entry(reader, stored)
-    replays = visible.replays(reader, store.replays_of(stored.dlq_ref), of=seen) if stored.dlq_ref else []
-    original = store.entry_by_dlq_ref(stored.replay_of) if stored.replay_of else None
+    # Within the entry's source: another source may have a DLQ stream of the same name.
+    replays = visible.replays(reader, store.replays_of(stored.dlq_ref, stored.source), of=seen) \
+        if stored.dlq_ref else []
+    original = store.entry_by_dlq_ref(stored.replay_of, stored.source) if stored.replay_of else None
     if original is not None and not visible.covered(reader.reads, original):
         original = None  # as if this database did not hold it
     republishes = store.republishes_of(stored.id)

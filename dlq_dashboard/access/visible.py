@@ -17,8 +17,8 @@ the command line) read through these and nothing else, so the rule is written on
   the group's newest entries (entries/triage.py NOTE_MASK_SCAN of them).
 
 A scoped reader (``reader.reads``, docs/scopes.md) reaches only the entries whose original subject
-a scope of theirs covers: the filters of every list, count, group, search and export carry the
-scopes (entries/scoping.py turns them into SQL), one entry outside them is as unknown as an id
+(in their source: ``billing:orders.>``) a scope of theirs covers: the filters of every list,
+count, group, search and export carry the scopes (entries/scoping.py turns them into SQL), one entry outside them is as unknown as an id
 that does not exist (EntryNotFound, the same 404), and acting needs ``reader.acts``. A job is
 shown when every entry it took is one the reader may read; an audit record when its entry is, or
 its job; a shared saved view when what it selects lies inside the reader's scopes.
@@ -43,7 +43,7 @@ from ..entries.tallies import Tallies
 from ..entries.view import EntryView, Page
 from ..errors import EntryNotFound, Forbidden
 from ..masking import MASKED, Mask
-from ..scopes import DEFAULT_SOURCE, Scope, pattern_within
+from ..scopes import Scope, pattern_within
 from .reader import Reader
 
 #: What a viewer reads for a job's search (``q``) while DLQ_MASK is set: the words searched for
@@ -53,15 +53,16 @@ SEARCH_HIDDEN = MASKED
 
 # --- entries -------------------------------------------------------------------------------------
 
-def covers(scopes: tuple[Scope, ...] | None, subject: str | None) -> bool:
-    """Whether ``scopes`` (None: everything) cover ``subject`` (an entry's original subject, a
-    group's subject; every entry is of the source "default" until several sources exist)."""
-    return scopes is None or any(s.covers(subject) for s in scopes)
+def covers(scopes: tuple[Scope, ...] | None, subject: str | None, source: str | None) -> bool:
+    """Whether ``scopes`` (None: everything) cover ``subject`` of ``source`` (an entry's original
+    subject and source, a group's subject and source): Scope.covers, as entries/scoping.py
+    writes it in SQL."""
+    return scopes is None or any(s.covers(subject, source) for s in scopes)
 
 
 def covered(scopes: tuple[Scope, ...] | None, stored: EntryView) -> bool:
-    """Whether ``scopes`` cover the entry."""
-    return covers(scopes, stored.original_subject)
+    """Whether ``scopes`` cover the entry (its original subject in its source)."""
+    return covers(scopes, stored.original_subject, stored.source)
 
 
 def lookup(reader: Reader, store: Store, entry_id: int, *, with_history: bool = True) -> EntryView:
@@ -222,10 +223,11 @@ GROUP_NOT_YOURS = ("Group {id} is outside the scopes you may act on (your operat
 
 def group(reader: Reader, store: Store, group_id: int) -> Group:
     """One failure group with its state as the reader sees it (its key as ``groups`` shows it);
-    GroupNotFound, a 404, when there is none or its subject is outside the reader's scopes (a
-    group belongs to one subject, so it is inside or outside as a whole)."""
+    GroupNotFound, a 404, when there is none or its subject (in its source) is outside the
+    reader's scopes (a group belongs to one subject and one source, so it is inside or outside as
+    a whole)."""
     found = triage.find_group(store.engine, group_id)
-    if found is None or not covers(reader.reads, found.subject):
+    if found is None or not covers(reader.reads, found.subject, found.source):
         raise GroupNotFound(group_id)
     return groups(reader, store, [found])[0]
 
@@ -235,7 +237,7 @@ def group_to_change(reader: Reader, store: Store, group_id: int) -> Group:
     reader may not read it, Forbidden (403, GROUP_NOT_YOURS) when their operator grants do not
     cover its subject."""
     found = group(reader, store, group_id)
-    if not covers(reader.acts, found.subject):
+    if not covers(reader.acts, found.subject, found.source):
         raise Forbidden(GROUP_NOT_YOURS.format(id=group_id))
     return found
 
@@ -381,18 +383,19 @@ def read_audit(reader: Reader, store: Store, args: Mapping[str, str], *, fold: b
 
 def view_within(reader: Reader, store: Store, view) -> bool:
     """Whether a saved view selects only entries the reader may read, told by its filters alone:
-    a subject pattern inside one of their scopes, or a failure group whose subject they cover."""
+    a subject pattern inside one of their scopes (a scope of one source: with the view's
+    ``source`` that source), or a failure group they cover."""
     scopes = reader.reads
     if scopes is None:
         return True
     args = view.args
-    subject = args.get("subject")
-    if subject and any(s.source in (None, DEFAULT_SOURCE) and pattern_within(subject, s.pattern) for s in scopes):
+    subject, source = args.get("subject"), args.get("source")
+    if subject and any(s.source in (None, source) and pattern_within(subject, s.pattern) for s in scopes):
         return True
     group = args.get("group")
     if group and group.isascii() and group.isdigit():
         found = store.group_subjects([int(group)]).get(int(group))
-        return found is not None and any(s.covers(found) for s in scopes)
+        return found is not None and covers(scopes, *found)
     return False
 
 

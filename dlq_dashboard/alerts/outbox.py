@@ -13,6 +13,8 @@ the threshold to the threshold or more, and the group had no spike alert in the 
 A flood that goes on therefore alerts once; one that dies down below the threshold and comes
 back alerts again, at most once every 5 minutes.
 
+The body names the group's ``source`` (SPEC section 12); with DLQ_CONFIG's sources its text does too.
+
 Triage (db/triage.py): a write that makes a resolved group ``regressed`` raises ``group.regressed``,
 one that opens an ignored group again ``group.reopened`` (so does the periodic pass,
 ``raise_state_alerts``); a group still ignored raises nothing, not even a spike.
@@ -60,6 +62,8 @@ class AlertRule:
     mask: tuple[str, ...] = ()
     # DLQ_TEAMS: a group's team also receives its alerts, at the team's webhooks and e-mails.
     teams: tuple[Team, ...] = ()
+    # DLQ_CONFIG names the sources (SPEC section 12): an alert's text says whose group it is.
+    name_sources: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AlertRule | None:
@@ -68,7 +72,7 @@ class AlertRule:
         if not settings.webhook_urls and not any(t.webhooks or t.emails for t in settings.teams):
             return None
         return cls(urls=settings.webhook_urls, threshold=settings.alert_threshold, public_url=settings.public_url,
-                   mask=tuple(settings.mask), teams=tuple(settings.teams))
+                   mask=tuple(settings.mask), teams=tuple(settings.teams), name_sources=bool(settings.sources))
 
     def group_url(self, group_id: int) -> str:
         """Where the dashboard lists the group's entries."""
@@ -206,7 +210,7 @@ def alert_body(rule: AlertRule, event: str, event_id: str, group, recent: int | 
     link = rule.group_url(group.id)
     key = key or group.key
     body = {"event": event, "id": event_id, "text": alert_text(event, group, count, recent, rule, key),
-            "group": {"id": group.id, "subject": group.subject or None, "reason": group.reason or None,
+            "group": {"id": group.id, "source": group.source, "subject": group.subject or None, "reason": group.reason or None,
                       "key": key, "count": count, "first_seen": format_time(group.first_seen),
                       "last_seen": format_time(group.last_seen)},
             "url": link}
@@ -223,6 +227,8 @@ def alert_body(rule: AlertRule, event: str, event_id: str, group, recent: int | 
 def alert_text(event: str, group, count: int, recent: int | None, rule: AlertRule, key: str | None = None) -> str:
     """One line a person reads in a chat channel; a link only where the address is known."""
     where = f"{group.subject or '(no subject)'}, {group.reason or '(no reason)'}"
+    if rule.name_sources:  # with several sources the same failure may burn in two: say which
+        where += f" (source {group.source})"
     key = key or group.key
     key = key if len(key) <= _TEXT_KEY else key[:_TEXT_KEY - 1] + "…"
     if event == NEW:

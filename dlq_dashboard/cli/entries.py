@@ -121,9 +121,14 @@ def list_entries(as_json: bool, as_role: str, scopes: tuple[str, ...], **options
     if not page.entries:
         click.echo("No entries match.")
         return
-    table([(e.id, e.status, e.version, e.original_subject or "-", e.reason or "-", _one_line(e.error, 60),
-            format_time(e.received_at)) for e in page.entries],
-          ("ID", "STATUS", "VERSION", "SUBJECT", "REASON", "ERROR", "RECEIVED"))
+    if runtime_of(current_app).settings.sources:  # several sources (DLQ_CONFIG): say whose each entry is
+        table([(e.id, e.source, e.status, e.version, e.original_subject or "-", e.reason or "-",
+                _one_line(e.error, 60), format_time(e.received_at)) for e in page.entries],
+              ("ID", "SOURCE", "STATUS", "VERSION", "SUBJECT", "REASON", "ERROR", "RECEIVED"))
+    else:
+        table([(e.id, e.status, e.version, e.original_subject or "-", e.reason or "-", _one_line(e.error, 60),
+                format_time(e.received_at)) for e in page.entries],
+              ("ID", "STATUS", "VERSION", "SUBJECT", "REASON", "ERROR", "RECEIVED"))
     if page.next_cursor:
         click.echo(f"More: --cursor {page.next_cursor}", err=True)
 
@@ -142,9 +147,12 @@ def show_entry(entry_id: int, as_json: bool, as_role: str, scopes: tuple[str, ..
         _echo_json(body)
         return
     entry = detail.entry
-    for name in ("id", "status", "version", "original_subject", "reason", "error", "deliveries", "consumer",
-                 "original_stream", "original_seq", "dlq_stream", "dlq_seq", "failed_at", "received_at",
-                 "replay_of", "closed_by", "closed_at", "close_note", "trace_id", "trace_url"):
+    facts = ("id", "status", "version", "original_subject", "reason", "error", "deliveries", "consumer",
+             "original_stream", "original_seq", "dlq_stream", "dlq_seq", "failed_at", "received_at",
+             "replay_of", "closed_by", "closed_at", "close_note", "trace_id", "trace_url")
+    if runtime_of(current_app).settings.sources:  # several sources (DLQ_CONFIG): say whose it is
+        facts = ("id", "source") + facts[1:]
+    for name in facts:
         if body.get(name) is not None:
             click.echo(f"{name + ':':<18}{body[name]}")
     if detail.group:

@@ -39,21 +39,26 @@ def _echo_json(body) -> None:
 @click.option("--team", help="Only groups of this team.")
 @click.option("--status", default="", help="Count only entries of this status (default: every status).")
 @click.option("--subject", help="Only groups of subjects matching this (NATS wildcards).")
+@click.option("--source", help="Only groups of this source (DLQ_CONFIG's [[sources]] names).")
 @click.option("--limit", default="200", help="The most groups (up to 1000).")
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: {\"groups\": [...]}.")
 @_reader_option
 @_refusals
-def list_groups(state, assignee, team, status, subject, limit, as_json: bool, as_role: str,
+def list_groups(state, assignee, team, status, subject, source, limit, as_json: bool, as_role: str,
                 scopes: tuple[str, ...]) -> None:
     """Failure groups, largest first, with their state and assignee."""
     args = {k: v for k, v in {"state": state, "assignee": assignee, "team": team, "status": status,
-                              "subject": subject, "limit": limit}.items() if v}
+                              "subject": subject, "source": source, "limit": limit}.items() if v}
     answer = failure_groups(args, reader=_reader(as_role, scopes), me=cli_actor())
     if as_json:
         _echo_json({"groups": [g.to_dict(answer.base) for g in answer.groups]})
         return
     if not answer.groups:
         click.echo("No groups match.")
+        return
+    if runtime_of(current_app).settings.sources:  # several sources (DLQ_CONFIG): say whose each group is
+        table([(g.id, g.source, g.state, g.assignee or "-", g.team or "-", g.count, g.subject or "-", g.label[:60])
+               for g in answer.groups], ("ID", "SOURCE", "STATE", "ASSIGNEE", "TEAM", "ENTRIES", "SUBJECT", "ERROR"))
         return
     table([(g.id, g.state, g.assignee or "-", g.team or "-", g.count, g.subject or "-", g.label[:60])
            for g in answer.groups], ("ID", "STATE", "ASSIGNEE", "TEAM", "ENTRIES", "SUBJECT", "ERROR"))
@@ -73,7 +78,7 @@ def show_group(group_id: int, as_json: bool, as_role: str, scopes: tuple[str, ..
         _echo_json({**found.to_dict(), "activity": activity})
         return
     body = found.to_dict()
-    for name in ("id", "state", "assignee", "resolved_in", "until", "until_count", "team", "version", "subject",
+    for name in ("id", "source", "state", "assignee", "resolved_in", "until", "until_count", "team", "version", "subject",
                  "reason", "label", "count", "first_seen", "last_seen", "notes"):
         if body.get(name) is not None:
             click.echo(f"{name + ':':<14}{body[name]}")

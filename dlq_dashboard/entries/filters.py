@@ -228,8 +228,10 @@ class ListFilter:
         """Whether ``param`` is this filter's parameter."""
         return param == self.name
 
-    def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...]) -> dict[str, Any]:
-        """The EntryFilter attributes that ``args`` give this filter."""
+    def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...],
+             sources: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """The EntryFilter attributes that ``args`` give this filter (``key_fields`` and
+        ``sources``: what the dashboard is configured with, for the filters that name them)."""
         raw = _clean(args.get(self.name))
         return {self.name: None if raw is None else self.parse(raw)}
 
@@ -269,7 +271,8 @@ class SinceFilter(ListFilter):
     given (``since_ago``), so that a link or saved view stays "the last hour" instead of the hour
     it was made."""
 
-    def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...]) -> dict[str, Any]:
+    def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...],
+             sources: tuple[str, ...] | None = None) -> dict[str, Any]:
         raw = _clean(args.get(self.name))
         at = parse_time(raw) if raw else None
         if raw is None or at is not None:
@@ -283,6 +286,27 @@ class SinceFilter(ListFilter):
         return {"since": flt.since_ago} if flt.since_ago else super().write(flt)
 
 
+class SourceFilter(ListFilter):
+    """``source``: one of the dashboard's sources (SPEC section 12, DLQ_CONFIG's names; ``default``
+    without it). Given the configured ``sources``, another name is a 400 that lists them; without
+    them (a job's stored selection read again) any well-formed name is taken."""
+
+    def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...],
+             sources: tuple[str, ...] | None = None) -> dict[str, Any]:
+        raw = _clean(args.get(self.name))
+        if raw is None:
+            return {self.name: None}
+        if sources is not None and raw not in sources:
+            raise FilterError(f"source {raw[:40]!r} is not valid: use one of {', '.join(sources)}")
+        if len(raw) > 40 or not set(raw) <= _SOURCE_CHARS:
+            raise FilterError(f"source {raw[:40]!r} is not valid: a source's name is 1 to 40 letters, digits, "
+                              "'_' or '-'")
+        return {self.name: raw}
+
+
+_SOURCE_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
 class KeyFieldFilters(ListFilter):
     """``field.<label>=<value>``: one filter for each key field (DLQ_LIST_FIELDS, given as
     ``key_fields``), each keeping the entries whose payload has exactly that value there."""
@@ -292,7 +316,8 @@ class KeyFieldFilters(ListFilter):
     def takes(self, param: str) -> bool:
         return isinstance(param, str) and param.startswith(FIELD_PREFIX)
 
-    def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...]) -> dict[str, Any]:
+    def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...],
+             sources: tuple[str, ...] | None = None) -> dict[str, Any]:
         by_label = {f.label: f for f in key_fields}
         found = []
         for name in args:
@@ -337,6 +362,10 @@ def _not_a_key_field(name: str, by_label: Mapping[str, KeyField]) -> FilterError
 
 #: The list's filters, in the order their parameters are written (links, saved views, jobs).
 FILTERS: tuple[ListFilter, ...] = (
+    # A group belongs to one source, so the kept counts hold it.
+    SourceFilter("source", "Only entries of this source (DLQ_CONFIG's [[sources]] names; \"default\" without it).",
+                 where=_one(Entry.source), on_groups=lambda value: [GROUPS.c.source == value], kept=True,
+                 metavar="NAME"),
     ListFilter("status", "Only entries with this status.", parse=_status, where=_one(Entry.status), kept=True,
                schema={"type": "string", "enum": list(STATUSES)}),
     ListFilter("subject", "Original subject; NATS wildcards: '*' one token, '>' the rest.",
@@ -376,6 +405,7 @@ class EntryFilter:
     """What the list, the API, the export and bulk jobs select entries by: a value for each of
     FILTERS (None where it is not given), and the page."""
 
+    source: str | None = None
     status: str | None = None
     subject: str | None = None
     stream: str | None = None
@@ -397,13 +427,14 @@ class EntryFilter:
 
     @classmethod
     def from_args(cls, args: Mapping[str, str], *, max_limit: int = MAX_LIMIT,
-                  key_fields: tuple[KeyField, ...] = ()) -> "EntryFilter":
+                  key_fields: tuple[KeyField, ...] = (), sources: tuple[str, ...] | None = None) -> "EntryFilter":
         """Parse request arguments; raise FilterError with a sentence for a bad value.
 
-        ``key_fields`` are those ``field.<label>`` may name (settings.list_fields)."""
+        ``key_fields`` are those ``field.<label>`` may name (settings.list_fields), ``sources``
+        the names ``source`` may take (the runtime's feeds; None: any well-formed one)."""
         values: dict[str, Any] = {}
         for declared in FILTERS:
-            values.update(declared.read(args, key_fields))
+            values.update(declared.read(args, key_fields, sources))
         limit_raw = _clean(args.get("limit"))
         limit = DEFAULT_LIMIT
         if limit_raw is not None:
@@ -438,10 +469,10 @@ class EntryFilter:
         return conds
 
     def group_conditions(self) -> list:
-        """SQL conditions on failure_groups for the filters the kept counts hold (subject,
+        """SQL conditions on failure_groups for the filters the kept counts hold (source, subject,
         reason, group; a group's subject and reason are '' where its entries have none)."""
         conds = [c for declared in FILTERS for c in declared.group_conditions(self)]
-        if self.scopes is not None:  # a group is of one subject: a scope covers all its entries or none
+        if self.scopes is not None:  # a group is of one subject and source: a scope covers all or none of it
             conds.append(scope_condition(GROUPS.c.subject, self.scopes))
         return conds
 

@@ -1,4 +1,4 @@
-"""A failure group as the pages and the API show it: entries of one subject and reason whose
+"""A failure group as the pages and the API show it: entries of one source, subject and reason whose
 errors say the same thing (which group an entry joins is decided at ingest: ingest/grouping.py;
 its counts are kept in failure_groups: db/counts.py)."""
 
@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from ..ingest import grouping
+from ..scopes import DEFAULT_SOURCE
 from ..times import format_time
 
 #: The longest label shown; the full key stays available beside it.
@@ -37,6 +38,8 @@ class Group:
     first_seen: datetime | None
     last_seen: datetime | None
     by_status: dict[str, int] = field(default_factory=dict)
+    # The source (SPEC section 12) its entries were mirrored from: a group belongs to one.
+    source: str = DEFAULT_SOURCE
     # Triage (SPEC section 11): the state people share, who has it, its team, and its version.
     state: str = "open"
     assignee: str | None = None
@@ -61,8 +64,8 @@ class Group:
     def to_dict(self, base: Mapping[str, str] | None = None) -> dict[str, Any]:
         """The group as /api/groups answers it; ``filter`` lists exactly its ``count`` entries
         when ``base`` holds the filters it was counted under."""
-        return {"id": self.id, "subject": self.subject, "reason": self.reason, "label": self.label,
-                "count": self.count, "by_status": self.by_status, "first_seen": format_time(self.first_seen),
+        return {"id": self.id, "source": self.source, "subject": self.subject, "reason": self.reason,
+                "label": self.label, "count": self.count, "by_status": self.by_status, "first_seen": format_time(self.first_seen),
                 "last_seen": format_time(self.last_seen), "filter": self.filter_args(base),
                 **self.state_dict()}
 

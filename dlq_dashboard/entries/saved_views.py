@@ -53,16 +53,17 @@ def _view(row) -> View:
     return View(m["id"], m["owner"], m["name"], m["page"], m["query"], bool(m["shared"]), m["created_at"])
 
 
-def clean_view(name: str, page: str, filters: Mapping[str, str],
-               key_fields: tuple[KeyField, ...] = ()) -> tuple[str, str, str]:
+def clean_view(name: str, page: str, filters: Mapping[str, str], key_fields: tuple[KeyField, ...] = (),
+               sources: tuple[str, ...] | None = None) -> tuple[str, str, str]:
     """(name, page, query string) of a view to save; InvalidRequest (400) with a sentence when
-    the name is empty or too long, the page unknown or a filter does not parse (FilterError)."""
+    the name is empty or too long, the page unknown or a filter does not parse (FilterError;
+    ``sources``: the names ``source`` may take)."""
     name = (name or "").strip()
     if not name or len(name) > MAX_NAME or not name.isprintable():
         raise InvalidRequest(f"A view's name is 1 to {MAX_NAME} printable characters.")
     if page not in PAGES:
         raise InvalidRequest(f"page {page!r} is not valid: use list or groups")
-    flt = EntryFilter.from_args(filters, key_fields=key_fields)
+    flt = EntryFilter.from_args(filters, key_fields=key_fields, sources=sources)
     args = flt.to_args()
     if page == "groups" and "status" not in args and filters.get("status") in ("", "any"):
         args["status"] = ""  # the groups page reads no status as "open"; '' keeps "any"

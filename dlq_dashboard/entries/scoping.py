@@ -1,7 +1,7 @@
-"""What a scoped reader may reach, as SQL: NATS subject patterns as conditions on
-entries.original_subject and failure_groups.subject that select exactly what
-scopes.subject_matches matches, on SQLite and PostgreSQL (tests/test_scoping.py compares them),
-and the jobs whose every entry a reader's scopes cover."""
+"""What a scoped reader may reach, as SQL: scopes as conditions on entries (original_subject and
+source) and failure_groups (subject and source) that select exactly what scopes.Scope.covers
+covers, on SQLite and PostgreSQL (tests/test_scoping.py compares them), and the jobs whose every
+entry a reader's scopes cover."""
 
 from __future__ import annotations
 
@@ -63,20 +63,34 @@ def subject_condition(column, pattern: str):
     return and_(*conds)
 
 
-def scope_condition(column, scopes: tuple[Scope, ...] | None, source: str = DEFAULT_SOURCE):
+def scope_condition(column, scopes: tuple[Scope, ...] | None, source=None):
     """The condition on ``column`` (entries.original_subject or failure_groups.subject) that
     keeps what ``scopes`` cover (None: everything, so None is returned: no condition; ``()``:
-    nothing). Every entry is of the source ``source`` until several sources exist, so a scope
-    limited to another source covers none of them."""
+    nothing). A scope limited to a source (``billing:orders.>``) keeps only that source's rows:
+    ``source`` is the column they are compared with, by default the ``source`` column of
+    ``column``'s table (entries.source, failure_groups.source); a text names the one source of
+    every row (a table without one: the default source)."""
     if scopes is None:
         return None
-    conds = [subject_condition(column, s.pattern) for s in scopes if s.source in (None, source)]
+    if source is None:
+        table = getattr(getattr(column, "expression", column), "table", None)
+        source = table.c.source if table is not None and "source" in table.c else DEFAULT_SOURCE
+    conds = []
+    for scope in scopes:
+        matched = subject_condition(column, scope.pattern)
+        if scope.source is None:
+            conds.append(matched)
+        elif isinstance(source, str):
+            if scope.source == source:
+                conds.append(matched)
+        else:
+            conds.append(and_(source == scope.source, matched))
     return or_(*conds) if conds else false()
 
 
 def covered_groups(scopes: tuple[Scope, ...]):
-    """The ids of the failure groups whose subject ``scopes`` cover, as a subquery: a group is of
-    one subject (db/counts.py group_of), so its entries are covered exactly when it is."""
+    """The ids of the failure groups ``scopes`` cover, as a subquery: a group is of one subject
+    and one source (db/counts.py group_of), so its entries are covered exactly when it is."""
     return select(GROUPS.c.id).where(scope_condition(GROUPS.c.subject, scopes))
 
 

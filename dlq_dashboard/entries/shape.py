@@ -84,6 +84,8 @@ ENTRY_FIELDS: tuple[EntryField, ...] = (
     EntryField("trace_url", nullable({**STR, "format": "uri"}),
                "The trace in the tracing UI (DLQ_TRACE_URL); null without a trace id or the setting.",
                required=False),
+    # Last, so the CSV's columns before it stay where they were.
+    EntryField("source", STR, "The source it was mirrored from (SPEC section 12; \"default\" without DLQ_CONFIG)."),
 )
 
 #: The CSV export's columns: the JSON fields, in order.

@@ -207,13 +207,15 @@ class Store:
                                .where(Entry.id == entry_id)).first()
         return (row.id, row.key) if row else None
 
-    def group_subjects(self, group_ids: list[int]) -> dict[int, str | None]:
-        """The subject of each of these failure groups (None where its entries have none)."""
+    def group_subjects(self, group_ids: list[int]) -> dict[int, tuple[str | None, str]]:
+        """The subject (None where its entries have none) and the source of each of these failure
+        groups."""
         if not group_ids:
             return {}
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(select(_GROUPS.c.id, _GROUPS.c.subject).where(_GROUPS.c.id.in_(group_ids))).all()
-        return {r.id: r.subject or None for r in rows}
+            rows = conn.execute(select(_GROUPS.c.id, _GROUPS.c.subject, _GROUPS.c.source)
+                                .where(_GROUPS.c.id.in_(group_ids))).all()
+        return {r.id: (r.subject or None, r.source) for r in rows}
 
     def get_entry(self, entry_id: int, *, with_history: bool = True) -> EntryView | None:
         """One entry, with its delivery history and its actions."""
@@ -246,41 +248,52 @@ class Store:
             rows = conn.execute(select(ENTRIES).where(Entry.id.in_(newest))).all()
         return {r._mapping["group_id"]: self._view(r) for r in rows}
 
-    def entry_by_dlq_ref(self, ref: str) -> EntryView | None:
-        """The entry a ``<dlq stream>:<seq>`` reference names (the newest, if the stream was recreated)."""
+    def entry_by_dlq_ref(self, ref: str, source: str | None = None) -> EntryView | None:
+        """The entry a ``<dlq stream>:<seq>`` reference names (the newest, if the stream was
+        recreated), of ``source`` (None: of any): a republish goes out through its entry's source,
+        and another source may have a DLQ stream of the same name."""
         stream, _, seq = ref.rpartition(":")
         if not stream or not seq.isdigit():
             return None
+        query = select(ENTRIES).where(Entry.dlq_stream == stream, Entry.dlq_seq == int(seq))
+        if source is not None:
+            query = query.where(Entry.source == source)
         with read_transaction(self.engine) as conn:
-            row = conn.execute(select(ENTRIES).where(Entry.dlq_stream == stream, Entry.dlq_seq == int(seq))
-                               .order_by(Entry.id.desc()).limit(1)).first()
+            row = conn.execute(query.order_by(Entry.id.desc()).limit(1)).first()
         return self._view(row) if row else None
 
     def _history(self, conn, entry: EntryView) -> list[dict]:
         if entry.original_stream is None or entry.original_seq is None:
             return []
+        # Within the entry's source: two sources may both have a stream ORDERS and its seq 7.
         query = select(Event.__table__).where(
-            Event.original_stream == entry.original_stream, Event.original_seq == entry.original_seq)
+            Event.source == entry.source, Event.original_stream == entry.original_stream,
+            Event.original_seq == entry.original_seq)
         if entry.consumer:
             query = query.where(or_(Event.consumer == entry.consumer, Event.consumer.is_(None)))
         return [_event_dict(r) for r in conn.execute(query.order_by(Event.at, Event.id))]
 
-    def replays_of(self, ref: str) -> list[EntryView]:
-        """Entries whose message was a republish of the entry named ``<stream>:<seq>``."""
+    def replays_of(self, ref: str, source: str | None = None) -> list[EntryView]:
+        """Entries whose message was a republish of the entry named ``<stream>:<seq>`` in ``source``
+        (None: in any): its republish went out through that source, so it failed again there."""
+        query = select(ENTRIES).where(Entry.replay_of == ref)
+        if source is not None:
+            query = query.where(Entry.source == source)
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(select(ENTRIES).where(Entry.replay_of == ref).order_by(Entry.id)).all()
+            rows = conn.execute(query.order_by(Entry.id)).all()
         return [self._view(r) for r in rows]
 
-    def failed_again(self, refs: list[str]) -> dict[str, int]:
-        """For each ``<stream>:<seq>`` reference, the newest entry whose message was a republish
-        of it (its republish failed again), in one query."""
-        refs = [r for r in refs if r]
-        if not refs:
+    def failed_again(self, refs: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """For each (source, ``<stream>:<seq>``) of an entry, the newest entry of that source whose
+        message was a republish of it (its republish failed again), in one query."""
+        wanted = {(source, ref) for source, ref in refs if ref}
+        if not wanted:
             return {}
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(select(Entry.replay_of, func.max(Entry.id)).where(Entry.replay_of.in_(refs))
-                                .group_by(Entry.replay_of)).all()
-        return {ref: newest for ref, newest in rows}
+            rows = conn.execute(select(Entry.source, Entry.replay_of, func.max(Entry.id))
+                                .where(Entry.replay_of.in_(sorted({ref for _, ref in wanted})))
+                                .group_by(Entry.source, Entry.replay_of)).all()
+        return {(source, ref): newest for source, ref, newest in rows if (source, ref) in wanted}
 
     def republishes_of(self, entry_id: int) -> list[dict]:
         """The republish intents of an entry, oldest first, each with the payload it sends,

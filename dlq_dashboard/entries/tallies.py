@@ -210,8 +210,8 @@ def group_from_row(row, count: int, first: datetime | None, last: datetime | Non
     m = row._mapping
     return Group(id=m["id"], subject=m["subject"] or None, reason=m["reason"] or None, key=m["key"] or NO_ERROR,
                  count=int(count), by_status={s: int(m[STATUS_COLUMNS[s]]) for s in STATUSES},
-                 first_seen=first, last_seen=last, state=m["state"], assignee=m["assignee"], team=m["team"],
-                 version=m["version"], notes=m["note_count"], resolved_in=m["resolved_in"],
+                 first_seen=first, last_seen=last, source=m["source"], state=m["state"], assignee=m["assignee"],
+                 team=m["team"], version=m["version"], notes=m["note_count"], resolved_in=m["resolved_in"],
                  until=as_time(m["ignored_until"]), until_count=m["ignored_until_count"],
                  state_changed_at=as_time(m["state_changed_at"]))
 

@@ -127,7 +127,7 @@ class EntryView:
         return result
 
 
-# EntryView's stored fields are table columns of the same names; those with a default are not.
+# EntryView's stored fields are table columns of the same names (``source`` too); the others are not.
 _STORED = [f.name for f in fields(EntryView) if f.name not in _NOT_STORED]
 _STORED_COLUMNS = itemgetter(*(ENTRIES.columns.keys().index(name) for name in _STORED))
 _CONVERSIONS = tuple((_STORED.index(name), convert) for name, convert in (

@@ -42,9 +42,9 @@ def entry_detail(entry_id: int, reader: Reader | None = None) -> EntryDetail:
 
 def failed_again(entries: list[EntryView]) -> dict[int, int]:
     """{entry id: the newest entry whose message was a republish of it}, for those of ``entries``
-    whose republish failed again (whatever their status now), in one query."""
-    refs = {e.dlq_ref: e.id for e in entries if e.dlq_ref}
-    return {refs[ref]: newest for ref, newest in current_runtime().store.failed_again(list(refs)).items()}
+    whose republish failed again (whatever their status now; within each one's source), in one query."""
+    refs = {(e.source, e.dlq_ref): e.id for e in entries if e.dlq_ref}
+    return {refs[key]: newest for key, newest in current_runtime().store.failed_again(list(refs)).items()}
 
 
 def row_context(entries: list[EntryView]) -> dict:
@@ -76,9 +76,10 @@ def list_fields() -> tuple[KeyField, ...]:
 
 def request_filter(args: Mapping[str, str], *, reader: Reader | None = None, **options) -> EntryFilter:
     """The filter of a request's arguments, as the reader may filter (FilterError, a 400, for a
-    bad one, or one by a key field DLQ_MASK hides from it)."""
-    flt = visible.check_filter(reader or current_reader(),
-                               EntryFilter.from_args(args, key_fields=list_fields(), **options))
+    bad one, one by a key field DLQ_MASK hides from it, or a source that is not one of this
+    dashboard's)."""
+    flt = visible.check_filter(reader or current_reader(), EntryFilter.from_args(
+        args, key_fields=list_fields(), sources=tuple(current_runtime().feeds), **options))
     current_runtime().store.check_group(flt)  # within the reader's scopes: another group is unknown
     return flt
 
@@ -109,7 +110,7 @@ class FailureGroups(NamedTuple):
 def failure_groups(args: Mapping[str, str], *, reader: Reader | None = None, me: str | None = None) -> FailureGroups:
     """The filter of a request, the failure groups under it (largest first) as its reader sees
     them, how they were counted, and the filters that list a group's entries besides its id (its
-    subject and reason go without saying); FilterError, a 400, for a bad one. ``reader`` and ``me``
+    source, subject and reason go without saying); FilterError, a 400, for a bad one. ``reader`` and ``me``
     (who ``assignee=me`` is) for a caller outside a request (the command line)."""
     reader = reader or current_reader()
     flt = request_filter(args, reader=reader, max_limit=GROUPS_MAX)
@@ -120,7 +121,7 @@ def failure_groups(args: Mapping[str, str], *, reader: Reader | None = None, me:
     limit = flt.limit if (args.get("limit") or "").strip() else GROUPS_LIMIT
     store = current_runtime().store
     found, tally = visible.tallies(reader, store).groups(flt, limit=limit, where=triage.conditions())
-    base = {k: v for k, v in flt.to_args().items() if k not in ("group", "subject", "reason")}
+    base = {k: v for k, v in flt.to_args().items() if k not in ("group", "source", "subject", "reason")}
     return FailureGroups(flt, visible.groups(reader, store, found), tally, base, triage)
 
 

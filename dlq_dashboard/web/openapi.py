@@ -75,11 +75,12 @@ SCHEMAS: dict[str, dict] = {
     },
     "Group": {
         "type": "object",
-        "required": ["id", "subject", "reason", "label", "count", "by_status", "first_seen", "last_seen", "filter",
-                     *openapi_groups.GROUP_STATE_REQUIRED],
-        "description": "Entries of one subject and reason whose errors say the same thing.",
+        "required": ["id", "source", "subject", "reason", "label", "count", "by_status", "first_seen", "last_seen",
+                     "filter", *openapi_groups.GROUP_STATE_REQUIRED],
+        "description": "Entries of one source, subject and reason whose errors say the same thing.",
         "properties": {
-            "id": INT, "subject": _nullable(STR), "reason": _nullable(STR),
+            "id": INT, "source": {**STR, "description": "The source its entries were mirrored from (SPEC section 12)."},
+            "subject": _nullable(STR), "reason": _nullable(STR),
             "label": {**STR, "description": "The normalized error (or schema path and rule) as one readable line."},
             "count": {**INT, "description": "Its entries under the filters."},
             "by_status": {"type": "object", "required": list(STATUSES),

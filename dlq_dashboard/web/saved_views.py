@@ -65,7 +65,8 @@ def save():
     """Save the filters sent with a name and a page; then open the view."""
     form = request.form
     filters = {k: v for k, v in form.items() if k not in ("name", "page", "csrf_token")}
-    name, page, query = clean_view(form.get("name", ""), form.get("page", "list"), filters, list_fields())
+    name, page, query = clean_view(form.get("name", ""), form.get("page", "list"), filters, list_fields(),
+                                   tuple(current_runtime().feeds))
     try:
         view = save_view(current_runtime().engine, current_identity().name, name, page, query, utcnow())
     except IntegrityError:

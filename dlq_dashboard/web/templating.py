@@ -20,7 +20,7 @@ from .auth import current_identity
 from .params import form_filter
 from .presenters.actions import bulk_choices, entry_action_bar, row_actions, row_confirm
 from .presenters.nav import main_nav
-from .presenters.rows import list_columns
+from .presenters.rows import list_columns, shown_sources
 from .responses import list_url
 from .status import service_status
 
@@ -86,6 +86,7 @@ def init_app(app: Flask) -> None:
     app.add_template_global(row_actions)
     app.add_template_global(row_confirm)
     app.add_template_global(list_columns)
+    app.add_template_global(lambda: shown_sources(current_runtime()), "shown_sources")
 
     @app.context_processor
     def _context():

@@ -51,13 +51,22 @@ class Column:
     selects: bool = False  # the checkbox column, which selects every row of the page
 
 
-def list_columns(fields: Iterable[KeyField], can_act: bool) -> tuple[Column, ...]:
+def shown_sources(rt) -> tuple[str, ...]:
+    """The sources the pages name (SPEC section 12): every one of the runtime's, in DLQ_CONFIG's
+    order, when there are several or DLQ_CONFIG names them; none with the one default source, so
+    the pages look as they did before sources (no Source column, no Source select)."""
+    names = tuple(rt.feeds)
+    return names if len(names) > 1 or rt.settings.sources else ()
+
+
+def list_columns(fields: Iterable[KeyField], can_act: bool, sources: bool = False) -> tuple[Column, ...]:
     """The list's columns in their order: the checkbox for those who can act on the rows (the bulk
-    bar is theirs alone), the entry's facts, its key fields (settings.list_fields), then the payload,
-    and for them the row's actions (Republish, Close: templates/_row_actions.html).
-    A cell across the whole table spans as many as there are."""
-    return ((Column("", selects=True),) if can_act else ()) + tuple(
-        Column(label) for label in ("#", "Status", "Subject", "Consumer", "Original msgId", "Reason", "Error")) + tuple(
+    bar is theirs alone), the entry's facts (its source with several: ``sources``), its key fields
+    (settings.list_fields), then the payload, and for them the row's actions (Republish, Close:
+    templates/_row_actions.html). A cell across the whole table spans as many as there are."""
+    facts = ("#", "Status") + (("Source",) if sources else ()) + (
+        "Subject", "Consumer", "Original msgId", "Reason", "Error")
+    return ((Column("", selects=True),) if can_act else ()) + tuple(Column(label) for label in facts) + tuple(
         Column(f.label, css="key-field", title=f.pointer) for f in fields) + (
         Column("Payload"), Column("Deliveries", css="num"), Column("Failed")) + (
         (Column("Actions", css="row-actions"),) if can_act else ())
