@@ -168,3 +168,117 @@ def test_with_one_source_the_nav_has_no_sources_link(offline_app):
     for url in ("/", "/groups", "/sources"):
         links, _ = nav_of(client.get(url).get_data(as_text=True))
         assert "Sources" not in [label for label, _ in links], url
+
+
+def test_with_several_sources_the_banner_names_each_source_not_well(three_offline):
+    banner = support.logged_in(three_offline, "viewer").get("/status/banner").get_data(as_text=True)
+    for name in NAMES:  # nothing started: every source's NATS is away
+        assert f"<strong>Source {name}: NATS is not reachable</strong>" in banner
+        assert f'data-stale="nats" data-source="{name}"' in banner
+
+
+def test_with_one_source_the_banner_and_healthz_read_as_before(offline_app):
+    banner = support.logged_in(offline_app, "viewer").get("/status/banner").get_data(as_text=True)
+    assert "<strong>NATS is not reachable</strong>" in banner and "Source" not in banner
+    body = offline_app.test_client().get("/healthz").get_json()
+    assert "sources" not in body and set(body) == {"status", "nats", "database", "mirror_lag", "mirror"}
+
+
+def test_with_one_source_the_metrics_carry_no_source_label(offline_app):
+    support.dead_letter(offline_app, 1)
+    text = offline_app.test_client().get("/metrics").get_data(as_text=True)
+    assert "dlq_nats_connected 0.0" in text and 'source="' not in text
+
+
+def test_with_several_sources_the_metrics_are_labelled_by_source(three_offline):
+    text = three_offline.test_client().get("/metrics").get_data(as_text=True)
+    assert 'dlq_entries{reason="none",source="orders",status="open"} 3.0' in text
+    assert 'dlq_entries{reason="none",source="billing",status="open"} 2.0' in text
+    assert 'dlq_groups_open{reason="none",source="orders"} 2.0' in text
+    assert 'dlq_mirror_last_sequence{source="orders",stream="DLQ"} 3.0' in text
+    assert 'dlq_nats_connected{source="shipping"} 0.0' in text
+    assert "dlq_entries_received_total 5.0" in text  # every source together
+
+
+# --- on real servers: three sources, one server killed -------------------------------------------
+
+@pytest.fixture
+def shared_server(tmp_path):
+    """A nats-server of two accounts (A and B): the sources orders and billing."""
+    server = NatsServer(store_dir=tmp_path / "nats-ab", extra_config=support.TWO_ACCOUNTS).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def three_live(tmp_path, make_app, shared_server, nats_server):
+    """An app mirroring three sources: accounts A and B of one server, and a second server (shipping)."""
+    path = support.sources_file(tmp_path, [
+        {"name": "orders", "nats_url": support.account_url(shared_server, "a"), "stream": "DLQ"},
+        {"name": "billing", "nats_url": support.account_url(shared_server, "b"), "stream": "DLQ"},
+        {"name": "shipping", "nats_url": nats_server.url, "stream": "DLQ_SHIPPING", "subjects": ["dlq.shipping.>"]},
+    ])
+    return support.start_sources(make_app(sources=load_settings({"DLQ_CONFIG": path}).sources))
+
+
+def publish(url: str, *subjects: str) -> None:
+    asyncio.run(support.publish_many(url, [
+        (f"dlq.{subject}", b'{"n": %d}' % i, support.dlq_headers(subject, **{"Dlq-Error": f"failed {i}"}))
+        for i, subject in enumerate(subjects)]))
+
+
+def sources_of(client) -> dict:
+    return by_name(client.get("/api/sources").get_json())
+
+
+@pytest.mark.slow
+def test_one_sources_server_killed_is_named_unreachable_while_the_others_stay_ok_and_go_on_mirroring(
+        three_live, shared_server, nats_server):
+    app, rt = three_live, runtime_of(three_live)
+    a, b = support.account_url(shared_server, "a"), support.account_url(shared_server, "b")
+    publish(a, "orders.created")
+    publish(b, "billing.charged", "billing.charged")
+    publish(nats_server.url, "shipping.sent")
+    viewer, admin = support.logged_in(app, "viewer"), support.logged_in(app, "admin")
+
+    def counted():
+        found = sources_of(viewer)
+        return found if [found[n]["open"] for n in NAMES] == [1, 2, 1] and all(
+            found[n]["mirror_lag"] == 0 for n in NAMES) else None
+
+    found = support.wait_for(counted, timeout=20, message="each source's entries counted")
+    assert {n: found[n]["status"] for n in NAMES} == {n: "ok" for n in NAMES}
+    assert all(found[n]["mirrored_here"] and found[n]["last_hour"] == found[n]["open"] for n in NAMES)
+    assert [(s["name"], s["last_seq"], s["stream_last_seq"]) for s in found["billing"]["streams"]][0] == ("DLQ", 2, 2)
+    page = viewer.get("/sources").get_data(as_text=True)
+    assert re.findall(r'<tr data-source="([^"]+)"', page) == ["billing", "orders", "shipping"]  # busiest first
+    metrics = app.test_client().get("/metrics").get_data(as_text=True)
+    assert 'dlq_mirror_lag_messages{source="billing",stream="DLQ"} 0.0' in metrics
+    assert 'dlq_entries{reason="none",source="billing",status="open"} 2.0' in metrics
+    assert 'dlq_nats_connected{source="shipping"} 1.0' in metrics
+    health = admin.get("/healthz")
+    assert health.status_code == 200 and set(health.get_json()["sources"]) == set(NAMES)
+
+    nats_server.kill()
+    support.wait_for(lambda: sources_of(viewer)["shipping"]["status"] == "unreachable", timeout=10,
+                     message="shipping unreachable")
+    found = sources_of(viewer)
+    assert found["orders"]["status"] == found["billing"]["status"] == "ok"
+    banner = viewer.get("/status/banner").get_data(as_text=True)
+    assert "Source shipping: NATS is not reachable" in banner
+    assert "Source orders" not in banner and "Source billing" not in banner
+    health = admin.get("/healthz")
+    body = health.get_json()
+    assert health.status_code == 503 and body["status"] == "degraded"
+    assert body["sources"]["shipping"]["status"] == "degraded"
+    assert body["sources"]["shipping"]["nats"]["connected"] is False
+    assert body["sources"]["orders"]["status"] == body["sources"]["billing"]["status"] == "ok"
+    assert body["nats"]["connected"] is True  # the top fields are the main source's (orders)
+    assert 'dlq_nats_connected{source="shipping"} 0.0' in app.test_client().get("/metrics").get_data(as_text=True)
+
+    # The others go on mirroring.
+    publish(a, "orders.paid")
+    publish(b, "billing.refunded")
+    support.wait_for(lambda: [sources_of(viewer)[n]["open"] for n in ("orders", "billing")] == [2, 3], timeout=20,
+                     message="the other sources mirrored while shipping is away")
+    assert sources_of(viewer)["shipping"]["open"] == 1  # what was mirrored stays
