@@ -95,7 +95,9 @@ def by_name(answer) -> dict:
     return {s["name"]: s for s in answer["sources"]}
 
 
-def test_api_sources_counts_each_sources_open_entries_and_last_hour_with_its_biggest_groups(three_offline):
+@pytest.mark.both_databases
+def test_api_sources_counts_each_sources_open_entries_and_last_hour_with_its_biggest_groups(three_offline,
+                                                                                          database_url):
     client = support.logged_in(three_offline, "viewer")
     answer = client.get("/api/sources").get_json()
     assert [s["name"] for s in answer["sources"]] == NAMES  # DLQ_CONFIG's order
@@ -126,7 +128,9 @@ def test_a_closed_entry_leaves_the_open_count_but_stays_in_the_last_hour(three_o
     assert (found["billing"]["open"], found["billing"]["last_hour"]) == (1, 2)
 
 
-def test_a_scoped_reader_sees_only_the_counts_inside_its_scopes_and_no_source_outside_them(three_offline):
+@pytest.mark.both_databases
+def test_a_scoped_reader_sees_only_the_counts_inside_its_scopes_and_no_source_outside_them(three_offline,
+                                                                                         database_url):
     rt = runtime_of(three_offline)
     token = create_token(rt.engine, "billing-viewer", "viewer", scopes=(Scope("billing.>", "billing"),
                                                                         Scope("orders.paid", "orders")))
