@@ -65,6 +65,18 @@ def test_a_source_caught_up_or_mirrored_by_another_process_is_ok():
     assert source_state(True, None, 10, now) == "ok"  # another replica mirrors it: NATS answers
 
 
+def test_the_mirrors_log_lines_name_the_source_unless_it_is_the_default_one(caplog):
+    caplog.set_level("WARNING", logger="dlq_dashboard.ingest.mirror")
+    for source in ("billing", "default"):
+        p = StreamProgress("DLQ", source=source)
+        p.stuck(OSError("disk full"))
+        p.recovered()
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == "mirroring DLQ of source billing is stuck (OSError: disk full); retrying until it succeeds"
+    assert said[1].startswith("mirroring DLQ of source billing recovered (stuck since ")
+    assert said[2] == "mirroring DLQ is stuck (OSError: disk full); retrying until it succeeds"
+
+
 # --- offline: the counts of each source -------------------------------------------------------------
 
 @pytest.fixture
