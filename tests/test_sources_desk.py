@@ -250,7 +250,7 @@ def sources_of(client) -> dict:
 @pytest.mark.slow
 def test_one_sources_server_killed_is_named_unreachable_while_the_others_stay_ok_and_go_on_mirroring(
         three_live, shared_server, nats_server):
-    app, rt = three_live, runtime_of(three_live)
+    app = three_live
     a, b = support.account_url(shared_server, "a"), support.account_url(shared_server, "b")
     publish(a, "orders.created")
     publish(b, "billing.charged", "billing.charged")
