@@ -42,7 +42,7 @@ def create_app(config: dict[str, Any] | None = None):
     from .config import Settings, ensure_secret_key, load_settings
     from .runtime import EXTENSION, Runtime
     from .web import (actions, admin, alert_outbox, api, audit, auth, bulk, errors, export, groups, metrics, oidc,
-                      openapi, pages, repair, row_actions, saved_views, security, status, templating)
+                      openapi, pages, repair, row_actions, saved_views, security, sources, status, templating)
     from .web import params as web_params
     from .web.responses import bearer_token, htmx
 
@@ -101,7 +101,7 @@ def create_app(config: dict[str, Any] | None = None):
     cli.init_app(app)
     htmx.init_app(app)
     for module in (auth, pages, groups, api, actions, bulk, audit, export, metrics, openapi, status, saved_views,
-                   admin, repair, row_actions, alert_outbox):
+                   admin, repair, row_actions, alert_outbox, sources):
         app.register_blueprint(module.bp)
 
     @app.before_request

@@ -43,6 +43,7 @@ PAGES = [
     "/entries/{huge}/repair",
     "/entries/{huge}/row/close",
     "/alerts",
+    "/sources",
 ]
 
 TOKEN = "x" * 300  # no space to break at

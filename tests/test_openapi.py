@@ -212,6 +212,9 @@ def test_real_responses_match_the_document(api):
             for line in body.splitlines():
                 jsonschema.validate(json.loads(line), entry_schema)
         call("get", f"/api/export.{fmt}", 400, query={"status": "lost"})
+    sources = call("get", "/api/sources", 200).json()["sources"]
+    assert [s["name"] for s in sources] == ["default"] and sources[0]["status"] == "ok"
+    call("get", "/api/sources", 401, role=None)
     assert call("get", "/api/me", 200).json() == {"name": "token:test-viewer", "role": "viewer", "via": "token",
                                                    "grants": [{"role": "viewer", "scopes": None}]}
     call("get", "/api/me", 401, role=None)

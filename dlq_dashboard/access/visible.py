@@ -38,6 +38,7 @@ from ..entries.audit import audit_page
 from ..entries.fields import KeyField, hidden_by
 from ..entries.filters import EntryFilter, FilterError
 from ..entries.groups import Group, group_label
+from ..entries.sources import SourceCounts, source_counts
 from ..entries.store import Store
 from ..entries.tallies import Tallies
 from ..entries.view import EntryView, Page
@@ -270,6 +271,16 @@ def group_involved(reader: Reader, store: Store, group_id: int) -> dict:
 def entry_group_states(reader: Reader, store: Store, shown: list[EntryView]) -> dict[int, str]:
     """{entry id: its group's state} for entries the reader was shown."""
     return triage.states_of_entries(store.engine, [e.id for e in shown])
+
+
+def sources(reader: Reader, store: Store, names: list[str]) -> dict[str, SourceCounts]:
+    """Each source's counts (entries/sources.py) as the reader sees them: a scoped reader's count
+    only the groups their scopes cover, and a source no scope of theirs reaches is left out; the
+    biggest groups' texts as ``groups`` shows them."""
+    found = source_counts(store.engine, names, reader.reads)
+    for counts in found.values():
+        counts.groups = groups(reader, store, counts.groups) or []
+    return found
 
 
 # --- jobs and the audit --------------------------------------------------------------------------

@@ -80,6 +80,12 @@ class StreamProgress:
     # last_seq is how long the oldest message not yet mirrored has been known to wait. Changed on
     # the bridge's thread only; pages read a copy.
     seen: deque = field(default_factory=lambda: deque(maxlen=4096), repr=False)
+    source: str = DEFAULT_SOURCE  # the source (SPEC section 12) whose stream this is
+
+    @property
+    def named(self) -> str:
+        """The stream as the log lines name it: with its source, unless that is the default one."""
+        return self.stream + _of_source(self.source)
 
     @property
     def lag(self) -> int:
@@ -91,15 +97,15 @@ class StreamProgress:
         if self.error is None:
             self.stuck_since = utcnow()
             self.outages += 1
-            log.warning("mirroring %s is stuck (%s); retrying until it succeeds", self.stream, error)
+            log.warning("mirroring %s is stuck (%s); retrying until it succeeds", self.named, error)
         else:
-            log.debug("mirroring %s is still stuck (%s)", self.stream, error)
+            log.debug("mirroring %s is still stuck (%s)", self.named, error)
         self.error = error
 
     def recovered(self) -> None:
         """Note a success (a committed write, or nothing left to write): the stream is not stuck."""
         if self.error is not None:
-            log.warning("mirroring %s recovered (stuck since %s: %s)", self.stream,
+            log.warning("mirroring %s recovered (stuck since %s: %s)", self.named,
                         self.stuck_since.isoformat(timespec="seconds"), self.error)
         self.error, self.stuck_since = None, None
 
@@ -122,6 +128,10 @@ class StreamProgress:
 def mirrored_streams(settings: Settings) -> list[str]:
     """The streams the mirror follows: the DLQ stream, then the advisories when captured."""
     return [settings.dlq_stream] + ([settings.advisory_stream] if settings.capture_advisories else [])
+
+
+def _of_source(source: str) -> str:
+    return "" if source == DEFAULT_SOURCE else f" of source {source}"
 
 
 def lease_name(source: str) -> str:
@@ -153,7 +163,7 @@ class Mirror:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mirror-writer")
         self._process = WriterProcess(self.settings.database_url, AlertRule.from_settings(self.settings),
                                       self.settings.teams, self.source)
-        self.progress = {name: StreamProgress(name) for name in mirrored_streams(self.settings)}
+        self.progress = {name: StreamProgress(name, source=self.source) for name in mirrored_streams(self.settings)}
 
     def start(self) -> None:
         """Start competing for the lease and mirroring (returns at once)."""
@@ -193,15 +203,15 @@ class Mirror:
                     held = await self._db(acquire_lease, self.engine, lease_name(self.source), self.holder,
                                           LEASE_SECONDS)
                     if not renewing:
-                        log.warning("the mirror lease is renewed again")
+                        log.warning("the mirror lease%s is renewed again", _of_source(self.source))
                     renewing = True
                 except Exception as exc:
                     # The database is unreachable: no other process can take the lease either.
                     # The followers keep trying (their writes fail and restart from the committed
                     # position); the lease is renewed, or found taken, once the database answers.
                     if renewing:
-                        log.warning("the mirror lease could not be renewed (%s: %s); retrying every %.0f s",
-                                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "",
+                        log.warning("the mirror lease%s could not be renewed (%s: %s); retrying every %.0f s",
+                                    _of_source(self.source), type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "",
                                     LEASE_SECONDS / 3)
                     renewing = False
                     held = self.leader
@@ -213,7 +223,8 @@ class Mirror:
                         followers.append(asyncio.create_task(
                             self._follow_forever(self.settings.advisory_stream, self._prepare_advisories)))
                 elif not held and followers:
-                    log.warning("the mirror lease went to another process; this one stops mirroring")
+                    log.warning("the mirror lease%s went to another process; this one stops mirroring",
+                                _of_source(self.source))
                     for task in followers:
                         task.cancel()
                     await asyncio.gather(*followers, return_exceptions=True)
@@ -268,11 +279,11 @@ class Mirror:
             # Sequences restart at 1 in a recreated stream. Old entries keep their epoch, so
             # nothing is overwritten; the new stream is read from its start.
             log.warning("stream %s was recreated (created %s, was %s): reading it from the start",
-                        stream, epoch, saved_epoch)
+                        progress.named, epoch, saved_epoch)
             last_seq = 0
         if info.state.first_seq > last_seq + 1 and info.state.messages:
             log.warning("stream %s no longer holds sequences %d to %d (removed by its limits before "
-                        "they were mirrored)", stream, last_seq + 1, info.state.first_seq - 1)
+                        "they were mirrored)", progress.named, last_seq + 1, info.state.first_seq - 1)
         if progress.epoch != epoch:
             progress.seen.clear()
         progress.epoch, progress.last_seq, progress.queued_seq = epoch, last_seq, last_seq
@@ -349,9 +360,9 @@ class Mirror:
         try:
             info = await self.bridge.js.stream_info(stream)
         except NotFoundError:
-            raise StreamChanged(f"stream {stream} was deleted; waiting for it to be recreated") from None
+            raise StreamChanged(f"stream {progress.named} was deleted; waiting for it to be recreated") from None
         if stream_epoch(info) != epoch:
-            raise StreamChanged(f"stream {stream} was recreated; reading the new one from its start")
+            raise StreamChanged(f"stream {progress.named} was recreated; reading the new one from its start")
         progress.saw_stream(info.state.last_seq)
 
     async def _prepare_dlq(self, stream: str, epoch: str, batch: list, after: int) -> tuple[str, tuple]:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from flask import Blueprint, jsonify, request
 from flask_login import current_user
 from sqlalchemy.exc import SQLAlchemyError
@@ -71,37 +73,63 @@ def who_is_asking(identity: Identity) -> dict:
 
 
 def health() -> tuple[dict, int]:
-    """The NATS connection, the database and the mirror's lag; 'degraded' while any is not well."""
+    """The NATS connection, the database and the mirror's lag; 'degraded' while any is not well.
+    The top fields are the main source's; with several sources ``sources`` holds each one's
+    (its NATS state, mirror streams and lag), and one source not well degrades the whole."""
     rt = current_runtime()
-    stream = rt.settings.dlq_stream
     # From memory (the database probe): while it knows the database unreachable nothing here
-    # waits on it; otherwise the position is read under the request's bounds.
+    # waits on it; otherwise the positions are read under the request's bounds.
     database = rt.database.state.to_dict() if rt.database is not None else DatabaseState().to_dict()
-    position = None
+    feeds = list(rt.feeds.values())
+    positions: dict[str, dict[str, int] | None] = {feed.name: None for feed in feeds}
     if database["connected"]:
         try:
-            _, position = read_position(rt.engine, stream)
+            positions = {feed.name: committed_positions(rt, feed) for feed in feeds}
         except SQLAlchemyError as exc:
             database.update(connected=False, last_error=describe(exc))
-    nats = {"connected": False, "last_error": "not started"}
-    heads = None  # each mirrored stream's last sequence, as NATS answers now
-    if rt.bridge is not None:
-        # While the liveness probe says NATS is unreachable this answers at once from memory;
-        # otherwise the streams are asked, for at most HEALTH_TIMEOUT together (cut short if the
-        # probe gives up meanwhile), so a load balancer's check never hangs on a frozen server.
-        nats = rt.bridge.state.to_dict()
-        try:
-            heads = rt.bridge.call(lambda: _stream_heads(rt.bridge.js, mirrored_streams(rt.settings)),
-                                   timeout=HEALTH_TIMEOUT)
-        except NatsUnavailable as exc:
-            nats["last_error"] = nats.get("last_error") or scrub(str(exc))
-        except Exception as exc:  # a missing stream is reported, not raised
-            nats["last_error"] = scrub(f"{type(exc).__name__}: {exc}")
-    mirror, lag, following = mirror_health(rt, heads, position if database["connected"] else None)
-    ok = nats.get("connected") and database["connected"] and lag is not None and following
-    body = {"status": "ok" if ok else "degraded", "nats": nats, "database": database, "mirror_lag": lag,
-            "mirror": mirror}
+    bridges = [rt.bridge if feed.name == rt.main_source else feed.bridge for feed in feeds]
+    if len(feeds) == 1:
+        answers = [stream_heads(bridges[0], feeds[0].settings)]
+    else:
+        # Each source's streams are asked at once, on its own connection: together they take at
+        # most HEALTH_TIMEOUT, and a source that does not answer delays none of the others.
+        with ThreadPoolExecutor(max_workers=len(feeds), thread_name_prefix="healthz") as pool:
+            answers = list(pool.map(stream_heads, bridges, [feed.settings for feed in feeds]))
+    reports = {}
+    for feed, (nats, heads) in zip(feeds, answers):
+        mirror, lag, following = mirror_health(rt, heads, positions[feed.name], feed)
+        well = bool(nats.get("connected")) and lag is not None and following
+        reports[feed.name] = {"status": "ok" if well else "degraded", "nats": nats, "mirror_lag": lag,
+                              "mirror": mirror}
+    main = reports[rt.main_source]
+    ok = database["connected"] and all(report["status"] == "ok" for report in reports.values())
+    body = {"status": "ok" if ok else "degraded", "nats": main["nats"], "database": database,
+            "mirror_lag": main["mirror_lag"], "mirror": main["mirror"]}
+    if len(feeds) > 1:
+        body["sources"] = reports
     return body, 200 if ok else 503
+
+
+def committed_positions(rt, feed) -> dict[str, int]:
+    """The sequence committed to the database of each stream ``feed``'s mirror follows."""
+    return {name: read_position(rt.engine, name, feed.name)[1] for name in mirrored_streams(feed.settings)}
+
+
+def stream_heads(bridge, settings) -> tuple[dict, dict[str, int] | None]:
+    """(the connection's state, each mirrored stream's last sequence as NATS answers now, or None).
+    While the liveness probe says NATS is unreachable this answers at once from memory; otherwise
+    the streams are asked, for at most HEALTH_TIMEOUT together (cut short if the probe gives up
+    meanwhile), so a load balancer's check never hangs on a frozen server."""
+    if bridge is None:
+        return {"connected": False, "last_error": "not started"}, None
+    nats, heads = bridge.state.to_dict(), None
+    try:
+        heads = bridge.call(lambda: _stream_heads(bridge.js, mirrored_streams(settings)), timeout=HEALTH_TIMEOUT)
+    except NatsUnavailable as exc:
+        nats["last_error"] = nats.get("last_error") or scrub(str(exc))
+    except Exception as exc:  # a missing stream is reported, not raised
+        nats["last_error"] = scrub(f"{type(exc).__name__}: {exc}")
+    return nats, heads
 
 
 # What an anonymous caller reads instead of an error text (which may name servers and addresses).
@@ -135,24 +163,22 @@ async def _stream_heads(js, streams: list[str]) -> dict[str, int]:
     return {name: (await js.stream_info(name)).state.last_seq for name in streams}
 
 
-def mirror_health(rt, heads: dict[str, int] | None, dlq_position: int | None) -> tuple[dict, int | None, bool]:
+def mirror_health(rt, heads: dict[str, int] | None, positions: dict[str, int] | None,
+                  feed=None) -> tuple[dict, int | None, bool]:
     """(the mirror's state per stream, ``mirror_lag`` over every mirrored stream, whether it is
-    well). The process that mirrors answers from memory: how far each stream is committed, and
-    whether one is stuck (a write failing, retried until it succeeds) or behind (its oldest
-    message waiting ``mirror_stale_after`` seconds). Another replica knows only the committed
-    positions in the database; its lag is None while NATS or the database does not answer."""
-    streams = mirrored_streams(rt.settings)
-    leader = rt.mirror is not None and rt.mirror.leader
+    well) of ``feed``'s source (None: the main one). The process that mirrors answers from memory:
+    how far each stream is committed, and whether one is stuck (a write failing, retried until it
+    succeeds) or behind (its oldest message waiting ``mirror_stale_after`` seconds). Another
+    replica knows only the committed positions in the database (``positions``); its lag is None
+    while NATS or the database does not answer."""
+    feed = feed or rt.feeds[rt.main_source]
+    mirror = rt.mirror if feed.name == rt.main_source else feed.mirror
+    streams = mirrored_streams(feed.settings)
+    leader = mirror is not None and mirror.leader
     if leader:
-        committed = {name: rt.mirror.progress[name].last_seq for name in streams}
+        committed = {name: mirror.progress[name].last_seq for name in streams}
     else:
-        committed = {name: None for name in streams}
-        if dlq_position is not None:  # the database answers: the other positions are read too
-            try:
-                committed = {rt.settings.dlq_stream: dlq_position,
-                             **{name: read_position(rt.engine, name)[1] for name in streams[1:]}}
-            except SQLAlchemyError:
-                pass
+        committed = {name: (positions or {}).get(name) for name in streams}
     now, well, report = utcnow(), True, {}
     for name in streams:
         last_seq = committed[name]
@@ -161,7 +187,7 @@ def mirror_health(rt, heads: dict[str, int] | None, dlq_position: int | None) ->
         lag = None if heads is None or last_seq is None else max(heads[name] - last_seq, 0)
         state = {"last_seq": last_seq, "lag": lag, "error": None, "stuck_since": None, "behind_since": None}
         if leader:
-            progress = rt.mirror.progress[name]
+            progress = mirror.progress[name]
             behind = progress.behind_since()
             state.update(error=progress.error, stuck_since=format_time(progress.stuck_since),
                          behind_since=format_time(behind))

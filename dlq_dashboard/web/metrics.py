@@ -74,74 +74,93 @@ class DashboardCollector(Collector):
         yield from families
 
     def _runtime_metrics(self) -> Iterator[Metric]:
-        bridge, mirror = self.runtime.bridge, self.runtime.mirror
-        connected = GaugeMetricFamily("dlq_nats_connected", "1 while the NATS connection is up.")
-        connected.add_metric([], 1 if bridge is not None and bridge.state.connected else 0)
+        rt = self.runtime
+        # With several sources (SPEC section 12) the per-source figures carry a ``source`` label;
+        # with one, every series reads as it did before sources existed.
+        several = len(rt.feeds) > 1
+        by = ["source"] if several else []
+        parts = [(name, rt.bridge if name == rt.main_source else feed.bridge,
+                  rt.mirror if name == rt.main_source else feed.mirror) for name, feed in rt.feeds.items()]
+        connected = GaugeMetricFamily("dlq_nats_connected", "1 while the NATS connection is up.", labels=by)
+        leader = GaugeMetricFamily("dlq_mirror_leader", "1 while this process holds the mirror lease.", labels=by)
+        for name, bridge, mirror in parts:
+            connected.add_metric([name] if several else [], 1 if bridge is not None and bridge.state.connected else 0)
+            leader.add_metric([name] if several else [], 1 if mirror is not None and mirror.leader else 0)
         yield connected
-        leader = GaugeMetricFamily("dlq_mirror_leader", "1 while this process holds the mirror lease.")
-        leader.add_metric([], 1 if mirror is not None and mirror.leader else 0)
         yield leader
         sender = GaugeMetricFamily("dlq_alert_sender_leader", "1 while this process holds the alerts lease.")
-        sender.add_metric([], 1 if self.runtime.alerts is not None and self.runtime.alerts.leader else 0)
+        sender.add_metric([], 1 if rt.alerts is not None and rt.alerts.leader else 0)
         yield sender
-        if mirror is None:
+        if all(mirror is None for _, _, mirror in parts):
             return
+        labels = [*by, "stream"]
         ingested = CounterMetricFamily("dlq_mirror_ingested",
-                                       "Messages this process has mirrored since it started.",
-                                       labels=["stream"])
+                                       "Messages this process has mirrored since it started.", labels=labels)
         lag = GaugeMetricFamily("dlq_mirror_lag_messages",
                                 "Messages in the stream not yet mirrored (from the process that mirrors).",
-                                labels=["stream"])
+                                labels=labels)
         stuck = GaugeMetricFamily("dlq_mirror_stuck", "1 while writing the stream's messages fails (retried "
-                                  "until it succeeds; from the process that mirrors).", labels=["stream"])
+                                  "until it succeeds; from the process that mirrors).", labels=labels)
         behind = GaugeMetricFamily("dlq_mirror_behind_seconds", "How long the oldest message not yet mirrored "
-                                   "has waited (0 when caught up; from the process that mirrors).",
-                                   labels=["stream"])
+                                   "has waited (0 when caught up; from the process that mirrors).", labels=labels)
         now = utcnow()
-        for name, progress in sorted(mirror.progress.items()):
-            ingested.add_metric([name], progress.ingested)
-            # Only the lease holder follows the streams; another replica's figures are stale.
-            if mirror.leader:
-                lag.add_metric([name], progress.lag)
-                stuck.add_metric([name], 1 if progress.error is not None else 0)
-                since = progress.behind_since()
-                behind.add_metric([name], max((now - since).total_seconds(), 0) if since else 0)
+        for source, _, mirror in parts:
+            if mirror is None:
+                continue
+            for name, progress in sorted(mirror.progress.items()):
+                values = [source, name] if several else [name]
+                ingested.add_metric(values, progress.ingested)
+                # Only the lease holder follows the streams; another replica's figures are stale.
+                if mirror.leader:
+                    lag.add_metric(values, progress.lag)
+                    stuck.add_metric(values, 1 if progress.error is not None else 0)
+                    since = progress.behind_since()
+                    behind.add_metric(values, max((now - since).total_seconds(), 0) if since else 0)
         yield ingested
         yield lag
         yield stuck
         yield behind
 
     def _database_metrics(self) -> Iterator[Metric]:
+        several = len(self.runtime.feeds) > 1
+        by = ["source"] if several else []
+
+        def per_source(model, *columns):
+            # The model's source after ``columns``, with several sources only.
+            return [*columns, *([model.source] if several else [])]
+
         with read_transaction(self.runtime.engine) as conn:
             by_status_reason = conn.execute(
-                select(Entry.status, Entry.reason, func.count()).group_by(Entry.status, Entry.reason)).all()
-            positions = conn.execute(select(MirrorState.stream, MirrorState.last_seq)).all()
+                select(*per_source(Entry, Entry.status, Entry.reason), func.count())
+                .group_by(*per_source(Entry, Entry.status, Entry.reason))).all()
+            positions = conn.execute(select(*per_source(MirrorState, MirrorState.stream), MirrorState.last_seq)).all()
             republishes = conn.execute(
-                select(Republish.state, Republish.duplicate, func.count())
-                .group_by(Republish.state, Republish.duplicate)).all()
+                select(*per_source(Republish, Republish.state, Republish.duplicate), func.count())
+                .group_by(*per_source(Republish, Republish.state, Republish.duplicate))).all()
             purged = purged_totals(conn)
-            groups = conn.execute(select(FailureGroup.reason, func.count()).where(FailureGroup.open_count > 0)
-                                  .group_by(FailureGroup.reason)).all()
+            groups = conn.execute(select(*per_source(FailureGroup, FailureGroup.reason), func.count())
+                                  .where(FailureGroup.open_count > 0)
+                                  .group_by(*per_source(FailureGroup, FailureGroup.reason))).all()
             jobs = conn.execute(select(Job.action, Job.state, func.count()).group_by(Job.action, Job.state)).all()
             size = database_size(conn)
 
-        entries = GaugeMetricFamily("dlq_entries", "Entries by status and reason.", labels=["status", "reason"])
-        for (status, reason), count in sorted(_cap_reasons(by_status_reason).items()):
-            entries.add_metric([status, reason], count)
+        entries = GaugeMetricFamily("dlq_entries", "Entries by status and reason.", labels=["status", "reason", *by])
+        for key, count in sorted(_cap_reasons(by_status_reason).items()):
+            entries.add_metric(list(key), count)
         yield entries
 
         # Every entry stored so far: those the database holds and those purges removed. Kept in
         # the database like the purge totals, so it only grows and every replica reports the same.
         received = CounterMetricFamily("dlq_entries_received", "Entries stored since the database was made "
                                        "(held now plus purged): its rate is the arrival rate.")
-        received.add_metric([], sum(row[2] for row in by_status_reason) + sum(purged.values()))
+        received.add_metric([], sum(row[-1] for row in by_status_reason) + sum(purged.values()))
         yield received
 
         # Per group would be a series for every group ever seen; the reason label is bounded.
         open_groups = GaugeMetricFamily("dlq_groups_open", "Failure groups with open entries, by reason.",
-                                        labels=["reason"])
-        for reason, count in sorted(_cap_groups(groups).items()):
-            open_groups.add_metric([reason], count)
+                                        labels=["reason", *by])
+        for key, count in sorted(_cap_groups(groups).items()):
+            open_groups.add_metric(list(key), count)
         yield open_groups
 
         job_family = GaugeMetricFamily("dlq_jobs", "Bulk jobs by action and state.", labels=["action", "state"])
@@ -150,16 +169,18 @@ class DashboardCollector(Collector):
         yield job_family
 
         last_seq = GaugeMetricFamily("dlq_mirror_last_sequence",
-                                     "The last stream sequence committed to the database.", labels=["stream"])
-        for stream, seq in sorted(positions):
-            last_seq.add_metric([stream], seq)
+                                     "The last stream sequence committed to the database.", labels=[*by, "stream"])
+        for row in sorted(positions, key=lambda r: tuple(map(str, r))):
+            *key, seq = row
+            # The query's columns are (stream, source): the label order is (source, stream).
+            last_seq.add_metric(key[::-1], seq)
         yield last_seq
 
         outcomes = GaugeMetricFamily("dlq_republishes",
                                      "Republishes by state, and whether the broker found them duplicates.",
-                                     labels=["state", "duplicate"])
-        for state, duplicate, count in sorted(republishes, key=lambda r: (_label(r[0]), _label(r[1]))):
-            outcomes.add_metric([_label(state), _label(duplicate)], count)
+                                     labels=["state", "duplicate", *by])
+        for *key, count in sorted(republishes, key=lambda r: tuple(_label(v) for v in r[:-1])):
+            outcomes.add_metric([_label(v) for v in key], count)
         yield outcomes
 
         # Kept in the database, so every replica reports the same total.
@@ -210,21 +231,21 @@ def reason_label(reason: str | None) -> str:
     return reason if reason in REASONS else OTHER_REASON
 
 
-def _cap_groups(rows) -> dict[str, int]:
-    """reason label -> groups; a group's reason is '' where its entries had none."""
-    result: dict[str, int] = {}
-    for reason, count in rows:
-        label = reason_label(reason or None)
-        result[label] = result.get(label, 0) + count
+def _cap_groups(rows) -> dict[tuple[str, ...], int]:
+    """(reason label[, source]) -> groups; a group's reason is '' where its entries had none."""
+    result: dict[tuple[str, ...], int] = {}
+    for reason, *source, count in rows:
+        key = (reason_label(reason or None), *source)
+        result[key] = result.get(key, 0) + count
     return result
 
 
-def _cap_reasons(rows) -> dict[tuple[str, str], int]:
-    """(status, reason label) -> count; every reason outside the contract is counted as "other"."""
-    result: dict[tuple[str, str], int] = {}
-    for status, reason, count in rows:
-        label = reason_label(reason)
-        result[(status, label)] = result.get((status, label), 0) + count
+def _cap_reasons(rows) -> dict[tuple[str, ...], int]:
+    """(status, reason label[, source]) -> count; every reason outside the contract is counted as "other"."""
+    result: dict[tuple[str, ...], int] = {}
+    for status, reason, *source, count in rows:
+        key = (status, reason_label(reason), *source)
+        result[key] = result.get(key, 0) + count
     return result
 
 

@@ -1,8 +1,9 @@
 """Whether what the pages show may be stale: NATS or the database unreachable, or the mirror
-stuck on a stream (a write failing, retried until it succeeds) or behind it.
+stuck on a stream (a write failing, retried until it succeeds) or behind it; with several
+sources (SPEC section 12), for each source on its own.
 
-Every page polls ``/status/banner`` (base.html). It answers from what the bridge's liveness
-probe, the database probe and the mirror keep in memory, never asking NATS or the database, so
+Every page polls ``/status/banner`` (base.html). It answers from what each bridge's liveness
+probe, the database probe and each mirror keep in memory, never asking NATS or the database, so
 it answers at once when either is frozen. The same state renders the actions that need NATS disabled (templating.py).
 """
 
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Iterable
 
 from flask import Blueprint, make_response, render_template
 
 from ..db.liveness import DatabaseState
-from ..runtime import Runtime
+from ..ingest.mirror import StreamProgress
+from ..runtime import Feed, Runtime
 from ..times import format_time, utcnow
 from . import current_runtime
 from .auth import requires
@@ -23,6 +25,9 @@ from .auth import requires
 bp = Blueprint("status", __name__)
 
 NOT_STARTED = "the dashboard's background services are not running"
+
+#: A source's state, worst first (docs/sources.md says what each means).
+SOURCE_STATES = ("unreachable", "stuck", "lagging", "ok")
 
 
 @dataclass(frozen=True)
@@ -44,9 +49,53 @@ class StreamStuck:
     messages: int
 
 
+def source_state(nats_usable: bool, progress: Iterable[StreamProgress] | None, stale_after: float,
+                 now: datetime) -> str:
+    """A source's state from its bridge's liveness and its mirror's progress (None: this process
+    does not mirror it), worst first: "unreachable" while its NATS does not answer, "stuck" while
+    writing one of its streams fails, "lagging" once the oldest message not yet mirrored has
+    waited ``stale_after`` seconds, else "ok"."""
+    if not nats_usable:
+        return "unreachable"
+    streams = list(progress or ())
+    if any(p.error is not None for p in streams):
+        return "stuck"
+    if any((behind := p.behind_since()) is not None and (now - behind).total_seconds() >= stale_after
+           for p in streams):
+        return "lagging"
+    return "ok"
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """One source's NATS liveness and mirror state as this process knows them now."""
+
+    name: str
+    nats_usable: bool
+    nats_since: datetime | None
+    nats_error: str | None
+    lagging: tuple[StreamLag, ...] = ()
+    stuck: tuple[StreamStuck, ...] = ()
+    # Whether this process mirrors the source (holds its lease); another replica knows NATS only.
+    mirrored_here: bool = False
+    state: str = "ok"
+
+    @property
+    def well(self) -> bool:
+        return self.state == "ok"
+
+    @property
+    def nats_down(self) -> str | None:
+        """Why actions that need this source's NATS cannot be done now (a sentence), or None."""
+        if self.nats_usable:
+            return None
+        return f"NATS is not reachable ({self.nats_error or 'connecting'})"
+
+
 @dataclass(frozen=True)
 class ServiceStatus:
-    """NATS's liveness and the mirror's state as this process knows them now."""
+    """NATS's liveness and the mirror's state as this process knows them now: the fields of the
+    main source (the first), and with several sources each one in ``sources``."""
 
     nats_usable: bool
     nats_since: datetime | None
@@ -54,11 +103,19 @@ class ServiceStatus:
     lagging: tuple[StreamLag, ...]
     stuck: tuple[StreamStuck, ...] = ()
     database: DatabaseState = DatabaseState()
+    # Every source, the main one first; empty or one: the dashboard of one source, told as before.
+    sources: tuple[SourceStatus, ...] = ()
+
+    @property
+    def several(self) -> bool:
+        """Whether the banner names the source of each line (more than one source)."""
+        return len(self.sources) > 1
 
     @property
     def stale(self) -> bool:
         """True while the pages may show old data."""
-        return not self.nats_usable or bool(self.lagging) or bool(self.stuck) or not self.database.reachable
+        main = not self.nats_usable or bool(self.lagging) or bool(self.stuck) or not self.database.reachable
+        return main or any(not s.well for s in self.sources)
 
     @property
     def nats_down(self) -> str | None:
@@ -78,32 +135,45 @@ class ServiceStatus:
                 "database": self.database.to_dict()}
 
 
-def service_status(rt: Runtime) -> ServiceStatus:
-    """The status from memory: the bridge's state and, on the process that mirrors, its progress.
+def feed_status(rt: Runtime, feed: Feed, now: datetime | None = None) -> SourceStatus:
+    """One source's status from memory: its bridge's state and, where this process mirrors it,
+    its mirror's progress (the main source's: the runtime's own bridge and mirror).
 
     A lag counts once its oldest message has waited ``mirror_stale_after`` seconds, so a mirror
     that keeps up with a busy stream (always a batch behind) does not raise the banner. A stuck
     stream counts at once, and is told as stuck (with its error) rather than as behind.
     """
-    bridge = rt.bridge
+    now = now or utcnow()
+    main = feed.name == rt.main_source
+    bridge, mirror = (rt.bridge, rt.mirror) if main else (feed.bridge, feed.mirror)
     if bridge is None:
         usable, since, error = False, None, NOT_STARTED
     else:
         state = bridge.state
         usable, since, error = state.connected, state.unreachable_since, state.last_error
-    lagging, stuck = [], []
-    mirror = rt.mirror
+    lagging, stuck, progress = [], [], None
     if mirror is not None and mirror.leader:
-        now = utcnow()
-        for name, progress in list(mirror.progress.items()):
-            failed, failed_since = progress.error, progress.stuck_since
-            behind = progress.behind_since()
+        progress = list(mirror.progress.values())
+        for p in progress:
+            failed, failed_since = p.error, p.stuck_since
+            behind = p.behind_since()
             if failed is not None and failed_since is not None:
-                stuck.append(StreamStuck(name, failed, failed_since, progress.lag))
+                stuck.append(StreamStuck(p.stream, failed, failed_since, p.lag))
             elif behind is not None and (now - behind).total_seconds() >= rt.settings.mirror_stale_after:
-                lagging.append(StreamLag(name, progress.lag, behind))
+                lagging.append(StreamLag(p.stream, p.lag, behind))
+    return SourceStatus(feed.name, usable, since, error, tuple(lagging), tuple(stuck), progress is not None,
+                        source_state(usable, progress, rt.settings.mirror_stale_after, now))
+
+
+def service_status(rt: Runtime) -> ServiceStatus:
+    """The status from memory: each source's bridge state and, on the process that mirrors it, its
+    progress (feed_status); the top fields are the main source's."""
+    now = utcnow()
+    sources = tuple(feed_status(rt, feed, now) for feed in rt.feeds.values())
+    main = sources[0]
     database = rt.database.state if rt.database is not None else DatabaseState()
-    return ServiceStatus(usable, since, error, tuple(lagging), tuple(stuck), database)
+    return ServiceStatus(main.nats_usable, main.nats_since, main.nats_error, main.lagging, main.stuck, database,
+                         sources if len(sources) > 1 else ())
 
 
 @bp.route("/status/banner")

@@ -102,4 +102,5 @@ def init_app(app: Flask) -> None:
                 "reasons": contract.REASONS, "republishable": REPUBLISHABLE, "contract": contract,
                 "service": status, "nats_down": status.nats_down if status else None,
                 "close_needs_nats": rt.settings.delete_on_close, "form_filter": form_filter,
-                "note_max": NOTE_MAX, "nav": main_nav(request.endpoint, identity.role if identity else None)}
+                "note_max": NOTE_MAX, "nav": main_nav(request.endpoint, identity.role if identity else None,
+                                                 len(rt.feeds) > 1)}

@@ -46,6 +46,15 @@ MAIN_NAV = (
     NavItem("Users", "admin.users", ("admin.*",), role="admin"),
 )
 
+#: Shown after the groups only while the dashboard mirrors several sources (SPEC section 12): with
+#: one, every page's nav is as it was before sources existed.
+SOURCES_NAV = NavItem("Sources", "sources.sources_page", ("sources.*",))
+
+
+def nav_items(several: bool = False) -> tuple[NavItem, ...]:
+    """The items of the main navigation; ``several``: the dashboard mirrors several sources."""
+    return MAIN_NAV[:2] + (SOURCES_NAV,) + MAIN_NAV[2:] if several else MAIN_NAV
+
 
 @dataclass(frozen=True)
 class NavLink:
@@ -56,8 +65,10 @@ class NavLink:
     current: bool
 
 
-def main_nav(endpoint: str | None, role: str | None = None) -> tuple[NavLink, ...]:
+def main_nav(endpoint: str | None, role: str | None = None, several: bool = False) -> tuple[NavLink, ...]:
     """The main navigation for a page answered by ``endpoint`` (``request.endpoint``), as a reader
-    of ``role`` sees it: at most one item current, the first that claims the page."""
-    current = next((item for item in MAIN_NAV if item.marks(endpoint)), None)
-    return tuple(NavLink(item.label, item.endpoint, item is current) for item in MAIN_NAV if item.shown_to(role))
+    of ``role`` sees it (``several``: with the Sources item): at most one item current, the first
+    that claims the page."""
+    items = nav_items(several)
+    current = next((item for item in items if item.marks(endpoint)), None)
+    return tuple(NavLink(item.label, item.endpoint, item is current) for item in items if item.shown_to(role))

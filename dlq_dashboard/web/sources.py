@@ -1,0 +1,123 @@
+"""/sources and GET /api/sources (SPEC section 12): each source's state (web/status.py, from
+memory), its mirror's streams, and its counts as the reader may see them (access/visible.py
+``sources``), made once by ``source_overview`` and rendered as a page or as JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Blueprint, jsonify, url_for
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..access import visible
+from ..access.reader import Reader
+from ..entries.sources import SourceCounts
+from ..ingest.mirror import mirrored_streams
+from ..ingest.writes import read_position
+from ..runtime import Feed, Runtime
+from ..times import format_time, utcnow
+from . import current_runtime
+from .auth import requires
+from .data import current_reader
+from .presenters.charts import Sparkline, build_sparkline
+from .responses import page_or_fragment
+from .status import SOURCE_STATES, SourceStatus, feed_status
+
+bp = Blueprint("sources", __name__)
+
+
+@dataclass(frozen=True)
+class SourceView:
+    """One source as /sources and GET /api/sources show it."""
+
+    status: SourceStatus
+    counts: SourceCounts
+    streams: list[dict]
+
+    @property
+    def name(self) -> str:
+        return self.status.name
+
+    @property
+    def mirror_lag(self) -> int | None:
+        """Messages not yet mirrored over its streams; None where this process does not mirror it."""
+        lags = [s["lag"] for s in self.streams]
+        return None if not lags or None in lags else sum(lags)
+
+    @property
+    def trend(self) -> Sparkline:
+        return build_sparkline(self.counts.trend, "min")
+
+    @property
+    def burning(self) -> tuple:
+        """Its place on the page, worst first: its state, then the most new entries, then the most open."""
+        return SOURCE_STATES.index(self.status.state), -self.counts.last_hour, -self.counts.open
+
+    def to_dict(self) -> dict[str, Any]:
+        s, c = self.status, self.counts
+        return {"name": s.name, "status": s.state, "mirror_lag": self.mirror_lag, "open": c.open,
+                "last_hour": c.last_hour, "streams": self.streams,
+                "nats": {"connected": s.nats_usable, "unreachable_since": format_time(s.nats_since),
+                         "last_error": s.nats_error},
+                "mirrored_here": s.mirrored_here,
+                "trend": {"start": format_time(c.trend_start), "minutes": list(c.trend)},
+                "groups": [{"id": g.id, "subject": g.subject, "reason": g.reason, "label": g.label, "open": g.count,
+                            "state": g.state, "url": url_for("groups.group_page", group_id=g.id),
+                            "entries_url": url_for("pages.index", group=g.id, status="open")} for g in c.groups],
+                "entries_url": url_for("pages.index", source=s.name),
+                "groups_url": url_for("pages.groups", source=s.name)}
+
+
+def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool) -> list[dict]:
+    """Each stream the source's mirror follows: its committed sequence, the stream's last one, the
+    lag and why it is stuck, from the mirror's memory where this process mirrors the source;
+    elsewhere the committed sequence alone, read from the database (the rest is null)."""
+    mirror = rt.mirror if feed.name == rt.main_source else feed.mirror
+    found = []
+    for name in mirrored_streams(feed.settings):
+        if mirrored_here:
+            p = mirror.progress[name]
+            found.append({"name": name, "last_seq": p.last_seq, "stream_last_seq": p.stream_last_seq,
+                          "lag": p.lag, "error": p.error, "stuck_since": format_time(p.stuck_since),
+                          "behind_since": format_time(p.behind_since())})
+            continue
+        try:
+            last_seq = read_position(rt.engine, name, feed.name)[1]
+        except SQLAlchemyError:
+            last_seq = None
+        found.append({"name": name, "last_seq": last_seq, "stream_last_seq": None, "lag": None, "error": None,
+                      "stuck_since": None, "behind_since": None})
+    return found
+
+
+def source_overview(reader: Reader) -> list[SourceView]:
+    """Every source the reader reaches, in DLQ_CONFIG's order, with its state and its counts."""
+    rt = current_runtime()
+    counts = visible.sources(reader, rt.store, list(rt.feeds))
+    now, views = utcnow(), []
+    for name, feed in rt.feeds.items():
+        if name not in counts:
+            continue  # no scope of the reader's reaches it: not even its counts are told
+        status = feed_status(rt, feed, now)
+        views.append(SourceView(status, counts[name], stream_states(rt, feed, status.mirrored_here)))
+    return views
+
+
+@bp.route("/sources")
+@requires("viewer")
+def sources_page():
+    """Where it burns, at a glance: each source's state, open entries, the last hour's arrivals,
+    mirror and biggest open groups, worst first; the block polls itself."""
+    shown = sorted(source_overview(current_reader()), key=lambda v: v.burning)
+    response = page_or_fragment("sources.html", "sources", sources=shown)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@bp.route("/api/sources")
+@requires("viewer")
+def api_sources():
+    """Each source (DLQ_CONFIG's order): state, mirror lag and streams, open entries, arrivals in
+    the last hour with their trend, biggest open groups and links."""
+    return jsonify(sources=[view.to_dict() for view in source_overview(current_reader())])
