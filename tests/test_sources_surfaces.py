@@ -120,6 +120,11 @@ def test_a_source_that_is_not_one_is_a_400_naming_the_sources(desk):
         assert answer.get_json() == {"error": "source 'shipping' is not valid: use one of orders, billing"}
     refused = app.test_cli_runner().invoke(args=["entries", "list", "--source", "shipping"])
     assert refused.exit_code == 2 and "use one of orders, billing" in refused.output
+    token = create_token(runtime_of(app).engine, "bulk-operator", "operator")
+    job = app.test_client().post("/api/bulk", json={"action": "close", "filter": {"source": "shipping"}},
+                                 headers=support.bearer(token))
+    assert job.status_code == 400
+    assert job.get_json()["error"] == "source 'shipping' is not valid: use one of orders, billing"
 
 
 def test_groups_belong_to_one_source_and_filter_by_it(desk):

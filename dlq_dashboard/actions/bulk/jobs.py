@@ -99,7 +99,8 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         args = {k: v for k, v in filter_args.items() if k not in ("limit", "cursor")}
         if not str(args.get("status") or "").strip():
             args["status"] = "open"
-        flt = replace(EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields)), scopes=scopes)
+        flt = replace(EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields),
+                                            sources=tuple(rt.feeds)), scopes=scopes)
         rt.store.check_group(flt)
         if upto is not None:
             flt = replace(flt, cursor=encode_cursor(int(upto) + 1))
