@@ -27,18 +27,17 @@ from .intents import INTENTS, Intent, record_published
 from .publishing import nats_unreachable, not_configured, publish_intent
 
 log = logging.getLogger(__name__)
-#: Sources not configured here whose pending intents were told of in the log (once each).
-_TOLD: set[str] = set()
 
 
-def recover_pending(rt: ActionContext, *, older_than: float = 0.0) -> int:
+def recover_pending(rt: ActionContext, *, older_than: float = 0.0, first: bool = False) -> int:
     """Finish intents left pending (a crash, an unanswered publish) with their own msgId, each
     through its source's NATS.
 
     Returns how many were finished. Past the target stream's duplicate window the broker no
     longer recognises the msgId, so the stream is searched for it before publishing. The
     intents of a source whose NATS is unreachable, or that is not configured here, stay
-    pending for a later pass; the other sources' are finished.
+    pending for a later pass; the other sources' are finished. The ``first`` pass of a runtime
+    logs the sources not configured here that have intents waiting (once: later passes are quiet).
     """
     waiting = {source for source in rt.feeds if nats_unreachable(rt, source)}
     if len(waiting) == len(rt.feeds):
@@ -48,13 +47,14 @@ def recover_pending(rt: ActionContext, *, older_than: float = 0.0) -> int:
         rows = conn.execute(select(INTENTS).where(INTENTS.c.state == "pending", INTENTS.c.created_at <= cutoff)
                             .order_by(INTENTS.c.id)).all()
     finished = 0
+    told: set[str] = set()
     for intent in map(Intent.from_row, rows):
         intent.resumed = True  # whether it was sent before the crash is unknown
         if intent.source in waiting or intent in rt.flights:
             continue
         if intent.source not in rt.feeds:
-            if intent.source not in _TOLD:
-                _TOLD.add(intent.source)
+            if first and intent.source not in told:
+                told.add(intent.source)
                 log.warning("republishes of source %r wait: %s", intent.source, not_configured(intent.source))
             continue
         bridge = rt.bridge_for(intent.source)

@@ -55,7 +55,8 @@ class JobRunner:
                 if any(connected(self.rt, name) for name in source_names(self.rt)):
                     # At start every pending intent is abandoned; later only those whose
                     # publish got no answer, or that are older than any publish can take.
-                    recover_pending(self.rt, older_than=0 if first else 3 * self.rt.settings.request_timeout)
+                    recover_pending(self.rt, older_than=0 if first else 3 * self.rt.settings.request_timeout,
+                                    first=first)
                     first = False
                 self.resume_unfinished()
                 if not first:
