@@ -4,6 +4,8 @@ only its own items, which finish exactly once when it is back."""
 
 from __future__ import annotations
 
+import html
+import re
 import threading
 
 import pytest
@@ -283,3 +285,18 @@ def test_a_job_stopped_while_a_lane_waits_is_woken_by_a_cancel():
     assert bucket.take(1, stop)
     stop.set()
     assert not bucket.take(1, stop)  # a cancel wakes the wait for tokens
+
+
+def test_the_previews_where_they_go_asks_each_source_for_its_stream(make_app, tmp_path, urls):
+    app = sources_app(make_app, tmp_path, urls, names=("orders", "billing"))
+    support.make_orders_stream(urls["orders"])  # account B has no stream for orders.>
+    orders = dead_letters(app, urls["orders"], "orders", 3)
+    billing = dead_letters(app, urls["billing"], "billing", 2)
+    client = support.logged_in(app, "operator")
+    page = client.post("/bulk/preview", data={"action": "republish", "ids": orders + billing,
+                                      "csrf_token": support.csrf_token(client, "/")}).get_data(as_text=True)
+    table = page.split("<h2>Where they go</h2>", 1)[1].split("</table>", 1)[0]
+    rows = [" ".join(html.unescape(re.sub(r"<[^>]+>", " ", row)).split()) for row in table.split("<tr>")[2:]]
+    assert rows == ["orders orders.created 3 ORDERS none: only stored",
+                    "billing orders.created 2 — Source 'billing': No stream stores subject orders.created: "
+                    "a republish would be refused."]

@@ -115,8 +115,9 @@ def bulk_preview():
         items, summary, selection, error = [], {}, {}, str(exc)
     # A republish reaches every consumer of its subject: show them before the job starts; and
     # what the job would refuse (no stream, the schema without the override), before Start.
-    targets = {subject: republish_targets(rt, subject) for subject in list(summary.get("subjects", {}))[:5]
-               if subject} if action == "republish" else {}
+    targets = [{"source": source, "subject": subject, "count": n, **republish_targets(rt, subject, source)}
+               for source, subject, n in summary.get("source_subjects", [])[:5] if subject] \
+        if action == "republish" else []
     refusals = republish_refusals(rt, [i["id"] for i in items]) if action == "republish" and items else None
     return render_template("job.html", preview=True, action=action, items=items[:PREVIEW_ROWS], summary=summary,
                            targets=targets, refusals=refusals, selection=selection, form=request.form,
@@ -142,7 +143,7 @@ def bulk_create():
             return _patch_page(error=str(exc), status=status_of(exc))
         if request.form.get("action") == "repair":
             return bulk_repair_page(error=str(exc), status=status_of(exc))
-        return render_template("job.html", preview=True, action=request.form.get("action"), items=[], targets={},
+        return render_template("job.html", preview=True, action=request.form.get("action"), items=[], targets=[],
                                refusals=None, summary={}, selection={}, form=request.form, error=str(exc),
                                job=None), \
             status_of(exc)

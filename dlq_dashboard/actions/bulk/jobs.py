@@ -88,13 +88,13 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
             raise JobError("No entries were selected.")
         with rt.engine.connect() as conn:
             rows = conn.execute(select(ENTRIES.c.id, ENTRIES.c.version, ENTRIES.c.status, ENTRIES.c.original_subject,
-                                       ENTRIES.c.payload, ENTRIES.c.payload_available)
+                                       ENTRIES.c.payload, ENTRIES.c.payload_available, ENTRIES.c.source)
                                 .where(ENTRIES.c.id.in_(list(wanted)),
                                        *([] if scopes is None else [scope_condition(ENTRIES.c.original_subject,
                                                                                     scopes)]))).all()
         summary.update(ids=len(wanted), missing=len(wanted) - len(rows))
         candidates = [(r.id, wanted[r.id] if wanted[r.id] is not None else r.version, r.status,
-                       r.original_subject, r.payload, r.payload_available) for r in rows]
+                       r.original_subject, r.payload, r.payload_available, r.source) for r in rows]
     else:
         args = {k: v for k, v in filter_args.items() if k not in ("limit", "cursor")}
         if not str(args.get("status") or "").strip():
@@ -107,21 +107,21 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         # A preset ("since=1h") as the time it meant when the entries were chosen: the job keeps those.
         summary["filter"] = replace(flt, since_ago=None).to_args()
         if only_valid:
-            candidates = [(e.id, e.version, e.status, e.original_subject, e.payload, e.payload_available)
+            candidates = [(e.id, e.version, e.status, e.original_subject, e.payload, e.payload_available, e.source)
                           for e in rt.store.iter_entries(flt)]
         else:  # no payloads needed: one narrow query
             query = rt.store.select_entries(flt).with_only_columns(
-                ENTRIES.c.id, ENTRIES.c.version, ENTRIES.c.status, ENTRIES.c.original_subject)
+                ENTRIES.c.id, ENTRIES.c.version, ENTRIES.c.status, ENTRIES.c.original_subject, ENTRIES.c.source)
             if flt.cursor:
                 query = query.where(ENTRIES.c.id < int(upto) + 1)
             with rt.engine.connect() as conn:
-                candidates = [(*r, None, True) for r in conn.execute(query)]  # unpacked: no lookup by name
+                candidates = [(*r[:4], None, True, r[4]) for r in conn.execute(query)]  # unpacked: no lookup by name
     items, invalid = [], 0
-    for entry_id, version, status, subject, payload, available in candidates:
+    for entry_id, version, status, subject, payload, available, source in candidates:
         if only_valid and (not available or not rt.schemas.validate(subject, bytes(payload or b"")).valid):
             invalid += 1
             continue
-        items.append({"id": entry_id, "version": version, "status": status, "subject": subject})
+        items.append({"id": entry_id, "version": version, "status": status, "subject": subject, "source": source})
     items.sort(key=lambda i: i["id"])
     summary.update(count=len(items), left_out_invalid=invalid, upto=max((i["id"] for i in items), default=None))
     by_status: dict[str, int] = {}
@@ -132,6 +132,12 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
     for item in items:
         subjects[item["subject"] or ""] = subjects.get(item["subject"] or "", 0) + 1
     summary["subjects"] = dict(sorted(subjects.items(), key=lambda kv: -kv[1])[:10])
+    # Where they go is a question to each source (SPEC section 12): the subjects by source too.
+    pairs: dict[tuple[str, str], int] = {}
+    for item in items:
+        pairs[(item["source"], item["subject"] or "")] = pairs.get((item["source"], item["subject"] or ""), 0) + 1
+    summary["source_subjects"] = [[source, subject, n] for (source, subject), n
+                                  in sorted(pairs.items(), key=lambda kv: -kv[1])[:10]]
     return items, summary
 
 
