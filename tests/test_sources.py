@@ -4,12 +4,14 @@ with two accounts, mirrored as three sources by one dashboard."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from sqlalchemy import select
 
 from dlq_dashboard.config import ConfigError, load_settings
 from dlq_dashboard.db.models import Entry, FailureGroup
+from dlq_dashboard.nats.bridge import Bridge
 from dlq_dashboard.nats.server import NatsServer
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.sources import Source, sources_of
@@ -75,3 +77,16 @@ def test_three_sources_are_mirrored_each_over_its_own_connection(three_sources, 
     # The same failure in two sources is two groups.
     assert groups == [("billing", "billing.charged"), ("billing", "orders.created"),
                       ("orders", "orders.created"), ("shipping", "shipping.sent")]
+
+
+def test_a_sources_connection_names_it_in_its_log_lines(tmp_path, caplog):
+    settings = support.make_settings(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="dlq_dashboard.nats.bridge"):
+        bridge = Bridge(settings, ["nats://127.0.0.1:1"], "billing").start()
+        try:
+            support.wait_for(lambda: any(r.name == "dlq_dashboard.nats.bridge" for r in caplog.records),
+                             message="the bridge's first warning")
+        finally:
+            bridge.stop()
+    lines = [r.getMessage() for r in caplog.records if r.name == "dlq_dashboard.nats.bridge"]
+    assert lines and all(line.startswith("NATS of source billing: ") for line in lines)

@@ -97,7 +97,9 @@ class Bridge:
         # Raised at every (re)connection: a ping sent on an earlier connection is never answered.
         self._generation = 0
         # nats-py reports each failed reconnect attempt: logged once until the error changes.
-        self._errors = ConnectionLog(log, "NATS" if source == DEFAULT_SOURCE else f"NATS of source {source}")
+        # How its log lines start: "NATS", or "NATS of source billing" beside other sources.
+        self.label = "NATS" if source == DEFAULT_SOURCE else f"NATS of source {source}"
+        self._errors = ConnectionLog(log, self.label)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -223,7 +225,7 @@ class Bridge:
                 raise
             except Exception as exc:  # any failure: report it and try again
                 self._set_state(False, f"cannot connect to {self.shown_servers}: {exc or type(exc).__name__}")
-                log.warning("NATS: %s; retrying in %.1f s", self.state.last_error, delay)
+                log.warning("%s: %s; retrying in %.1f s", self.label, self.state.last_error, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30)
         self.js = self.nc.jetstream()
@@ -263,20 +265,20 @@ class Bridge:
         if self._stopping:
             return
         self._set_state(False, "disconnected from NATS; reconnecting")
-        log.warning("NATS: disconnected; reconnecting")
+        log.warning("%s: disconnected; reconnecting", self.label)
 
     async def _reconnected(self) -> None:
         self._generation += 1
         self._errors.reset()
         self._set_state(True, None)
-        log.info("NATS: reconnected to %s", self.state.url)
+        log.info("%s: reconnected to %s", self.label, self.state.url)
         await self._run_on_connect()
 
     async def _error(self, exc: Exception) -> None:
         if self._stopping or self._errors.seen(exc):
             log.debug("NATS client error: %s", scrub(repr(exc)))
         else:
-            log.warning("NATS: %s", scrub(describe_error(exc)))
+            log.warning("%s: %s", self.label, scrub(describe_error(exc)))
         if self.state.connected is False:
             self.state = replace(self.state, last_error=scrub(f"cannot connect to {self.shown_servers}: "
                                                               f"{exc or type(exc).__name__}"))
@@ -330,12 +332,12 @@ class Bridge:
         elif self.nc is not None and self.nc.is_connected and self.js is not None:
             self._set_state(True, None)
             self.state = replace(self.state, rtt_ms=rtt * 1000)
-            log.warning("NATS: answering again at %s", self.state.url)
+            log.warning("%s: answering again at %s", self.label, self.state.url)
 
     def _unanswered(self, waited: float) -> None:
         if self.state.connected:
             self._set_state(False, f"no answer from NATS at {self.state.url} for {waited:.1f} s")
-            log.warning("NATS: %s; it is treated as unreachable until it answers", self.state.last_error)
+            log.warning("%s: %s; it is treated as unreachable until it answers", self.label, self.state.last_error)
 
 
 def close_loop(loop: asyncio.AbstractEventLoop, timeout: float = 5.0) -> None:
