@@ -4,6 +4,7 @@ loses its stream; and two replicas on PostgreSQL sharing the three sources, a le
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import Counter
 
@@ -145,6 +146,42 @@ def test_a_deleted_stream_stops_only_its_source_which_resumes_when_the_stream_is
     publish(at["orders"], "orders", 70)
     support.wait_for(lambda: counts(rt.engine)["orders"] == 120, timeout=30, message="orders' new stream mirrored")
     assert_each_once(rt.engine, {"orders": 120, "billing": 150, "shipping": 150})
+
+
+def test_three_busy_sources_hold_together_the_memory_budget_of_one(make_app, three_sources, shared_server,
+                                                                   nats_server, monkeypatch):
+    """Each source's followers hold a share of the budget (Mirror.sharing): three sources with
+    backlogs far larger than it hold about what one would, not three times as much."""
+    import gc
+
+    from nats.aio.msg import Msg
+
+    from dlq_dashboard.ingest import mirror
+
+    monkeypatch.setattr(mirror, "QUEUE", 1000)
+    monkeypatch.setattr(mirror, "BATCH", 250)
+    send = mirror.Mirror._send
+
+    async def slow_send(self, *args):  # writers far slower than delivery
+        await asyncio.sleep(0.1)
+        return await send(self, *args)
+
+    monkeypatch.setattr(mirror.Mirror, "_send", slow_send)
+    app = make_app(sources=load_settings({"DLQ_CONFIG": three_sources}).sources)
+    rt = runtime_of(support.start_sources(app))
+    at, total = urls(shared_server, nats_server), 6000
+    for source in SOURCES:
+        publish(at[source], source, total)
+    samples = []  # (entries stored, messages held in this process)
+    while (stored := sum(counts(rt.engine).values())) < 3 * total:
+        gc.collect()
+        samples.append((stored, sum(1 for o in gc.get_objects() if type(o) is Msg)))
+        assert len(samples) < 3000, f"the backlogs were not mirrored ({stored} of {3 * total} entries)"
+    peak = max(held for _, held in samples)
+    # One source alone stays under 5 budgets (tests/test_mirror.py); three together too.
+    assert peak < 5 * mirror.QUEUE, f"{peak} messages held at once"
+    assert len([1 for stored, _ in samples if stored < 3 * total / 2]) >= 3
+    assert_each_once(rt.engine, dict.fromkeys(SOURCES, total))
 
 
 # --- two replicas on PostgreSQL ----------------------------------------------------------------

@@ -55,6 +55,9 @@ BATCH_BYTES = 16 * 1024 * 1024
 # Batches sent to the writer process before the first is committed, so that it never waits for
 # the next: 12,300 -> 14,200 msg/s from two to four (a 200,000-message backlog, measured).
 WRITES_IN_FLIGHT = 4
+# At least this many a source when several share a process: the SQLite write lock serializes
+# their writes anyway, so more in flight only holds more messages in memory.
+FEWEST_IN_FLIGHT = 2
 LEASE_NAME = "mirror"  # the default source's; another source's is "mirror:<name>" (lease_name)
 LEASE_SECONDS = 15.0
 # The pause before retrying a stuck stream: doubled at each failure up to the longest, and back
@@ -145,6 +148,10 @@ class Mirror:
     source: str = DEFAULT_SOURCE
     holder: str = field(default_factory=new_holder)
     leader: bool = False
+    # The sources this process mirrors (Runtime: one Mirror each). They share one memory budget:
+    # each follower holds a share of QUEUE and QUEUE_BYTES and of the writes in flight, so that
+    # the process stays within the budget of one source however many it mirrors.
+    sharing: int = 1
     progress: dict[str, StreamProgress] = field(init=False)
 
     def __post_init__(self):
@@ -282,7 +289,8 @@ class Mirror:
         if progress.lag == 0:
             progress.recovered()
 
-        inbox = _Inbox(progress.queued_seq)
+        inbox = _Inbox(progress.queued_seq, self.sharing)
+        in_flight = max(WRITES_IN_FLIGHT // self.sharing, FEWEST_IN_FLIGHT)
         # Writes in flight while the next batch gathers: the database and the network overlap.
         # Each commits its rows with its last sequence, in order, and only after the one before,
         # so they end in order too: the oldest is the one to look at.
@@ -319,7 +327,7 @@ class Mirror:
                     # missed heartbeats (seconds), so a check a second is soon enough.
                     await self._check_stream(stream, epoch, progress)
                     last_check = now
-                while len(writing) >= WRITES_IN_FLIGHT:
+                while len(writing) >= in_flight:
                     await writing.popleft()
                 # Prepared and sent here, one batch after the other: a batch whose payloads take
                 # long to fetch is never overtaken by the next (the writer would refuse that one).
@@ -406,7 +414,11 @@ class _Inbox:
     subscription starts with it.
     """
 
-    def __init__(self, last_seq: int):
+    def __init__(self, last_seq: int, sharing: int = 1):
+        # A share of the budget when several sources' followers run in one process (Mirror.sharing);
+        # never below a batch and a half, so that full batches still form.
+        self.queue = max(QUEUE // sharing, BATCH + BATCH // 2)
+        self.queue_bytes = max(QUEUE_BYTES // sharing, BATCH_BYTES)
         self.messages: deque = deque()
         self.size = 0
         self.last_seq = last_seq  # the last sequence taken
@@ -419,7 +431,7 @@ class _Inbox:
     async def follow(self, js, stream: str) -> None:
         """Make a subscription after the last message taken if there is none and the budget
         has room again."""
-        if self._sub is None and len(self.messages) <= QUEUE // 4 and self.size <= QUEUE_BYTES // 4:
+        if self._sub is None and len(self.messages) <= self.queue // 4 and self.size <= self.queue_bytes // 4:
             self.full = False
             self._generation += 1
             generation = self._generation
@@ -443,7 +455,7 @@ class _Inbox:
             self.size += len(msg.data)
             self.last_seq = seq
             self.arrived.set()
-            if len(self.messages) >= QUEUE or self.size >= QUEUE_BYTES:
+            if len(self.messages) >= self.queue or self.size >= self.queue_bytes:
                 # Ended at once: what the server sends until it reads the unsubscribe is parsed
                 # for nothing.
                 self.full = True
