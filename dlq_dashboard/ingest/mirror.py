@@ -415,10 +415,7 @@ class _Inbox:
     """
 
     def __init__(self, last_seq: int, sharing: int = 1):
-        # A share of the budget when several sources' followers run in one process (Mirror.sharing);
-        # never below a batch and a half, so that full batches still form.
-        self.queue = max(QUEUE // sharing, BATCH + BATCH // 2)
-        self.queue_bytes = max(QUEUE_BYTES // sharing, BATCH_BYTES)
+        self.sharing = sharing
         self.messages: deque = deque()
         self.size = 0
         self.last_seq = last_seq  # the last sequence taken
@@ -427,6 +424,17 @@ class _Inbox:
         self._sub = None
         self._generation = 0  # of the current subscription; a callback of an older one takes nothing
         self._closing: asyncio.Future | None = None
+
+    @property
+    def queue(self) -> int:
+        """This inbox's share of QUEUE when several sources' followers run in one process
+        (Mirror.sharing); never below a batch and a half, so that full batches still form."""
+        return max(QUEUE // self.sharing, BATCH + BATCH // 2)
+
+    @property
+    def queue_bytes(self) -> int:
+        """This inbox's share of QUEUE_BYTES, never below a batch's bytes."""
+        return max(QUEUE_BYTES // self.sharing, BATCH_BYTES)
 
     async def follow(self, js, stream: str) -> None:
         """Make a subscription after the last message taken if there is none and the budget
