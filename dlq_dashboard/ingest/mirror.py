@@ -55,9 +55,7 @@ BATCH_BYTES = 16 * 1024 * 1024
 # Batches sent to the writer process before the first is committed, so that it never waits for
 # the next: 12,300 -> 14,200 msg/s from two to four (a 200,000-message backlog, measured).
 WRITES_IN_FLIGHT = 4
-# At least this many a source when several share a process: the SQLite write lock serializes
-# their writes anyway, so more in flight only holds more messages in memory.
-FEWEST_IN_FLIGHT = 2
+FEWEST_IN_FLIGHT = 2  # a source's, when several share a process (Mirror.sharing)
 LEASE_NAME = "mirror"  # the default source's; another source's is "mirror:<name>" (lease_name)
 LEASE_SECONDS = 15.0
 # The pause before retrying a stuck stream: doubled at each failure up to the longest, and back
@@ -79,9 +77,8 @@ class StreamProgress:
     stuck_since: datetime | None = None
     outages: int = 0  # times it became stuck
     queued_seq: int = 0  # handed to the writer, maybe not yet committed
-    # (when, the stream's last seq) each time the stream was seen to have grown: the first one past
-    # last_seq is how long the oldest message not yet mirrored has been known to wait. Changed on
-    # the bridge's thread only; pages read a copy.
+    # (when, the stream's last seq) each time it was seen to have grown: the first past last_seq is how
+    # long the oldest message not mirrored has waited. Changed on the bridge's thread; pages read a copy.
     seen: deque = field(default_factory=lambda: deque(maxlen=4096), repr=False)
 
     @property
@@ -148,9 +145,8 @@ class Mirror:
     source: str = DEFAULT_SOURCE
     holder: str = field(default_factory=new_holder)
     leader: bool = False
-    # The sources this process mirrors (Runtime: one Mirror each). They share one memory budget:
-    # each follower holds a share of QUEUE and QUEUE_BYTES and of the writes in flight, so that
-    # the process stays within the budget of one source however many it mirrors.
+    # The sources this process mirrors: each follower holds a share of the budget (QUEUE,
+    # QUEUE_BYTES, the writes in flight), so the process holds one source's however many.
     sharing: int = 1
     progress: dict[str, StreamProgress] = field(init=False)
 
@@ -291,9 +287,8 @@ class Mirror:
 
         inbox = _Inbox(progress.queued_seq, self.sharing)
         in_flight = max(WRITES_IN_FLIGHT // self.sharing, FEWEST_IN_FLIGHT)
-        # Writes in flight while the next batch gathers: the database and the network overlap.
-        # Each commits its rows with its last sequence, in order, and only after the one before,
-        # so they end in order too: the oldest is the one to look at.
+        # Writes in flight while the next batch gathers (the database and the network overlap); each
+        # commits with its last sequence after the one before, so they end in order: look at the oldest.
         writing: deque[asyncio.Future] = deque()
         last_check = 0.0
         try:
@@ -427,13 +422,11 @@ class _Inbox:
 
     @property
     def queue(self) -> int:
-        """This inbox's share of QUEUE when several sources' followers run in one process
-        (Mirror.sharing); never below a batch and a half, so that full batches still form."""
+        """A share of QUEUE (Mirror.sharing), never below a batch and a half: full batches still form."""
         return max(QUEUE // self.sharing, BATCH + BATCH // 2)
 
     @property
     def queue_bytes(self) -> int:
-        """This inbox's share of QUEUE_BYTES, never below a batch's bytes."""
         return max(QUEUE_BYTES // self.sharing, BATCH_BYTES)
 
     async def follow(self, js, stream: str) -> None:
