@@ -133,12 +133,19 @@ def parse_sources(data: dict, folder: Path = Path(".")) -> tuple[Source, ...]:
                 raise SourcesError(f"source {source.name!r}, key 'name': the name is used twice "
                                    f"(the [[sources]] tables {other_index} and {index})")
         for other in sources:
-            if set(other.nats_urls) & set(source.nats_urls):
+            # The same server and the same user: the same account. Another user (creds, user or
+            # token) may be another account, whose stream of the same name is another stream.
+            if set(other.nats_urls) & set(source.nats_urls) and _identity(other) == _identity(source):
                 if other.stream == source.stream:
                     raise SourcesError(f"source {source.name!r}, key 'stream': source {other.name!r} already "
                                        f"mirrors stream {source.stream!r} on the same server")
         sources.append(source)
     return tuple(sources)
+
+
+def _identity(source: Source) -> tuple:
+    """Who a source signs in as: two sources of one server and one identity share an account."""
+    return source.creds, source.user, source.token
 
 
 def _source(table: dict, index: int, folder: Path) -> Source:

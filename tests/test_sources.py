@@ -181,3 +181,21 @@ def test_python_app_py_prints_a_line_per_source_and_warns_that_nats_url_is_not_u
     assert "DLQ_CONFIG names the sources, so NATS_URL is not used (each source's keys in the file are)" in stderr
     assert "pa@" not in stderr + stdout_path.read_text() and "pb@" not in stderr
     assert "nats://127.0.0.1:1:" not in stderr and "nats://127.0.0.1:1;" not in stderr  # never tried
+
+
+def test_two_accounts_of_one_server_may_each_have_a_stream_of_the_same_name(tmp_path):
+    for name in ("orders.creds", "billing.creds"):
+        (tmp_path / name).write_text("-----BEGIN NATS USER JWT-----\n")
+    url = ["nats://nats-a1:4222", "nats://nats-a2:4222"]
+    path = support.sources_file(tmp_path, [
+        {"name": "orders", "nats_url": url, "creds": "orders.creds", "stream": "DLQ"},
+        {"name": "billing", "nats_url": url, "creds": "billing.creds", "stream": "DLQ"}])
+    sources = load_settings({"DLQ_CONFIG": path}).sources
+    assert [(s.name, s.creds, s.stream) for s in sources] == [
+        ("orders", str(tmp_path / "orders.creds"), "DLQ"), ("billing", str(tmp_path / "billing.creds"), "DLQ")]
+    # The same server as the same user is the same account: its stream once.
+    path = support.sources_file(tmp_path, [
+        {"name": "orders", "nats_url": url, "creds": "orders.creds", "stream": "DLQ"},
+        {"name": "billing", "nats_url": url[1], "creds": "orders.creds", "stream": "DLQ"}])
+    with pytest.raises(ConfigError, match="source 'billing', key 'stream': source 'orders' already mirrors stream"):
+        load_settings({"DLQ_CONFIG": path})
