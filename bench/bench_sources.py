@@ -92,7 +92,7 @@ def run_app(folder: Path, url: str, database_url: str, streams: tuple[str, ...],
         moved, last = time.monotonic(), -1
         cpu_first: dict[int, float] = {}
         while True:
-            position = committed(database_url, "SELECT coalesce(sum(last_seq), 0) FROM mirror_state")
+            position = int(committed(database_url, "SELECT coalesce(sum(last_seq), 0) FROM mirror_state"))
             now = time.perf_counter()
             cpu[process.pid] = cpu_seconds(process.pid)
             rss["app.py"] = max(rss["app.py"], rss_kb(process.pid))
