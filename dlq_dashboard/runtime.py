@@ -135,7 +135,8 @@ class Runtime:
             feed.bridge.on_connect(lambda feed=feed: feed.streams.ensure(feed.bridge.js))
             feed.bridge.start()
             if mirror:
-                feed.mirror = Mirror(feed.bridge, self.engine, feed.settings, feed.streams, feed.name)
+                feed.mirror = Mirror(feed.bridge, self.engine, feed.settings, feed.streams, feed.name,
+                                     sharing=len(self.feeds))
                 feed.mirror.start()
         first = self.feeds[self.main_source]
         self.bridge, self.mirror = first.bridge, first.mirror

@@ -20,6 +20,7 @@ runtime starts a bridge and a mirror per source.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass, replace
@@ -77,6 +78,22 @@ def sources_of(settings: Any) -> tuple[Source, ...]:
     return tuple(settings.sources) or (default_source(settings),)
 
 
+#: Section 3's variables that a DLQ_CONFIG source's own keys replace, with their Settings field.
+REPLACED_VARIABLES = {"NATS_URL": "nats_urls", "NATS_CREDS": "nats_creds", "NATS_USER": "nats_user",
+                      "NATS_PASSWORD": "nats_password", "NATS_TOKEN": "nats_token", "NATS_TLS_CA": "nats_tls_ca",
+                      "DLQ_STREAM": "dlq_stream", "DLQ_SUBJECTS": "dlq_subjects",
+                      "DLQ_CAPTURE_ADVISORIES": "capture_advisories"}
+
+
+def unused_variables(settings: Any, defaults: Any) -> list[str]:
+    """The variables of REPLACED_VARIABLES given a value beside DLQ_CONFIG (their field differs from
+    ``defaults``, a Settings()): the file's sources win, so these are not used (the start warns)."""
+    if not settings.sources:
+        return []
+    return [variable for variable, name in REPLACED_VARIABLES.items()
+            if getattr(settings, name) != getattr(defaults, name)]
+
+
 def source_settings(settings: Any, source: Source) -> Any:
     """``settings`` with section 3's NATS fields taken from ``source``: what one source's bridge,
     stream setup and mirror run with."""
@@ -111,15 +128,24 @@ def parse_sources(data: dict, folder: Path = Path(".")) -> tuple[Source, ...]:
     sources: list[Source] = []
     for index, table in enumerate(tables, start=1):
         source = _source(table, index, folder)
-        if any(s.name == source.name for s in sources):
-            raise SourcesError(f"source {source.name!r}: the name is used twice")
+        for other_index, other in enumerate(sources, start=1):
+            if other.name == source.name:
+                raise SourcesError(f"source {source.name!r}, key 'name': the name is used twice "
+                                   f"(the [[sources]] tables {other_index} and {index})")
         for other in sources:
-            if set(other.nats_urls) & set(source.nats_urls):
+            # The same server and the same user: the same account. Another user (creds, user or
+            # token) may be another account, whose stream of the same name is another stream.
+            if set(other.nats_urls) & set(source.nats_urls) and _identity(other) == _identity(source):
                 if other.stream == source.stream:
                     raise SourcesError(f"source {source.name!r}, key 'stream': source {other.name!r} already "
                                        f"mirrors stream {source.stream!r} on the same server")
         sources.append(source)
     return tuple(sources)
+
+
+def _identity(source: Source) -> tuple:
+    """Who a source signs in as: two sources of one server and one identity share an account."""
+    return source.creds, source.user, source.token
 
 
 def _source(table: dict, index: int, folder: Path) -> Source:
@@ -129,7 +155,7 @@ def _source(table: dict, index: int, folder: Path) -> Source:
     where = f"source {name!r}"
     unknown = sorted(set(table) - _KEYS)
     if unknown:
-        raise SourcesError(f"{where}: the key {unknown[0]!r} is not known (known: {', '.join(sorted(_KEYS))})")
+        raise SourcesError(f"{where}, key {unknown[0]!r}: not a key of a source (known: {', '.join(sorted(_KEYS))})")
     values: dict[str, Any] = {"name": name, "nats_urls": _urls(where, table.get("nats_url"))}
     for key in ("creds", "tls_ca"):
         if key in table:
@@ -185,6 +211,9 @@ def _file(where: str, key: str, raw: Any, folder: Path) -> str:
     if not isinstance(raw, str) or not raw:
         raise SourcesError(f"{where}, key {key!r}: use the path of a file")
     path = Path(raw) if Path(raw).is_absolute() else folder / raw
+    shown = repr(raw) if path == Path(raw) else f"{raw!r} ({path})"  # a relative path: where it was looked for
     if not path.is_file():
-        raise SourcesError(f"{where}, key {key!r}: {raw!r} is not a file")
+        raise SourcesError(f"{where}, key {key!r}: {shown} is not a file")
+    if not os.access(path, os.R_OK):
+        raise SourcesError(f"{where}, key {key!r}: {shown} cannot be read by this process")
     return str(path)

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -90,3 +95,122 @@ def test_a_sources_connection_names_it_in_its_log_lines(tmp_path, caplog):
             bridge.stop()
     lines = [r.getMessage() for r in caplog.records if r.name == "dlq_dashboard.nats.bridge"]
     assert lines and all(line.startswith("NATS of source billing: ") for line in lines)
+
+
+# --- the start of `python app.py` with DLQ_CONFIG ----------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bad_files(tmp_path: Path) -> list[tuple[str, str, str]]:
+    """(what is wrong, the file's text, the start of what follows "DLQ_CONFIG='<file>' is not valid: ")."""
+    good = 'name = "orders"\nnats_url = "nats://127.0.0.1:4222"\nstream = "DLQ"\n'
+    return [
+        ("not TOML", "[[sources]\nname = 1\n", "it is not TOML (Expected ']]' at the end of an array declaration "
+                                                 "(at line 1, column 10))"),
+        ("an unknown key", f"[[sources]]\n{good}colour = \"red\"\n",
+         "source 'orders', key 'colour': not a key of a source (known: advisory_stream, "),
+        ("a bad URL", '[[sources]]\nname = "orders"\nnats_url = "http://nats:4222"\nstream = "DLQ"\n',
+         "source 'orders', key 'nats_url': 'http://nats:4222' is not a nats:// URL"),
+        ("no stream", '[[sources]]\nname = "orders"\nnats_url = "nats://127.0.0.1:4222"\n',
+         "source 'orders', key 'stream': name the dead-letter stream it mirrors"),
+        ("a name used twice", f"[[sources]]\n{good}[[sources]]\n{good.replace('DLQ', 'DLQ2')}",
+         "source 'orders', key 'name': the name is used twice (the [[sources]] tables 1 and 2)"),
+        ("a missing creds file", f"[[sources]]\n{good}creds = \"orders.creds\"\n",
+         f"source 'orders', key 'creds': 'orders.creds' ({tmp_path / 'orders.creds'}) is not a file"),
+        ("a missing tls_ca file", f"[[sources]]\n{good}tls_ca = \"/etc/nowhere/ca.pem\"\n",
+         "source 'orders', key 'tls_ca': '/etc/nowhere/ca.pem' is not a file"),
+    ]
+
+
+def _app_py(tmp_path: Path, environ: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "app.py"), "--port", "0"], cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **environ},
+                          capture_output=True, text=True, timeout=90)
+
+
+@pytest.mark.slow
+def test_a_bad_sources_file_stops_python_app_py_with_one_line_naming_the_file_the_source_and_the_key(tmp_path):
+    for what, text, said in _bad_files(tmp_path):
+        path = tmp_path / "sources.toml"
+        path.write_text(text)
+        result = _app_py(tmp_path, {"DLQ_CONFIG": str(path)})
+        assert result.returncode == 2, (what, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, (what, result.stderr)
+        assert lines[0].startswith(f"error: DLQ_CONFIG={str(path)!r} is not valid: {said}"), (what, lines[0])
+
+
+@pytest.mark.slow
+def test_a_sources_file_that_cannot_be_read_stops_python_app_py_in_one_line(tmp_path):
+    result = _app_py(tmp_path, {"DLQ_CONFIG": str(tmp_path)})  # a folder: it cannot be read as a file
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: DLQ_CONFIG={str(tmp_path)!r} is not valid: the file cannot be read (Is a directory); "
+        "use a TOML file of [[sources]] tables, each with name, nats_url and stream"]
+
+
+def test_the_variables_a_sources_file_replaces_are_named_when_they_are_set_beside_it(three_sources):
+    from dlq_dashboard.config import Settings
+    from dlq_dashboard.sources import unused_variables
+
+    assert unused_variables(load_settings({"NATS_URL": "nats://h:4222", "DLQ_STREAM": "D"}), Settings()) == []
+    settings = load_settings({"DLQ_CONFIG": three_sources, "NATS_URL": "nats://h:4222", "DLQ_STREAM": "D",
+                              "DLQ_REPUBLISH_RATE": "5"})
+    assert unused_variables(settings, Settings()) == ["NATS_URL", "DLQ_STREAM"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_python_app_py_prints_a_line_per_source_and_warns_that_nats_url_is_not_used(tmp_path, three_sources,
+                                                                                    shared_server, nats_server):
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("DLQ_", "NATS_", "DATABASE_URL"))},
+           "DLQ_CONFIG": three_sources, "NATS_URL": "nats://127.0.0.1:1", "SECRET_KEY": "sources-start",
+           "PYTHONUNBUFFERED": "1"}
+    stdout_path, stderr_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", "0"], cwd=tmp_path, env=env,
+                                stdout=stdout, stderr=stderr)
+    try:
+        def served() -> bool:
+            assert proc.poll() is None, stderr_path.read_text(errors="replace")
+            return "DLQ Dashboard at " in stdout_path.read_text()
+
+        support.wait_for(served, timeout=60, message="app.py to serve")
+        support.wait_for(lambda: "this process mirrors DLQ_SHIPPING" in stderr_path.read_text(), timeout=30,
+                         message="the third source mirrored")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    lines = stdout_path.read_text().splitlines()
+    port = shared_server.port
+    # No bundled server (the sources name theirs), one line a source without its password, then the address.
+    assert lines[:3] == [f"Source orders: stream DLQ on nats://127.0.0.1:{port}",
+                         f"Source billing: stream DLQ on nats://127.0.0.1:{port}",
+                         f"Source shipping: stream DLQ_SHIPPING on {nats_server.url}"], lines
+    assert lines[3].startswith("DLQ Dashboard at http://127.0.0.1:")
+    stderr = stderr_path.read_text()
+    assert "DLQ_CONFIG names the sources, so NATS_URL is not used (each source's keys in the file are)" in stderr
+    assert "pa@" not in stderr + stdout_path.read_text() and "pb@" not in stderr
+    assert "nats://127.0.0.1:1:" not in stderr and "nats://127.0.0.1:1;" not in stderr  # never tried
+
+
+def test_two_accounts_of_one_server_may_each_have_a_stream_of_the_same_name(tmp_path):
+    for name in ("orders.creds", "billing.creds"):
+        (tmp_path / name).write_text("-----BEGIN NATS USER JWT-----\n")
+    url = ["nats://nats-a1:4222", "nats://nats-a2:4222"]
+    path = support.sources_file(tmp_path, [
+        {"name": "orders", "nats_url": url, "creds": "orders.creds", "stream": "DLQ"},
+        {"name": "billing", "nats_url": url, "creds": "billing.creds", "stream": "DLQ"}])
+    sources = load_settings({"DLQ_CONFIG": path}).sources
+    assert [(s.name, s.creds, s.stream) for s in sources] == [
+        ("orders", str(tmp_path / "orders.creds"), "DLQ"), ("billing", str(tmp_path / "billing.creds"), "DLQ")]
+    # The same server as the same user is the same account: its stream once.
+    path = support.sources_file(tmp_path, [
+        {"name": "orders", "nats_url": url, "creds": "orders.creds", "stream": "DLQ"},
+        {"name": "billing", "nats_url": url[1], "creds": "orders.creds", "stream": "DLQ"}])
+    with pytest.raises(ConfigError, match="source 'billing', key 'stream': source 'orders' already mirrors stream"):
+        load_settings({"DLQ_CONFIG": path})

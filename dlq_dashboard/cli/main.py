@@ -17,10 +17,13 @@ import click
 from flask.cli import ScriptInfo
 
 from .. import create_app as _create_app
-from ..config import ConfigError, load_settings, log_level
+from ..config import ConfigError, Settings, load_settings, log_level
 from ..nats.bundled import StoreInUse
 from ..nats.client_log import quiet_nats_tracebacks
 from ..runtime import runtime_of
+from ..sources import unused_variables
+
+log = logging.getLogger(__name__)
 
 #: The admin command groups; any other first argument is a flag of the server.
 ADMIN_COMMANDS = ("users", "tokens", "entries", "purge")
@@ -109,6 +112,12 @@ def serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    unused = unused_variables(settings, Settings())
+    if unused:
+        # The file names every source's server, credentials and stream; a NATS_URL left in the
+        # environment beside it would otherwise look as if it were used.
+        log.warning("DLQ_CONFIG names the sources, so %s %s not used (each source's keys in the file are)",
+                    ", ".join(unused), "is" if len(unused) == 1 else "are")
 
     import waitress
 
@@ -137,6 +146,9 @@ def serve(args: argparse.Namespace) -> int:
         except StoreInUse as exc:  # another server runs on instance/nats: never a second one
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2
+        if settings.sources:
+            for feed in runtime.feeds.values():
+                print(f"Source {feed.name}: stream {feed.source.describe()}", flush=True)
         if args.demo:
             from ..demo import Demo
 

@@ -55,6 +55,7 @@ BATCH_BYTES = 16 * 1024 * 1024
 # Batches sent to the writer process before the first is committed, so that it never waits for
 # the next: 12,300 -> 14,200 msg/s from two to four (a 200,000-message backlog, measured).
 WRITES_IN_FLIGHT = 4
+FEWEST_IN_FLIGHT = 2  # a source's, when several share a process (Mirror.sharing)
 LEASE_NAME = "mirror"  # the default source's; another source's is "mirror:<name>" (lease_name)
 LEASE_SECONDS = 15.0
 # The pause before retrying a stuck stream: doubled at each failure up to the longest, and back
@@ -76,9 +77,8 @@ class StreamProgress:
     stuck_since: datetime | None = None
     outages: int = 0  # times it became stuck
     queued_seq: int = 0  # handed to the writer, maybe not yet committed
-    # (when, the stream's last seq) each time the stream was seen to have grown: the first one past
-    # last_seq is how long the oldest message not yet mirrored has been known to wait. Changed on
-    # the bridge's thread only; pages read a copy.
+    # (when, the stream's last seq) each time it was seen to have grown: the first past last_seq is how
+    # long the oldest message not mirrored has waited. Changed on the bridge's thread; pages read a copy.
     seen: deque = field(default_factory=lambda: deque(maxlen=4096), repr=False)
     source: str = DEFAULT_SOURCE  # the source (SPEC section 12) whose stream this is
 
@@ -155,6 +155,9 @@ class Mirror:
     source: str = DEFAULT_SOURCE
     holder: str = field(default_factory=new_holder)
     leader: bool = False
+    # The sources this process mirrors: each follower holds a share of the budget (QUEUE,
+    # QUEUE_BYTES, the writes in flight), so the process holds one source's however many.
+    sharing: int = 1
     progress: dict[str, StreamProgress] = field(init=False)
 
     def __post_init__(self):
@@ -293,10 +296,10 @@ class Mirror:
         if progress.lag == 0:
             progress.recovered()
 
-        inbox = _Inbox(progress.queued_seq)
-        # Writes in flight while the next batch gathers: the database and the network overlap.
-        # Each commits its rows with its last sequence, in order, and only after the one before,
-        # so they end in order too: the oldest is the one to look at.
+        inbox = _Inbox(progress.queued_seq, self.sharing)
+        in_flight = max(WRITES_IN_FLIGHT // self.sharing, FEWEST_IN_FLIGHT)
+        # Writes in flight while the next batch gathers (the database and the network overlap); each
+        # commits with its last sequence after the one before, so they end in order: look at the oldest.
         writing: deque[asyncio.Future] = deque()
         last_check = 0.0
         try:
@@ -330,7 +333,7 @@ class Mirror:
                     # missed heartbeats (seconds), so a check a second is soon enough.
                     await self._check_stream(stream, epoch, progress)
                     last_check = now
-                while len(writing) >= WRITES_IN_FLIGHT:
+                while len(writing) >= in_flight:
                     await writing.popleft()
                 # Prepared and sent here, one batch after the other: a batch whose payloads take
                 # long to fetch is never overtaken by the next (the writer would refuse that one).
@@ -417,7 +420,8 @@ class _Inbox:
     subscription starts with it.
     """
 
-    def __init__(self, last_seq: int):
+    def __init__(self, last_seq: int, sharing: int = 1):
+        self.sharing = sharing
         self.messages: deque = deque()
         self.size = 0
         self.last_seq = last_seq  # the last sequence taken
@@ -427,10 +431,19 @@ class _Inbox:
         self._generation = 0  # of the current subscription; a callback of an older one takes nothing
         self._closing: asyncio.Future | None = None
 
+    @property
+    def queue(self) -> int:
+        """A share of QUEUE (Mirror.sharing), never below a batch and a half: full batches still form."""
+        return max(QUEUE // self.sharing, BATCH + BATCH // 2)
+
+    @property
+    def queue_bytes(self) -> int:
+        return max(QUEUE_BYTES // self.sharing, BATCH_BYTES)
+
     async def follow(self, js, stream: str) -> None:
         """Make a subscription after the last message taken if there is none and the budget
         has room again."""
-        if self._sub is None and len(self.messages) <= QUEUE // 4 and self.size <= QUEUE_BYTES // 4:
+        if self._sub is None and len(self.messages) <= self.queue // 4 and self.size <= self.queue_bytes // 4:
             self.full = False
             self._generation += 1
             generation = self._generation
@@ -454,7 +467,7 @@ class _Inbox:
             self.size += len(msg.data)
             self.last_seq = seq
             self.arrived.set()
-            if len(self.messages) >= QUEUE or self.size >= QUEUE_BYTES:
+            if len(self.messages) >= self.queue or self.size >= self.queue_bytes:
                 # Ended at once: what the server sends until it reads the unsubscribe is parsed
                 # for nothing.
                 self.full = True
