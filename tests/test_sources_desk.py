@@ -17,7 +17,7 @@ from dlq_dashboard.accounts.tokens import create_token
 from dlq_dashboard.actions.close import close_entry
 from dlq_dashboard.config import load_settings
 from dlq_dashboard.db.models import Entry
-from dlq_dashboard.ingest.mirror import StreamProgress
+from dlq_dashboard.ingest.progress import StreamProgress
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.nats.server import NatsServer
 from dlq_dashboard.runtime import runtime_of

@@ -37,10 +37,10 @@ from ..config import Settings
 from ..db.leases import acquire_lease, new_holder, release_lease
 from ..nats.bridge import Bridge
 from ..nats.streams import StreamSetup, read_message, stream_epoch
-from ..redaction import scrub
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
 from .parse import parse_advisory
+from .progress import StreamProgress, mirrored_streams, of_source
 from .writer import WriterProcess
 from .writes import FetchedMessage, read_position
 
@@ -62,76 +62,6 @@ LEASE_SECONDS = 15.0
 # to the first once a write has succeeded.
 RETRY_FIRST = 0.5
 RETRY_LONGEST = 10.0
-
-
-@dataclass
-class StreamProgress:
-    """How far one stream has been mirrored (for /healthz and /metrics)."""
-
-    stream: str
-    epoch: str | None = None
-    last_seq: int = 0
-    stream_last_seq: int = 0
-    ingested: int = 0
-    error: str | None = None  # why the stream is stuck: set at a failure, cleared by the next success
-    stuck_since: datetime | None = None
-    outages: int = 0  # times it became stuck
-    queued_seq: int = 0  # handed to the writer, maybe not yet committed
-    # (when, the stream's last seq) each time it was seen to have grown: the first past last_seq is how
-    # long the oldest message not mirrored has waited. Changed on the bridge's thread; pages read a copy.
-    seen: deque = field(default_factory=lambda: deque(maxlen=4096), repr=False)
-    source: str = DEFAULT_SOURCE  # the source (SPEC section 12) whose stream this is
-
-    @property
-    def named(self) -> str:
-        """The stream as the log lines name it: with its source, unless that is the default one."""
-        return self.stream + _of_source(self.source)
-
-    @property
-    def lag(self) -> int:
-        return max(self.stream_last_seq - self.last_seq, 0)
-
-    def stuck(self, exc: BaseException) -> None:
-        """Note a failure: the stream is stuck until a write succeeds (logged once, not each retry)."""
-        error = scrub(f"{type(exc).__name__}: {exc}")
-        if self.error is None:
-            self.stuck_since = utcnow()
-            self.outages += 1
-            log.warning("mirroring %s is stuck (%s); retrying until it succeeds", self.named, error)
-        else:
-            log.debug("mirroring %s is still stuck (%s)", self.named, error)
-        self.error = error
-
-    def recovered(self) -> None:
-        """Note a success (a committed write, or nothing left to write): the stream is not stuck."""
-        if self.error is not None:
-            log.warning("mirroring %s recovered (stuck since %s: %s)", self.named,
-                        self.stuck_since.isoformat(timespec="seconds"), self.error)
-        self.error, self.stuck_since = None, None
-
-    def saw_stream(self, last_seq: int) -> None:
-        """Note the stream's last sequence as stream_info (or the first sight of it) says now."""
-        self.stream_last_seq = last_seq
-        while self.seen and self.seen[0][1] <= self.last_seq:
-            self.seen.popleft()
-        if not self.seen or last_seq > self.seen[-1][1]:
-            self.seen.append((utcnow(), last_seq))
-
-    def behind_since(self) -> datetime | None:
-        """Since when a message the stream holds has been waiting unmirrored; None when caught up."""
-        last_seq = self.last_seq
-        if self.stream_last_seq <= last_seq:
-            return None
-        return next((at for at, seq in list(self.seen) if seq > last_seq), None)
-
-
-def mirrored_streams(settings: Settings) -> list[str]:
-    """The streams the mirror follows: the DLQ stream, then the advisories when captured."""
-    return [settings.dlq_stream] + ([settings.advisory_stream] if settings.capture_advisories else [])
-
-
-def _of_source(source: str) -> str:
-    return "" if source == DEFAULT_SOURCE else f" of source {source}"
 
 
 def lease_name(source: str) -> str:
@@ -206,7 +136,7 @@ class Mirror:
                     held = await self._db(acquire_lease, self.engine, lease_name(self.source), self.holder,
                                           LEASE_SECONDS)
                     if not renewing:
-                        log.warning("the mirror lease%s is renewed again", _of_source(self.source))
+                        log.warning("the mirror lease%s is renewed again", of_source(self.source))
                     renewing = True
                 except Exception as exc:
                     # The database is unreachable: no other process can take the lease either.
@@ -214,7 +144,7 @@ class Mirror:
                     # position); the lease is renewed, or found taken, once the database answers.
                     if renewing:
                         log.warning("the mirror lease%s could not be renewed (%s: %s); retrying every %.0f s",
-                                    _of_source(self.source), type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "",
+                                    of_source(self.source), type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "",
                                     LEASE_SECONDS / 3)
                     renewing = False
                     held = self.leader
@@ -227,7 +157,7 @@ class Mirror:
                             self._follow_forever(self.settings.advisory_stream, self._prepare_advisories)))
                 elif not held and followers:
                     log.warning("the mirror lease%s went to another process; this one stops mirroring",
-                                _of_source(self.source))
+                                of_source(self.source))
                     for task in followers:
                         task.cancel()
                     await asyncio.gather(*followers, return_exceptions=True)

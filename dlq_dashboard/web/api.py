@@ -11,7 +11,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..accounts import session_via
 from ..db.liveness import DatabaseState, describe
-from ..ingest.mirror import mirrored_streams
+from ..ingest.progress import mirrored_streams
 from ..ingest.writes import read_position
 from ..nats.bridge import NatsUnavailable
 from ..redaction import scrub

@@ -13,7 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..access import visible
 from ..access.reader import Reader
 from ..entries.sources import SourceCounts
-from ..ingest.mirror import mirrored_streams
+from ..ingest.progress import mirrored_streams
 from ..ingest.writes import read_position
 from ..runtime import Feed, Runtime
 from ..times import format_time, utcnow

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from flask import Blueprint, make_response, render_template
 
 from ..db.liveness import DatabaseState
-from ..ingest.mirror import StreamProgress
+from ..ingest.progress import StreamProgress
 from ..runtime import Feed, Runtime
 from ..times import format_time, utcnow
 from . import current_runtime

@@ -1,0 +1,87 @@
+"""How far each mirrored stream has got (StreamProgress): what /healthz, /metrics, /sources and the
+banner read from memory, changed on the bridge's thread only. Its log lines are the mirror's."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..config import Settings
+from ..redaction import scrub
+from ..scopes import DEFAULT_SOURCE
+from ..times import utcnow
+
+# The mirror's logger: a stream stuck or recovered is the mirror's news.
+log = logging.getLogger("dlq_dashboard.ingest.mirror")
+
+
+@dataclass
+class StreamProgress:
+    """How far one stream has been mirrored (for /healthz and /metrics)."""
+
+    stream: str
+    epoch: str | None = None
+    last_seq: int = 0
+    stream_last_seq: int = 0
+    ingested: int = 0
+    error: str | None = None  # why the stream is stuck: set at a failure, cleared by the next success
+    stuck_since: datetime | None = None
+    outages: int = 0  # times it became stuck
+    queued_seq: int = 0  # handed to the writer, maybe not yet committed
+    # (when, the stream's last seq) each time it was seen to have grown: the first past last_seq is how
+    # long the oldest message not mirrored has waited. Changed on the bridge's thread; pages read a copy.
+    seen: deque = field(default_factory=lambda: deque(maxlen=4096), repr=False)
+    source: str = DEFAULT_SOURCE  # the source (SPEC section 12) whose stream this is
+
+    @property
+    def named(self) -> str:
+        """The stream as the log lines name it: with its source, unless that is the default one."""
+        return self.stream + of_source(self.source)
+
+    @property
+    def lag(self) -> int:
+        return max(self.stream_last_seq - self.last_seq, 0)
+
+    def stuck(self, exc: BaseException) -> None:
+        """Note a failure: the stream is stuck until a write succeeds (logged once, not each retry)."""
+        error = scrub(f"{type(exc).__name__}: {exc}")
+        if self.error is None:
+            self.stuck_since = utcnow()
+            self.outages += 1
+            log.warning("mirroring %s is stuck (%s); retrying until it succeeds", self.named, error)
+        else:
+            log.debug("mirroring %s is still stuck (%s)", self.named, error)
+        self.error = error
+
+    def recovered(self) -> None:
+        """Note a success (a committed write, or nothing left to write): the stream is not stuck."""
+        if self.error is not None:
+            log.warning("mirroring %s recovered (stuck since %s: %s)", self.named,
+                        self.stuck_since.isoformat(timespec="seconds"), self.error)
+        self.error, self.stuck_since = None, None
+
+    def saw_stream(self, last_seq: int) -> None:
+        """Note the stream's last sequence as stream_info (or the first sight of it) says now."""
+        self.stream_last_seq = last_seq
+        while self.seen and self.seen[0][1] <= self.last_seq:
+            self.seen.popleft()
+        if not self.seen or last_seq > self.seen[-1][1]:
+            self.seen.append((utcnow(), last_seq))
+
+    def behind_since(self) -> datetime | None:
+        """Since when a message the stream holds has been waiting unmirrored; None when caught up."""
+        last_seq = self.last_seq
+        if self.stream_last_seq <= last_seq:
+            return None
+        return next((at for at, seq in list(self.seen) if seq > last_seq), None)
+
+
+def mirrored_streams(settings: Settings) -> list[str]:
+    """The streams the mirror follows: the DLQ stream, then the advisories when captured."""
+    return [settings.dlq_stream] + ([settings.advisory_stream] if settings.capture_advisories else [])
+
+
+def of_source(source: str) -> str:
+    return "" if source == DEFAULT_SOURCE else f" of source {source}"
