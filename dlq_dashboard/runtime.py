@@ -99,7 +99,7 @@ class Runtime:
     def bridge_for(self, source: str | None) -> Bridge | None:
         """The NATS connection of ``source`` (None: the main one); None when not started or not a
         source of this dashboard (an entry of a source removed from DLQ_CONFIG)."""
-        feed = self.feeds.get(source or self.main_source) if source or self.feeds else None
+        feed = self.feeds.get(source or self.main_source)
         return feed.bridge if feed is not None else None
 
     @classmethod

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.both_databases
 GOOD = {"status": ("open", "closed"), "subject": ("orders.created", "orders.*"), "stream": ("DLQ", "ORDERS"),
         "consumer": ("billing", "shipping"), "reason": ("fatal", "max_deliveries"), "group": ("{group}", "{group}"),
         "q": ("order", "customer"), "since": ("1h", "2026-11-29T10:00:00Z"), "until": ("2030-01-01T00:00:00Z", "7d"),
-        "limit": ("1", "2"), "cursor": (encode_cursor(10), encode_cursor(20))}
+        "limit": ("1", "2"), "cursor": (encode_cursor(10), encode_cursor(20)), "source": ("default", "default")}
 #: A value that is not one of the allowed ones, and what the sentence says of it.
 BAD = {"status": ("bogus", "status 'bogus' is not valid: use one of open, republished, closed"),
        "group": ("abc", "group 'abc' is not a failure group"),
@@ -30,7 +30,8 @@ BAD = {"status": ("bogus", "status 'bogus' is not valid: use one of open, republ
        "since": ("yesterday", "since 'yesterday' is not valid"),
        "until": ("soon", "until 'soon' is not valid"),
        "limit": ("lots", "limit 'lots' is not valid"),
-       "cursor": ("zzz", "cursor 'zzz' is not valid")}
+       "cursor": ("zzz", "cursor 'zzz' is not valid"),
+       "source": ("billing", "source 'billing' is not valid: use one of default")}
 #: The places that take the list's filters; each answers with its own status and text.
 CHANNELS = ("page", "api", "export", "cli-list", "cli-export")
 
