@@ -112,6 +112,15 @@ def nats_server(tmp_path):
 
 
 @pytest.fixture
+def shared_server(tmp_path):
+    """A second nats-server, of two accounts (A and B, support.TWO_ACCOUNTS): two sources that
+    share a server but not an account (SPEC section 12)."""
+    server = NatsServer(store_dir=tmp_path / "nats-ab", extra_config=support.TWO_ACCOUNTS).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def settings(tmp_path, nats_server, database_url):
     """Settings over the test's database and nats-server."""
     return support.make_settings(tmp_path, nats_server.url, database_url=database_url)

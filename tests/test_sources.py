@@ -17,19 +17,10 @@ from sqlalchemy import select
 from dlq_dashboard.config import ConfigError, load_settings
 from dlq_dashboard.db.models import Entry, FailureGroup
 from dlq_dashboard.nats.bridge import Bridge
-from dlq_dashboard.nats.server import NatsServer
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.sources import Source, sources_of
 
 from . import support
-
-
-@pytest.fixture
-def shared_server(tmp_path):
-    """A nats-server of two accounts (A and B)."""
-    server = NatsServer(store_dir=tmp_path / "nats-ab", extra_config=support.TWO_ACCOUNTS).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

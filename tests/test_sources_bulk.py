@@ -16,18 +16,9 @@ from dlq_dashboard.actions.bulk.lanes import Lane, Lanes
 from dlq_dashboard.actions.bulk.refusals import republish_refusals
 from dlq_dashboard.config import load_settings
 from dlq_dashboard.db.models import Entry, JobItem, Republish
-from dlq_dashboard.nats.server import NatsServer
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
-
-
-@pytest.fixture
-def shared_server(tmp_path):
-    """A nats-server of two accounts (A and B)."""
-    server = NatsServer(store_dir=tmp_path / "nats-ab", extra_config=support.TWO_ACCOUNTS).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

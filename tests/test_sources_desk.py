@@ -19,7 +19,6 @@ from dlq_dashboard.config import load_settings
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.ingest.progress import StreamProgress
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
-from dlq_dashboard.nats.server import NatsServer
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.scopes import Scope
 from dlq_dashboard.times import utcnow
@@ -217,14 +216,6 @@ def test_with_several_sources_the_metrics_are_labelled_by_source(three_offline):
 
 
 # --- on real servers: three sources, one server killed -------------------------------------------
-
-@pytest.fixture
-def shared_server(tmp_path):
-    """A nats-server of two accounts (A and B): the sources orders and billing."""
-    server = NatsServer(store_dir=tmp_path / "nats-ab", extra_config=support.TWO_ACCOUNTS).start()
-    yield server
-    server.stop()
-
 
 @pytest.fixture
 def three_live(tmp_path, make_app, shared_server, nats_server):

@@ -21,21 +21,12 @@ from dlq_dashboard.actions.republish import republish_entry, republish_targets
 from dlq_dashboard.actions.streams import stream_of
 from dlq_dashboard.config import load_settings
 from dlq_dashboard.db.models import Entry, Republish
-from dlq_dashboard.nats.server import NatsServer
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
 
 from . import support
 
 PAYLOAD = b'{"order_id": "o-1"}'
-
-
-@pytest.fixture
-def shared_server(tmp_path):
-    """A nats-server of two accounts (A and B)."""
-    server = NatsServer(store_dir=tmp_path / "nats-ab", extra_config=support.TWO_ACCOUNTS).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from dlq_dashboard.runtime import runtime_of
 
 from . import support
 from .test_replicas import Replica
-from .test_sources import shared_server, three_sources  # noqa: F401 - fixtures
+from .test_sources import three_sources  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -162,8 +162,14 @@ def test_three_busy_sources_hold_together_the_memory_budget_of_one(make_app, thr
     monkeypatch.setattr(mirror, "BATCH", 250)
     send = mirror.Mirror._send
 
-    async def slow_send(self, *args):  # writers far slower than delivery
-        await asyncio.sleep(0.1)
+    taken = [0]  # samples taken so far
+
+    async def slow_send(self, *args):
+        # Writers far slower than delivery, and never faster than the test looks: each batch waits
+        # for the next sample, so the budget is looked at all along, however slow a sample is.
+        wanted = taken[0] + 1
+        while taken[0] < wanted:
+            await asyncio.sleep(0.01)
         return await send(self, *args)
 
     monkeypatch.setattr(mirror.Mirror, "_send", slow_send)
@@ -176,6 +182,7 @@ def test_three_busy_sources_hold_together_the_memory_budget_of_one(make_app, thr
     while (stored := sum(counts(rt.engine).values())) < 3 * total:
         gc.collect()
         samples.append((stored, sum(1 for o in gc.get_objects() if type(o) is Msg)))
+        taken[0] = len(samples)
         assert len(samples) < 3000, f"the backlogs were not mirrored ({stored} of {3 * total} entries)"
     peak = max(held for _, held in samples)
     # One source alone stays under 5 budgets (tests/test_mirror.py); three together too.
