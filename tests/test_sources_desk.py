@@ -254,7 +254,8 @@ def test_one_sources_server_killed_is_named_unreachable_while_the_others_stay_ok
             found[n]["mirror_lag"] == 0 for n in NAMES) else None
 
     found = support.wait_for(counted, timeout=20, message="each source's entries counted")
-    assert {n: found[n]["status"] for n in NAMES} == {n: "ok" for n in NAMES}
+    support.wait_for(lambda: {n: sources_of(viewer)[n]["status"] for n in NAMES} == {n: "ok" for n in NAMES},
+                     timeout=10, message="every source ok")
     assert all(found[n]["mirrored_here"] and found[n]["last_hour"] == found[n]["open"] for n in NAMES)
     assert [(s["name"], s["last_seq"], s["stream_last_seq"]) for s in found["billing"]["streams"]][0] == ("DLQ", 2, 2)
     page = viewer.get("/sources").get_data(as_text=True)
@@ -269,8 +270,9 @@ def test_one_sources_server_killed_is_named_unreachable_while_the_others_stay_ok
     nats_server.kill()
     support.wait_for(lambda: sources_of(viewer)["shipping"]["status"] == "unreachable", timeout=10,
                      message="shipping unreachable")
-    found = sources_of(viewer)
-    assert found["orders"]["status"] == found["billing"]["status"] == "ok"
+    # The others stay ok (waited for: on a loaded machine their own probe may miss a beat).
+    support.wait_for(lambda: [sources_of(viewer)[n]["status"] for n in ("orders", "billing")] == ["ok", "ok"],
+                     timeout=10, message="orders and billing ok")
     banner = viewer.get("/status/banner").get_data(as_text=True)
     assert "Source shipping: NATS is not reachable" in banner
     assert "Source orders" not in banner and "Source billing" not in banner
