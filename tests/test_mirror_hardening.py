@@ -23,6 +23,7 @@ from dlq_dashboard.accounts import create_token
 from dlq_dashboard.db.models import Entry, Event
 from dlq_dashboard.ingest import mirror
 from dlq_dashboard.ingest.writer import WriterError, WriterProcess
+from dlq_dashboard.ingest.progress import StreamProgress
 from dlq_dashboard.ingest.writes import read_position
 from dlq_dashboard.runtime import runtime_of
 
@@ -346,3 +347,14 @@ def test_a_replica_that_does_not_mirror_counts_every_stream_from_the_committed_p
         support.wait_for(lambda: health(other)[1]["mirror_lag"] == 0, timeout=20, message="the lag to go")
     finally:
         second.stop()
+
+
+def test_a_committed_batch_proves_the_stream_holds_its_last_sequence():
+    # stream_info is asked before a batch arrives: the stream's last sequence read then may be
+    # below what is committed right after. The progress never says the stream holds less.
+    progress = StreamProgress("DLQ", last_seq=0, stream_last_seq=1)
+    progress.committed(2, 2)
+    assert (progress.last_seq, progress.stream_last_seq, progress.lag, progress.ingested) == (2, 2, 0, 2)
+    progress.saw_stream(5)
+    progress.committed(3, 1)
+    assert (progress.stream_last_seq, progress.lag) == (5, 2)

@@ -285,9 +285,7 @@ class Mirror:
             if progress.last_seq == after:
                 progress.stuck(exc)
             raise
-        progress.last_seq = batch[-1][0]
-        progress.ingested += len(batch)
-        progress.recovered()
+        progress.committed(batch[-1][0], len(batch))
 
     async def _check_stream(self, stream: str, epoch: str, progress: StreamProgress) -> None:
         try:

@@ -62,6 +62,14 @@ class StreamProgress:
                         self.stuck_since.isoformat(timespec="seconds"), self.error)
         self.error, self.stuck_since = None, None
 
+    def committed(self, last_seq: int, count: int) -> None:
+        """Note a committed write of ``count`` messages up to ``last_seq``: the stream holds at least
+        that sequence, whatever the last stream_info (asked before the batch arrived) said."""
+        self.last_seq = last_seq
+        self.ingested += count
+        self.stream_last_seq = max(self.stream_last_seq, last_seq)
+        self.recovered()
+
     def saw_stream(self, last_seq: int) -> None:
         """Note the stream's last sequence as stream_info (or the first sight of it) says now."""
         self.stream_last_seq = last_seq
