@@ -9,6 +9,7 @@ a file or folder this user owns from before is narrowed too.
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 
 FOLDER_MODE = 0o700
@@ -66,3 +67,15 @@ def private_sqlite(database: str | os.PathLike) -> None:
     private_file(database)
     for suffix in SQLITE_COMPANIONS:
         _narrow(database.with_name(database.name + suffix), FILE_MODE)
+
+
+def read_toml(path: str, error: type[Exception], shape: str) -> dict:
+    """The parsed TOML file at ``path`` (DLQ_TEAMS, DLQ_CONFIG); ``error`` with one line saying why
+    it cannot be read or is not TOML, then ``shape`` (what the file should be)."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise error(f"the file cannot be read ({exc.strerror or type(exc).__name__}); {shape}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"it is not TOML ({' '.join(str(exc).split())}); {shape}") from None

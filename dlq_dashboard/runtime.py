@@ -180,12 +180,12 @@ class Runtime:
             self.retention.stop()
         if self.reopening is not None:
             self.reopening.stop()
-        bridges = [feed.bridge for feed in self.feeds.values() if feed.bridge is not None]
-        for bridge in bridges or ([self.bridge] if self.bridge is not None else []):
-            bridge.stop()
-        mirrors = [feed.mirror for feed in self.feeds.values() if feed.mirror is not None]
-        for one in mirrors or ([self.mirror] if self.mirror is not None else []):
-            one.close()
+        for feed in self.feeds.values():  # rt.bridge and rt.mirror are the first feed's
+            if feed.bridge is not None:
+                feed.bridge.stop()
+        for feed in self.feeds.values():
+            if feed.mirror is not None:
+                feed.mirror.close()
         if self.bundled is not None:
             self._bundled_url_file().unlink(missing_ok=True)
             self.bundled.stop()

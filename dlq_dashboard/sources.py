@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .files import read_toml
 from .redaction import scrub
 from .scopes import DEFAULT_SOURCE
 
@@ -106,13 +106,7 @@ def source_settings(settings: Any, source: Source) -> Any:
 
 def load_sources(path: str) -> tuple[Source, ...]:
     """The sources of the TOML file at ``path``; SourcesError naming the source and the key."""
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as exc:
-        raise SourcesError(f"the file cannot be read ({exc.strerror or type(exc).__name__}); {_SHAPE}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SourcesError(f"it is not TOML ({' '.join(str(exc).split())}); {_SHAPE}") from None
+    data = read_toml(path, SourcesError, _SHAPE)
     return parse_sources(data, Path(path).parent)
 
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import dataclass
 from typing import Sequence
 from urllib.parse import urlsplit
 
+from .files import read_toml
 from .mailing import MailError, check_address
 from .redaction import scrub
 from .scopes import ScopeError, check_pattern, subject_matches
@@ -64,13 +64,7 @@ def team_named(teams: Sequence[Team], name: str | None) -> Team | None:
 
 def load_teams(path: str) -> tuple[Team, ...]:
     """The teams of the TOML file at ``path``, in its order; TeamsError when it cannot be used."""
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as exc:
-        raise TeamsError(f"the file cannot be read ({exc.strerror or type(exc).__name__}); {_SHAPE}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise TeamsError(f"it is not TOML ({' '.join(str(exc).split())}); {_SHAPE}") from None
+    data = read_toml(path, TeamsError, _SHAPE)
     return parse_teams(data)
 
 
