@@ -51,7 +51,7 @@ def payload(i: int) -> bytes:
 async def publish_backlog(url: str, count: int) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream(publish_async_max_pending=512)
-    await js.add_stream(name="DLQ", subjects=["dlq.>"])
+    await js.add_stream(name="DLQ", subjects=["dlq.>"], allow_direct=True)  # as the dashboard makes it
     for i in range(count):
         await js.publish_async("dlq.orders.created", payload(i), headers=headers(i))
         if i % 256 == 255:

@@ -15,6 +15,11 @@ def parse_time(raw: str | None) -> datetime | None:
     if not raw:
         return None
     try:
+        if raw[-1:] == "Z" and raw[-2:-1].isdigit() and raw[10:11] == "T":
+            # The usual form (UTC, "Z"), read without the aware value and its conversion.
+            parsed = datetime.fromisoformat(raw[:-1])
+            if parsed.tzinfo is None:
+                return parsed
         parsed = datetime.fromisoformat(raw.strip())
         if parsed.tzinfo is None:
             return parsed

@@ -1,7 +1,10 @@
 """The dead-letter header contract: every field, and bad input kept raw with a note."""
 
 import json
-from datetime import datetime
+from datetime import datetime, timezone
+
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from dlq_dashboard.actions.intents import republish_headers
 from dlq_dashboard.ingest.parse import entry_from_dlq_message, parse_advisory
@@ -99,3 +102,28 @@ def test_unreadable_advisories_are_skipped_not_raised():
                           ("$JS.EVENT.ADVISORY.CONSUMER.OTHER.S.C", b'{"stream":"S","stream_seq":1}'),
                           ("elsewhere", b"{}")):
         assert parse_advisory(subject, body, "fb", NOW) is None
+
+
+_TIME_PIECES = ["2026-11-29", "T", "10:00:00", ".123456", ".123456789", "Z", "+01:00", "-00:00", " ", "0", "9",
+                "-", ":", "W48", ",5", "9999-12-31", "0001-01-01", "23:59:59"]
+
+
+@given(st.lists(st.sampled_from(_TIME_PIECES), min_size=1, max_size=6).map("".join))
+@example("2026-11-29Z")
+@example("2026-11-29T10:00:00.12345 Z")
+@example("2026-11-29T10:00:00-00:00Z")
+def test_a_failed_at_time_reads_as_the_general_rfc_3339_reading(raw):
+    """parse_time's quick reading of the usual "…Z" form gives what the general one gives."""
+    def general(text):
+        try:
+            parsed = datetime.fromisoformat(text.strip())
+        except ValueError:
+            return None
+        if parsed.tzinfo is None:
+            return parsed
+        try:
+            return parsed.astimezone(timezone.utc).replace(tzinfo=None)
+        except OverflowError:
+            return None
+
+    assert parse_time(raw) == general(raw)

@@ -22,10 +22,9 @@ import logging
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Awaitable, Callable
 
-from nats.aio.msg import _V1_TOKEN_COUNT, Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -39,6 +38,7 @@ from ..nats.bridge import Bridge
 from ..nats.streams import StreamSetup, read_message, stream_epoch
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
+from .direct import EPOCH, DirectReader, DirectUnavailable, consumer_position, supports_batches
 from .parse import parse_advisory
 from .progress import StreamProgress, mirrored_streams, of_source
 from .writer import WriterProcess
@@ -226,7 +226,11 @@ class Mirror:
         if progress.lag == 0:
             progress.recovered()
 
-        inbox = _Inbox(progress.queued_seq, self.sharing)
+        inbox = _Inbox(progress.queued_seq, self.sharing, self._direct_reader(stream, info),
+                       verify=lambda: self._check_stream(stream, epoch, progress))
+        # A backlog is read by batched direct gets (ingest/direct.py), the live stream by the
+        # ordered consumer.
+        inbox.behind = inbox.direct is not None and info.state.last_seq - last_seq >= BATCH
         in_flight = max(WRITES_IN_FLIGHT // self.sharing, FEWEST_IN_FLIGHT)
         # Writes in flight while the next batch gathers (the database and the network overlap); each
         # commits with its last sequence after the one before, so they end in order: look at the oldest.
@@ -242,7 +246,7 @@ class Mirror:
                     # failing at the end of a burst is seen though nothing else arrives.
                     arrived = asyncio.ensure_future(inbox.arrived.wait())
                     try:
-                        done, _ = await asyncio.wait([arrived, *list(writing)[:1]], timeout=1.0,
+                        done, _ = await asyncio.wait([arrived, *list(writing)[:1], *inbox.reading], timeout=1.0,
                                                      return_when=asyncio.FIRST_COMPLETED)
                     finally:
                         arrived.cancel()
@@ -287,6 +291,16 @@ class Mirror:
             raise
         progress.committed(batch[-1][0], len(batch))
 
+    def _direct_reader(self, stream: str, info) -> DirectReader | None:
+        """A reader of ``stream``'s backlog by batched direct gets, when the stream allows them
+        and the server has them; None otherwise (the ordered consumer reads everything)."""
+        nc = self.bridge.nc
+        if not info.config.allow_direct or not supports_batches((getattr(nc, "_server_info", None) or {}).get("version")):
+            return None
+        if not hasattr(nc, "raw_subscribe"):
+            return None
+        return DirectReader(nc, stream, self.settings.request_timeout)
+
     async def _check_stream(self, stream: str, epoch: str, progress: StreamProgress) -> None:
         try:
             info = await self.bridge.js.stream_info(stream)
@@ -299,7 +313,7 @@ class Mirror:
     async def _prepare_dlq(self, stream: str, epoch: str, batch: list, after: int) -> tuple[str, tuple]:
         """The writer call that stores a batch of DLQ messages."""
         # StreamMessage fields as tuples: the writer process rebuilds them.
-        rows = [(seq, m.subject, m.headers, m.data, _EPOCH + timedelta(microseconds=(ns + 500) // 1000))
+        rows = [(seq, m.subject, m.headers, m.data, EPOCH + timedelta(microseconds=(ns + 500) // 1000))
                 for seq, ns, m in batch]
         return "ingest_dlq_rows", (stream, epoch, rows, after)
 
@@ -348,8 +362,16 @@ class _Inbox:
     subscription starts with it.
     """
 
-    def __init__(self, last_seq: int, sharing: int = 1):
+    def __init__(self, last_seq: int, sharing: int = 1, direct: DirectReader | None = None,
+                 verify: Callable[[], Awaitable[None]] | None = None):
         self.sharing = sharing
+        # Batched direct gets while ``behind`` (a backlog), checked by ``verify`` after each
+        # batch: the stream is still the one of the follower's epoch (StreamChanged otherwise).
+        self.direct = direct
+        self.verify = verify
+        self.behind = False
+        self._reading: asyncio.Task | None = None
+        self._room = asyncio.Event()
         self.messages: deque = deque()
         self.size = 0
         self.last_seq = last_seq  # the last sequence taken
@@ -368,9 +390,22 @@ class _Inbox:
     def queue_bytes(self) -> int:
         return max(QUEUE_BYTES // self.sharing, BATCH_BYTES)
 
+    @property
+    def reading(self) -> list[asyncio.Task]:
+        """The task reading the backlog by direct gets, if one runs (the idle follower wakes when it ends)."""
+        return [self._reading] if self._reading is not None else []
+
     async def follow(self, js, stream: str) -> None:
-        """Make a subscription after the last message taken if there is none and the budget
-        has room again."""
+        """Read the backlog by direct gets while behind; otherwise make a subscription after the
+        last message taken if there is none and the budget has room again. A failed read is
+        raised here (the follower starts over from the database)."""
+        if self._reading is not None and self._reading.done():
+            reading, self._reading = self._reading, None
+            reading.result()
+        if self.behind:
+            if self._reading is None and self._sub is None:
+                self._reading = asyncio.ensure_future(self._read_backlog())
+            return
         if self._sub is None and len(self.messages) <= self.queue // 4 and self.size <= self.queue_bytes // 4:
             self.full = False
             self._generation += 1
@@ -382,13 +417,13 @@ class _Inbox:
                                       opt_start_seq=self.last_seq + 1))
             self._sub = sub
             if generation != self._generation:  # filled (and so ended) before it was returned
-                await self.close()
+                await self._unsubscribe()
 
     def _received(self, generation: int):
         async def received(msg) -> None:
             if self.full or generation != self._generation:
                 return  # over budget, or a subscription being ended: the next starts after last_seq
-            seq, stored_ns = _position(msg.reply)
+            seq, stored_ns = consumer_position(msg.reply)
             if seq <= self.last_seq:
                 return
             self.messages.append((seq, stored_ns, msg))
@@ -399,9 +434,37 @@ class _Inbox:
                 # Ended at once: what the server sends until it reads the unsubscribe is parsed
                 # for nothing.
                 self.full = True
-                self._closing = asyncio.ensure_future(self.close())
+                self.behind = self.direct is not None  # the stream runs ahead: read the rest directly
+                self._closing = asyncio.ensure_future(self._unsubscribe())
 
         return received
+
+    async def _read_backlog(self) -> None:
+        """Read batches by direct get into the budget until the stream has nothing after them."""
+        while self.behind:
+            room = min(self.queue - len(self.messages), BATCH)
+            room_bytes = min(self.queue_bytes - self.size, BATCH_BYTES)
+            if room < BATCH // 2 or room_bytes < BATCH_BYTES // 2:
+                self._room.clear()
+                await self._room.wait()
+                continue
+            try:
+                batch, pending = await self.direct.read(self.last_seq + 1, room, room_bytes)
+            except DirectUnavailable as exc:
+                log.warning("%s; reading the stream with a consumer instead", exc)
+                self.direct, self.behind = None, False
+                return
+            if self.verify is not None:
+                await self.verify()
+            for item in batch:
+                if item[0] > self.last_seq:
+                    self.messages.append(item)
+                    self.size += len(item[2].data)
+                    self.last_seq = item[0]
+            if batch:
+                self.arrived.set()
+            if pending == 0 or not batch:
+                self.behind = False  # caught up: the ordered consumer follows from here
 
     def take(self, count: int, size: int) -> list:
         """Up to ``count`` messages and about ``size`` bytes of payload, oldest first, each as
@@ -412,11 +475,21 @@ class _Inbox:
             batch.append(self.messages.popleft())
             taken += len(batch[-1][2].data)
         self.size -= taken
+        self._room.set()
         if not self.messages:
             self.arrived.clear()
         return batch
 
     async def close(self) -> None:
+        reading, self._reading = self._reading, None
+        if reading is not None:
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+        if self.direct is not None:
+            await self.direct.close()
+        await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
         sub, self._sub = self._sub, None
         self._generation += 1
         if sub is not None:
@@ -424,16 +497,3 @@ class _Inbox:
                 await sub.unsubscribe()
             except Exception:
                 log.debug("unsubscribing from the stream failed", exc_info=True)
-
-
-_EPOCH = datetime(1970, 1, 1)
-
-
-def _position(reply: str) -> tuple[int, int]:
-    """(stream sequence, stored time in ns) of a JetStream message, read from its reply subject
-    as nats-py's ``Msg.metadata`` reads them, without the metadata object and its aware datetime
-    (13% of the receiving thread's time, measured)."""
-    tokens = Msg.Metadata._get_metadata_fields(reply)
-    if len(tokens) == _V1_TOKEN_COUNT:
-        return int(tokens[5]), int(tokens[7])
-    return int(tokens[Msg.Ack.StreamSeq]), int(tokens[Msg.Ack.Timestamp])

@@ -141,8 +141,10 @@ class StreamSetup:
                             "(nats stream edit %s --replicas %d changes it)",
                             what, name, existing, replicas, name, replicas)
             return
+        # allow_direct: the mirror reads a backlog by batched direct gets (ingest/direct.py).
         info = await js.add_stream(name=name, subjects=subjects, storage=StorageType.FILE,
-                                   retention=RetentionPolicy.LIMITS, num_replicas=replicas, **config)
+                                   retention=RetentionPolicy.LIMITS, num_replicas=replicas, allow_direct=True,
+                                   **config)
         key = (name, stream_epoch(info))
         if key not in self._announced:
             self._announced.add(key)
