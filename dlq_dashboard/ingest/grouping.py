@@ -360,16 +360,24 @@ def error_group(error: str | None, schema_errors: str | None) -> str:
     return group_key(error, items)
 
 
-def group_key(error: str | None, schema_errors: list | None) -> str:
-    """The group key of an entry from its error text and its parsed schema errors.
-
-    Schema failures group by each failing path and rule; other failures by the normalized text.
-    """
+def schema_key(schema_errors: list | None) -> str | None:
+    """The group key of parsed schema errors (each failing path and rule), None without any."""
     if schema_errors and isinstance(schema_errors, list):
         parts = {schema_part(item["path"] if isinstance(item.get("path"), str) else "", str(item.get("message", "")))
                  for item in schema_errors if isinstance(item, dict)}
         if parts:
             return "; ".join(sorted(parts))[:MAX_KEY]
+    return None
+
+
+def group_key(error: str | None, schema_errors: list | None) -> str:
+    """The group key of an entry from its error text and its parsed schema errors.
+
+    Schema failures group by each failing path and rule; other failures by the normalized text.
+    """
+    key = schema_key(schema_errors)
+    if key is not None:
+        return key
     if error and error.strip():
         return normalize_error_text(error)
     return NO_ERROR

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime
 from typing import Any, Mapping
 
@@ -18,7 +19,7 @@ from dlq_consumer import headers as contract
 
 from ..nats.streams import ADVISORY_PREFIX
 from ..times import parse_time
-from .grouping import group_key
+from .grouping import group_key, schema_key
 
 # The contract's names as they are compared: header names match case-insensitively.
 H_ORIGINAL_SUBJECT = contract.ORIGINAL_SUBJECT.lower()
@@ -63,6 +64,35 @@ def parse_schema_errors(raw: str | None, notes: list[str]) -> list[dict] | None:
     """Parse a ``Dlq-Schema-Errors`` value into [{"path", "message"}], noting what is malformed."""
     if raw is None or raw.strip() == "":
         return None
+    errors, noted, _, _ = _schema_errors(raw)
+    notes.extend(noted)
+    return [dict(error) for error in errors] if errors is not None else None
+
+
+_CACHED_SCHEMA_ERRORS = 4096  # characters: a longer value is read each time, never kept
+
+
+def _schema_errors(raw: str) -> tuple[tuple[dict, ...] | None, tuple[str, ...], str | None, str | None]:
+    """(the errors, the notes about them, their JSON for the column, their group key or None)."""
+    if len(raw) <= _CACHED_SCHEMA_ERRORS:
+        return _schema_errors_kept(raw)
+    return _read_schema_errors_whole(raw)
+
+
+def _read_schema_errors_whole(raw: str) -> tuple[tuple[dict, ...] | None, tuple[str, ...], str | None, str | None]:
+    notes: list[str] = []
+    errors = _read_schema_errors(raw, notes)
+    if errors is None:
+        return None, tuple(notes), None, None
+    return tuple(errors), tuple(notes), orjson.dumps(errors).decode(), schema_key(errors)
+
+
+# The failures of one cause repeat their schema errors: each text is read once (its JSON for the
+# column and its group key too). Callers never change what is kept: they copy the errors.
+_schema_errors_kept = lru_cache(maxsize=4096)(_read_schema_errors_whole)
+
+
+def _read_schema_errors(raw: str, notes: list[str]) -> list[dict] | None:
     try:
         value = orjson.loads(raw)
     except ValueError:
@@ -86,6 +116,31 @@ def parse_schema_errors(raw: str | None, notes: list[str]) -> list[dict] | None:
     return errors
 
 
+_CONTRACT_NAMES = frozenset({H_ORIGINAL_SUBJECT, H_ORIGINAL_STREAM, H_ORIGINAL_SEQ, H_CONSUMER, H_ORIGINAL_MSG_ID,
+                             H_REASON, H_ERROR, H_SCHEMA_ERRORS, H_DELIVERIES, H_FAILED_AT, H_REPLAY_OF})
+
+
+def _contract_names(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """(contract header name in lower case, the first of ``names`` that is it), for the contract's
+    names among a message's header names. The producers of a stream send the same names message
+    after message: each set of names is looked at once."""
+    if len(names) > 64:
+        return _find_contract_names(names)
+    return _contract_names_kept(names)
+
+
+def _find_contract_names(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    found: dict[str, str] = {}
+    for name in names:
+        lowered = name.lower()
+        if lowered in _CONTRACT_NAMES:
+            found.setdefault(lowered, name)
+    return tuple(found.items())
+
+
+_contract_names_kept = lru_cache(maxsize=1024)(_find_contract_names)
+
+
 def entry_from_dlq_message(
     *, stream: str, epoch: str, seq: int, headers: Mapping[str, Any] | None, payload: bytes,
     stored_at: datetime | None, received_at: datetime,
@@ -96,7 +151,7 @@ def entry_from_dlq_message(
     if headers and all(type(v) is str for v in headers.values()):
         normalized = {str(k): [v] for k, v in headers.items()}
         # A name given twice in other cases (rare): the first one counts, as below.
-        first = {k.lower(): v for k, v in reversed(headers.items())}
+        first = {lowered: headers[name] for lowered, name in _contract_names(tuple(headers))}
     else:
         normalized = normalize_headers(headers)
         first = {}
@@ -117,7 +172,11 @@ def entry_from_dlq_message(
     failed_at = parse_time(failed_raw)
     if failed_raw and failed_at is None:
         notes.append(f"{contract.FAILED_AT} {failed_raw!r} is not an RFC 3339 time; kept as given in the headers.")
-    schema_errors = parse_schema_errors(first.get(H_SCHEMA_ERRORS), notes)
+    schema_raw = first.get(H_SCHEMA_ERRORS)
+    schema_json, schema_group = None, None
+    if schema_raw is not None and schema_raw.strip() != "":
+        _, noted, schema_json, schema_group = _schema_errors(schema_raw)
+        notes.extend(noted)
     error = first.get(H_ERROR)
     original_seq = _int_field(first, H_ORIGINAL_SEQ, contract.ORIGINAL_SEQ, notes)
     original_stream = first.get(H_ORIGINAL_STREAM)
@@ -134,7 +193,7 @@ def entry_from_dlq_message(
         "original_msg_id": first.get(H_ORIGINAL_MSG_ID),
         "reason": reason,
         "error": error,
-        "schema_errors": orjson.dumps(schema_errors).decode() if schema_errors is not None else None,
+        "schema_errors": schema_json,
         "deliveries": _int_field(first, H_DELIVERIES, contract.DELIVERIES, notes),
         "failed_at": failed_at or stored_at,
         "received_at": received_at,
@@ -148,7 +207,7 @@ def entry_from_dlq_message(
         "closed_at": None,
         "close_note": None,
         "updated_at": received_at,
-        "group_key": group_key(error, schema_errors),
+        "group_key": schema_group if schema_group is not None else group_key(error, None),
     }
 
 
