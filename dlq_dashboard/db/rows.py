@@ -11,6 +11,7 @@ skip a taken key use SQLAlchemy's multi-row statements.
 from __future__ import annotations
 
 from datetime import datetime
+from functools import lru_cache
 from itertools import chain
 from operator import itemgetter
 
@@ -35,11 +36,23 @@ def sqlite_values(rows: list[dict], names: list[str]) -> list[tuple]:
     timed = [j for j, column in enumerate(columns) if any(issubclass(t, datetime) for t in set(map(type, column)))]
     if not timed:
         return result
-    formatted: dict[datetime, str] = {}
     for j in timed:
-        columns[j] = tuple(formatted.get(v) or formatted.setdefault(v, v.strftime("%Y-%m-%d %H:%M:%S.%f"))
-                           if isinstance(v, datetime) else v for v in columns[j])
+        columns[j] = tuple(map(_sqlite_time, columns[j]))
     return list(zip(*columns))
+
+
+def _format_time(value):
+    if isinstance(value, datetime):
+        if value.tzinfo is None:  # entries keep naive UTC: the C formatter gives SQLAlchemy's text
+            return value.isoformat(" ", "microseconds")
+        return "%04d-%02d-%02d %02d:%02d:%02d.%06d" % (value.year, value.month, value.day, value.hour,
+                                                       value.minute, value.second, value.microsecond)
+    return value
+
+
+# A batch's rows share a few times (the moment received, the failures' times): each is formatted
+# once, and the cache is looked up without running Python code.
+_sqlite_time = lru_cache(maxsize=4096)(_format_time)
 
 
 def _chunks(rows: list, width: int):
