@@ -180,13 +180,16 @@ def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups:
     keyed = [r for r in rows if r["original_stream"] and r["original_seq"] is not None]
     if not keyed:
         return rows
-    # Only entries made from an advisory alone can take a DLQ copy (a small partial index);
-    # one range query a source stream instead of a lookup a row.
-    ranges: dict[str, list[int]] = {}
+    # Only entries made from an advisory alone can take a DLQ copy (a small partial index): most
+    # batches meet none, which one look at that index says.
+    if conn.execute(select(Entry.id).where(Entry.dlq_seq.is_(None), Entry.original_stream.is_not(None))
+                    .limit(1)).first() is None:
+        return rows
+    # One range query a source stream instead of a lookup a row.
+    seqs: dict[str, list[int]] = {}
     for r in keyed:
-        low_high = ranges.setdefault(r["original_stream"], [r["original_seq"], r["original_seq"]])
-        low_high[0] = min(low_high[0], r["original_seq"])
-        low_high[1] = max(low_high[1], r["original_seq"])
+        seqs.setdefault(r["original_stream"], []).append(r["original_seq"])
+    ranges = {stream_name: (min(found), max(found)) for stream_name, found in seqs.items()}
     candidates = []
     for stream_name, (low, high) in ranges.items():
         candidates.extend(conn.execute(
