@@ -131,3 +131,25 @@ def test_the_writer_process_ends_when_the_dashboard_process_is_killed(tmp_path):
             f"w = WriterProcess('sqlite:///{tmp_path / 'dlq.db'}'); w._start(); "
             "print(w._proc.pid, flush=True); time.sleep(600)")
     support.assert_child_ends_with_its_parent(code, "writer")
+
+
+def test_a_batch_prepared_ahead_is_written_in_its_turn_and_one_that_cannot_be_read_is_refused_in_its_turn(
+        engine, database_url):
+    """The writer reads and parses the next batches while one commits: the answers still come in
+    the order of the calls, a batch that fails to be read fails alone, and what follows it is
+    refused by its position, never written past it."""
+    writer = WriterProcess(database_url)
+    try:
+        calls = [writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(1, 500), None),
+                 writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(501, 1000), 500),
+                 writer.submit("ingest_dlq_rows", "DLQ", "e1", [(1001, "dlq.x")], 1000),  # a row cut short
+                 writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(1002, 1100), 1001)]
+        assert [calls[0].result(30), calls[1].result(30)] == [500, 500]
+        with pytest.raises(WriterError, match="TypeError"):
+            calls[2].result(30)
+        with pytest.raises(WriterError, match="OutOfOrder: DLQ: the batch follows sequence 1001, the database is at 1000"):
+            calls[3].result(30)
+        assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(1001, 1100), 1000) == 100
+        assert entry_seqs(engine) == list(range(1, 1101)) and read_position(engine, "DLQ") == ("e1", 1100)
+    finally:
+        writer.close()
