@@ -63,7 +63,9 @@ def test_the_writer_process_commits_batches_in_order_and_a_killed_one_is_replace
         first = writer._proc.pid
         os.kill(first, signal.SIGKILL)
         support.wait_for(lambda: support.gone(first), message="the writer to die")
-        # The next call starts another writer; what was committed stays, nothing is stored twice.
+        # Known dead once its pipe has closed (its parent may reap it later): the next call
+        # starts another writer; what was committed stays, nothing is stored twice.
+        support.wait_for(writer._ended.is_set, message="the writer's pipe to close")
         assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(91, 110), 100) == 10
         assert writer._proc.pid != first
         assert entry_seqs(engine) == list(range(1, 111))

@@ -57,6 +57,7 @@ class WriterProcess:
         self._conn: Connection | None = None
         self._proc = None
         self._pending: deque[Future] = deque()  # the calls the current process has not answered
+        self._ended = threading.Event()  # set when the current process's pipe has closed
         self._lock = threading.Lock()
 
     def submit(self, name: str, *args: Any) -> Future:
@@ -65,7 +66,8 @@ class WriterProcess:
         from the committed position)."""
         future: Future = Future()
         with self._lock:
-            if self._proc is None or not self._proc.is_alive():
+            # A writer whose pipe has closed is gone, though its parent may not have reaped it yet.
+            if self._proc is None or self._ended.is_set() or not self._proc.is_alive():
                 if self._proc is not None:
                     log.warning("the mirror's writer process ended (exit code %s); starting another",
                                 self._proc.exitcode)
@@ -90,16 +92,17 @@ class WriterProcess:
                                         name=f"dlq-mirror-writer-{self.source}", daemon=True)
         self._proc.start()
         theirs.close()
-        self._conn, self._pending = ours, deque()
-        threading.Thread(target=self._read_replies, args=(ours, self._pending), name="mirror-writer-replies",
-                         daemon=True).start()
+        self._conn, self._pending, self._ended = ours, deque(), threading.Event()
+        threading.Thread(target=self._read_replies, args=(ours, self._pending, self._ended),
+                         name="mirror-writer-replies", daemon=True).start()
 
-    def _read_replies(self, conn: Connection, pending: deque[Future]) -> None:
+    def _read_replies(self, conn: Connection, pending: deque[Future], ended: threading.Event) -> None:
         # Replies come in the order of the calls: each settles the oldest pending future.
         while True:
             try:
                 status, value = conn.recv()
             except (EOFError, OSError):
+                ended.set()
                 with self._lock:
                     while pending:
                         _settle(pending.popleft(), exception=WriterError("the writer process ended"))
