@@ -133,6 +133,30 @@ def test_an_entry_with_a_pending_republish_or_a_running_jobs_item_waits(app):
 
 
 @pytest.mark.both_databases
+def test_a_purged_entry_leaves_no_intent_or_bulk_item_naming_it(app):
+    # No foreign key holds intents and bulk items to their entry (revision 0018): the purge
+    # itself takes them with it, and leaves the others' alone.
+    rt = runtime_of(app)
+    ids = [support.dead_letter(rt.engine, seq) for seq in (1, 2)]
+    for entry_id in ids:
+        close_entry(rt, entry_id, 1, actor="test")
+    age(rt.engine, ids[:1], 40)
+    now = utcnow()
+    with write_transaction(rt.engine) as conn:
+        job = conn.execute(insert(Job).values(action="close", actor="test", state="done", selection="{}",
+                                              created_at=now).returning(Job.id)).scalar_one()
+        for n, entry_id in enumerate(ids):
+            conn.execute(insert(Republish).values(entry_id=entry_id, version=1, msg_id=f"m-{n}",
+                                                  subject="orders.created", payload=b"{}", headers="{}",
+                                                  edited=False, state="published", actor="test", created_at=now))
+            conn.execute(insert(JobItem).values(job_id=job, entry_id=entry_id, version=1, state="done"))
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").total == 1
+    with rt.engine.connect() as conn:
+        assert conn.execute(select(Republish.entry_id)).scalars().all() == [ids[1]]
+        assert conn.execute(select(JobItem.entry_id)).scalars().all() == [ids[1]]
+
+
+@pytest.mark.both_databases
 def test_an_entry_is_aged_from_when_it_was_resolved_not_received(app):
     rt = runtime_of(app)
     entry = support.dead_letter(rt.engine, 1, stored_at=utcnow() - timedelta(days=90))
