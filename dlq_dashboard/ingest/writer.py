@@ -26,6 +26,7 @@ from ..db.engine import create_db_engine, dispose_quietly
 from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
 from . import writes
+from .search_index import SearchPass
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,9 @@ def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, 
     """The writer's loop: run each requested ingest function until told to stop or orphaned;
     ``alerts``, ``teams`` and ``source`` are what the writes apply (the process has no Settings)."""
     engine = create_db_engine(database_url)
+    # The search index is written behind the writes, by a thread of this process: its statements
+    # release the interpreter lock while they run, beside the next batch's parsing.
+    search = SearchPass(engine).start()
     # What exists now (modules, the engine) lives as long as the writer: the collector need not
     # walk it again at every full collection, which a batch's many new objects bring about.
     gc.freeze()
@@ -171,7 +175,9 @@ def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, 
                 conn.send(reply)
             except OSError:
                 return
+            search.poke()
     finally:
+        search.stop()
         dispose_quietly(engine)
 
 
