@@ -241,3 +241,31 @@ def test_a_database_upgraded_to_the_search_pass_keeps_every_entry_searchable(dat
         assert "search" not in columns
     finally:
         dispose_quietly(engine)
+
+
+def test_an_entry_committed_after_a_newer_one_is_still_indexed_on_postgresql(deferred, monkeypatch):
+    if deferred.dialect.name == "sqlite":
+        pytest.skip("SQLite's writers are serialised: ids commit in their order")
+    from dlq_dashboard.ingest import search_index
+
+    monkeypatch.setattr(search_index, "WRITERS_WAIT", 0.2)
+    slow = deferred.connect()
+    slow.begin()
+    # A writer that took its id first and commits last (another source's writer, an advisory).
+    slow.execute(text(
+        "INSERT INTO entries (status, version, dlq_stream, dlq_epoch, dlq_seq, original_subject, received_at, "
+        "headers, payload, payload_available, sources, notes, error) VALUES ('open', 1, 'OTHER', 'e1', 1, "
+        "'orders.created', :at, '{}', :payload, true, 'dlq', '[]', 'parcel late')"),
+        {"at": utcnow(), "payload": b"{}"})
+    try:
+        ingest_dlq_batch(deferred, "DLQ", "e1", messages(1, 3))
+        done = index_pending(deferred)  # the slow writer holds its lock: the position stays
+        assert done.entries == 3 and done.position == 0
+        assert found(deferred, "parcel") == [1, 2, 3]
+        slow.commit()
+    finally:
+        slow.close()
+    done = index_pending(deferred)
+    assert done.entries == 1 and done.position == max(entry_ids(deferred))
+    assert sorted(found(deferred, "parcel")) == [1, 1, 2, 3]  # the other stream's seq 1 too
+    assert_index_true(deferred)

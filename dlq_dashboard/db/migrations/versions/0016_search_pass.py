@@ -4,8 +4,9 @@
   index. Set to the newest entry here: an existing database's entries are all indexed already.
 - PostgreSQL: the search vector leaves ``entries`` for ``entry_search(entry_id, search)`` with
   the GIN index (the vectors of existing rows move with it), so the mirror's INSERT and every
-  UPDATE of an entry (a republish, a close, a bulk job) no longer compute ``to_tsvector``. A
-  trigger keeps an indexed entry's vector true when its subject, error or payload change.
+  UPDATE of an entry (a republish, a close, a bulk job) no longer compute ``to_tsvector``.
+  Triggers keep an indexed entry's vector true when its subject, error or payload change, and
+  remove it with the entry.
 - SQLite: the FTS5 table becomes an external-content one over the view ``entries_search_text``
   (it no longer stores a copy of the text) and is rebuilt from it. Its update and delete
   triggers touch only entries the pass has indexed already (a newer entry is indexed by the
@@ -52,13 +53,18 @@ def upgrade() -> None:
     op.execute("INSERT INTO search_position (name, last_id, updated_at) "
                "SELECT 'entries', COALESCE(MAX(id), 0), CURRENT_TIMESTAMP FROM entries")
     if bind.dialect.name == "postgresql":
-        op.execute("CREATE TABLE entry_search (entry_id bigint PRIMARY KEY REFERENCES entries (id) ON DELETE CASCADE, "
-                   "search tsvector NOT NULL)")
+        # No foreign key: its check, a lookup of the entry a row, was 10-20 µs of the server's CPU
+        # a row in the pass (bench/bench_search_pass.py); a removed entry's vector goes by trigger.
+        op.execute("CREATE TABLE entry_search (entry_id bigint PRIMARY KEY, search tsvector NOT NULL)")
         op.execute("INSERT INTO entry_search (entry_id, search) SELECT id, search FROM entries")
         op.execute("CREATE INDEX ix_entry_search_search ON entry_search USING gin (search)")
         op.execute("DROP INDEX ix_entries_search")
         op.execute("ALTER TABLE entries DROP COLUMN search")
         op.execute(_PG_TRIGGER)
+        op.execute("CREATE FUNCTION dlq_entry_search_delete() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                   "BEGIN DELETE FROM entry_search WHERE entry_id = OLD.id; RETURN NULL; END $$")
+        op.execute("CREATE TRIGGER entry_search_delete AFTER DELETE ON entries FOR EACH ROW "
+                   "EXECUTE FUNCTION dlq_entry_search_delete()")
         op.execute("CREATE TRIGGER entry_search_update AFTER UPDATE OF original_subject, error, payload, "
                    "payload_available ON entries FOR EACH ROW WHEN ("
                    "OLD.original_subject IS DISTINCT FROM NEW.original_subject OR OLD.error IS DISTINCT FROM NEW.error "
