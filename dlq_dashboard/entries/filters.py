@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable, ClassVar, Mapping
 
-from sqlalchemy import Engine, column, func, literal_column, or_, select, table, text
+from sqlalchemy import Engine, column, exists, func, literal_column, or_, select, table, text
 
 from dlq_consumer import headers as contract
 
@@ -144,7 +144,8 @@ def _search_condition(engine: Engine, q: str):
     if query is None:
         return literal_column("0") == 1
     config = literal_column(f"'{PG_SEARCH_CONFIG}'::regconfig")
-    return Entry.id.in_(select(_SEARCH.c.entry_id).where(_SEARCH.c.search.op("@@")(func.to_tsquery(config, query))))
+    # EXISTS, not IN: with the table analysed it plans as a semi-join either way, a little faster.
+    return exists().where(_SEARCH.c.entry_id == Entry.id, _SEARCH.c.search.op("@@")(func.to_tsquery(config, query)))
 
 
 # --- the filters, declared once ---------------------------------------------------------------
