@@ -312,6 +312,13 @@ def entry_count(engine) -> int:
         return conn.execute(select(func.count()).select_from(Entry)).scalar()
 
 
+def search_indexed(engine, timeout: float = 30) -> None:
+    """Wait for the search pass (ingest/search_index.py) to index every stored entry."""
+    from dlq_dashboard.ingest.search_index import search_lag
+
+    wait_for(lambda: search_lag(engine).pending == 0, timeout=timeout, message="the search pass to index the entries")
+
+
 def dead_letter_orders(app, url: str, payloads: list[bytes], *, subject: str = "orders.created",
                        headers: dict | None = None) -> list[int]:
     """Dead-letter ``payloads`` of ``subject`` into the DLQ through NATS, wait for the mirror,
@@ -322,6 +329,7 @@ def dead_letter_orders(app, url: str, payloads: list[bytes], *, subject: str = "
     run(publish_fast(url, f"dlq.{subject}", len(payloads), lambda i: (payloads[i], dict(base))))
     wait_for(lambda: entry_count(engine) >= before + len(payloads), timeout=30,
              message="the mirror to store the dead letters")
+    search_indexed(engine)
     with engine.connect() as conn:
         return list(conn.execute(select(Entry.id).order_by(Entry.id).offset(before)).scalars())
 

@@ -34,6 +34,7 @@ def dead_letter_and_wait(app, nats_server, messages: list[tuple[str, bytes, dict
     support.run(support.publish_many(nats_server.url, messages), timeout=30)
     support.wait_for(lambda: len(list(store.iter_entries(EntryFilter()))) >= before + len(messages), timeout=15,
                      message="the mirror to store the dead letters")
+    support.search_indexed(runtime_of(app).engine)  # the search pass runs behind the mirror
 
 
 def rows(page):

@@ -196,7 +196,8 @@ def test_with_one_source_the_banner_and_healthz_read_as_before(offline_app):
     banner = support.logged_in(offline_app, "viewer").get("/status/banner").get_data(as_text=True)
     assert "<strong>NATS is not reachable</strong>" in banner and "Source" not in banner
     body = offline_app.test_client().get("/healthz").get_json()
-    assert "sources" not in body and set(body) == {"status", "nats", "database", "mirror_lag", "mirror"}
+    assert "sources" not in body and set(body) == {"status", "nats", "database", "mirror_lag", "mirror",
+                                                                "search_lag"}
 
 
 def test_with_one_source_the_metrics_carry_no_source_label(offline_app):

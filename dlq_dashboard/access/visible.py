@@ -155,7 +155,7 @@ def page(reader: Reader, store: Store, flt: EntryFilter, fields: tuple[KeyField,
     found = store.list_entries(flt, mask=mask, payload_prefix=None if mask and mask.pointers or not rows
                                else ROW_PAYLOAD_BYTES)
     shown = [entry(reader, e) for e in _with_key_fields(reader, store, found.entries, fields)]
-    return Page(shown, found.next_cursor)
+    return Page(shown, found.next_cursor, found.search)
 
 
 def entries(reader: Reader, store: Store, flt: EntryFilter, fields: tuple[KeyField, ...] = (), *,

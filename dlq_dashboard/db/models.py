@@ -274,6 +274,17 @@ class MirrorState(Base):
     updated_at: Mapped[datetime | None] = mapped_column(DateTime)
 
 
+class SearchPosition(Base):
+    """How far the search pass has indexed entries (ingest/search_index.py): every entry with an
+    id up to ``last_id`` is in the full-text index; newer ones may not be yet. One row, ``entries``."""
+
+    __tablename__ = "search_position"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    last_id: Mapped[int] = mapped_column(BigInt, default=0)
+    updated_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
 class Lease(Base):
     """A named lease so that the mirror runs once per database, whatever the process count."""
 

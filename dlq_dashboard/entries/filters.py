@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable, ClassVar, Mapping
 
-from sqlalchemy import Engine, func, literal_column, or_, select, text
+from sqlalchemy import Engine, column, exists, func, literal_column, or_, select, table, text
 
 from dlq_consumer import headers as contract
 
@@ -26,6 +26,8 @@ from .scoping import like_escape, literal_prefix, scope_condition
 from .shape import STATUSES, STR
 
 GROUPS = FailureGroup.__table__
+# PostgreSQL's search vectors, a table beside the models (migration 0016).
+_SEARCH = table("entry_search", column("entry_id"), column("search"))
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
@@ -136,12 +138,14 @@ def _search_condition(engine: Engine, q: str):
             return literal_column("0") == 1
         return Entry.id.in_(select(literal_column("rowid")).select_from(text("entries_fts"))
                             .where(text("entries_fts MATCH :fts_q").bindparams(fts_q=match)))
-    # PostgreSQL: the GIN-indexed tsvector column the migration added beside the models.
+    # PostgreSQL: the GIN-indexed vectors of entry_search (migration 0016), beside the models,
+    # written by the search pass (ingest/search_index.py).
     query = tsquery(q)
     if query is None:
         return literal_column("0") == 1
     config = literal_column(f"'{PG_SEARCH_CONFIG}'::regconfig")
-    return literal_column("entries.search").op("@@")(func.to_tsquery(config, query))
+    # EXISTS, not IN: with the table analysed it plans as a semi-join either way, a little faster.
+    return exists().where(_SEARCH.c.entry_id == Entry.id, _SEARCH.c.search.op("@@")(func.to_tsquery(config, query)))
 
 
 # --- the filters, declared once ---------------------------------------------------------------

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, Select, and_, column, false, func, or_, select, t
 
 from ..db.engine import is_sqlite, read_transaction
 from ..db.models import Action, Entry, Event, FailureGroup, Republish
+from ..ingest.search_index import SearchLag, search_position
 from ..times import format_time
 from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value
@@ -83,6 +84,21 @@ class Store:
         viewer sees of them; see _list_seen. With ``payload_prefix``, each payload is read only
         that many bytes far, and ``payload_size`` tells its whole size (the list's snippets).
         """
+        page = self._list(flt, mask, payload_prefix)
+        if flt.q:
+            page.search = self.search_lag(flt)
+        return page
+
+    def search_lag(self, flt: EntryFilter, cap: int = 10_000) -> SearchLag:
+        """How far the search index covers: its position, and how many newer entries under the
+        filter's other conditions a search does not find yet (counted up to ``cap``)."""
+        with read_transaction(self.engine) as conn:
+            position = search_position(conn)
+            newer = select(Entry.id).where(Entry.id > position, *flt.conditions(self.engine, search=False))
+            pending = conn.execute(select(func.count()).select_from(newer.limit(cap + 1).subquery())).scalar_one()
+        return SearchLag(position, min(pending, cap), pending > cap)
+
+    def _list(self, flt: EntryFilter, mask: Mask | None, payload_prefix: int | None) -> Page:
         if mask and flt.q:
             return self._list_seen(flt, mask)
         columns = _prefix_columns(payload_prefix) if payload_prefix else ()

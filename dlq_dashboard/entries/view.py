@@ -141,10 +141,15 @@ _CONVERSIONS = tuple((_STORED.index(name), convert) for name, convert in (
 
 @dataclass
 class Page:
-    """One page of entries and the cursor of the next (None on the last page)."""
+    """One page of entries and the cursor of the next (None on the last page); for a search,
+    how far the search index covers (``search``: ingest/search_index.py SearchLag)."""
 
     entries: list[EntryView]
     next_cursor: str | None
+    search: Any = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"entries": [e.to_dict() for e in self.entries], "next_cursor": self.next_cursor}
+        answer = {"entries": [e.to_dict() for e in self.entries], "next_cursor": self.next_cursor}
+        if self.search is not None:
+            answer["search"] = self.search.to_dict()
+        return answer

@@ -27,6 +27,7 @@ from ..db.engine import create_db_engine, dispose_quietly
 from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
 from . import writes
+from .search_index import SearchPass
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,9 @@ def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, 
     interpreter lock go while a statement runs, so the two overlap. Requests are written, and
     answered, in the order they came."""
     engine = create_db_engine(database_url)
+    # The search index is written behind the writes, by a thread of this process: its statements
+    # release the interpreter lock while they run, beside the next batch's parsing.
+    search = SearchPass(engine).start()
     # What exists now (modules, the engine) lives as long as the writer: the collector need not
     # walk it again at every full collection, which a batch's many new objects bring about.
     gc.freeze()
@@ -184,7 +188,9 @@ def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, 
                 conn.send(reply)
             except OSError:
                 return
+            search.poke()
     finally:
+        search.stop()
         dispose_quietly(engine)
 
 

@@ -21,6 +21,7 @@ from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
 from ..times import utcnow
 from .grouping import error_group
+from .search_index import index_new_entries
 from .parse import H_NATS_MSG_ID, H_REPLAY_OF, Advisory, entry_from_dlq_message, normalize_headers
 
 ENTRIES = Entry.__table__
@@ -128,7 +129,7 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
         if rows:
             newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
             made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS, skip_duplicates=True)
-            index_new_entries(conn, newest)
+            index_new_entries(conn, newest)  # in the writer process the search pass does it, behind
             if made == len(rows):  # every row is a new entry: counted as they are
                 arrived = count_changes(conn, [Change(None, group_id, received_at, None, status, n) for
                                                (group_id, received_at, status), n in Counter(
@@ -160,17 +161,6 @@ def count_new_entries(conn: Connection, after_id: int) -> dict[int, int]:
 # The mirror's hot path: on SQLite one multi-row INSERT a chunk, which skips SQLAlchemy's
 # per-row parameter processing and gives the GIL up once a statement, not once a row.
 _COLUMNS = [c.name for c in ENTRIES.columns if c.name != "id"]
-
-
-def index_new_entries(conn: Connection, after_id: int) -> None:
-    """Add entries with an id above ``after_id`` to the full-text index (SQLite), in ``conn``'s
-    transaction. Every code path that inserts entries calls it."""
-    if conn.dialect.name != "sqlite":
-        return
-    conn.exec_driver_sql(
-        "INSERT INTO entries_fts(rowid, subject, error, payload) SELECT id, original_subject, error, "
-        "CASE WHEN payload_available THEN substr(CAST(payload AS TEXT), 1, 65536) END "
-        "FROM entries WHERE id > ?", (after_id,))
 
 
 def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: set[int] | None = None,

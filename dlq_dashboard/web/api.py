@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..accounts import session_via
 from ..db.liveness import DatabaseState, describe
 from ..ingest.progress import mirrored_streams
+from ..ingest.search_index import search_lag
 from ..ingest.writes import read_position
 from ..nats.bridge import NatsUnavailable
 from ..redaction import scrub
@@ -104,7 +105,13 @@ def health() -> tuple[dict, int]:
     main = reports[rt.main_source]
     ok = database["connected"] and all(report["status"] == "ok" for report in reports.values())
     body = {"status": "ok" if ok else "degraded", "nats": main["nats"], "database": database,
-            "mirror_lag": main["mirror_lag"], "mirror": main["mirror"]}
+            "mirror_lag": main["mirror_lag"], "mirror": main["mirror"], "search_lag": None}
+    if database["connected"]:
+        # Search lags the list by design (ingest/search_index.py): told, not a degradation.
+        try:
+            body["search_lag"] = search_lag(rt.engine).to_dict()
+        except SQLAlchemyError:
+            pass
     if len(feeds) > 1:
         body["sources"] = reports
     return body, 200 if ok else 503

@@ -24,6 +24,7 @@ from ..actions.purge import purged_totals
 from ..alerts.sender import outbox_summary
 from ..db.engine import read_transaction
 from ..db.models import Entry, FailureGroup, Job, MirrorState, Republish
+from ..ingest.search_index import search_lag
 from ..runtime import Runtime
 from ..times import utcnow
 from . import current_runtime
@@ -189,6 +190,11 @@ class DashboardCollector(Collector):
         for status, count in sorted(purged.items()):
             purged_family.add_metric([status], count)
         yield purged_family
+
+        search = GaugeMetricFamily("dlq_search_lag_entries", "Entries the search index does not cover yet "
+                                   "(the search pass runs behind the mirror), counted up to 10,000.")
+        search.add_metric([], search_lag(self.runtime.engine).pending)
+        yield search
 
         size_family = GaugeMetricFamily("dlq_database_size_bytes", "The size of the database (SQLite: its pages; "
                                         "PostgreSQL: pg_database_size).")

@@ -29,6 +29,11 @@ bp = Blueprint("openapi", __name__)
 
 INT64_MAX = 2**63 - 1
 NOTE = {**STR, "maxLength": NOTE_MAX, "description": f"At most {NOTE_MAX} characters; a longer note is a 400."}
+# The search index is written behind the mirror (ingest/search_index.py SearchLag).
+SEARCH_LAG = {"type": "object", "required": ["indexed_through", "not_indexed", "more"], "description": (
+    "With q: how far the search index covers. Entries newer than indexed_through (not_indexed of them under the "
+    "other filters, counted up to 10,000; more: there are more) are not found by a search yet."),
+    "properties": {"indexed_through": INT, "not_indexed": INT, "more": BOOL}}
 
 SCHEMAS: dict[str, dict] = {
     "Error": {
@@ -71,7 +76,8 @@ SCHEMAS: dict[str, dict] = {
             "description": "With DLQ_LIST_FIELDS: each key field (label -> its value as text, or null where the "
                            "payload has none; \"•••\" where DLQ_MASK hides it from a viewer)."}}}]}},
                        "next_cursor": {**_nullable(STR),
-                                       "description": "Pass as cursor for the next page; null on the last."}},
+                                       "description": "Pass as cursor for the next page; null on the last."},
+                       "search": SEARCH_LAG},
     },
     "Group": {
         "type": "object",
@@ -256,6 +262,8 @@ SCHEMAS: dict[str, dict] = {
                         "behind_since": {**_nullable(STR), "format": "date-time",
                                          "description": "Since when the oldest message not yet mirrored waits."}}}}}},
             "sources": openapi_sources.HEALTH_SOURCES,
+            "search_lag": {**_nullable(SEARCH_LAG), "description": "How far the search index covers, over every "
+                           "entry; null while the database does not answer. Lagging is not a degradation."},
         },
     },
 }
