@@ -84,11 +84,11 @@ def test_write_transactions_take_the_write_lock_at_their_start(tmp_path):
 @pytest.mark.both_databases
 def test_migrate_brings_an_empty_database_to_the_newest_revision_once(database_url):
     engine = create_db_engine(database_url)
-    assert revisions() == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0009", "0010", "0011", "0012", "0014", "0015"]
-    assert migrate(engine) == head() == "0015"
-    assert migrate(engine) == "0015"
+    assert revisions() == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0009", "0010", "0011", "0012", "0014", "0015", "0017"]
+    assert migrate(engine) == head() == "0017"
+    assert migrate(engine) == "0017"
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0015"]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0017"]
     engine.dispose()
 
 
