@@ -196,7 +196,7 @@ def run(options, postgres) -> int:
 
         def new_database() -> str:
             if postgres is not None:
-                return postgres.create_database()
+                return postgres.create_database(migrated=True)
             url = f"sqlite:///{workdir}/ingest-{next(counter)}.sqlite3"
             engine = create_db_engine(url)
             migrate(engine)

@@ -26,7 +26,7 @@ from .store import MASKED_SEARCH_SCAN, Store
 BOUND = 100_000
 #: The most matches of a search its counts and chart are made from: a search may match every
 #: entry, and its summary answers in bounded time at any size (the newest matches, read once).
-SEARCH_BOUND = 10_000
+SEARCH_BOUND = 5_000
 # The filters the kept counts hold; any other one (stream, consumer, q, since, until) needs the entries.
 _KEPT = {f.name for f in FILTERS if f.kept}
 # How SQLAlchemy stores a DateTime in SQLite.
@@ -212,20 +212,21 @@ class Tallies:
     # --- the entries themselves, bounded ---------------------------------------------------------
 
     def _sampled(self, flt: EntryFilter) -> bool:
-        """A search (not a viewer's, whose matches are read again as masked: _newest): counted
-        from its newest SEARCH_BOUND matches, read once for the counts, the range and the chart."""
-        return bool(flt.q) and not self.mask
+        """A filter the kept counts do not hold (but a viewer's search, whose matches are read
+        again as masked: _newest): its summary is made from its newest matches, SEARCH_BOUND for
+        a search and BOUND for another, read once for the counts, the range and the chart."""
+        return not served_by_kept_counts(flt) and not (self.mask and flt.q)
 
     def _search_matches(self, flt: EntryFilter) -> tuple[list[tuple[str, datetime]], Tally]:
-        """(status, received_at) of the newest SEARCH_BOUND matches of ``flt`` (its status aside),
-        newest first, and whether they are all of them; one query for a whole summary."""
+        """(status, received_at) of the newest matches of ``flt`` (its status aside), newest
+        first, and whether they are all of them; one query for a whole summary."""
         others = replace(flt, status=None, cursor=None)
         if others not in self._searched:
-            query = self.store.select_entries(others, Entry.status, Entry.received_at).limit(SEARCH_BOUND + 1)
+            bound = SEARCH_BOUND if others.q else BOUND
+            query = self.store.select_entries(others, Entry.status, Entry.received_at).limit(bound + 1)
             with read_transaction(self.engine) as conn:
                 rows = [(status, as_time(at)) for status, at in conn.execute(query)]
-            self._searched[others] = (rows[:SEARCH_BOUND],
-                                      Tally(kept=False, whole=len(rows) <= SEARCH_BOUND, bound=SEARCH_BOUND))
+            self._searched[others] = (rows[:bound], Tally(kept=False, whole=len(rows) <= bound, bound=bound))
         return self._searched[others]
 
     def _search_times(self, flt: EntryFilter) -> list[datetime | None]:

@@ -34,7 +34,7 @@ DESK_SCHEMAS: dict[str, dict] = {
                        "description": "Entries by status under the filters (their status aside)."},
             "total": {**INT, "description": "The counts added up."},
             "exact": {**BOOL, "description": ("False when the numbers are an estimate: a search (q) counts its "
-                                              "newest 10,000 matches, another filter the kept counts do not hold "
+                                              "newest 5,000 matches, another filter the kept counts do not hold "
                                               "its newest 100,000; more matched, so each number is at least "
                                               "what it says.")},
             "bound": {**_nullable(INT), "description": "The most matches counted when exact is false, else null."},
