@@ -102,6 +102,22 @@ def _fill(conn: Connection, field_id: int, pointer: str, *where) -> None:
     conn.execute(_insert_ignoring(conn, query))
 
 
+def _fill_postgresql(conn: Connection, fields: list[tuple[int, str]], where: str, params: dict) -> None:
+    # One statement for every field: each payload is read as JSON once (checked, then cast), not
+    # once a field; the value is value_expression's (the same CASE, then #>> a field).
+    pairs = ", ".join(f"(%(f{i})s, d.doc #>> %(p{i})s::text[])" for i in range(len(fields)))
+    for i, (field_id, pointer) in enumerate(fields):
+        params[f"f{i}"], params[f"p{i}"] = field_id, list(parse_pointer(pointer))
+    conn.exec_driver_sql(
+        "INSERT INTO entry_fields (field_id, value, entry_id) SELECT f.field_id, f.value, d.id FROM ("
+        "SELECT id, CASE WHEN position('\\x00'::bytea in payload) > 0 THEN NULL "
+        "WHEN pg_input_is_valid(convert_from(payload, 'LATIN1'), 'jsonb') "
+        "THEN convert_from(payload, 'LATIN1')::jsonb END AS doc "
+        f"FROM entries WHERE {where}) d CROSS JOIN LATERAL (VALUES {pairs}) AS f(field_id, value) "
+        f"WHERE d.doc IS NOT NULL AND f.value IS NOT NULL AND length(f.value) <= {MAX_VALUE} "
+        "ON CONFLICT DO NOTHING", params)
+
+
 def _configured(conn: Connection, *, exclusive: bool = False) -> list:
     if conn.dialect.name != "sqlite":
         lock = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
@@ -119,9 +135,14 @@ def fill_key_fields(conn: Connection, after_id: int | None = None, *, ids: list[
         if not ids:
             return
         conn.execute(ENTRY_FIELDS.delete().where(ENTRY_FIELDS.c.entry_id.in_(ids)))
-        where = ENTRIES.c.id.in_(ids)
-    else:
-        where = ENTRIES.c.id > after_id
+    if not fields:
+        return
+    if conn.dialect.name != "sqlite":
+        where, params = ("id = ANY(%(ids)s)", {"ids": list(ids)}) if ids is not None else \
+            ("id > %(after)s", {"after": after_id})
+        _fill_postgresql(conn, [(f.id, f.pointer) for f in fields], where, params)
+        return
+    where = ENTRIES.c.id.in_(ids) if ids is not None else ENTRIES.c.id > after_id
     for field_id, _, pointer, _ in fields:
         _fill(conn, field_id, pointer, where)
 
