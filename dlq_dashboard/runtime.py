@@ -26,6 +26,7 @@ from .entries.schemas import SchemaRegistry
 from .entries.fields import check_database
 from .entries.store import Store
 from .files import private_folder, write_private
+from .ingest.key_fields import KeyFieldBackfill
 from .ingest.mirror import Mirror
 from .nats.bridge import Bridge
 from .nats.bundled import BundledServer
@@ -78,6 +79,8 @@ class Runtime:
     retention: RetentionSchedule | None = None
     # Opens ignored groups again when their time comes, on the replica that mirrors.
     reopening: ReopenSchedule | None = None
+    # Records DLQ_LIST_FIELDS and fills the key fields of older entries, on the replica that mirrors.
+    key_fields: KeyFieldBackfill | None = None
     jobs: JobRunner = field(init=False)
     # Each source's parts, in DLQ_CONFIG's order; the first is also ``streams``, ``bridge`` and
     # ``mirror`` above (what a page about "the" NATS connection, the CLI and the schedules use).
@@ -141,6 +144,7 @@ class Runtime:
         first = self.feeds[self.main_source]
         self.bridge, self.mirror = first.bridge, first.mirror
         if mirror:
+            self.key_fields = KeyFieldBackfill(self.engine, self.settings.list_fields).start()
             # The purge runs where the mirror runs: one replica, beside the writes it could slow.
             self.retention = RetentionSchedule(self, lambda: self.mirror is not None and self.mirror.leader).start()
             self.reopening = ReopenSchedule(self.engine, AlertRule.from_settings(self.settings),
@@ -180,6 +184,8 @@ class Runtime:
             self.retention.stop()
         if self.reopening is not None:
             self.reopening.stop()
+        if self.key_fields is not None:
+            self.key_fields.stop()
         for feed in self.feeds.values():  # rt.bridge and rt.mirror are the first feed's
             if feed.bridge is not None:
                 feed.bridge.stop()

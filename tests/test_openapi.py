@@ -139,6 +139,11 @@ def test_real_responses_match_the_document(api):
     call("get", "/api/groups", 200, query={"status": "open", "subject": "orders.*", "limit": 5})
     call("get", "/api/groups", 400, query={"since": "yesterday"})
     call("get", "/api/groups", 401, role=None)
+    summary = call("get", "/api/summary", 200).json()
+    assert summary["exact"] is True and summary["total"] == len(ids) + 1
+    call("get", "/api/summary", 200, query={"q": "order", "status": "open"})
+    call("get", "/api/summary", 400, query={"since": "yesterday"})
+    call("get", "/api/summary", 401, role=None)
     call("get", "/api/groups", 200, query={"state": "open,investigating", "assignee": "me", "team": "orders"})
     call("get", "/api/groups", 400, query={"state": "asleep"})
     group = {"group_id": groups[0]["id"]}

@@ -454,3 +454,36 @@ class SavedView(Base):
 
     __table_args__ = (UniqueConstraint("owner", "page", "name", name="uq_saved_views_owner_page_name"),
                       Index("ix_saved_views_shared", "shared"))
+
+
+class KeyFieldState(Base):
+    """A key field (DLQ_LIST_FIELDS) as the database stores its values (ingest/key_fields.py):
+    its label and pointer, and ``pending_below``: the entries with an id at or below it are not
+    yet filled (the backfill lowers it to 0); entries written after it were filled as they were
+    written. A label whose pointer changed, or that is no longer configured, is ``retired``: its
+    values are deleted in batches, then the row."""
+
+    __tablename__ = "key_fields"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    label: Mapped[str] = mapped_column(String(255))
+    pointer: Mapped[str] = mapped_column(String(1024))
+    pending_below: Mapped[int] = mapped_column(BigInt, default=0)
+    retired: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class EntryField(Base):
+    """One key field's value in one entry's payload, as entries/fields.py reads it: the list's
+    ``field.<label>`` filter finds its entries in this key instead of reading every payload."""
+
+    __tablename__ = "entry_fields"
+
+    field_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[str] = mapped_column(String(256), primary_key=True)
+    entry_id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+
+    # The key is the filter's lookup (field, value) in entry order; the entry_id index serves a
+    # merged payload's refill and the trigger (migration 0017) that deletes a deleted entry's values.
+    # A trigger, not a foreign key: a key checks every insert (a third of the mirror's cost of a
+    # key field, measured), the trigger runs only when entries are deleted.
+    __table_args__ = (Index("ix_entry_fields_entry", "entry_id"), {"sqlite_with_rowid": False})

@@ -11,21 +11,21 @@ expression for the column and for the filter, so what a row shows is what a filt
   both spellings of its value.
 
 A payload that is not JSON, or holds nothing at the pointer, has no value there (NULL); no
-payload makes a query fail. Strings compare as they are, numbers and booleans as JSON writes them.
+payload makes a query fail. The values are stored at ingest (ingest/key_fields.py), and the
+filter looks them up there, reading the payload only of entries not filled yet. Strings compare as they are, numbers and booleans as JSON writes them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, case, cast, func, literal, literal_column, or_
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy import Engine, func, or_, select, union_all
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.types import Text
 
 from ..config import ConfigError
 from ..db.engine import is_sqlite
 from ..db.models import Entry
+from ..ingest.key_fields import ENTRY_FIELDS, KEY_FIELDS, MAX_VALUE, pending_condition, value_expression
 from ..masking import Mask, parse_pointer
 
 
@@ -48,24 +48,13 @@ class KeyField:
 
 #: Filter parameters of key fields are ``field.<label>=<value>``.
 FIELD_PREFIX = "field."
+#: The pending_below of a field not recorded in key_fields: every entry is read from its payload.
+UNRECORDED = 2**62
 
 
 def key_fields(configured: tuple[tuple[str, str], ...]) -> tuple[KeyField, ...]:
     """The key fields of ``settings.list_fields`` (label, pointer), in their configured order."""
     return tuple(KeyField(label, pointer) for label, pointer in configured)
-
-
-def _sqlite_paths(tokens: tuple[str, ...]) -> list[str]:
-    """SQLite JSON paths for a pointer: a numeric token is an array index first, a key second."""
-    def path(as_index: bool) -> str:
-        parts = []
-        for token in tokens:
-            if as_index and token.isascii() and token.isdigit():
-                parts.append(f"[{int(token)}]")
-            else:
-                parts.append(f'."{token}"')  # config refuses a token holding '"' or '\'
-        return "$" + "".join(parts)
-    return list(dict.fromkeys([path(True), path(False)]))
 
 
 def check_database(engine: Engine, configured: tuple[tuple[str, str], ...]) -> None:
@@ -86,32 +75,38 @@ def check_database(engine: Engine, configured: tuple[tuple[str, str], ...]) -> N
                           f"{'.'.join(map(str, version))}): unset it, or upgrade the server")
 
 
-def field_expression(engine: Engine, field: KeyField):
+def field_expression(engine: Engine, field: KeyField, payload=Entry.payload):
     """The field's value as text (NULL where the payload has none), for a SELECT or a WHERE."""
-    if is_sqlite(engine):
-        text = cast(Entry.payload, Text)
-        values = []
-        for path in _sqlite_paths(field.tokens):
-            kind = func.json_type(text, path)
-            # json_extract gives 1 and 0 for true and false; PostgreSQL and JSON say true and false.
-            values.append(case((kind == "true", literal("true")), (kind == "false", literal("false")),
-                               (kind == "null", None), else_=cast(func.json_extract(text, path), Text)))
-        value = values[0] if len(values) == 1 else func.coalesce(*values)
-        return case((func.json_valid(text) == 1, value), else_=None)
-    text = func.convert_from(Entry.payload, literal_column("'LATIN1'"))
-    value = cast(text, JSONB).op("#>>", return_type=Text)(literal(list(field.tokens), ARRAY(Text)))
-    # CASE tries its conditions in order (AND does not): no conversion of a payload with a NUL
-    # byte (text cannot hold one), no cast of one that is not JSON.
-    has_nul = literal_column("position('\\x00'::bytea in entries.payload)") > 0
-    return case((has_nul, None), (func.pg_input_is_valid(text, literal_column("'jsonb'")), value), else_=None)
+    return value_expression(is_sqlite(engine), field.tokens, payload)
+
+
+def _spellings(engine: Engine, value: str) -> list[str]:
+    return [value] if is_sqlite(engine) else list(dict.fromkeys([value, as_latin1(value)]))
+
+
+def payload_condition(engine: Engine, field: KeyField, value: str, payload=Entry.payload):
+    """Entries whose payload has ``value`` at the field's pointer, read from the payload."""
+    expression = field_expression(engine, field, payload)
+    spellings = _spellings(engine, value)
+    return expression == spellings[0] if len(spellings) == 1 else or_(*(expression == s for s in spellings))
 
 
 def field_condition(engine: Engine, field: KeyField, value: str):
-    """Entries whose field's value is ``value``."""
-    expression = field_expression(engine, field)
-    if is_sqlite(engine):
-        return expression == value
-    return or_(expression == value, expression == as_latin1(value))
+    """Entries whose field's value is ``value``: those entry_fields holds it for
+    (ingest/key_fields.py), and those it has not filled yet (an id at or below the field's
+    ``pending_below``, every entry while the field is not recorded) whose payload has it."""
+    spellings = _spellings(engine, value)
+    if any(len(s) > MAX_VALUE for s in spellings):  # never stored: read from the payloads
+        return payload_condition(engine, field, value)
+    recorded = pending_condition(field.label, field.pointer)
+    stored = select(ENTRY_FIELDS.c.entry_id).where(
+        ENTRY_FIELDS.c.field_id == select(KEY_FIELDS.c.id).where(recorded).scalar_subquery(),
+        ENTRY_FIELDS.c.value.in_(spellings))
+    unfilled = Entry.__table__.alias("unfilled")
+    below = func.coalesce(select(KEY_FIELDS.c.pending_below).where(recorded).scalar_subquery(), UNRECORDED)
+    pending = select(unfilled.c.id).where(unfilled.c.id <= below,
+                                          payload_condition(engine, field, value, unfilled.c.payload))
+    return Entry.id.in_(union_all(stored, pending))
 
 
 def as_latin1(value: str) -> str:

@@ -5,6 +5,7 @@ themselves, the newest BOUND of them at most, and the answer says so."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -23,6 +24,9 @@ from .store import MASKED_SEARCH_SCAN, Store
 
 #: The most matching entries counted when the kept counts cannot answer a filter.
 BOUND = 100_000
+#: The most matches of a search its counts and chart are made from: a search may match every
+#: entry, and its summary answers in bounded time at any size (the newest matches, read once).
+SEARCH_BOUND = 5_000
 # The filters the kept counts hold; any other one (stream, consumer, q, since, until) needs the entries.
 _KEPT = {f.name for f in FILTERS if f.kept}
 # How SQLAlchemy stores a DateTime in SQLite.
@@ -37,6 +41,12 @@ class Tally:
     kept: bool
     whole: bool = True
     bound: int = BOUND  # the most entries counted when not from the kept counts
+
+    @property
+    def exact(self) -> bool:
+        """Whether the numbers are every matching entry's (False: of the newest ``bound`` only,
+        so each is at least what it says)."""
+        return self.kept or self.whole
 
 
 KEPT = Tally(kept=True)
@@ -55,6 +65,7 @@ class Tallies:
 
     def __init__(self, store: Store, mask: Mask | None = None, scopes: tuple[Scope, ...] | None = None):
         self.store, self.engine, self.mask, self.scopes = store, store.engine, mask, scopes
+        self._searched: dict[EntryFilter, tuple[list[tuple[str, datetime]], Tally]] = {}
 
     def _scoped(self, flt: EntryFilter) -> EntryFilter:
         return flt if self.scopes is None else replace(flt, scopes=self.scopes)
@@ -130,6 +141,10 @@ class Tallies:
             with read_transaction(self.engine) as conn:
                 row = conn.execute(select(*sums).where(and_(True, *others.group_conditions()))).one()
             return {status: int(n) for status, n in zip(STATUSES, row)}, KEPT
+        if self._sampled(others):
+            found, tally = self._search_matches(others)
+            counted = Counter(status for status, _ in found)
+            return {status: counted.get(status, 0) for status in STATUSES}, tally
         newest, tally = self._newest(others)
         with read_transaction(self.engine) as conn:
             rows = dict(conn.execute(select(Entry.status, func.count()).where(Entry.id.in_(newest))
@@ -144,6 +159,9 @@ class Tallies:
         if served_by_kept_counts(flt):
             query = select(func.min(GROUPS.c.first_seen), func.max(GROUPS.c.last_seen)).where(
                 _count_column(flt.status) > 0, *flt.group_conditions())
+        elif self._sampled(flt):
+            times = [at for at in self._search_times(flt) if at is not None]
+            return (min(times), max(times)) if times else (None, None)
         else:
             newest, _ = self._newest(flt)
             query = select(func.min(Entry.received_at), func.max(Entry.received_at)).where(Entry.id.in_(newest))
@@ -171,6 +189,12 @@ class Tallies:
             if flt.status:
                 query = query.where(ARRIVALS.c.status == flt.status)
             tally = KEPT
+        elif self._sampled(flt):
+            for at in self._search_times(flt):
+                index = int((at - bounds[0]) / size) if at is not None and at >= bounds[0] else -1
+                if 0 <= index < len(totals) and at < bounds[-1]:
+                    totals[index] += 1
+            return totals, self._search_matches(replace(flt, status=None))[1]
         else:
             newest, tally = self._newest(flt)
             query = (select(_minute(self.engine).label("minute"), func.count())
@@ -186,6 +210,28 @@ class Tallies:
         return totals, tally
 
     # --- the entries themselves, bounded ---------------------------------------------------------
+
+    def _sampled(self, flt: EntryFilter) -> bool:
+        """A filter the kept counts do not hold (but a viewer's search, whose matches are read
+        again as masked: _newest): its summary is made from its newest matches, SEARCH_BOUND for
+        a search and BOUND for another, read once for the counts, the range and the chart."""
+        return not served_by_kept_counts(flt) and not (self.mask and flt.q)
+
+    def _search_matches(self, flt: EntryFilter) -> tuple[list[tuple[str, datetime]], Tally]:
+        """(status, received_at) of the newest matches of ``flt`` (its status aside), newest
+        first, and whether they are all of them; one query for a whole summary."""
+        others = replace(flt, status=None, cursor=None)
+        if others not in self._searched:
+            bound = SEARCH_BOUND if others.q else BOUND
+            query = self.store.select_entries(others, Entry.status, Entry.received_at).limit(bound + 1)
+            with read_transaction(self.engine) as conn:
+                rows = [(status, as_time(at)) for status, at in conn.execute(query)]
+            self._searched[others] = (rows[:bound], Tally(kept=False, whole=len(rows) <= bound, bound=bound))
+        return self._searched[others]
+
+    def _search_times(self, flt: EntryFilter) -> list[datetime | None]:
+        found, _ = self._search_matches(flt)
+        return [at for status, at in found if flt.status is None or status == flt.status]
 
     def _newest(self, flt: EntryFilter) -> tuple[Select | list[int], Tally]:
         """The ids of the newest BOUND entries under the filter, and whether that is all of them."""

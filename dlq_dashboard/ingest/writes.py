@@ -21,6 +21,7 @@ from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
 from ..times import utcnow
 from .grouping import error_group
+from .key_fields import fill_key_fields
 from .search_index import index_new_entries
 from .parse import H_NATS_MSG_ID, H_REPLAY_OF, Advisory, entry_from_dlq_message, normalize_headers
 
@@ -130,6 +131,7 @@ def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[Str
             newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
             made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS, skip_duplicates=True)
             index_new_entries(conn, newest)  # in the writer process the search pass does it, behind
+            fill_key_fields(conn, newest)
             if made == len(rows):  # every row is a new entry: counted as they are
                 arrived = count_changes(conn, [Change(None, group_id, received_at, None, status, n) for
                                                (group_id, received_at, status), n in Counter(
@@ -216,6 +218,7 @@ def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups:
     for match, values, group in merged:
         conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id)
                      .values(**values, group_id=ids[group], version=ENTRIES.c.version + 1))
+    fill_key_fields(conn, ids=[match.id for match, _, _ in merged])  # their payload is the DLQ copy's
     count_changes(conn, [Change(match.group_id, ids[group], match.received_at, match.status, match.status)
                          for match, _, group in merged])
     return remaining
@@ -317,5 +320,6 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
         payload_available=fetched is not None, replay_of=replay_of, sources="advisory",
         notes=json.dumps(notes), updated_at=now))
     index_new_entries(conn, newest)
+    fill_key_fields(conn, newest)
     arrived.update(count_new_entries(conn, newest))
     return 1

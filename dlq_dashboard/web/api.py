@@ -20,7 +20,8 @@ from ..scopes import Grant
 from ..times import format_time, utcnow
 from . import current_runtime
 from .auth import Identity, current_identity, requires
-from .data import entries_page, entry_detail, failure_groups
+from ..access import visible
+from .data import current_reader, entries_page, entry_detail, failure_groups, request_filter
 
 bp = Blueprint("api", __name__)
 # The longest /healthz waits for the stream's answer (seconds).
@@ -52,6 +53,22 @@ def list_groups():
     each with the filter of /api/entries that lists exactly its entries."""
     answer = failure_groups(request.args)
     return jsonify(groups=[g.to_dict(answer.base) for g in answer.groups], exact=answer.tally.whole)
+
+
+@bp.route("/api/summary")
+@requires("viewer")
+def list_summary():
+    """The list's summary as JSON: entries by status under the list's filters (their status
+    aside), the first and last received, and whether the numbers are exact (a search's are of
+    its newest matches only, beyond a bound: an estimate, each number at least what it says)."""
+    flt = request_filter(request.args)
+    tallies = visible.tallies(current_reader(), current_runtime().store)
+    counts, tally = tallies.counts_by_status(flt)
+    first, last = tallies.received_range(flt)
+    return jsonify(counts=counts, total=sum(counts.values()), exact=tally.exact,
+                   bound=None if tally.exact else tally.bound,
+                   first_received=format_time(first) if first else None,
+                   last_received=format_time(last) if last else None)
 
 
 @bp.route("/api/me")

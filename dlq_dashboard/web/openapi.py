@@ -344,6 +344,11 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                               {"type": "integer", "minimum": 1, "maximum": 1000})],
         "responses": {"200": _json(_ref("GroupList"), "The groups, largest first."), **_errors(400, 401, 403)},
     },
+    ("get", "/api/summary"): {
+        "operationId": "summarizeEntries", "tags": ["entries"], "parameters": list(FILTER_PARAMETERS),
+        "summary": "Entries by status under the filters of GET /api/entries (the list's counts); exact or an estimate",
+        "responses": {"200": _json(_ref("Summary"), "The counts."), **_errors(400, 401, 403)},
+    },
     **openapi_groups.operations(_json, _errors, _query, _path_id),
     ("get", "/api/entries/{entry_id}"): {
         "operationId": "getEntry", "tags": ["entries"], "summary": "One entry with its history and actions",

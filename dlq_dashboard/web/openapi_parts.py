@@ -27,6 +27,20 @@ def query(name: str, description: str, schema: dict | None = None) -> dict:
 _json, _errors, _query = json_answer, errors, query
 
 DESK_SCHEMAS: dict[str, dict] = {
+    "Summary": {
+        "type": "object", "required": ["counts", "total", "exact", "bound", "first_received", "last_received"],
+        "properties": {
+            "counts": {"type": "object", "additionalProperties": INT,
+                       "description": "Entries by status under the filters (their status aside)."},
+            "total": {**INT, "description": "The counts added up."},
+            "exact": {**BOOL, "description": ("False when the numbers are an estimate: a search (q) counts its "
+                                              "newest 5,000 matches, another filter the kept counts do not hold "
+                                              "its newest 100,000; more matched, so each number is at least "
+                                              "what it says.")},
+            "bound": {**_nullable(INT), "description": "The most matches counted when exact is false, else null."},
+            "first_received": _nullable(TIME), "last_received": _nullable(TIME),
+        },
+    },
     "RepairSelection": {
         "type": "object",
         "description": "Entries chosen either by ids or by filter, as POST /api/bulk takes them.",

@@ -10,7 +10,7 @@ jobs, and room in job_items' pages for their items' results.
   index holds it) is written beside the row, without a new entry in each of its indexes.
 
 Revision ID: 0018
-Revises: 0015
+Revises: 0017
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018"
-down_revision = "0015"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

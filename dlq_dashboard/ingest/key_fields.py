@@ -1,0 +1,250 @@
+"""Key fields (DLQ_LIST_FIELDS) stored where they can be indexed: entry_fields holds (field,
+value, entry) for every entry whose payload has a value at a key field's pointer, so the list's
+``field.<label>`` filter and its summary look values up instead of reading every payload.
+
+- Each configured label and pointer is a row of key_fields (``record_key_fields``, when the
+  dashboard's mirror starts). Entries are filled as they are written, in the writing
+  transaction, by one INSERT ... SELECT a field a batch (``fill_key_fields``: every path that
+  inserts entries calls it beside ``index_new_entries``, and a payload that changes is filled
+  again). The value is the expression entries/fields.py shows and filters by, so what is stored
+  is what a filter of the payload would find.
+- A label added, or its pointer changed, leaves the entries written before it unfilled:
+  ``pending_below`` is the highest id not filled, lowered to 0 by ``backfill_step`` a bounded
+  batch at a time (``KeyFieldBackfill``, a thread beside the mirror). Until then the filter reads
+  the payloads of the entries not filled yet (entries/fields.py ``field_condition``), so its
+  answers are the same before, during and after the backfill.
+- A label dropped or re-pointed is retired: its values are deleted in batches, then its row.
+
+Payloads that are not JSON, or have nothing at the pointer, store nothing; a value longer than
+MAX_VALUE is not stored either (a filter by such a value reads the payloads).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from sqlalchemy import Connection, Engine, and_, case, cast, false, func, insert, literal, literal_column, select, update
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.types import Text
+
+from ..db.engine import write_transaction
+from ..db.models import Entry, EntryField, KeyFieldState
+from ..masking import parse_pointer
+
+log = logging.getLogger(__name__)
+
+ENTRIES = Entry.__table__
+KEY_FIELDS = KeyFieldState.__table__
+ENTRY_FIELDS = EntryField.__table__
+#: The longest value stored (characters); a longer one is found by reading the payloads.
+MAX_VALUE = 256
+#: Entries filled or values deleted in one backfill transaction.
+BACKFILL_BATCH = 5_000
+# One lock key for "the key fields' configuration" (PostgreSQL advisory locks): an insert path
+# holds it shared while it reads the configuration and fills, a change of the configuration
+# exclusively, so no transaction fills by a configuration older than the pending_below it sees.
+_LOCK = 0x6B6579
+
+# --- the value of a pointer, as SQL -------------------------------------------------------------
+
+
+def sqlite_paths(tokens: tuple[str, ...]) -> list[str]:
+    """SQLite JSON paths for a pointer: a numeric token is an array index first, a key second."""
+    def path(as_index: bool) -> str:
+        parts = []
+        for token in tokens:
+            if as_index and token.isascii() and token.isdigit():
+                parts.append(f"[{int(token)}]")
+            else:
+                parts.append(f'."{token}"')  # config refuses a token holding '"' or '\'
+        return "$" + "".join(parts)
+    return list(dict.fromkeys([path(True), path(False)]))
+
+
+def value_expression(sqlite: bool, tokens: tuple[str, ...], payload=ENTRIES.c.payload):
+    """The value at ``tokens`` of ``payload`` as text (NULL where it has none): on SQLite
+    ``json_extract``, on PostgreSQL the bytes read as LATIN-1 and ``::jsonb #>>`` (entries/fields.py
+    says why)."""
+    if sqlite:
+        text = cast(payload, Text)
+        values = []
+        for path in sqlite_paths(tokens):
+            # json_extract gives 1 and 0 for true and false; PostgreSQL and JSON say true and false.
+            # CASE <json_type> WHEN ...: the type is read once (CASE WHEN kind = ... reads it thrice).
+            values.append(case({"true": literal("true"), "false": literal("false"), "null": None},
+                               value=func.json_type(text, path), else_=cast(func.json_extract(text, path), Text)))
+        value = values[0] if len(values) == 1 else func.coalesce(*values)
+        return case((func.json_valid(text) == 1, value), else_=None)
+    text = func.convert_from(payload, literal_column("'LATIN1'"))
+    value = cast(text, JSONB).op("#>>", return_type=Text)(literal(list(tokens), ARRAY(Text)))
+    # CASE tries its conditions in order (AND does not): no conversion of a payload with a NUL
+    # byte (text cannot hold one), no cast of one that is not JSON.
+    has_nul = literal_column(f"position('\\x00'::bytea in {payload.table.name}.{payload.name})") > 0
+    return case((has_nul, None), (func.pg_input_is_valid(text, literal_column("'jsonb'")), value), else_=None)
+
+
+# --- filling -----------------------------------------------------------------------------------
+
+def _insert_ignoring(conn: Connection, query):
+    columns = ["field_id", "value", "entry_id"]
+    if conn.dialect.name == "sqlite":
+        return insert(ENTRY_FIELDS).prefix_with("OR IGNORE").from_select(columns, query)
+    return postgresql.insert(ENTRY_FIELDS).from_select(columns, query).on_conflict_do_nothing()
+
+
+def _fill(conn: Connection, field_id: int, pointer: str, *where) -> None:
+    value = value_expression(conn.dialect.name == "sqlite", parse_pointer(pointer)).label("value")
+    found = select(ENTRIES.c.id, value).where(*where).subquery()
+    query = select(literal(field_id), found.c.value, found.c.id).where(
+        found.c.value.is_not(None), func.length(found.c.value) <= MAX_VALUE)
+    conn.execute(_insert_ignoring(conn, query))
+
+
+def _fill_postgresql(conn: Connection, fields: list[tuple[int, str]], where: str, params: dict) -> None:
+    # One statement for every field: each payload is read as JSON once (checked, then cast), not
+    # once a field; the value is value_expression's (the same CASE, then #>> a field).
+    pairs = ", ".join(f"(%(f{i})s, d.doc #>> %(p{i})s::text[])" for i in range(len(fields)))
+    for i, (field_id, pointer) in enumerate(fields):
+        params[f"f{i}"], params[f"p{i}"] = field_id, list(parse_pointer(pointer))
+    conn.exec_driver_sql(
+        "INSERT INTO entry_fields (field_id, value, entry_id) SELECT f.field_id, f.value, d.id FROM ("
+        "SELECT id, CASE WHEN position('\\x00'::bytea in payload) > 0 THEN NULL "
+        "WHEN pg_input_is_valid(convert_from(payload, 'LATIN1'), 'jsonb') "
+        "THEN convert_from(payload, 'LATIN1')::jsonb END AS doc "
+        f"FROM entries WHERE {where}) d CROSS JOIN LATERAL (VALUES {pairs}) AS f(field_id, value) "
+        f"WHERE d.doc IS NOT NULL AND f.value IS NOT NULL AND length(f.value) <= {MAX_VALUE} "
+        "ON CONFLICT DO NOTHING", params)
+
+
+def _configured(conn: Connection, *, exclusive: bool = False) -> list:
+    if conn.dialect.name != "sqlite":
+        lock = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        conn.exec_driver_sql(f"SELECT {lock}({_LOCK})")
+    return conn.execute(select(KEY_FIELDS.c.id, KEY_FIELDS.c.label, KEY_FIELDS.c.pointer,
+                               KEY_FIELDS.c.pending_below).where(KEY_FIELDS.c.retired == false())).all()
+
+
+def fill_key_fields(conn: Connection, after_id: int | None = None, *, ids: list[int] | None = None) -> None:
+    """Store the key fields of the entries with an id above ``after_id`` (or of ``ids``, whose
+    payload changed: their old values go first), in ``conn``'s transaction. Every code path that
+    inserts entries calls it; without key fields recorded it costs one small query."""
+    fields = _configured(conn)
+    if ids is not None:
+        if not ids:
+            return
+        conn.execute(ENTRY_FIELDS.delete().where(ENTRY_FIELDS.c.entry_id.in_(ids)))
+    if not fields:
+        return
+    if conn.dialect.name != "sqlite":
+        where, params = ("id = ANY(%(ids)s)", {"ids": list(ids)}) if ids is not None else \
+            ("id > %(after)s", {"after": after_id})
+        _fill_postgresql(conn, [(f.id, f.pointer) for f in fields], where, params)
+        return
+    where = ENTRIES.c.id.in_(ids) if ids is not None else ENTRIES.c.id > after_id
+    for field_id, _, pointer, _ in fields:
+        _fill(conn, field_id, pointer, where)
+
+
+# --- the configuration and the backfill ----------------------------------------------------------
+
+def record_key_fields(engine: Engine, configured: tuple[tuple[str, str], ...]) -> None:
+    """Make key_fields say ``configured`` (settings.list_fields: label, pointer): a new label, or
+    one whose pointer changed, is filled from now on and waits for the backfill for the entries
+    stored before; a label no longer configured (or its old pointer) is retired."""
+    wanted = dict(configured)
+    with write_transaction(engine) as conn:
+        kept = set()
+        for field_id, label, pointer, _ in _configured(conn, exclusive=True):
+            if wanted.get(label) == pointer and (label, pointer) not in kept:
+                kept.add((label, pointer))
+            else:
+                conn.execute(update(KEY_FIELDS).where(KEY_FIELDS.c.id == field_id).values(retired=True))
+        top = conn.execute(select(func.coalesce(func.max(ENTRIES.c.id), 0))).scalar()
+        for label, pointer in configured:
+            if (label, pointer) not in kept:
+                conn.execute(insert(KEY_FIELDS).values(label=label, pointer=pointer, pending_below=top, retired=False))
+                log.info("key field %s (%s): filling the %s entries stored before it in the background",
+                         label, pointer, "older" if top else "no")
+
+
+def backfill_step(engine: Engine, batch: int = BACKFILL_BATCH) -> bool:
+    """One bounded transaction of the backfill: delete up to ``batch`` values of a retired
+    field, or fill up to ``batch`` entries of a field below its ``pending_below``. Returns
+    whether there was work (False: every field is filled and nothing retired is left)."""
+    with write_transaction(engine) as conn:
+        retired = conn.execute(select(KEY_FIELDS.c.id).where(KEY_FIELDS.c.retired == True)  # noqa: E712
+                               .limit(1)).scalar()
+        if retired is not None:
+            chunk = select(ENTRY_FIELDS.c.entry_id).where(ENTRY_FIELDS.c.field_id == retired).limit(batch)
+            gone = conn.execute(ENTRY_FIELDS.delete().where(ENTRY_FIELDS.c.field_id == retired,
+                                                            ENTRY_FIELDS.c.entry_id.in_(chunk))).rowcount
+            if not gone:
+                conn.execute(KEY_FIELDS.delete().where(KEY_FIELDS.c.id == retired))
+            return True
+        pending = [f for f in _configured(conn) if f.pending_below > 0]
+        if not pending:
+            return False
+        field_id, _, pointer, below = max(pending, key=lambda f: f.pending_below)
+        low = max(below - batch, 0)
+        _fill(conn, field_id, pointer, ENTRIES.c.id > low, ENTRIES.c.id <= below)
+        conn.execute(update(KEY_FIELDS).where(KEY_FIELDS.c.id == field_id, KEY_FIELDS.c.pending_below == below)
+                     .values(pending_below=low))
+        return True
+
+
+def backfill(engine: Engine, batch: int = BACKFILL_BATCH) -> int:
+    """Run the backfill to its end (the benchmark, the tests); returns its transactions."""
+    steps = 0
+    while backfill_step(engine, batch):
+        steps += 1
+    return steps
+
+
+class KeyFieldBackfill:
+    """The key fields' thread beside the mirror: it records ``configured`` (settings.list_fields),
+    then runs the backfill, a step, a pause for the mirror's writes, the next, until nothing is
+    left; a failed attempt is tried again after a while (logged once a failure). Entries the
+    mirror writes before the configuration is recorded are below the ``pending_below`` it
+    records, so the backfill fills them. Started and stopped with the runtime."""
+
+    def __init__(self, engine: Engine, configured: tuple[tuple[str, str], ...], *, pause: float = 0.05,
+                 retry: float = 10.0):
+        self.engine, self.configured, self.pause, self.retry = engine, configured, pause, retry
+        self._recorded = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "KeyFieldBackfill":
+        self._thread = threading.Thread(target=self._run, name="key-field-backfill", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def done(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self._recorded:
+                    record_key_fields(self.engine, self.configured)
+                    self._recorded = True
+                if not backfill_step(self.engine):
+                    return
+            except Exception as exc:  # the database away: the next attempt carries on
+                log.warning("filling key fields failed (%s); trying again in %.0f s", exc, self.retry)
+                self._stop.wait(self.retry)
+                continue
+            self._stop.wait(self.pause)
+
+
+def pending_condition(label: str, pointer: str):
+    """The key_fields row of (label, pointer) as the filter reads it: configured, not retired."""
+    return and_(KEY_FIELDS.c.label == label, KEY_FIELDS.c.pointer == pointer, KEY_FIELDS.c.retired == false())

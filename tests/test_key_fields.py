@@ -1,0 +1,212 @@
+"""Key fields stored at ingest (ingest/key_fields.py): the values written with the entries, the
+field filter answering from them exactly as from the payloads, the backfill after DLQ_LIST_FIELDS
+changes (the answers right before, during and after it), a changed payload filled again, and a
+deleted entry's values gone with it; on both databases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import delete, select
+
+from dlq_dashboard.db.models import Entry, EntryField, KeyFieldState
+from dlq_dashboard.entries.fields import KeyField, field_expression, key_fields, payload_condition, shown_value
+from dlq_dashboard.entries.filters import EntryFilter
+from dlq_dashboard.ingest.key_fields import (KeyFieldBackfill, MAX_VALUE, backfill, backfill_step, record_key_fields)
+from dlq_dashboard.ingest.parse import Advisory
+from dlq_dashboard.ingest.writes import ingest_advisory_batch
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
+
+from . import support
+
+pytestmark = pytest.mark.both_databases
+
+FIELDS = (("Customer", "/customer/id"), ("sku", "/items/0/sku"), ("paid", "/paid"), ("n", "/n"))
+
+PAYLOADS = [
+    {"customer": {"id": "C-42"}, "items": [{"sku": "A-1"}], "paid": True, "n": 1},
+    {"customer": {"id": "C-7"}, "items": [], "paid": False, "n": 2.5},
+    {"customer": {"id": "Zoë"}, "items": [{"sku": "A-1"}], "paid": None},
+    {"customer": {"id": 42}, "items": {"0": {"sku": "key-not-index"}}},
+    {"customer": {"id": {"deep": 1}}, "n": [1, 2]},
+    {"customer": {"id": "x" * (MAX_VALUE + 5)}},
+    {"customer": {"id": "C-42"}, "n": 1},
+]
+RAW = [b"not json at all", b"\xff\xfe\x00\x01" * 10, b'{"customer": \x00{"id": "C-42"}}', b"",
+       '{"customer": {"id": "C\\u002d42"}}'.encode()]
+
+
+def _store(app) -> list[int]:
+    ids = []
+    for seq, payload in enumerate([json.dumps(p, ensure_ascii=False).encode() for p in PAYLOADS] + RAW, start=1):
+        ids.append(support.dead_letter(app, seq, payload=payload, Dlq_Reason="fatal"))
+    return ids
+
+
+def stored(engine) -> set[tuple[str, str, int]]:
+    """entry_fields as (label, value, entry id), of the fields configured now."""
+    kf, ef = KeyFieldState.__table__, EntryField.__table__
+    with engine.connect() as conn:
+        return {tuple(r) for r in conn.execute(select(kf.c.label, ef.c.value, ef.c.entry_id)
+                                               .join(kf, kf.c.id == ef.c.field_id).where(kf.c.retired == False))}  # noqa: E712
+
+
+def from_payloads(engine, fields: tuple[KeyField, ...]) -> set[tuple[str, str, int]]:
+    """What the payloads hold at each field, read as the list reads them (raw, as stored)."""
+    found = set()
+    with engine.connect() as conn:
+        for f in fields:
+            for entry_id, value in conn.execute(select(Entry.id, field_expression(engine, f))):
+                if value is not None and len(value) <= MAX_VALUE:
+                    found.add((f.label, value, entry_id))
+    return found
+
+
+def filtered_ids(rt, field: KeyField, value: str) -> list[int]:
+    flt = EntryFilter(field_values=((field, value),))
+    with rt.engine.connect() as conn:
+        return list(conn.execute(rt.store.select_entries(flt, Entry.id)).scalars())
+
+
+def payload_ids(rt, field: KeyField, value: str) -> list[int]:
+    with rt.engine.connect() as conn:
+        return list(conn.execute(select(Entry.id).where(payload_condition(rt.engine, field, value))
+                                 .order_by(Entry.id.desc())).scalars())
+
+
+def candidate_values(rt, fields) -> list[tuple[KeyField, str]]:
+    """Every value the payloads hold at each field, as a person types it, and some they do not."""
+    with rt.engine.connect() as conn:
+        seen = {(f, shown_value(rt.engine, v)) for f in fields
+                for v in conn.execute(select(field_expression(rt.engine, f))).scalars() if v is not None}
+    return sorted(seen | {(f, v) for f in fields for v in ("C-4", "nope", "true", "1", "x" * (MAX_VALUE + 5))},
+                  key=lambda fv: (fv[0].label, fv[1]))
+
+
+def assert_filters_match_payloads(rt, fields) -> None:
+    for field, value in candidate_values(rt, fields):
+        assert filtered_ids(rt, field, value) == payload_ids(rt, field, value), (field.label, value)
+
+
+def test_key_fields_are_stored_at_ingest_as_the_payload_reads(make_app, database_url):
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, FIELDS)
+    _store(app)
+    fields = key_fields(FIELDS)
+    assert stored(rt.engine) == from_payloads(rt.engine, fields)
+    labels = {(label, value) for label, value, _ in stored(rt.engine)}
+    assert {("Customer", "C-42"), ("Customer", "42"), ("paid", "true"), ("paid", "false"), ("n", "2.5"),
+            ("sku", "A-1")} <= labels
+    assert not any(label == "paid" and value is None for label, value in labels)  # JSON null: no value
+    assert_filters_match_payloads(rt, fields)
+    # The escaped spelling is the same value.
+    assert len(filtered_ids(rt, fields[0], "C-42")) == 3
+
+
+def test_nothing_is_stored_without_key_fields_recorded(make_app, database_url):
+    app = make_app(list_fields=FIELDS)
+    _store(app)
+    rt = runtime_of(app)
+    assert stored(rt.engine) == set()
+    assert_filters_match_payloads(rt, key_fields(FIELDS))  # read from the payloads, as before
+
+
+def test_the_filter_is_answered_from_the_stored_values(make_app, database_url):
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, FIELDS)
+    ids = _store(app)
+    # A value put in entry_fields by hand (never in a payload) is found: the filter reads the key.
+    field_id = next(f for f in _fields(rt.engine) if f.label == "sku").id
+    with rt.engine.begin() as conn:
+        conn.execute(EntryField.__table__.insert().values(field_id=field_id, value="only-stored", entry_id=ids[0]))
+    assert filtered_ids(rt, key_fields(FIELDS)[1], "only-stored") == [ids[0]]
+
+
+def _fields(engine):
+    with engine.connect() as conn:
+        return conn.execute(select(KeyFieldState.__table__)).all()
+
+
+def test_a_changed_configuration_is_backfilled_and_the_answers_stay_right_throughout(make_app, database_url):
+    old = (("Customer", "/customer/name"), ("sku", "/items/0/sku"), ("gone", "/n"))
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, old)
+    _store(app)
+    assert {label for label, _, _ in stored(rt.engine)} == {"sku", "gone"}
+    # Customer re-pointed, gone dropped, paid and n added; sku kept as it is.
+    record_key_fields(rt.engine, FIELDS)
+    fields = key_fields(FIELDS)
+    more = support.dead_letter(app, 100, payload=json.dumps(PAYLOADS[0]).encode(), Dlq_Reason="fatal")
+    assert ("Customer", "C-42", more) in stored(rt.engine)  # filled as it was written
+    by_label = {f.label: f for f in _fields(rt.engine) if not f.retired}
+    assert by_label["sku"].pending_below == 0 and by_label["Customer"].pending_below == more - 1
+    assert {f.label for f in _fields(rt.engine) if f.retired} == {"Customer", "gone"}
+    assert_filters_match_payloads(rt, fields)  # nothing older filled yet: read from the payloads
+    assert backfill_step(rt.engine, batch=3)  # part of the way
+    assert_filters_match_payloads(rt, fields)
+    assert backfill(rt.engine, batch=3) > 0
+    assert not backfill_step(rt.engine)
+    assert all(f.pending_below == 0 and not f.retired for f in _fields(rt.engine))
+    assert {f.label for f in _fields(rt.engine)} == {label for label, _ in FIELDS}
+    assert stored(rt.engine) == from_payloads(rt.engine, fields)
+    assert_filters_match_payloads(rt, fields)
+    with rt.engine.connect() as conn:  # the retired fields' values are gone
+        kept_ids = {f.id for f in _fields(rt.engine)}
+        assert set(conn.execute(select(EntryField.field_id).distinct()).scalars()) <= kept_ids
+
+
+def test_the_backfill_thread_records_the_configuration_and_fills_older_entries(make_app, database_url):
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    _store(app)
+    backfiller = KeyFieldBackfill(rt.engine, FIELDS, pause=0.0).start()
+    try:
+        support.wait_for(lambda: backfiller.done, message="the backfill to end")
+    finally:
+        backfiller.stop()
+    assert stored(rt.engine) == from_payloads(rt.engine, key_fields(FIELDS))
+
+
+def test_a_payload_merged_into_an_advisory_entry_is_filled_again(make_app, database_url):
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, FIELDS)
+    advisory = Advisory(kind="max_deliveries", id="a-1", at=utcnow(), stream="ORDERS", consumer="billing",
+                        stream_seq=7, deliveries=3, reason=None, raw={})
+    ingest_advisory_batch(rt.engine, "DLQ_ADVISORIES", "e1", [(advisory, None, "gone")], 1)
+    merged = support.dead_letter(app, 1, payload=json.dumps(PAYLOADS[1]).encode(), Dlq_Reason="fatal",
+                                 Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="7", Dlq_Consumer="billing")
+    with rt.engine.connect() as conn:
+        assert conn.execute(select(Entry.sources).where(Entry.id == merged)).scalar() == "dlq,advisory"
+    assert ("Customer", "C-7", merged) in stored(rt.engine)
+    assert filtered_ids(rt, key_fields(FIELDS)[0], "C-7") == [merged]
+
+
+def test_a_deleted_entry_takes_its_values_with_it(make_app, database_url):
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, FIELDS)
+    ids = _store(app)
+    with rt.engine.begin() as conn:
+        conn.execute(delete(Entry.__table__).where(Entry.id == ids[0]))
+    assert not any(entry_id == ids[0] for _, _, entry_id in stored(rt.engine))
+    assert stored(rt.engine) == from_payloads(rt.engine, key_fields(FIELDS))
+
+
+@pytest.mark.parametrize("query", ["field.Customer=C-42", "field.Customer=C-42&status=open", "field.sku=A-1",
+                                   "field.Customer=nope"])
+def test_the_summary_and_the_list_of_a_key_field_agree_with_the_payloads(make_app, database_url, query):
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, FIELDS)
+    _store(app)
+    client = support.logged_in(app, "operator")
+    listed = client.get(f"/api/entries?{query}&limit=500").get_json()["entries"]
+    summary = client.get(f"/api/summary?{query}").get_json()
+    assert summary["exact"] is True
+    assert summary["total"] == sum(summary["counts"].values()) == len(listed)
