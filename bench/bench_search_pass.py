@@ -96,8 +96,8 @@ def main() -> None:
             from tests.postgres import PostgresServer
             postgres = PostgresServer().start()
         try:
-            print(f"| database | mode | writer CPU µs/row | server CPU µs/row | wall µs/row | pass CPU µs/row "
-                  f"| pass server CPU µs/row |")
+            print("| database | mode | writer CPU µs/row | server CPU µs/row | wall µs/row | pass CPU µs/row "
+                  "| pass server CPU µs/row |")
             print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
             for mode in modes:
                 url = postgres.create_database() if postgres else f"sqlite:///{folder}/{mode}.sqlite3"

@@ -269,3 +269,14 @@ def test_an_entry_committed_after_a_newer_one_is_still_indexed_on_postgresql(def
     assert done.entries == 1 and done.position == max(entry_ids(deferred))
     assert sorted(found(deferred, "parcel")) == [1, 1, 2, 3]  # the other stream's seq 1 too
     assert_index_true(deferred)
+
+
+def test_entries_left_to_the_pass_are_indexed_once_the_mirror_starts_though_nothing_new_arrives(
+        deferred, make_app, database_url):
+    """The writer process (and its pass) starts as the mirror takes its lease, not at its first
+    write: what a stop left unindexed is found without waiting for the next dead letter."""
+    ingest_dlq_batch(deferred, "DLQ", "e1", messages(1, 5))
+    assert search_lag(deferred).pending == 5
+    make_app(online=True)
+    support.wait_for(lambda: search_lag(deferred).pending == 0, timeout=30, message="the pass to catch up")
+    assert found(deferred, "parcel") == entry_ids(deferred)

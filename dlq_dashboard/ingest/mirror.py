@@ -150,6 +150,7 @@ class Mirror:
                     held = self.leader
                 if held and not followers:
                     log.info("this process mirrors %s of source %s", ", ".join(self.progress), self.source)
+                    await self._db(self._process.ensure_running)
                     followers = [asyncio.create_task(self._follow_forever(self.settings.dlq_stream,
                                                                           self._prepare_dlq))]
                     if self.settings.capture_advisories:

@@ -67,13 +67,7 @@ class WriterProcess:
         from the committed position)."""
         future: Future = Future()
         with self._lock:
-            # A writer whose pipe has closed is gone, though its parent may not have reaped it yet.
-            if self._proc is None or self._ended.is_set() or not self._proc.is_alive():
-                if self._proc is not None:
-                    log.warning("the mirror's writer process ended (exit code %s); starting another",
-                                self._proc.exitcode)
-                    self._stop_process()
-                self._start()
+            self._ensure_running()
             try:
                 self._conn.send((name, args))
             except OSError as exc:
@@ -81,6 +75,21 @@ class WriterProcess:
                 return future
             self._pending.append(future)
         return future
+
+    def ensure_running(self) -> None:
+        """Start the writer process unless it runs: its search pass catches up at once, though
+        nothing new arrives (the mirror calls it when it takes its lease)."""
+        with self._lock:
+            self._ensure_running()
+
+    def _ensure_running(self) -> None:
+        # A writer whose pipe has closed is gone, though its parent may not have reaped it yet.
+        if self._proc is None or self._ended.is_set() or not self._proc.is_alive():
+            if self._proc is not None:
+                log.warning("the mirror's writer process ended (exit code %s); starting another",
+                            self._proc.exitcode)
+                self._stop_process()
+            self._start()
 
     def call(self, name: str, *args: Any) -> Any:
         """Run ingest function ``name`` in the writer and return its result."""
