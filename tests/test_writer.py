@@ -13,7 +13,7 @@ from sqlalchemy import select
 from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
 from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Entry
-from dlq_dashboard.ingest.writer import WriterError, WriterProcess
+from dlq_dashboard.ingest.writer import WRITER_NICENESS, WriterError, WriterProcess
 from dlq_dashboard.ingest.writes import OutOfOrder, StreamMessage, ingest_dlq_batch, read_position
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
@@ -131,3 +131,14 @@ def test_the_writer_process_ends_when_the_dashboard_process_is_killed(tmp_path):
             f"w = WriterProcess('sqlite:///{tmp_path / 'dlq.db'}'); w._start(); "
             "print(w._proc.pid, flush=True); time.sleep(600)")
     support.assert_child_ends_with_its_parent(code, "writer")
+
+
+def test_the_writer_process_runs_at_a_lower_cpu_priority_than_the_dashboard(engine, database_url):
+    # While a backlog drains the writer keeps a CPU busy: a page's request must get it first.
+    writer = WriterProcess(database_url)
+    try:
+        assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(1, 1), 0) == 1  # serve() is running
+        expected = min(os.getpriority(os.PRIO_PROCESS, 0) + WRITER_NICENESS, 19)
+        assert os.getpriority(os.PRIO_PROCESS, writer._proc.pid) == expected > os.getpriority(os.PRIO_PROCESS, 0)
+    finally:
+        writer.close()
