@@ -127,6 +127,7 @@ def serve(args: argparse.Namespace) -> int:
                     ", ".join(unused), "is" if len(unused) == 1 else "are")
 
     sys.setswitchinterval(SWITCH_INTERVAL)
+    import gc
     import waitress
 
     from ..accounts import ensure_first_admin
@@ -163,6 +164,9 @@ def serve(args: argparse.Namespace) -> int:
             demo = Demo(runtime).start()
             if demo.login:
                 logins.append(f"Demo operator login: {demo.login[0]} / {demo.login[1]}  (shown once)")
+        # What the start made (modules, the app, its templates) lives as long as the process: a
+        # full collection need not walk it again, and one stops every thread while it runs.
+        gc.freeze()
         server = waitress.create_server(application, host=args.host, port=args.port, threads=args.threads)
         print(f"DLQ Dashboard at http://{args.host}:{server.effective_port}", flush=True)
         if logins:
