@@ -13,7 +13,7 @@ from sqlalchemy import select
 from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
 from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Entry
-from dlq_dashboard.ingest.writer import WriterError, WriterProcess
+from dlq_dashboard.ingest.writer import WRITER_NICENESS, WriterError, WriterProcess
 from dlq_dashboard.ingest.writes import OutOfOrder, StreamMessage, ingest_dlq_batch, read_position
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
@@ -135,11 +135,10 @@ def test_the_writer_process_ends_when_the_dashboard_process_is_killed(tmp_path):
     support.assert_child_ends_with_its_parent(code, "writer")
 
 
-def test_a_batch_prepared_ahead_is_written_in_its_turn_and_one_that_cannot_be_read_is_refused_in_its_turn(
+def test_a_batch_that_cannot_be_read_fails_alone_and_what_follows_it_is_refused_by_its_position(
         engine, database_url):
-    """The writer reads and parses the next batches while one commits: the answers still come in
-    the order of the calls, a batch that fails to be read fails alone, and what follows it is
-    refused by its position, never written past it."""
+    """Batches in flight are answered in the order of the calls: one that fails to be read fails
+    alone, and the one sent behind it is refused by its position, never written past it."""
     writer = WriterProcess(database_url)
     try:
         calls = [writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(1, 500), None),
@@ -153,5 +152,16 @@ def test_a_batch_prepared_ahead_is_written_in_its_turn_and_one_that_cannot_be_re
             calls[3].result(30)
         assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(1001, 1100), 1000) == 100
         assert entry_seqs(engine) == list(range(1, 1101)) and read_position(engine, "DLQ") == ("e1", 1100)
+    finally:
+        writer.close()
+
+
+def test_the_writer_process_runs_at_a_lower_cpu_priority_than_the_dashboard(engine, database_url):
+    # While a backlog drains the writer keeps a CPU busy: a page's request must get it first.
+    writer = WriterProcess(database_url)
+    try:
+        assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(1, 1), 0) == 1  # serve() is running
+        expected = min(os.getpriority(os.PRIO_PROCESS, 0) + WRITER_NICENESS, 19)
+        assert os.getpriority(os.PRIO_PROCESS, writer._proc.pid) == expected > os.getpriority(os.PRIO_PROCESS, 0)
     finally:
         writer.close()

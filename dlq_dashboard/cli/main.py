@@ -30,6 +30,13 @@ ADMIN_COMMANDS = ("users", "tokens", "entries", "purge")
 #: Below debug, the libraries' chatter (Alembic's paragraph per migration revision) is left
 #: out, so a start prints one line per thing that matters.
 CHATTY = ("alembic",)
+#: The interpreter's switch interval while the dashboard serves, in seconds (Python's default is
+#: 5 ms). While a backlog drains, the bridge's thread has Python work without pause; a request's
+#: thread that let the interpreter lock go for a query or a socket write waits up to one
+#: interval to take it back, and a page does that dozens of times (docs/PERFORMANCE.md,
+#: "Readers while the mirror drains"). Switching costs the receiving thread little: it is
+#: asked to let go only while another thread waits.
+SWITCH_INTERVAL = 0.0005
 
 
 def configure_logging(environ=None) -> None:
@@ -119,6 +126,8 @@ def serve(args: argparse.Namespace) -> int:
         log.warning("DLQ_CONFIG names the sources, so %s %s not used (each source's keys in the file are)",
                     ", ".join(unused), "is" if len(unused) == 1 else "are")
 
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    import gc
     import waitress
 
     from ..accounts import ensure_first_admin
@@ -155,6 +164,9 @@ def serve(args: argparse.Namespace) -> int:
             demo = Demo(runtime).start()
             if demo.login:
                 logins.append(f"Demo operator login: {demo.login[0]} / {demo.login[1]}  (shown once)")
+        # What the start made (modules, the app, its templates) lives as long as the process: a
+        # full collection need not walk it again, and one stops every thread while it runs.
+        gc.freeze()
         server = waitress.create_server(application, host=args.host, port=args.port, threads=args.threads)
         print(f"DLQ Dashboard at http://{args.host}:{server.effective_port}", flush=True)
         if logins:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import logging
 import multiprocessing
-import queue
+import os
 import threading
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
@@ -30,6 +30,14 @@ from . import writes
 from .search_index import SearchPass
 
 log = logging.getLogger(__name__)
+
+#: How much lower than the dashboard's the writer's CPU priority is (os.nice). While a backlog
+#: drains, the writer keeps a CPU busy; a page's request, in the dashboard's process, then gets
+#: the CPU first instead of waiting in the run queue behind it (docs/PERFORMANCE.md, "Readers
+#: while the mirror drains"). The writer still takes every cycle the requests leave. At 10 a
+#: ninth of the dashboard's weight when both want a CPU; at 5 (a third) the pages still waited
+#: in the run queue two to three times longer than after the catch-up.
+WRITER_NICENESS = 10
 
 
 class WriterError(RuntimeError):
@@ -145,14 +153,11 @@ class WriterProcess:
         self._proc, self._conn = None, None
 
 
-def _messages(rows: list[tuple]) -> list[writes.StreamMessage]:
-    # Plain tuples cross the pipe: pickling them costs a fraction of pickling dataclasses.
-    return [writes.StreamMessage(*row) for row in rows]
-
-
 def _ingest_dlq_rows(engine, alerts: AlertRule | None, teams: tuple[Team, ...], source: str, stream: str,
-                     epoch: str, rows: list[tuple], after: int | None = None, prepared: list[dict] | None = None) -> int:
-    return writes.ingest_dlq_batch(engine, stream, epoch, _messages(rows), after, alerts, teams, source, prepared)
+                     epoch: str, rows: list[tuple], after: int | None = None) -> int:
+    # Plain tuples cross the pipe: pickling them costs a fraction of pickling dataclasses.
+    return writes.ingest_dlq_batch(engine, stream, epoch, [writes.StreamMessage(*row) for row in rows], after,
+                                   alerts, teams, source)
 
 
 def _ingest_advisory_batch(engine, alerts: AlertRule | None, teams: tuple[Team, ...], source: str, stream: str,
@@ -161,19 +166,13 @@ def _ingest_advisory_batch(engine, alerts: AlertRule | None, teams: tuple[Team, 
 
 
 FUNCTIONS = {"ingest_dlq_rows": _ingest_dlq_rows, "ingest_advisory_batch": _ingest_advisory_batch}
-# Requests received and prepared ahead of the one being written (each a batch: bounded memory).
-PREPARED_AHEAD = 2
 
 
 def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, teams: tuple[Team, ...] = (),
           source: str = DEFAULT_SOURCE) -> None:
     """The writer's loop: run each requested ingest function until told to stop or orphaned;
-    ``alerts``, ``teams`` and ``source`` are what the writes apply (the process has no Settings).
-
-    A thread receives the requests and prepares each DLQ batch (unpickling and parsing, no
-    database) while this one writes the batch before: the sqlite3 and psycopg drivers let the
-    interpreter lock go while a statement runs, so the two overlap. Requests are written, and
-    answered, in the order they came."""
+    ``alerts``, ``teams`` and ``source`` are what the writes apply (the process has no Settings)."""
+    lower_priority(WRITER_NICENESS)
     engine = create_db_engine(database_url)
     # The search index is written behind the writes, by a thread of this process: its statements
     # release the interpreter lock while they run, beside the next batch's parsing.
@@ -181,13 +180,14 @@ def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, 
     # What exists now (modules, the engine) lives as long as the writer: the collector need not
     # walk it again at every full collection, which a batch's many new objects bring about.
     gc.freeze()
-    ready: queue.Queue = queue.Queue(maxsize=PREPARED_AHEAD)
-    threading.Thread(target=_prepare, args=(conn, ready, source), name="writer-prepare", daemon=True).start()
     try:
         while True:
-            request = ready.get()
+            try:
+                request = conn.recv()
+            except (EOFError, OSError):
+                return  # the dashboard's process is gone
             if request is None:
-                return  # told to stop, or the dashboard's process is gone
+                return
             name, args = request
             try:
                 reply = ("ok", FUNCTIONS[name](engine, alerts, teams, source, *args))
@@ -203,25 +203,12 @@ def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, 
         dispose_quietly(engine)
 
 
-def _prepare(conn: Connection, ready: queue.Queue, source: str) -> None:
-    """Receive each request and, for a DLQ batch, parse its rows ahead of its write."""
-    while True:
-        try:
-            request = conn.recv()
-        except (EOFError, OSError):
-            request = None
-        if request is None:
-            ready.put(None)
-            return
-        name, args = request
-        if name == "ingest_dlq_rows":
-            stream, epoch, rows, *rest = args
-            try:
-                prepared = writes.dlq_rows(stream, epoch, _messages(rows), source)
-            except Exception:  # the write parses them again and reports what fails
-                prepared = None
-            args = (stream, epoch, rows, rest[0] if rest else None, prepared)
-        ready.put((name, args))
+def lower_priority(niceness: int) -> None:
+    """Lower this process's CPU priority by ``niceness`` (never raised: that needs privileges)."""
+    try:
+        os.nice(niceness)
+    except OSError as exc:  # a platform or a sandbox that refuses it: the writer runs as it was
+        log.warning("the mirror's writer keeps its CPU priority: %s", exc)
 
 
 def _settle(future: Future, *, result=None, exception: BaseException | None = None) -> None:

@@ -90,8 +90,7 @@ _DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "origin
 
 def dlq_rows(stream: str, epoch: str, messages: list[StreamMessage], source: str = DEFAULT_SOURCE) -> list[dict]:
     """The entries' column values of a batch of DLQ messages (parsing never raises): the part of a
-    write that needs no database, so the writer process prepares the next batch with it while
-    the one before commits (ingest/writer.py)."""
+    write that needs no database, done before its transaction."""
     now = utcnow()
     rows = [entry_from_dlq_message(stream=stream, epoch=epoch, seq=m.seq, headers=m.headers,
                                    payload=m.data, stored_at=m.stored_at, received_at=now)
@@ -103,20 +102,19 @@ def dlq_rows(stream: str, epoch: str, messages: list[StreamMessage], source: str
 
 def ingest_dlq_batch(engine: Engine, stream: str, epoch: str, messages: list[StreamMessage],
                      after: int | None = None, alerts: AlertRule | None = None, teams: tuple[Team, ...] = (),
-                     source: str = DEFAULT_SOURCE, rows: list[dict] | None = None) -> int:
+                     source: str = DEFAULT_SOURCE) -> int:
     """Store a batch of DLQ messages and the stream position after it, in one transaction;
     with ``after``, only if the database's position is that sequence (OutOfOrder otherwise).
     With ``alerts``, the alerts the batch raises are written in that transaction too; a group it
     makes is given its team of ``teams`` (DLQ_TEAMS). The entries, groups and position are of
-    ``source`` (SPEC section 12). ``rows``: the batch's ``dlq_rows``, when prepared already.
+    ``source`` (SPEC section 12).
 
     Returns how many new entries were made. A message already stored (same stream, epoch and
     sequence) is skipped; a failure an advisory already reported is merged into its entry.
     """
     if not messages:
         return 0
-    if rows is None:
-        rows = dlq_rows(stream, epoch, messages, source)
+    rows = dlq_rows(stream, epoch, messages, source)
     now = utcnow()
     with write_transaction(engine) as conn:
         _check_position(conn, source, stream, epoch, after)
