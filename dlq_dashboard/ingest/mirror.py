@@ -42,7 +42,7 @@ from .direct import EPOCH, DirectReader, DirectUnavailable, consumer_position, s
 from .parse import parse_advisory
 from .progress import StreamProgress, mirrored_streams, of_source
 from .writer import WriterProcess
-from .writes import FetchedMessage, read_position
+from .writes import FetchedMessage, StreamMessage, dlq_values, read_position
 
 log = logging.getLogger(__name__)
 
@@ -312,11 +312,11 @@ class Mirror:
         progress.saw_stream(info.state.last_seq)
 
     async def _prepare_dlq(self, stream: str, epoch: str, batch: list, after: int) -> tuple[str, tuple]:
-        """The writer call that stores a batch of DLQ messages."""
-        # StreamMessage fields as tuples: the writer process rebuilds them.
-        rows = [(seq, m.subject, m.headers, m.data, EPOCH + timedelta(microseconds=(ns + 500) // 1000))
-                for seq, ns, m in batch]
-        return "ingest_dlq_rows", (stream, epoch, rows, after)
+        """The writer call that stores a batch of DLQ messages, parsed here off the loop (the writer's is the bottleneck)."""
+        messages = [StreamMessage(seq, m.subject, m.headers, m.data, EPOCH + timedelta(microseconds=(ns + 500) // 1000))
+                    for seq, ns, m in batch]
+        names, values = await self._db(dlq_values, stream, epoch, messages, self.source)
+        return "ingest_dlq_parsed", (stream, epoch, names, values, batch[-1][0], after)
 
     async def _prepare_advisories(self, stream: str, epoch: str, batch: list, after: int) -> tuple[str, tuple]:
         """The writer call that stores a batch of advisories, with the payloads they name."""
