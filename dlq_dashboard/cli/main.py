@@ -9,6 +9,7 @@ factory, without starting anything.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -127,7 +128,6 @@ def serve(args: argparse.Namespace) -> int:
                     ", ".join(unused), "is" if len(unused) == 1 else "are")
 
     sys.setswitchinterval(SWITCH_INTERVAL)
-    import gc
     import waitress
 
     from ..accounts import ensure_first_admin
