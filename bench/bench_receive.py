@@ -22,24 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import nats  # noqa: E402
 from nats.js.api import ConsumerConfig, DeliverPolicy  # noqa: E402
 
-from bench_mirror import headers, payload  # noqa: E402
+from bench_mirror import publish_backlog  # noqa: E402
 from dlq_dashboard.ingest.direct import DirectReader  # noqa: E402
 from dlq_dashboard.nats import headers as nats_headers  # noqa: E402
 from dlq_dashboard.nats.server import NatsServer  # noqa: E402
 
 BATCH = 2000
-
-
-async def publish(url: str, count: int) -> None:
-    nc = await nats.connect(url)
-    js = nc.jetstream(publish_async_max_pending=512)
-    await js.add_stream(name="DLQ", subjects=["dlq.>"], allow_direct=True)
-    for i in range(count):
-        await js.publish_async("dlq.orders.created", payload(i), headers=headers(i))
-        if i % 256 == 255:
-            await js.publish_async_completed()
-    await js.publish_async_completed()
-    await nc.close()
 
 
 async def ordered(url: str, count: int) -> tuple[float, float]:
@@ -89,7 +77,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server = NatsServer(store_dir=Path(tmp) / "nats").start()
         try:
-            asyncio.run(publish(server.url, n))
+            asyncio.run(publish_backlog(server.url, n))
             for r in range(1, args.rounds + 1):
                 for name, drain in (("ordered consumer", ordered), ("direct gets, headers read", direct)):
                     wall, cpu = asyncio.run(drain(server.url, n))
