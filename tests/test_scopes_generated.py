@@ -100,18 +100,34 @@ def world(app):
 # --- what counts as telling of an outside entry ------------------------------------------------------
 
 _BASE64 = re.compile(rb"[A-Za-z0-9+/]{8,}={0,2}")
+# Tokens that differ from one answer to the next whatever is asked (CSRF tokens, nonces).
+_VOLATILE = re.compile(r"[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{10,}|nonce-[A-Za-z0-9+/=_-]+")
 
 
 def tells(body: bytes) -> bool:
-    """Whether ``body`` holds MARK: as text, URL-encoded, or in base64 (a payload_base64)."""
-    texts = [body.decode("utf-8", "replace")]
-    texts.append(unquote_plus(texts[0]))
-    for run in _BASE64.findall(body):
+    """Whether ``body`` holds MARK: as text, URL-encoded, or in base64 (a payload_base64).
+
+    A run of base64 counts only when it decodes to UTF-8 whole, as an encoded payload does, and
+    the signed tokens are left out: random bytes hold a three-letter MARK now and then (a CSRF
+    token's signature, new each second, decoded to "...zQ7..." in about 1 of 3,000 seconds)."""
+    text = _VOLATILE.sub("TOKEN", body.decode("utf-8", "replace"))
+    texts = [text, unquote_plus(text)]
+    for run in _BASE64.findall(text.encode()):
         try:
-            texts.append(base64.b64decode(run + b"=" * (-len(run) % 4)).decode("utf-8", "replace"))
-        except ValueError:
+            texts.append(base64.b64decode(run + b"=" * (-len(run) % 4)).decode("utf-8"))
+        except ValueError:  # not base64, or not UTF-8 whole: not an encoded text
             pass
     return any(MARK in t.lower() for t in texts)
+
+
+def test_the_mark_is_found_in_a_payloads_base64_and_not_in_a_signed_token():
+    encoded = base64.b64encode(f'{{"side": "{MARK}-payload"}}'.encode()).decode()
+    assert tells(f'{{"payload_base64": "{encoded}"}}'.encode())
+    # A CSRF token whose signature happens to hold the mark's bytes: not something an entry told.
+    signature = base64.urlsafe_b64encode(b"\x00" + MARK.encode() + bytes(16)).rstrip(b"=").decode()
+    token = f"IjViZWQ5MGJhMmNlODg4Mzg5MzUxZjZhZjdlMGQyODljY2MwZWQ2ZTYi.a0tYnw.{signature}"
+    assert MARK in base64.urlsafe_b64decode(signature + "==").decode("latin-1")
+    assert not tells(f'<meta name="csrf-token" content="{token}">'.encode())
 
 
 def outside_ids_in(body: bytes, world) -> list[str]:
@@ -138,9 +154,6 @@ def outside_ids_in(body: bytes, world) -> list[str]:
     walk(data)
     return found
 
-
-# Tokens that differ from one answer to the next whatever is asked (CSRF tokens, nonces).
-_VOLATILE = re.compile(r"[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{10,}|nonce-[A-Za-z0-9+/=_-]+")
 
 
 def same_answer(a, b, a_id: int, b_id: int) -> bool:
