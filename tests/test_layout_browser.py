@@ -3,7 +3,8 @@ dead letter can bring (a one-line payload of 20 KB, a 300-character subject, hea
 tokens without a space), fits its window. A wide table or payload may scroll inside its own box.
 
 To cover a new page, add its path to PAGES (ids in braces are filled from the entries made here),
-or, for a page reached by a form, a step in the test.
+or, for a page reached by a form, a step in the form pages' test. Each page at each width is a
+test of its own over one site a module (xdist spreads them).
 """
 
 from __future__ import annotations
