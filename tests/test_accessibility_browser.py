@@ -12,15 +12,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import expect
 
-from . import support
+from . import browser_support, support
 from .test_layout_browser import PAGES, _entries
 
 AXE_VERSION = "4.14.1"
 AXE = f"/static/vendor/axe-core-{AXE_VERSION}.min.js"
 WCAG = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
-SETTLED = "() => !document.querySelector('[hx-trigger=\"load\"], .htmx-request')"
+SETTLED = browser_support.SETTLED
 RUN = """async (tags) => {
   const found = await axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']});
   return found.violations.map(v => ({id: v.id, help: v.help,
@@ -45,31 +46,57 @@ def test_the_vendored_axe_core_is_the_pinned_version_with_its_licence():
 
 
 WIDTHS = ((1440, 900), (390, 844))  # a desk and a phone, as the list's layout test measures
+SCHEMES = ("light", "dark")
+KEYS_DIALOG = "the keys' dialog"
+#: What is checked at each width and scheme: the login page (signed out), every page of the layout
+#: test (signed in as an operator), and the keys' dialog, opened by "?" on the list.
+CHECKED = ["/login", *PAGES, KEYS_DIALOG]
+# Width and scheme outermost, as the single test walked them: a worker's run of checks keeps one
+# signed-in page.
+CHECKS = [(width, height, scheme, path) for width, height in WIDTHS for scheme in SCHEMES for path in CHECKED]
 
 
-def test_every_page_has_no_wcag_21_a_or_aa_violation_in_light_and_dark_at_both_widths(app, live_server, browser,
-                                                                                     nats_server):
-    ids = _entries(app, nats_server)
-    found: list[str] = []
-    for scheme, (width, height) in ((s, w) for w in WIDTHS for s in ("light", "dark")):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The layout test's entries on one running site for this module's checks, which only read."""
+    with browser_support.served_site(tmp_path_factory.mktemp("accessibility")) as served:
+        served.ids = _entries(served.app, served.nats_server)
+        yield served
+
+
+@pytest.fixture(scope="module")
+def operator_pages(browser, site):
+    pages = browser_support.SignedInPages(browser, site, "operator")
+    yield pages
+    pages.close()
+
+
+@pytest.mark.parametrize("width, height, scheme, path", CHECKS, ids=[f"{w}px-{s}-{p}" for w, _, s, p in CHECKS])
+def test_every_page_has_no_wcag_21_a_or_aa_violation_in_light_and_dark_at_both_widths(site, operator_pages, browser,
+                                                                                     path, width, height, scheme):
+    """One page at one width in one scheme a test (the xdist workers share them); together, every
+    page of CHECKED at both widths in both schemes, as one test walked them before."""
+    where = f"({scheme}, {width} px)"
+    if path == "/login":
         context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=scheme)
-        page = context.new_page()
         try:
-            page.goto(f"{live_server}/login")
-            found += _violations(page, f"/login ({scheme}, {width} px)")
-            support.browser_login(page, live_server, app, "operator")
-            for path in PAGES:
-                url = path.format(**ids)
-                response = page.goto(live_server + url)
-                assert response.ok, f"{url}: {response.status}"
-                found += _violations(page, f"{url} ({scheme}, {width} px)")
-            # The keys' dialog, opened by "?".
-            page.goto(f"{live_server}/")
-            page.keyboard.press("?")
-            expect(page.locator("#keys-help")).to_be_visible()
-            found += _violations(page, f"the keys' dialog ({scheme}, {width} px)")
+            page = context.new_page()
+            page.goto(f"{site.base}/login")
+            found = _violations(page, f"/login {where}")
         finally:
             context.close()
+    elif path == KEYS_DIALOG:
+        page = operator_pages(width, height, scheme)
+        page.goto(f"{site.base}/")
+        page.keyboard.press("?")
+        expect(page.locator("#keys-help")).to_be_visible()
+        found = _violations(page, f"{KEYS_DIALOG} {where}")
+    else:
+        page = operator_pages(width, height, scheme)
+        url = path.format(**site.ids)
+        response = page.goto(site.base + url)
+        assert response.ok, f"{url}: {response.status}"
+        found = _violations(page, f"{url} {where}")
     assert not found, f"{len(found)} axe-core violations:\n" + "\n".join(found)
 
 
@@ -109,17 +136,18 @@ def _tab_through(page, where: str) -> list[str]:
     return problems + [f"{where}: never reached by Tab: {m}" for m in missed]
 
 
-def test_every_action_is_reached_by_tab_and_shows_where_the_focus_is(app, live_server, page, nats_server):
-    ids = _entries(app, nats_server)
-    support.browser_login(page, live_server, app, "operator")
-    problems: list[str] = []
-    for path in ("/?status=open", "/entries/{edited}", "/entries/{conflict}/edit", "/groups", "/jobs"):
-        url = path.format(**ids)
-        page.goto(live_server + url)
-        if path.startswith("/?"):
-            # Ticked without a click, so the Tab order starts at the top: the bulk bar shows.
-            page.evaluate("() => { document.querySelector('#entry-rows input[name=ids]').checked = true; }")
-        problems += _tab_through(page, url)
+@pytest.mark.parametrize("path", ["/?status=open", "/entries/{edited}", "/entries/{conflict}/edit", "/groups", "/jobs"])
+def test_every_action_is_reached_by_tab_and_shows_where_the_focus_is(site, operator_pages, browser, path):
+    """One page a test, on the module's site (Tab and a tick in the browser change nothing on it),
+    at 1280×900 in the light scheme as conftest's ``page``; together, the five pages one test
+    tabbed through before."""
+    page = operator_pages(1280, 900)
+    url = path.format(**site.ids)
+    page.goto(site.base + url)
+    if path.startswith("/?"):
+        # Ticked without a click, so the Tab order starts at the top: the bulk bar shows.
+        page.evaluate("() => { document.querySelector('#entry-rows input[name=ids]').checked = true; }")
+    problems = _tab_through(page, url)
     assert not problems, "\n".join(problems)
 
 

@@ -3,7 +3,8 @@ dead letter can bring (a one-line payload of 20 KB, a 300-character subject, hea
 tokens without a space), fits its window. A wide table or payload may scroll inside its own box.
 
 To cover a new page, add its path to PAGES (ids in braces are filled from the entries made here),
-or, for a page reached by a form, a step in the test.
+or, for a page reached by a form, a step in the form pages' test. Each page at each width is a
+test of its own over one site a module (xdist spreads them).
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from playwright.sync_api import expect
 
+from sqlalchemy import select
+
 from dlq_dashboard.actions.republish import republish_entry
+from dlq_dashboard.db.models import Entry
 from dlq_dashboard.runtime import runtime_of
 
-from . import support
+from . import browser_support, support
 
 WIDTHS = (1440, 390)
 
@@ -58,11 +63,13 @@ MEASURE = """() => {
     .slice(0, 5).map(e => e.tagName.toLowerCase() + (e.className ? '.' + String(e.className).split(' ').join('.') : ''));
   return {scroll: document.documentElement.scrollWidth, width, wide};
 }"""
-# Loaded parts replace themselves (hx-trigger="load"); no request of htmx is still running.
-SETTLED = "() => !document.querySelector('[hx-trigger=\"load\"], .htmx-request')"
+SETTLED = browser_support.SETTLED
 
 
 def _measure(page, where: str, overflows: list) -> None:
+    # A page reached by a click may show its text before its stylesheet applies: measured then,
+    # its tokens stand unbroken (a conflict page once measured 2801 px wide at 390). Its load first.
+    page.wait_for_load_state("load")
     page.wait_for_function(SETTLED)
     # What a <details> holds counts too, as if opened.
     page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
@@ -100,42 +107,88 @@ def _entries(app, nats_server) -> dict[str, int]:
     return ids
 
 
-def test_no_page_scrolls_sideways_at_1440_and_390_px(app, live_server, page, nats_server):
-    ids = _entries(app, nats_server)
+#: Every page at both widths, one test each (the xdist workers share them); the login page signed out.
+CHECKS = [(width, path) for width in WIDTHS for path in ["/login", *PAGES]]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The entries of _entries on one running site for this module's checks of PAGES, which only read."""
+    with browser_support.served_site(tmp_path_factory.mktemp("layout")) as served:
+        served.ids = _entries(served.app, served.nats_server)
+        yield served
+
+
+@pytest.fixture(scope="module")
+def operator_pages(browser, site):
+    pages = browser_support.SignedInPages(browser, site, "operator")
+    yield pages
+    pages.close()
+
+
+def _version(app, entry_id: int) -> int:
+    with runtime_of(app).engine.connect() as conn:
+        return conn.execute(select(Entry.version).where(Entry.id == entry_id)).scalar_one()
+
+
+@pytest.mark.parametrize("width, path", CHECKS, ids=[f"{w}px-{p}" for w, p in CHECKS])
+def test_no_page_scrolls_sideways_at_1440_and_390_px(site, operator_pages, browser, width, path):
+    """One page at one width a test; with the forms' pages below, every page at both widths, as
+    one test walked them before."""
     overflows: list[str] = []
-    for width in WIDTHS:
-        page.set_viewport_size({"width": width, "height": 900})
-        page.context.clear_cookies()
-        page.goto(f"{live_server}/login")
-        _measure(page, "/login", overflows)
-        support.browser_login(page, live_server, app, "operator")
-        for path in PAGES:
-            url = path.format(**ids)
-            response = page.goto(live_server + url)
-            assert response.ok, f"{url}: {response.status}"
-            _measure(page, url, overflows)
+    if path == "/login":
+        context = browser.new_context(viewport={"width": width, "height": 900})
+        try:
+            page = context.new_page()
+            page.goto(f"{site.base}/login")
+            _measure(page, "/login", overflows)
+        finally:
+            context.close()
+    else:
+        page = operator_pages(width, 900)
+        url = path.format(**site.ids)
+        response = page.goto(site.base + url)
+        assert response.ok, f"{url}: {response.status}"
+        _measure(page, url, overflows)
+    assert not overflows, "pages wider than the window:\n" + "\n".join(overflows)
 
-        # The bulk preview, reached by the list's form for everything matching.
-        page.goto(f"{live_server}/?status=open")
-        page.get_by_role("button", name="Preview for all matching").click()
-        page.wait_for_url(re.compile(r"/bulk/preview$"))
-        _measure(page, "the bulk preview", overflows)
 
-        # A JSON Patch's preview, from the list's form for everything matching.
-        page.goto(f"{live_server}/?status=open")
-        by_filter = page.locator("form:has(input[name=by][value=filter])")
-        by_filter.locator("select[name=action]").select_option("patch")
-        by_filter.get_by_role("button", name="Preview for all matching").click()
-        page.get_by_label("JSON Patch (RFC 6902)").fill(json.dumps([{"op": "add", "path": "/note", "value": TOKEN}]))
-        page.get_by_role("button", name="Preview the patch").click()
-        page.locator(".patch-preview").wait_for()
-        _measure(page, "the patch preview", overflows)
+@pytest.mark.parametrize("width", WIDTHS, ids=[f"{w}px" for w in WIDTHS])
+def test_no_page_reached_by_a_form_scrolls_sideways_at_1440_and_390_px(site, operator_pages, width):
+    """The pages reached by a form (the bulk preview, a JSON Patch's preview, the conflict page)
+    at one width, after the module's checks of PAGES (the single test's order). Each width sees
+    both conflict pages the single test saw, one a width: a confirmation opened before someone
+    else's republish (the site's first), and one opened after it."""
+    app, live_server, ids = site.app, site.base, site.ids
+    overflows: list[str] = []
+    page = operator_pages(width, 900)
 
-        # The conflict page: a confirmation opened before someone else republished the entry.
-        page.goto(f"{live_server}/entries/{ids['conflict']}/republish?version=1")
-        if width == WIDTHS[0]:
-            republish_entry(runtime_of(app), ids["conflict"], 1, actor="someone-" + TOKEN)
-        page.get_by_role("button", name="Republish", exact=True).click()
-        expect(page.get_by_text("already republished")).to_be_visible()
-        _measure(page, "the conflict page", overflows)
+    # The bulk preview, reached by the list's form for everything matching.
+    page.goto(f"{live_server}/?status=open")
+    page.get_by_role("button", name="Preview for all matching").click()
+    page.wait_for_url(re.compile(r"/bulk/preview$"))
+    _measure(page, "the bulk preview", overflows)
+
+    # A JSON Patch's preview, from the list's form for everything matching.
+    page.goto(f"{live_server}/?status=open")
+    by_filter = page.locator("form:has(input[name=by][value=filter])")
+    by_filter.locator("select[name=action]").select_option("patch")
+    by_filter.get_by_role("button", name="Preview for all matching").click()
+    page.get_by_label("JSON Patch (RFC 6902)").fill(json.dumps([{"op": "add", "path": "/note", "value": TOKEN}]))
+    page.get_by_role("button", name="Preview the patch").click()
+    page.locator(".patch-preview").wait_for()
+    _measure(page, "the patch preview", overflows)
+
+    # The conflict page: a confirmation opened before someone else republished the entry; then
+    # one opened after it, at the version seen before (its page lists what came since).
+    page.goto(f"{live_server}/entries/{ids['conflict']}/republish?version=1")
+    if _version(app, ids["conflict"]) == 1:
+        republish_entry(runtime_of(app), ids["conflict"], 1, actor="someone-" + TOKEN)
+    page.get_by_role("button", name="Republish", exact=True).click()
+    expect(page.get_by_text("already republished")).to_be_visible()
+    _measure(page, "the conflict page", overflows)
+    page.goto(f"{live_server}/entries/{ids['conflict']}/republish?version=1")
+    page.get_by_role("button", name="Republish", exact=True).click()
+    expect(page.get_by_text("already republished")).to_be_visible()
+    _measure(page, "the conflict page, opened after the republish", overflows)
     assert not overflows, "pages wider than the window:\n" + "\n".join(overflows)

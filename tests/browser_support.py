@@ -1,0 +1,82 @@
+"""What the browser tests share besides conftest's ``browser`` and ``page``: the wait for htmx to
+settle, and one running site (nats-server, database, app, web server) for a module's many
+read-only checks, with a signed-in page a viewport kept for them.
+
+A page-by-page check (every page, both widths, both colour schemes) is one test a page, so that
+the xdist workers share the checks; each worker builds the module's site once, as the single
+test built it once for all of its pages.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from dlq_dashboard import create_app
+from dlq_dashboard.nats.server import NatsServer
+from dlq_dashboard.runtime import runtime_of
+
+from . import support
+
+# Loaded parts replace themselves (hx-trigger="load"); no request of htmx is still running.
+SETTLED = "() => !document.querySelector('[hx-trigger=\"load\"], .htmx-request')"
+
+
+@dataclass
+class Site:
+    """A started app over its own nats-server and SQLite file, served on 127.0.0.1."""
+
+    app: object
+    base: str
+    nats_server: NatsServer
+    ids: dict = field(default_factory=dict)
+
+
+@contextmanager
+def served_site(tmp_path, **changes) -> Iterator[Site]:
+    """What conftest's ``app`` and ``live_server`` give a test, for a longer scope: a fresh
+    nats-server, a migrated SQLite copy, the app started (bridge and mirror) with the Settings
+    ``changes``, and waitress serving it; all stopped afterwards."""
+    nats_server = NatsServer(store_dir=tmp_path / "nats", log_path=tmp_path / "nats.log").start()
+    try:
+        settings = support.make_settings(tmp_path, nats_server.url,
+                                         database_url=support.migrated_sqlite(tmp_path / "dlq.sqlite3"), **changes)
+        app = create_app({"SETTINGS": settings, "TESTING": True})
+        try:
+            support.start(app)
+            server, thread = support.serve_in_thread(app)
+            try:
+                yield Site(app, f"http://127.0.0.1:{server.effective_port}", nats_server)
+            finally:
+                support.stop_serving(server, thread)
+        finally:
+            runtime_of(app).stop()
+    finally:
+        nats_server.stop()
+
+
+class SignedInPages:
+    """A page of a (width, height, colour scheme), signed in as ``role`` on first use and kept
+    for the module's next checks at the same size and scheme, as one test walking every page kept
+    one. One is open at a time (an open page polls the banner): asked for another size or scheme,
+    it closes the one it kept. Closed at the end."""
+
+    def __init__(self, browser, site: Site, role: str):
+        self.browser, self.site, self.role = browser, site, role
+        self._pages: dict[tuple, object] = {}
+
+    def __call__(self, width: int, height: int, scheme: str = "light"):
+        key = (width, height, scheme)
+        if key not in self._pages:
+            self.close()
+            context = self.browser.new_context(viewport={"width": width, "height": height}, color_scheme=scheme)
+            page = context.new_page()
+            support.browser_login(page, self.site.base, self.site.app, self.role)
+            self._pages[key] = page
+        return self._pages[key]
+
+    def close(self) -> None:
+        for page in self._pages.values():
+            page.context.close()
+        self._pages.clear()
