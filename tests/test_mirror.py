@@ -261,9 +261,8 @@ def test_a_failure_reported_by_a_dlq_copy_and_an_advisory_is_one_entry(app, nats
 
 
 def test_two_runtimes_on_one_database_mirror_once_and_the_second_takes_over(app, nats_server, settings, monkeypatch):
-    from dlq_dashboard.runtime import Runtime
-
     from dlq_dashboard.ingest import mirror
+    from dlq_dashboard.runtime import Runtime
 
     # The lease is tried every LEASE_SECONDS / 3 (5 s): a 6-second lease, renewed or tried every
     # 2 s, is taken over sooner after its release and still outlives two missed renewals.
