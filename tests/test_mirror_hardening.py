@@ -269,10 +269,12 @@ def test_a_persistent_write_error_keeps_health_degraded_through_every_retry_and_
     pauses: list[float] = []
     pause = mirror.Mirror._pause
 
+    # Each delay asked for is recorded and waited a fifth of its length: the same retries in the
+    # same order, sooner, with /healthz still read many times in each.
     async def recorded_pause(self, stream, seconds):
         if stream == "DLQ":
             pauses.append(seconds)
-        await pause(self, stream, seconds)
+        await pause(self, stream, seconds / 5)
 
     monkeypatch.setattr(mirror.Mirror, "_pause", recorded_pause)
 
@@ -280,7 +282,7 @@ def test_a_persistent_write_error_keeps_health_degraded_through_every_retry_and_
     publish_dead_letters(nats_server.url, 20)
     support.wait_for(lambda: stuck_health(app, FULL_DISK), timeout=10, message="the mirror to be stuck")
     samples = 0
-    while len(pauses) < 4:  # retried after 0.5, 1 and 2 s, waiting 4 s now
+    while len(pauses) < 4:  # retried after 0.5, 1 and 2 s (a fifth of each), waiting 4 s now
         status, body = health(app)
         assert status == 503 and body["status"] == "degraded", body
         assert FULL_DISK in body["mirror"]["streams"]["DLQ"]["error"], body
