@@ -66,6 +66,33 @@ def test_verify_password_accepts_only_the_right_password_of_an_enabled_user(engi
     assert accounts.verify_password(engine, "carol", PASSWORD) is None
 
 
+def test_a_login_for_an_unknown_name_checks_a_password_hash_as_a_known_one_does(engine, monkeypatch):
+    accounts.create_user(engine, "dora", PASSWORD, "viewer")
+    checked = []
+    check = accounts.check_password_hash
+    monkeypatch.setattr(accounts, "check_password_hash", lambda hashed, password: checked.append(hashed)
+                        or check(hashed, password))
+    assert accounts.verify_password(engine, "nobody", PASSWORD) is None
+    assert accounts.verify_password(engine, "dora", PASSWORD + "x") is None
+    assert len(checked) == 2 and all(h.startswith(("scrypt:", "pbkdf2:")) for h in checked)
+    assert checked[0] != stored_user(engine, "dora").password_hash
+
+
+def test_importing_the_accounts_module_works_out_no_password_hash():
+    """A scrypt hash costs a tenth of a second and 32 MB: a process start (each admin command's
+    too) makes none until a login or a new password needs one."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import werkzeug.security as s; made = []; make = s.generate_password_hash; "
+            "s.generate_password_hash = lambda *a, **k: made.append(1) or make(*a, **k); "
+            "import dlq_dashboard.accounts; print(len(made))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                            capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "0"
+
+
 def test_disabling_enabling_and_a_new_password_each_end_the_users_sessions(engine):
     user = accounts.create_user(engine, "dave", PASSWORD, "viewer")
     before_disabling = accounts.start_session(engine, user.id)

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from dlq_dashboard.accounts import create_token
+from dlq_dashboard.db.engine import create_db_engine
 from dlq_dashboard.db.models import Action
 from dlq_dashboard.runtime import runtime_of
 
@@ -183,8 +184,8 @@ def test_export_streams_what_the_api_exports(cli, api, three, tmp_path):
 def test_the_command_connects_to_nats_by_itself_and_acts(tmp_path, nats_server):
     """As the README says, in a fresh process: NATS from NATS_URL, nothing else started."""
     support.make_orders_stream(nats_server.url)
-    database = f"sqlite:///{tmp_path}/cli.sqlite3"
-    engine = _migrated(database)
+    database = support.migrated_sqlite(tmp_path / "cli.sqlite3")
+    engine = create_db_engine(database)
     entry = support.dead_letter(engine, 1, "orders.created", b'{"order": 7}')
     engine.dispose()
     env = {**os.environ, "DATABASE_URL": database, "NATS_URL": nats_server.url, "SECRET_KEY": "cli-test",
@@ -194,23 +195,23 @@ def test_the_command_connects_to_nats_by_itself_and_acts(tmp_path, nats_server):
     def invoke(*args):
         return subprocess.run([*flask, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
-    listed = invoke("list", "--json")
-    assert listed.returncode == 0, listed.stderr
-    assert [e["id"] for e in json.loads(listed.stdout)["entries"]] == [entry]
-    republished = invoke("republish", str(entry), "--json")
-    assert republished.returncode == 0, republished.stderr
-    answer = json.loads(republished.stdout)
-    assert answer["entry"]["status"] == "republished" and answer["publish"]["stream"] == "ORDERS"
-    assert [m.data for m in support.stream_messages(nats_server.url)] == [b'{"order": 7}']
-    down = subprocess.run([*flask, "republish", str(entry)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env={**env, "NATS_URL": "nats://127.0.0.1:1"})
-    assert down.returncode == 1 and "NATS is not reachable" in down.stderr
-
-
-def _migrated(database: str):
-    from dlq_dashboard.db.engine import create_db_engine
-    from dlq_dashboard.db.migrate import migrate
-
-    engine = create_db_engine(database)
-    migrate(engine)
-    return engine
+    # The command to a server that is not there waits out its connect timeout (5 s) before it
+    # gives up: it runs beside the others (it changes nothing, and they change nothing it reads
+    # before it gives up).
+    down = subprocess.Popen([*flask, "republish", str(entry)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**env, "NATS_URL": "nats://127.0.0.1:1"})
+    try:
+        listed = invoke("list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert [e["id"] for e in json.loads(listed.stdout)["entries"]] == [entry]
+        republished = invoke("republish", str(entry), "--json")
+        assert republished.returncode == 0, republished.stderr
+        answer = json.loads(republished.stdout)
+        assert answer["entry"]["status"] == "republished" and answer["publish"]["stream"] == "ORDERS"
+        assert [m.data for m in support.stream_messages(nats_server.url)] == [b'{"order": 7}']
+        _, down_stderr = down.communicate(timeout=120)
+    finally:
+        if down.poll() is None:
+            down.kill()
+            down.communicate()
+    assert down.returncode == 1 and "NATS is not reachable" in down_stderr

@@ -43,10 +43,21 @@ class Replica:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Replica:
+        return self.launch().wait_started()
+
+    def launch(self) -> Replica:
+        """Start the process without waiting for it to answer."""
         with open(self.workdir / "app.log", "ab") as log:
             self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(self.port)],
                                          cwd=self.workdir, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        support.wait_for(self.healthy, timeout=60, interval=0.2, message=f"replica {self.name} to answer")
+        return self
+
+    def wait_started(self) -> Replica:
+        def started() -> bool:
+            assert self.proc.poll() is None, f"replica {self.name} exited: {self.log()[-2000:]}"
+            return self.healthy()
+
+        support.wait_for(started, timeout=60, interval=0.1, message=f"replica {self.name} to answer")
         return self
 
     def health(self) -> dict | None:
@@ -78,6 +89,15 @@ class Replica:
         return (self.workdir / "app.log").read_text(errors="replace")
 
 
+def start_all(replicas: list[Replica]) -> None:
+    """Start the replicas side by side (a start is mostly imports and the first database round
+    trips), then wait until each answers."""
+    for replica in replicas:
+        replica.launch()
+    for replica in replicas:
+        replica.wait_started()
+
+
 @pytest.fixture
 def cluster(tmp_path, nats_server, postgres_server):
     """Two replicas of the dashboard on one PostgreSQL database, with a user and a token."""
@@ -90,11 +110,12 @@ def cluster(tmp_path, nats_server, postgres_server):
     env = {**os.environ, "DATABASE_URL": url, "NATS_URL": nats_server.url, "SECRET_KEY": "shared-by-every-replica",
            "DLQ_REPUBLISH_RATE": "100", "PYTHONUNBUFFERED": "1"}
     replicas = [Replica(name, tmp_path, env) for name in ("a", "b")]
-    for replica in replicas:
-        replica.start()
-    yield {"replicas": replicas, "engine": engine, "token": token, "nats": nats_server.url}
-    for replica in replicas:
-        replica.stop()
+    try:
+        start_all(replicas)
+        yield {"replicas": replicas, "engine": engine, "token": token, "nats": nats_server.url}
+    finally:
+        for replica in replicas:
+            replica.stop()
     engine.dispose()
     postgres_server.drop_database(url)
 

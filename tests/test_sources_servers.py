@@ -18,7 +18,7 @@ from dlq_dashboard.ingest.mirror import LEASE_SECONDS, lease_name
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
-from .test_replicas import Replica
+from .test_replicas import Replica, start_all
 from .test_sources import three_sources  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -229,8 +229,7 @@ def test_two_replicas_mirror_each_source_once_and_a_kill_9_hands_its_sources_ove
            "DATABASE_URL": url, "DLQ_CONFIG": three_sources, "SECRET_KEY": "shared", "PYTHONUNBUFFERED": "1"}
     replicas = [AnsweringReplica(name, tmp_path, env) for name in ("a", "b")]
     try:
-        for replica in replicas:
-            replica.start()
+        start_all(replicas)
         held = support.wait_for(lambda: (now := leaders(engine, replicas)) and all(now.values()) and now,
                                 timeout=LEASE_SECONDS + 20, message="a leader for every source")
         for source in SOURCES:

@@ -7,6 +7,7 @@ writes its audit record in the change's own transaction: who did what to which u
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from dataclasses import replace
@@ -24,9 +25,16 @@ from .core import (MIN_PASSWORD_LENGTH, AccountError, TokenInfo, UserInfo, audit
                    check_password, check_role, describe_grant, hash_token, read_scopes, texts)
 from .tokens import create_token, find_token, list_tokens, new_token, revoke_token, set_token_role_and_scopes
 
-# A hash of a random password, checked when the user does not exist, so that a login for
-# an unknown name takes as long as one for a known name.
-_DUMMY_HASH = generate_password_hash(secrets.token_hex(16))
+
+@functools.cache
+def _dummy_hash() -> str:
+    """A hash of a random password, checked when the user does not exist, so that a login for
+    an unknown name takes as long as one for a known name. Made at the first login, known name
+    or not, rather than at import: every process start (each admin command's too) paid a
+    scrypt for it."""
+    return generate_password_hash(secrets.token_hex(16))
+
+
 # A session row ended, or not seen, this long ago is deleted at the next login: its cookie has
 # expired long before (the idle lifetime is 12 hours unless configured otherwise).
 SESSION_ROWS_KEPT = timedelta(days=30)
@@ -94,11 +102,12 @@ def verify_password(engine: Engine, name: str, password: str) -> UserInfo | None
 
     Unknown, disabled and wrong-password cases cost the same hash, so timing tells nothing.
     """
+    dummy = _dummy_hash()  # before the lookup: the first login costs the same whoever it names
     with engine.connect() as conn:
         user = conn.execute(select(User.__table__).where(User.name == (name or "").strip())).first()
     if user is None or user.via != "password":
         # A single sign-on user has no password: signing in as one needs the provider.
-        check_password_hash(_DUMMY_HASH, password)
+        check_password_hash(dummy, password)
         return None
     if not check_password_hash(user.password_hash, password) or user.disabled:
         return None
