@@ -331,7 +331,9 @@ def test_export_memory_does_not_grow_with_the_row_count(big_app):
             peaks[rows] = tracemalloc.get_traced_memory()[1] - baseline
     finally:
         tracemalloc.stop()
-    assert peaks[20_000] < 1.5 * peaks[2_000] + 1_000_000, peaks
+    # 18,000 more rows may add 0.6 MB at most: a leak of 33 bytes a row fails (the peak was the
+    # same at both sizes, 4.8 MB: one keyset batch and its rows).
+    assert peaks[20_000] < peaks[2_000] + 600_000, peaks
     assert peaks[20_000] < 20_000_000, peaks
 
 
