@@ -7,6 +7,7 @@ import json
 import logging
 
 import nats
+import nats.js.errors
 import pytest
 from sqlalchemy import select
 
@@ -20,6 +21,9 @@ from . import support
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 BACKLOG = 20_000
+# The tests' own JetStream API calls to the cluster: an R3 stream's create or delete can take longer
+# than nats-py's 5 s on a busy machine (seen once in CI: the create timed out).
+JS_TIMEOUT = 20
 # A stream's followers wait several seconds before they elect a new leader.
 FAILOVER = 45
 
@@ -47,12 +51,18 @@ def cluster_settings(cluster, tmp_path):
     async def delete_streams():
         nc = await nats.connect(cluster.urls)
         try:
+            # A test may end before its streams were made; a three-node cluster on a busy machine
+            # may take longer than nats-py's 5 s to answer.
+            js = nc.jetstream(timeout=JS_TIMEOUT)
             for stream in (settings.dlq_stream, settings.advisory_stream):
-                await nc.jetstream().delete_stream(stream)
+                try:
+                    await js.delete_stream(stream)
+                except nats.js.errors.NotFoundError:
+                    pass
         finally:
             await nc.close()
 
-    support.run(delete_streams(), timeout=30)
+    support.run(delete_streams(), timeout=2 * JS_TIMEOUT + 10)
 
 
 @pytest.fixture
@@ -126,12 +136,12 @@ def test_an_existing_stream_keeps_its_replicas_and_the_log_says_how_to_change_th
     async def create_with_one_replica():
         nc = await nats.connect(list(cluster_settings.nats_urls))
         try:
-            await nc.jetstream().add_stream(name=cluster_settings.dlq_stream,
-                                            subjects=list(cluster_settings.dlq_subjects), num_replicas=1)
+            await nc.jetstream(timeout=JS_TIMEOUT).add_stream(
+                name=cluster_settings.dlq_stream, subjects=list(cluster_settings.dlq_subjects), num_replicas=1)
         finally:
             await nc.close()
 
-    support.run(create_with_one_replica(), timeout=30)
+    support.run(create_with_one_replica(), timeout=JS_TIMEOUT + 10)
     caplog.set_level(logging.WARNING, logger="dlq_dashboard.nats.streams")
     app = start_dashboard()
     rt = runtime_of(app)
