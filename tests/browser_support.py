@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
+
+import pytest
 
 from dlq_dashboard import create_app
 from dlq_dashboard.nats.server import NatsServer
@@ -80,3 +82,22 @@ class SignedInPages:
         for page in self._pages.values():
             page.context.close()
         self._pages.clear()
+
+
+def module_site(name: str, entries: Callable[[object, NatsServer], dict]):
+    """A module's ``site`` fixture, for its checks that only read: ``served_site`` once a worker,
+    its ``ids`` made by ``entries(app, nats_server)``."""
+    @pytest.fixture(scope="module")
+    def site(tmp_path_factory):
+        with served_site(tmp_path_factory.mktemp(name)) as served:
+            served.ids = entries(served.app, served.nats_server)
+            yield served
+    return site
+
+
+@pytest.fixture(scope="module")
+def operator_pages(browser, site):
+    """An operator's signed-in pages on the module's ``site`` (SignedInPages), closed at its end."""
+    pages = SignedInPages(browser, site, "operator")
+    yield pages
+    pages.close()

@@ -460,3 +460,19 @@ def stop_serving(server, thread) -> None:
     thread.join(5)
     assert not thread.is_alive(), "the web server did not stop"
     server.task_dispatcher.shutdown()
+
+
+def publish_once_connected(monkeypatch) -> None:
+    """A bulk job's publishing process (actions/bulk/publisher.py) is waited for until it has
+    connected. Windows go through the bridge until it has; on a busy machine a whole job could go
+    before it is, and the process a test watches (or kills) would never be used."""
+    from dlq_dashboard.actions.bulk import work
+
+    start_publisher = work.JobWork._start_publisher
+
+    def started_and_connected(self):
+        started = start_publisher(self)
+        wait_for(lambda: started.ready, timeout=60, message="the publishing process to connect")
+        return started
+
+    monkeypatch.setattr(work.JobWork, "_start_publisher", started_and_connected)

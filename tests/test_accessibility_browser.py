@@ -56,19 +56,9 @@ CHECKED = ["/login", *PAGES, KEYS_DIALOG]
 CHECKS = [(width, height, scheme, path) for width, height in WIDTHS for scheme in SCHEMES for path in CHECKED]
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """The layout test's entries on one running site for this module's checks, which only read."""
-    with browser_support.served_site(tmp_path_factory.mktemp("accessibility")) as served:
-        served.ids = _entries(served.app, served.nats_server)
-        yield served
-
-
-@pytest.fixture(scope="module")
-def operator_pages(browser, site):
-    pages = browser_support.SignedInPages(browser, site, "operator")
-    yield pages
-    pages.close()
+# The entries of _entries on one running site for this module's checks, which only read.
+site = browser_support.module_site("accessibility", _entries)
+operator_pages = browser_support.operator_pages
 
 
 @pytest.mark.parametrize("width, height, scheme, path", CHECKS, ids=[f"{w}px-{s}-{p}" for w, _, s, p in CHECKS])

@@ -87,11 +87,11 @@ def create_streams(settings) -> None:
     async def ensure():
         nc = await nats.connect(list(settings.nats_urls))
         try:
-            await StreamSetup(settings).ensure(nc.jetstream())
+            await StreamSetup(settings).ensure(nc.jetstream(timeout=JS_TIMEOUT))
         finally:
             await nc.close()
 
-    support.run(ensure(), timeout=30)
+    support.run(ensure(), timeout=2 * JS_TIMEOUT + 10)
 
 
 def stored(app) -> list[tuple[int, bytes]]:

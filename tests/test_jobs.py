@@ -128,20 +128,6 @@ def test_a_crash_mid_job_resumes_without_publishing_anything_twice(app, rt, nats
     assert count(rt, Action, Action.action == "republish") == 600
 
 
-def _publish_once_connected(monkeypatch) -> None:
-    """A job's publishing process is waited for until it has connected. Windows go through the
-    bridge until it has; on a busy machine all 2,000 could go before it is, and the process a
-    test watches (or kills) would never be used."""
-    start_publisher = work.JobWork._start_publisher
-
-    def started_and_connected(self):
-        started = start_publisher(self)
-        support.wait_for(lambda: started.ready, timeout=60, message="the publishing process to connect")
-        return started
-
-    monkeypatch.setattr(work.JobWork, "_start_publisher", started_and_connected)
-
-
 def test_a_big_job_publishes_from_a_process_of_its_own_exactly_once(app, rt, nats_server, monkeypatch):
     support.make_orders_stream(nats_server.url)
     ids = support.dead_letter_orders(app, nats_server.url, payloads(2000))
@@ -150,7 +136,7 @@ def test_a_big_job_publishes_from_a_process_of_its_own_exactly_once(app, rt, nat
     original = publisher.Publisher.publish
     monkeypatch.setattr(publisher.Publisher, "publish", lambda self, messages: sent.append(len(messages))
                         or original(self, messages))
-    _publish_once_connected(monkeypatch)  # every window then is the process's
+    support.publish_once_connected(monkeypatch)  # every window then is the process's
     job_id = jobs.create_job(rt, "republish", actor="alice", filter_args={"subject": "orders.created"})
     rt.jobs.join(job_id, timeout=90)
     status = jobs.job_status(rt, job_id, limit=5)
@@ -179,7 +165,7 @@ def test_a_publishing_process_that_dies_mid_job_publishes_nothing_twice(app, rt,
         return future
 
     monkeypatch.setattr(publisher.Publisher, "publish", publish_then_die)
-    _publish_once_connected(monkeypatch)
+    support.publish_once_connected(monkeypatch)
     job_id = jobs.create_job(rt, "republish", actor="alice", filter_args={"subject": "orders.created"})
     status = support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s,
                               timeout=60, message="the job to finish through the bridge")

@@ -111,19 +111,9 @@ def _entries(app, nats_server) -> dict[str, int]:
 CHECKS = [(width, path) for width in WIDTHS for path in ["/login", *PAGES]]
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """The entries of _entries on one running site for this module's checks of PAGES, which only read."""
-    with browser_support.served_site(tmp_path_factory.mktemp("layout")) as served:
-        served.ids = _entries(served.app, served.nats_server)
-        yield served
-
-
-@pytest.fixture(scope="module")
-def operator_pages(browser, site):
-    pages = browser_support.SignedInPages(browser, site, "operator")
-    yield pages
-    pages.close()
+# The entries of _entries on one running site for this module's checks, which only read.
+site = browser_support.module_site("layout", _entries)
+operator_pages = browser_support.operator_pages
 
 
 def _version(app, entry_id: int) -> int:

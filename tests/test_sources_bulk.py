@@ -141,14 +141,7 @@ def test_each_source_publishes_from_a_process_of_its_own(make_app, tmp_path, url
     original = publisher.Publisher.publish
     monkeypatch.setattr(publisher.Publisher, "publish",
                         lambda self, messages: sent.append((self.source, len(messages))) or original(self, messages))
-    start_publisher = work.JobWork._start_publisher
-
-    def started_and_connected(self):  # so that the windows go through the processes
-        started = start_publisher(self)
-        support.wait_for(lambda: started.ready, timeout=60, message="the publishing process to connect")
-        return started
-
-    monkeypatch.setattr(work.JobWork, "_start_publisher", started_and_connected)
+    support.publish_once_connected(monkeypatch)  # so that the windows go through the processes
     job_id = jobs.create_job(rt, "republish", actor="alice", ids=orders + shipping)
     status = job_finished(rt, job_id)
     assert (status["done"], status["failed"]) == (600, 0)
