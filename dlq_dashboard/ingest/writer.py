@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..alerts.outbox import AlertRule
+from ..children import without_main
 from ..db.engine import create_db_engine, dispose_quietly
 from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
@@ -107,7 +108,7 @@ class WriterProcess:
         ours, theirs = _context().Pipe()
         self._proc = _context().Process(target=serve, args=(self.database_url, theirs, self.alerts, self.teams,
                                                             self.source),
-                                        name=f"dlq-mirror-writer-{self.source}", daemon=True)
+                                        name=without_main(f"dlq-mirror-writer-{self.source}"), daemon=True)
         self._proc.start()
         theirs.close()
         self._conn, self._pending, self._ended = ours, deque(), threading.Event()

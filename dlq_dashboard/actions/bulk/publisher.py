@@ -21,6 +21,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Iterable, NamedTuple
 
+from ...children import without_main
 from ...config import Settings
 from ...nats.bridge import NatsUnavailable, auth_options
 from ...redaction import scrub
@@ -145,7 +146,7 @@ class Publisher:
 
     def __init__(self, settings: Settings, timeout: float, source: str | None = None):
         self.source = source
-        name = "dlq-dashboard-jobs" if source is None else f"dlq-dashboard-jobs-{source}"
+        name = without_main("dlq-dashboard-jobs" if source is None else f"dlq-dashboard-jobs-{source}")
         context = multiprocessing.get_context("spawn")  # no fork of the dashboard's threads
         self._conn, child = context.Pipe()
         self._proc = context.Process(target=_serve, args=(child, settings, timeout, name), name=name,
