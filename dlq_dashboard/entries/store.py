@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
-from sqlalchemy import Engine, Select, and_, column, false, func, or_, select, table, text
+from sqlalchemy import Engine, Select, and_, column, false, func, literal, or_, select, table, text
 
 from ..db.engine import is_sqlite, read_transaction
 from ..db.models import Action, Entry, Event, FailureGroup, Republish
@@ -100,6 +100,19 @@ class Store:
                 if lookup is not None:
                     return lookup, replace(flt, field_values=flt.field_values[:i] + flt.field_values[i + 1:])
         return None
+
+    def count_key_field(self, flt: EntryFilter, cap: int) -> int | None:
+        """How many entries match ``flt`` when one key field's value is all it selects by (no
+        other filter, no scopes), counted in entry_fields alone, up to ``cap``; None beyond it,
+        and for any other filter."""
+        stored = self._stored_field(flt)
+        if stored is None or stored[1].filtered or flt.scopes is not None:
+            return None
+        # Rows of the index alone (no column of them read): a tight step from one to the next.
+        found = select(literal(1)).select_from(ENTRY_FIELDS).where(stored[0]).limit(cap + 1).subquery()
+        with read_transaction(self.engine) as conn:
+            count = conn.execute(select(func.count()).select_from(found)).scalar_one()
+        return count if count <= cap else None
 
     def list_entries(self, flt: EntryFilter, mask: Mask | None = None, *, payload_prefix: int | None = None) -> Page:
         """One page of entries matching the filter, newest first (keyset pagination).
