@@ -59,7 +59,8 @@ def test_the_unfiltered_summary_is_exact_from_the_kept_counts(searched):
 def test_a_search_summary_reads_the_entries_once(searched, monkeypatch):
     calls = []
     original = tallies.Store.select_entries
-    monkeypatch.setattr(tallies.Store, "select_entries", lambda self, *a: calls.append(a) or original(self, *a))
+    monkeypatch.setattr(tallies.Store, "select_entries",
+                        lambda self, *a, **k: calls.append(a) or original(self, *a, **k))
     assert support.logged_in(searched, "viewer").get("/summary?q=widget&status=open").status_code == 200
     assert len(calls) == 1
 

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
-from sqlalchemy import Engine, Select, and_, column, false, func, literal, or_, select, table, text
+from sqlalchemy import Connection, Engine, Select, and_, column, false, func, literal, or_, select, table, text
 
 from ..db.engine import is_sqlite, read_transaction
 from ..db.models import Action, Entry, Event, FailureGroup, Republish
@@ -60,9 +60,10 @@ class Store:
     def _searching(self, flt: EntryFilter) -> bool:
         return bool(flt.q) and is_sqlite(self.engine)
 
-    def _selection(self, flt: EntryFilter, *columns) -> tuple[Select, Any]:
+    def _selection(self, flt: EntryFilter, *columns, conn: Connection | None = None) -> tuple[Select, Any]:
         """The SELECT for a filter, newest first, without limit or cursor, and the id column its
-        keyset compares (the one the rows are read in the order of).
+        keyset compares (the one the rows are read in the order of); ``conn``: the transaction
+        to look the key fields up in (else one of its own).
 
         A search is driven from the full-text index in rowid order (rowid = entry id), and a key
         field's value from its rows of entry_fields in entry order, so a page reads its 50
@@ -75,7 +76,7 @@ class Store:
             return (select(*columns).select_from(_FTS.join(ENTRIES, ENTRIES.c.id == _FTS.c.rowid))
                     .where(condition, *flt.conditions(self.engine, search=False))
                     .order_by(_FTS.c.rowid.desc())), _FTS.c.rowid
-        stored = self._stored_field(flt)
+        stored = self._stored_field(flt, conn)
         if stored is not None:
             lookup, rest = stored
             # Not Entry.id < cursor: PostgreSQL does not carry a range across the join's equality.
@@ -84,34 +85,35 @@ class Store:
                     .order_by(ENTRY_FIELDS.c.entry_id.desc())), ENTRY_FIELDS.c.entry_id
         return select(*columns).where(and_(True, *flt.conditions(self.engine))).order_by(Entry.id.desc()), Entry.id
 
-    def select_entries(self, flt: EntryFilter, *columns) -> Select:
+    def select_entries(self, flt: EntryFilter, *columns, conn: Connection | None = None) -> Select:
         """The SELECT for a filter, newest first, without limit or cursor (``_selection``)."""
-        return self._selection(flt, *columns)[0]
+        return self._selection(flt, *columns, conn=conn)[0]
 
-    def _stored_field(self, flt: EntryFilter) -> tuple[Any, EntryFilter] | None:
+    def _stored_field(self, flt: EntryFilter, conn: Connection | None = None) -> tuple[Any, EntryFilter] | None:
         """The lookup in entry_fields of the first of the filter's key-field values that it holds
         for every entry (fields.stored_lookup), and the filter without that value; None when
         there is none (no key field, or each still read from payloads)."""
         if not flt.field_values:
             return None
-        with read_transaction(self.engine) as conn:
-            for i, (field, value) in enumerate(flt.field_values):
-                lookup = stored_lookup(conn, field, value)
-                if lookup is not None:
-                    return lookup, replace(flt, field_values=flt.field_values[:i] + flt.field_values[i + 1:])
+        if conn is None:
+            with read_transaction(self.engine) as own:
+                return self._stored_field(flt, own)
+        for i, (field, value) in enumerate(flt.field_values):
+            lookup = stored_lookup(conn, field, value)
+            if lookup is not None:
+                return lookup, replace(flt, field_values=flt.field_values[:i] + flt.field_values[i + 1:])
         return None
 
-    def count_key_field(self, flt: EntryFilter, cap: int) -> int | None:
+    def count_key_field(self, flt: EntryFilter, cap: int, conn: Connection) -> int | None:
         """How many entries match ``flt`` when one key field's value is all it selects by (no
-        other filter, no scopes), counted in entry_fields alone, up to ``cap``; None beyond it,
-        and for any other filter."""
-        stored = self._stored_field(flt)
+        other filter, no scopes), counted in entry_fields alone (in ``conn``'s transaction), up
+        to ``cap``; None beyond it, and for any other filter."""
+        stored = self._stored_field(flt, conn)
         if stored is None or stored[1].filtered or flt.scopes is not None:
             return None
         # Rows of the index alone (no column of them read): a tight step from one to the next.
         found = select(literal(1)).select_from(ENTRY_FIELDS).where(stored[0]).limit(cap + 1).subquery()
-        with read_transaction(self.engine) as conn:
-            count = conn.execute(select(func.count()).select_from(found)).scalar_one()
+        count = conn.execute(select(func.count()).select_from(found)).scalar_one()
         return count if count <= cap else None
 
     def list_entries(self, flt: EntryFilter, mask: Mask | None = None, *, payload_prefix: int | None = None) -> Page:
