@@ -11,7 +11,9 @@ Builds each database as bench/bench_pages.py does (the same rows; SQLite files u
 the end), then records three key fields (DLQ_LIST_FIELDS) and fills them with the backfill, timed.
 A fourth label, not recorded, reads the same pointer from the payloads as every key-field filter
 did before: the "as before" rows. Times each request through the Flask test client (median of
-``--runs`` after two warm-ups), the sizes taking turns request by request.
+``--runs`` after two warm-ups, wall and this process's CPU), every request at both sizes taking
+turns in each round, and compares each at the large size with the unfiltered one of its kind
+(summary, JSON summary, list page) measured in the same rounds.
 
 The ingest part loops ingest/writes.py ``ingest_dlq_batch`` over 60,000 rows in batches of 2,000
 (bench/bench_mirror.py's headers and payloads) into a fresh database, with and without two key
@@ -28,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,39 +46,60 @@ FIELDS = (("customer", "/customer"), ("note", "/note"), ("order", "/order_id"))
 UNSTORED = ("note_unstored", "/note")
 
 
-def requests_for(count: int) -> list[tuple[str, str]]:
+#: What each row is compared with at the large size: a summary with the unfiltered summary (the
+#: kept counts), a page of the list with the unfiltered list's first page.
+SUMMARY, LIST, API = "summary, unfiltered (kept counts)", "list, unfiltered", "GET /api/summary, unfiltered"
+
+
+#: The row of the filter as it was before key fields were stored: every payload read.
+BEFORE = "as before: summary, field.note_unstored=rare42 (payloads read)"
+
+
+def requests_for(count: int, postgresql: bool = False) -> list[tuple[str, str, str]]:
+    """(label, URL, the label of the row it is compared with) of each timed request; on
+    PostgreSQL without the "as before" row, which the web's statement timeout (db/bounds.py)
+    ends with a 503 at a million entries."""
     order = f"ord-{count // 2:08d}"
-    return [
-        ("summary, unfiltered (kept counts)", "/summary"),
-        ("summary, status=open (kept counts)", "/summary?status=open"),
-        ("summary, field.note=rare42 (1 entry in 997)", "/summary?field.note=rare42"),
-        ("list, field.note=rare42", "/?field.note=rare42"),
-        (f"summary, field.order={order} (one entry)", f"/summary?field.order={order}"),
-        ("summary, field.note=rare42&status=open", "/summary?field.note=rare42&status=open"),
-        ("as before: summary, field.note_unstored=rare42 (payloads read)", "/summary?field.note_unstored=rare42"),
-        ("summary, field.customer=alice (1 entry in 20)", "/summary?field.customer=alice"),
-        ("list, field.customer=alice", "/?field.customer=alice"),
-        ("summary, q=widget (1 entry in 20 and more)", "/summary?q=widget"),
-        ("summary, q=rare42 (1 entry in 997)", "/summary?q=rare42"),
-        ("GET /api/summary?q=widget", "/api/summary?q=widget"),
-    ]
+    return [row for row in [
+        (SUMMARY, "/summary", SUMMARY),
+        ("summary, status=open (kept counts)", "/summary?status=open", SUMMARY),
+        ("summary, field.note=rare42 (1 entry in 997)", "/summary?field.note=rare42", SUMMARY),
+        (f"summary, field.order={order} (one entry)", f"/summary?field.order={order}", SUMMARY),
+        ("summary, field.note=rare42&status=open", "/summary?field.note=rare42&status=open", SUMMARY),
+        (BEFORE, "/summary?field.note_unstored=rare42", SUMMARY),
+        ("summary, field.customer=alice (1 entry in 20)", "/summary?field.customer=alice", SUMMARY),
+        ("summary, field.customer=alice&status=open", "/summary?field.customer=alice&status=open", SUMMARY),
+        ("summary, q=widget (1 entry in 20 and more)", "/summary?q=widget", SUMMARY),
+        ("summary, q=rare42 (1 entry in 997)", "/summary?q=rare42", SUMMARY),
+        (API, "/api/summary", API),
+        ("GET /api/summary?field.customer=alice", "/api/summary?field.customer=alice", API),
+        ("GET /api/summary?q=widget", "/api/summary?q=widget", API),
+        (LIST, "/", LIST),
+        ("list, field.note=rare42", "/?field.note=rare42", LIST),
+        ("list, field.customer=alice", "/?field.customer=alice", LIST),
+    ] if not (postgresql and row[0] == BEFORE)]
 
 
-def time_requests(clients: dict[int, object], runs: int) -> dict[int, dict[str, float]]:
-    samples: dict[int, dict[str, list[float]]] = {size: {} for size in clients}
-    plans = {size: requests_for(size) for size in clients}
-    for index in range(len(plans[next(iter(clients))])):
-        for round_ in range(runs + 2):
+def time_requests(clients: dict[int, object], runs: int,
+                  postgresql: bool = False) -> dict[int, dict[str, tuple[float, float]]]:
+    """Median (wall ms, CPU ms of this process) of each request at each size: a round asks every
+    request once at each size in turn, so a change of the machine's load falls on all of them
+    alike; the first two rounds are warm-ups."""
+    samples: dict[int, dict[str, list[tuple[float, float]]]] = {size: {} for size in clients}
+    plans = {size: requests_for(size, postgresql) for size in clients}
+    for round_ in range(runs + 2):
+        for index in range(len(plans[next(iter(clients))])):
             for size, client in clients.items():
-                label, url = plans[size][index]
-                began = time.perf_counter()
+                label, url, _ = plans[size][index]
+                began, cpu = time.perf_counter(), time.process_time()
                 response = client.get(url)
                 response.get_data()
-                elapsed = (time.perf_counter() - began) * 1000
+                elapsed = ((time.perf_counter() - began) * 1000, (time.process_time() - cpu) * 1000)
                 assert response.status_code == 200, (url, response.status_code)
                 if round_ >= 2:
                     samples[size].setdefault(label, []).append(elapsed)
-    return {size: {label: statistics.median(v) for label, v in by_label.items()} for size, by_label in samples.items()}
+    return {size: {label: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+                   for label, v in by_label.items()} for size, by_label in samples.items()}
 
 
 def fill_key_fields(database_url: str) -> float:
@@ -90,6 +114,24 @@ def fill_key_fields(database_url: str) -> float:
     if engine.dialect.name != "sqlite":
         with engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE entry_fields")
+    took = time.perf_counter() - began
+    dispose_quietly(engine)
+    return took
+
+
+def index_search(database_url: str) -> float:
+    """Index every entry for search as the mirror's search pass does, on PostgreSQL, where
+    bench_pages.build_postgres writes the rows alone (build_database indexes the SQLite file);
+    seconds taken."""
+    from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
+    from dlq_dashboard.ingest.search_index import index_pending
+
+    engine = create_db_engine(database_url)
+    began = time.perf_counter()
+    while index_pending(engine, limit=50_000).entries:
+        pass
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE entry_search")
     took = time.perf_counter() - began
     dispose_quietly(engine)
     return took
@@ -167,43 +209,59 @@ def main() -> int:
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--keep", action="store_true", help="SQLite: reuse databases of the right size in bench/out/")
     parser.add_argument("--ingest-only", action="store_true", help="only the mirror's cost a row")
+    parser.add_argument("--no-ingest", action="store_true", help="only the requests, not the mirror's cost")
     parser.add_argument("--ingest-rounds", type=int, default=3)
     options = parser.parse_args()
+    with database_server(options.database) as postgres:
+        return run(options, postgres)
+
+
+@contextmanager
+def database_server(database: str):
+    """For "postgresql" a server started from tests/postgres.py, removed at the end; for
+    "sqlite" None."""
     postgres = None
-    if options.database == "postgresql":
+    if database == "postgresql":
         from tests.postgres import PostgresServer
 
         postgres = PostgresServer().start()
     try:
-        return run(options, postgres)
+        yield postgres
     finally:
         if postgres is not None:
             postgres.remove()
 
 
+def new_databases(postgres, workdir: str):
+    """A function that makes an empty database at the newest revision each time it is called
+    (in ``postgres``, or a SQLite file in ``workdir``) and returns its URL."""
+    from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
+    from dlq_dashboard.db.migrate import migrate
+
+    counter = iter(range(10**6))
+
+    def new_database() -> str:
+        if postgres is not None:
+            return postgres.create_database(migrated=True)
+        url = f"sqlite:///{workdir}/ingest-{next(counter)}.sqlite3"
+        engine = create_db_engine(url)
+        migrate(engine)
+        dispose_quietly(engine)
+        return url
+    return new_database
+
+
 def run(options, postgres) -> int:
     import sqlite3
 
-    from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
-    from dlq_dashboard.db.migrate import migrate
     from dlq_dashboard.runtime import runtime_of
 
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     print(f"load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory() as workdir:
-        counter = iter(range(10**6))
-
-        def new_database() -> str:
-            if postgres is not None:
-                return postgres.create_database(migrated=True)
-            url = f"sqlite:///{workdir}/ingest-{next(counter)}.sqlite3"
-            engine = create_db_engine(url)
-            migrate(engine)
-            dispose_quietly(engine)
-            return url
-
-        ingest = measure_ingest(new_database, options.ingest_rounds)
+        new_database = new_databases(postgres, workdir)
+        ingest = {} if options.no_ingest else measure_ingest(new_database, options.ingest_rounds)
         for name, values in ingest.items():
             print(f"ingest, {name}: {', '.join(f'{v:.1f}' for v, _ in values)} µs of CPU a row "
                   f"(median {statistics.median(v for v, _ in values):.1f}); in fill_key_fields "
@@ -217,6 +275,7 @@ def run(options, postgres) -> int:
                 url = postgres.create_database()
                 print(f"building {size:,} entries in PostgreSQL ...", flush=True)
                 builds[size] = bench_pages.build_postgres(url, size)
+                print(f"  {size:,}: search index filled in {index_search(url):.1f} s", flush=True)
             else:
                 path = out / f"summaries-{size}.sqlite3"
                 url = f"sqlite:///{path}"
@@ -228,19 +287,23 @@ def run(options, postgres) -> int:
                   flush=True)
             apps[size], clients[size] = bench_pages.open_client(url, Path(workdir) / str(size),
                                                                 list_fields=FIELDS + (UNSTORED,))
-        timings = time_requests(clients, options.runs)
+        timings = time_requests(clients, options.runs, postgres is not None)
         for app in apps.values():
             runtime_of(app).stop()
     small, large = sizes
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     database = f"SQLite {sqlite3.sqlite_version}" if postgres is None else "PostgreSQL (tests/postgres.py)"
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {database}\n")
-    unfiltered = timings[large][requests_for(large)[0][0]]
-    print(f"| request | {small:,} entries (ms) | {large:,} entries (ms) | ratio | vs unfiltered at {large:,} |")
+    # CPU: this process's (routing, queries, template); on PostgreSQL the server's is not in it.
+    print(f"| request | {small:,} entries (ms) | {large:,} entries (ms) | CPU at {large:,} (ms) "
+          f"| vs unfiltered at {large:,} (wall, CPU) |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for (label, _), (label_large, _) in zip(requests_for(small), requests_for(large)):
-        a, b = timings[small][label], timings[large][label_large]
-        print(f"| {label_large} | {a:.1f} | {b:.1f} | {b / a:.2f}× | {b / unfiltered:.2f}× |")
+    postgresql = postgres is not None
+    for (label, _, _), (label_large, _, base) in zip(requests_for(small, postgresql),
+                                                     requests_for(large, postgresql)):
+        (a, _), (b, cpu), (base_wall, base_cpu) = timings[small][label], timings[large][label_large], \
+            timings[large][base]
+        print(f"| {label_large} | {a:.1f} | {b:.1f} | {cpu:.1f} | {b / base_wall:.2f}×, {cpu / base_cpu:.2f}× |")
     for size in sizes:
         print(f"key fields filled at {size:,} entries: {fills[size]:.1f} s (three fields)")
     return 0

@@ -19,7 +19,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import func, inspect, select, text
 
 from dlq_dashboard.config import ConfigError
-from dlq_dashboard.db.engine import create_db_engine, write_transaction
+from dlq_dashboard.db.engine import create_db_engine, read_transaction, serial_plans, write_transaction
 from dlq_dashboard.db import regroup
 from dlq_dashboard.db.counts import ARRIVALS, GROUPS, Change, count_changes, group_ids
 from dlq_dashboard.db.migrate import MIGRATIONS, current_revision, head, migrate, revisions
@@ -79,6 +79,20 @@ def test_write_transactions_take_the_write_lock_at_their_start(tmp_path):
             other.close()
         conn.execute(text("SELECT 1"))
     assert locked
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_transaction_may_ask_for_plans_without_parallel_workers_for_itself_alone(database_url):
+    engine = create_db_engine(database_url, pool_size=1, max_overflow=0)  # one connection: the same next time
+    try:
+        with read_transaction(engine) as conn:
+            before = conn.exec_driver_sql("SHOW max_parallel_workers_per_gather").scalar()
+            serial_plans(conn)
+            assert conn.exec_driver_sql("SHOW max_parallel_workers_per_gather").scalar() == "0" != before
+        with read_transaction(engine) as conn:
+            assert conn.exec_driver_sql("SHOW max_parallel_workers_per_gather").scalar() == before
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.both_databases

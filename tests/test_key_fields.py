@@ -6,6 +6,7 @@ deleted entry's values gone with it; on both databases."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import delete, select
@@ -124,6 +125,41 @@ def test_the_filter_is_answered_from_the_stored_values(make_app, database_url):
     with rt.engine.begin() as conn:
         conn.execute(EntryField.__table__.insert().values(field_id=field_id, value="only-stored", entry_id=ids[0]))
     assert filtered_ids(rt, key_fields(FIELDS)[1], "only-stored") == [ids[0]]
+
+
+def test_a_key_fields_pages_cursors_neighbours_and_newer_entries_agree_with_the_payloads(make_app, database_url):
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, FIELDS)
+    _store(app)
+    field = key_fields(FIELDS)[0]
+    expected = payload_ids(rt, field, "C-42")  # newest first
+    assert len(expected) == 3
+    flt = EntryFilter(field_values=((field, "C-42"),))
+    pages, cursor = [], None
+    while True:
+        page = rt.store.list_entries(replace(flt, limit=1, cursor=cursor))
+        pages += [e.id for e in page.entries]
+        if not (cursor := page.next_cursor):
+            break
+    assert pages == expected
+    assert [v.id for v in rt.store.iter_entries(flt, batch=2)] == expected
+    assert rt.store.neighbours(flt, expected[1]) == (expected[0], expected[2])
+    assert rt.store.count_newer(flt, expected[-1]) == 2
+
+
+def test_a_key_fields_page_walks_its_stored_values_in_entry_order_and_stops(make_app):
+    # SQLite: before, every match was collected (a list subquery) before the page was read.
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, FIELDS)
+    _store(app)
+    query = rt.store.select_entries(EntryFilter(field_values=((key_fields(FIELDS)[0], "C-42"),))).limit(51)
+    with rt.engine.connect() as conn:
+        sql = str(query.compile(conn, compile_kwargs={"literal_binds": True}))
+        plan = " | ".join(row[-1] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}"))
+    assert "SEARCH entry_fields USING PRIMARY KEY (field_id=? AND value=?)" in plan, plan
+    assert "LIST SUBQUERY" not in plan and "TEMP B-TREE" not in plan, plan
 
 
 def _fields(engine):

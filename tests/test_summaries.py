@@ -1,6 +1,7 @@
 """The list's summary (/summary and GET /api/summary): a search's counts come from its newest
-SEARCH_BOUND matches, one query for the counts, the range and the chart, and the page and the JSON
-say when they are an estimate; on both databases."""
+SEARCH_BOUND matches, a key field's from its newest FIELD_BOUND, one query for the counts, the range
+and the chart, and the page and the JSON say when they are an estimate (a key field's value alone
+with every match counted in its index); on both databases."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import json
 
 import pytest
 
+from dlq_dashboard.accounts import create_token
 from dlq_dashboard.entries import tallies
+from dlq_dashboard.ingest.key_fields import record_key_fields
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.scopes import parse_scopes
 
 from . import support
 
@@ -54,6 +59,55 @@ def test_the_unfiltered_summary_is_exact_from_the_kept_counts(searched):
 def test_a_search_summary_reads_the_entries_once(searched, monkeypatch):
     calls = []
     original = tallies.Store.select_entries
-    monkeypatch.setattr(tallies.Store, "select_entries", lambda self, *a: calls.append(a) or original(self, *a))
+    monkeypatch.setattr(tallies.Store, "select_entries",
+                        lambda self, *a, **k: calls.append(a) or original(self, *a, **k))
     assert support.logged_in(searched, "viewer").get("/summary?q=widget&status=open").status_code == 200
     assert len(calls) == 1
+
+
+# --- a key field's summary ------------------------------------------------------------------------
+
+CUSTOMER = (("customer", "/customer"),)
+
+
+@pytest.fixture
+def keyed(make_app, database_url, monkeypatch):
+    """An app with the key field customer: alice in five entries (four of orders.created, one of
+    billing.paid, the newest), bob in one; a key field's bound at 3."""
+    monkeypatch.setattr(tallies, "FIELD_BOUND", 3)
+    app = make_app(list_fields=CUSTOMER)
+    record_key_fields(runtime_of(app).engine, CUSTOMER)
+    support.dead_letter(app, 1, payload=b'{"customer": "bob"}', Dlq_Reason="fatal")
+    for seq in range(2, 6):
+        support.dead_letter(app, seq, payload=b'{"customer": "alice"}', Dlq_Reason="fatal")
+    support.dead_letter(app, 6, "billing.paid", payload=b'{"customer": "alice"}', Dlq_Reason="fatal")
+    return app
+
+
+def test_a_key_field_beyond_its_bound_is_an_estimate_that_says_how_many_match_in_all(keyed):
+    client = support.logged_in(keyed, "viewer")
+    for query in ("field.customer=alice", "field.customer=alice&status=open"):
+        answer = client.get(f"/api/summary?{query}").get_json()
+        assert answer["exact"] is False and answer["bound"] == 3, query
+        assert answer["total"] == 3 == sum(answer["counts"].values()) and answer["matched"] == 5, query
+        html = client.get(f"/summary?{query}").get_data(as_text=True)
+        assert "Estimate:" in html and "of 5 in all" in html and "all <strong>5</strong>" in html, query
+        assert "more than" not in html, query
+
+
+def test_a_key_field_within_its_bound_is_exact_and_matched_is_its_total(keyed):
+    answer = support.logged_in(keyed, "viewer").get("/api/summary?field.customer=bob").get_json()
+    assert answer == {**answer, "exact": True, "bound": None, "total": 1, "matched": 1}
+    unfiltered = support.logged_in(keyed, "viewer").get("/api/summary").get_json()
+    assert unfiltered["exact"] is True and unfiltered["matched"] == unfiltered["total"] == 6
+
+
+def test_matches_are_not_counted_in_the_index_where_the_key_field_is_not_all_that_selects(keyed):
+    client = support.logged_in(keyed, "viewer")
+    answer = client.get("/api/summary?field.customer=alice&subject=orders.created").get_json()
+    assert answer["exact"] is False and answer["total"] == 3 and answer["matched"] is None
+    assert "more than 3" in client.get("/summary?field.customer=alice&subject=orders.created").get_data(as_text=True)
+    # A scoped reader: the index knows no subjects, so it would count the billing entry too.
+    token = create_token(runtime_of(keyed).engine, "orders-viewer", "viewer", scopes=parse_scopes(["orders.>"]))
+    scoped = keyed.test_client().get("/api/summary?field.customer=alice", headers=support.bearer(token)).get_json()
+    assert scoped["exact"] is False and scoped["total"] == 3 and scoped["matched"] is None

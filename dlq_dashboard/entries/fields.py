@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, func, or_, select, union_all
+from sqlalchemy import Connection, Engine, and_, func, or_, select, union_all
 from sqlalchemy.exc import DBAPIError
 
 from ..config import ConfigError
@@ -107,6 +107,23 @@ def field_condition(engine: Engine, field: KeyField, value: str):
     pending = select(unfilled.c.id).where(unfilled.c.id <= below,
                                           payload_condition(engine, field, value, unfilled.c.payload))
     return Entry.id.in_(union_all(stored, pending))
+
+
+def stored_lookup(conn: Connection, field: KeyField, value: str):
+    """The condition on entry_fields rows that finds exactly the entries whose field's value is
+    ``value``, when entry_fields holds that value for every entry (the field recorded, nothing
+    left to backfill, the value short enough to store); None when a filter by it must read
+    payloads too (``field_condition``). A query can then be driven by those rows, in entry order
+    (the key's last column), and stop at its page instead of collecting every match first."""
+    spellings = _spellings(conn.engine, value)
+    if any(len(s) > MAX_VALUE for s in spellings):
+        return None
+    field_id = conn.execute(select(KEY_FIELDS.c.id).where(pending_condition(field.label, field.pointer),
+                                                         KEY_FIELDS.c.pending_below == 0)
+                            .order_by(KEY_FIELDS.c.id).limit(1)).scalar()
+    if field_id is None:
+        return None
+    return and_(ENTRY_FIELDS.c.field_id == field_id, ENTRY_FIELDS.c.value.in_(spellings))
 
 
 def as_latin1(value: str) -> str:

@@ -5,17 +5,18 @@ entry in view.py and shape.py."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
-from sqlalchemy import Engine, Select, and_, column, false, func, or_, select, table, text
+from sqlalchemy import Connection, Engine, Select, and_, column, false, func, literal, or_, select, table, text
 
 from ..db.engine import is_sqlite, read_transaction
 from ..db.models import Action, Entry, Event, FailureGroup, Republish
+from ..ingest.key_fields import ENTRY_FIELDS
 from ..ingest.search_index import SearchLag, search_position
 from ..times import format_time
 from .audit import audit_record
-from .fields import KeyField, field_expression, shown_value
+from .fields import KeyField, field_expression, shown_value, stored_lookup
 from .filters import EntryFilter, FilterError, decode_cursor, encode_cursor, fts_query, scope_condition
 from ..masking import Mask
 from .view import EntryView, Page
@@ -59,23 +60,61 @@ class Store:
     def _searching(self, flt: EntryFilter) -> bool:
         return bool(flt.q) and is_sqlite(self.engine)
 
-    def _key(self, flt: EntryFilter):
-        """The id column keyset paging compares: the full-text index's rowid when searching."""
-        return _FTS.c.rowid if self._searching(flt) else Entry.id
+    def _selection(self, flt: EntryFilter, *columns, conn: Connection | None = None) -> tuple[Select, Any]:
+        """The SELECT for a filter, newest first, without limit or cursor, and the id column its
+        keyset compares (the one the rows are read in the order of); ``conn``: the transaction
+        to look the key fields up in (else one of its own).
 
-    def select_entries(self, flt: EntryFilter, *columns) -> Select:
-        """The SELECT for a filter, newest first, without limit or cursor.
-
-        A search is driven from the full-text index in rowid order (rowid = entry id), so a
-        page reads its 50 matches and stops, however many rows match in all.
+        A search is driven from the full-text index in rowid order (rowid = entry id), and a key
+        field's value from its rows of entry_fields in entry order, so a page reads its 50
+        matches and stops, however many rows match in all.
         """
         columns = columns or (ENTRIES,)
-        if not self._searching(flt):
-            return select(*columns).where(and_(True, *flt.conditions(self.engine))).order_by(Entry.id.desc())
-        match = fts_query(flt.q)
-        condition = text("entries_fts MATCH :fts_q").bindparams(fts_q=match) if match else false()
-        return (select(*columns).select_from(_FTS.join(ENTRIES, ENTRIES.c.id == _FTS.c.rowid))
-                .where(condition, *flt.conditions(self.engine, search=False)).order_by(_FTS.c.rowid.desc()))
+        if self._searching(flt):
+            match = fts_query(flt.q)
+            condition = text("entries_fts MATCH :fts_q").bindparams(fts_q=match) if match else false()
+            return (select(*columns).select_from(_FTS.join(ENTRIES, ENTRIES.c.id == _FTS.c.rowid))
+                    .where(condition, *flt.conditions(self.engine, search=False))
+                    .order_by(_FTS.c.rowid.desc())), _FTS.c.rowid
+        stored = self._stored_field(flt, conn)
+        if stored is not None:
+            lookup, rest = stored
+            # Not Entry.id < cursor: PostgreSQL does not carry a range across the join's equality.
+            return (select(*columns).select_from(ENTRY_FIELDS.join(ENTRIES, ENTRIES.c.id == ENTRY_FIELDS.c.entry_id))
+                    .where(lookup, *rest.conditions(self.engine))
+                    .order_by(ENTRY_FIELDS.c.entry_id.desc())), ENTRY_FIELDS.c.entry_id
+        return select(*columns).where(and_(True, *flt.conditions(self.engine))).order_by(Entry.id.desc()), Entry.id
+
+    def select_entries(self, flt: EntryFilter, *columns, conn: Connection | None = None) -> Select:
+        """The SELECT for a filter, newest first, without limit or cursor (``_selection``)."""
+        return self._selection(flt, *columns, conn=conn)[0]
+
+    def _stored_field(self, flt: EntryFilter, conn: Connection | None = None) -> tuple[Any, EntryFilter] | None:
+        """The lookup in entry_fields of the first of the filter's key-field values that it holds
+        for every entry (fields.stored_lookup), and the filter without that value; None when
+        there is none (no key field, or each still read from payloads)."""
+        if not flt.field_values:
+            return None
+        if conn is None:
+            with read_transaction(self.engine) as own:
+                return self._stored_field(flt, own)
+        for i, (field, value) in enumerate(flt.field_values):
+            lookup = stored_lookup(conn, field, value)
+            if lookup is not None:
+                return lookup, replace(flt, field_values=flt.field_values[:i] + flt.field_values[i + 1:])
+        return None
+
+    def count_key_field(self, flt: EntryFilter, cap: int, conn: Connection) -> int | None:
+        """How many entries match ``flt`` when one key field's value is all it selects by (no
+        other filter, no scopes), counted in entry_fields alone (in ``conn``'s transaction), up
+        to ``cap``; None beyond it, and for any other filter."""
+        stored = self._stored_field(flt, conn)
+        if stored is None or stored[1].filtered or flt.scopes is not None:
+            return None
+        # Rows of the index alone (no column of them read): a tight step from one to the next.
+        found = select(literal(1)).select_from(ENTRY_FIELDS).where(stored[0]).limit(cap + 1).subquery()
+        count = conn.execute(select(func.count()).select_from(found)).scalar_one()
+        return count if count <= cap else None
 
     def list_entries(self, flt: EntryFilter, mask: Mask | None = None, *, payload_prefix: int | None = None) -> Page:
         """One page of entries matching the filter, newest first (keyset pagination).
@@ -102,9 +141,9 @@ class Store:
         if mask and flt.q:
             return self._list_seen(flt, mask)
         columns = _prefix_columns(payload_prefix) if payload_prefix else ()
-        query = self.select_entries(flt, *columns)
+        query, key = self._selection(flt, *columns)
         if flt.cursor:
-            query = query.where(self._key(flt) < decode_cursor(flt.cursor))
+            query = query.where(key < decode_cursor(flt.cursor))
         with read_transaction(self.engine) as conn:
             rows = conn.execute(query.limit(flt.limit + 1)).all()
         entries = [self._view(r) for r in rows[: flt.limit]]
@@ -145,9 +184,9 @@ class Store:
                  scan: int = MASKED_SEARCH_SCAN) -> tuple[list[int], bool]:
         """The ids of a viewer's search matches (newer than ``after_id``), from the newest
         ``scan`` of the index's matches, and whether those were all of them."""
-        query = self.select_entries(flt)
+        query, key = self._selection(flt)
         if after_id is not None:
-            query = query.where(self._key(flt) > after_id)
+            query = query.where(key > after_id)
         with read_transaction(self.engine) as conn:
             rows = conn.execute(query.limit(scan + 1)).all()
         views = [self._view(r) for r in rows[:scan]]
@@ -161,10 +200,9 @@ class Store:
             yield from (v for v in self.iter_entries(flt, batch) if mask.finds(v, flt.q))
             return
         last_id = decode_cursor(flt.cursor) if flt.cursor else None
+        every, key = self._selection(flt)
         while True:
-            query = self.select_entries(flt)
-            if last_id is not None:
-                query = query.where(self._key(flt) < last_id)
+            query = every.where(key < last_id) if last_id is not None else every
             with read_transaction(self.engine) as conn:
                 rows = conn.execute(query.limit(batch)).all()
             if not rows:
@@ -177,7 +215,8 @@ class Store:
         """How many entries under the filter are newer than ``after_id`` (counted up to ``cap``)."""
         if mask and flt.q:
             return min(len(self.seen_ids(flt, mask, after_id=after_id)[0]), cap)
-        query = self.select_entries(flt, Entry.id).where(self._key(flt) > after_id).limit(cap)
+        query, key = self._selection(flt, Entry.id)
+        query = query.where(key > after_id).limit(cap)
         with read_transaction(self.engine) as conn:
             return conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
 
@@ -185,11 +224,10 @@ class Store:
         """(newer, older): the ids beside ``entry_id`` in the list under ``flt``, in its order
         (newest first), one keyset query each way. With a ``mask``, a search skips the entries
         matched by a masked value only, among the next MASKED_NEIGHBOURS each way."""
-        key = self._key(flt)
         seen = bool(mask and flt.q)
-        older = self.select_entries(flt, *(() if seen else (Entry.id,))).where(key < entry_id)
-        newer = self.select_entries(flt, *(() if seen else (Entry.id,))).order_by(None) \
-            .where(key > entry_id).order_by(key.asc())
+        every, key = self._selection(flt, *(() if seen else (Entry.id,)))
+        older = every.where(key < entry_id)
+        newer = every.order_by(None).where(key > entry_id).order_by(key.asc())
         found: list[int | None] = []
         with read_transaction(self.engine) as conn:
             for query in (newer, older):

@@ -1,7 +1,9 @@
 """What the groups page and the list's summary count: from the counts kept beside the entries
 (db/counts.py) when the filter is one they hold (status, subject, reason, group), so the answer
 costs the same at a thousand entries and at a million; otherwise from the matching entries
-themselves, the newest BOUND of them at most, and the answer says so."""
+themselves, the newest of them at most (SEARCH_BOUND for a search, FIELD_BOUND for a key field,
+BOUND for another filter), and the answer says so. A key field's value alone is also counted in
+its index (entry_fields, up to BOUND), so an estimate of it carries the exact number of matches."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine, Select, String, and_, func, literal_column, select, type_coerce
 
 from ..db.counts import ALL_GROUPS, ARRIVALS, GROUPS, STATUS_COLUMNS, bucket
-from ..db.engine import is_sqlite, read_transaction
+from ..db.engine import is_sqlite, read_transaction, serial_plans
 from ..db.models import Entry
 from ..ingest.grouping import NO_ERROR
 from ..times import as_time, utcnow
@@ -27,6 +29,10 @@ BOUND = 100_000
 #: The most matches of a search its counts and chart are made from: a search may match every
 #: entry, and its summary answers in bounded time at any size (the newest matches, read once).
 SEARCH_BOUND = 5_000
+#: The same for a key field's filter (field.<label>): a value may be in every entry's payload.
+#: Fewer than a search's: the summary is to answer within twice the kept counts' time, and each
+#: match read is a lookup of its entry (docs/PERFORMANCE.md, "Summaries: key fields and search").
+FIELD_BOUND = 1_000
 # The filters the kept counts hold; any other one (stream, consumer, q, since, until) needs the entries.
 _KEPT = {f.name for f in FILTERS if f.kept}
 # How SQLAlchemy stores a DateTime in SQLite.
@@ -41,6 +47,9 @@ class Tally:
     kept: bool
     whole: bool = True
     bound: int = BOUND  # the most entries counted when not from the kept counts
+    #: How many entries match in all, where the numbers are of the newest ``bound`` only but that
+    #: total is known: a key field's value alone, counted in its index (Store.count_key_field).
+    matched: int | None = None
 
     @property
     def exact(self) -> bool:
@@ -222,11 +231,16 @@ class Tallies:
         first, and whether they are all of them; one query for a whole summary."""
         others = replace(flt, status=None, cursor=None)
         if others not in self._searched:
-            bound = SEARCH_BOUND if others.q else BOUND
-            query = self.store.select_entries(others, Entry.status, Entry.received_at).limit(bound + 1)
+            bound = SEARCH_BOUND if others.q else FIELD_BOUND if others.field_values else BOUND
+            # One transaction: on PostgreSQL each of its own costs round trips worth a millisecond.
             with read_transaction(self.engine) as conn:
-                rows = [(status, as_time(at)) for status, at in conn.execute(query)]
-            self._searched[others] = (rows[:bound], Tally(kept=False, whole=len(rows) <= bound, bound=bound))
+                if others.field_values and not others.q:  # read in a key's order (a search gains from workers)
+                    serial_plans(conn)
+                query = self.store.select_entries(others, Entry.status, Entry.received_at, conn=conn)
+                rows = [(status, as_time(at)) for status, at in conn.execute(query.limit(bound + 1))]
+                whole = len(rows) <= bound
+                matched = None if whole else self.store.count_key_field(others, BOUND, conn)
+            self._searched[others] = (rows[:bound], Tally(kept=False, whole=whole, bound=bound, matched=matched))
         return self._searched[others]
 
     def _search_times(self, flt: EntryFilter) -> list[datetime | None]:

@@ -59,14 +59,16 @@ def list_groups():
 @requires("viewer")
 def list_summary():
     """The list's summary as JSON: entries by status under the list's filters (their status
-    aside), the first and last received, and whether the numbers are exact (a search's are of
-    its newest matches only, beyond a bound: an estimate, each number at least what it says)."""
+    aside), the first and last received, and whether the numbers are exact (a search's or a key
+    field's are of its newest matches only, beyond a bound: an estimate, each number at least
+    what it says); ``matched``, every match counted, where that is known."""
     flt = request_filter(request.args)
     tallies = visible.tallies(current_reader(), current_runtime().store)
     counts, tally = tallies.counts_by_status(flt)
     first, last = tallies.received_range(flt)
-    return jsonify(counts=counts, total=sum(counts.values()), exact=tally.exact,
-                   bound=None if tally.exact else tally.bound,
+    total = sum(counts.values())
+    return jsonify(counts=counts, total=total, exact=tally.exact, bound=None if tally.exact else tally.bound,
+                   matched=total if tally.exact else tally.matched,
                    first_received=format_time(first) if first else None,
                    last_received=format_time(last) if last else None)
 

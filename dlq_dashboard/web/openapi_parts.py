@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..entries.shape import BOOL, INT, STR, TIME
 from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
+from ..entries.tallies import BOUND, FIELD_BOUND, SEARCH_BOUND
 
 
 def json_answer(schema: dict, description: str) -> dict:
@@ -28,16 +29,22 @@ _json, _errors, _query = json_answer, errors, query
 
 DESK_SCHEMAS: dict[str, dict] = {
     "Summary": {
-        "type": "object", "required": ["counts", "total", "exact", "bound", "first_received", "last_received"],
+        "type": "object",
+        "required": ["counts", "total", "exact", "bound", "matched", "first_received", "last_received"],
         "properties": {
             "counts": {"type": "object", "additionalProperties": INT,
                        "description": "Entries by status under the filters (their status aside)."},
             "total": {**INT, "description": "The counts added up."},
-            "exact": {**BOOL, "description": ("False when the numbers are an estimate: a search (q) counts its "
-                                              "newest 5,000 matches, another filter the kept counts do not hold "
-                                              "its newest 100,000; more matched, so each number is at least "
-                                              "what it says.")},
+            "exact": {**BOOL, "description": (f"False when the numbers are an estimate: a search (q) counts its "
+                                              f"newest {SEARCH_BOUND:,} matches, a key field (field.<label>) its "
+                                              f"newest {FIELD_BOUND:,}, another filter the kept counts do not "
+                                              f"hold its newest {BOUND:,}; more matched, so each number is at "
+                                              "least what it says.")},
             "bound": {**_nullable(INT), "description": "The most matches counted when exact is false, else null."},
+            "matched": {**_nullable(INT), "description": (
+                "How many entries match in all: total when exact; when not, the count of a key field's "
+                f"value in its index where that value (and status) is all the filter selects, up to {BOUND:,} "
+                "(beyond, or for any other filter, null).")},
             "first_received": _nullable(TIME), "last_received": _nullable(TIME),
         },
     },
