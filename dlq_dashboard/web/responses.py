@@ -4,6 +4,7 @@ every blueprint; errors and refusals are raised and answered by web/errors.py.""
 from __future__ import annotations
 
 import weakref
+from typing import Callable
 from urllib.parse import urlencode
 
 from flask import Response, current_app, make_response, redirect, render_template, request, url_for
@@ -87,3 +88,36 @@ def list_url(endpoint: str = "pages.index", **args) -> str:
     """A URL with the given query arguments, empty ones left out."""
     query = urlencode({k: v for k, v in args.items() if v not in (None, "")})
     return url_for(endpoint) + (f"?{query}" if query else "")
+
+
+#: The id a URL is first built for by IdUrls: digits that no other part of a URL holds by chance
+#: (a URL that does hold them is built by url_for every time).
+_MARKER = 7_493_022_805_146_613_879
+
+
+class IdUrls:
+    """``url_for(endpoint, entry_id=..., **values)`` for many entries: each endpoint and values
+    is built once, for a marker id, and each entry's URL is that one with its id in the marker's
+    place (werkzeug's URL building is about 60 µs; a list of 50 rows asked for 250 URLs).
+
+    Made for one page (web/data.py row_context), so it never outlives the request that built
+    its URLs."""
+
+    def __init__(self):
+        self._made: dict[tuple, Callable[[int], str]] = {}
+
+    def __call__(self, endpoint: str, entry_id: int, **values) -> str:
+        key = (endpoint, *sorted(values.items()))
+        made = self._made.get(key)
+        if made is None:
+            made = self._made[key] = _with_id(endpoint, values)
+        return made(entry_id)
+
+
+def _with_id(endpoint: str, values: dict) -> Callable[[int], str]:
+    url = url_for(endpoint, entry_id=_MARKER, **values)
+    head, found, tail = url.partition(str(_MARKER))
+    if not found or str(_MARKER) in tail:
+        return lambda entry_id: url_for(endpoint, entry_id=entry_id, **values)
+    # The int converter writes an id as str(int(id)).
+    return lambda entry_id: f"{head}{int(entry_id)}{tail}"

@@ -1,0 +1,35 @@
+"""How a view answers (web/responses.py): URLs of many entries built once a page (IdUrls) are
+exactly url_for's."""
+
+from __future__ import annotations
+
+from flask import url_for
+
+from dlq_dashboard.web import responses
+from dlq_dashboard.web.responses import IdUrls
+
+IDS = (1, 9, 10, 42, 1234567, 2**63 - 1)
+VALUES = ({}, {"status": "open"}, {"subject": "orders.*", "q": "a b&c=d/é", "since": "1h"},
+          {"cursor": "MTIz", "limit": "10", "field.customer": "C-42"}, {"_anchor": "history"})
+
+
+def test_an_entry_url_is_what_url_for_makes_for_every_id_and_query(offline_app):
+    for base in ("http://localhost/", "http://localhost/dlq/"):
+        with offline_app.test_request_context("/", base_url=base):
+            urls = IdUrls()
+            for values in VALUES:
+                for entry_id in IDS:
+                    assert urls("pages.entry", entry_id, **values) == url_for("pages.entry", entry_id=entry_id,
+                                                                              **values)
+            for action in ("republish", "close"):
+                for endpoint in ("row_actions.confirm", "row_actions.act"):
+                    assert urls(endpoint, 7, action=action) == url_for(endpoint, entry_id=7, action=action)
+            assert urls("pages.entry", 5, _external=True) == url_for("pages.entry", entry_id=5, _external=True)
+
+
+def test_a_query_that_holds_the_marker_is_built_by_url_for(offline_app):
+    marker = str(responses._MARKER)
+    with offline_app.test_request_context("/"):
+        urls = IdUrls()
+        assert urls("pages.entry", 3, q=marker) == url_for("pages.entry", entry_id=3, q=marker)
+        assert urls("pages.entry", 4, q=marker) == f"/entries/4?q={marker}"
