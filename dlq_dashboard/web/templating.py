@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from flask import Flask, g, request
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from dlq_consumer import headers as contract
 
@@ -51,19 +51,26 @@ def ago(value: datetime | str | None) -> str:
     return f"{seconds} s ago"
 
 
+# The two <time> filters below run for every row of a list: the time is read once and each part
+# escaped by markupsafe's escape, which is what Markup.format does to each of its arguments (a
+# third of the cost).
+
 def timestamp(value: datetime | str | None) -> Markup:
     """A time as a <time> element in the one format of every page."""
-    if as_time(value) is None:
+    value = as_time(value)
+    if value is None:
         return Markup("—")
-    return Markup('<time datetime="{}">{}</time>').format(rfc3339(value), when(value))
+    return Markup(f'<time datetime="{escape(rfc3339(value))}">{escape(when(value))}</time>')
 
 
 def relative(value: datetime | str | None) -> Markup:
     """How long ago as a <time> element whose title is the exact time: '3 min ago' on the page,
     '2026-11-29 10:00:05 UTC' on hover."""
-    if as_time(value) is None:
+    value = as_time(value)
+    if value is None:
         return Markup("—")
-    return Markup('<time datetime="{}" title="{}">{}</time>').format(rfc3339(value), when(value), ago(value))
+    return Markup(f'<time datetime="{escape(rfc3339(value))}" title="{escape(when(value))}">'
+                  f'{escape(ago(value))}</time>')
 
 
 def number(value: int | float | None) -> str:
