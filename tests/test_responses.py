@@ -33,3 +33,22 @@ def test_a_query_that_holds_the_marker_is_built_by_url_for(offline_app):
         urls = IdUrls()
         assert urls("pages.entry", 3, q=marker) == url_for("pages.entry", entry_id=3, q=marker)
         assert urls("pages.entry", 4, q=marker) == f"/entries/4?q={marker}"
+
+
+def test_a_url_built_once_a_request_is_what_url_for_makes_and_never_another_requests(offline_app):
+    from dlq_dashboard.web.responses import url_once
+
+    asks = (("pages.index", {}), ("pages.index", {"status": "open", "q": "a&b"}),
+            ("pages.index", {"q": "a&b", "status": "open"}), ("static", {"filename": "app.css"}),
+            ("pages.groups", {"status": ""}), ("pages.index", {"_external": True}),
+            ("pages.index", {"status": ["open", "closed"]}))  # a list: no key, built each time
+    for base in ("http://localhost/", "http://localhost/dlq/", "https://other.example/x/"):
+        with offline_app.test_request_context("/", base_url=base):
+            for _ in range(2):
+                for endpoint, values in asks:
+                    assert url_once(endpoint, **values) == url_for(endpoint, **values)
+    # Several requests within one app context (g outlives each): each builds its own.
+    with offline_app.app_context():
+        for base in ("http://localhost/", "http://localhost/dlq/"):
+            with offline_app.test_request_context("/", base_url=base):
+                assert url_once("pages.index") == url_for("pages.index")

@@ -21,7 +21,7 @@ from .params import form_filter
 from .presenters.actions import bulk_choices, entry_action_bar, row_actions, row_confirm
 from .presenters.nav import main_nav
 from .presenters.rows import list_columns, shown_sources
-from .responses import list_url
+from .responses import list_url, url_once
 from .status import service_status
 
 
@@ -94,6 +94,8 @@ def init_app(app: Flask) -> None:
     app.add_template_global(row_confirm)
     app.add_template_global(list_columns)
     app.add_template_global(lambda: shown_sources(current_runtime()), "shown_sources")
+    # Flask's url_for, each URL built once a request (responses.url_once).
+    app.add_template_global(url_once, "url_for")
 
     @app.context_processor
     def _context():
