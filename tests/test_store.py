@@ -310,3 +310,35 @@ def test_the_statements_built_once_answer_each_entry_with_its_own_values(store, 
             ("default", "DLQ:1"): again_a2, ("default", "DLQ:2"): again_b}
         assert store.failed_again([("default", "DLQ:2")]) == {("default", "DLQ:2"): again_b}
         assert store.get_entry(10_000) is None and store.group_of(10_000) is None
+
+
+def test_statements_kept_for_a_filter_answer_every_cursor_and_entry_as_built_afresh(store, engine, corpus,
+                                                                                   monkeypatch):
+    # A page, the neighbours and the new-entries count are built once a filter (Store._once),
+    # what the request brings besides (cursor, entry id) bound: each answer must be that of a
+    # store that builds everything afresh, and the store keeps no more than KEPT_STATEMENTS.
+    from dlq_dashboard.entries import store as store_module
+    from dlq_dashboard.entries.store import Store
+
+    monkeypatch.setattr(store_module, "KEPT_STATEMENTS", 4)
+    filters = [{}, {"limit": "2"}, {"subject": "orders.>", "limit": "1"}, {"consumer": "billing"},
+               {"q": "order", "limit": "1"}, {"status": "open", "since": "1h"}, {"reason": "fatal"}]
+    ids = sorted(corpus.values())
+    for _ in range(2):
+        for args in filters:
+            flt = EntryFilter.from_args(args)
+            fresh = Store(engine)
+            pages, cursor = [], None
+            while True:
+                page = store.list_entries(EntryFilter.from_args({**args, **({"cursor": cursor} if cursor else {})}))
+                again = fresh.list_entries(EntryFilter.from_args({**args, **({"cursor": cursor} if cursor else {})}))
+                assert ([e.id for e in page.entries], page.next_cursor) == ([e.id for e in again.entries],
+                                                                            again.next_cursor), args
+                pages.append([e.id for e in page.entries])
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            for entry_id in ids:
+                assert store.neighbours(flt, entry_id) == Store(engine).neighbours(flt, entry_id), (args, entry_id)
+                assert store.count_newer(flt, entry_id) == Store(engine).count_newer(flt, entry_id), (args, entry_id)
+            assert len(store._built) <= 4

@@ -5,10 +5,10 @@ entry in view.py and shape.py."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator
 
-from sqlalchemy import Engine, Select, and_, bindparam, column, false, func, or_, select, table, text
+from sqlalchemy import Engine, Integer, Select, and_, bindparam, column, false, func, or_, select, table, text
 
 from ..db.engine import is_sqlite, read_transaction
 from ..db.models import Action, Entry, Event, FailureGroup, Republish
@@ -16,7 +16,7 @@ from ..ingest.search_index import SearchLag, search_position
 from ..times import format_time
 from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value
-from .filters import EntryFilter, FilterError, decode_cursor, encode_cursor, fts_query, scope_condition
+from .filters import DEFAULT_LIMIT, EntryFilter, FilterError, decode_cursor, encode_cursor, fts_query, scope_condition
 from ..masking import Mask
 from .view import EntryView, Page
 
@@ -25,6 +25,8 @@ from .view import EntryView, Page
 MASKED_SEARCH_SCAN = 10_000
 #: The search matches read each way for a viewer's previous and next entry (Store.neighbours).
 MASKED_NEIGHBOURS = 200
+#: The most statements a store keeps built for the filters it was asked (Store._once).
+KEPT_STATEMENTS = 512
 
 
 def _event_dict(row) -> dict[str, Any]:
@@ -73,6 +75,23 @@ class Store:
     engine: Engine
     # DLQ_TRACE_URL: every entry read carries it, so its JSON has its trace_url wherever it goes.
     trace_template: str | None = None
+    _built: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _once(self, build: Callable[..., Select], flt: EntryFilter, *more) -> Select:
+        """``build(flt, *more)``, built once for each filter asked. A page, its neighbours and the
+        new-entries poll cost more to build (and to key for SQLAlchemy's cache) than to run, and
+        a filter (the list unfiltered, its status links) is asked again and again; what a
+        request brings besides it (a cursor, an entry id) is a bound parameter. A filter of a
+        time back from now (since=1h) is a new one at each request, so it is built each time."""
+        if flt.since_ago is not None:
+            return build(flt, *more)
+        key = (build, flt, *more)
+        found = self._built.get(key)
+        if found is None:
+            if len(self._built) >= KEPT_STATEMENTS:
+                self._built.clear()  # the filters asked most are built again at their next request
+            found = self._built[key] = build(flt, *more)
+        return found
 
     def _view(self, row) -> EntryView:
         return EntryView.from_row(row, self.trace_template)
@@ -122,18 +141,23 @@ class Store:
     def _list(self, flt: EntryFilter, mask: Mask | None, payload_prefix: int | None) -> Page:
         if mask and flt.q:
             return self._list_seen(flt, mask)
-        columns = _prefix_columns(payload_prefix) if payload_prefix else ()
-        query = self.select_entries(flt, *columns)
-        if flt.cursor:
-            query = query.where(self._key(flt) < decode_cursor(flt.cursor))
+        query = self._once(self._page_query, replace(flt, cursor=None), flt.cursor is not None, payload_prefix)
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(query.limit(flt.limit + 1)).all()
+            rows = conn.execute(query, {"before": decode_cursor(flt.cursor)} if flt.cursor else {}).all()
         entries = [self._view(r) for r in rows[: flt.limit]]
         if payload_prefix:
             for view, row in zip(entries, rows):
                 view.payload_size = row._mapping["payload_size"]
         next_cursor = encode_cursor(entries[-1].id) if len(rows) > flt.limit else None
         return Page(entries, next_cursor)
+
+    def _page_query(self, flt: EntryFilter, after_cursor: bool, payload_prefix: int | None) -> Select:
+        """A page under ``flt`` and one more row (there is a next page), older than the bound
+        ``before`` when ``after_cursor``."""
+        query = self.select_entries(flt, *(_prefix_columns(payload_prefix) if payload_prefix else ()))
+        if after_cursor:
+            query = query.where(self._key(flt) < bindparam("before", type_=Integer))
+        return query.limit(flt.limit + 1)
 
     def field_values(self, ids: list[int], fields: tuple[KeyField, ...]) -> dict[int, dict[str, str | None]]:
         """The key fields' values of these entries, by id and label (None where there is none)."""
@@ -198,28 +222,40 @@ class Store:
         """How many entries under the filter are newer than ``after_id`` (counted up to ``cap``)."""
         if mask and flt.q:
             return min(len(self.seen_ids(flt, mask, after_id=after_id)[0]), cap)
-        query = self.select_entries(flt, Entry.id).where(self._key(flt) > after_id).limit(cap)
         with read_transaction(self.engine) as conn:
-            return conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+            return conn.execute(self._once(self._newer_count_query, replace(flt, cursor=None), cap),
+                                {"after": after_id}).scalar_one()
+
+    def _newer_count_query(self, flt: EntryFilter, cap: int) -> Select:
+        """How many entries under ``flt`` are newer than the bound ``after``, counted up to ``cap``."""
+        query = self.select_entries(flt, Entry.id).where(self._key(flt) > bindparam("after", type_=Integer))
+        return select(func.count()).select_from(query.limit(cap).subquery())
 
     def neighbours(self, flt: EntryFilter, entry_id: int, mask: Mask | None = None) -> tuple[int | None, int | None]:
         """(newer, older): the ids beside ``entry_id`` in the list under ``flt``, in its order
         (newest first), one keyset query each way. With a ``mask``, a search skips the entries
         matched by a masked value only, among the next MASKED_NEIGHBOURS each way."""
-        key = self._key(flt)
         seen = bool(mask and flt.q)
-        older = self.select_entries(flt, *(() if seen else (Entry.id,))).where(key < entry_id)
-        newer = self.select_entries(flt, *(() if seen else (Entry.id,))).order_by(None) \
-            .where(key > entry_id).order_by(key.asc())
+        flt = replace(flt, cursor=None, limit=DEFAULT_LIMIT)  # neither changes the neighbours
         found: list[int | None] = []
         with read_transaction(self.engine) as conn:
-            for query in (newer, older):
+            for newer in (True, False):
+                query = self._once(self._neighbour_query, flt, newer, seen)
                 if not seen:
-                    found.append(conn.execute(query.limit(1)).scalar())
+                    found.append(conn.execute(query, {"entry_id": entry_id}).scalar())
                     continue
-                views = (self._view(r) for r in conn.execute(query.limit(MASKED_NEIGHBOURS)))
+                views = (self._view(r) for r in conn.execute(query, {"entry_id": entry_id}))
                 found.append(next((v.id for v in views if mask.finds(v, flt.q)), None))
         return found[0], found[1]
+
+    def _neighbour_query(self, flt: EntryFilter, newer: bool, seen: bool) -> Select:
+        """The entry beside the bound ``entry_id`` under ``flt``: the next newer one, or the next
+        older; ``seen``: whole rows of the next MASKED_NEIGHBOURS, for a viewer's search."""
+        key = self._key(flt)
+        query = self.select_entries(flt, *(() if seen else (Entry.id,)))
+        entry_id = bindparam("entry_id", type_=Integer)
+        query = query.order_by(None).where(key > entry_id).order_by(key.asc()) if newer else query.where(key < entry_id)
+        return query.limit(MASKED_NEIGHBOURS if seen else 1)
 
     def check_group(self, flt: EntryFilter) -> None:
         """FilterError (a 400) when the filter's ``group`` names no failure group: an id from
