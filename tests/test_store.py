@@ -314,9 +314,10 @@ def test_the_statements_built_once_answer_each_entry_with_its_own_values(store, 
 
 def test_statements_kept_for_a_filter_answer_every_cursor_and_entry_as_built_afresh(store, engine, corpus,
                                                                                    monkeypatch):
-    # A page, the neighbours and the new-entries count are built once a filter (Store._once),
-    # what the request brings besides (cursor, entry id) bound: each answer must be that of a
-    # store that builds everything afresh, and the store keeps no more than KEPT_STATEMENTS.
+    # A page, the neighbours and the new-entries count are built once a filter
+    # (Store.statement_for), what the request brings besides (cursor, entry id) bound: each
+    # answer must be that of a store that builds everything afresh, and the store keeps no more
+    # than KEPT_STATEMENTS.
     from dlq_dashboard.entries import store as store_module
     from dlq_dashboard.entries.store import Store
 

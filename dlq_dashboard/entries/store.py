@@ -25,7 +25,7 @@ from .view import EntryView, Page
 MASKED_SEARCH_SCAN = 10_000
 #: The search matches read each way for a viewer's previous and next entry (Store.neighbours).
 MASKED_NEIGHBOURS = 200
-#: The most statements a store keeps built for the filters it was asked (Store._once).
+#: The most statements a store keeps built for the filters it was asked (Store.statement_for).
 KEPT_STATEMENTS = 512
 
 
@@ -77,7 +77,7 @@ class Store:
     trace_template: str | None = None
     _built: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def _once(self, build: Callable[..., Select], flt: EntryFilter, *more) -> Select:
+    def statement_for(self, build: Callable[..., Select], flt: EntryFilter, *more) -> Select:
         """``build(flt, *more)``, built once for each filter asked. A page, its neighbours and the
         new-entries poll cost more to build (and to key for SQLAlchemy's cache) than to run, and
         a filter (the list unfiltered, its status links) is asked again and again; what a
@@ -141,7 +141,8 @@ class Store:
     def _list(self, flt: EntryFilter, mask: Mask | None, payload_prefix: int | None) -> Page:
         if mask and flt.q:
             return self._list_seen(flt, mask)
-        query = self._once(self._page_query, replace(flt, cursor=None), flt.cursor is not None, payload_prefix)
+        query = self.statement_for(self._page_query, replace(flt, cursor=None), flt.cursor is not None,
+                                   payload_prefix)
         with read_transaction(self.engine) as conn:
             rows = conn.execute(query, {"before": decode_cursor(flt.cursor)} if flt.cursor else {}).all()
         entries = [self._view(r) for r in rows[: flt.limit]]
@@ -223,7 +224,7 @@ class Store:
         if mask and flt.q:
             return min(len(self.seen_ids(flt, mask, after_id=after_id)[0]), cap)
         with read_transaction(self.engine) as conn:
-            return conn.execute(self._once(self._newer_count_query, replace(flt, cursor=None), cap),
+            return conn.execute(self.statement_for(self._newer_count_query, replace(flt, cursor=None), cap),
                                 {"after": after_id}).scalar_one()
 
     def _newer_count_query(self, flt: EntryFilter, cap: int) -> Select:
@@ -240,7 +241,7 @@ class Store:
         found: list[int | None] = []
         with read_transaction(self.engine) as conn:
             for newer in (True, False):
-                query = self._once(self._neighbour_query, flt, newer, seen)
+                query = self.statement_for(self._neighbour_query, flt, newer, seen)
                 if not seen:
                     found.append(conn.execute(query, {"entry_id": entry_id}).scalar())
                     continue
