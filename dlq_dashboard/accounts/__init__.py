@@ -312,10 +312,14 @@ def open_sessions(engine: Engine) -> dict[int, int]:
     return {user_id: n for user_id, n in rows}
 
 
+# How a session was signed in to (GET /api/me asks at every call): built once, as _SESSION_USER.
+_SESSION_VIA = select(SESSIONS.c.via).where(SESSIONS.c.id == bindparam("session_id"))
+
+
 def session_via(engine: Engine, session_key: str) -> str | None:
     """How the session ``session_key`` names was signed in to ("password" or "oidc"), or None."""
     with engine.connect() as conn:
-        return conn.execute(select(SESSIONS.c.via).where(SESSIONS.c.id == hash_token(session_key))).scalar()
+        return conn.execute(_SESSION_VIA, {"session_id": hash_token(session_key)}).scalar()
 
 
 def new_password() -> str:
