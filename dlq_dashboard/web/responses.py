@@ -134,7 +134,7 @@ class IdUrls:
         self._made: dict[tuple, Callable[[int], str]] = {}
 
     def __call__(self, endpoint: str, entry_id: int, **values) -> str:
-        key = (endpoint, *sorted(values.items()))
+        key = (endpoint, *values.items())  # in their order, as the query string keeps it
         made = self._made.get(key)
         if made is None:
             made = self._made[key] = _with_id(endpoint, values)
