@@ -40,6 +40,7 @@ ENTRY_ID = 30  # the entry page's entry
 ROUTES = (
     ("list, 50 rows (/)", "/"),
     ("list as htmx fragment", "hx:/"),
+    ("list's summary fragment (/summary)", "hx:/summary"),
     ("entry page (/entries/30)", f"/entries/{ENTRY_ID}"),
     ("groups (/groups)", "/groups"),
     ("GET /api/entries", "/api/entries"),
