@@ -25,6 +25,9 @@ def test_an_entry_url_is_what_url_for_makes_for_every_id_and_query(offline_app):
                 for endpoint in ("row_actions.confirm", "row_actions.act"):
                     assert urls(endpoint, 7, action=action) == url_for(endpoint, entry_id=7, action=action)
             assert urls("pages.entry", 5, _external=True) == url_for("pages.entry", entry_id=5, _external=True)
+            groups = IdUrls("group_id")
+            for group_id in IDS:
+                assert groups("groups.group_page", group_id) == url_for("groups.group_page", group_id=group_id)
             # The same values in another order: the query string keeps the order given.
             assert urls("pages.entry", 6, status="open", q="x") == url_for("pages.entry", entry_id=6, status="open",
                                                                           q="x")

@@ -123,28 +123,29 @@ _MARKER = 7_493_022_805_146_613_879
 
 
 class IdUrls:
-    """``url_for(endpoint, entry_id=..., **values)`` for many entries: each endpoint and values
-    is built once, for a marker id, and each entry's URL is that one with its id in the marker's
-    place (werkzeug's URL building is about 60 µs; a list of 50 rows asked for 250 URLs).
+    """``url_for(endpoint, entry_id=..., **values)`` for many entries (or groups: ``key`` is the
+    route's id, ``group_id``): each endpoint and values is built once, for a marker id, and each
+    URL is that one with its id in the marker's place (werkzeug's URL building is about 60 µs; a
+    list of 50 rows asked for 250 URLs, the groups page for one a group).
 
-    Made for one page (web/data.py row_context), so it never outlives the request that built
-    its URLs."""
+    Made for one page (web/data.py row_context, the groups page), so it never outlives the
+    request that built its URLs."""
 
-    def __init__(self):
+    def __init__(self, key: str = "entry_id"):
+        self.key = key
         self._made: dict[tuple, Callable[[int], str]] = {}
 
-    def __call__(self, endpoint: str, entry_id: int, **values) -> str:
+    def __call__(self, endpoint: str, id_: int, **values) -> str:
         key = (endpoint, *values.items())  # in their order, as the query string keeps it
         made = self._made.get(key)
         if made is None:
-            made = self._made[key] = _with_id(endpoint, values)
-        return made(entry_id)
+            made = self._made[key] = self._with_id(endpoint, values)
+        return made(id_)
 
-
-def _with_id(endpoint: str, values: dict) -> Callable[[int], str]:
-    url = url_for(endpoint, entry_id=_MARKER, **values)
-    head, found, tail = url.partition(str(_MARKER))
-    if not found or str(_MARKER) in tail:
-        return lambda entry_id: url_for(endpoint, entry_id=entry_id, **values)
-    # The int converter writes an id as str(int(id)).
-    return lambda entry_id: f"{head}{int(entry_id)}{tail}"
+    def _with_id(self, endpoint: str, values: dict) -> Callable[[int], str]:
+        url = url_for(endpoint, **{self.key: _MARKER}, **values)
+        head, found, tail = url.partition(str(_MARKER))
+        if not found or str(_MARKER) in tail:
+            return lambda id_: url_for(endpoint, **{self.key: id_}, **values)
+        # The int converter writes an id as str(int(id)).
+        return lambda id_: f"{head}{int(id_)}{tail}"
