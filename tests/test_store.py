@@ -343,3 +343,18 @@ def test_statements_kept_for_a_filter_answer_every_cursor_and_entry_as_built_afr
                 assert store.neighbours(flt, entry_id) == Store(engine).neighbours(flt, entry_id), (args, entry_id)
                 assert store.count_newer(flt, entry_id) == Store(engine).count_newer(flt, entry_id), (args, entry_id)
             assert len(store._built) <= 4
+
+
+def test_key_field_values_from_a_kept_statement_are_each_entrys_own(store, corpus):
+    # The statement of a set of key fields is kept by the store, the ids bound.
+    from dlq_dashboard.entries.fields import key_fields
+
+    customer, order = key_fields((("customer", "/customer"), ("order", "/order")))
+    created, updated, binary = corpus["created"], corpus["updated"], corpus["binary"]
+    for _ in range(2):
+        assert store.field_values([created, updated, binary], (customer, order)) == {
+            created: {"customer": "zebulon", "order": "1"}, updated: {"customer": None, "order": "2"},
+            binary: {"customer": None, "order": None}}
+        assert store.field_values([updated], (order,)) == {updated: {"order": "2"}}
+        assert store.field_values([created], (order, customer)) == {created: {"order": "1", "customer": "zebulon"}}
+        assert store.field_values([], (order,)) == {} and store.field_values([created], ()) == {}

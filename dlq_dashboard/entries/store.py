@@ -77,20 +77,20 @@ class Store:
     trace_template: str | None = None
     _built: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def statement_for(self, build: Callable[..., Select], flt: EntryFilter, *more) -> Select:
-        """``build(flt, *more)``, built once for each filter asked. A page, its neighbours and the
-        new-entries poll cost more to build (and to key for SQLAlchemy's cache) than to run, and
-        a filter (the list unfiltered, its status links) is asked again and again; what a
-        request brings besides it (a cursor, an entry id) is a bound parameter. A filter of a
-        time back from now (since=1h) is a new one at each request, so it is built each time."""
-        if flt.since_ago is not None:
-            return build(flt, *more)
-        key = (build, flt, *more)
-        found = self._built.get(key)
+    def statement_for(self, build: Callable[..., Select], *key) -> Select:
+        """``build(*key)``, built once for each key asked (a filter, the key fields). A page, its
+        neighbours and the new-entries poll cost more to build (and to key for SQLAlchemy's
+        cache) than to run, and a filter (the list unfiltered, its status links) is asked again
+        and again; what a request brings besides it (a cursor, an entry id) is a bound
+        parameter. A filter of a time back from now (since=1h) is a new one at each request, so
+        it is built each time."""
+        if any(isinstance(k, EntryFilter) and k.since_ago is not None for k in key):
+            return build(*key)
+        found = self._built.get((build, *key))
         if found is None:
             if len(self._built) >= KEPT_STATEMENTS:
                 self._built.clear()  # the filters asked most are built again at their next request
-            found = self._built[key] = build(flt, *more)
+            found = self._built[(build, *key)] = build(*key)
         return found
 
     def _view(self, row) -> EntryView:
@@ -164,10 +164,14 @@ class Store:
         """The key fields' values of these entries, by id and label (None where there is none)."""
         if not ids or not fields:
             return {}
-        columns = [field_expression(self.engine, f).label(f"f{i}") for i, f in enumerate(fields)]
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(select(Entry.id, *columns).where(Entry.id.in_(ids))).all()
+            rows = conn.execute(self.statement_for(self._field_values_query, fields), {"ids": ids}).all()
         return {r[0]: {f.label: shown_value(self.engine, r[i + 1]) for i, f in enumerate(fields)} for r in rows}
+
+    def _field_values_query(self, fields: tuple[KeyField, ...]) -> Select:
+        """The key fields' values of the bound ``ids``."""
+        columns = [field_expression(self.engine, f).label(f"f{i}") for i, f in enumerate(fields)]
+        return select(Entry.id, *columns).where(Entry.id.in_(bindparam("ids", expanding=True)))
 
     def _list_seen(self, flt: EntryFilter, mask: Mask) -> Page:
         """A page of a viewer's search: the index's matches, read in order, less those matched
