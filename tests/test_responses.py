@@ -1,9 +1,11 @@
-"""How a view answers (web/responses.py): URLs of many entries built once a page (IdUrls) are
-exactly url_for's."""
+"""How a view answers (web/responses.py): URLs built once (url_once) and those of many entries
+built once a page (IdUrls) are exactly url_for's."""
 
 from __future__ import annotations
 
+import pytest
 from flask import url_for
+from werkzeug.routing import BuildError
 
 from dlq_dashboard.web import responses
 from dlq_dashboard.web.responses import IdUrls
@@ -43,7 +45,7 @@ def test_a_query_that_holds_the_marker_is_built_by_url_for(offline_app):
         assert urls("pages.entry", 4, q=marker) == f"/entries/4?q={marker}"
 
 
-def test_a_url_built_once_a_request_is_what_url_for_makes_and_never_another_requests(offline_app):
+def test_a_url_built_once_is_what_url_for_makes_for_every_request(offline_app):
     from dlq_dashboard.web.responses import url_once
 
     asks = (("pages.index", {}), ("pages.index", {"status": "open", "q": "a&b"}),
@@ -55,8 +57,17 @@ def test_a_url_built_once_a_request_is_what_url_for_makes_and_never_another_requ
             for _ in range(2):
                 for endpoint, values in asks:
                     assert url_once(endpoint, **values) == url_for(endpoint, **values)
-    # Several requests within one app context (g outlives each): each builds its own.
+    # Kept by the app across requests: each request, whatever came before, gets url_for's answer
+    # for where it came to (script root, host, scheme, method) and, for '.name', its blueprint.
     with offline_app.app_context():
-        for base in ("http://localhost/", "http://localhost/dlq/"):
-            with offline_app.test_request_context("/", base_url=base):
-                assert url_once("pages.index") == url_for("pages.index")
+        for _ in range(2):
+            for base in ("http://localhost/", "http://localhost/dlq/", "https://localhost/", "http://other:8080/"):
+                for method in ("GET", "POST"):
+                    with offline_app.test_request_context("/groups", base_url=base, method=method):
+                        relative = ((".groups", {}),) if method == "GET" else ()  # POST /groups: no route
+                        for endpoint, values in asks + (("pages.entry", {"entry_id": 3, "_external": True}),
+                                                        *relative):
+                            assert url_once(endpoint, **values) == url_for(endpoint, **values)
+        with offline_app.test_request_context("/api/me"):
+            with pytest.raises(BuildError):
+                url_once(".groups")  # another blueprint's: no such endpoint, as url_for says

@@ -90,27 +90,35 @@ def list_url(endpoint: str = "pages.index", **args) -> str:
     return url_once(endpoint) + (f"?{query}" if query else "")
 
 
-#: Where a request keeps the URLs url_once built for it: in its WSGI environ, which lives exactly
-#: as long as the request (an app context, and ``g`` with it, may outlive several requests).
-_BUILT = "dlq_dashboard.urls"
+#: Where an app keeps the URLs url_once built (its extensions), and how many at most.
+_BUILT, KEPT_URLS = "dlq_dashboard.urls", 4096
+#: What of a request werkzeug builds a URL from (Map.bind_to_environ): its address and method.
+_ADDRESS = ("SCRIPT_NAME", "HTTP_HOST", "SERVER_NAME", "SERVER_PORT", "wsgi.url_scheme", "REQUEST_METHOD")
 
 
 def url_once(endpoint: str, **values) -> str:
-    """url_for, each endpoint and values built once a request (the templates' ``url_for``).
+    """url_for, each URL built once (the templates' ``url_for``).
 
-    A page links to the same place many times (the groups page to the bulk preview four times a
-    group, to the list with its filters twice), and werkzeug builds a URL in about 60 µs. What
-    url_for makes depends only on the request and its arguments, so the first answer is the
-    answer; arguments that cannot be a key (a list) are built each time."""
+    Every page links to the same places (the static files, the main nav) and some many times
+    (the groups page to the bulk preview four times a group), and werkzeug builds a URL in about
+    60 µs. What url_for makes in a request depends on its arguments and on what werkzeug reads
+    of the request: its script root, host, scheme and method (and for a relative endpoint,
+    '.name', its blueprint). The app has no URL defaults and its routes are fixed once it has
+    answered a request, so those are the key; arguments that cannot be one (a list) are built
+    each time."""
     if not has_request_context():
         return url_for(endpoint, **values)
-    built = request.environ.get(_BUILT)
+    environ = request.environ
+    key = (*map(environ.get, _ADDRESS), request.blueprint if endpoint[:1] == "." else None, endpoint,
+           *values.items())  # the values in their order, as the query string keeps it
+    built = current_app.extensions.get(_BUILT)
     if built is None:
-        built = request.environ[_BUILT] = {}
-    key = (endpoint, *values.items())  # in their order, as the query string keeps it
+        built = current_app.extensions[_BUILT] = {}
     try:
         return built[key]
     except KeyError:
+        if len(built) >= KEPT_URLS:
+            built.clear()  # the URLs asked most are built again at their next request
         url = built[key] = url_for(endpoint, **values)
         return url
     except TypeError:
