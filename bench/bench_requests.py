@@ -1,6 +1,6 @@
 """CPU a request of the pages and the API, this checkout against another (a baseline) in one run.
 
-    git worktree add /tmp/baseline-pages main          # once: the code to compare with
+    git worktree add --detach /tmp/baseline-pages main   # once: the code to compare with
     python bench/bench_requests.py --baseline /tmp/baseline-pages
     python bench/bench_requests.py --baseline /tmp/baseline-pages --rounds 9 --requests 200
     python bench/bench_requests.py                     # this checkout alone
