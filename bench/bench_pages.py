@@ -325,13 +325,15 @@ def explain(app, client, label: str, url: str, headers: dict) -> None:
 
 
 def write_report(path: Path, section: str, heading: str = "## Pages") -> None:
-    """Put the section under ``heading`` into docs/PERFORMANCE.md, leaving every other section alone."""
+    """Put the section under ``heading`` into docs/PERFORMANCE.md, leaving every other section
+    alone, and the subsections under the heading (### ..., other benchmarks' tables) too."""
     text = path.read_text() if path.exists() else "# Performance\n"
     start = text.find(f"\n{heading}\n")
     if start == -1:
         text = text.rstrip("\n") + "\n\n" + section
     else:
-        end = text.find("\n## ", start + 1)
+        ends = [found for found in (text.find("\n## ", start + 1), text.find("\n### ", start + 1)) if found != -1]
+        end = min(ends) if ends else -1
         text = text[:start + 1] + section + (text[end:] if end != -1 else "")
     path.write_text(text)
 

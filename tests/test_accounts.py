@@ -170,6 +170,25 @@ def test_a_tokens_last_use_is_written_at_most_once_a_minute(engine):
     assert accounts.list_tokens(engine)[0].last_used_at > first
 
 
+def test_each_session_key_and_token_finds_its_own_whatever_was_looked_up_before(engine):
+    # The lookups are statements built once with the key as a parameter: none may keep a value.
+    users = [accounts.create_user(engine, name, PASSWORD, role) for name, role in (("ann", "viewer"),
+                                                                                  ("bob", "admin"))]
+    keys = [accounts.start_session(engine, user.id) for user in users]
+    tokens = [accounts.create_token(engine, name, role) for name, role in (("t1", "viewer"), ("t2", "operator"))]
+    for _ in range(2):
+        assert [accounts.load_session_user(engine, key).name for key in keys + keys[::-1]] == [
+            "ann", "bob", "bob", "ann"]
+        assert [accounts.find_token(engine, token).name for token in tokens + tokens[::-1]] == [
+            "t1", "t2", "t2", "t1"]
+    accounts.end_session(engine, keys[0])
+    accounts.revoke_token(engine, "t1")
+    assert accounts.load_session_user(engine, keys[0]) is None and accounts.load_session_user(engine, "nope") is None
+    assert accounts.find_token(engine, tokens[0]) is None and accounts.find_token(engine, "dlq_nope") is None
+    assert accounts.load_session_user(engine, keys[1]).role == "admin"
+    assert accounts.find_token(engine, tokens[1]).role == "operator"
+
+
 def test_a_token_name_and_role_are_checked_like_a_users(engine):
     with pytest.raises(AccountError, match="token name"):
         accounts.create_token(engine, "my token", "viewer")

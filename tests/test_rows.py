@@ -243,3 +243,24 @@ def test_a_jobs_filter_by_a_masked_key_field_shows_dots_to_a_viewer(rows_app):
         assert CARD not in viewer.get(path).get_data(as_text=True), path
     operator = support.logged_in(app, "operator")
     assert operator.get(f"/api/jobs/{job_id}").get_json()["selection"]["filter"]["field.card"] == CARD
+
+
+def test_every_link_of_a_row_is_what_url_for_makes(rows_app):
+    # The rows' links are built once a page (web/responses.py IdUrls), the list's filters riding
+    # along; each must be the URL url_for makes for that entry.
+    from flask import url_for
+
+    app, ids = rows_app
+    operator = support.logged_in(app, "operator")
+    query = {"subject": "orders.*", "q": "", "reason": "fatal", "field.Customer": "C-42"}
+    html = operator.get("/", query_string=query).get_data(as_text=True)
+    shown = row_ids(html)
+    assert shown and set(shown) <= set(ids.values())
+    with app.test_request_context("/"):
+        for entry_id in shown:
+            row = re.search(rf'<tr[^>]*data-id="{entry_id}".*?</tr>', html, re.S).group(0)
+            entry = url_for("pages.entry", entry_id=entry_id, **{k: v for k, v in query.items() if v})
+            assert f'data-row-url="{entry}"'.replace("&", "&amp;") in row
+            for action in ("republish", "close"):
+                assert f'action="{url_for("row_actions.confirm", entry_id=entry_id, action=action)}"' in row
+                assert f'data-post="{url_for("row_actions.act", entry_id=entry_id, action=action)}"' in row

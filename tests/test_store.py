@@ -7,7 +7,7 @@ import re
 from datetime import datetime
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from dlq_dashboard.db.engine import write_transaction
 from dlq_dashboard.db.models import Entry
@@ -279,3 +279,82 @@ def test_the_replays_of_an_entry_are_those_of_its_source_found_through_their_own
             plan = " ".join(str(row[-1]) for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}",
                                                                           parameters))
         assert "ix_entries_replay_of" in plan and "ix_entries_source_id" not in plan, plan
+
+
+def test_the_statements_built_once_answer_each_entry_with_its_own_values(store, engine):
+    # get_entry, its history, group_of, replays_of and failed_again run statements built at
+    # import with bound parameters: asked in turn, each answer is the one of the entry asked.
+    from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+
+    a = support.dead_letter(engine, 1, "orders.created", b"{}", Dlq_Consumer="order-service", Dlq_Reason="fatal",
+                            Dlq_Error="a", Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="11")
+    b = support.dead_letter(engine, 2, "payments.captured", b"{}", Dlq_Reason="max_deliveries", Dlq_Error="b",
+                            Dlq_Original_Stream="PAYMENTS", Dlq_Original_Seq="5")
+    again_a = support.dead_letter(engine, 3, "orders.created", b"{}", Dlq_Replay_Of="DLQ:1")
+    again_a2 = support.dead_letter(engine, 4, "orders.created", b"{}", Dlq_Replay_Of="DLQ:1")
+    again_b = support.dead_letter(engine, 5, "payments.captured", b"{}", Dlq_Replay_Of="DLQ:2")
+    ingest_dlq_batch(engine, "DLQ", "b1", [StreamMessage(9, "dlq.x", {"Dlq-Original-Subject": "x",
+                                                                      "Dlq-Replay-Of": "DLQ:1"}, b"{}", utcnow())],
+                     source="billing")
+    with engine.connect() as conn:
+        group_ids = dict(conn.execute(select(Entry.id, Entry.group_id).where(Entry.id.in_([a, b]))).all())
+    assert group_ids[a] != group_ids[b]
+    for _ in range(2):
+        for entry_id, subject in ((a, "orders.created"), (b, "payments.captured"), (a, "orders.created")):
+            entry = store.get_entry(entry_id)
+            assert (entry.id, entry.original_subject) == (entry_id, subject)
+            assert store.group_of(entry_id)[0] == group_ids[entry_id]
+        assert [e.id for e in store.replays_of("DLQ:1", "default")] == [again_a, again_a2]
+        assert [e.id for e in store.replays_of("DLQ:2")] == [again_b] and store.replays_of("DLQ:9") == []
+        assert store.failed_again([("default", "DLQ:1"), ("default", "DLQ:2")]) == {
+            ("default", "DLQ:1"): again_a2, ("default", "DLQ:2"): again_b}
+        assert store.failed_again([("default", "DLQ:2")]) == {("default", "DLQ:2"): again_b}
+        assert store.get_entry(10_000) is None and store.group_of(10_000) is None
+
+
+def test_statements_kept_for_a_filter_answer_every_cursor_and_entry_as_built_afresh(store, engine, corpus,
+                                                                                   monkeypatch):
+    # A page, the neighbours and the new-entries count are built once a filter
+    # (Store.statement_for), what the request brings besides (cursor, entry id) bound: each
+    # answer must be that of a store that builds everything afresh, and the store keeps no more
+    # than KEPT_STATEMENTS.
+    from dlq_dashboard.entries import store as store_module
+    from dlq_dashboard.entries.store import Store
+
+    monkeypatch.setattr(store_module, "KEPT_STATEMENTS", 4)
+    filters = [{}, {"limit": "2"}, {"subject": "orders.>", "limit": "1"}, {"consumer": "billing"},
+               {"q": "order", "limit": "1"}, {"status": "open", "since": "1h"}, {"reason": "fatal"}]
+    ids = sorted(corpus.values())
+    for _ in range(2):
+        for args in filters:
+            flt = EntryFilter.from_args(args)
+            fresh = Store(engine)
+            pages, cursor = [], None
+            while True:
+                page = store.list_entries(EntryFilter.from_args({**args, **({"cursor": cursor} if cursor else {})}))
+                again = fresh.list_entries(EntryFilter.from_args({**args, **({"cursor": cursor} if cursor else {})}))
+                assert ([e.id for e in page.entries], page.next_cursor) == ([e.id for e in again.entries],
+                                                                            again.next_cursor), args
+                pages.append([e.id for e in page.entries])
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            for entry_id in ids:
+                assert store.neighbours(flt, entry_id) == Store(engine).neighbours(flt, entry_id), (args, entry_id)
+                assert store.count_newer(flt, entry_id) == Store(engine).count_newer(flt, entry_id), (args, entry_id)
+            assert len(store._built) <= 4
+
+
+def test_key_field_values_from_a_kept_statement_are_each_entrys_own(store, corpus):
+    # The statement of a set of key fields is kept by the store, the ids bound.
+    from dlq_dashboard.entries.fields import key_fields
+
+    customer, order = key_fields((("customer", "/customer"), ("order", "/order")))
+    created, updated, binary = corpus["created"], corpus["updated"], corpus["binary"]
+    for _ in range(2):
+        assert store.field_values([created, updated, binary], (customer, order)) == {
+            created: {"customer": "zebulon", "order": "1"}, updated: {"customer": None, "order": "2"},
+            binary: {"customer": None, "order": None}}
+        assert store.field_values([updated], (order,)) == {updated: {"order": "2"}}
+        assert store.field_values([created], (order, customer)) == {created: {"order": "1", "customer": "zebulon"}}
+        assert store.field_values([], (order,)) == {} and store.field_values([created], ()) == {}

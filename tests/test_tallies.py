@@ -240,3 +240,36 @@ def _recount(engine) -> None:
         count_changes(conn, [Change(None, g, at, None, s) for g, at, s in rows])
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(ARRIVALS)).scalar() > 0
+
+
+def test_kept_statements_answer_each_filter_time_and_group_as_built_afresh(rt, counted):
+    # The kept counts' statements are kept by the store for each filter, the times and group ids
+    # bound: asked in turn, each answer is that of a Tallies over a store that builds afresh.
+    from dlq_dashboard.entries.store import Store
+
+    for seq, (subject, reason) in enumerate([("orders.created", "fatal"), ("orders.created", "terminated"),
+                                             ("payments.captured", "fatal"), ("orders.updated", "fatal")], start=1):
+        support.dead_letter(rt.engine, seq, subject, b"{}", Dlq_Reason=reason, Dlq_Error=f"boom {seq}")
+    close_entry(rt, 1, 1, actor="test")
+    now = utcnow()
+    spans = [[now - timedelta(hours=2) + i * timedelta(minutes=10) for i in range(14)],
+             [now - timedelta(days=1) + i * timedelta(hours=1) for i in range(26)],
+             [now + timedelta(hours=1), now + timedelta(hours=2)]]
+    filters = [flt(), flt(status="open"), flt(status="closed"), flt(subject="orders.>"), flt(reason="fatal"),
+               flt(status="open", subject="payments.*")]
+    for _ in range(2):
+        for f in filters:
+            fresh = Tallies(Store(rt.engine))
+            groups = counted.groups(f)[0]
+            assert groups == fresh.groups(f)[0] and counted.groups(f, limit=1)[0] == fresh.groups(f, limit=1)[0]
+            assert counted.counts_by_status(f) == fresh.counts_by_status(f)
+            assert counted.received_range(f) == fresh.received_range(f)
+            for bounds in spans:
+                assert counted.received_between(f, bounds) == fresh.received_between(f, bounds)
+            ids = [g.id for g in groups]
+            for width, buckets in ((60, 60), (3600, 24)):
+                for some in (ids, ids[:1], []):
+                    assert counted.arrivals(some, width=width, buckets=buckets, now=now) == \
+                        fresh.arrivals(some, width=width, buckets=buckets, now=now)
+    assert sum(sum(n) for n in counted.arrivals([g.id for g in counted.groups(flt())[0]], width=60,
+                                                 buckets=60, now=now)[1].values()) == 4

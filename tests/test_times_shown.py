@@ -110,3 +110,18 @@ def test_a_stale_version_page_shows_the_history_in_the_same_format(offline_app, 
                                                           "csrf_token": support.csrf_token(browser, f"/entries/{entry}")})
     assert stale.status_code == 409
     assert assert_one_format(stale.get_data(as_text=True), "conflict page") >= 1
+
+
+def test_the_time_filters_write_what_markup_format_would():
+    # relative and timestamp run for every row of a list and escape their parts themselves.
+    from markupsafe import Markup
+
+    from dlq_dashboard.web.templating import ago, relative, rfc3339, timestamp, when
+
+    now = utcnow()
+    for value in (now, now - timedelta(minutes=3), now - timedelta(days=40), "2026-11-29 10:00:05.123456",
+                  now + timedelta(hours=2)):
+        assert relative(value) == Markup('<time datetime="{}" title="{}">{}</time>').format(
+            rfc3339(value), when(value), ago(value))
+        assert timestamp(value) == Markup('<time datetime="{}">{}</time>').format(rfc3339(value), when(value))
+    assert relative(None) == timestamp(None) == Markup("—")

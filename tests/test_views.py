@@ -143,3 +143,24 @@ def _id_of(app, name: str) -> int:
 
     with runtime_of(app).engine.connect() as conn:
         return conn.execute(select(SavedView.id).where(SavedView.name == name)).scalar_one()
+
+
+@pytest.mark.both_databases
+def test_the_views_each_person_sees_are_theirs_and_the_shared_ones_whoever_asked_before(offline_app):
+    # views_for runs one statement built once, the owner and the page bound.
+    from dlq_dashboard.entries.saved_views import save_view, share_view, views_for
+    from dlq_dashboard.runtime import runtime_of
+    from dlq_dashboard.times import utcnow
+
+    engine = runtime_of(offline_app).engine
+    save_view(engine, "ann", "mine", "list", "status=open", utcnow())
+    save_view(engine, "ann", "grouped", "groups", "", utcnow())
+    shared = save_view(engine, "bob", "team", "list", "subject=orders.%2A", utcnow())
+    save_view(engine, "bob", "private", "list", "reason=fatal", utcnow())
+    share_view(engine, shared.id, True)
+    for _ in range(2):
+        assert [(v.owner, v.name) for v in views_for(engine, "ann", "list")] == [("ann", "mine"), ("bob", "team")]
+        assert [(v.owner, v.name) for v in views_for(engine, "bob", "list")] == [("bob", "private"), ("bob", "team")]
+        assert [v.name for v in views_for(engine, "ann")] == ["grouped", "mine", "team"]
+        assert [v.name for v in views_for(engine, "ann", "groups")] == ["grouped"]
+        assert [v.name for v in views_for(engine, "carl", "groups")] == []

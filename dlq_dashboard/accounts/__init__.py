@@ -13,7 +13,7 @@ import secrets
 from dataclasses import replace
 from datetime import timedelta
 
-from sqlalchemy import Engine, delete, func, or_, select, update
+from sqlalchemy import Engine, bindparam, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from werkzeug.security import check_password_hash, generate_password_hash
 
@@ -47,6 +47,14 @@ NO_PASSWORD = "!single-sign-on"
 SESSIONS = LoginSession.__table__
 USERS = User.__table__
 log = logging.getLogger(__name__)
+
+# Who a session's key names, asked at every request that carries a session: built once, as a
+# statement built at each call cost more than its query (its construction and its cache key,
+# about 130 µs, against 75 µs to run it on SQLite).
+_SESSION_USER = (select(USERS, SESSIONS.c.last_seen_at, SESSIONS.c.created_at.label("since"),
+                        SESSIONS.c.expires_at, SESSIONS.c.grants.label("session_grants"))
+                 .join(SESSIONS, SESSIONS.c.user_id == User.id)
+                 .where(SESSIONS.c.id == bindparam("session_id"), SESSIONS.c.ended_at.is_(None)))
 
 # What the rest of the app imports from here, the token functions (tokens.py) and the shared
 # values and checks (core.py) included.
@@ -144,10 +152,7 @@ def load_session_user(engine: Engine, session_key: str, *, hours: float = 12.0) 
         return None
     session_id = hash_token(session_key)
     with engine.connect() as conn:
-        row = conn.execute(select(User.__table__, SESSIONS.c.last_seen_at, SESSIONS.c.created_at.label("since"),
-                                  SESSIONS.c.expires_at, SESSIONS.c.grants.label("session_grants"))
-                           .join(SESSIONS, SESSIONS.c.user_id == User.id)
-                           .where(SESSIONS.c.id == session_id, SESSIONS.c.ended_at.is_(None))).first()
+        row = conn.execute(_SESSION_USER, {"session_id": session_id}).first()
     if row is None or row.disabled:
         return None
     now = utcnow()
@@ -307,10 +312,14 @@ def open_sessions(engine: Engine) -> dict[int, int]:
     return {user_id: n for user_id, n in rows}
 
 
+# How a session was signed in to (GET /api/me asks at every call): built once, as _SESSION_USER.
+_SESSION_VIA = select(SESSIONS.c.via).where(SESSIONS.c.id == bindparam("session_id"))
+
+
 def session_via(engine: Engine, session_key: str) -> str | None:
     """How the session ``session_key`` names was signed in to ("password" or "oidc"), or None."""
     with engine.connect() as conn:
-        return conn.execute(select(SESSIONS.c.via).where(SESSIONS.c.id == hash_token(session_key))).scalar()
+        return conn.execute(_SESSION_VIA, {"session_id": hash_token(session_key)}).scalar()
 
 
 def new_password() -> str:

@@ -7,7 +7,7 @@ import secrets
 import weakref
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, bindparam, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ..db.bounds import Bounds, bounded
@@ -94,6 +94,10 @@ def set_token_role_and_scopes(engine: Engine, name: str, role: str, scopes: tupl
 
 _TOKEN_COLUMNS = (ApiToken.id, ApiToken.name, ApiToken.role, ApiToken.created_at, ApiToken.revoked_at,
                   ApiToken.last_used_at, ApiToken.scopes)
+# The active token of a hash, asked at every call that carries a token: built once (a statement
+# built at each call cost more than its query, as accounts/__init__.py's session lookup).
+_ACTIVE_TOKEN = select(*_TOKEN_COLUMNS).where(ApiToken.token_hash == bindparam("digest"),
+                                               ApiToken.revoked_at.is_(None))
 
 
 def _token_info(row) -> TokenInfo:
@@ -113,8 +117,7 @@ def find_token(engine: Engine, token: str) -> TokenInfo | None:
         return None
     digest = hash_token(token)
     with engine.connect() as conn:
-        row = conn.execute(select(*_TOKEN_COLUMNS)
-                           .where(ApiToken.token_hash == digest, ApiToken.revoked_at.is_(None))).first()
+        row = conn.execute(_ACTIVE_TOKEN, {"digest": digest}).first()
     if row is None:
         return None
     now = utcnow()

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Mapping
 from urllib.parse import parse_qsl, urlencode
 
-from sqlalchemy import Engine, delete, insert, or_, select, update
+from sqlalchemy import Engine, bindparam, delete, insert, or_, select, update
 
 from ..db.engine import read_transaction, write_transaction
 from ..db.models import SavedView
@@ -86,13 +86,20 @@ def save_view(engine: Engine, owner: str, name: str, page: str, query: str, now:
         return _view(conn.execute(select(VIEWS).where(VIEWS.c.id == found)).one())
 
 
+# The views a person sees, asked by every list and groups page: built once (built at each call,
+# the statement cost more to build and to key than to run), the owner and the page bound.
+_SEEN = select(VIEWS).where(or_(VIEWS.c.owner == bindparam("owner"), VIEWS.c.shared.is_(True)))
+_SEEN_ALL = _SEEN.order_by(VIEWS.c.page, VIEWS.c.name, VIEWS.c.id)
+_SEEN_OF_PAGE = _SEEN.where(VIEWS.c.page == bindparam("page")).order_by(VIEWS.c.page, VIEWS.c.name, VIEWS.c.id)
+
+
 def views_for(engine: Engine, owner: str, page: str | None = None) -> list[View]:
     """The owner's views and the shared ones (of one page, or all), by page and name."""
-    query = select(VIEWS).where(or_(VIEWS.c.owner == owner, VIEWS.c.shared.is_(True)))
-    if page is not None:
-        query = query.where(VIEWS.c.page == page)
     with read_transaction(engine) as conn:
-        rows = conn.execute(query.order_by(VIEWS.c.page, VIEWS.c.name, VIEWS.c.id)).all()
+        if page is None:
+            rows = conn.execute(_SEEN_ALL, {"owner": owner}).all()
+        else:
+            rows = conn.execute(_SEEN_OF_PAGE, {"owner": owner, "page": page}).all()
     return [_view(r) for r in rows]
 
 

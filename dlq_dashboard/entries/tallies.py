@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, Select, String, and_, func, literal_column, select, type_coerce
+from sqlalchemy import Engine, Select, String, and_, bindparam, func, literal_column, select, type_coerce
 
 from ..db.counts import ALL_GROUPS, ARRIVALS, GROUPS, STATUS_COLUMNS, bucket
 from ..db.engine import is_sqlite, read_transaction, serial_plans
@@ -86,9 +86,10 @@ class Tallies:
         themselves (their triage state, assignee, team: entries/triage.py GroupStateFilter)."""
         flt = self._scoped(flt)
         if served_by_kept_counts(flt):
-            count = _count_column(flt.status)
-            query = (select(GROUPS, count.label("n")).where(count > 0, *flt.group_conditions(), *where)
-                     .order_by(literal_column("n").desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
+            # Without conditions on the groups themselves (the page as it opens) the statement
+            # is the filter's, kept by the store.
+            query = self.store.statement_for(_kept_groups, flt, limit) if not where else \
+                _kept_groups(flt, limit, where)
             with read_transaction(self.engine) as conn:
                 rows = conn.execute(query).all()
             return [group_from_row(r, r.n, r.first_seen, r.last_seen) for r in rows], KEPT
@@ -120,18 +121,13 @@ class Tallies:
         trends = {group_id: [0] * hours for group_id in group_ids}
         if not group_ids:
             return start, trends
-        # The bucket as the driver gives it: SQLite's stored text is matched as text, since
-        # parsing 24 times 200 of them into datetimes would cost more than the query.
-        query = (select(ARRIVALS.c.group_id, type_coerce(ARRIVALS.c.bucket, String), func.sum(ARRIVALS.c.count))
-                 .where(ARRIVALS.c.width == width, ARRIVALS.c.bucket >= start, ARRIVALS.c.bucket < end,
-                        ARRIVALS.c.group_id.in_(group_ids))
-                 .group_by(ARRIVALS.c.bucket, ARRIVALS.c.group_id))
         hour_index: dict = {}
         for i in range(hours):
             at = start + timedelta(seconds=width * i)
             hour_index[at] = hour_index[at.strftime(_SQLITE_TIME)] = i
         with read_transaction(self.engine) as conn:
-            for group_id, at, n in conn.execute(query):
+            for group_id, at, n in conn.execute(_ARRIVALS, {"width": width, "start": start, "end": end,
+                                                            "group_ids": group_ids}):
                 index = hour_index.get(at)
                 if index is None:  # stored in another form: parse it
                     index = hour_index.get(as_time(at))
@@ -146,9 +142,8 @@ class Tallies:
         flt = self._scoped(flt)
         others = EntryFilter(**{**flt.__dict__, "status": None, "cursor": None})
         if served_by_kept_counts(others):
-            sums = [func.coalesce(func.sum(GROUPS.c[STATUS_COLUMNS[s]]), 0) for s in STATUSES]
             with read_transaction(self.engine) as conn:
-                row = conn.execute(select(*sums).where(and_(True, *others.group_conditions()))).one()
+                row = conn.execute(self.store.statement_for(_kept_counts, others)).one()
             return {status: int(n) for status, n in zip(STATUSES, row)}, KEPT
         if self._sampled(others):
             found, tally = self._search_matches(others)
@@ -166,8 +161,7 @@ class Tallies:
         """When the first and the last entry under the filter arrived."""
         flt = self._scoped(flt)
         if served_by_kept_counts(flt):
-            query = select(func.min(GROUPS.c.first_seen), func.max(GROUPS.c.last_seen)).where(
-                _count_column(flt.status) > 0, *flt.group_conditions())
+            query = self.store.statement_for(_kept_range, flt)
         elif self._sampled(flt):
             times = [at for at in self._search_times(flt) if at is not None]
             return (min(times), max(times)) if times else (None, None)
@@ -188,15 +182,8 @@ class Tallies:
         if served_by_kept_counts(flt):
             # Hour buckets for bars of an hour or more (each bar a whole number of hours), else minutes.
             width = 3600 if size >= timedelta(hours=1) else 60
-            query = (select(ARRIVALS.c.bucket, func.sum(ARRIVALS.c.count))
-                     .where(ARRIVALS.c.width == width, ARRIVALS.c.bucket >= bounds[0], ARRIVALS.c.bucket < bounds[-1])
-                     .group_by(ARRIVALS.c.bucket))
-            if conditions := flt.group_conditions():
-                query = query.where(ARRIVALS.c.group_id.in_(select(GROUPS.c.id).where(*conditions)))
-            else:
-                query = query.where(ARRIVALS.c.group_id == ALL_GROUPS)
-            if flt.status:
-                query = query.where(ARRIVALS.c.status == flt.status)
+            query = self.store.statement_for(_kept_arrivals, flt, width)
+            values = {"start": bounds[0], "end": bounds[-1]}
             tally = KEPT
         elif self._sampled(flt):
             for at in self._search_times(flt):
@@ -209,8 +196,9 @@ class Tallies:
             query = (select(_minute(self.engine).label("minute"), func.count())
                      .where(Entry.id.in_(newest), Entry.received_at >= bounds[0], Entry.received_at < bounds[-1])
                      .group_by(literal_column("minute")))
+            values = {}
         with read_transaction(self.engine) as conn:
-            for at, n in conn.execute(query):
+            for at, n in conn.execute(query, values):
                 at = as_time(f"{at}:00" if isinstance(at, str) else at)  # SQLite's minute is text
                 if at is not None:
                     index = int((at - bounds[0]) / size)
@@ -257,6 +245,54 @@ class Tallies:
         with read_transaction(self.engine) as conn:
             more = conn.execute(matching.offset(BOUND).limit(1)).first()
         return matching.limit(BOUND), Tally(kept=False, whole=more is None)
+
+
+# The statements of the kept counts: the groups page, the list's summary and its chart ask them
+# at every view, and built each time they cost more to build and to key than to run. Those of a
+# filter are kept by the store (Store.statement_for); a request's times are bound parameters.
+
+def _kept_groups(flt: EntryFilter, limit: int, where: tuple = ()) -> Select:
+    """Failure groups with entries under ``flt``, largest first; ``where``: on the groups themselves."""
+    count = _count_column(flt.status)
+    return (select(GROUPS, count.label("n")).where(count > 0, *flt.group_conditions(), *where)
+            .order_by(literal_column("n").desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
+
+
+def _kept_counts(flt: EntryFilter) -> Select:
+    """Entries under ``flt`` (its status aside) by status, one column a status."""
+    sums = [func.coalesce(func.sum(GROUPS.c[STATUS_COLUMNS[s]]), 0) for s in STATUSES]
+    return select(*sums).where(and_(True, *flt.group_conditions()))
+
+
+def _kept_range(flt: EntryFilter) -> Select:
+    """When the first and the last entry under ``flt`` arrived."""
+    return select(func.min(GROUPS.c.first_seen), func.max(GROUPS.c.last_seen)).where(
+        _count_column(flt.status) > 0, *flt.group_conditions())
+
+
+def _kept_arrivals(flt: EntryFilter, width: int) -> Select:
+    """Entries under ``flt`` that arrived in each bucket of ``width`` seconds from the bound
+    ``start`` to the bound ``end``."""
+    query = (select(ARRIVALS.c.bucket, func.sum(ARRIVALS.c.count))
+             .where(ARRIVALS.c.width == width, ARRIVALS.c.bucket >= bindparam("start"),
+                    ARRIVALS.c.bucket < bindparam("end"))
+             .group_by(ARRIVALS.c.bucket))
+    if conditions := flt.group_conditions():
+        query = query.where(ARRIVALS.c.group_id.in_(select(GROUPS.c.id).where(*conditions)))
+    else:
+        query = query.where(ARRIVALS.c.group_id == ALL_GROUPS)
+    if flt.status:
+        query = query.where(ARRIVALS.c.status == flt.status)
+    return query
+
+
+# The groups' trends: the bucket as the driver gives it (SQLite's stored text is matched as text,
+# since parsing 24 times 200 of them into datetimes would cost more than the query).
+_ARRIVALS = (select(ARRIVALS.c.group_id, type_coerce(ARRIVALS.c.bucket, String), func.sum(ARRIVALS.c.count))
+             .where(ARRIVALS.c.width == bindparam("width"), ARRIVALS.c.bucket >= bindparam("start"),
+                    ARRIVALS.c.bucket < bindparam("end"),
+                    ARRIVALS.c.group_id.in_(bindparam("group_ids", expanding=True)))
+             .group_by(ARRIVALS.c.bucket, ARRIVALS.c.group_id))
 
 
 def _count_column(status: str | None):

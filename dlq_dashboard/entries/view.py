@@ -108,7 +108,8 @@ class EntryView:
     @property
     def trace_url(self) -> str | None:
         """Where the trace opens (DLQ_TRACE_URL), None without a trace id or without the setting."""
-        return trace_url(self.trace_template, self.trace_id)
+        # Without the setting the headers are not read again (a row's JSON has read its trace id).
+        return trace_url(self.trace_template, self.trace_id) if self.trace_template else None
 
     @property
     def dlq_ref(self) -> str | None:

@@ -21,6 +21,7 @@ from ..access.detail import EntryDetail, build_entry_detail
 from ..entries.view import EntryView, Page
 from . import current_runtime
 from .presenters.rows import snippet
+from .responses import IdUrls
 from .auth import current_identity
 
 
@@ -50,9 +51,11 @@ def failed_again(entries: list[EntryView]) -> dict[int, int]:
 def row_context(entries: list[EntryView]) -> dict:
     """What the list's rows (index.html's ``entry_row`` block) need beside each entry: the key
     fields, the payload snippet, which failed again, each entry's group state. The list and a row
-    rendered alone (web/row_actions.py) take it from here, so neither can miss a part."""
+    rendered alone (web/row_actions.py) take it from here, so neither can miss a part. Their links
+    to an entry are made by ``row_url`` (url_for's arguments, each route built once a page)."""
     return {"fields": list_fields(), "snippet": snippet, "failed_again": failed_again(entries),
-            "group_states": visible.entry_group_states(current_reader(), current_runtime().store, entries)}
+            "group_states": visible.entry_group_states(current_reader(), current_runtime().store, entries),
+            "row_url": IdUrls()}
 
 
 def get_entry_or_404(entry_id: int, *, with_history: bool = True) -> EntryView:

@@ -33,7 +33,7 @@ from .presenters.charts import build_chart, build_sparkline, chart_bounds, descr
 from .presenters.payloads import mark_indexes, view_payload
 from .presenters.timeline import build_timeline
 from .saved_views import saved_views, view_url
-from .responses import htmx, list_url, page_or_fragment, render_block
+from .responses import IdUrls, htmx, list_url, page_or_fragment, render_block
 
 bp = Blueprint("pages", __name__)
 NEW_CAP = 1000
@@ -176,7 +176,7 @@ def groups():
                                 filter_error=filter_error, base_args=base, trends=trends,
                                 filter_args={**flt.to_args(), **triage_args}, saved=saved_views("groups"),
                                 view_url=view_url, group_states=STATES, fields=list_fields(), presets=TIME_PRESETS,
-                                window=window, windows=TREND_WINDOWS)
+                                window=window, windows=TREND_WINDOWS, group_url=IdUrls("group_id"))
     if htmx and not filter_error:
         # The tidy address, as the list's; "status=" stays, as it means any status here.
         shown = {**flt.to_args(), **triage_args, **({"status": ""} if not flt.status else {}),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from flask import Flask, g, request
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from dlq_consumer import headers as contract
 
@@ -21,7 +21,7 @@ from .params import form_filter
 from .presenters.actions import bulk_choices, entry_action_bar, row_actions, row_confirm
 from .presenters.nav import main_nav
 from .presenters.rows import list_columns, shown_sources
-from .responses import list_url
+from .responses import list_url, url_once
 from .status import service_status
 
 
@@ -51,19 +51,26 @@ def ago(value: datetime | str | None) -> str:
     return f"{seconds} s ago"
 
 
+# The two <time> filters below run for every row of a list: the time is read once and each part
+# escaped by markupsafe's escape, which is what Markup.format does to each of its arguments (a
+# third of the cost).
+
 def timestamp(value: datetime | str | None) -> Markup:
     """A time as a <time> element in the one format of every page."""
-    if as_time(value) is None:
+    value = as_time(value)
+    if value is None:
         return Markup("—")
-    return Markup('<time datetime="{}">{}</time>').format(rfc3339(value), when(value))
+    return Markup(f'<time datetime="{escape(rfc3339(value))}">{escape(when(value))}</time>')
 
 
 def relative(value: datetime | str | None) -> Markup:
     """How long ago as a <time> element whose title is the exact time: '3 min ago' on the page,
     '2026-11-29 10:00:05 UTC' on hover."""
-    if as_time(value) is None:
+    value = as_time(value)
+    if value is None:
         return Markup("—")
-    return Markup('<time datetime="{}" title="{}">{}</time>').format(rfc3339(value), when(value), ago(value))
+    return Markup(f'<time datetime="{escape(rfc3339(value))}" title="{escape(when(value))}">'
+                  f'{escape(ago(value))}</time>')
 
 
 def number(value: int | float | None) -> str:
@@ -87,6 +94,8 @@ def init_app(app: Flask) -> None:
     app.add_template_global(row_confirm)
     app.add_template_global(list_columns)
     app.add_template_global(lambda: shown_sources(current_runtime()), "shown_sources")
+    # Flask's url_for, each URL built once a request (responses.url_once).
+    app.add_template_global(url_once, "url_for")
 
     @app.context_processor
     def _context():
