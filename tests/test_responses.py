@@ -51,7 +51,8 @@ def test_a_url_built_once_is_what_url_for_makes_for_every_request(offline_app):
     asks = (("pages.index", {}), ("pages.index", {"status": "open", "q": "a&b"}),
             ("pages.index", {"q": "a&b", "status": "open"}), ("static", {"filename": "app.css"}),
             ("pages.groups", {"status": ""}), ("pages.index", {"_external": True}),
-            ("pages.index", {"status": ["open", "closed"]}))  # a list: no key, built each time
+            ("pages.index", {"status": ["open", "closed"]}),  # a list: no key, built each time
+            ("pages.index", {"page": 1}), ("pages.index", {"page": True}))  # equal keys, written apart
     for base in ("http://localhost/", "http://localhost/dlq/", "https://other.example/x/"):
         with offline_app.test_request_context("/", base_url=base):
             for _ in range(2):

@@ -109,8 +109,10 @@ def url_once(endpoint: str, **values) -> str:
     if not has_request_context():
         return url_for(endpoint, **values)
     environ = request.environ
+    # The values in their order, as the query string keeps it, each with its type: True and 1 are
+    # equal keys but written "True" and "1".
     key = (*map(environ.get, _ADDRESS), request.blueprint if endpoint[:1] == "." else None, endpoint,
-           *values.items())  # the values in their order, as the query string keeps it
+           *((name, type(value), value) for name, value in values.items()))
     built = current_app.extensions.get(_BUILT)
     if built is None:
         built = current_app.extensions[_BUILT] = {}
