@@ -17,6 +17,7 @@ import os
 import flask
 import pytest
 from hypothesis import settings
+from werkzeug.routing import Rule
 
 from dlq_dashboard import accounts, create_app
 from dlq_dashboard.accounts import create_token
@@ -85,6 +86,28 @@ def _templates_compiled_once():
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(flask.Flask, "create_jinja_environment", create_jinja_environment)
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _url_builders_compiled_once():
+    """Each app compiles two URL builders for each of its ~75 routes (werkzeug makes a Python
+    function of each from an AST): a third of a test's create_app. The same route of every app
+    gets the same function: werkzeug's is made from the route's parsed parts, its defaults and
+    its converters alone, and it reaches the route it builds for only through its ``self``."""
+    compile_builder = Rule._compile_builder
+    built: dict = {}
+
+    def compile_builder_once(self, append_unknown=True):
+        converters = tuple((name, type(converter), repr(sorted((k, v) for k, v in vars(converter).items() if k != "map")))
+                           for name, converter in self._converters.items())
+        key = (tuple(self._trace), repr(sorted((self.defaults or {}).items())), append_unknown, converters)
+        if key not in built:
+            built[key] = compile_builder(self, append_unknown)
+        return built[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Rule, "_compile_builder", compile_builder_once)
         yield
 
 
