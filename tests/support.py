@@ -36,8 +36,24 @@ from dlq_dashboard.times import utcnow
 
 PASSWORD = "correct horse battery"
 CHROMIUM = "/usr/bin/chromium"
+#: Playwright's own ``--disable-features`` list (as of 1.65). Chromium reads only the last
+#: ``--disable-features`` of its command line, so the one below carries these too;
+#: tests/test_smoke_browser.py fails when Playwright's list has grown.
+PLAYWRIGHT_DISABLED_FEATURES = (
+    "AvoidUnnecessaryBeforeUnloadCheckSync", "DestroyProfileOnBrowserClose", "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable", "LensOverlay", "MediaRouter", "PaintHolding", "ThirdPartyStoragePartitioning",
+    "AvoidCorsURLLoaderRestartOnRedirect", "TcpPortRandomizationWin", "OptimizationHints", "NetworkTimeServiceQuerying",
+    "AimEnabled", "PreconnectToSearch", "msForceBrowserSignIn", "msEdgeUpdateLaunchServicesPreferredVersion",
+)
+#: What a headless test browser never shows but pays for with every new browser context (each
+#: test's ``page``): the omnibox's popups, web pages of their own (chrome://omnibox-popup.top-chrome)
+#: that each new window loads in a renderer, about 0.45 s of CPU a context; and the spare renderer
+#: started ahead of the next navigation, which a new context cannot use (two renderer processes
+#: a context instead of one). docs/PERFORMANCE.md, "The browser tests' CPU".
+UNUSED_CHROMIUM_FEATURES = ("WebUIOmniboxPopup", "WebUIOmniboxAimPopup", "SpareRendererForSitePerProcess")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+                 "--disable-features=" + ",".join(PLAYWRIGHT_DISABLED_FEATURES + UNUSED_CHROMIUM_FEATURES)]
 
 # A long random run (README): generated tests run random examples, many times more of them.
 LONG_RUN = os.environ.get("HYPOTHESIS_PROFILE") == "long"
