@@ -74,7 +74,7 @@ class SignedInPages:
             self.close()
             context = self.browser.new_context(viewport={"width": width, "height": height}, color_scheme=scheme)
             page = context.new_page()
-            support.browser_login(page, self.site.base, self.site.app, self.role)
+            support.sign_in(page, self.site.base, self.site.app, self.role)
             self._pages[key] = page
         return self._pages[key]
 

@@ -36,8 +36,24 @@ from dlq_dashboard.times import utcnow
 
 PASSWORD = "correct horse battery"
 CHROMIUM = "/usr/bin/chromium"
+#: Playwright's own ``--disable-features`` list (as of 1.65). Chromium reads only the last
+#: ``--disable-features`` of its command line, so the one below carries these too;
+#: tests/test_smoke_browser.py fails when Playwright's list has grown.
+PLAYWRIGHT_DISABLED_FEATURES = (
+    "AvoidUnnecessaryBeforeUnloadCheckSync", "DestroyProfileOnBrowserClose", "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable", "LensOverlay", "MediaRouter", "PaintHolding", "ThirdPartyStoragePartitioning",
+    "AvoidCorsURLLoaderRestartOnRedirect", "TcpPortRandomizationWin", "OptimizationHints", "NetworkTimeServiceQuerying",
+    "AimEnabled", "PreconnectToSearch", "msForceBrowserSignIn", "msEdgeUpdateLaunchServicesPreferredVersion",
+)
+#: What a headless test browser never shows but pays for with every new browser context (each
+#: test's ``page``): the omnibox's popups, web pages of their own (chrome://omnibox-popup.top-chrome)
+#: that each new window loads in a renderer, about 0.45 s of CPU a context; and the spare renderer
+#: started ahead of the next navigation, which a new context cannot use (two renderer processes
+#: a context instead of one). docs/PERFORMANCE.md, "The browser tests' CPU".
+UNUSED_CHROMIUM_FEATURES = ("WebUIOmniboxPopup", "WebUIOmniboxAimPopup", "SpareRendererForSitePerProcess")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+                 "--disable-features=" + ",".join(PLAYWRIGHT_DISABLED_FEATURES + UNUSED_CHROMIUM_FEATURES)]
 
 # A long random run (README): generated tests run random examples, many times more of them.
 LONG_RUN = os.environ.get("HYPOTHESIS_PROFILE") == "long"
@@ -398,15 +414,31 @@ def logged_in(app, role: str):
     return client
 
 
-def browser_login(page, base_url: str, app, role: str) -> None:
-    """Log a browser page in as a user with ``role`` (made on first use)."""
+def sign_in(page, base_url: str, app, role: str) -> None:
+    """Sign a browser page's context in as a user with ``role`` (made on first use), opening no
+    page: the login form is posted by a test client (the same POST /login) and the session cookie
+    it answers with is handed to the browser as that answer sets it. Signing in through the
+    browser cost two page loads (the form, then the list it lands on), 0.4 s of CPU a test; the
+    tests of the form itself fill it in the browser."""
     name = f"{role}-browser"
     ensure_user(app, name, role)
-    page.goto(f"{base_url}/login")
-    page.fill("input[name=username]", name)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/login" not in url)
+    client = app.test_client()
+    # As the browser itself: Flask-Login marks a session used by another user agent as not fresh.
+    client.environ_base["HTTP_USER_AGENT"] = page.evaluate("navigator.userAgent")
+    response = login(client, name, PASSWORD)
+    assert response.status_code == 302, response.get_data(as_text=True)
+    cookie = client.get_cookie(app.config["SESSION_COOKIE_NAME"])
+    page.context.add_cookies([{
+        "name": cookie.key, "value": cookie.value, "url": base_url + cookie.path,
+        "httpOnly": cookie.http_only, "secure": cookie.secure, "sameSite": (cookie.same_site or "lax").capitalize(),
+        "expires": cookie.expires.timestamp() if cookie.expires else -1}])
+
+
+def browser_login(page, base_url: str, app, role: str) -> None:
+    """Sign a browser page in as a user with ``role`` (``sign_in``) and open the list, where the
+    login form lands."""
+    sign_in(page, base_url, app, role)
+    page.goto(f"{base_url}/")
 
 
 # --- a frozen nats-server ----------------------------------------------------------------------

@@ -143,7 +143,7 @@ def test_every_action_is_reached_by_tab_and_shows_where_the_focus_is(site, opera
 
 def test_j_and_k_on_an_entrys_page_open_the_next_and_the_previous_entry(app, live_server, page):
     first, second, third = (support.dead_letter(app, seq, payload=b'{"n": %d}' % seq) for seq in (1, 2, 3))
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{second}?status=open")
     page.keyboard.press("j")
     page.wait_for_url(re.compile(rf"/entries/{first}\?status=open$"))

@@ -24,7 +24,7 @@ def test_an_operator_clicks_republish_confirms_and_sees_the_result_in_the_timeli
                                                                                      nats_server):
     support.make_orders_stream(nats_server.url)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-1", "customer_id": "c-1"}'])
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}")
 
     page.get_by_role("button", name="Republish", exact=True).click()
@@ -46,7 +46,7 @@ def test_the_editor_validates_while_typing_and_needs_the_override_for_an_invalid
         app, live_server, page, nats_server):
     support.make_orders_stream(nats_server.url)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-2"}'])
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}")
     page.get_by_role("button", name="Edit and republish").click()
 
@@ -71,7 +71,7 @@ def test_the_editor_validates_while_typing_and_needs_the_override_for_an_invalid
 
 def test_an_operator_closes_with_a_note_and_reopens(app, live_server, page, nats_server):
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c"}'])
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}")
     page.get_by_label("Note").fill("customer cancelled the order")
     page.get_by_role("button", name="Close", exact=True).click()
@@ -87,7 +87,7 @@ def test_an_operator_closes_with_a_note_and_reopens(app, live_server, page, nats
 def test_a_bulk_job_from_the_list_shows_its_progress_until_done(app, live_server, page, nats_server):
     support.make_orders_stream(nats_server.url)
     ids = support.dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c-%d"}' % i for i in range(300)])
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/?subject=orders.created")
     page.get_by_role("button", name="Preview for all matching").click()
     expect(page.locator("main")).to_contain_text("300 entries will be republished")

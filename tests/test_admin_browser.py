@@ -80,7 +80,7 @@ def test_the_page_fits_its_window_at_1440_and_390_px_with_long_names_and_pattern
     long_pattern = "orders." + ".".join(["segment" + "y" * 40] * 5)
     accounts.create_user(engine, "u" + "x" * 63, support.PASSWORD, "operator", accounts.read_scopes([long_pattern]))
     accounts.create_token(engine, "t" + "y" * 63, "viewer", accounts.read_scopes([long_pattern, "pay.*"]))
-    support.browser_login(page, live_server, app, "admin")
+    support.sign_in(page, live_server, app, "admin")
     for width in (1440, 390):
         page.set_viewport_size({"width": width, "height": 900})
         page.goto(f"{live_server}/admin/users")

@@ -24,7 +24,7 @@ def test_an_operator_fixes_a_field_in_the_pretty_payload_and_the_entry_tells_the
         app, live_server, page, nats_server):
     support.make_orders_stream(nats_server.url)
     entry_id = support.dead_letter(app, 1, payload=ORIGINAL, Dlq_Reason="schema_invalid")
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}/edit")
 
     editor = page.locator("#payload")

@@ -32,7 +32,7 @@ def _boxes(page):
 
 def test_the_errors_stand_beside_the_editor_from_1200_px_and_below_it_on_a_narrower_window(app, live_server, page):
     entry_id = support.dead_letter(app, 1, payload=json.dumps(ORDER).encode())
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(f"{live_server}/entries/{entry_id}/edit")
     editor, check = _boxes(page)
@@ -53,7 +53,7 @@ def test_the_errors_stand_beside_the_editor_from_1200_px_and_below_it_on_a_narro
 
 def test_the_failing_line_is_marked_in_the_gutter_until_it_is_fixed(app, live_server, page):
     entry_id = support.dead_letter(app, 1, payload=json.dumps(ORDER).encode())
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}/edit")
     gutter = page.locator("pre.gutter")
     expect(gutter.locator(".failing")).to_have_text([str(PRICE_LINE)])
@@ -80,7 +80,7 @@ def test_the_failing_line_is_marked_in_the_gutter_until_it_is_fixed(app, live_se
 def test_after_an_edited_republish_the_page_announces_what_was_done_with_a_link(app, live_server, page, nats_server):
     support.make_orders_stream(nats_server.url)
     entry_id = support.dead_letter(app, 1, payload=json.dumps(ORDER).encode())
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}/edit")
     page.locator("#payload").fill(PRETTY.replace('"12.50"', "12.50"))
     expect(page.locator("#payload-check")).to_contain_text("It passes the current schema")

@@ -24,7 +24,7 @@ def test_an_entry_opened_from_a_filtered_list_walks_its_neighbours_and_goes_back
            for seq, subject in enumerate(subjects, start=1)]
     zipped = support.dead_letter(app, 7, "orders.created", payload=gzip.compress(b"{}"), stream="DLQT")
     orders = [zipped] + [i for i, s in zip(ids, subjects) if s.startswith("orders.")][::-1]  # newest first
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
 
     page.goto(f"{live_server}/?subject=orders.*")
     page.locator("table.entries tbody tr").first.get_by_role("link", name=str(orders[0])).click()
@@ -61,7 +61,7 @@ def test_the_jobs_page_follows_a_job_until_it_is_done_without_a_reload(app, live
     # job) kept from it: the page finds it unfinished, whatever the machine's speed.
     monkeypatch.setattr(rt.jobs, "resume_unfinished", lambda: None)
     job_id = jobs.create_job(rt, "republish", actor="ann", ids=ids, start=False)
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.goto(f"{live_server}/jobs")
     expect(page.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs")).to_have_attribute(
         "aria-current", "page")

@@ -36,7 +36,7 @@ def group_row(page, label: str):
 
 def test_a_viewer_sees_each_groups_trend_counts_and_label_and_no_actions(app, live_server, page, nats_server):
     two_groups(app, nats_server)
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.goto(f"{live_server}/groups")
 
     row = group_row(page, "order <id> not found")
@@ -55,7 +55,7 @@ def test_a_viewer_sees_each_groups_trend_counts_and_label_and_no_actions(app, li
 
 def test_a_subject_stays_on_one_line_on_a_phone_and_a_wide_screen_on_the_groups_and_the_list(app, live_server, page, nats_server):
     two_groups(app, nats_server)
-    support.browser_login(page, live_server, app, "operator")  # the widest rows: with the actions
+    support.sign_in(page, live_server, app, "operator")  # the widest rows: with the actions
     for width in (390, 1440):
         page.set_viewport_size({"width": width, "height": 900})
         page.goto(f"{live_server}/groups")
@@ -78,7 +78,7 @@ def test_a_subject_stays_on_one_line_on_a_phone_and_a_wide_screen_on_the_groups_
 
 def test_an_operator_republishes_a_whole_group_through_the_preview(app, live_server, page, nats_server):
     two_groups(app, nats_server)
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/groups")
 
     group_row(page, "order <id> not found").get_by_role("button", name="Republish", exact=True).click()
@@ -98,7 +98,7 @@ def test_an_operator_republishes_a_whole_group_through_the_preview(app, live_ser
 
 def test_an_operator_closes_a_whole_group_with_a_note(app, live_server, page, nats_server):
     two_groups(app, nats_server)
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/groups")
 
     group_row(page, "carrier down").get_by_role("button", name="Close").click()

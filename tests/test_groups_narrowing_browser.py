@@ -27,7 +27,7 @@ def app(settings, make_app):
 @pytest.mark.parametrize("width", [1440, 390])
 def test_the_groups_narrow_by_search_key_field_time_and_window(app, live_server, page, width):
     store_demo_entries(runtime_of(app).engine, 120)
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.set_viewport_size({"width": width, "height": 900})
     page.goto(f"{live_server}/groups")
     rows = page.locator("table.groups tbody tr")

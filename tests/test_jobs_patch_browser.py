@@ -31,7 +31,7 @@ def test_an_operator_previews_a_patch_for_the_list_and_starts_it(app, live_serve
     # Long values: the preview's diff must wrap, never widen the page.
     payloads = [json.dumps({"order_id": f"o-{i}", "price": "12.50", "note": "x" * 400}).encode() for i in range(10)]
     ids = support.dead_letter_orders(app, nats_server.url, payloads + [b"not json"])
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/?subject=orders.created")
 
     by_filter = page.locator("form:has(input[name=by][value=filter])")
@@ -75,7 +75,7 @@ def test_hostile_payloads_and_patches_are_only_text_on_the_preview_the_job_and_t
     ids = support.dead_letter_orders(app, nats_server.url, payloads + ["\n".join(CORPUS).encode()])
     patch = [{"op": "replace", "path": "/price", "value": 1}, {"op": "add", "path": "/note", "value": CORPUS[1]},
              {"op": "add", "path": "/" + CORPUS[0].replace("/", "~1"), "value": CORPUS[3]}]
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     visit(page, watch, f"{live_server}/?subject=orders.created")
     by_filter = page.locator("form:has(input[name=by][value=filter])")

@@ -61,7 +61,7 @@ def _measure_both_widths(page, base: str) -> dict[str, float]:
 
 def test_the_first_demo_entry_is_in_the_first_screen_at_1440_and_390_px(app, live_server, page):
     store_demo_entries(runtime_of(app).engine, 80)
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     measured = _measure_both_widths(page, live_server)
     print("demo entries:", measured)
 
@@ -69,14 +69,14 @@ def test_the_first_demo_entry_is_in_the_first_screen_at_1440_and_390_px(app, liv
 @pytest.mark.slow
 def test_the_first_of_50000_entries_is_in_the_first_screen_at_1440_and_390_px(app, live_server, page):
     store_demo_entries(runtime_of(app).engine, 50_000)
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     measured = _measure_both_widths(page, live_server)
     print("50,000 entries:", measured)
 
 
 def test_further_filters_open_while_one_is_set_and_the_first_row_stays_in_view(app, live_server, page):
     store_demo_entries(runtime_of(app).engine, 30)
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     rows = _open(page, live_server, "/?consumer=fulfilment", DESKTOP)
     expect(page.locator("details.more-filters")).to_have_attribute("open", "")
     expect(page.locator("details.more-filters summary")).to_have_text("More filters (1 set)")
@@ -86,7 +86,7 @@ def test_further_filters_open_while_one_is_set_and_the_first_row_stays_in_view(a
 
 def test_the_further_filters_and_the_chart_stay_as_they_were_left(app, live_server, page):
     store_demo_entries(runtime_of(app).engine, 30)
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     _open(page, live_server, "/", DESKTOP)
     chart = page.locator("figure.chart svg")
     expect(chart).to_be_visible()
@@ -111,7 +111,7 @@ def test_the_further_filters_and_the_chart_stay_as_they_were_left(app, live_serv
 
 def test_the_chart_is_folded_at_first_on_a_phone(app, live_server, page):
     store_demo_entries(runtime_of(app).engine, 30)
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     _open(page, live_server, "/", PHONE)
     expect(page.locator("figure.chart")).to_be_hidden()
     page.get_by_text("Chart: failures per").click()
@@ -120,7 +120,7 @@ def test_the_chart_is_folded_at_first_on_a_phone(app, live_server, page):
 
 def test_the_bulk_bar_shows_once_an_entry_is_ticked_or_a_filter_is_set(app, live_server, page):
     store_demo_entries(runtime_of(app).engine, 30)
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     _open(page, live_server, "/", DESKTOP)
     selected = page.get_by_role("button", name="Preview bulk action")
     expect(selected).to_be_hidden()

@@ -48,7 +48,7 @@ def test_the_list_shows_a_mirrored_dead_letter_and_search_narrows_it(app, nats_s
         ("dlq.payments.captured", b'{"customer": "quentin"}',
          support.dlq_headers("payments.captured", Dlq_Reason="max_deliveries", Dlq_Error="gateway timeout")),
     ])
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.goto(f"{live_server}/")
     assert rows(page).count() == 2
     assert "orders.created" in rows(page).nth(1).inner_text()
@@ -65,7 +65,7 @@ def test_the_list_shows_a_mirrored_dead_letter_and_search_narrows_it(app, nats_s
 
 def test_new_dead_letters_are_announced_and_shown_on_request(app, nats_server, live_server, page):
     dead_letter_and_wait(app, nats_server, [("dlq.orders.created", b"{}", support.dlq_headers("orders.created"))])
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.goto(f"{live_server}/")
     assert rows(page).count() == 1
     dead_letter_and_wait(app, nats_server, [("dlq.orders.updated", b"{}", support.dlq_headers("orders.updated"))])
@@ -81,7 +81,7 @@ def test_the_detail_shows_the_schema_error_beside_the_payload_with_the_field_mar
     errors = json.dumps([{"path": "/items/0/price", "message": "'12.50' is not of type 'number'"}])
     dead_letter_and_wait(app, nats_server, [("dlq.orders.created", payload, support.dlq_headers(
         "orders.created", Dlq_Reason="schema_invalid", Dlq_Schema_Errors=errors))])
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.goto(f"{live_server}/")
     rows(page).first.locator("a").first.click()
     page.wait_for_url(lambda url: "/entries/" in url)
@@ -110,7 +110,7 @@ def test_hostile_dead_letters_trigger_no_dialog_and_no_request(app, nats_server,
         messages.append((f"dlq.evil.{i}", json.dumps({"order_id": evil, evil: [evil]}).encode(), headers))
     messages.append(("dlq.evil.raw", HOSTILE[1].encode() + b"\xff", support.dlq_headers("orders.created")))
     dead_letter_and_wait(app, nats_server, messages)
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
 
     dialogs, requests, violations = [], [], []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
@@ -136,7 +136,7 @@ def test_hostile_dead_letters_trigger_no_dialog_and_no_request(app, nats_server,
 def test_changing_the_status_sends_one_request_and_adds_one_history_entry(app, nats_server, live_server, page,
                                                                           path, list_path):
     dead_letter_and_wait(app, nats_server, [("dlq.orders.created", b"{}", support.dlq_headers("orders.created"))])
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.goto(f"{live_server}{path}")
     sent: list[str] = []
     page.on("request", lambda r: sent.append(r.url) if r.url.split("?")[0] == f"{live_server}{list_path}" else None)

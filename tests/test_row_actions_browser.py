@@ -21,7 +21,7 @@ def app(make_app):
 
 
 def test_a_row_is_closed_after_its_question_and_swapped_in_place(app, live_server, page):
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/")
     first = page.locator("#entry-rows tr[data-id]").first
     entry_id = int(first.get_attribute("data-id"))

@@ -31,7 +31,7 @@ def current(page) -> list[str]:
 
 
 def test_keys_move_open_search_and_explain_and_typing_is_left_alone(app, live_server, page):
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/")
     urls = page.eval_on_selector_all("#entry-rows tr[data-row-url]", "rows => rows.map(r => r.dataset.rowUrl)")
     assert len(urls) == 3
@@ -78,7 +78,7 @@ def test_keys_move_open_search_and_explain_and_typing_is_left_alone(app, live_se
 
 
 def test_the_chart_has_labelled_axes_on_a_log_scale(app, live_server, page):
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.goto(f"{live_server}/")
     chart = page.locator("figure.chart svg")
     chart.wait_for()
@@ -98,7 +98,7 @@ def background(page) -> str:
 
 
 def test_the_theme_follows_the_system_and_rows_never_scroll_sideways(app, live_server, page):
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.emulate_media(color_scheme="dark")
     page.goto(f"{live_server}/")
     assert background(page) == "rgb(18, 22, 29)"

@@ -19,7 +19,7 @@ def _editor(app, live_server, page, nats_server) -> int:
     """An operator's editor open on a new entry; returns the entry id."""
     support.make_orders_stream(nats_server.url)
     entry_id = support.dead_letter(app, 1, payload=ORIGINAL, Dlq_Reason="fatal")
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}/edit")
     return entry_id
 

@@ -31,7 +31,7 @@ def test_the_banner_appears_without_a_reload_while_nats_is_frozen_and_republish_
         app, live_server, page, nats_server):
     support.make_orders_stream(nats_server.url)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [PAYLOAD])
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}")
     banner = page.locator("[data-status-banner]")
     republish = page.get_by_role("button", name="Republish", exact=True)
@@ -72,7 +72,7 @@ def test_the_banner_appears_without_a_reload_while_nats_is_frozen_and_republish_
 def test_a_page_opened_while_nats_is_frozen_offers_bulk_close_but_not_bulk_republish(
         app, live_server, page, nats_server):
     support.dead_letter_orders(app, nats_server.url, [PAYLOAD])
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     rt = runtime_of(app)
     with frozen(nats_server):
         support.wait_for(lambda: not rt.bridge.state.connected, message="the probe's verdict")
@@ -91,7 +91,7 @@ def test_a_page_opened_while_nats_is_frozen_offers_bulk_close_but_not_bulk_repub
 def test_the_banner_says_how_far_behind_the_list_is_while_the_mirror_lags(app, live_server, page, nats_server):
     rt = runtime_of(app)
     support.dead_letter_orders(app, nats_server.url, [PAYLOAD])
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.goto(f"{live_server}/groups")
     banner = page.locator("[data-status-banner]")
     expect(banner).not_to_contain_text("behind")

@@ -23,7 +23,7 @@ def app(make_app):
 def test_a_viewers_detail_page_shows_dots_for_a_masked_field(app, live_server, page):
     payload = json.dumps({"order_id": 1, "customer": {"email": EMAIL, "name": "Quentin"}}).encode()
     entry_id = support.dead_letter(app, 1, payload=payload, Dlq_Error=f"no account for {EMAIL}")
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.goto(f"{live_server}/entries/{entry_id}")
     shown = page.locator(".payload pre").inner_text()
     assert '"email": "•••"' in shown and "Quentin" in shown
@@ -34,7 +34,7 @@ def test_a_viewers_detail_page_shows_dots_for_a_masked_field(app, live_server, p
 def test_a_view_saved_from_the_list_opens_with_its_filters_from_its_name(app, live_server, page):
     support.dead_letter(app, 1, subject="orders.created", Dlq_Reason="fatal", Dlq_Error="stock gone")
     support.dead_letter(app, 2, subject="payments.captured", Dlq_Reason="fatal", Dlq_Error="card declined")
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.goto(f"{live_server}/")
     rows = page.locator("#entry-rows tr:not(.more)")
     expect(rows).to_have_count(2)

@@ -18,7 +18,7 @@ def test_a_jobs_bar_fills_its_page_and_a_short_name_is_never_broken(app, live_se
     entry_id = support.dead_letter(app, 1, Dlq_Reason="fatal", Dlq_Error="x " * 200)
     job_id = create_job(rt, "close", actor="demo", ids=[entry_id], note="n " * 300)
     support.jobs_settled(rt.engine)
-    support.browser_login(page, live_server, app, "viewer")
+    support.sign_in(page, live_server, app, "viewer")
     page.set_viewport_size({"width": width, "height": 900})
 
     page.goto(f"{live_server}/jobs/{job_id}")

@@ -141,7 +141,7 @@ def visit(page, watch: Watch, url: str) -> str:
 
 
 def test_hostile_entries_are_only_text_on_the_list_page(app, live_server, page, hostile_entries):
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/?limit=100")
     for raw in CORPUS:
@@ -160,7 +160,7 @@ def test_hostile_entries_are_only_text_on_the_list_page(app, live_server, page, 
 
 
 def test_hostile_entries_are_only_text_on_the_groups_page(app, live_server, page, hostile_entries):
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/groups?status=")
     assert HOSTILE_SUBJECT in text and HOSTILE_REASON in text and LONG_HOSTILE_SUBJECT in text
@@ -183,7 +183,7 @@ def test_a_hostile_patch_its_preview_and_its_job_are_only_text(app, live_server,
 
     patch = [{"op": "add", "path": "/" + CORPUS[0].replace("/", "~1"), "value": CORPUS[1]},
              {"op": "add", "path": "/note", "value": CORPUS[4]}]
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     visit(page, watch, f"{live_server}/?status=open&reason=schema_invalid")  # the JSON entry
     by_filter = page.locator("form:has(input[name=by][value=filter])")
@@ -204,7 +204,7 @@ def test_a_hostile_patch_its_preview_and_its_job_are_only_text(app, live_server,
 
 
 def test_a_hostile_entry_is_only_text_on_its_detail_page(app, live_server, page, hostile_entries):
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/entries/{hostile_entries['everything']}")
     for raw in CORPUS:  # every payload line and every header value, verbatim
@@ -217,7 +217,7 @@ def test_a_hostile_entry_is_only_text_on_its_detail_page(app, live_server, page,
 
 
 def test_hostile_schema_errors_and_json_fields_are_only_text(app, live_server, page, hostile_entries):
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/entries/{hostile_entries['json']}")
     assert CORPUS[5] in text  # the error
@@ -231,7 +231,7 @@ def test_hostile_schema_errors_and_json_fields_are_only_text(app, live_server, p
 
 
 def test_the_edit_form_keeps_a_hostile_payload_inside_its_textarea(app, live_server, page, hostile_entries):
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     visit(page, watch, f"{live_server}/entries/{hostile_entries['everything']}/edit")
     values = page.evaluate("[...document.querySelectorAll('textarea')].map(t => t.value)")
@@ -250,7 +250,7 @@ def test_a_hostile_nats_error_in_the_stale_data_banner_and_the_disabled_buttons_
     down = status.ServiceStatus(False, utcnow(), hostile, (status.StreamLag("DLQ", 7, utcnow()),))
     monkeypatch.setattr(status, "service_status", lambda rt: down)
     monkeypatch.setattr(templating, "service_status", lambda rt: down)
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/entries/{hostile_entries['first']}")
     assert hostile in text and "The list is behind NATS" in text
@@ -278,7 +278,7 @@ def test_hostile_saved_view_names_and_filters_are_only_text(app, live_server, pa
         for view_page in ("list", "groups"):
             view = save_view(engine, "someone", text[:100], view_page, urlencode({"q": text}), utcnow())
             share_view(engine, view.id, True)
-    support.browser_login(page, live_server, app, "admin")
+    support.sign_in(page, live_server, app, "admin")
     watch = Watch(page, app, live_server)
     for path in ("/", "/groups", "/views", f"/?{urlencode({'q': CORPUS[1]})}"):
         text = visit(page, watch, live_server + path)
@@ -293,7 +293,7 @@ def test_a_hostile_edit_is_only_text_in_the_editor_the_diff_and_the_timeline(app
 
     support.make_orders_stream(nats_server.url)
     entry_id = hostile_entries["json"]
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     visit(page, watch, f"{live_server}/entries/{entry_id}/edit")
     sent = json.dumps({"customer_id": 1, "note": CORPUS, CORPUS[0]: "\n".join(CORPUS)}, ensure_ascii=False).encode()
@@ -327,7 +327,7 @@ def test_hostile_jobs_audit_rows_and_list_context_are_only_text(app, live_server
     rt.jobs.submit(cancelled)
     support.wait_for(lambda: all(jobs.job_status(rt, j, limit=0)["state"] in jobs.FINISHED for j in (done, cancelled)),
                      message="the jobs to end")
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/jobs")
     assert CORPUS[1] in text and CORPUS[7] in text and CORPUS[9] in text and HOSTILE_REASON in text
@@ -354,7 +354,7 @@ def test_a_group_page_with_hostile_notes_and_names_is_only_text_and_its_forms_wo
         add_note(engine, group_id, text, actor=CORPUS[1][:40])
     change_state(engine, group_id, 1, parse_state_change({"state": "resolved", "resolved_in": CORPUS[0],
                                                           "note": CORPUS[9]}, utcnow()), actor="ops")
-    support.browser_login(page, live_server, app, "operator")
+    support.sign_in(page, live_server, app, "operator")
     watch = Watch(page, app, live_server)
     text = visit(page, watch, f"{live_server}/groups/{group_id}")
     for raw in CORPUS:
