@@ -99,7 +99,9 @@ def _url_builders_compiled_once():
     built: dict = {}
 
     def compile_builder_once(self, append_unknown=True):
-        converters = tuple((name, type(converter), repr(sorted((k, v) for k, v in vars(converter).items() if k != "map")))
+        # A converter's class by name: create_app defines its own (IdConverter) in each call.
+        converters = tuple((name, f"{type(converter).__module__}.{type(converter).__qualname__}",
+                            repr(sorted((k, v) for k, v in vars(converter).items() if k != "map")))
                            for name, converter in self._converters.items())
         key = (tuple(self._trace), repr(sorted((self.defaults or {}).items())), append_unknown, converters)
         if key not in built:
@@ -314,3 +316,4 @@ def pytest_collection_modifyitems(config, items):
         return 0 if item.get_closest_marker("slow") else 1
 
     items.sort(key=place)
+
