@@ -91,16 +91,48 @@ def _templates_compiled_once():
 
 @pytest.fixture(autouse=True, scope="session")
 def _url_builders_compiled_once():
-    """Each app compiles two URL builders for each of its ~75 routes (werkzeug makes a Python
-    function of each from an AST): a third of a test's create_app. The same route of every app
-    gets the same function: werkzeug's is made from the route's parsed parts, its defaults and
-    its converters alone, and it reaches the route it builds for only through its ``self``."""
+    """Each app parses each of its ~75 routes and compiles two URL builders for each (werkzeug
+    makes a Python function of each from an AST): together most of a test's create_app. The
+    same route of every app gets the same parts and the same functions: werkzeug's are made from
+    the route's text, its defaults and its converters alone, and a builder reaches the route it
+    builds for only through its ``self``. The parse is kept with the converters it asked for,
+    and each app's route gets converters of its own map, as werkzeug's would."""
+    compile_rule = Rule.compile
     compile_builder = Rule._compile_builder
     built: dict = {}
+    parsed: dict = {}
+
+    def name_of(cls) -> str:  # create_app defines its converter classes (IdConverter) in each call
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    def compile_once(self):
+        known = self.map.host_matching, self.host, self.subdomain, self.merge_slashes
+        key = (self.rule, known, tuple(sorted((n, name_of(c)) for n, c in self.map.converters.items())))
+        if key not in parsed:
+            asked = []
+            get_converter = self.get_converter
+
+            def recording(variable, converter, args, kwargs):
+                asked.append((variable, converter, args, kwargs))
+                return get_converter(variable, converter, args, kwargs)
+
+            self.get_converter = recording
+            try:
+                compile_rule(self)
+            finally:
+                del self.get_converter
+            parsed[key] = (list(self._parts), list(self._trace), asked)
+            return
+        parts, trace, asked = parsed[key]
+        self._parts, self._trace = list(parts), list(trace)
+        self._converters = {variable: self.get_converter(variable, converter, args, kwargs)
+                            for variable, converter, args, kwargs in asked}
+        self.arguments.update(variable for variable, *_ in asked)
+        self._build = self._compile_builder(False).__get__(self, None)
+        self._build_unknown = self._compile_builder(True).__get__(self, None)
 
     def compile_builder_once(self, append_unknown=True):
-        # A converter's class by name: create_app defines its own (IdConverter) in each call.
-        converters = tuple((name, f"{type(converter).__module__}.{type(converter).__qualname__}",
+        converters = tuple((name, name_of(type(converter)),
                             repr(sorted((k, v) for k, v in vars(converter).items() if k != "map")))
                            for name, converter in self._converters.items())
         key = (tuple(self._trace), repr(sorted((self.defaults or {}).items())), append_unknown, converters)
@@ -108,7 +140,9 @@ def _url_builders_compiled_once():
             built[key] = compile_builder(self, append_unknown)
         return built[key]
 
+    compile_once.original, compile_builder_once.original = compile_rule, compile_builder  # for a test
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Rule, "compile", compile_once)
         patch.setattr(Rule, "_compile_builder", compile_builder_once)
         yield
 
@@ -316,4 +350,3 @@ def pytest_collection_modifyitems(config, items):
         return 0 if item.get_closest_marker("slow") else 1
 
     items.sort(key=place)
-
