@@ -49,6 +49,9 @@ def test_the_editor_validates_while_typing_and_needs_the_override_for_an_invalid
     support.sign_in(page, live_server, app, "operator")
     page.goto(f"{live_server}/entries/{entry_id}")
     page.get_by_role("button", name="Edit and republish").click()
+    # The check below is in the editor's HTML from the server; the typing that follows needs htmx
+    # bound to the textarea, which happens by the page's load (a click waits only for the commit).
+    page.wait_for_url(re.compile(rf"/entries/{entry_id}/edit"), wait_until="load")
 
     check = page.locator("#payload-check")
     expect(check).to_contain_text("'customer_id' is a required property")
