@@ -345,6 +345,28 @@ def test_statements_kept_for_a_filter_answer_every_cursor_and_entry_as_built_afr
             assert len(store._built) <= 4
 
 
+
+def test_a_statement_is_kept_only_for_a_filter_whose_values_are_all_it_holds(store, corpus):
+    # Each filter says whether a statement built for it holds its value and nothing else
+    # (ListFilter.keeps_statement): a time back from now does not (a new time each request), nor a
+    # key field's (how far its backfill has come). Those are built each time, the rest kept.
+    from dlq_dashboard.entries.fields import key_fields
+
+    customer = key_fields((("customer", "/customer"),))
+    kept = [EntryFilter.from_args(args) for args in ({}, {"status": "open"}, {"subject": "orders.>"},
+                                                     {"since": "2026-01-01T00:00:00Z"}, {"q": "order"})]
+    afresh = [EntryFilter.from_args({"since": "1h"}),
+              EntryFilter.from_args({"field.customer": "zebulon"}, key_fields=customer),
+              EntryFilter.from_args({"status": "open", "since": "7d"})]
+    assert all(flt.keeps_statement for flt in kept)
+    assert not any(flt.keeps_statement for flt in afresh)
+    for flt in kept + afresh:
+        store._built.clear()
+        store.list_entries(flt)
+        assert bool(store._built) is flt.keeps_statement, flt.to_args()
+        built_twice = [store.statement_for(store._page_query, flt, False, None) for _ in range(2)]
+        assert (built_twice[0] is built_twice[1]) is flt.keeps_statement, flt.to_args()
+
 def test_key_field_values_from_a_kept_statement_are_each_entrys_own(store, corpus):
     # The statement of a set of key fields is kept by the store, the ids bound.
     from dlq_dashboard.entries.fields import key_fields

@@ -256,6 +256,10 @@ class ListFilter:
         value = getattr(flt, self.name)
         return [] if value is None or self.on_groups is None else self.on_groups(value)
 
+    def keeps_statement(self, flt: "EntryFilter") -> bool:
+        """Whether ``flt``'s statement holds its value alone, so Store.statement_for may keep it."""
+        return True
+
     def selection_words(self, param: str, value: str, labels: Mapping[int, str]) -> str:
         """``param=value`` in a job's selection, as a person reads it."""
         return self.words(param, value, labels) if self.words else f"{param}={value}"
@@ -288,6 +292,9 @@ class SinceFilter(ListFilter):
 
     def write(self, flt: "EntryFilter") -> dict[str, str]:
         return {"since": flt.since_ago} if flt.since_ago else super().write(flt)
+
+    def keeps_statement(self, flt: "EntryFilter") -> bool:
+        return flt.since_ago is None  # a duration back from now is a new time at each request
 
 
 class SourceFilter(ListFilter):
@@ -343,6 +350,9 @@ class KeyFieldFilters(ListFilter):
 
     def group_conditions(self, flt: "EntryFilter") -> list:
         return []
+
+    def keeps_statement(self, flt: "EntryFilter") -> bool:
+        return not flt.field_values  # the query depends on how far the backfill has come (Store._selection)
 
     @property
     def option(self) -> tuple[str, str, str]:
@@ -462,6 +472,11 @@ class EntryFilter:
     def filtered(self) -> bool:
         """True when anything narrows the selection (paging aside)."""
         return bool(self.to_args())
+
+    @property
+    def keeps_statement(self) -> bool:
+        """Whether Store.statement_for may keep this filter's statement (each of FILTERS says)."""
+        return all(declared.keeps_statement(self) for declared in FILTERS)
 
     def conditions(self, engine: Engine, *, search: bool = True) -> list:
         """SQL conditions for everything but paging (``search=False``: without ``q``)."""

@@ -84,10 +84,10 @@ class Store:
         neighbours and the new-entries poll cost more to build (and to key for SQLAlchemy's
         cache) than to run, and a filter (the list unfiltered, its status links) is asked again
         and again; what a request brings besides it (a cursor, an entry id) is a bound
-        parameter. A filter of a time back from now (since=1h) is a new one at each request, and
-        a key field's statement depends on how far its backfill has come (_selection), so both
-        are built each time."""
-        if any(isinstance(k, EntryFilter) and (k.since_ago is not None or k.field_values) for k in key):
+        parameter. A filter whose statement holds more than its values (since=1h, a new time at
+        each request; a key field's, how far its backfill has come) is built each time: each
+        filter says which (EntryFilter.keeps_statement)."""
+        if any(isinstance(k, EntryFilter) and not k.keeps_statement for k in key):
             return build(*key)
         found = self._built.get((build, *key))
         if found is None:
@@ -140,8 +140,8 @@ class Store:
         if conn is None:
             with read_transaction(self.engine) as own:
                 return self._stored_field(flt, own)
-        for i, (field, value) in enumerate(flt.field_values):
-            lookup = stored_lookup(conn, field, value)
+        for i, (key_field, value) in enumerate(flt.field_values):
+            lookup = stored_lookup(conn, key_field, value)
             if lookup is not None:
                 return lookup, replace(flt, field_values=flt.field_values[:i] + flt.field_values[i + 1:])
         return None

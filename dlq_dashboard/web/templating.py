@@ -94,7 +94,7 @@ def init_app(app: Flask) -> None:
     app.add_template_global(row_confirm)
     app.add_template_global(list_columns)
     app.add_template_global(lambda: shown_sources(current_runtime()), "shown_sources")
-    # Flask's url_for, each URL built once a request (responses.url_once).
+    # Flask's url_for, each URL built once for the app (responses.url_once).
     app.add_template_global(url_once, "url_for")
 
     @app.context_processor
