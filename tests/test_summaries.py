@@ -6,14 +6,20 @@ with every match counted in its index); on both databases."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
+from sqlalchemy import select
 
 from dlq_dashboard.accounts import create_token
+from dlq_dashboard.actions.close import close_entry
+from dlq_dashboard.db.models import Entry
 from dlq_dashboard.entries import tallies
+from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.ingest.key_fields import record_key_fields
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.scopes import parse_scopes
+from dlq_dashboard.times import format_time
 
 from . import support
 
@@ -58,11 +64,43 @@ def test_the_unfiltered_summary_is_exact_from_the_kept_counts(searched):
 
 def test_a_search_summary_reads_the_entries_once(searched, monkeypatch):
     calls = []
-    original = tallies.Store.select_entries
-    monkeypatch.setattr(tallies.Store, "select_entries",
+    original = tallies.Store.select_newest
+    monkeypatch.setattr(tallies.Store, "select_newest",
                         lambda self, *a, **k: calls.append(a) or original(self, *a, **k))
     assert support.logged_in(searched, "viewer").get("/summary?q=widget&status=open").status_code == 200
     assert len(calls) == 1
+
+
+def test_a_search_summary_counts_the_newest_matches(searched):
+    rt = runtime_of(searched)
+    for entry_id in (4, 5):  # the two newest of widget's five
+        close_entry(rt, entry_id, 1, actor="test")
+    with rt.engine.connect() as conn:
+        received = dict(conn.execute(select(Entry.id, Entry.received_at)).all())
+    for query, first in (("q=widget", 3), ("q=widget&status=closed", 4)):  # the range: of the status
+        answer = support.logged_in(searched, "viewer").get(f"/api/summary?{query}").get_json()
+        assert answer["counts"] == {"open": 1, "republished": 0, "closed": 2}, query
+        assert answer["first_received"] == format_time(received[first]), query
+        assert answer["last_received"] == format_time(received[5]), query
+
+
+@pytest.mark.parametrize("extra", [{}, {"subject": "orders.*"}, {"reason": "fatal"}, {"stream": "DLQ"}, "scoped"])
+@pytest.mark.parametrize("q", ["widget", "wid", "gadget", "sku", "nothing", "!!"])
+def test_the_newest_matches_are_the_searchs_newest_entries_whichever_way_they_are_read(searched, q, extra):
+    """A search alone is read from its index first on PostgreSQL (search.newest_matches); with
+    another filter or a scoped reader's scopes, through the entries. Either way the same rows as
+    the filter's own query."""
+    rt = runtime_of(searched)
+    support.dead_letter(searched, 7, "billing.paid", payload=b'{"sku": "widget"}', Dlq_Reason="fatal")
+    flt = EntryFilter.from_args({"q": q, **({} if extra == "scoped" else extra)})
+    if extra == "scoped":
+        flt = replace(flt, scopes=parse_scopes(["orders.>"]))
+    with rt.engine.connect() as conn:
+        for limit in (1, 3, 10):
+            read = conn.execute(rt.store.select_newest(flt, Entry.id, limit=limit, conn=conn)).scalars().all()
+            expected = conn.execute(rt.store.select_entries(flt, Entry.id).limit(limit)).scalars().all()
+            assert read == expected, limit
+            assert read == sorted(read, reverse=True)
 
 
 # --- a key field's summary ------------------------------------------------------------------------

@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable, ClassVar, Mapping
 
-from sqlalchemy import Engine, column, exists, func, literal_column, or_, select, table, text
+from sqlalchemy import Engine, or_, select
 
 from dlq_consumer import headers as contract
 
-from ..db.engine import is_sqlite
 from ..db.models import Entry, FailureGroup
 from ..errors import InvalidRequest
 from ..numbers import whole_number
@@ -23,11 +22,10 @@ from ..scopes import Scope
 from ..times import format_time, parse_duration, parse_time, utcnow
 from .fields import FIELD_PREFIX, KeyField, field_condition
 from .scoping import like_escape, literal_prefix, scope_condition
+from .search import search_condition
 from .shape import STATUSES, STR
 
 GROUPS = FailureGroup.__table__
-# PostgreSQL's search vectors, a table beside the models (migration 0016).
-_SEARCH = table("entry_search", column("entry_id"), column("search"))
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
@@ -68,36 +66,6 @@ def validate_subject_pattern(pattern: str) -> str:
     return pattern
 
 
-# --- full-text queries ------------------------------------------------------------------------
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def fts_query(q: str) -> str | None:
-    """Turn what a person typed into a safe FTS5 query: every word must match, the last as a prefix."""
-    words = _WORD.findall(q)
-    if not words:
-        return None
-    quoted = ['"' + w.replace('"', '""') + '"' for w in words]
-    quoted[-1] += "*"
-    return " AND ".join(quoted)
-
-
-#: PostgreSQL's text search configuration for entries (migration 0003): words as SQLite's
-#: tokenizer makes them, case and (where the server has unaccent) diacritics ignored.
-PG_SEARCH_CONFIG = "dlq_search"
-
-
-def tsquery(q: str) -> str | None:
-    """The same query for PostgreSQL's to_tsquery: every word must match, the last as a prefix."""
-    words = _WORD.findall(q)
-    if not words:
-        return None
-    quoted = ["'" + w.replace("'", "''") + "'" for w in words]  # \w+ holds no quote; kept safe anyway
-    quoted[-1] += ":*"
-    return " & ".join(quoted)
-
-
 # --- the filter -------------------------------------------------------------------------------
 
 def encode_cursor(entry_id: int) -> str:
@@ -129,23 +97,6 @@ def _subject_conditions(column, pattern: str) -> list:
         conds.append(column.regexp_match(subject_pattern_regex(pattern)))
         return conds
     return [column == pattern]
-
-
-def _search_condition(engine: Engine, q: str):
-    if is_sqlite(engine):
-        match = fts_query(q)
-        if match is None:
-            return literal_column("0") == 1
-        return Entry.id.in_(select(literal_column("rowid")).select_from(text("entries_fts"))
-                            .where(text("entries_fts MATCH :fts_q").bindparams(fts_q=match)))
-    # PostgreSQL: the GIN-indexed vectors of entry_search (migration 0016), beside the models,
-    # written by the search pass (ingest/search_index.py).
-    query = tsquery(q)
-    if query is None:
-        return literal_column("0") == 1
-    config = literal_column(f"'{PG_SEARCH_CONFIG}'::regconfig")
-    # EXISTS, not IN: with the table analysed it plans as a semi-join either way, a little faster.
-    return exists().where(_SEARCH.c.entry_id == Entry.id, _SEARCH.c.search.op("@@")(func.to_tsquery(config, query)))
 
 
 # --- the filters, declared once ---------------------------------------------------------------
@@ -393,7 +344,7 @@ FILTERS: tuple[ListFilter, ...] = (
     ListFilter("reason", f"{contract.REASON}: schema_invalid, max_deliveries, fatal, terminated, or as given.",
                where=_one(Entry.reason), on_groups=lambda value: [GROUPS.c.reason == value], kept=True),
     ListFilter("q", "Full text over payload, error and subject; every word must match, the last as a prefix.",
-               where=lambda engine, value: [_search_condition(engine, value)], search=True, metavar="WORDS"),
+               where=lambda engine, value: [search_condition(engine, value)], search=True, metavar="WORDS"),
     SinceFilter("since", "Received at or after: an RFC 3339 time, or a duration back from now (15m, 1h, 1d, 7d).",
                 where=lambda engine, value: [Entry.received_at >= value], metavar="TIME"),
     ListFilter("until", "Received before (RFC 3339).", parse=_until,

@@ -11,14 +11,15 @@ from typing import Any, Callable, Iterator
 from sqlalchemy import (Connection, Engine, Integer, Select, and_, bindparam, column, false, func, literal, or_,
                         select, table, text)
 
-from ..db.engine import is_sqlite, read_transaction
+from ..db.engine import is_sqlite, read_transaction, serial_plans
 from ..db.models import Action, Entry, Event, FailureGroup, Republish
 from ..ingest.key_fields import ENTRY_FIELDS
 from ..ingest.search_index import SearchLag, search_position
 from ..times import format_time
 from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value, stored_lookup
-from .filters import DEFAULT_LIMIT, EntryFilter, FilterError, decode_cursor, encode_cursor, fts_query, scope_condition
+from .filters import DEFAULT_LIMIT, EntryFilter, FilterError, decode_cursor, encode_cursor, scope_condition
+from .search import fts_query, newest_matches
 from ..masking import Mask
 from .view import EntryView, Page
 
@@ -130,6 +131,18 @@ class Store:
     def select_entries(self, flt: EntryFilter, *columns, conn: Connection | None = None) -> Select:
         """The SELECT for a filter, newest first, without limit or cursor (``_selection``)."""
         return self._selection(flt, *columns, conn=conn)[0]
+
+    def select_newest(self, flt: EntryFilter, *columns, limit: int, conn: Connection) -> Select:
+        """The newest ``limit`` entries under ``flt`` (its cursor aside), newest first: a
+        summary's sample. On PostgreSQL a search alone (no other filter, no scopes) takes its
+        newest matches from the search index first and reads only those entries, without
+        parallel workers (``conn``'s transaction: serial_plans), whose start costs more here."""
+        if flt.q and not is_sqlite(self.engine) and flt.scopes is None and not replace(flt, q=None).filtered:
+            serial_plans(conn)
+            newest = newest_matches(flt.q, limit).subquery()
+            return (select(*columns).select_from(ENTRIES.join(newest, newest.c.entry_id == ENTRIES.c.id))
+                    .order_by(Entry.id.desc()))
+        return self.select_entries(replace(flt, cursor=None), *columns, conn=conn).limit(limit)
 
     def _stored_field(self, flt: EntryFilter, conn: Connection | None = None) -> tuple[Any, EntryFilter] | None:
         """The lookup in entry_fields of the first of the filter's key-field values that it holds

@@ -224,8 +224,8 @@ class Tallies:
             with read_transaction(self.engine) as conn:
                 if others.field_values and not others.q:  # read in a key's order (a search gains from workers)
                     serial_plans(conn)
-                query = self.store.select_entries(others, Entry.status, Entry.received_at, conn=conn)
-                rows = [(status, as_time(at)) for status, at in conn.execute(query.limit(bound + 1))]
+                query = self.store.select_newest(others, Entry.status, Entry.received_at, limit=bound + 1, conn=conn)
+                rows = [(status, as_time(at)) for status, at in conn.execute(query).all()]  # one fetch, not one a row
                 whole = len(rows) <= bound
                 matched = None if whole else self.store.count_key_field(others, BOUND, conn)
             self._searched[others] = (rows[:bound], Tally(kept=False, whole=whole, bound=bound, matched=matched))
