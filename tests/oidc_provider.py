@@ -22,12 +22,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import requests
+
+from dlq_dashboard.nats.server import free_port
 
 from . import support
 
@@ -38,12 +39,6 @@ CLIENT_ID, CLIENT_SECRET = "dlq-dashboard", "a secret for the test provider only
 TEST_CLIENT_BASE = "http://localhost"
 _FORM = re.compile(r'<form[^>]*action="([^"]+)"[^>]*>(.*?)</form>', re.S)
 _INPUT = re.compile(r'<input[^>]*?name="([^"]+)"(?:[^>]*?value="([^"]*)")?[^>]*>')
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ProviderPool:
@@ -91,7 +86,7 @@ class IdentityProvider:
         self.pool = pool if shared else None
         self.key = json.dumps([public, ttl, conform_id_token_claims, claims], sort_keys=True)
         running = self.pool.running.get(self.key) if self.pool else None
-        self.port = running.port if running else _free_port()
+        self.port = running.port if running else free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
         self.accounts = dict(accounts or {})
         self.public, self.ttl, self.claims = public, dict(ttl or {}), claims
@@ -164,9 +159,12 @@ class IdentityProvider:
             return False
 
     def release(self) -> None:
-        """After the test: end the provider unless the pool keeps it."""
-        if self.pool is None or self.pool.running.get(self.key) is None:
+        """After the test: end the provider unless the pool keeps it (a shared one that did not
+        start is ended too, not kept)."""
+        if self.pool is None:
             self.stop()
+        elif self.pool.running.get(self.key) is None:
+            self._end()
 
     def stop(self) -> None:
         """End the provider (by its PID) and wait until it has gone."""

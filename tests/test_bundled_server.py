@@ -7,6 +7,7 @@ import fcntl
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dlq_dashboard.nats.bundled import LOCK_FILE
-from dlq_dashboard.nats.server import NatsServer, free_port
+from dlq_dashboard.nats.server import LISTEN_PORTS, NatsServer, free_port, free_ports
 
 from . import support
 
@@ -280,3 +281,18 @@ def test_nats_pys_default_error_callback_logs_one_line_per_different_error(caplo
         "nats: ConnectionRefusedError: [Errno 111] Connect call failed ('127.0.0.1', 4222)",
         "nats: TimeoutError: nats: timeout"]
     assert not any(r.exc_info for r in records)
+
+
+def test_ports_for_servers_are_chosen_where_no_outgoing_connection_can_take_them_first():
+    """A port found free among the system's ports for outgoing connections can be a client's
+    before the server binds it (EADDRINUSE, seen with the identity provider): free ports come
+    from below that range, distinct, and skip one that is in use."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = free_ports(50)
+    assert len(set(ports)) == 50 and all(port in LISTEN_PORTS and port < low for port in ports)
+    assert all(free_port() in LISTEN_PORTS for _ in range(20))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports[0]))
+        taken.listen()
+        assert free_port(ports[0]) != ports[0]
+        assert free_port(ports[1]) == ports[1]  # a free preferred port is kept

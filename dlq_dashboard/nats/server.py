@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -54,21 +55,33 @@ def parent_death_signal(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
     return preexec
 
 
-def free_port(preferred: int | None = None) -> int:
-    """Return ``preferred`` if it is free on 127.0.0.1, else any free port."""
-    if preferred:
-        with socket.socket() as s:
+#: Where ports for servers started here (the bundled server, tests, benchmarks) are chosen:
+#: below the range the system hands out to outgoing connections (32768-60999 on Linux,
+#: 49152-65535 elsewhere). A port found free in that range can be taken by any process's next
+#: connection before the server binds it (EADDRINUSE); below it, only another listener can.
+LISTEN_PORTS = range(20000, 32768)
+# From the system's randomness: a seeded ``random`` (a test's) would give every process the same.
+_CHOOSER = random.SystemRandom()
+
+
+def _bindable(port: int, reuse: bool = False) -> bool:
+    with socket.socket() as s:
+        if reuse:
             # As nats-server binds (Go sets SO_REUSEADDR): connections of a server that just
             # ended linger in TIME_WAIT on its port, and the port is free all the same.
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("127.0.0.1", preferred))
-                return preferred
-            except OSError:
-                pass
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(preferred: int | None = None) -> int:
+    """Return ``preferred`` if it is free on 127.0.0.1, else a free port of LISTEN_PORTS."""
+    if preferred and _bindable(preferred, reuse=True):
+        return preferred
+    return free_ports(1)[0]
 
 
 def wait_for_port(port: int, timeout: float = 10.0, proc: subprocess.Popen | None = None) -> None:
@@ -86,12 +99,29 @@ def wait_for_port(port: int, timeout: float = 10.0, proc: subprocess.Popen | Non
 
 
 def free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct free ports on 127.0.0.1 (all held open while choosing)."""
-    sockets = [socket.socket() for _ in range(count)]
+    """Return ``count`` distinct free ports of LISTEN_PORTS on 127.0.0.1 (each held while the
+    others are chosen), from a random place so that processes choosing at once rarely meet; from
+    the system's own range only if too few of those are free."""
+    sockets, ports = [], []
+    start = _CHOOSER.randrange(len(LISTEN_PORTS))
     try:
-        for s in sockets:
+        for i in range(len(LISTEN_PORTS)):
+            if len(ports) == count:
+                break
+            port = LISTEN_PORTS[(start + i) % len(LISTEN_PORTS)]
+            s = socket.socket()
+            sockets.append(s)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            ports.append(port)
+        while len(ports) < count:
+            s = socket.socket()
+            sockets.append(s)
             s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
+            ports.append(s.getsockname()[1])
+        return ports
     finally:
         for s in sockets:
             s.close()
