@@ -64,8 +64,8 @@ def test_the_unfiltered_summary_is_exact_from_the_kept_counts(searched):
 
 def test_a_search_summary_reads_the_entries_once(searched, monkeypatch):
     calls = []
-    original = tallies.Store.select_newest
-    monkeypatch.setattr(tallies.Store, "select_newest",
+    original = tallies.Store.search_window
+    monkeypatch.setattr(tallies.Store, "search_window",
                         lambda self, *a, **k: calls.append(a) or original(self, *a, **k))
     assert support.logged_in(searched, "viewer").get("/summary?q=widget&status=open").status_code == 200
     assert len(calls) == 1
@@ -84,23 +84,45 @@ def test_a_search_summary_counts_the_newest_matches(searched):
         assert answer["last_received"] == format_time(received[5]), query
 
 
+def test_a_search_with_another_filter_counts_what_passes_it_among_the_searchs_newest_matches(searched):
+    """Two newer billing entries mention widget too: of the search's newest 3 matches, one is an
+    order. Counted is what passes the other filter in that window, whatever lies beyond it, so
+    the answer takes the time of 3 matches however few of them pass."""
+    for seq in (7, 8):
+        support.dead_letter(searched, seq, "billing.paid", payload=b'{"sku": "widget"}', Dlq_Reason="fatal")
+    client = support.logged_in(searched, "viewer")
+    answer = client.get("/api/summary?q=widget&subject=orders.*").get_json()
+    assert answer == {**answer, "exact": False, "bound": 3, "total": 1, "matched": None}
+    assert answer["counts"] == {"open": 1, "republished": 0, "closed": 0}
+    html = client.get("/summary?q=widget&subject=orders.*").get_data(as_text=True)
+    assert "Estimate:" in html and "all <strong>at least 1</strong>" in html
+    assert "over the entries among the search's newest 3 matches only" in html
+    # The search alone: its newest 3 matches all count, and more match.
+    alone = client.get("/api/summary?q=widget").get_json()
+    assert alone == {**alone, "exact": False, "bound": 3, "total": 3}
+    assert "all <strong>more than 3</strong>" in client.get("/summary?q=widget").get_data(as_text=True)
+    # Within the window (every match of the search in it): exact.
+    assert client.get("/api/summary?q=gadget&subject=orders.*").get_json()["exact"] is True
+
+
 @pytest.mark.parametrize("extra", [{}, {"subject": "orders.*"}, {"reason": "fatal"}, {"stream": "DLQ"}, "scoped"])
 @pytest.mark.parametrize("q", ["widget", "wid", "gadget", "sku", "nothing", "!!"])
-def test_the_newest_matches_are_the_searchs_newest_entries_whichever_way_they_are_read(searched, q, extra):
-    """A search alone is read from its index first on PostgreSQL (search.newest_matches); with
-    another filter or a scoped reader's scopes, through the entries. Either way the same rows as
-    the filter's own query."""
+def test_a_searchs_window_is_its_newest_matches_each_with_its_entry_where_the_other_filters_keep_it(searched, q,
+                                                                                                    extra):
+    """Store.search_window: the newest matches of the search alone, read from its index, with
+    the entry's columns where the other filters (or a scoped reader's scopes) keep it and NULLs
+    where they do not; the same ids and entries as the filters' own queries, on both databases."""
     rt = runtime_of(searched)
     support.dead_letter(searched, 7, "billing.paid", payload=b'{"sku": "widget"}', Dlq_Reason="fatal")
     flt = EntryFilter.from_args({"q": q, **({} if extra == "scoped" else extra)})
     if extra == "scoped":
         flt = replace(flt, scopes=parse_scopes(["orders.>"]))
     with rt.engine.connect() as conn:
+        kept = set(conn.execute(rt.store.select_entries(flt, Entry.id)).scalars())
         for limit in (1, 3, 10):
-            read = conn.execute(rt.store.select_newest(flt, Entry.id, limit=limit, conn=conn)).scalars().all()
-            expected = conn.execute(rt.store.select_entries(flt, Entry.id).limit(limit)).scalars().all()
-            assert read == expected, limit
-            assert read == sorted(read, reverse=True)
+            newest = conn.execute(rt.store.select_entries(EntryFilter(q=q), Entry.id).limit(limit)).scalars().all()
+            window = conn.execute(rt.store.search_window(flt, Entry.id, Entry.status, limit=limit, conn=conn)).all()
+            assert [tuple(row) for row in window] == [(i, i, "open") if i in kept else (i, None, None) for i in newest]
 
 
 # --- a key field's summary ------------------------------------------------------------------------

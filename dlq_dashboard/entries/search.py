@@ -1,13 +1,13 @@
 """Full-text search: what a person typed as a query for SQLite's FTS5 (``entries_fts``) and for
 PostgreSQL's ``to_tsquery`` over ``entry_search`` (both indexes made by migrations, beside the
 models, and written by the search pass: ingest/search_index.py), and the conditions built from
-it: the list's ``q`` filter, and on PostgreSQL the newest matches read from the index alone."""
+it: the list's ``q`` filter, and a search's newest matches read from the index alone."""
 
 from __future__ import annotations
 
 import re
 
-from sqlalchemy import Engine, Select, column, exists, func, literal_column, select, table, text
+from sqlalchemy import Engine, Select, column, exists, false, func, literal_column, select, table, text
 
 from ..db.engine import is_sqlite
 from ..db.models import Entry
@@ -65,11 +65,18 @@ def search_condition(engine: Engine, q: str):
     return exists().where(SEARCH.c.entry_id == Entry.id, match)
 
 
-def newest_matches(q: str, limit: int) -> Select:
-    """PostgreSQL: the ids of the newest ``limit`` entries ``q`` matches, from entry_search alone
-    (newest first). Joined to entries afterwards, a search's sample reads ``limit`` entries
-    where the semi-join of ``search_condition`` read every match before sorting them (a rare
-    word's 11,000 at a million entries: 113 ms against 30; docs/PERFORMANCE.md)."""
+def newest_matches(engine: Engine, q: str, limit: int) -> Select:
+    """The ids (``entry_id``) of the newest ``limit`` entries ``q`` matches, from the search index
+    alone, newest first: a search's window (Store.search_window). On PostgreSQL this reads
+    ``limit`` entries where the semi-join of ``search_condition`` read every match before
+    sorting them (a rare word's 11,000 at a million entries: 113 ms against 30;
+    docs/PERFORMANCE.md)."""
+    if is_sqlite(engine):
+        match = fts_query(q)
+        rowid = literal_column("rowid")
+        found = select(rowid.label("entry_id")).select_from(text("entries_fts"))
+        found = found.where(text("entries_fts MATCH :fts_q").bindparams(fts_q=match)) if match else found.where(false())
+        return found.order_by(rowid.desc()).limit(limit)
     match = _pg_match(q)
-    return (select(SEARCH.c.entry_id).where(literal_column("FALSE") if match is None else match)
+    return (select(SEARCH.c.entry_id).where(false() if match is None else match)
             .order_by(SEARCH.c.entry_id.desc()).limit(limit))

@@ -132,17 +132,18 @@ class Store:
         """The SELECT for a filter, newest first, without limit or cursor (``_selection``)."""
         return self._selection(flt, *columns, conn=conn)[0]
 
-    def select_newest(self, flt: EntryFilter, *columns, limit: int, conn: Connection) -> Select:
-        """The newest ``limit`` entries under ``flt`` (its cursor aside), newest first: a
-        summary's sample. On PostgreSQL a search alone (no other filter, no scopes) takes its
-        newest matches from the search index first and reads only those entries, without
-        parallel workers (``conn``'s transaction: serial_plans), whose start costs more here."""
-        if flt.q and not is_sqlite(self.engine) and flt.scopes is None and not replace(flt, q=None).filtered:
-            serial_plans(conn)
-            newest = newest_matches(flt.q, limit).subquery()
-            return (select(*columns).select_from(ENTRIES.join(newest, newest.c.entry_id == ENTRIES.c.id))
-                    .order_by(Entry.id.desc()))
-        return self.select_entries(replace(flt, cursor=None), *columns, conn=conn).limit(limit)
+    def search_window(self, flt: EntryFilter, *columns, limit: int, conn: Connection) -> Select:
+        """A search's window, newest first: the newest ``limit`` matches of ``flt.q`` alone
+        (search.newest_matches), each with ``columns`` of its entry where the entry passes the
+        filter's other conditions (its status aside) and NULLs where it does not. Its time is
+        that of ``limit`` matches whatever the other filters (a summary's sample: Tallies);
+        without parallel workers on PostgreSQL (``conn``'s transaction), whose start costs more
+        than such a read."""
+        serial_plans(conn)
+        window = newest_matches(self.engine, flt.q, limit).subquery()
+        passes = and_(ENTRIES.c.id == window.c.entry_id, *replace(flt, status=None).conditions(self.engine, search=False))
+        return (select(window.c.entry_id, *columns).select_from(window.outerjoin(ENTRIES, passes))
+                .order_by(window.c.entry_id.desc()))
 
     def _stored_field(self, flt: EntryFilter, conn: Connection | None = None) -> tuple[Any, EntryFilter] | None:
         """The lookup in entry_fields of the first of the filter's key-field values that it holds

@@ -50,6 +50,9 @@ class Tally:
     #: How many entries match in all, where the numbers are of the newest ``bound`` only but that
     #: total is known: a key field's value alone, counted in its index (Store.count_key_field).
     matched: int | None = None
+    #: A search's: ``bound`` is of its newest matches, among which the entries that pass the
+    #: other filters were counted (fewer than ``bound`` when those filters leave some out).
+    window: bool = False
 
     @property
     def exact(self) -> bool:
@@ -216,19 +219,29 @@ class Tallies:
 
     def _search_matches(self, flt: EntryFilter) -> tuple[list[tuple[str, datetime]], Tally]:
         """(status, received_at) of the newest matches of ``flt`` (its status aside), newest
-        first, and whether they are all of them; one query for a whole summary."""
+        first, and whether they are all of them; one query for a whole summary. A search's are
+        the entries that pass the other filters among its newest SEARCH_BOUND matches (its
+        window: Store.search_window), so its time does not grow with how few of them pass."""
         others = replace(flt, status=None, cursor=None)
         if others not in self._searched:
             bound = SEARCH_BOUND if others.q else FIELD_BOUND if others.field_values else BOUND
             # One transaction: on PostgreSQL each of its own costs round trips worth a millisecond.
             with read_transaction(self.engine) as conn:
-                if others.field_values and not others.q:  # read in a key's order (a search gains from workers)
-                    serial_plans(conn)
-                query = self.store.select_newest(others, Entry.status, Entry.received_at, limit=bound + 1, conn=conn)
-                rows = [(status, as_time(at)) for status, at in conn.execute(query).all()]  # one fetch, not one a row
-                whole = len(rows) <= bound
-                matched = None if whole else self.store.count_key_field(others, BOUND, conn)
-            self._searched[others] = (rows[:bound], Tally(kept=False, whole=whole, bound=bound, matched=matched))
+                if others.q:
+                    query = self.store.search_window(others, Entry.status, Entry.received_at, limit=bound + 1, conn=conn)
+                    window = conn.execute(query).all()  # one fetch, not one a row
+                    whole = len(window) <= bound
+                    rows = [(status, as_time(at)) for _, status, at in window[:bound] if status is not None]
+                    tally = Tally(kept=False, whole=whole, bound=bound, window=True)
+                else:
+                    if others.field_values:  # read in a key's order: starting a worker costs more
+                        serial_plans(conn)
+                    query = self.store.select_entries(others, Entry.status, Entry.received_at, conn=conn)
+                    rows = [(status, as_time(at)) for status, at in conn.execute(query.limit(bound + 1)).all()]
+                    whole = len(rows) <= bound
+                    matched = None if whole else self.store.count_key_field(others, BOUND, conn)
+                    rows, tally = rows[:bound], Tally(kept=False, whole=whole, bound=bound, matched=matched)
+            self._searched[others] = (rows, tally)
         return self._searched[others]
 
     def _search_times(self, flt: EntryFilter) -> list[datetime | None]:

@@ -35,12 +35,14 @@ DESK_SCHEMAS: dict[str, dict] = {
             "counts": {"type": "object", "additionalProperties": INT,
                        "description": "Entries by status under the filters (their status aside)."},
             "total": {**INT, "description": "The counts added up."},
-            "exact": {**BOOL, "description": (f"False when the numbers are an estimate: a search (q) counts its "
-                                              f"newest {SEARCH_BOUND:,} matches, a key field (field.<label>) its "
+            "exact": {**BOOL, "description": (f"False when the numbers are an estimate: a search (q) counts what "
+                                              f"the other filters keep of its newest {SEARCH_BOUND:,} matches, a "
+                                              f"key field (field.<label>) its "
                                               f"newest {FIELD_BOUND:,}, another filter the kept counts do not "
                                               f"hold its newest {BOUND:,}; more matched, so each number is at "
                                               "least what it says.")},
-            "bound": {**_nullable(INT), "description": "The most matches counted when exact is false, else null."},
+            "bound": {**_nullable(INT), "description": ("The most matches counted when exact is false (a search's: "
+                                                         "the most of its matches looked at), else null.")},
             "matched": {**_nullable(INT), "description": (
                 "How many entries match in all: total when exact; when not, the count of a key field's "
                 f"value in its index where that value (and status) is all the filter selects, up to {BOUND:,} "
