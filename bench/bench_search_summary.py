@@ -1,4 +1,5 @@
-"""A search's summary at a million entries, this checkout against another (a baseline) in one run.
+"""A search's summary and groups at a million entries, this checkout against another (a baseline)
+in one run.
 
     git worktree add --detach /tmp/baseline-search main     # once: the code to compare with
     python bench/bench_search_summary.py --baseline /tmp/baseline-search
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: (label, path): a search of a common word (1 entry in 20 and more), of a rarer prefix (11,000
 #: matches at a million), of a word in no entry, a search with another filter, and the unfiltered
-#: summary beside them.
+#: summary beside them; the same for the groups page and its JSON.
 REQUESTS = (
     ("summary, unfiltered (kept counts)", "/summary"),
     ("summary, q=widget (1 entry in 20 and more)", "/summary?q=widget"),
@@ -44,6 +45,10 @@ REQUESTS = (
     ("GET /api/summary?q=widget", "/api/summary?q=widget"),
     ("GET /api/summary?q=rare42", "/api/summary?q=rare42"),
     ("GET /api/summary?q=widget&reason=fatal", "/api/summary?q=widget&reason=fatal"),
+    ("groups, unfiltered (kept counts)", "/groups"),
+    ("groups, q=widget", "/groups?q=widget"),
+    ("groups, q=widget&reason=fatal", "/groups?q=widget&reason=fatal"),
+    ("GET /api/groups?q=widget", "/api/groups?q=widget"),
 )
 
 
@@ -118,11 +123,13 @@ def main() -> int:
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--url", help="a database built before (skips the build)")
     parser.add_argument("--rounds", type=int, default=40, help="each request timed this many times a checkout")
+    parser.add_argument("--only", help="time only the requests whose label holds this text")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.worker:
         worker(options.worker.resolve(), options.url)
         return 0
+    requests = [(label, path) for label, path in REQUESTS if not options.only or options.only in label]
     postgres = None
     if options.url is None and options.database == "postgresql":
         sys.path.insert(0, str(ROOT))
@@ -135,9 +142,9 @@ def main() -> int:
         if options.baseline:
             checkouts.insert(0, Checkout("baseline", options.baseline.resolve(), url))
         try:
-            samples = {(c.name, label): [] for c in checkouts for label, _ in REQUESTS}
+            samples = {(c.name, label): [] for c in checkouts for label, _ in requests}
             for round_ in range(options.rounds + 2):
-                for i, (label, path) in enumerate(REQUESTS):
+                for i, (label, path) in enumerate(requests):
                     for c in (checkouts if (round_ + i) % 2 == 0 else checkouts[::-1]):
                         took = c.time(path)
                         if round_ >= 2:  # two warm-up passes
@@ -152,7 +159,7 @@ def main() -> int:
     print(f"\nWall ms a request, a viewer, {options.rounds} rounds: median (90th percentile)\n")
     print("| request | " + " | ".join(names) + (" | ratio |" if len(names) == 2 else " |"))
     print("| --- | " + " | ".join("---:" for _ in names) + (" | ---: |" if len(names) == 2 else " |"))
-    for label, _ in REQUESTS:
+    for label, _ in requests:
         medians = [statistics.median(samples[(n, label)]) for n in names]
         p90 = [statistics.quantiles(samples[(n, label)], n=10)[-1] for n in names]
         ratio = f" | {medians[1] / medians[0]:.2f}×" if len(names) == 2 else ""

@@ -105,6 +105,21 @@ def test_a_search_with_another_filter_counts_what_passes_it_among_the_searchs_ne
     assert client.get("/api/summary?q=gadget&subject=orders.*").get_json()["exact"] is True
 
 
+def test_a_searchs_groups_are_counted_in_its_window_too(searched):
+    for seq in (7, 8):
+        support.dead_letter(searched, seq, "billing.paid", payload=b'{"sku": "widget"}', Dlq_Reason="fatal")
+    client = support.logged_in(searched, "viewer")
+    answer = client.get("/api/groups?q=widget&status=").get_json()
+    assert answer["exact"] is False
+    assert {g["subject"]: g["count"] for g in answer["groups"]} == {"billing.paid": 2, "orders.created": 1}
+    narrowed = client.get("/api/groups?q=widget&status=&subject=orders.*").get_json()
+    assert {g["subject"]: g["count"] for g in narrowed["groups"]} == {"orders.created": 1}
+    html = client.get("/groups?q=widget&status=").get_data(as_text=True)
+    assert "over the entries among the search's newest 3 matches only" in html
+    whole = client.get("/api/groups?q=gadget&status=").get_json()
+    assert whole["exact"] is True and [g["count"] for g in whole["groups"]] == [1]
+
+
 @pytest.mark.parametrize("extra", [{}, {"subject": "orders.*"}, {"reason": "fatal"}, {"stream": "DLQ"}, "scoped"])
 @pytest.mark.parametrize("q", ["widget", "wid", "gadget", "sku", "nothing", "!!"])
 def test_a_searchs_window_is_its_newest_matches_each_with_its_entry_where_the_other_filters_keep_it(searched, q,

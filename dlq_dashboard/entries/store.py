@@ -135,13 +135,13 @@ class Store:
     def search_window(self, flt: EntryFilter, *columns, limit: int, conn: Connection) -> Select:
         """A search's window, newest first: the newest ``limit`` matches of ``flt.q`` alone
         (search.newest_matches), each with ``columns`` of its entry where the entry passes the
-        filter's other conditions (its status aside) and NULLs where it does not. Its time is
+        filter's other conditions and NULLs where it does not. Its time is
         that of ``limit`` matches whatever the other filters (a summary's sample: Tallies);
         without parallel workers on PostgreSQL (``conn``'s transaction), whose start costs more
         than such a read."""
         serial_plans(conn)
         window = newest_matches(self.engine, flt.q, limit).subquery()
-        passes = and_(ENTRIES.c.id == window.c.entry_id, *replace(flt, status=None).conditions(self.engine, search=False))
+        passes = and_(ENTRIES.c.id == window.c.entry_id, *flt.conditions(self.engine, search=False))
         return (select(window.c.entry_id, *columns).select_from(window.outerjoin(ENTRIES, passes))
                 .order_by(window.c.entry_id.desc()))
 

@@ -16,6 +16,7 @@ from sqlalchemy import Engine, Select, String, and_, bindparam, func, literal_co
 from ..db.counts import ALL_GROUPS, ARRIVALS, GROUPS, STATUS_COLUMNS, bucket
 from ..db.engine import is_sqlite, read_transaction, serial_plans
 from ..db.models import Entry
+from ..db.rows import UNCACHED, among
 from ..ingest.grouping import NO_ERROR
 from ..times import as_time, utcnow
 from .filters import FILTERS, STATUSES, EntryFilter
@@ -97,14 +98,16 @@ class Tallies:
                 rows = conn.execute(query).all()
             return [group_from_row(r, r.n, r.first_seen, r.last_seen) for r in rows], KEPT
         newest, tally = self._newest(flt)
-        counted = (select(Entry.group_id, func.count().label("n"), func.min(Entry.received_at).label("first"),
-                          func.max(Entry.received_at).label("last"))
-                   .where(Entry.id.in_(newest)).group_by(Entry.group_id).subquery())
-        query = (select(GROUPS, counted.c.n, counted.c.first, counted.c.last)
-                 .join(counted, counted.c.group_id == GROUPS.c.id).where(*where)
-                 .order_by(counted.c.n.desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(query).all()
+            # A list of ids (a search's): one array on PostgreSQL, written out on SQLite, uncached.
+            among_newest = among(conn, Entry.id, newest) if isinstance(newest, list) else Entry.id.in_(newest)
+            counted = (select(Entry.group_id, func.count().label("n"), func.min(Entry.received_at).label("first"),
+                              func.max(Entry.received_at).label("last"))
+                       .where(among_newest).group_by(Entry.group_id).subquery())
+            query = (select(GROUPS, counted.c.n, counted.c.first, counted.c.last)
+                     .join(counted, counted.c.group_id == GROUPS.c.id).where(*where)
+                     .order_by(counted.c.n.desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
+            rows = conn.execute(query, execution_options=UNCACHED if isinstance(newest, list) else {}).all()
         return [group_from_row(r, r.n, as_time(r.first), as_time(r.last)) for r in rows], tally
 
     def hourly_arrivals(self, group_ids: list[int], *, hours: int = 24,
@@ -249,11 +252,17 @@ class Tallies:
         return [at for status, at in found if flt.status is None or status == flt.status]
 
     def _newest(self, flt: EntryFilter) -> tuple[Select | list[int], Tally]:
-        """The ids of the newest BOUND entries under the filter, and whether that is all of them."""
+        """The ids of the newest BOUND entries under the filter, and whether that is all of them;
+        a search's: those its window keeps (as its summary counts: _search_matches)."""
         if self.mask and flt.q:
             # Each match is read and searched again as the viewer sees it: fewer of them.
             ids, whole = self.store.seen_ids(flt, self.mask)
             return ids, Tally(kept=False, whole=whole, bound=MASKED_SEARCH_SCAN)
+        if flt.q:
+            with read_transaction(self.engine) as conn:
+                window = conn.execute(self.store.search_window(flt, Entry.id, limit=SEARCH_BOUND + 1, conn=conn)).all()
+            ids = [kept for _, kept in window[:SEARCH_BOUND] if kept is not None]
+            return ids, Tally(kept=False, whole=len(window) <= SEARCH_BOUND, bound=SEARCH_BOUND, window=True)
         matching = self.store.select_entries(flt, Entry.id)
         with read_transaction(self.engine) as conn:
             more = conn.execute(matching.offset(BOUND).limit(1)).first()
