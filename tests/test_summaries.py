@@ -186,3 +186,12 @@ def test_matches_are_not_counted_in_the_index_where_the_key_field_is_not_all_tha
     token = create_token(runtime_of(keyed).engine, "orders-viewer", "viewer", scopes=parse_scopes(["orders.>"]))
     scoped = keyed.test_client().get("/api/summary?field.customer=alice", headers=support.bearer(token)).get_json()
     assert scoped["exact"] is False and scoped["total"] == 3 and scoped["matched"] is None
+
+
+def test_a_search_with_a_key_field_counts_the_entries_holding_both(keyed):
+    client = support.logged_in(keyed, "viewer")
+    answer = client.get("/api/summary?q=alice&field.customer=alice").get_json()
+    assert answer == {**answer, "exact": True, "total": 5, "bound": None}
+    assert client.get("/api/summary?q=alice&field.customer=bob").get_json()["total"] == 0
+    groups = client.get("/api/groups?q=alice&field.customer=alice&status=").get_json()["groups"]
+    assert sorted(g["count"] for g in groups) == [1, 4]
