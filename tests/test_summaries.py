@@ -114,8 +114,10 @@ def test_a_searchs_groups_are_counted_in_its_window_too(searched):
     assert {g["subject"]: g["count"] for g in answer["groups"]} == {"billing.paid": 2, "orders.created": 1}
     narrowed = client.get("/api/groups?q=widget&status=&subject=orders.*").get_json()
     assert {g["subject"]: g["count"] for g in narrowed["groups"]} == {"orders.created": 1}
-    html = client.get("/groups?q=widget&status=").get_data(as_text=True)
-    assert "over the entries among the search's newest 3 matches only" in html
+    # The page, and its fragment as htmx asks for it when a filter changes.
+    for headers in ({}, {"HX-Request": "true"}):
+        html = client.get("/groups?q=widget&status=", headers=headers).get_data(as_text=True)
+        assert "over the entries among the search's newest 3 matches only" in html, headers
     whole = client.get("/api/groups?q=gadget&status=").get_json()
     assert whole["exact"] is True and [g["count"] for g in whole["groups"]] == [1]
 
@@ -136,7 +138,7 @@ def test_a_searchs_window_is_its_newest_matches_each_with_its_entry_where_the_ot
         kept = set(conn.execute(rt.store.select_entries(flt, Entry.id)).scalars())
         for limit in (1, 3, 10):
             newest = conn.execute(rt.store.select_entries(EntryFilter(q=q), Entry.id).limit(limit)).scalars().all()
-            window = conn.execute(rt.store.search_window(flt, Entry.id, Entry.status, limit=limit, conn=conn)).all()
+            window = conn.execute(rt.store.search_window(flt, Entry.status, limit=limit, conn=conn)).all()
             assert [tuple(row) for row in window] == [(i, i, "open") if i in kept else (i, None, None) for i in newest]
 
 

@@ -12,7 +12,9 @@ from sqlalchemy import Engine, Select, column, exists, false, func, literal_colu
 from ..db.engine import is_sqlite
 from ..db.models import Entry
 
-# PostgreSQL's search vectors, a table beside the models (migration 0016).
+# The search indexes, tables beside the models: SQLite's FTS5 table (its rowid is the entry's id)
+# and PostgreSQL's search vectors (migration 0016).
+FTS = table("entries_fts", column("rowid"))
 SEARCH = table("entry_search", column("entry_id"), column("search"))
 #: PostgreSQL's text search configuration for entries (migration 0003): words as SQLite's
 #: tokenizer makes them, case and (where the server has unaccent) diacritics ignored.
@@ -41,11 +43,17 @@ def tsquery(q: str) -> str | None:
     return " & ".join(quoted)
 
 
+def fts_match(q: str):
+    """SQLite: the condition on entries_fts of ``q`` (false when it holds no word)."""
+    match = fts_query(q)
+    return text("entries_fts MATCH :fts_q").bindparams(fts_q=match) if match else false()
+
+
 def _pg_match(q: str):
-    """PostgreSQL: the condition on entry_search of ``q`` (None: no word, nothing matches)."""
+    """PostgreSQL: the condition on entry_search of ``q`` (false when it holds no word)."""
     query = tsquery(q)
     if query is None:
-        return None
+        return false()
     config = literal_column(f"'{PG_SEARCH_CONFIG}'::regconfig")
     return SEARCH.c.search.op("@@")(func.to_tsquery(config, query))
 
@@ -53,16 +61,9 @@ def _pg_match(q: str):
 def search_condition(engine: Engine, q: str):
     """The list's ``q`` filter as a condition on entries."""
     if is_sqlite(engine):
-        match = fts_query(q)
-        if match is None:
-            return literal_column("0") == 1
-        return Entry.id.in_(select(literal_column("rowid")).select_from(text("entries_fts"))
-                            .where(text("entries_fts MATCH :fts_q").bindparams(fts_q=match)))
-    match = _pg_match(q)
-    if match is None:
-        return literal_column("0") == 1
+        return Entry.id.in_(select(FTS.c.rowid).where(fts_match(q)))
     # EXISTS, not IN: with the table analysed it plans as a semi-join either way, a little faster.
-    return exists().where(SEARCH.c.entry_id == Entry.id, match)
+    return exists().where(SEARCH.c.entry_id == Entry.id, _pg_match(q))
 
 
 def newest_matches(engine: Engine, q: str, limit: int) -> Select:
@@ -72,11 +73,5 @@ def newest_matches(engine: Engine, q: str, limit: int) -> Select:
     sorting them (a rare word's 11,000 at a million entries: 113 ms against 30;
     docs/PERFORMANCE.md)."""
     if is_sqlite(engine):
-        match = fts_query(q)
-        rowid = literal_column("rowid")
-        found = select(rowid.label("entry_id")).select_from(text("entries_fts"))
-        found = found.where(text("entries_fts MATCH :fts_q").bindparams(fts_q=match)) if match else found.where(false())
-        return found.order_by(rowid.desc()).limit(limit)
-    match = _pg_match(q)
-    return (select(SEARCH.c.entry_id).where(false() if match is None else match)
-            .order_by(SEARCH.c.entry_id.desc()).limit(limit))
+        return select(FTS.c.rowid.label("entry_id")).where(fts_match(q)).order_by(FTS.c.rowid.desc()).limit(limit)
+    return select(SEARCH.c.entry_id).where(_pg_match(q)).order_by(SEARCH.c.entry_id.desc()).limit(limit)

@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
-from sqlalchemy import (Connection, Engine, Integer, Select, and_, bindparam, column, false, func, literal, or_,
-                        select, table, text)
+from sqlalchemy import (Connection, Engine, Integer, Select, and_, bindparam, func, literal, or_,
+                        select)
 
 from ..db.engine import is_sqlite, read_transaction, serial_plans
 from ..db.models import Action, Entry, Event, FailureGroup, Republish
@@ -19,7 +19,7 @@ from ..times import format_time
 from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value, stored_lookup
 from .filters import DEFAULT_LIMIT, EntryFilter, FilterError, decode_cursor, encode_cursor, scope_condition
-from .search import fts_query, newest_matches
+from .search import FTS, fts_match, newest_matches
 from ..masking import Mask
 from .view import EntryView, Page
 
@@ -38,7 +38,6 @@ def _event_dict(row) -> dict[str, Any]:
             "consumer": m["consumer"], "detail": json.loads(m["detail"] or "{}")}
 
 
-_FTS = table("entries_fts", column("rowid"))
 ENTRIES = Entry.__table__
 _GROUPS = FailureGroup.__table__
 
@@ -114,11 +113,9 @@ class Store:
         """
         columns = columns or (ENTRIES,)
         if self._searching(flt):
-            match = fts_query(flt.q)
-            condition = text("entries_fts MATCH :fts_q").bindparams(fts_q=match) if match else false()
-            return (select(*columns).select_from(_FTS.join(ENTRIES, ENTRIES.c.id == _FTS.c.rowid))
-                    .where(condition, *flt.conditions(self.engine, search=False))
-                    .order_by(_FTS.c.rowid.desc())), _FTS.c.rowid
+            return (select(*columns).select_from(FTS.join(ENTRIES, ENTRIES.c.id == FTS.c.rowid))
+                    .where(fts_match(flt.q), *flt.conditions(self.engine, search=False))
+                    .order_by(FTS.c.rowid.desc())), FTS.c.rowid
         stored = self._stored_field(flt, conn)
         if stored is not None:
             lookup, rest = stored
@@ -134,15 +131,15 @@ class Store:
 
     def search_window(self, flt: EntryFilter, *columns, limit: int, conn: Connection) -> Select:
         """A search's window, newest first: the newest ``limit`` matches of ``flt.q`` alone
-        (search.newest_matches), each with ``columns`` of its entry where the entry passes the
-        filter's other conditions and NULLs where it does not. Its time is
-        that of ``limit`` matches whatever the other filters (a summary's sample: Tallies);
+        (search.newest_matches), each as (the match's id, the entry's id, ``columns``) where the
+        entry passes the filter's other conditions and (id, NULL, NULLs) where it does not. Its
+        time is that of ``limit`` matches whatever the other filters (Tallies: a search's counts);
         without parallel workers on PostgreSQL (``conn``'s transaction), whose start costs more
         than such a read."""
         serial_plans(conn)
         window = newest_matches(self.engine, flt.q, limit).subquery()
         passes = and_(ENTRIES.c.id == window.c.entry_id, *flt.conditions(self.engine, search=False))
-        return (select(window.c.entry_id, *columns).select_from(window.outerjoin(ENTRIES, passes))
+        return (select(window.c.entry_id, ENTRIES.c.id, *columns).select_from(window.outerjoin(ENTRIES, passes))
                 .order_by(window.c.entry_id.desc()))
 
     def _stored_field(self, flt: EntryFilter, conn: Connection | None = None) -> tuple[Any, EntryFilter] | None:

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, Select, String, and_, bindparam, func, literal_column, select, type_coerce
+from sqlalchemy import Connection, Engine, Select, String, and_, bindparam, func, literal_column, select, type_coerce
 
 from ..db.counts import ALL_GROUPS, ARRIVALS, GROUPS, STATUS_COLUMNS, bucket
 from ..db.engine import is_sqlite, read_transaction, serial_plans
@@ -100,14 +100,15 @@ class Tallies:
         newest, tally = self._newest(flt)
         with read_transaction(self.engine) as conn:
             # A list of ids (a search's): one array on PostgreSQL, written out on SQLite, uncached.
-            among_newest = among(conn, Entry.id, newest) if isinstance(newest, list) else Entry.id.in_(newest)
+            listed = isinstance(newest, list)
+            among_newest = among(conn, Entry.id, newest) if listed else Entry.id.in_(newest)
             counted = (select(Entry.group_id, func.count().label("n"), func.min(Entry.received_at).label("first"),
                               func.max(Entry.received_at).label("last"))
                        .where(among_newest).group_by(Entry.group_id).subquery())
             query = (select(GROUPS, counted.c.n, counted.c.first, counted.c.last)
                      .join(counted, counted.c.group_id == GROUPS.c.id).where(*where)
                      .order_by(counted.c.n.desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
-            rows = conn.execute(query, execution_options=UNCACHED if isinstance(newest, list) else {}).all()
+            rows = conn.execute(query, execution_options=UNCACHED if listed else {}).all()
         return [group_from_row(r, r.n, as_time(r.first), as_time(r.last)) for r in rows], tally
 
     def hourly_arrivals(self, group_ids: list[int], *, hours: int = 24,
@@ -227,16 +228,13 @@ class Tallies:
         window: Store.search_window), so its time does not grow with how few of them pass."""
         others = replace(flt, status=None, cursor=None)
         if others not in self._searched:
-            bound = SEARCH_BOUND if others.q else FIELD_BOUND if others.field_values else BOUND
             # One transaction: on PostgreSQL each of its own costs round trips worth a millisecond.
             with read_transaction(self.engine) as conn:
                 if others.q:
-                    query = self.store.search_window(others, Entry.status, Entry.received_at, limit=bound + 1, conn=conn)
-                    window = conn.execute(query).all()  # one fetch, not one a row
-                    whole = len(window) <= bound
-                    rows = [(status, as_time(at)) for _, status, at in window[:bound] if status is not None]
-                    tally = Tally(kept=False, whole=whole, bound=bound, window=True)
+                    kept, tally = self._window(others, conn, Entry.status, Entry.received_at)
+                    rows = [(status, as_time(at)) for status, at in kept]
                 else:
+                    bound = FIELD_BOUND if others.field_values else BOUND
                     if others.field_values:  # read in a key's order: starting a worker costs more
                         serial_plans(conn)
                     query = self.store.select_entries(others, Entry.status, Entry.received_at, conn=conn)
@@ -246,6 +244,15 @@ class Tallies:
                     rows, tally = rows[:bound], Tally(kept=False, whole=whole, bound=bound, matched=matched)
             self._searched[others] = (rows, tally)
         return self._searched[others]
+
+    def _window(self, flt: EntryFilter, conn: Connection, *columns) -> tuple[list[tuple], Tally]:
+        """``columns`` of the entries the other filters keep among the search's
+        newest SEARCH_BOUND matches (Store.search_window), newest first, in one fetch; and
+        whether the window held every match of the search."""
+        query = self.store.search_window(flt, *columns, limit=SEARCH_BOUND + 1, conn=conn)
+        window = conn.execute(query).all()  # one fetch, not one a row
+        kept = [tuple(row[2:]) for row in window[:SEARCH_BOUND] if row[1] is not None]
+        return kept, Tally(kept=False, whole=len(window) <= SEARCH_BOUND, bound=SEARCH_BOUND, window=True)
 
     def _search_times(self, flt: EntryFilter) -> list[datetime | None]:
         found, _ = self._search_matches(flt)
@@ -260,9 +267,8 @@ class Tallies:
             return ids, Tally(kept=False, whole=whole, bound=MASKED_SEARCH_SCAN)
         if flt.q:
             with read_transaction(self.engine) as conn:
-                window = conn.execute(self.store.search_window(flt, Entry.id, limit=SEARCH_BOUND + 1, conn=conn)).all()
-            ids = [kept for _, kept in window[:SEARCH_BOUND] if kept is not None]
-            return ids, Tally(kept=False, whole=len(window) <= SEARCH_BOUND, bound=SEARCH_BOUND, window=True)
+                kept, tally = self._window(flt, conn, Entry.id)
+            return [entry_id for (entry_id,) in kept], tally
         matching = self.store.select_entries(flt, Entry.id)
         with read_transaction(self.engine) as conn:
             more = conn.execute(matching.offset(BOUND).limit(1)).first()
