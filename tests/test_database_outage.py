@@ -121,14 +121,21 @@ def send(client, method: str, path: str, *, token: str | None = None, csrf: str 
     return response
 
 
+#: A search with another filter: what the kept counts cannot answer, so a route that counts or
+#: lists reads the entries and the search index (a search's window) where it would not without.
+SEARCHED = "q=boom&reason=fatal"
+
+
 def every_route(app, world):
-    """(label, endpoint, response) for every route and method, as the session and as the token."""
+    """(label, endpoint, response) for every route and method, as the session and as the token;
+    a GET also with a search (SEARCHED)."""
     for endpoint, rule, method in routes(app):
-        path = fill(rule, world["entry_id"])
-        yield (f"{method} {path} by session", endpoint,
-               send(world["session"], method, path, csrf=world["csrf"]))
-        yield (f"{method} {path} by token", endpoint,
-               send(app.test_client(), method, path, token=world["token"]))
+        filled = fill(rule, world["entry_id"])
+        for path in (filled, f"{filled}{'&' if '?' in filled else '?'}{SEARCHED}") if method == "GET" else (filled,):
+            yield (f"{method} {path} by session", endpoint,
+                   send(world["session"], method, path, csrf=world["csrf"]))
+            yield (f"{method} {path} by token", endpoint,
+                   send(app.test_client(), method, path, token=world["token"]))
 
 
 def outage_problems(app, world, *, noticed: bool) -> list[str]:
