@@ -7,14 +7,14 @@ in one run.
     python bench/bench_search_summary.py --database sqlite --entries 100000
 
 Builds one database as bench/bench_summaries.py does (the same rows, every entry indexed for
-search as the mirror's pass does; PostgreSQL in a server started here from tests/postgres.py and
-removed at the end), or uses ``--url``'s. Each checkout runs in a process of its own (``--worker
-ROOT``: its own ``dlq_dashboard`` and ``bench_pages`` imported from ROOT) with a viewer's test
-client over that one database. After two warm-up passes, each round asks every request once in
-turn, as a person moving between searches does (the same request over and over finds its pages
-in the server's buffers and flatters it), each request timed by both checkouts one after the
-other (who goes first alternates): wall milliseconds, since most of a search's time is the
-database server's. Prints the median and the 90th percentile of each, and the medians' ratio.
+search as the mirror's pass does, its three key fields filled; PostgreSQL in a server started
+here from tests/postgres.py and removed at the end), or uses ``--url``'s. Each checkout runs in a
+process of its own (``--worker ROOT``: its own ``dlq_dashboard`` and ``bench_pages`` imported from
+ROOT) with a viewer's test client over that one database. After two warm-up passes, each round
+asks every request once in turn, as a person moving between searches does (the same request over
+and over finds its pages in the server's buffers and flatters it), each request timed by both
+checkouts one after the other (who goes first alternates): wall milliseconds, since most of a
+search's time is the database server's. Prints the median and the 90th percentile of each, and the medians' ratio.
 """
 
 from __future__ import annotations
@@ -49,7 +49,16 @@ REQUESTS = (
     ("groups, q=widget", "/groups?q=widget"),
     ("groups, q=widget&reason=fatal", "/groups?q=widget&reason=fatal"),
     ("GET /api/groups?q=widget", "/api/groups?q=widget"),
+    # A key field (bench_summaries.FIELDS, filled at the build) and a filter the kept counts do not hold.
+    ("groups, field.customer=alice (1 entry in 20)", "/groups?field.customer=alice"),
+    ("GET /api/groups?field.customer=alice", "/api/groups?field.customer=alice"),
+    ("groups, consumer=billing (1 entry in 5)", "/groups?consumer=billing"),
+    ("GET /api/groups?consumer=billing", "/api/groups?consumer=billing"),
 )
+
+
+#: bench_summaries.FIELDS, the key fields the build fills (DLQ_LIST_FIELDS of both checkouts).
+KEY_FIELDS = (("customer", "/customer"), ("note", "/note"), ("order", "/order_id"))
 
 
 def worker(root: Path, url: str) -> None:
@@ -58,7 +67,7 @@ def worker(root: Path, url: str) -> None:
     import bench_pages
 
     with tempfile.TemporaryDirectory() as workdir:
-        _, client = bench_pages.open_client(url, Path(workdir))
+        _, client = bench_pages.open_client(url, Path(workdir), list_fields=KEY_FIELDS)
         # As `python app.py` does once started (cli/main.py): what the start made is left out of
         # the collector's full walks, which otherwise take ~95 ms here every few summaries.
         gc.collect()
@@ -112,7 +121,10 @@ def build(database: str, entries: int, postgres) -> str:
         path = Path(tempfile.mkdtemp(prefix="search-summary-")) / "dlq.sqlite3"
         url = f"sqlite:///{path}"
         bench_pages.build_database(path, entries)  # indexes the FTS table as it writes
-    print(f"{entries:,} entries built and indexed in {time.perf_counter() - began:.0f} s", flush=True)
+    assert bench_summaries.FIELDS == KEY_FIELDS
+    bench_summaries.fill_key_fields(url)
+    print(f"{entries:,} entries built, indexed and their key fields filled in {time.perf_counter() - began:.0f} s",
+          flush=True)
     return url
 
 

@@ -47,8 +47,11 @@ UNSTORED = ("note_unstored", "/note")
 
 
 #: What each row is compared with at the large size: a summary with the unfiltered summary (the
-#: kept counts), a page of the list with the unfiltered list's first page.
+#: kept counts), a page of the list with the unfiltered list's first page, the groups with the
+#: unfiltered groups page.
 SUMMARY, LIST, API = "summary, unfiltered (kept counts)", "list, unfiltered", "GET /api/summary, unfiltered"
+#: A groups page (or its JSON) with the groups page as it opens.
+GROUPS = "groups, unfiltered (kept counts)"
 
 
 #: The row of the filter as it was before key fields were stored: every payload read.
@@ -77,6 +80,12 @@ def requests_for(count: int, postgresql: bool = False) -> list[tuple[str, str, s
         (LIST, "/", LIST),
         ("list, field.note=rare42", "/?field.note=rare42", LIST),
         ("list, field.customer=alice", "/?field.customer=alice", LIST),
+        (GROUPS, "/groups", GROUPS),
+        ("groups, field.customer=alice (1 entry in 20)", "/groups?field.customer=alice", GROUPS),
+        ("groups, field.note=rare42 (1 entry in 997)", "/groups?field.note=rare42", GROUPS),
+        ("groups, field.customer=alice&status=open", "/groups?field.customer=alice&status=open", GROUPS),
+        ("GET /api/groups?field.customer=alice", "/api/groups?field.customer=alice", GROUPS),
+        ("groups, consumer=billing (1 entry in 5, not a kept count)", "/groups?consumer=billing", GROUPS),
     ] if not (postgresql and row[0] == BEFORE)]
 
 

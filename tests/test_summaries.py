@@ -197,3 +197,26 @@ def test_a_search_with_a_key_field_counts_the_entries_holding_both(keyed):
     assert client.get("/api/summary?q=alice&field.customer=bob").get_json()["total"] == 0
     groups = client.get("/api/groups?q=alice&field.customer=alice&status=").get_json()["groups"]
     assert sorted(g["count"] for g in groups) == [1, 4]
+
+
+def test_the_groups_of_a_key_field_count_the_entries_its_summary_counts(keyed):
+    """Beyond its bound, the groups are of the newest FIELD_BOUND matches (not BOUND's): the newest
+    three of alice's five are billing.paid's one and two of orders.created."""
+    client = support.logged_in(keyed, "viewer")
+    answer = client.get("/api/groups?field.customer=alice").get_json()
+    assert sorted((g["subject"], g["count"]) for g in answer["groups"]) == [("billing.paid", 1),
+                                                                            ("orders.created", 2)]
+    assert answer == {**answer, "exact": False, "bound": 3, "matched": 5}
+    summary = client.get("/api/summary?field.customer=alice").get_json()
+    assert sum(g["count"] for g in answer["groups"]) == summary["total"]
+    html = client.get("/groups?field.customer=alice&status=").get_data(as_text=True)
+    assert "over the newest 3 matching entries only (of 5 in all)" in html
+    # With a status beside the value the index does not count it: the page says "newest 3" alone.
+    answer = client.get("/api/groups?field.customer=alice&status=open").get_json()
+    assert answer == {**answer, "exact": False, "bound": 3, "matched": None}
+    html = client.get("/groups?field.customer=alice&status=open").get_data(as_text=True)
+    assert "over the newest 3 matching entries only," in html and "in all" not in html
+    # Within the bound: exact, as every filter the kept counts hold.
+    for query in ("field.customer=bob", "status=open"):
+        answer = client.get(f"/api/groups?{query}").get_json()
+        assert answer["groups"] and answer == {**answer, "exact": True, "bound": None, "matched": None}, query

@@ -193,6 +193,32 @@ def test_counting_from_the_entries_stops_at_the_bound_and_says_so(rt, counted, m
     assert [g.count for g in kept_groups] == [8] and tally.kept and tally.whole
 
 
+def test_the_groups_count_the_newest_bound_entries_and_the_one_read_beyond_only_says_there_are_more(
+        rt, counted, monkeypatch):
+    monkeypatch.setattr(tallies, "BOUND", 4)
+    # The oldest billing entry alone in its group, the four newer ones in another; four of shop's.
+    support.dead_letter(rt.engine, 1, "payments.captured", b"{}", Dlq_Error="boom", Dlq_Consumer="billing")
+    for seq in range(2, 6):
+        support.dead_letter(rt.engine, seq, "orders.created", b"{}", Dlq_Error="boom", Dlq_Consumer="billing")
+    for seq in range(6, 10):
+        support.dead_letter(rt.engine, seq, "orders.created" if seq % 2 else "payments.captured", b"{}",
+                            Dlq_Error="boom", Dlq_Consumer="shop")
+    with rt.engine.connect() as conn:
+        times = dict(conn.execute(select(Entry.dlq_seq, Entry.received_at)).all())
+    groups, tally = counted.groups(flt(consumer="billing"))
+    assert [(g.subject, g.count) for g in groups] == [("orders.created", 4)]
+    assert (groups[0].first_seen, groups[0].last_seen) == (times[2], times[5])
+    assert not tally.whole and tally.bound == 4 and tally.matched is None
+    # Conditions on the groups that leave none still tell that more matched than were counted.
+    assert counted.groups(flt(consumer="billing"), where=(GROUPS.c.id == -1,)) == ([], tally)
+    # Exactly the bound: every one counted, and whole.
+    groups, tally = counted.groups(flt(consumer="shop"))
+    assert sorted((g.subject, g.count) for g in groups) == [("orders.created", 2), ("payments.captured", 2)]
+    assert tally.whole
+    assert counted.groups(flt(consumer="shop"), where=(GROUPS.c.id == -1,)) == ([], tally)
+    assert counted.groups(flt(consumer="nobody")) == ([], tally)
+
+
 def test_the_summary_counts_by_status_from_the_kept_counts_under_subject_and_reason(rt, counted):
     ids = [support.dead_letter(rt.engine, seq, subject, b"{}", Dlq_Reason=reason, Dlq_Error="boom")
            for seq, (subject, reason) in enumerate([("orders.created", "fatal"), ("orders.created", "fatal"),

@@ -11,7 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, Engine, Select, String, and_, bindparam, func, literal_column, select, type_coerce
+from sqlalchemy import (Connection, Engine, Select, String, and_, bindparam, func, literal_column, or_, select,
+                        type_coerce)
 
 from ..db.counts import ALL_GROUPS, ARRIVALS, GROUPS, STATUS_COLUMNS, bucket
 from ..db.engine import is_sqlite, read_transaction, serial_plans
@@ -97,19 +98,40 @@ class Tallies:
             with read_transaction(self.engine) as conn:
                 rows = conn.execute(query).all()
             return [group_from_row(r, r.n, r.first_seen, r.last_seen) for r in rows], KEPT
-        newest, tally = self._newest(flt)
+        if not flt.q:
+            return self._groups_of_newest(flt, limit, where)
+        ids, tally = self._newest(flt)
         with read_transaction(self.engine) as conn:
-            # A list of ids (a search's): one array on PostgreSQL, written out on SQLite, uncached.
-            listed = isinstance(newest, list)
-            among_newest = among(conn, Entry.id, newest) if listed else Entry.id.in_(newest)
+            # A list of ids: one array on PostgreSQL, written out on SQLite, uncached.
             counted = (select(Entry.group_id, func.count().label("n"), func.min(Entry.received_at).label("first"),
                               func.max(Entry.received_at).label("last"))
-                       .where(among_newest).group_by(Entry.group_id).subquery())
-            query = (select(GROUPS, counted.c.n, counted.c.first, counted.c.last)
-                     .join(counted, counted.c.group_id == GROUPS.c.id).where(*where)
-                     .order_by(counted.c.n.desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
-            rows = conn.execute(query, execution_options=UNCACHED if listed else {}).all()
+                       .where(among(conn, Entry.id, ids)).group_by(Entry.group_id).subquery())
+            rows = conn.execute(_counted_groups(counted, limit, where), execution_options=UNCACHED).all()
         return [group_from_row(r, r.n, as_time(r.first), as_time(r.last)) for r in rows], tally
+
+    def _groups_of_newest(self, flt: EntryFilter, limit: int, where: tuple) -> tuple[list[Group], Tally]:
+        """The groups of the newest BOUND entries under a filter the kept counts do not hold
+        (FIELD_BOUND under a key field's, with how many match in all where its index tells, as
+        the summary counts them), in one statement: those entries and one more are read once
+        (the one more says whether there are more, and is not counted), the groups counted among
+        them."""
+        bound = FIELD_BOUND if flt.field_values else BOUND
+        newest = self.store.select_entries(flt, Entry.id, Entry.group_id, Entry.received_at).limit(bound + 1) \
+            .cte("newest")
+        seen = select(func.count()).select_from(newest).scalar_subquery()
+        counted = (select(newest.c.group_id, func.count().label("n"), func.min(newest.c.received_at).label("first"),
+                          func.max(newest.c.received_at).label("last"))
+                   .where(or_(seen <= bound, newest.c.id > select(func.min(newest.c.id)).scalar_subquery()))
+                   .group_by(newest.c.group_id).subquery())
+        with read_transaction(self.engine) as conn:
+            if flt.field_values:  # its newest matches in a key's order, as the summary reads them
+                serial_plans(conn)
+            rows = conn.execute(_counted_groups(counted, limit, where).add_columns(seen.label("seen"))).all()
+            # No group at all: none matched, or the conditions on the groups left none out of many.
+            whole = (rows[0].seen if rows else conn.execute(select(seen)).scalar_one()) <= bound
+            matched = None if whole or not flt.field_values else self.store.count_key_field(flt, BOUND, conn)
+        return ([group_from_row(r, r.n, as_time(r.first), as_time(r.last)) for r in rows],
+                Tally(kept=False, whole=whole, bound=bound, matched=matched))
 
     def hourly_arrivals(self, group_ids: list[int], *, hours: int = 24,
                         now: datetime | None = None) -> tuple[datetime, dict[int, list[int]]]:
@@ -258,21 +280,17 @@ class Tallies:
         found, _ = self._search_matches(flt)
         return [at for status, at in found if flt.status is None or status == flt.status]
 
-    def _newest(self, flt: EntryFilter) -> tuple[Select | list[int], Tally]:
-        """The ids of the newest BOUND entries under the filter, and whether that is all of them;
-        a search's: those its window keeps (as its summary counts: _search_matches)."""
-        if self.mask and flt.q:
+    def _newest(self, flt: EntryFilter) -> tuple[list[int], Tally]:
+        """The ids of a search's newest matches as counted (a filter the kept counts do not hold
+        has _search_matches, and _groups_of_newest for its groups): those its window keeps, or
+        with a viewer's mask those found in what the viewer sees; and whether that is all of them."""
+        if self.mask:
             # Each match is read and searched again as the viewer sees it: fewer of them.
             ids, whole = self.store.seen_ids(flt, self.mask)
             return ids, Tally(kept=False, whole=whole, bound=MASKED_SEARCH_SCAN)
-        if flt.q:
-            with read_transaction(self.engine) as conn:
-                kept, tally = self._window(flt, conn, Entry.id)
-            return [entry_id for (entry_id,) in kept], tally
-        matching = self.store.select_entries(flt, Entry.id)
         with read_transaction(self.engine) as conn:
-            more = conn.execute(matching.offset(BOUND).limit(1)).first()
-        return matching.limit(BOUND), Tally(kept=False, whole=more is None)
+            kept, tally = self._window(flt, conn, Entry.id)
+        return [entry_id for (entry_id,) in kept], tally
 
 
 # The statements of the kept counts: the groups page, the list's summary and its chart ask them
@@ -284,6 +302,14 @@ def _kept_groups(flt: EntryFilter, limit: int, where: tuple = ()) -> Select:
     count = _count_column(flt.status)
     return (select(GROUPS, count.label("n")).where(count > 0, *flt.group_conditions(), *where)
             .order_by(literal_column("n").desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
+
+
+def _counted_groups(counted, limit: int, where: tuple = ()) -> Select:
+    """The groups of ``counted`` (a subquery of group_id, n, first, last), largest first;
+    ``where``: on the groups themselves."""
+    return (select(GROUPS, counted.c.n, counted.c.first, counted.c.last)
+            .join(counted, counted.c.group_id == GROUPS.c.id).where(*where)
+            .order_by(counted.c.n.desc(), GROUPS.c.subject, GROUPS.c.id).limit(limit))
 
 
 def _kept_counts(flt: EntryFilter) -> Select:

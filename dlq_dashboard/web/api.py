@@ -50,9 +50,12 @@ def get_entry(entry_id: int):
 @requires("viewer")
 def list_groups():
     """Failure groups under the list's filters (every status unless one is given), largest first;
-    each with the filter of /api/entries that lists exactly its entries."""
+    each with the filter of /api/entries that lists exactly its entries. Not ``exact``: counted
+    over the newest ``bound`` matches only (of ``matched`` in all, where a key field's index tells)."""
     answer = failure_groups(request.args)
-    return jsonify(groups=[g.to_dict(answer.base) for g in answer.groups], exact=answer.tally.whole)
+    tally = answer.tally
+    return jsonify(groups=[g.to_dict(answer.base) for g in answer.groups], exact=tally.exact,
+                   bound=None if tally.exact else tally.bound, matched=None if tally.exact else tally.matched)
 
 
 @bp.route("/api/summary")

@@ -99,13 +99,6 @@ SCHEMAS: dict[str, dict] = {
         },
     },
     **openapi_groups.SCHEMAS,
-    "GroupList": {
-        "type": "object", "required": ["groups"],
-        "properties": {"groups": {"type": "array", "items": _ref("Group")},
-                       "exact": {**BOOL, "description": ("False when a filter the kept counts do not hold "
-                                                         "(stream, consumer, q, since, until) matched more "
-                                                         "entries than are counted: the newest 100,000.")}},
-    },
     "AuditPage": {
         "type": "object", "required": ["actions", "next_cursor"],
         "properties": {"actions": {"type": "array", "items": _ref("AuditRecord")},

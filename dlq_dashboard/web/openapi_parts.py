@@ -28,6 +28,21 @@ def query(name: str, description: str, schema: dict | None = None) -> dict:
 _json, _errors, _query = json_answer, errors, query
 
 DESK_SCHEMAS: dict[str, dict] = {
+    "GroupList": {
+        "type": "object", "required": ["groups", "exact", "bound", "matched"],
+        "properties": {"groups": {"type": "array", "items": _ref("Group")},
+                       "exact": {**BOOL, "description": (
+                           "False when a filter the kept counts do not hold matched more entries than are "
+                           f"counted: a search (q) counts what the other filters keep of its newest "
+                           f"{SEARCH_BOUND:,} matches, a key field (field.<label>) its newest {FIELD_BOUND:,}, "
+                           f"another (stream, consumer, since, until) its newest {BOUND:,}.")},
+                       "bound": {**_nullable(INT), "description": "The most matches counted when exact is false, "
+                                                                   "else null."},
+                       "matched": {**_nullable(INT), "description": (
+                           "When exact is false, how many entries match in all where a key field's index "
+                           f"counts it (its value all the filter selects, no status beside it; up to {BOUND:,}), "
+                           "else null.")}},
+    },
     "Summary": {
         "type": "object",
         "required": ["counts", "total", "exact", "bound", "matched", "first_received", "last_received"],
