@@ -15,10 +15,7 @@ PubAck records and audit. The job is timed from the request to its last item. Ta
 job at 50% of raw msg/s or better. ``--record`` appends the results to docs/PERFORMANCE.md
 under "## Republish".
 
-On PostgreSQL each round runs the job twice, each beside a raw run of its own: with the entries'
-generated ``search`` column, and with it dropped from the bench's database (what moving the
-search vector into a table of its own does to the entry's UPDATE). Every run also reports the
-CPU an item of each process from /proc (the job's process, its publishing process, nats-server,
+Every run also reports the CPU an item of each process from /proc (the job's process, its publishing process, nats-server,
 the PostgreSQL server), and of raw's; the machine has two CPUs, so a ratio is bounded by the two
 totals. ``--profile`` adds each statement's wall time and its backend's CPU an item.
 ``--entry-updates`` measures the outcome's UPDATE of entries alone on PostgreSQL, as migrated and
@@ -193,16 +190,7 @@ class Statements:
         return lines
 
 
-def drop_search_column(database_url: str) -> None:
-    """What revision 0016 does to entries (the search vector in a table of its own): the entry's
-    UPDATE no longer computes a tsvector nor writes its GIN index. For the bench's database only."""
-    import psycopg
-
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("ALTER TABLE entries DROP COLUMN IF EXISTS search")
-
-
-def one_round(n: int, postgres=None, *, without_search: bool = False, profile: bool = False) -> dict:
+def one_round(n: int, postgres=None, *, profile: bool = False) -> dict:
     from sqlalchemy import func, select
 
     from dlq_dashboard import create_app
@@ -219,8 +207,6 @@ def one_round(n: int, postgres=None, *, without_search: bool = False, profile: b
         settings = Settings(database_url=database_url, nats_urls=(server.url,),
                             instance_path=str(work / "instance"), secret_key="bench", republish_rate=0)
         app = create_app({"SETTINGS": settings})
-        if without_search:
-            drop_search_column(database_url)
         statements = Statements(runtime_of(app).engine) if profile else None
         cpu = Cpu(server.proc.pid, postgres.proc.pid if postgres else None)
         rt = runtime_of(app).start()
@@ -281,10 +267,11 @@ async def _stream_count(url: str, stream: str) -> int:
 
 #: What the entry-update measure takes away from ``entries``, a variant at a time, cumulatively.
 UPDATE_VARIANTS = [
-    ("as migrated", []),
-    ("without the search column", ["ALTER TABLE entries DROP COLUMN search"]),
-    ("and without the three indexes holding status", [
-        "DROP INDEX ix_entries_status_id", "DROP INDEX ix_entries_status_reason", "DROP INDEX ix_entries_status_updated"]),
+    ("as migrated", []),  # the search vector is in entry_search since revision 0016
+    # ix_entries_status_reason went in revision 0019 (IF EXISTS: a checkout from before it too).
+    ("without the indexes holding status", [
+        "DROP INDEX ix_entries_status_id", "DROP INDEX IF EXISTS ix_entries_status_reason",
+        "DROP INDEX ix_entries_status_updated"]),
     ("and fillfactor 45 (heap-only updates)", ["ALTER TABLE entries SET (fillfactor = 45)"]),
 ]
 
@@ -345,11 +332,7 @@ def main() -> None:
             postgres.remove()
         return
 
-    # On PostgreSQL each round measures the job twice, each beside its own raw run: with the
-    # entries' generated search column, and with it dropped (as revision 0016 moves it out).
-    variants = [("with search column", False), ("without search column", True)] \
-        if args.database == "postgresql" else [("", False)]
-    results: dict[str, list[dict]] = {name: [] for name, _ in variants}
+    results: list[dict] = []
     postgres = None
     if args.database == "postgresql":
         from tests.postgres import PostgresServer
@@ -357,26 +340,25 @@ def main() -> None:
         postgres = PostgresServer().start()
     try:
         for round_no in range(1, args.rounds + 1):
-            for name, without_search in variants:
-                result = one_round(args.entries, postgres, without_search=without_search, profile=args.profile)
-                results[name].append(result)
-                cpu = ", ".join(f"{k} {v:,.0f}" for k, v in result["cpu"].items() if v)
-                cpu += f" (total {sum(result['cpu'].values()):,.0f}; raw: {sum(result['raw_cpu'].values()):,.0f})"
-                print(f"round {round_no}{' ' + name if name else ''}: raw publish_async {result['raw']:,.0f} msg/s, "
-                      f"bulk job {result['job']:,.0f} msg/s ({result['job'] / result['raw']:.0%} of raw); "
-                      f"CPU us an item: {cpu}", flush=True)
-                for line in result["profile"]:
-                    print("    " + line)
+            result = one_round(args.entries, postgres, profile=args.profile)
+            results.append(result)
+            cpu = ", ".join(f"{k} {v:,.0f}" for k, v in result["cpu"].items() if v)
+            cpu += f" (total {sum(result['cpu'].values()):,.0f}; raw: {sum(result['raw_cpu'].values()):,.0f})"
+            print(f"round {round_no}: raw publish_async {result['raw']:,.0f} msg/s, "
+                  f"bulk job {result['job']:,.0f} msg/s ({result['job'] / result['raw']:.0%} of raw); "
+                  f"CPU us an item: {cpu}", flush=True)
+            for line in result["profile"]:
+                print("    " + line)
     finally:
         if postgres is not None:
             postgres.remove()
-    summary = {name: summarize(rounds) for name, rounds in results.items()}
-    for name, (raw_med, job_med, ratio, cpu, raw_cpu) in summary.items():
-        verdict = "meets" if ratio >= TARGET_RATIO else "misses"
-        print(f"median{' ' + name if name else ''}: raw {raw_med:,.0f} msg/s, bulk job {job_med:,.0f} msg/s, "
-              f"{ratio:.0%} of raw ({verdict} the {TARGET_RATIO:.0%} target); CPU us an item: "
-              + ", ".join(f"{k} {v:,.0f}" for k, v in cpu.items() if v)
-              + f" (total {sum(cpu.values()):,.0f}; raw: {raw_cpu:,.0f})")
+    summary = summarize(results)
+    raw_med, job_med, ratio, cpu, raw_cpu = summary
+    verdict = "meets" if ratio >= TARGET_RATIO else "misses"
+    print(f"median: raw {raw_med:,.0f} msg/s, bulk job {job_med:,.0f} msg/s, "
+          f"{ratio:.0%} of raw ({verdict} the {TARGET_RATIO:.0%} target); CPU us an item: "
+          + ", ".join(f"{k} {v:,.0f}" for k, v in cpu.items() if v)
+          + f" (total {sum(cpu.values()):,.0f}; raw: {raw_cpu:,.0f})")
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if args.record:
         record(args, results, summary)
@@ -402,21 +384,20 @@ def record(args, results, summary) -> None:
         f"({datetime.now(timezone.utc):%Y-%m-%d}, Python {platform.python_version()}, nats-py {version('nats-py')}, "
         f"{platform.machine()}, {os.cpu_count()} CPUs, nats-server on the same host; load average {load} "
         "at the end: the machine was shared).", "",
-        "| variant | round | raw msg/s | raw CPU us/msg | job msg/s | job CPU us/item: job process / publisher / "
+        "| round | raw msg/s | raw CPU us/msg | job msg/s | job CPU us/item: job process / publisher / "
         "nats-server / PostgreSQL = total | job / raw |",
-        "| --- | --- | ---: | ---: | ---: | --- | ---: |",
+        "| --- | ---: | ---: | ---: | --- | ---: |",
     ]
 
     def cpu_cells(cpu: dict[str, float]) -> str:
         return " / ".join(f"{v:,.0f}" for v in cpu.values()) + f" = {sum(cpu.values()):,.0f}"
 
-    for name, rounds in results.items():
-        for i, r in enumerate(rounds, 1):
-            lines.append(f"| {name or '-'} | {i} | {r['raw']:,.0f} | {sum(r['raw_cpu'].values()):,.0f} | "
-                         f"{r['job']:,.0f} | {cpu_cells(r['cpu'])} | {r['job'] / r['raw']:.0%} |")
-        raw_med, job_med, ratio, cpu, raw_cpu = summary[name]
-        lines.append(f"| {name or '-'} | median | {raw_med:,.0f} | {raw_cpu:,.0f} | {job_med:,.0f} | "
-                     f"{cpu_cells(cpu)} | **{ratio:.0%}** |")
+    for i, r in enumerate(results, 1):
+        lines.append(f"| {i} | {r['raw']:,.0f} | {sum(r['raw_cpu'].values()):,.0f} | "
+                     f"{r['job']:,.0f} | {cpu_cells(r['cpu'])} | {r['job'] / r['raw']:.0%} |")
+    raw_med, job_med, ratio, cpu, raw_cpu = summary
+    lines.append(f"| median | {raw_med:,.0f} | {raw_cpu:,.0f} | {job_med:,.0f} | "
+                 f"{cpu_cells(cpu)} | **{ratio:.0%}** |")
     lines += ["", "Target: 50% of raw or better.", ""]
     path = ROOT / "docs" / "PERFORMANCE.md"
     with path.open("a") as f:

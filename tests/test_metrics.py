@@ -7,8 +7,9 @@ import itertools
 import pytest
 
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import insert, update
+from sqlalchemy import func, insert, select
 
+from dlq_dashboard.actions.close import close_entry
 from dlq_dashboard.times import utcnow
 from dlq_dashboard.db.engine import write_transaction
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
@@ -68,8 +69,10 @@ def test_entry_counts_by_status_and_reason_change_when_entries_arrive(offline_ap
     assert value(samples, "dlq_entries", status="open", reason="none") == 1
     assert value(samples, "dlq_mirror_last_sequence", stream="DLQ") == 4
 
-    with write_transaction(engine) as conn:
-        conn.execute(update(Entry).where(Entry.reason == "fatal").values(status="closed"))
+    with engine.connect() as conn:
+        fatal = conn.execute(select(Entry.id).where(Entry.reason == "fatal")).scalars().all()
+    for entry_id in fatal:
+        close_entry(runtime_of(offline_app), entry_id, 1, actor="test")
     _dead_letters(engine, 5, ["fatal"])
     samples = scrape(client)
     assert value(samples, "dlq_entries", status="closed", reason="fatal") == 2
@@ -164,3 +167,27 @@ def test_mirror_connection_and_republish_metrics_follow_the_running_dashboard(ap
     nats_server.stop()
     support.wait_for(lambda: value(scrape(client), "dlq_nats_connected") == 0, timeout=15,
              message="the connection gauge to drop with the server")
+
+
+def test_entry_counts_from_the_kept_counts_agree_with_the_entries_themselves(offline_app):
+    """dlq_entries is read from the counts kept by failure group: the same numbers as counting
+    the entries by status and reason label, after arrivals of every kind of reason and closes."""
+    from dlq_dashboard.web.metrics import reason_label
+
+    rt = runtime_of(offline_app)
+    _dead_letters(rt.engine, 1, ["fatal", None, "custom-x", "schema_invalid", "fatal", "custom-y", None])
+    with rt.engine.connect() as conn:
+        ids = conn.execute(select(Entry.id).order_by(Entry.id)).scalars().all()
+    for entry_id in (ids[0], ids[1], ids[2]):
+        close_entry(rt, entry_id, 1, actor="test")
+    expected: dict[tuple[str, str], int] = {}
+    with rt.engine.connect() as conn:
+        for status, reason, n in conn.execute(select(Entry.status, Entry.reason, func.count())
+                                              .group_by(Entry.status, Entry.reason)):
+            key = (status, reason_label(reason))
+            expected[key] = expected.get(key, 0) + n
+    samples = scrape(offline_app.test_client())
+    got = {(dict(labels)["status"], dict(labels)["reason"]): n for (name, labels), n in samples.items()
+           if name == "dlq_entries"}
+    assert got == expected and sum(got.values()) == 7
+    assert expected[("closed", "none")] == 1 and expected[("open", "other")] == 1

@@ -21,6 +21,7 @@ from sqlalchemy import update
 
 from dlq_dashboard.accounts import create_token
 from dlq_dashboard.actions.bulk import jobs
+from dlq_dashboard.actions.close import close_entry
 from dlq_dashboard.actions.purge import purge_entries
 from dlq_dashboard.db.engine import write_transaction
 from dlq_dashboard.db.models import Entry
@@ -200,13 +201,14 @@ def test_the_scrape_check_would_fail_on_a_name_the_app_does_not_export(offline_a
 def test_arrivals_are_a_counter_that_purges_do_not_lower(app):
     rt = runtime_of(app)
     client = app.test_client()
-    for seq in range(1, 5):
-        support.dead_letter(app, seq, Dlq_Reason="fatal")
+    ids = [support.dead_letter(app, seq, Dlq_Reason="fatal") for seq in range(1, 5)]
     assert value(scrape(client), "dlq_entries_received_total") == 4
 
-    with write_transaction(rt.engine) as conn:
-        conn.execute(update(Entry).where(Entry.dlq_seq <= 3)
-                     .values(status="closed", updated_at=utcnow() - timedelta(days=40)))
+    for entry_id in ids[:3]:
+        close_entry(rt, entry_id, 1, actor="test")
+    with write_transaction(rt.engine) as conn:  # closed forty days ago
+        conn.execute(update(Entry).where(Entry.id.in_(ids[:3])).values(updated_at=utcnow() - timedelta(days=40)))
+    assert value(scrape(client), "dlq_entries", status="closed", reason="fatal") == 3
     assert purge_entries(rt, older_than=30 * DAY, actor="test").total == 3
     support.dead_letter(app, 5, Dlq_Reason="fatal")
     samples = scrape(client)
