@@ -13,12 +13,15 @@ turns round by round:
   with --consumer-too, the mirror again with the ordered consumer alone (the way before
            direct gets), in the same round.
 The CPU seconds of this process (receiving) and of its children (the writer) are read from /proc.
+The mirror runs as in `python app.py`: Python's switch interval at cli/main.py's SWITCH_INTERVAL
+and the heap the start made frozen out of the collector's full walks (gc.freeze).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -33,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import nats  # noqa: E402
 from nats.js.api import ConsumerConfig, DeliverPolicy  # noqa: E402
 
+from dlq_dashboard.cli.main import SWITCH_INTERVAL  # noqa: E402
 from dlq_dashboard.config import Settings  # noqa: E402
 from dlq_dashboard.nats.server import NatsServer  # noqa: E402
 from dlq_dashboard.runtime import Runtime  # noqa: E402
@@ -126,6 +130,12 @@ def mirror_ingest(url: str, count: int, folder: Path, database_url: str, direct:
     reader = Mirror._direct_reader
     if not direct:
         Mirror._direct_reader = lambda self, stream, info: None
+    # As `python app.py` runs (cli/main.py): its switch interval, and what the start made left
+    # out of the collector's full walks.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    gc.collect()
+    gc.freeze()
     me = os.getpid()
     before = {pid: _cpu(pid) for pid in [me, *_descendants(me)]}
     seen: dict[int, float] = {}
@@ -149,6 +159,8 @@ def mirror_ingest(url: str, count: int, folder: Path, database_url: str, direct:
     finally:
         runtime.stop()
         Mirror._direct_reader = reader
+        sys.setswitchinterval(interval)
+        gc.unfreeze()
 
 
 @contextmanager

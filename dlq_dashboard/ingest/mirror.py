@@ -1,18 +1,17 @@
 """The mirror: DLQ stream and advisory stream -> entries, commit first, then move on.
 
-Each stream is read with an ordered consumer (no acks, flow-controlled) from the position
-committed in the database, and every batch is written together with its last sequence in
-one transaction. A crash therefore loses nothing and a restart stores nothing twice: the
-next run resumes after the last committed sequence, and the unique key on
-(stream, epoch, sequence) absorbs any overlap. The batches are parsed and written by a
-process of its own (writer.py), so receiving and writing run side by side.
+Each stream is read from the position committed in the database (a backlog by batched direct
+gets, direct.py; then an ordered consumer, flow-controlled, without acks), and every batch is
+written with its last sequence in one transaction: a crash loses nothing, and a restart stores
+nothing twice (it resumes after the last committed sequence; the unique key on (stream, epoch,
+sequence) absorbs any overlap). Batches are parsed on a thread of this process and written by a
+process of its own at a lower CPU priority than the pages (writer.py).
 
 Batches reach the writer in stream order (an advisory batch reads its payloads before it is
 sent, and the next batch waits for that), and each write's outcome is looked at when it ends,
-whether more messages arrive or not. A write that fails stops the follower, which starts again
-from the committed position, so the failed batch's messages are read and written again until
-the write succeeds. The stream is "stuck" from the first failure to the next success, with the
-error in memory for /healthz and the banner and one log line each way.
+whether more messages arrive or not. A failed write stops the follower, which starts again from
+the committed position until the write succeeds; the stream is "stuck" from the first failure to
+the next success (the error in memory for /healthz and the banner, a log line each way).
 """
 
 from __future__ import annotations
@@ -91,8 +90,8 @@ class Mirror:
     progress: dict[str, StreamProgress] = field(init=False)
 
     def __post_init__(self):
-        # One thread waits on the database and on the writer process: the DLQ and advisory
-        # followers never write at the same time, and the bridge's loop never blocks.
+        # One thread parses, and waits on the database and on the writer process: the DLQ and
+        # advisory followers never write at the same time, and the bridge's loop never blocks.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mirror-writer")
         self._process = WriterProcess(self.settings.database_url, AlertRule.from_settings(self.settings),
                                       self.settings.teams, self.source)
@@ -229,8 +228,7 @@ class Mirror:
 
         inbox = _Inbox(progress.queued_seq, self.sharing, self._direct_reader(stream, info),
                        verify=lambda: self._check_stream(stream, epoch, progress))
-        # A backlog is read by batched direct gets (ingest/direct.py), the live stream by the
-        # ordered consumer.
+        # A backlog is read by batched direct gets (direct.py), the live stream by the ordered consumer.
         inbox.behind = inbox.direct is not None and info.state.last_seq - last_seq >= BATCH
         in_flight = max(WRITES_IN_FLIGHT // self.sharing, FEWEST_IN_FLIGHT)
         # Writes in flight while the next batch gathers (the database and the network overlap); each
