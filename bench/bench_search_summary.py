@@ -54,6 +54,8 @@ REQUESTS = (
     ("GET /api/groups?field.customer=alice", "/api/groups?field.customer=alice"),
     ("groups, consumer=billing (1 entry in 5)", "/groups?consumer=billing"),
     ("GET /api/groups?consumer=billing", "/api/groups?consumer=billing"),
+    ("summary, consumer=billing (1 entry in 5)", "/summary?consumer=billing"),
+    ("GET /api/summary?consumer=billing", "/api/summary?consumer=billing"),
 )
 
 
