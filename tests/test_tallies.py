@@ -219,6 +219,41 @@ def test_the_groups_count_the_newest_bound_entries_and_the_one_read_beyond_only_
     assert counted.groups(flt(consumer="nobody")) == ([], tally)
 
 
+def test_a_summary_counted_from_the_entries_is_that_of_its_newest_bound_matches(rt, counted, monkeypatch):
+    """Counts by status, the range and the chart of a filter the kept counts do not hold are made
+    in SQL from its newest BOUND matches (a run a status and minute): the same numbers as read
+    from those entries one by one, the one read beyond the bound left out."""
+    monkeypatch.setattr(tallies, "BOUND", 5)
+    base = datetime(2026, 11, 29, 12, 0)
+    minutes = [0, 0, 3, 3, 3, 7, 9, 9]  # the oldest two share a minute with nothing newer
+    ids = [support.dead_letter(rt.engine, seq, "orders.created", b"{}", Dlq_Error="boom", Dlq_Consumer="billing")
+           for seq in range(1, len(minutes) + 1)]
+    for entry_id in (ids[2], ids[6]):
+        close_entry(rt, entry_id, 1, actor="test")
+    with write_transaction(rt.engine) as conn:  # received over a few minutes, seconds apart within one
+        for i, (entry_id, minute) in enumerate(zip(ids, minutes)):
+            conn.execute(update(Entry).where(Entry.id == entry_id)
+                         .values(received_at=base + timedelta(minutes=minute, seconds=5 * i)))
+    with rt.engine.connect() as conn:
+        newest = conn.execute(select(Entry.status, Entry.received_at).order_by(Entry.id.desc()).limit(5)).all()
+    newest = [(status, tallies.as_time(at)) for status, at in newest]
+    counts, tally = counted.counts_by_status(flt(consumer="billing"))
+    assert counts == {s: sum(1 for status, _ in newest if status == s) for s in ("open", "republished", "closed")}
+    assert not tally.whole and tally.bound == 5
+    opened = [at for status, at in newest if status == "open"]
+    assert counted.received_range(flt(consumer="billing", status="open")) == (min(opened), max(opened))
+    bounds = [base + timedelta(minutes=m) for m in range(0, 12, 2)]  # bars of two minutes
+    totals, tally = counted.received_between(flt(consumer="billing"), bounds)
+    assert totals == [sum(1 for _, at in newest if bounds[i] <= at < bounds[i + 1]) for i in range(len(bounds) - 1)]
+    assert sum(totals) == 5 and not tally.whole
+    # Exactly the bound: whole, every one counted.
+    monkeypatch.setattr(tallies, "BOUND", 8)
+    counts, tally = Tallies(rt.store).counts_by_status(flt(consumer="billing"))
+    assert counts == {"open": 6, "republished": 0, "closed": 2} and tally.whole
+    assert Tallies(rt.store).counts_by_status(flt(consumer="nobody")) == (
+        {"open": 0, "republished": 0, "closed": 0}, tally)
+
+
 def test_the_summary_counts_by_status_from_the_kept_counts_under_subject_and_reason(rt, counted):
     ids = [support.dead_letter(rt.engine, seq, subject, b"{}", Dlq_Reason=reason, Dlq_Error="boom")
            for seq, (subject, reason) in enumerate([("orders.created", "fatal"), ("orders.created", "fatal"),

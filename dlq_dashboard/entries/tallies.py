@@ -64,6 +64,8 @@ class Tally:
 
 
 KEPT = Tally(kept=True)
+#: Matching entries of one status received within one minute: (status, first, last, how many).
+Run = tuple[str, datetime | None, datetime | None, int]
 
 
 def served_by_kept_counts(flt: EntryFilter) -> bool:
@@ -79,7 +81,7 @@ class Tallies:
 
     def __init__(self, store: Store, mask: Mask | None = None, scopes: tuple[Scope, ...] | None = None):
         self.store, self.engine, self.mask, self.scopes = store, store.engine, mask, scopes
-        self._searched: dict[EntryFilter, tuple[list[tuple[str, datetime]], Tally]] = {}
+        self._searched: dict[EntryFilter, tuple[list[Run], Tally]] = {}
 
     def _scoped(self, flt: EntryFilter) -> EntryFilter:
         return flt if self.scopes is None else replace(flt, scopes=self.scopes)
@@ -115,23 +117,16 @@ class Tallies:
         the summary counts them), in one statement: those entries and one more are read once
         (the one more says whether there are more, and is not counted), the groups counted among
         them."""
-        bound = FIELD_BOUND if flt.field_values else BOUND
-        newest = self.store.select_entries(flt, Entry.id, Entry.group_id, Entry.received_at).limit(bound + 1) \
-            .cte("newest")
-        seen = select(func.count()).select_from(newest).scalar_subquery()
-        counted = (select(newest.c.group_id, func.count().label("n"), func.min(newest.c.received_at).label("first"),
-                          func.max(newest.c.received_at).label("last"))
-                   .where(or_(seen <= bound, newest.c.id > select(func.min(newest.c.id)).scalar_subquery()))
-                   .group_by(newest.c.group_id).subquery())
         with read_transaction(self.engine) as conn:
-            if flt.field_values:  # its newest matches in a key's order, as the summary reads them
-                serial_plans(conn)
-            rows = conn.execute(_counted_groups(counted, limit, where).add_columns(seen.label("seen"))).all()
+            newest = _Newest(self.store, flt, conn, Entry.group_id, Entry.received_at)
+            received = newest.c.received_at
+            counted = (select(newest.c.group_id, func.count().label("n"), func.min(received).label("first"),
+                              func.max(received).label("last"))
+                       .where(newest.counted).group_by(newest.c.group_id).subquery())
+            rows = conn.execute(_counted_groups(counted, limit, where).add_columns(newest.seen.label("seen"))).all()
             # No group at all: none matched, or the conditions on the groups left none out of many.
-            whole = (rows[0].seen if rows else conn.execute(select(seen)).scalar_one()) <= bound
-            matched = None if whole or not flt.field_values else self.store.count_key_field(flt, BOUND, conn)
-        return ([group_from_row(r, r.n, as_time(r.first), as_time(r.last)) for r in rows],
-                Tally(kept=False, whole=whole, bound=bound, matched=matched))
+            tally = newest.tally(conn, rows[0].seen if rows else conn.execute(select(newest.seen)).scalar_one())
+        return [group_from_row(r, r.n, as_time(r.first), as_time(r.last)) for r in rows], tally
 
     def hourly_arrivals(self, group_ids: list[int], *, hours: int = 24,
                         now: datetime | None = None) -> tuple[datetime, dict[int, list[int]]]:
@@ -176,7 +171,9 @@ class Tallies:
             return {status: int(n) for status, n in zip(STATUSES, row)}, KEPT
         if self._sampled(others):
             found, tally = self._search_matches(others)
-            counted = Counter(status for status, _ in found)
+            counted = Counter()
+            for status, _, _, n in found:
+                counted[status] += n
             return {status: counted.get(status, 0) for status in STATUSES}, tally
         newest, tally = self._newest(others)
         with read_transaction(self.engine) as conn:
@@ -192,8 +189,8 @@ class Tallies:
         if served_by_kept_counts(flt):
             query = self.store.statement_for(_kept_range, flt)
         elif self._sampled(flt):
-            times = [at for at in self._search_times(flt) if at is not None]
-            return (min(times), max(times)) if times else (None, None)
+            runs = [(first, last) for _, first, last, _ in self._search_runs(flt) if first is not None]
+            return (min(first for first, _ in runs), max(last for _, last in runs)) if runs else (None, None)
         else:
             newest, _ = self._newest(flt)
             query = select(func.min(Entry.received_at), func.max(Entry.received_at)).where(Entry.id.in_(newest))
@@ -215,10 +212,10 @@ class Tallies:
             values = {"start": bounds[0], "end": bounds[-1]}
             tally = KEPT
         elif self._sampled(flt):
-            for at in self._search_times(flt):
+            for _, at, _, n in self._search_runs(flt):  # a run is of one minute: a bar holds it whole
                 index = int((at - bounds[0]) / size) if at is not None and at >= bounds[0] else -1
                 if 0 <= index < len(totals) and at < bounds[-1]:
-                    totals[index] += 1
+                    totals[index] += n
             return totals, self._search_matches(replace(flt, status=None))[1]
         else:
             newest, tally = self._newest(flt)
@@ -243,28 +240,29 @@ class Tallies:
         a search and BOUND for another, read once for the counts, the range and the chart."""
         return not served_by_kept_counts(flt) and not (self.mask and flt.q)
 
-    def _search_matches(self, flt: EntryFilter) -> tuple[list[tuple[str, datetime]], Tally]:
-        """(status, received_at) of the newest matches of ``flt`` (its status aside), newest
-        first, and whether they are all of them; one query for a whole summary. A search's are
+    def _search_matches(self, flt: EntryFilter) -> tuple[list[Run], Tally]:
+        """The newest matches of ``flt`` (its status aside) as runs (status, first and last
+        received, how many), each of one status within one minute (a bar of the chart holds whole
+        minutes), and whether they are all of them; one query for a whole summary. A search's are
         the entries that pass the other filters among its newest SEARCH_BOUND matches (its
-        window: Store.search_window), so its time does not grow with how few of them pass."""
+        window: Store.search_window), so its time does not grow with how few of them pass;
+        another filter's, its newest BOUND (FIELD_BOUND for a key field's), counted in SQL."""
         others = replace(flt, status=None, cursor=None)
         if others not in self._searched:
             # One transaction: on PostgreSQL each of its own costs round trips worth a millisecond.
             with read_transaction(self.engine) as conn:
                 if others.q:
                     kept, tally = self._window(others, conn, Entry.status, Entry.received_at)
-                    rows = [(status, as_time(at)) for status, at in kept]
+                    runs = [(status, (at := as_time(received)), at, 1) for status, received in kept]
                 else:
-                    bound = FIELD_BOUND if others.field_values else BOUND
-                    if others.field_values:  # read in a key's order: starting a worker costs more
-                        serial_plans(conn)
-                    query = self.store.select_entries(others, Entry.status, Entry.received_at, conn=conn)
-                    rows = [(status, as_time(at)) for status, at in conn.execute(query.limit(bound + 1)).all()]
-                    whole = len(rows) <= bound
-                    matched = None if whole else self.store.count_key_field(others, BOUND, conn)
-                    rows, tally = rows[:bound], Tally(kept=False, whole=whole, bound=bound, matched=matched)
-            self._searched[others] = (rows, tally)
+                    newest = _Newest(self.store, others, conn, Entry.status, Entry.received_at)
+                    minute = _minute(self.engine, newest.c.received_at)
+                    rows = conn.execute(
+                        select(newest.c.status, func.min(newest.c.received_at), func.max(newest.c.received_at),
+                               func.count(), newest.seen).where(newest.counted).group_by(newest.c.status, minute)).all()
+                    runs = [(status, as_time(first), as_time(last), int(n)) for status, first, last, n, _ in rows]
+                    tally = newest.tally(conn, rows[0][-1] if rows else 0)  # no row: nothing matched
+            self._searched[others] = (runs, tally)
         return self._searched[others]
 
     def _window(self, flt: EntryFilter, conn: Connection, *columns) -> tuple[list[tuple], Tally]:
@@ -276,9 +274,10 @@ class Tallies:
         kept = [tuple(row[2:]) for row in window[:SEARCH_BOUND] if row[1] is not None]
         return kept, Tally(kept=False, whole=len(window) <= SEARCH_BOUND, bound=SEARCH_BOUND, window=True)
 
-    def _search_times(self, flt: EntryFilter) -> list[datetime | None]:
+    def _search_runs(self, flt: EntryFilter) -> list[Run]:
+        """_search_matches' runs of ``flt``'s status (all of them without one)."""
         found, _ = self._search_matches(flt)
-        return [at for status, at in found if flt.status is None or status == flt.status]
+        return [run for run in found if flt.status is None or run[0] == flt.status]
 
     def _newest(self, flt: EntryFilter) -> tuple[list[int], Tally]:
         """The ids of a search's newest matches as counted (a filter the kept counts do not hold
@@ -291,6 +290,30 @@ class Tallies:
         with read_transaction(self.engine) as conn:
             kept, tally = self._window(flt, conn, Entry.id)
         return [entry_id for (entry_id,) in kept], tally
+
+
+class _Newest:
+    """The newest matches of a filter the kept counts do not hold, and one more, as a common
+    table expression read once in ``conn``'s transaction: BOUND of them (FIELD_BOUND under a key
+    field's). ``counted`` is the condition that leaves the one more out (it only tells that more
+    match), ``seen`` how many were read."""
+
+    def __init__(self, store: Store, flt: EntryFilter, conn: Connection, *columns):
+        self.store, self.flt = store, flt
+        self.bound = FIELD_BOUND if flt.field_values else BOUND
+        if flt.field_values:  # its newest matches read in a key's order: a worker costs more
+            serial_plans(conn)
+        newest = store.select_entries(flt, Entry.id, *columns, conn=conn).limit(self.bound + 1).cte("newest")
+        self.c = newest.c
+        self.seen = select(func.count()).select_from(newest).scalar_subquery()
+        self.counted = or_(self.seen <= self.bound, self.c.id > select(func.min(self.c.id)).scalar_subquery())
+
+    def tally(self, conn: Connection, seen: int) -> Tally:
+        """How the counts were made, from how many matches were read (``seen``): with a key
+        field's value alone, how many match in all (its index counts them, in ``conn``)."""
+        whole = seen <= self.bound
+        matched = None if whole or not self.flt.field_values else self.store.count_key_field(self.flt, BOUND, conn)
+        return Tally(kept=False, whole=whole, bound=self.bound, matched=matched)
 
 
 # The statements of the kept counts: the groups page, the list's summary and its chart ask them
@@ -366,7 +389,7 @@ def group_from_row(row, count: int, first: datetime | None, last: datetime | Non
                  state_changed_at=as_time(m["state_changed_at"]))
 
 
-def _minute(engine: Engine):
+def _minute(engine: Engine, column=Entry.received_at):
     if is_sqlite(engine):
-        return func.substr(Entry.received_at, 1, 16)  # stored as 'YYYY-MM-DD HH:MM:SS...'
-    return func.date_trunc("minute", Entry.received_at)
+        return func.substr(column, 1, 16)  # stored as 'YYYY-MM-DD HH:MM:SS...'
+    return func.date_trunc("minute", column)
