@@ -121,17 +121,19 @@ def send(client, method: str, path: str, *, token: str | None = None, csrf: str 
     return response
 
 
-#: A search with another filter: what the kept counts cannot answer, so a route that counts or
-#: lists reads the entries and the search index (a search's window) where it would not without.
-SEARCHED = "q=boom&reason=fatal"
+#: Filters the kept counts cannot answer, so a route that counts or lists reads the entries where
+#: it would not without: a search with another filter (the search index, a search's window), and
+#: a consumer (the newest matches counted by the database: tallies._Newest).
+UNKEPT = ("q=boom&reason=fatal", "consumer=billing")
 
 
 def every_route(app, world):
     """(label, endpoint, response) for every route and method, as the session and as the token;
-    a GET also with a search (SEARCHED)."""
+    a GET also with each of UNKEPT."""
     for endpoint, rule, method in routes(app):
         filled = fill(rule, world["entry_id"])
-        for path in (filled, f"{filled}{'&' if '?' in filled else '?'}{SEARCHED}") if method == "GET" else (filled,):
+        queries = [f"{filled}{'&' if '?' in filled else '?'}{query}" for query in UNKEPT]
+        for path in (filled, *queries) if method == "GET" else (filled,):
             yield (f"{method} {path} by session", endpoint,
                    send(world["session"], method, path, csrf=world["csrf"]))
             yield (f"{method} {path} by token", endpoint,

@@ -209,8 +209,10 @@ def test_the_groups_of_a_key_field_count_the_entries_its_summary_counts(keyed):
     assert answer == {**answer, "exact": False, "bound": 3, "matched": 5}
     summary = client.get("/api/summary?field.customer=alice").get_json()
     assert sum(g["count"] for g in answer["groups"]) == summary["total"]
-    html = client.get("/groups?field.customer=alice&status=").get_data(as_text=True)
-    assert "over the newest 3 matching entries only (of 5 in all)" in html
+    for htmx in (False, True):  # the page, and the fragment htmx asks for when a filter changes
+        html = client.get("/groups?field.customer=alice&status=",
+                          headers={"HX-Request": "true"} if htmx else {}).get_data(as_text=True)
+        assert "over the newest 3 matching entries only (of 5 in all)," in html, htmx
     # With a status beside the value the index does not count it: the page says "newest 3" alone.
     answer = client.get("/api/groups?field.customer=alice&status=open").get_json()
     assert answer == {**answer, "exact": False, "bound": 3, "matched": None}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Iterable
 
-from sqlalchemy import Connection, DateTime, bindparam, case, select, tuple_, update
+from sqlalchemy import Connection, DateTime, bindparam, case, func, select, tuple_, update
 
 from ..teams import Team, team_for
 from .models import Arrival, Entry, FailureGroup
@@ -26,6 +26,12 @@ WIDTHS = (60, 3600)
 #: The group_id of the arrivals of every group together: what an unfiltered chart reads.
 ALL_GROUPS = 0
 STATUS_COLUMNS = {"open": "open_count", "republished": "republished_count", "closed": "closed_count"}
+
+
+def status_sums() -> list:
+    """The entries of the groups a query selects, summed by status: one column a status, in
+    STATUS_COLUMNS' order (0 where no group is selected)."""
+    return [func.coalesce(func.sum(GROUPS.c[column]), 0) for column in STATUS_COLUMNS.values()]
 _EPOCH = datetime(1970, 1, 1)
 
 

@@ -8,8 +8,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
-from sqlalchemy import (Connection, Engine, Integer, Select, and_, bindparam, func, literal, or_,
-                        select)
+from sqlalchemy import Connection, Engine, Integer, Select, and_, bindparam, func, literal, or_, select
 
 from ..db.engine import is_sqlite, read_transaction, serial_plans
 from ..db.models import Action, Entry, Event, FailureGroup, Republish

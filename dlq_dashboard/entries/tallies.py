@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import (Connection, Engine, Select, String, and_, bindparam, func, literal_column, or_, select,
                         type_coerce)
 
-from ..db.counts import ALL_GROUPS, ARRIVALS, GROUPS, STATUS_COLUMNS, bucket
+from ..db.counts import ALL_GROUPS, ARRIVALS, GROUPS, STATUS_COLUMNS, bucket, status_sums
 from ..db.engine import is_sqlite, read_transaction, serial_plans
 from ..db.models import Entry
 from ..db.rows import UNCACHED, among
@@ -168,7 +168,7 @@ class Tallies:
         if served_by_kept_counts(others):
             with read_transaction(self.engine) as conn:
                 row = conn.execute(self.store.statement_for(_kept_counts, others)).one()
-            return {status: int(n) for status, n in zip(STATUSES, row)}, KEPT
+            return {status: int(n) for status, n in zip(STATUS_COLUMNS, row)}, KEPT
         if self._sampled(others):
             found, tally = self._search_matches(others)
             counted = Counter()
@@ -336,9 +336,8 @@ def _counted_groups(counted, limit: int, where: tuple = ()) -> Select:
 
 
 def _kept_counts(flt: EntryFilter) -> Select:
-    """Entries under ``flt`` (its status aside) by status, one column a status."""
-    sums = [func.coalesce(func.sum(GROUPS.c[STATUS_COLUMNS[s]]), 0) for s in STATUSES]
-    return select(*sums).where(and_(True, *flt.group_conditions()))
+    """Entries under ``flt`` (its status aside) by status, one column a status (STATUS_COLUMNS')."""
+    return select(*status_sums()).where(and_(True, *flt.group_conditions()))
 
 
 def _kept_range(flt: EntryFilter) -> Select:

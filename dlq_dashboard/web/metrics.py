@@ -22,7 +22,7 @@ from dlq_consumer.headers import REASONS
 
 from ..actions.purge import purged_totals
 from ..alerts.sender import outbox_summary
-from ..db.counts import GROUPS, STATUS_COLUMNS
+from ..db.counts import GROUPS, STATUS_COLUMNS, status_sums
 from ..db.engine import read_transaction
 from ..db.models import FailureGroup, Job, MirrorState, Republish
 from ..ingest.search_index import search_lag
@@ -135,11 +135,10 @@ class DashboardCollector(Collector):
             # From the counts kept beside the entries (a row a failure group, db/counts.py), as
             # /groups counts them: a scrape reads no entry at a million of them. A group is of
             # one reason ('' where its entries have none).
-            counts = [func.coalesce(func.sum(GROUPS.c[column]), 0) for column in STATUS_COLUMNS.values()]
-            by_status_reason = []
-            for row in conn.execute(select(*counts, *per_source(GROUPS.c, GROUPS.c.reason))
+            by_status_reason, statuses = [], len(STATUS_COLUMNS)
+            for row in conn.execute(select(*status_sums(), *per_source(GROUPS.c, GROUPS.c.reason))
                                     .group_by(*per_source(GROUPS.c, GROUPS.c.reason))).all():
-                by_status, (reason, *source) = row[:len(counts)], row[len(counts):]
+                by_status, (reason, *source) = row[:statuses], row[statuses:]
                 by_status_reason += [(status, reason or None, *source, int(n))
                                      for status, n in zip(STATUS_COLUMNS, by_status) if n]
             positions = conn.execute(select(*per_source(MirrorState, MirrorState.stream), MirrorState.last_seq)).all()
