@@ -113,7 +113,7 @@ class IdentityProvider:
 
     # --- the process --------------------------------------------------------------------------
 
-    def start(self, bases: list[str] | tuple[str, ...] = (TEST_CLIENT_BASE,), timeout: float = 30.0):
+    def start(self, bases: list[str] | tuple[str, ...] = (TEST_CLIENT_BASE,), timeout: float = 60.0):
         """Start the provider, with a client whose redirect URIs are each base's callback (and
         /login after logout); return once its discovery document answers. A shared provider
         already running gets this test's accounts and no tampering instead."""
@@ -143,20 +143,32 @@ class IdentityProvider:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen([node, str(SCRIPT), str(path)], cwd=FOLDER, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
-        support.wait_for(self._answers, timeout=timeout, interval=0.05,
-                         message=f"the identity provider's discovery document (log: {self.log_path})")
+        self._why = "not asked yet"
+        try:
+            support.wait_for(self._answers, timeout=timeout, interval=0.05)
+        except AssertionError:
+            # Said in full: what answered last (or why nothing did) and what the provider logged,
+            # since the log is gone with the machine that ran the test.
+            alive = "running" if self.process.poll() is None else f"ended ({self.process.returncode})"
+            raise AssertionError(
+                f"the identity provider at {self.issuer} did not serve its discovery document (waited up "
+                f"to {timeout} s); the process is {alive}, the last try: {self._why}; its log "
+                f"({self.log_path}):\n{self.log_path.read_text(errors='replace')[-2000:]}") from None
         if self.pool is not None:
             self.pool.running[self.key] = self
         return self
 
     def _answers(self) -> bool:
         if self.process.poll() is not None:
-            raise AssertionError(f"the identity provider ended ({self.process.returncode}): "
-                                 f"{self.log_path.read_text(errors='replace')[-2000:]}")
+            raise AssertionError("ended")  # start's error says the rest
         try:
-            return requests.get(f"{self.issuer}/.well-known/openid-configuration", timeout=2).ok
-        except requests.RequestException:
+            answer = requests.get(f"{self.issuer}/.well-known/openid-configuration", timeout=2)
+        except requests.RequestException as error:
+            self._why = f"{type(error).__name__}: {error}"
             return False
+        # Another server on the port answers too, but not with the provider's document.
+        self._why = f"HTTP {answer.status_code} from {answer.headers.get('Server', 'a server that names none')}"
+        return answer.ok
 
     def release(self) -> None:
         """After the test: end the provider unless the pool keeps it (a shared one that did not
