@@ -90,14 +90,17 @@ def role(pid: int, app_pid: int) -> str:
     return command[:40]
 
 
-def start_app(folder: Path, nats_url: str, database_url: str) -> tuple[subprocess.Popen, int]:
+def start_app(folder: Path, nats_url: str, database_url: str, niceness: int = 0) -> tuple[subprocess.Popen, int]:
+    """``python app.py`` on a free port; ``niceness``: its CPU priority lowered by that much from
+    its start (its threads and children inherit it)."""
     port = free_port()
     env = {**os.environ, "NATS_URL": nats_url, "DATABASE_URL": database_url, "SECRET_KEY": "bench",
            "PYTHONUNBUFFERED": "1"}
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "app.log", "ab") as log:
         process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port)], cwd=folder,
-                                   env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                   env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                   preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
     return process, port
 
 

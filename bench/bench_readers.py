@@ -14,6 +14,11 @@ command, taking turns:
             a pause between requests, or --pause seconds as a person's browser would), from
             the first committed batch until the mirror has caught up (every request started
             before then counts as "during"), and then as many requests again ("after").
+With ``--layout`` (several may be given; each is a client run of its own, in turn):
+  same          — the client asks the app.py that mirrors (the default);
+  replica       — the client asks a second app.py on the same database, started once the first
+                  holds the mirror's lease: it mirrors nothing (the pages in a process of their own);
+  replica-nice  — the same, the mirroring app.py (and so its writer) started at nice 10.
 The mirror's rate counts from the first committed batch to the last, from its position in
 the database (read every 0.25 s in both runs alike). CPU time of app.py and of its children
 (the writer) is read from /proc. Reported: p50 and p95 of each route during and after, their
@@ -158,13 +163,26 @@ def read_in_a_loop(session: requests.Session, port: int, position: Position, run
             raise RuntimeError(position.failed)
 
 
-def drain(folder: Path, nats_url: str, database_url: str, messages: int, client: bool, pause: float = 0.0) -> Run:
+LAYOUTS = ("same", "replica", "replica-nice")
+MIRROR_NICENESS = 10  # the mirroring app.py's, in the layout replica-nice
+
+
+def drain(folder: Path, nats_url: str, database_url: str, messages: int, client: bool, pause: float = 0.0,
+          layout: str = "same") -> Run:
     create_viewer(folder, nats_url, database_url)
     run = Run(load=(os.getloadavg()[0], 0.0))
-    process, port = start_app(folder, nats_url, database_url)
+    niceness = MIRROR_NICENESS if client and layout == "replica-nice" else 0
+    process, port = start_app(folder, nats_url, database_url, niceness)
+    other = None
     try:
         position = Position(database_url, process, messages)
         wait_until_serving(process, port)
+        if client and layout != "same":
+            # Started once the first holds the mirror's lease (it has committed a batch), so it
+            # never mirrors: it serves the client only.
+            position.first.wait()
+            other, port = start_app(folder / "replica", nats_url, database_url)
+            wait_until_serving(other, port)
         session = signed_in(port) if client else None
         position.first.wait()
         if session is not None:
@@ -177,6 +195,8 @@ def drain(folder: Path, nats_url: str, database_url: str, messages: int, client:
         run.writer_cpu = sum(position.writers.values())
         run.load = (run.load[0], os.getloadavg()[0])
     finally:
+        if other is not None:
+            stop(other)
         stop(process)
     return run
 
@@ -187,27 +207,30 @@ def percentile(values: list[float], p: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
-def report(database: str, messages: int, alone: list[Run], read: list[Run], pause: float = 0.0) -> None:
+def report(database: str, messages: int, alone: list[Run], read: dict[str, list[Run]], pause: float = 0.0) -> None:
     name = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}[database]
     waits = f"a pause of {pause:g} s after each answer" if pause else "no pause between requests"
-    print(f"\n{messages:,} messages into {name}, {len(read)} round(s), {waits}\n")
-    print("| route | requests during / after | p50 during (ms) | p50 after (ms) | p95 during (ms) "
-          "| p95 after (ms) | p95 during / after |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for route in read[0].during:
-        during = [ms for run in read for ms in run.during[route]]
-        after = [ms for run in read for ms in run.after[route]]
-        p95d, p95a = percentile(during, 95), percentile(after, 95)
-        print(f"| {route} | {len(during)} / {len(after)} | {percentile(during, 50):.1f} | "
-              f"{percentile(after, 50):.1f} | {p95d:.1f} | {p95a:.1f} | **{p95d / p95a:.2f}×** |")
-    print("\n| round | mirror alone msg/s | mirror with the client msg/s | with / alone "
+    for layout, runs in read.items():
+        print(f"\n{messages:,} messages into {name}, {len(runs)} round(s), {waits}, layout {layout}\n")
+        print("| route | requests during / after | p50 during (ms) | p50 after (ms) | p95 during (ms) "
+              "| p95 after (ms) | p95 during / after |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for route in runs[0].during:
+            during = [ms for run in runs for ms in run.during[route]]
+            after = [ms for run in runs for ms in run.after[route]]
+            p95d, p95a = percentile(during, 95), percentile(after, 95)
+            print(f"| {route} | {len(during)} / {len(after)} | {percentile(during, 50):.1f} | "
+                  f"{percentile(after, 50):.1f} | {p95d:.1f} | {p95a:.1f} | **{p95d / p95a:.2f}×** |")
+    print("\n| round | layout | mirror alone msg/s | mirror with the client msg/s | with / alone "
           "| CPU µs a message alone: app.py + writer | with the client | load average |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
-    for n, (a, r) in enumerate(zip(alone, read), 1):
-        print(f"| {n} | {messages / a.seconds:,.0f} | {messages / r.seconds:,.0f} | "
-              f"{a.seconds / r.seconds:.2f} | {a.app_cpu / messages * 1e6:.0f} + {a.writer_cpu / messages * 1e6:.0f} | "
-              f"{r.app_cpu / messages * 1e6:.0f} + {r.writer_cpu / messages * 1e6:.0f} | "
-              f"{a.load[0]:.1f}-{a.load[1]:.1f} / {r.load[0]:.1f}-{r.load[1]:.1f} |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    for layout, runs in read.items():
+        for n, (a, r) in enumerate(zip(alone, runs), 1):
+            print(f"| {n} | {layout} | {messages / a.seconds:,.0f} | {messages / r.seconds:,.0f} | "
+                  f"{a.seconds / r.seconds:.2f} | {a.app_cpu / messages * 1e6:.0f} + "
+                  f"{a.writer_cpu / messages * 1e6:.0f} | {r.app_cpu / messages * 1e6:.0f} + "
+                  f"{r.writer_cpu / messages * 1e6:.0f} | {a.load[0]:.1f}-{a.load[1]:.1f} / "
+                  f"{r.load[0]:.1f}-{r.load[1]:.1f} |")
 
 
 def main() -> None:
@@ -218,21 +241,24 @@ def main() -> None:
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--pause", type=float, default=0.0,
                         help="seconds the client waits after each answer (default 0: the next request at once)")
+    parser.add_argument("--layout", nargs="+", choices=LAYOUTS, default=["same"],
+                        help="where the client's pages are served: each layout a client run of its own (see above)")
     args = parser.parse_args()
     alone: list[Run] = []
-    read: list[Run] = []
+    read: dict[str, list[Run]] = {layout: [] for layout in args.layout}
     with servers(args.database) as (folder, server, fresh_database):
         started = time.perf_counter()
         asyncio.run(publish_backlog(server.url, args.messages))
         print(f"published {args.messages:,} messages in {time.perf_counter() - started:.0f} s", flush=True)
         for n in range(args.rounds):
-            order = (False, True) if n % 2 == 0 else (True, False)
-            for client in order:
-                which = "client" if client else "alone"
-                run = drain(folder / f"{which}-{n}", server.url, fresh_database(f"{which}-{n}"), args.messages,
-                            client, args.pause)
-                (read if client else alone).append(run)
-                print(f"round {n + 1}, {which}: {args.messages / run.seconds:,.0f} msg/s, "
+            runs = [("alone", None)] + [("client", layout) for layout in args.layout]
+            for which, layout in (runs if n % 2 == 0 else runs[::-1]):
+                label = which if layout is None else f"{which} {layout}"
+                tag = label.replace(" ", "-")
+                run = drain(folder / f"{tag}-{n}", server.url, fresh_database(f"{tag}-{n}".replace("-", "_")),
+                            args.messages, layout is not None, args.pause, layout or "same")
+                (alone if layout is None else read[layout]).append(run)
+                print(f"round {n + 1}, {label}: {args.messages / run.seconds:,.0f} msg/s, "
                       f"load {run.load[0]:.1f}-{run.load[1]:.1f}", flush=True)
     report(args.database, args.messages, alone, read, args.pause)
 

@@ -28,6 +28,7 @@ from dlq_dashboard.runtime import Runtime, runtime_of
 from . import support
 from .oidc_provider import IdentityProvider, ProviderPool
 from .postgres import PostgresServer
+from .webhooks import Receiver
 
 DATABASES = ("sqlite", "postgresql")
 
@@ -314,6 +315,31 @@ def identity_provider(tmp_path, _identity_providers):
     yield make
     for provider in made:
         provider.release()
+
+
+@pytest.fixture
+def receiver():
+    """A factory of webhook receivers (tests/webhooks.py): ``receiver(answers=(500, "close"))``;
+    each closed after the test."""
+    made: list[Receiver] = []
+
+    def make(answers=()) -> Receiver:
+        made.append(Receiver(answers))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.close()
+
+
+@pytest.fixture
+def three_sources(tmp_path, shared_server, nats_server):
+    """A DLQ_CONFIG of three sources: accounts A and B of one server, and a second server."""
+    return support.sources_file(tmp_path, [
+        {"name": "orders", "nats_url": support.account_url(shared_server, "a"), "stream": "DLQ"},
+        {"name": "billing", "nats_url": support.account_url(shared_server, "b"), "stream": "DLQ"},
+        {"name": "shipping", "nats_url": nats_server.url, "stream": "DLQ_SHIPPING", "subjects": ["dlq.shipping.>"]},
+    ])
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,8 @@ from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
 
 from . import support
-from .test_alerts import SECRET, Receiver, dead_letter, outbox
+from .test_alerts import SECRET, dead_letter, outbox
+from .webhooks import Receiver
 
 SECRET_URL = "https://hook:s3cret@hooks.example/services/T0/B0?token=abc123"
 

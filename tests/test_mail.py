@@ -24,7 +24,7 @@ from dlq_dashboard.times import utcnow
 
 from . import support
 from .smtp import MailServer
-from .test_alerts import dead_letter as publish_dead_letter, receiver, start_app  # noqa: F401 - receiver: a fixture
+from .test_alerts import dead_letter as publish_dead_letter, start_app
 
 PUBLIC = "https://dlq.example.com"
 ORDERS = Team("orders", ("orders.>",), emails=("orders-oncall@example.com",))

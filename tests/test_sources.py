@@ -23,16 +23,6 @@ from dlq_dashboard.sources import Source, sources_of
 from . import support
 
 
-@pytest.fixture
-def three_sources(tmp_path, shared_server, nats_server):
-    """A DLQ_CONFIG of three sources: accounts A and B of one server, and a second server."""
-    return support.sources_file(tmp_path, [
-        {"name": "orders", "nats_url": support.account_url(shared_server, "a"), "stream": "DLQ"},
-        {"name": "billing", "nats_url": support.account_url(shared_server, "b"), "stream": "DLQ"},
-        {"name": "shipping", "nats_url": nats_server.url, "stream": "DLQ_SHIPPING", "subjects": ["dlq.shipping.>"]},
-    ])
-
-
 def dead_letter(subject: str, seq: int) -> tuple[str, bytes, dict]:
     return f"dlq.{subject}", b'{"n": %d}' % seq, support.dlq_headers(subject, **{"Dlq-Error": f"failed {seq}"})
 

@@ -19,7 +19,6 @@ from dlq_dashboard.runtime import runtime_of
 
 from . import support
 from .test_replicas import Replica, start_all
-from .test_sources import three_sources  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -25,7 +25,7 @@ from dlq_dashboard.teams import Team, team_for
 from dlq_dashboard.times import utcnow
 
 from . import support
-from .test_alerts import dead_letter, receiver, start_app  # noqa: F401 - receiver is a fixture
+from .test_alerts import dead_letter, start_app
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = """

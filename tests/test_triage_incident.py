@@ -16,7 +16,8 @@ from dlq_dashboard.teams import Team
 
 from . import support
 from .smtp import MailServer
-from .test_alerts import Receiver, dead_letter, start_app
+from .test_alerts import dead_letter, start_app
+from .webhooks import Receiver
 
 ORDERS = Team("orders", ("orders.>",), emails=("orders-oncall@example.com",))
 
