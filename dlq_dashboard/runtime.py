@@ -21,6 +21,7 @@ from .config import Settings
 from .db.engine import create_db_engine, dispose_quietly
 from .db.liveness import DatabaseProbe
 from .db.migrate import migrate
+from .db.mirror_reports import StreamReport, read_reports
 from .masking import Mask
 from .entries.schemas import SchemaRegistry
 from .entries.fields import check_database
@@ -32,6 +33,7 @@ from .nats.bridge import Bridge
 from .nats.bundled import BundledServer
 from .nats.streams import StreamSetup
 from .sources import Source, source_settings, sources_of
+from .times import utcnow
 
 #: Where create_app keeps the runtime: ``app.extensions[EXTENSION]``.
 EXTENSION = "dlq"
@@ -85,6 +87,12 @@ class Runtime:
     # Each source's parts, in DLQ_CONFIG's order; the first is also ``streams``, ``bridge`` and
     # ``mirror`` above (what a page about "the" NATS connection, the CLI and the schedules use).
     feeds: dict[str, Feed] = field(default_factory=dict)
+    # The mirror's reports of every source (db/mirror_reports.py), read by the database probe: what
+    # a process that does not mirror a source tells of it (the banner, /sources).
+    reports: dict[str, tuple[StreamReport, ...]] = field(default_factory=dict)
+
+    def _read_reports(self, conn) -> None:
+        self.reports = read_reports(conn, utcnow())
 
     def __post_init__(self) -> None:
         self.jobs = JobRunner(self)
@@ -121,7 +129,7 @@ class Runtime:
         """Start the bundled nats-server if no NATS_URL is set, the bridge, the mirror, the
         job runner (which first completes republishes a crash left pending) and, with
         DLQ_WEBHOOK_URL or a team's webhooks or e-mails, the alert sender; first the database probe."""
-        self.database = DatabaseProbe(self.settings.database_url).start()
+        self.database = DatabaseProbe(self.settings.database_url, watch=self._read_reports).start()
         servers = list(self.settings.nats_urls)
         if self.settings.bundled_nats:
             instance = private_folder(self.settings.instance_path)

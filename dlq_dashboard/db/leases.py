@@ -24,8 +24,9 @@ def new_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def acquire_lease(engine: Engine, name: str, holder: str, seconds: float) -> bool:
-    """Take or renew a named lease; False while another live holder has it.
+def acquire_lease(engine: Engine, name: str, holder: str, seconds: float, report: str | None = None) -> bool:
+    """Take or renew a named lease; False while another live holder has it. ``report``: what the
+    holder tells the other processes while it holds the lease (the mirror's, db/mirror_reports.py).
 
     Every step is a compare-and-swap on the row, so two processes racing for an expired lease
     on PostgreSQL (where a transaction takes no table lock first) cannot both win.
@@ -33,7 +34,7 @@ def acquire_lease(engine: Engine, name: str, holder: str, seconds: float) -> boo
     now = utcnow()
     expires = now + timedelta(seconds=seconds)
     with write_transaction(engine) as conn:
-        if insert_rows(conn, LEASES, [{"name": name, "holder": holder, "expires_at": expires}],
+        if insert_rows(conn, LEASES, [{"name": name, "holder": holder, "expires_at": expires, "report": report}],
                        skip_duplicates=True):
             return True
         row = conn.execute(select(LEASES.c.holder, LEASES.c.expires_at).where(LEASES.c.name == name)).first()
@@ -43,7 +44,7 @@ def acquire_lease(engine: Engine, name: str, holder: str, seconds: float) -> boo
             return False
         taken = conn.execute(update(LEASES).where(LEASES.c.name == name, LEASES.c.holder == row.holder,
                                                   LEASES.c.expires_at == row.expires_at)
-                             .values(holder=holder, expires_at=expires))
+                             .values(holder=holder, expires_at=expires, report=report))
         return taken.rowcount == 1
 
 

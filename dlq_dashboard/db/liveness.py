@@ -10,8 +10,9 @@ import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -95,12 +96,18 @@ class DatabaseState:
 
 class DatabaseProbe:
     """Asks the database ``SELECT 1`` every PROBE_INTERVAL on a connection of its own, and keeps
-    the answer in ``state``; one log line per change."""
+    the answer in ``state``; one log line per change. ``watch``, if given, is called with the
+    connection after each answer, to read something small the pages keep in memory (the
+    mirror's reports); its failure to read is logged once, and counts as an outage only when the
+    database cannot be used."""
 
-    def __init__(self, url: str, *, connect_timeout: float = 2.0, interval: float = PROBE_INTERVAL):
+    def __init__(self, url: str, *, connect_timeout: float = 2.0, interval: float = PROBE_INTERVAL,
+                 watch: Callable[[Connection], None] | None = None):
         # A pool of one of its own: the probe never waits behind the requests for a connection.
         self._engine = create_db_engine(url, connect_timeout=connect_timeout, pool_size=1, max_overflow=0)
         self.interval = interval
+        self.watch = watch
+        self._watch_failed = False
         self.state = DatabaseState()
         self._failed_in_a_row = 0
         self._stop = threading.Event()
@@ -122,6 +129,8 @@ class DatabaseProbe:
         try:
             with bounded(PROBE_BOUNDS), self._engine.connect() as conn:
                 conn.exec_driver_sql("SELECT 1").scalar()
+                if self.watch is not None:
+                    self._watched(conn)
         except Exception as exc:  # anything that stops the question being answered is an outage
             self._failed_in_a_row += 1
             # A refusal is certain at once; a question unanswered in time may be a moment's load
@@ -133,6 +142,18 @@ class DatabaseProbe:
             self._failed_in_a_row = 0
             self._answered()
         return self.state
+
+    def _watched(self, conn: Connection) -> None:
+        try:
+            self.watch(conn)
+        except Exception as exc:
+            if is_unavailable(exc):
+                raise
+            if not self._watch_failed:
+                log.warning("the database probe could not read what it watches: %s", describe(exc))
+            self._watch_failed = True
+        else:
+            self._watch_failed = False
 
     def _answered(self) -> None:
         if not self.state.reachable:

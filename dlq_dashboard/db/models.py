@@ -293,6 +293,8 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(255))
     expires_at: Mapped[datetime] = mapped_column(DateTime)
+    # A mirror lease's: what its holder knows of each stream, for the others (db/mirror_reports.py).
+    report: Mapped[str | None] = mapped_column(Text)
 
 
 class FailureGroup(Base):

@@ -39,7 +39,7 @@ from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
 from .direct import EPOCH, DirectReader, DirectUnavailable, consumer_position, supports_batches
 from .parse import parse_advisory
-from .progress import StreamProgress, mirrored_streams, of_source
+from .progress import StreamProgress, mirrored_streams, of_source, report_of
 from .writer import WriterProcess
 from .writes import FetchedMessage, StreamMessage, dlq_values, read_position
 
@@ -133,7 +133,7 @@ class Mirror:
             while True:
                 try:
                     held = await self._db(acquire_lease, self.engine, lease_name(self.source), self.holder,
-                                          LEASE_SECONDS)
+                                          LEASE_SECONDS, report_of(self.source, self.progress.values()))
                     if not renewing:
                         log.warning("the mirror lease%s is renewed again", of_source(self.source))
                     renewing = True

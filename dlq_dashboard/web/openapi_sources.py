@@ -17,9 +17,10 @@ STREAM_STATE = {
         "name": STR,
         "last_seq": {**_nullable(INT), "description": "The last sequence committed to the database."},
         "stream_last_seq": {**_nullable(INT), "description": "The stream's last sequence as the mirror last saw "
-                            "it; null where this process does not mirror the source."},
-        "lag": {**_nullable(INT), "description": "Messages not yet mirrored; null where this process does not "
-                "mirror the source."},
+                            "it (where another process mirrors the source, as that one reported it last, a "
+                            "few seconds ago at most); null without a recent report."},
+        "lag": {**_nullable(INT), "description": "Messages not yet mirrored; null where another process mirrors "
+                "the source and has not reported lately."},
         "error": {**_nullable(STR), "description": "Why the stream is stuck (a write failing, retried until it "
                   "succeeds); null while it is not."},
         "stuck_since": _DATE, "behind_since": _DATE,

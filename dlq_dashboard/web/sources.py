@@ -5,6 +5,7 @@ memory), its mirror's streams, and its counts as the reader may see them (access
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, jsonify, url_for
@@ -22,7 +23,7 @@ from .auth import requires
 from .data import current_reader
 from .presenters.charts import Sparkline, build_sparkline
 from .responses import page_or_fragment
-from .status import SOURCE_STATES, SourceStatus, feed_status
+from .status import SOURCE_STATES, SourceStatus, feed_status, fresh_reports
 
 bp = Blueprint("sources", __name__)
 
@@ -69,11 +70,13 @@ class SourceView:
                 "groups_url": url_for("pages.groups", source=s.name)}
 
 
-def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool) -> list[dict]:
+def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool, now: datetime | None = None) -> list[dict]:
     """Each stream the source's mirror follows: its committed sequence, the stream's last one, the
-    lag and why it is stuck, from the mirror's memory where this process mirrors the source;
-    elsewhere the committed sequence alone, read from the database (the rest is null)."""
+    lag and why it is stuck, from the mirror's memory where this process mirrors the source.
+    Elsewhere the committed sequence is read from the database, and the rest is what the process
+    that mirrors the source reported last (db/mirror_reports.py; null without a recent report)."""
     mirror = rt.mirror if feed.name == rt.main_source else feed.mirror
+    reported = {} if mirrored_here else {r.stream: r for r in fresh_reports(rt, feed.name, now or utcnow())}
     found = []
     for name in mirrored_streams(feed.settings):
         if mirrored_here:
@@ -86,8 +89,15 @@ def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool) -> list[dict]:
             last_seq = read_position(rt.engine, name, feed.name)[1]
         except SQLAlchemyError:
             last_seq = None
-        found.append({"name": name, "last_seq": last_seq, "stream_last_seq": None, "lag": None, "error": None,
-                      "stuck_since": None, "behind_since": None})
+        state = {"name": name, "last_seq": last_seq, "stream_last_seq": None, "lag": None, "error": None,
+                 "stuck_since": None, "behind_since": None}
+        report = reported.get(name)
+        if report is not None:
+            last_seq = report.last_seq if last_seq is None else max(last_seq, report.last_seq)
+            head = max(report.stream_last_seq, last_seq)
+            state.update(last_seq=last_seq, stream_last_seq=head, lag=head - last_seq, error=report.error,
+                         stuck_since=format_time(report.stuck_since), behind_since=format_time(report.behind))
+        found.append(state)
     return found
 
 
@@ -100,7 +110,7 @@ def source_overview(reader: Reader) -> list[SourceView]:
         if name not in counts:
             continue  # no scope of the reader's reaches it: not even its counts are told
         status = feed_status(rt, feed, now)
-        views.append(SourceView(status, counts[name], stream_states(rt, feed, status.mirrored_here)))
+        views.append(SourceView(status, counts[name], stream_states(rt, feed, status.mirrored_here, now)))
     return views
 
 

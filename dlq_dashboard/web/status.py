@@ -4,7 +4,8 @@ sources (SPEC section 12), for each source on its own.
 
 Every page polls ``/status/banner`` (base.html). It answers from what each bridge's liveness
 probe, the database probe and each mirror keep in memory, never asking NATS or the database, so
-it answers at once when either is frozen. The same state renders the actions that need NATS disabled (templating.py).
+it answers at once when either is frozen. A process that does not mirror a source tells what the
+one that does reported last (db/mirror_reports.py, read by the database probe). The same state renders the actions that need NATS disabled (templating.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Iterable
 from flask import Blueprint, make_response, render_template
 
 from ..db.liveness import DatabaseState
+from ..db.mirror_reports import StreamReport
 from ..ingest.progress import StreamProgress
 from ..runtime import Feed, Runtime
 from ..times import format_time, utcnow
@@ -49,10 +51,10 @@ class StreamStuck:
     messages: int
 
 
-def source_state(nats_usable: bool, progress: Iterable[StreamProgress] | None, stale_after: float,
+def source_state(nats_usable: bool, progress: Iterable[StreamProgress | StreamReport] | None, stale_after: float,
                  now: datetime) -> str:
-    """A source's state from its bridge's liveness and its mirror's progress (None: this process
-    does not mirror it), worst first: "unreachable" while its NATS does not answer, "stuck" while
+    """A source's state from its bridge's liveness and its mirror's progress (None: unknown here,
+    neither mirrored by this process nor reported lately by the one that does), worst first: "unreachable" while its NATS does not answer, "stuck" while
     writing one of its streams fails, "lagging" once the oldest message not yet mirrored has
     waited ``stale_after`` seconds, else "ok"."""
     if not nats_usable:
@@ -136,8 +138,9 @@ class ServiceStatus:
 
 
 def feed_status(rt: Runtime, feed: Feed, now: datetime | None = None) -> SourceStatus:
-    """One source's status from memory: its bridge's state and, where this process mirrors it,
-    its mirror's progress (the main source's: the runtime's own bridge and mirror).
+    """One source's status from memory: its bridge's state and its mirror's progress, where this
+    process mirrors it, or else as the process that mirrors it reported it last (read by the
+    database probe); the main source's: the runtime's own bridge and mirror.
 
     A lag counts once its oldest message has waited ``mirror_stale_after`` seconds, so a mirror
     that keeps up with a busy stream (always a batch behind) does not raise the banner. A stuck
@@ -152,8 +155,13 @@ def feed_status(rt: Runtime, feed: Feed, now: datetime | None = None) -> SourceS
         state = bridge.state
         usable, since, error = state.connected, state.unreachable_since, state.last_error
     lagging, stuck, progress = [], [], None
-    if mirror is not None and mirror.leader:
+    mirrored_here = mirror is not None and mirror.leader
+    if mirrored_here:
         progress = list(mirror.progress.values())
+    else:
+        # Another process mirrors it: what that one reported last (db/mirror_reports.py), if recent.
+        progress = fresh_reports(rt, feed.name, now) or None
+    if progress is not None:
         for p in progress:
             failed, failed_since = p.error, p.stuck_since
             behind = p.behind_since()
@@ -161,8 +169,14 @@ def feed_status(rt: Runtime, feed: Feed, now: datetime | None = None) -> SourceS
                 stuck.append(StreamStuck(p.stream, failed, failed_since, p.lag))
             elif behind is not None and (now - behind).total_seconds() >= rt.settings.mirror_stale_after:
                 lagging.append(StreamLag(p.stream, p.lag, behind))
-    return SourceStatus(feed.name, usable, since, error, tuple(lagging), tuple(stuck), progress is not None,
+    return SourceStatus(feed.name, usable, since, error, tuple(lagging), tuple(stuck), mirrored_here,
                         source_state(usable, progress, rt.settings.mirror_stale_after, now))
+
+
+def fresh_reports(rt: Runtime, source: str, now: datetime) -> tuple[StreamReport, ...]:
+    """The report of ``source``'s mirror that the database probe read last, unless the lease it
+    came with has expired since (its holder may be gone; another process may take over)."""
+    return tuple(r for r in rt.reports.get(source, ()) if r.until > now)
 
 
 def service_status(rt: Runtime) -> ServiceStatus:

@@ -1,0 +1,72 @@
+"""The mirror's report: what the process that mirrors a source knows of each of its streams and
+keeps in memory only (why a stream is stuck and since when, since when its oldest message waits
+unmirrored, the stream's last sequence), told to every other process, a replica that does not
+mirror, for its banner and /sources.
+
+The process that mirrors writes it with each renewal of its mirror lease (every 5 s: the
+lease's ``report``, ingest/mirror.py); every process reads the reports of the leases held now
+once a second with its database probe (db/liveness.py) and keeps them in memory
+(Runtime.reports), so the banner still never asks the database. A report is told until its
+lease expires: a holder that died stops being believed when another process may take over.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, select
+
+from .models import Lease
+
+LEASES = Lease.__table__
+
+
+@dataclass(frozen=True)
+class StreamReport:
+    """One stream as the process that mirrors it reported it last. Read as a StreamProgress is
+    (``error``, ``stuck_since``, ``lag``, ``behind_since()``) by the banner's and /sources' code;
+    ``until``: when the lease it came with expires (not told after)."""
+
+    source: str
+    stream: str
+    last_seq: int
+    stream_last_seq: int
+    error: str | None
+    stuck_since: datetime | None
+    behind: datetime | None
+    until: datetime
+
+    @property
+    def lag(self) -> int:
+        return max(self.stream_last_seq - self.last_seq, 0)
+
+    def behind_since(self) -> datetime | None:
+        return self.behind
+
+
+def encode_report(source: str, streams: list[dict]) -> str:
+    """A lease's report: ``streams`` of the source, each a dict of StreamReport's fields from
+    ``stream`` to ``behind`` (the times naive UTC, as every time in the database)."""
+    def at(value: datetime | None) -> str | None:
+        return None if value is None else value.isoformat()
+
+    return json.dumps({"source": source, "streams": [
+        {**s, "stuck_since": at(s["stuck_since"]), "behind": at(s["behind"])} for s in streams]})
+
+
+def read_reports(conn: Connection, now: datetime) -> dict[str, tuple[StreamReport, ...]]:
+    """The reports of every lease held now, by source."""
+    def at(value: str | None) -> datetime | None:
+        return None if value is None else datetime.fromisoformat(value)
+
+    found: dict[str, tuple[StreamReport, ...]] = {}
+    rows = conn.execute(select(LEASES.c.report, LEASES.c.expires_at)
+                        .where(LEASES.c.report.is_not(None), LEASES.c.expires_at > now))
+    for report, until in rows:
+        told = json.loads(report)
+        found[told["source"]] = tuple(
+            StreamReport(told["source"], s["stream"], s["last_seq"], s["stream_last_seq"], s["error"],
+                         at(s["stuck_since"]), at(s["behind"]), until) for s in told["streams"])
+    return found

@@ -1,0 +1,136 @@
+"""The mirror's reports: a replica that does not mirror tells in its banner and on /sources what
+the one that mirrors knows (a stream stuck and why, behind since when), a few seconds later, and
+stops telling it once the lease the report came with has expired; its /healthz
+stays ok, so a load balancer keeps it in rotation."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy.exc import OperationalError, ProgrammingError
+
+from dlq_dashboard import create_app
+from dlq_dashboard.db.liveness import DatabaseProbe
+from dlq_dashboard.db.leases import acquire_lease, release_lease
+from dlq_dashboard.db.mirror_reports import StreamReport, encode_report, read_reports
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
+from dlq_dashboard.web.status import fresh_reports, source_state
+
+from . import support
+from .test_mirror_hardening import FULL_DISK, WriterFault, health, publish_dead_letters, stuck_health
+
+STUCK = "The mirror is stuck on stream DLQ"
+
+
+def report(stream: str = "DLQ", *, error: str | None = None, until: timedelta = timedelta(seconds=15),
+           source: str = "default") -> StreamReport:
+    now = utcnow()
+    return StreamReport(source, stream, 10, 14, error, now if error else None, now - timedelta(seconds=30), now + until)
+
+
+@pytest.mark.both_databases
+def test_a_replica_that_does_not_mirror_tells_what_the_mirroring_one_reported_and_stays_in_rotation(
+        app, settings, nats_server, monkeypatch):
+    rt = runtime_of(app)
+    other = create_app({"SETTINGS": settings, "TESTING": True})
+    second = runtime_of(other).start()
+    try:
+        assert second.bridge.wait_connected(10) and rt.mirror.leader and not second.mirror.leader
+        replica_tells_and_stays_in_rotation(app, other, nats_server, monkeypatch)
+    finally:
+        second.stop()
+
+
+def replica_tells_and_stays_in_rotation(app, other, nats_server, monkeypatch) -> None:
+    rt = runtime_of(app)
+    viewer = support.logged_in(other, "viewer")
+
+    fault = WriterFault(monkeypatch)
+    fault.on.set()
+    publish_dead_letters(nats_server.url, 5)
+    support.wait_for(lambda: stuck_health(app, FULL_DISK), timeout=10, message="the mirroring replica to be stuck")
+
+    def banner() -> str:
+        return viewer.get("/status/banner").get_data(as_text=True)
+
+    def stuck_banner() -> str | None:
+        text = banner()
+        return text if STUCK in text else None
+
+    text = support.wait_for(stuck_banner, timeout=20, message="the other replica's banner to tell the mirror is stuck")
+    assert "database or disk is full" in text
+    source = viewer.get("/api/sources").get_json()["sources"][0]
+    assert source["status"] == "stuck" and source["mirrored_here"] is False
+    dlq = next(s for s in source["streams"] if s["name"] == "DLQ")
+    assert FULL_DISK in dlq["error"] and dlq["stuck_since"] and dlq["lag"] == 5 and dlq["last_seq"] == 0
+    # Readiness is the mirroring replica's own: this one keeps serving.
+    other.config["TEST_ADMIN_TOKEN"] = app.config["TEST_ADMIN_TOKEN"]  # one database: one token of that name
+    status, body = health(other)
+    assert status == 200 and body["status"] == "ok" and body["mirror"]["leader"] is False
+
+    fault.on.clear()
+    support.wait_for(lambda: support.entry_count(rt.engine) == 5, timeout=20, message="the five after the fault")
+    support.wait_for(lambda: STUCK not in banner(), timeout=20, message="the other replica's banner to clear")
+    source = viewer.get("/api/sources").get_json()["sources"][0]
+    assert source["status"] == "ok" and source["mirror_lag"] == 0
+
+
+@pytest.mark.both_databases
+def test_a_mirror_lease_carries_its_report_until_it_expires_and_other_leases_carry_none(offline_app):
+    engine = runtime_of(offline_app).engine
+    stuck_since, behind = datetime(2026, 12, 2, 9, 30, 15, 123456), datetime(2026, 12, 2, 9, 30)
+    told = encode_report("orders", [
+        {"stream": "DLQ", "last_seq": 10, "stream_last_seq": 14, "error": "boom", "stuck_since": stuck_since,
+         "behind": behind},
+        {"stream": "DLQ_ADVISORIES", "last_seq": 3, "stream_last_seq": 3, "error": None, "stuck_since": None,
+         "behind": None}])
+    assert acquire_lease(engine, "mirror:orders", "host:1:a", 15, told)
+    assert acquire_lease(engine, "mirror:billing", "host:2:b", 15, encode_report("billing", []))
+    assert acquire_lease(engine, "alerts", "host:1:a", 15)
+    assert not acquire_lease(engine, "mirror:orders", "host:3:c", 15, encode_report("orders", []))  # held: unchanged
+    release_lease(engine, "mirror:billing", "host:2:b")
+    with engine.connect() as conn:
+        found = read_reports(conn, utcnow())
+    assert list(found) == ["orders"]  # billing's lease was given up
+    dlq, advisories = found["orders"]
+    assert (dlq.stream, dlq.error, dlq.stuck_since, dlq.behind_since(), dlq.lag) == ("DLQ", "boom", stuck_since, behind, 4)
+    assert (advisories.stream, advisories.error, advisories.lag) == ("DLQ_ADVISORIES", None, 0)
+    with engine.connect() as conn:
+        assert read_reports(conn, dlq.until + timedelta(seconds=1)) == {}  # expired: its holder may be gone
+
+
+def test_a_report_whose_lease_has_expired_since_it_was_read_is_not_told():
+    now = utcnow()
+    rt = SimpleNamespace(reports={"default": (report(error="boom"),
+                                              report("DLQ_ADVISORIES", error="old", until=timedelta(seconds=-1)))})
+    told = fresh_reports(rt, "default", now)
+    assert [r.stream for r in told] == ["DLQ"]
+    assert source_state(True, told, 10, now) == "stuck"
+    assert source_state(True, fresh_reports(SimpleNamespace(reports={}), "default", now) or None, 10, now) == "ok"
+    # Behind for 30 s (the reports' behind_since) is lagging past a 10 s threshold, not past 60 s.
+    assert source_state(True, [report()], 10, now) == "lagging"
+    assert source_state(True, [report()], 60, now) == "ok"
+
+
+def test_the_probe_counts_a_failed_watch_as_an_outage_only_when_the_database_cannot_be_used(tmp_path):
+    url = support.migrated_sqlite(tmp_path / "probe.sqlite3")
+    failure: list[Exception] = []
+
+    def watch(conn):
+        if failure:
+            raise failure[0]
+
+    probe = DatabaseProbe(url, watch=watch)
+    try:
+        failure.append(ProgrammingError("SELECT", {}, Exception("no such table: mirror_reports")))
+        assert probe.check().reachable  # a query gone wrong is not the database gone
+        failure[0] = OperationalError("SELECT", {}, Exception("unable to open database file"))
+        state = probe.check()
+        assert not state.reachable and "unable to open database file" in state.last_error
+        failure.clear()
+        assert probe.check().reachable
+    finally:
+        probe.stop()
