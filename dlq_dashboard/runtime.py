@@ -28,7 +28,7 @@ from .entries.fields import check_database
 from .entries.store import Store
 from .files import private_folder, write_private
 from .ingest.key_fields import KeyFieldBackfill
-from .ingest.mirror import Mirror
+from .ingest.mirror import Mirror, lease_name
 from .nats.bridge import Bridge
 from .nats.bundled import BundledServer
 from .nats.streams import StreamSetup
@@ -92,7 +92,7 @@ class Runtime:
     reports: dict[str, tuple[StreamReport, ...]] = field(default_factory=dict)
 
     def _read_reports(self, conn) -> None:
-        self.reports = read_reports(conn, utcnow())
+        self.reports = read_reports(conn, utcnow(), [lease_name(source) for source in self.feeds])
 
     def __post_init__(self) -> None:
         self.jobs = JobRunner(self)

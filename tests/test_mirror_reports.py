@@ -92,14 +92,16 @@ def test_a_mirror_lease_carries_its_report_until_it_expires_and_other_leases_car
     assert acquire_lease(engine, "alerts", "host:1:a", 15)
     assert not acquire_lease(engine, "mirror:orders", "host:3:c", 15, encode_report("orders", []))  # held: unchanged
     release_lease(engine, "mirror:billing", "host:2:b")
+    mirrors = ["mirror:orders", "mirror:billing"]
     with engine.connect() as conn:
-        found = read_reports(conn, utcnow())
+        found = read_reports(conn, utcnow(), mirrors + ["alerts"])
     assert list(found) == ["orders"]  # billing's lease was given up
     dlq, advisories = found["orders"]
     assert (dlq.stream, dlq.error, dlq.stuck_since, dlq.behind_since(), dlq.lag) == ("DLQ", "boom", stuck_since, behind, 4)
     assert (advisories.stream, advisories.error, advisories.lag) == ("DLQ_ADVISORIES", None, 0)
     with engine.connect() as conn:
-        assert read_reports(conn, dlq.until + timedelta(seconds=1)) == {}  # expired: its holder may be gone
+        assert read_reports(conn, utcnow(), ["mirror:billing"]) == {}  # only the leases asked for
+        assert read_reports(conn, dlq.until + timedelta(seconds=1), mirrors) == {}  # expired: its holder may be gone
 
 
 def test_a_report_whose_lease_has_expired_since_it_was_read_is_not_told():

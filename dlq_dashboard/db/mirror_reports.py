@@ -56,14 +56,14 @@ def encode_report(source: str, streams: list[dict]) -> str:
         {**s, "stuck_since": at(s["stuck_since"]), "behind": at(s["behind"])} for s in streams]})
 
 
-def read_reports(conn: Connection, now: datetime) -> dict[str, tuple[StreamReport, ...]]:
-    """The reports of every lease held now, by source."""
+def read_reports(conn: Connection, now: datetime, leases: list[str]) -> dict[str, tuple[StreamReport, ...]]:
+    """The reports of these leases (the mirror's of each source) that are held now, by source."""
     def at(value: str | None) -> datetime | None:
         return None if value is None else datetime.fromisoformat(value)
 
     found: dict[str, tuple[StreamReport, ...]] = {}
     rows = conn.execute(select(LEASES.c.report, LEASES.c.expires_at)
-                        .where(LEASES.c.report.is_not(None), LEASES.c.expires_at > now))
+                        .where(LEASES.c.name.in_(leases), LEASES.c.report.is_not(None), LEASES.c.expires_at > now))
     for report, until in rows:
         told = json.loads(report)
         found[told["source"]] = tuple(
