@@ -45,6 +45,8 @@ def test_a_replica_that_does_not_mirror_tells_what_the_mirroring_one_reported_an
 
 
 def replica_tells_and_stays_in_rotation(app, other, nats_server, monkeypatch) -> None:
+    """Each channel of the replica that does not mirror: the banner's fragment, a whole page (the
+    banner rendered with it), /sources and GET /api/sources; and its /healthz."""
     rt = runtime_of(app)
     viewer = support.logged_in(other, "viewer")
 
@@ -62,6 +64,10 @@ def replica_tells_and_stays_in_rotation(app, other, nats_server, monkeypatch) ->
 
     text = support.wait_for(stuck_banner, timeout=20, message="the other replica's banner to tell the mirror is stuck")
     assert "database or disk is full" in text
+    page = viewer.get("/").get_data(as_text=True)
+    assert STUCK in page and "database or disk is full" in page
+    sources = viewer.get("/sources").get_data(as_text=True)
+    assert "stuck on DLQ" in sources and FULL_DISK in sources and "mirrored by another process" in sources
     source = viewer.get("/api/sources").get_json()["sources"][0]
     assert source["status"] == "stuck" and source["mirrored_here"] is False
     dlq = next(s for s in source["streams"] if s["name"] == "DLQ")
@@ -82,11 +88,9 @@ def replica_tells_and_stays_in_rotation(app, other, nats_server, monkeypatch) ->
 def test_a_mirror_lease_carries_its_report_until_it_expires_and_other_leases_carry_none(offline_app):
     engine = runtime_of(offline_app).engine
     stuck_since, behind = datetime(2026, 12, 2, 9, 30, 15, 123456), datetime(2026, 12, 2, 9, 30)
-    told = encode_report("orders", [
-        {"stream": "DLQ", "last_seq": 10, "stream_last_seq": 14, "error": "boom", "stuck_since": stuck_since,
-         "behind": behind},
-        {"stream": "DLQ_ADVISORIES", "last_seq": 3, "stream_last_seq": 3, "error": None, "stuck_since": None,
-         "behind": None}])
+    later = utcnow()  # not encoded: the lease's expiry is the report's
+    told = encode_report("orders", [StreamReport("orders", "DLQ", 10, 14, "boom", stuck_since, behind, later),
+                                    StreamReport("orders", "DLQ_ADVISORIES", 3, 3, None, None, None, later)])
     assert acquire_lease(engine, "mirror:orders", "host:1:a", 15, told)
     assert acquire_lease(engine, "mirror:billing", "host:2:b", 15, encode_report("billing", []))
     assert acquire_lease(engine, "alerts", "host:1:a", 15)

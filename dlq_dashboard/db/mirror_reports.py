@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Iterable
 
 from sqlalchemy import Connection, select
 
@@ -46,14 +47,17 @@ class StreamReport:
         return self.behind
 
 
-def encode_report(source: str, streams: list[dict]) -> str:
-    """A lease's report: ``streams`` of the source, each a dict of StreamReport's fields from
-    ``stream`` to ``behind`` (the times naive UTC, as every time in the database)."""
+def encode_report(source: str, streams: Iterable) -> str:
+    """A lease's report of ``source``: each of ``streams`` read as a StreamReport is (the mirror's
+    StreamProgress: ``stream``, ``last_seq``, ``stream_last_seq``, ``error``, ``stuck_since``,
+    ``behind_since()``), the times naive UTC as every time in the database. Taken on the bridge's
+    thread, which alone changes the progress."""
     def at(value: datetime | None) -> str | None:
         return None if value is None else value.isoformat()
 
     return json.dumps({"source": source, "streams": [
-        {**s, "stuck_since": at(s["stuck_since"]), "behind": at(s["behind"])} for s in streams]})
+        {"stream": s.stream, "last_seq": s.last_seq, "stream_last_seq": s.stream_last_seq, "error": s.error,
+         "stuck_since": at(s.stuck_since), "behind": at(s.behind_since())} for s in streams]})
 
 
 def read_reports(conn: Connection, now: datetime, leases: list[str]) -> dict[str, tuple[StreamReport, ...]]:

@@ -33,13 +33,14 @@ from sqlalchemy import Engine
 from ..alerts.outbox import AlertRule
 from ..config import Settings
 from ..db.leases import acquire_lease, new_holder, release_lease
+from ..db.mirror_reports import encode_report
 from ..nats.bridge import Bridge
 from ..nats.streams import StreamSetup, read_message, stream_epoch
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
 from .direct import EPOCH, DirectReader, DirectUnavailable, consumer_position, supports_batches
 from .parse import parse_advisory
-from .progress import StreamProgress, mirrored_streams, of_source, report_of
+from .progress import StreamProgress, mirrored_streams, of_source
 from .writer import WriterProcess
 from .writes import FetchedMessage, StreamMessage, dlq_values, read_position
 
@@ -133,7 +134,7 @@ class Mirror:
             while True:
                 try:
                     held = await self._db(acquire_lease, self.engine, lease_name(self.source), self.holder,
-                                          LEASE_SECONDS, report_of(self.source, self.progress.values()))
+                                          LEASE_SECONDS, encode_report(self.source, self.progress.values()))
                     if not renewing:
                         log.warning("the mirror lease%s is renewed again", of_source(self.source))
                     renewing = True

@@ -7,10 +7,8 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Iterable
 
 from ..config import Settings
-from ..db.mirror_reports import encode_report
 from ..redaction import scrub
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
@@ -86,15 +84,6 @@ class StreamProgress:
         if self.stream_last_seq <= last_seq:
             return None
         return next((at for at, seq in list(self.seen) if seq > last_seq), None)
-
-
-def report_of(source: str, progress: Iterable[StreamProgress]) -> str:
-    """What the process that mirrors ``source`` tells the others of its streams now, written with
-    its lease's renewal (db/mirror_reports.py); taken on the bridge's thread, which alone changes
-    the progress."""
-    return encode_report(source, [{"stream": p.stream, "last_seq": p.last_seq, "stream_last_seq": p.stream_last_seq,
-                                   "error": p.error, "stuck_since": p.stuck_since, "behind": p.behind_since()}
-                                  for p in progress])
 
 
 def mirrored_streams(settings: Settings) -> list[str]:

@@ -96,7 +96,7 @@ def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool, now: datetime | 
             last_seq = report.last_seq if last_seq is None else max(last_seq, report.last_seq)
             head = max(report.stream_last_seq, last_seq)
             state.update(last_seq=last_seq, stream_last_seq=head, lag=head - last_seq, error=report.error,
-                         stuck_since=format_time(report.stuck_since), behind_since=format_time(report.behind))
+                         stuck_since=format_time(report.stuck_since), behind_since=format_time(report.behind_since()))
         found.append(state)
     return found
 

@@ -5,7 +5,8 @@ sources (SPEC section 12), for each source on its own.
 Every page polls ``/status/banner`` (base.html). It answers from what each bridge's liveness
 probe, the database probe and each mirror keep in memory, never asking NATS or the database, so
 it answers at once when either is frozen. A process that does not mirror a source tells what the
-one that does reported last (db/mirror_reports.py, read by the database probe). The same state renders the actions that need NATS disabled (templating.py).
+one that does reported last (db/mirror_reports.py, read by the database probe). The same state
+renders the actions that need NATS disabled (templating.py).
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ class StreamStuck:
 def source_state(nats_usable: bool, progress: Iterable[StreamProgress | StreamReport] | None, stale_after: float,
                  now: datetime) -> str:
     """A source's state from its bridge's liveness and its mirror's progress (None: unknown here,
-    neither mirrored by this process nor reported lately by the one that does), worst first: "unreachable" while its NATS does not answer, "stuck" while
-    writing one of its streams fails, "lagging" once the oldest message not yet mirrored has
-    waited ``stale_after`` seconds, else "ok"."""
+    neither mirrored by this process nor reported lately by the one that does), worst first:
+    "unreachable" while its NATS does not answer, "stuck" while writing one of its streams fails,
+    "lagging" once the oldest message not yet mirrored has waited ``stale_after`` seconds, else
+    "ok"."""
     if not nats_usable:
         return "unreachable"
     streams = list(progress or ())
