@@ -81,24 +81,30 @@ def role(pid: int, app_pid: int) -> str:
         return "gone"
     if not command:
         return "gone"  # between fork and exec, or exiting: nothing of its own to count
-    if parent != app_pid:
-        return "mirror writer"  # forked by the forkserver, whose command line it keeps
-    if "forkserver" in command:
-        return "forkserver"
+    if "spawn_main" in command:
+        return "mirror process"  # app.py's child that mirrors (dlq_dashboard/ingest/process.py)
     if "resource_tracker" in command:
         return "resource tracker"
-    return command[:40]
+    if "forkserver" in command:
+        try:
+            forked = b"forkserver" in Path(f"/proc/{parent}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            return "gone"
+        # A writer is forked by the forkserver, whose command line it keeps.
+        return "mirror writer" if forked else "forkserver"
+    return command[:40] if parent == app_pid else "other"
 
 
-def start_app(folder: Path, nats_url: str, database_url: str, niceness: int = 0) -> tuple[subprocess.Popen, int]:
-    """``python app.py`` on a free port; ``niceness``: its CPU priority lowered by that much from
-    its start (its threads and children inherit it)."""
+def start_app(folder: Path, nats_url: str, database_url: str, niceness: int = 0,
+              flags: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
+    """``python app.py [flags]`` on a free port; ``niceness``: its CPU priority lowered by that
+    much from its start (its threads and children inherit it)."""
     port = free_port()
     env = {**os.environ, "NATS_URL": nats_url, "DATABASE_URL": database_url, "SECRET_KEY": "bench",
            "PYTHONUNBUFFERED": "1"}
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "app.log", "ab") as log:
-        process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port)], cwd=folder,
+        process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), *flags], cwd=folder,
                                    env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                    preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
     return process, port

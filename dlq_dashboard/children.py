@@ -1,5 +1,5 @@
-"""The dashboard's child processes (the mirror's writer, a bulk job's publisher) start without
-the dashboard's ``__main__``.
+"""The dashboard's child processes (the mirror's process, its writer, a bulk job's publisher)
+start without the dashboard's ``__main__``.
 
 multiprocessing prepares every child it starts by running the parent's main module again (as
 ``__mp_main__``), so that functions defined there can be found. The dashboard's main module is

@@ -29,6 +29,7 @@ from .entries.store import Store
 from .files import private_folder, write_private
 from .ingest.key_fields import KeyFieldBackfill
 from .ingest.mirror import Mirror, lease_name
+from .ingest.process import MirrorProcess, MirrorView
 from .nats.bridge import Bridge
 from .nats.bundled import BundledServer
 from .nats.streams import StreamSetup
@@ -49,7 +50,8 @@ class Feed:
     settings: Settings
     streams: StreamSetup
     bridge: Bridge | None = None
-    mirror: Mirror | None = None
+    # This process's mirror, or the view of the one in the mirror's process (ingest/process.py).
+    mirror: Mirror | MirrorView | None = None
 
     @property
     def name(self) -> str:
@@ -74,7 +76,9 @@ class Runtime:
     bridge: Bridge | None = None
     # Whether the database answers, from memory (a probe thread; None until start()).
     database: DatabaseProbe | None = None
-    mirror: Mirror | None = None
+    mirror: Mirror | MirrorView | None = None
+    # The child process that mirrors every source (``python app.py``; start(mirror_process=True)).
+    mirror_process: MirrorProcess | None = None
     bundled: BundledServer | None = None
     # Sends the alerts outbox (webhooks and e-mails) while this process holds the alerts lease.
     alerts: AlertSender | None = None
@@ -125,10 +129,12 @@ class Runtime:
                    schemas=SchemaRegistry.load(settings.schemas_dir), streams=StreamSetup(settings),
                    mask=Mask.from_settings(settings))
 
-    def start(self, *, mirror: bool = True, bundled_port: int = 4222) -> Runtime:
+    def start(self, *, mirror: bool = True, mirror_process: bool = False, bundled_port: int = 4222) -> Runtime:
         """Start the bundled nats-server if no NATS_URL is set, the bridge, the mirror, the
         job runner (which first completes republishes a crash left pending) and, with
-        DLQ_WEBHOOK_URL or a team's webhooks or e-mails, the alert sender; first the database probe."""
+        DLQ_WEBHOOK_URL or a team's webhooks or e-mails, the alert sender; first the database probe.
+        ``mirror_process``: the mirror runs in a child process (ingest/process.py), each source's
+        ``mirror`` here its view."""
         self.database = DatabaseProbe(self.settings.database_url, watch=self._read_reports).start()
         servers = list(self.settings.nats_urls)
         if self.settings.bundled_nats:
@@ -145,10 +151,14 @@ class Runtime:
                                  feed.name)
             feed.bridge.on_connect(lambda feed=feed: feed.streams.ensure(feed.bridge.js))
             feed.bridge.start()
-            if mirror:
+            if mirror and not mirror_process:
                 feed.mirror = Mirror(feed.bridge, self.engine, feed.settings, feed.streams, feed.name,
                                      sharing=len(self.feeds))
                 feed.mirror.start()
+        if mirror and mirror_process:
+            self.mirror_process = MirrorProcess(self.settings, servers if self.settings.bundled_nats else None).start()
+            for feed in self.feeds.values():
+                feed.mirror = self.mirror_process.views[feed.name]
         first = self.feeds[self.main_source]
         self.bridge, self.mirror = first.bridge, first.mirror
         if mirror:
@@ -194,11 +204,13 @@ class Runtime:
             self.reopening.stop()
         if self.key_fields is not None:
             self.key_fields.stop()
+        if self.mirror_process is not None:
+            self.mirror_process.stop()
         for feed in self.feeds.values():  # rt.bridge and rt.mirror are the first feed's
             if feed.bridge is not None:
                 feed.bridge.stop()
         for feed in self.feeds.values():
-            if feed.mirror is not None:
+            if isinstance(feed.mirror, Mirror):
                 feed.mirror.close()
         if self.bundled is not None:
             self._bundled_url_file().unlink(missing_ok=True)

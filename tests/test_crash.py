@@ -1,5 +1,6 @@
-"""kill -9 of the process running the mirror, at random moments of a 20,000-message backlog:
-after a restart every message is an entry exactly once, byte for byte."""
+"""kill -9 of every process of the dashboard (``python app.py``, its mirror's process and the
+writer), at random moments of a 20,000-message backlog: after a restart every message is an entry
+exactly once, byte for byte."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def start_dashboard(tmp_path: Path, nats_url: str, db: Path) -> subprocess.Popen
            "PYTHONUNBUFFERED": "1"}
     log = open(tmp_path / "dashboard.log", "ab")
     try:
+        # A session of its own: its process group is the dashboard's processes and no other.
         return subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", "0"], cwd=tmp_path, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     finally:
         log.close()
 
@@ -74,7 +76,8 @@ def test_kill_9_at_random_moments_loses_nothing_and_stores_nothing_twice(tmp_pat
             support.wait_for(lambda: count_entries(db) >= threshold or proc.poll() is not None, timeout=60, interval=0.05,
                      message=f"{threshold} entries")
         finally:
-            os.kill(proc.pid, signal.SIGKILL)
+            # All at once, as a power cut would: the writer too, wherever its transaction is.
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
         kills += 1
         if count_entries(db) >= BACKLOG:

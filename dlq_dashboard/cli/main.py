@@ -1,7 +1,8 @@
 """The ``dlq-dashboard`` command (``[project.scripts]``), and ``python app.py``, which calls it.
 
-``dlq-dashboard [--host H] [--port P] [--threads N] [--nats-port N] [--demo]`` starts the bundled
-nats-server (without NATS_URL), the mirror and the web server; ``dlq-dashboard users|tokens|
+``dlq-dashboard [--host H] [--port P] [--threads N] [--nats-port N] [--mirror-in-process] [--demo]``
+starts the bundled nats-server (without NATS_URL), the mirror (in a child process of its own,
+ingest/process.py) and the web server; ``dlq-dashboard users|tokens|
 entries|purge ...`` runs the admin commands that ``flask --app app ...`` runs, over the same
 factory, without starting anything.
 """
@@ -74,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=8, help="web server threads (default 8)")
     parser.add_argument("--nats-port", type=int, default=4222,
                         help="port of the bundled nats-server, when free (default 4222; else a free port)")
+    parser.add_argument("--mirror-in-process", action="store_true",
+                        help="mirror in this process rather than in a child process of its own (the pages are "
+                             "slower while a backlog drains; for profiling)")
     parser.add_argument("--demo", action="store_true",
                         help="also run demo streams and a consumer that dead-letters realistic failures")
     return parser.parse_args(argv)
@@ -151,7 +155,7 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         try:
-            runtime.start(bundled_port=args.nats_port)
+            runtime.start(bundled_port=args.nats_port, mirror_process=not args.mirror_in_process)
         except StoreInUse as exc:  # another server runs on instance/nats: never a second one
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2

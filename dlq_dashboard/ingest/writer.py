@@ -1,6 +1,7 @@
-"""The mirror's writer in a process of its own: it parses and commits each batch while the
-bridge's event loop, in the dashboard's process, receives the next one. In one process the two
-share one interpreter lock, and each waits for the other (docs/PERFORMANCE.md measured it).
+"""The mirror's writer in a process of its own: it commits each batch while the bridge's event
+loop, in the mirror's process (process.py; the dashboard's with ``--mirror-in-process``),
+receives and parses the next one. In one process the two share one interpreter lock, and each
+waits for the other (docs/PERFORMANCE.md measured it).
 
 The writer is started from a forkserver (a small process forked before any thread exists, with
 the ingest code preloaded), so starting one is quick and never forks the dashboard's threads.

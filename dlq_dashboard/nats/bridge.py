@@ -79,7 +79,7 @@ def auth_options(settings: Settings) -> dict[str, Any]:
 class Bridge:
     """Owns the event loop thread and the NATS connection; reconnects forever."""
 
-    def __init__(self, settings: Settings, servers: list[str], source: str = DEFAULT_SOURCE):
+    def __init__(self, settings: Settings, servers: list[str], source: str = DEFAULT_SOURCE, purpose: str = ""):
         self.settings = settings
         self.servers = servers
         self.source = source  # the source (SPEC section 12) this connection serves
@@ -97,8 +97,11 @@ class Bridge:
         # Raised at every (re)connection: a ping sent on an earlier connection is never answered.
         self._generation = 0
         # nats-py reports each failed reconnect attempt: logged once until the error changes.
-        # How its log lines start: "NATS", or "NATS of source billing" beside other sources.
+        # How its log lines start: "NATS", or "NATS of source billing" beside other sources; with a
+        # ``purpose``, "NATS (mirror)": the mirror's process has connections of its own.
         self.label = "NATS" if source == DEFAULT_SOURCE else f"NATS of source {source}"
+        if purpose:
+            self.label += f" ({purpose})"
         self._errors = ConnectionLog(log, self.label)
 
     # --- lifecycle --------------------------------------------------------------------------

@@ -1,0 +1,233 @@
+"""The mirror in a process of its own, as ``python app.py`` runs it: the mirror's NATS
+connections, its followers and their parsing run in a child process (which starts its writer,
+writer.py, as before), and the pages in the dashboard's process, so that a page does not wait for
+the interpreter lock that receiving a backlog holds (docs/PERFORMANCE.md, "The pages in a process
+of their own").
+
+The dashboard's process sees each source's mirror as a :class:`MirrorView`, with ``leader`` and
+``progress`` as a Mirror has them (what /healthz, /metrics, the banner and /sources read, and what
+the purge and the reopening ask), brought up to date from the child's report every
+REPORT_INTERVAL. When the child ends it is started again, after a pause that doubles from
+RESTART_FIRST up to RESTART_LONGEST, with the same lease holders, so that it takes its leases back
+at once. It ends with the dashboard's process, however that ends: its pipe closes, and it stops
+its followers and releases its leases.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+
+from ..children import without_main
+from ..config import Settings
+from ..db.engine import create_db_engine, dispose_quietly
+from ..db.leases import new_holder
+from ..nats.bridge import Bridge
+from ..nats.client_log import quiet_nats_tracebacks
+from ..nats.streams import StreamSetup
+from ..sources import source_settings, sources_of
+from .mirror import Mirror
+from .progress import StreamProgress, mirrored_streams
+
+log = logging.getLogger(__name__)
+
+#: How often the child reports its streams' progress to the dashboard's process, in seconds.
+REPORT_INTERVAL = 0.25
+#: The pause before starting a child that ended, doubled at each end up to the longest; back to
+#: the first once a child has run for RESTART_RESET seconds.
+RESTART_FIRST = 1.0
+RESTART_LONGEST = 30.0
+RESTART_RESET = 60.0
+#: How long a child asked to stop may take (its writes in flight end first) before it is killed.
+STOP_TIMEOUT = 30.0
+
+
+def snapshot(progress: StreamProgress) -> StreamProgress:
+    """A copy of ``progress`` to send: its history of the stream's growth cut to the one point
+    :meth:`StreamProgress.behind_since` reads, so that the copy answers as the original does."""
+    behind = progress.behind_since()
+    seen = deque([(behind, progress.stream_last_seq)]) if behind is not None else deque()
+    return replace(progress, seen=seen)
+
+
+@dataclass
+class MirrorView:
+    """One source's mirror as the dashboard's process sees it: the child's last report. Counts
+    (``ingested``, ``outages``) go on from where an ended child left them."""
+
+    source: str
+    streams: list[str]
+    holder: str = field(default_factory=new_holder)
+    leader: bool = False
+    progress: dict[str, StreamProgress] = field(init=False)
+    _carried: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.progress = {name: StreamProgress(name, source=self.source) for name in self.streams}
+
+    def update(self, leader: bool, reported: list[StreamProgress]) -> None:
+        progress = dict(self.progress)
+        for p in reported:
+            ingested, outages = self._carried.get(p.stream, (0, 0))
+            progress[p.stream] = replace(p, ingested=p.ingested + ingested, outages=p.outages + outages)
+        self.progress, self.leader = progress, leader
+
+    def ended(self) -> None:
+        """The child reporting for it has ended: not mirroring, its counts kept."""
+        self.leader = False
+        self._carried = {name: (p.ingested, p.outages) for name, p in self.progress.items()}
+
+
+class MirrorProcess:
+    """Runs the mirrors of every source of ``settings`` in a child process, started again when it
+    ends. ``servers``: the NATS URLs for every source (the bundled server's), or None for each
+    source's own."""
+
+    def __init__(self, settings: Settings, servers: list[str] | None = None):
+        self.settings = settings
+        self.servers = servers
+        self.views = {source.name: MirrorView(source.name, mirrored_streams(source_settings(settings, source)))
+                      for source in sources_of(settings)}
+        self.restarts = 0  # children started after one ended
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._proc = None
+        self._conn: Connection | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's process id."""
+        proc = self._proc
+        return proc.pid if proc is not None else None
+
+    def start(self) -> MirrorProcess:
+        self._thread = threading.Thread(target=self._supervise, name="mirror-process", daemon=True)
+        self._thread.start()
+        # Before multiprocessing's own exit handler, which would wait for the child forever.
+        atexit.register(self.stop)
+        return self
+
+    def stop(self) -> None:
+        """Ask the child to stop (its followers end, its leases are released) and wait for it."""
+        self._stopping.set()
+        with self._lock:
+            conn = self._conn
+        if conn is not None:
+            try:
+                conn.send("stop")
+            except OSError:
+                pass  # already ended
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(STOP_TIMEOUT + 10)
+        atexit.unregister(self.stop)
+
+    def _supervise(self) -> None:
+        delay = RESTART_FIRST
+        while True:
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                started = time.monotonic()
+                self._start_child()
+            code = self._follow_child()
+            for view in self.views.values():
+                view.ended()
+            if self._stopping.is_set():
+                return
+            if time.monotonic() - started >= RESTART_RESET:
+                delay = RESTART_FIRST
+            log.warning("the mirror's process ended (exit code %s); starting another in %.0f s", code, delay)
+            if self._stopping.wait(delay):
+                return
+            delay = min(delay * 2, RESTART_LONGEST)
+            self.restarts += 1
+
+    def _start_child(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        holders = {name: view.holder for name, view in self.views.items()}
+        # Not a daemon: a daemon may not start processes, and the child starts its writers. It
+        # ends when its pipe closes, and stop() (also at exit) asks it first.
+        self._proc = context.Process(target=serve, args=(self.settings, self.servers, holders, theirs,
+                                                         logging.getLogger().getEffectiveLevel()),
+                                     name=without_main("dlq-mirror"), daemon=False)
+        self._proc.start()
+        theirs.close()
+        self._conn = ours
+
+    def _follow_child(self) -> int | None:
+        """Apply the child's reports until its pipe closes; its exit code."""
+        conn, proc = self._conn, self._proc
+        try:
+            while True:
+                reports = conn.recv()
+                for name, (leader, progress) in reports.items():
+                    view = self.views.get(name)
+                    if view is not None:
+                        view.update(leader, progress)
+        except (EOFError, OSError):
+            pass
+        proc.join(STOP_TIMEOUT)
+        if proc.is_alive():
+            log.warning("the mirror's process did not stop within %.0f s; killing it", STOP_TIMEOUT)
+            proc.kill()
+            proc.join(10)
+        with self._lock:
+            self._conn = None
+            conn.close()
+        return proc.exitcode
+
+
+def serve(settings: Settings, servers: list[str] | None, holders: dict[str, str], conn: Connection,
+          level: int) -> None:
+    """The child: every source's bridge and mirror, a report every REPORT_INTERVAL, until told
+    to stop, its pipe closes (the dashboard's process ended) or SIGTERM."""
+    # Ctrl-C reaches every process of the terminal's group: the dashboard's process tells this one.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_nats_tracebacks()
+    threading.Thread(target=_until_told, args=(conn, stopping), name="mirror-stop", daemon=True).start()
+    engine = create_db_engine(settings.database_url, connect_timeout=settings.database_connect_timeout)
+    sources = sources_of(settings)
+    parts: list[tuple[Bridge, Mirror]] = []
+    try:
+        for source in sources:
+            own = source_settings(settings, source)
+            bridge = Bridge(own, servers or list(own.nats_urls), source.name, purpose="mirror").start()
+            mirror = Mirror(bridge, engine, own, StreamSetup(own), source.name, holder=holders[source.name],
+                            sharing=len(sources))
+            mirror.start()
+            parts.append((bridge, mirror))
+        while not stopping.wait(REPORT_INTERVAL):
+            try:
+                reports = {m.source: (m.leader, [snapshot(p) for p in list(m.progress.values())]) for _, m in parts}
+            except RuntimeError:  # a stream's history changed while it was read: the next report
+                continue
+            conn.send(reports)
+    except (OSError, EOFError):
+        pass  # the dashboard's process has ended
+    finally:
+        for bridge, _ in parts:
+            bridge.stop()
+        for _, mirror in parts:
+            mirror.close()
+        dispose_quietly(engine)
+        conn.close()
+
+
+def _until_told(conn: Connection, stopping: threading.Event) -> None:
+    try:
+        conn.recv()
+    except (EOFError, OSError):
+        pass
+    stopping.set()

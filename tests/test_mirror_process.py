@@ -1,0 +1,167 @@
+"""``python app.py`` mirrors in a child process of its own (dlq_dashboard/ingest/process.py): the
+dashboard's process tells what the child reports (/healthz, /metrics, the banner), starts another
+when it dies, and takes it down with it however it ends."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+from collections import deque
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import requests
+
+from dlq_dashboard.ingest.process import MirrorView, snapshot
+from dlq_dashboard.ingest.progress import StreamProgress
+from dlq_dashboard.times import utcnow
+
+from . import support
+from .test_replicas import Replica
+
+pytestmark = [pytest.mark.timeout(180)]
+
+
+def test_a_snapshot_answers_as_the_progress_it_copies():
+    progress = StreamProgress("DLQ", epoch="e1", last_seq=10, stream_last_seq=10, ingested=10)
+    for seq in range(11, 2000):  # a long history of growth: the copy keeps one point of it
+        progress.saw_stream(seq)
+    progress.stuck(RuntimeError("disk full"))
+    copy = snapshot(progress)
+    assert (copy.lag, copy.error, copy.stuck_since, copy.behind_since()) == \
+        (progress.lag, progress.error, progress.stuck_since, progress.behind_since())
+    assert copy.behind_since() is not None and len(copy.seen) == 1
+    progress.committed(1999, 1989)
+    assert snapshot(progress).behind_since() is None and not snapshot(progress).seen
+
+
+def test_a_view_keeps_its_counts_across_the_children_that_report_for_it():
+    view = MirrorView("default", ["DLQ"])
+    assert not view.leader and view.progress["DLQ"].ingested == 0
+    view.update(True, [StreamProgress("DLQ", last_seq=5, ingested=5, outages=1)])
+    assert view.leader and view.progress["DLQ"].ingested == 5
+    view.ended()
+    assert not view.leader
+    view.update(True, [StreamProgress("DLQ", last_seq=8, ingested=3)])
+    assert (view.progress["DLQ"].last_seq, view.progress["DLQ"].ingested, view.progress["DLQ"].outages) == (8, 8, 1)
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], deque(children(pid))
+    while todo:
+        child = todo.popleft()
+        found.append(child)
+        try:
+            todo.extend(children(child))
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def mirror_child(pid: int) -> int:
+    """The dashboard's mirror process (multiprocessing's spawned child, not its resource tracker)."""
+    spawned = [child for child in children(pid)
+               if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes() and not support.gone(child)]
+    assert len(spawned) == 1, spawned
+    return spawned[0]
+
+
+def metric(url: str, name: str) -> float | None:
+    text = requests.get(f"{url}/metrics", timeout=5).text
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def count(db: Path) -> int:
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def dead_letter(url: str, count: int, start: int) -> None:
+    support.run(support.publish_fast(url, "dlq.orders.created", count, lambda i: (
+        f'{{"order_id": "o-{start + i}"}}'.encode(), support.dlq_headers("orders.created", Dlq_Reason="fatal"))))
+
+
+@pytest.mark.slow
+def test_app_py_mirrors_in_a_child_it_watches_restarts_and_takes_down_with_it(tmp_path, nats_server):
+    db = tmp_path / "dlq.sqlite3"
+    support.migrated_sqlite(db)
+    support.make_orders_stream(nats_server.url)
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{db}", "NATS_URL": nats_server.url, "SECRET_KEY": "child",
+           "PYTHONUNBUFFERED": "1"}
+    app = Replica("app", tmp_path, env).start()
+    try:
+        dead_letter(nats_server.url, 200, 0)
+        support.wait_for(lambda: count(db) == 200, timeout=30, message="200 entries")
+        child = mirror_child(app.proc.pid)
+        # The pages' process holds the lease through its child, and says so as before.
+        support.wait_for(lambda: app.leads() and metric(app.url, 'dlq_mirror_ingested_total{stream="DLQ"}') == 200,
+                         timeout=10, message="the child's progress in /healthz and /metrics")
+        assert metric(app.url, "dlq_mirror_leader") == 1
+
+        # A write failing in the child is the parent's news: /healthz degraded, the stream stuck.
+        with sqlite3.connect(db) as conn:
+            conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON entries BEGIN "
+                         "SELECT RAISE(ABORT, 'refused for the test'); END")
+        dead_letter(nats_server.url, 1, 200)
+
+        def stuck() -> bool:
+            streams = (app.health() or {}).get("mirror", {}).get("streams", {})
+            return (streams.get("DLQ") or {}).get("stuck_since") is not None
+
+        support.wait_for(stuck, timeout=30, message="the stuck stream in /healthz")
+        assert requests.get(f"{app.url}/healthz", timeout=5).status_code == 503
+        assert metric(app.url, 'dlq_mirror_stuck{stream="DLQ"}') == 1
+        with sqlite3.connect(db) as conn:
+            conn.execute("DROP TRIGGER refuse")
+        support.wait_for(lambda: count(db) == 201 and app.healthy(), timeout=30, message="the stuck write to land")
+
+        # A mirror process that dies is started again, and the count goes on from where it was.
+        os.kill(child, signal.SIGKILL)
+        support.wait_for(lambda: "the mirror's process ended (exit code -9)" in app.log(), timeout=10,
+                         message="the parent to notice")
+        dead_letter(nats_server.url, 50, 201)
+        support.wait_for(lambda: count(db) == 251, timeout=30, message="the new child to mirror")
+        assert mirror_child(app.proc.pid) != child
+        support.wait_for(lambda: metric(app.url, 'dlq_mirror_ingested_total{stream="DLQ"}') == 251, timeout=10,
+                         message="the count carried over")
+
+        # kill -9 of the dashboard's process: the mirror's process, its writer and its leases go too.
+        tree = descendants(app.proc.pid)
+        app.kill()
+        support.wait_for(lambda: all(support.gone(pid) for pid in tree), timeout=30,
+                         message=f"the processes {tree} to end with their parent")
+        with sqlite3.connect(db) as conn:
+            (expires,) = conn.execute("SELECT expires_at FROM leases WHERE name = 'mirror'").fetchone()
+        assert expires < (utcnow() - timedelta(minutes=1)).isoformat(" "), "the mirror lease was not released"
+    finally:
+        app.stop()
+
+
+@pytest.mark.slow
+def test_app_py_stops_its_mirror_process_on_sigterm(tmp_path, nats_server):
+    db = tmp_path / "dlq.sqlite3"
+    support.migrated_sqlite(db)
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{db}", "NATS_URL": nats_server.url, "SECRET_KEY": "child",
+           "PYTHONUNBUFFERED": "1"}
+    app = Replica("app", tmp_path, env).start()
+    support.wait_for(app.leads, timeout=20, message="the lease")
+    tree = descendants(app.proc.pid)
+    assert tree
+    app.proc.send_signal(signal.SIGTERM)
+    assert app.proc.wait(30) == 0, app.log()[-2000:]
+    support.wait_for(lambda: all(support.gone(pid) for pid in tree), timeout=10, message="the children to end")
+    assert "Traceback" not in app.log(), app.log()[-3000:]
