@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from dlq_dashboard.ingest import process
 from dlq_dashboard.ingest.process import MirrorView, snapshot
 from dlq_dashboard.ingest.progress import StreamProgress
+from dlq_dashboard.runtime import Runtime
 from dlq_dashboard.times import utcnow
 
 from . import support
@@ -47,6 +49,55 @@ def test_a_view_keeps_its_counts_across_the_children_that_report_for_it():
     assert not view.leader
     view.update(True, [StreamProgress("DLQ", last_seq=8, ingested=3)])
     assert (view.progress["DLQ"].last_seq, view.progress["DLQ"].ingested, view.progress["DLQ"].outages) == (8, 8, 1)
+
+
+def test_a_view_whose_child_is_silent_tells_its_streams_as_stuck_from_the_last_report(monkeypatch):
+    monkeypatch.setattr(process, "SILENT_STUCK", 0.3)
+    view = MirrorView("default", ["DLQ", "DLQ_ADVISORIES"])
+    before = utcnow()
+    view.update(True, [StreamProgress("DLQ", last_seq=5), StreamProgress("DLQ_ADVISORIES", last_seq=2)])
+    assert all(p.error is None for p in view.progress.values())
+    support.wait_for(lambda: view.progress["DLQ"].error is not None, timeout=5, message="the silence told")
+    dlq = view.progress["DLQ"]
+    assert "the mirror's process has not reported for" in dlq.error
+    assert before <= dlq.stuck_since <= utcnow() and dlq.last_seq == 5
+    # A stream stuck for a reason of its own keeps it; a report ends the silence.
+    failing = StreamProgress("DLQ", last_seq=6)
+    failing.stuck(RuntimeError("disk full"))
+    view.update(True, [failing])
+    assert view.progress["DLQ_ADVISORIES"].error is None  # heard just now
+    support.wait_for(lambda: view.progress["DLQ_ADVISORIES"].error is not None, timeout=5, message="silence again")
+    assert view.progress["DLQ"].error == "RuntimeError: disk full"
+    # A view that does not mirror (another process holds the lease, or the child ended) claims nothing.
+    view.ended()
+    assert view.progress["DLQ_ADVISORIES"].error is None and view.progress["DLQ"].error == "RuntimeError: disk full"
+
+
+@pytest.mark.slow
+def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tmp_path, nats_server, monkeypatch,
+                                                                             caplog):
+    monkeypatch.setattr(process, "SILENT_STUCK", 1.0)
+    monkeypatch.setattr(process, "SILENT_KILL", 4.0)
+    db = tmp_path / "dlq.sqlite3"
+    support.migrated_sqlite(db)
+    support.make_orders_stream(nats_server.url)
+    rt = Runtime.create(support.make_settings(tmp_path, nats_server.url)).start(mirror_process=True)
+    try:
+        view = rt.mirror
+        support.wait_for(lambda: view.leader, timeout=30, message="the child to take the lease")
+        child = rt.mirror_process.pid
+        os.kill(child, signal.SIGSTOP)  # neither reports nor ends
+        support.wait_for(lambda: view.progress["DLQ"].error is not None, timeout=10, message="the silence told")
+        assert "has not reported" in view.progress["DLQ"].error
+        support.wait_for(lambda: rt.mirror_process.restarts == 1 and view.leader and rt.mirror_process.pid != child,
+                         timeout=30, message="another child in its place")
+        assert support.gone(child)
+        assert f"the mirror's process (pid {child}) has not reported for 4 s; killing it" in caplog.text
+        assert view.progress["DLQ"].error is None
+        dead_letter(nats_server.url, 5, 0)
+        support.wait_for(lambda: count(db) == 5, timeout=30, message="the new child to mirror")
+    finally:
+        rt.stop()
 
 
 def children(pid: int) -> list[int]:

@@ -10,7 +10,9 @@ the purge and the reopening ask), brought up to date from the child's report eve
 REPORT_INTERVAL. When the child ends it is started again, after a pause that doubles from
 RESTART_FIRST up to RESTART_LONGEST, with the same lease holders, so that it takes its leases back
 at once. It ends with the dashboard's process, however that ends: its pipe closes, and it stops
-its followers and releases its leases.
+its followers and releases its leases. A child that neither reports nor ends (stopped, or hung) is
+not left to hold the mirror without a word: after SILENT_STUCK its streams are told as stuck
+(/healthz, the banner, /metrics), after SILENT_KILL it is killed and started again.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from multiprocessing.connection import Connection
 
 from ..children import without_main
@@ -33,6 +36,7 @@ from ..nats.bridge import Bridge
 from ..nats.client_log import quiet_nats_tracebacks
 from ..nats.streams import StreamSetup
 from ..sources import source_settings, sources_of
+from ..times import utcnow
 from .mirror import Mirror
 from .progress import StreamProgress, mirrored_streams
 
@@ -47,6 +51,10 @@ RESTART_LONGEST = 30.0
 RESTART_RESET = 60.0
 #: How long a child asked to stop may take (its writes in flight end first) before it is killed.
 STOP_TIMEOUT = 30.0
+#: A child that has not reported for this long (it reports every REPORT_INTERVAL) is told as stuck
+#: on every stream it mirrors; one silent for SILENT_KILL is killed, and another started.
+SILENT_STUCK = 10.0
+SILENT_KILL = 60.0
 
 
 def snapshot(progress: StreamProgress) -> StreamProgress:
@@ -66,23 +74,37 @@ class MirrorView:
     streams: list[str]
     holder: str = field(default_factory=new_holder)
     leader: bool = False
-    progress: dict[str, StreamProgress] = field(init=False)
+    _reported: dict[str, StreamProgress] = field(init=False, repr=False)
     _carried: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
+    _heard: float = field(default_factory=time.monotonic, repr=False)  # the last report's time
+    _heard_at: datetime = field(default_factory=utcnow, repr=False)
 
     def __post_init__(self) -> None:
-        self.progress = {name: StreamProgress(name, source=self.source) for name in self.streams}
+        self._reported = {name: StreamProgress(name, source=self.source) for name in self.streams}
+
+    @property
+    def progress(self) -> dict[str, StreamProgress]:
+        """Each stream's progress as last reported; while mirroring, stuck from the last report on
+        once the child has been silent for SILENT_STUCK (unless it said why already)."""
+        silent = time.monotonic() - self._heard
+        if not self.leader or silent < SILENT_STUCK:
+            return self._reported
+        error = f"the mirror's process has not reported for {silent:.0f} s"
+        return {name: p if p.error else replace(p, error=error, stuck_since=self._heard_at)
+                for name, p in self._reported.items()}
 
     def update(self, leader: bool, reported: list[StreamProgress]) -> None:
-        progress = dict(self.progress)
+        progress = dict(self._reported)
         for p in reported:
             ingested, outages = self._carried.get(p.stream, (0, 0))
             progress[p.stream] = replace(p, ingested=p.ingested + ingested, outages=p.outages + outages)
-        self.progress, self.leader = progress, leader
+        self._heard, self._heard_at = time.monotonic(), utcnow()
+        self._reported, self.leader = progress, leader
 
     def ended(self) -> None:
         """The child reporting for it has ended: not mirroring, its counts kept."""
         self.leader = False
-        self._carried = {name: (p.ingested, p.outages) for name, p in self.progress.items()}
+        self._carried = {name: (p.ingested, p.outages) for name, p in self._reported.items()}
 
 
 class MirrorProcess:
@@ -164,10 +186,18 @@ class MirrorProcess:
         self._conn = ours
 
     def _follow_child(self) -> int | None:
-        """Apply the child's reports until its pipe closes; its exit code."""
+        """Apply the child's reports until its pipe closes, or kill it once it has been silent for
+        SILENT_KILL; its exit code."""
         conn, proc = self._conn, self._proc
         try:
             while True:
+                if not conn.poll(SILENT_STUCK):
+                    log.warning("the mirror's process (pid %s) has not reported for %.0f s", proc.pid, SILENT_STUCK)
+                    if not conn.poll(SILENT_KILL - SILENT_STUCK):
+                        log.warning("the mirror's process (pid %s) has not reported for %.0f s; killing it",
+                                    proc.pid, SILENT_KILL)
+                        proc.kill()
+                        break
                 reports = conn.recv()
                 for name, (leader, progress) in reports.items():
                     view = self.views.get(name)
