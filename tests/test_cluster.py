@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import nats
 import nats.js.errors
@@ -18,7 +19,7 @@ from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 BACKLOG = 20_000
 # The tests' own JetStream API calls to the cluster: an R3 stream's create or delete can take longer
@@ -26,6 +27,8 @@ BACKLOG = 20_000
 JS_TIMEOUT = 20
 # A stream's followers wait several seconds before they elect a new leader.
 FAILOVER = 45
+# How long a test's teardown asks for its streams' deletion.
+TEARDOWN = 60
 
 
 @pytest.fixture(scope="module")
@@ -50,19 +53,27 @@ def cluster_settings(cluster, tmp_path):
 
     async def delete_streams():
         nc = await nats.connect(cluster.urls)
+        deadline = time.monotonic() + TEARDOWN
         try:
             # A test may end before its streams were made; a three-node cluster on a busy machine
-            # may take longer than nats-py's 5 s to answer.
+            # may take longer than nats-py's 5 s to answer, and once a delete went unanswered for
+            # 20 s (a node restarted by the test still settling): asked again until the deadline.
             js = nc.jetstream(timeout=JS_TIMEOUT)
             for stream in (settings.dlq_stream, settings.advisory_stream):
-                try:
-                    await js.delete_stream(stream)
-                except nats.js.errors.NotFoundError:
-                    pass
+                while True:
+                    try:
+                        await js.delete_stream(stream)
+                    except nats.js.errors.NotFoundError:
+                        pass  # never made, or deleted by a request whose answer was lost
+                    except nats.errors.TimeoutError:
+                        if time.monotonic() > deadline:
+                            raise
+                        continue
+                    break
         finally:
             await nc.close()
 
-    support.run(delete_streams(), timeout=2 * JS_TIMEOUT + 10)
+    support.run(delete_streams(), timeout=TEARDOWN + JS_TIMEOUT + 10)
 
 
 @pytest.fixture
