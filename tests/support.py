@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -467,6 +468,32 @@ def frozen(server):
         yield
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
+
+
+@contextmanager
+def writer_stopped(rt):
+    """The mirror's writer process of runtime ``rt`` stopped with SIGSTOP (the mirror receives,
+    nothing is committed), continued with SIGCONT afterwards whatever happens. On SQLite it is
+    stopped while this holds the database's write lock, so never inside a transaction of its own:
+    stopped there, it would keep every other writer waiting until "database is locked" (seen once
+    in CI, when the search pass had just begun)."""
+    pid = rt.mirror._process._proc.pid
+    url = rt.engine.url
+    try:
+        if url.get_backend_name() == "sqlite":
+            conn = sqlite3.connect(url.database, timeout=30, isolation_level=None)
+            try:
+                conn.execute("BEGIN IMMEDIATE")  # the writer holds no transaction now, nor can begin one
+                os.kill(pid, signal.SIGSTOP)
+                wait_for(lambda: _all_threads_stopped(pid), timeout=10, message="every thread of the writer to stop")
+                conn.execute("ROLLBACK")
+            finally:
+                conn.close()
+        else:
+            os.kill(pid, signal.SIGSTOP)
+        yield pid
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 # --- a web server in a thread ------------------------------------------------------------------

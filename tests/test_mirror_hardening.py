@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import signal
 import threading
 from concurrent.futures import Future
 
@@ -234,9 +232,7 @@ def test_an_advisory_batch_whose_payloads_take_long_to_fetch_is_not_overtaken_by
 def test_mirror_lag_in_healthz_counts_the_advisory_stream_as_well_as_the_dlq(app, nats_server):
     rt = runtime_of(app)
     support.dead_letter_orders(app, nats_server.url, [b"{}"])  # the writer process starts with its first write
-    writer = rt.mirror._process._proc.pid
-    os.kill(writer, signal.SIGSTOP)  # the mirror receives, nothing is committed
-    try:
+    with support.writer_stopped(rt):  # the mirror receives, nothing is committed
         async def terminate_three():
             nc, _, pulled = await _pull_orders(nats_server.url, 3)
             try:
@@ -249,8 +245,6 @@ def test_mirror_lag_in_healthz_counts_the_advisory_stream_as_well_as_the_dlq(app
                                 message="mirror_lag to count the three advisories")
         assert body["mirror"]["streams"]["DLQ_ADVISORIES"]["lag"] == 3
         assert body["mirror"]["streams"]["DLQ"]["lag"] == 0
-    finally:
-        os.kill(writer, signal.SIGCONT)
     support.wait_for(lambda: well(app), timeout=20, message="the lag to go once the writer answers")
     assert len(advisory_entries(rt.engine)) == 3
 
@@ -328,9 +322,7 @@ def test_a_replica_that_does_not_mirror_counts_every_stream_from_the_committed_p
         assert body["mirror"]["streams"]["DLQ"]["last_seq"] == 3
         assert body["mirror"]["streams"]["DLQ_ADVISORIES"]["last_seq"] == 0
 
-        writer = rt.mirror._process._proc.pid
-        os.kill(writer, signal.SIGSTOP)  # the replica that mirrors commits nothing meanwhile
-        try:
+        with support.writer_stopped(rt):  # the replica that mirrors commits nothing meanwhile
             async def terminate_two():
                 nc, _, pulled = await _pull_orders(nats_server.url, 2)
                 try:
@@ -344,8 +336,6 @@ def test_a_replica_that_does_not_mirror_counts_every_stream_from_the_committed_p
                                     message="the other replica to count four dead letters and two advisories")
             assert body["mirror"]["streams"]["DLQ"]["lag"] == 4
             assert body["mirror"]["streams"]["DLQ_ADVISORIES"]["lag"] == 2
-        finally:
-            os.kill(writer, signal.SIGCONT)
         support.wait_for(lambda: health(other)[1]["mirror_lag"] == 0, timeout=20, message="the lag to go")
     finally:
         second.stop()

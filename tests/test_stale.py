@@ -5,9 +5,7 @@ with SIGSTOP (it keeps its TCP connection, so the client alone would not notice 
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import time
 
 import pytest
@@ -246,7 +244,6 @@ def test_the_banner_says_how_far_the_mirror_is_behind_while_its_writer_is_held(t
     app = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url, mirror_stale_after=0.5),
                       "TESTING": True})
     rt = runtime_of(app).start()
-    writer = None
     try:
         assert rt.bridge.wait_connected(10)
         support.wait_for(lambda: all(p.epoch for p in rt.mirror.progress.values()), message="the mirror")
@@ -254,23 +251,17 @@ def test_the_banner_says_how_far_the_mirror_is_behind_while_its_writer_is_held(t
         viewer = support.logged_in(app, "viewer")
         assert "The list is behind" not in banner(viewer)
 
-        writer = rt.mirror._process._proc.pid
-        os.kill(writer, signal.SIGSTOP)  # the mirror receives, nothing is committed
-        support.run(support.publish_fast(nats_server.url, "dlq.orders.created", 20,
-                                         lambda i: (PAYLOAD, support.dlq_headers())))
-        text = support.wait_for(lambda: "The list is behind" in (t := banner(viewer)) and t,
-                                timeout=20, message="the banner to say the mirror lags")
-        assert "20 messages of stream DLQ not mirrored yet" in text and "the oldest waiting since" in text
-        health = app.test_client().get("/healthz").get_json()
-        assert health["mirror"]["streams"]["DLQ"]["lag"] == 20
-        assert health["mirror"]["streams"]["DLQ"]["behind_since"]
-
-        os.kill(writer, signal.SIGCONT)
-        writer = None
+        with support.writer_stopped(rt):  # the mirror receives, nothing is committed
+            support.run(support.publish_fast(nats_server.url, "dlq.orders.created", 20,
+                                             lambda i: (PAYLOAD, support.dlq_headers())))
+            text = support.wait_for(lambda: "The list is behind" in (t := banner(viewer)) and t,
+                                    timeout=20, message="the banner to say the mirror lags")
+            assert "20 messages of stream DLQ not mirrored yet" in text and "the oldest waiting since" in text
+            health = app.test_client().get("/healthz").get_json()
+            assert health["mirror"]["streams"]["DLQ"]["lag"] == 20
+            assert health["mirror"]["streams"]["DLQ"]["behind_since"]
         support.wait_for(lambda: "The list is behind" not in banner(viewer), timeout=30,
                          message="the banner to go once the mirror caught up")
         assert support.entry_count(rt.engine) == 21
     finally:
-        if writer is not None:
-            os.kill(writer, signal.SIGCONT)
         rt.stop()

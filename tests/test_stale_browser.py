@@ -4,9 +4,7 @@ both recover by themselves."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 
 import pytest
 from playwright.sync_api import expect
@@ -96,14 +94,10 @@ def test_the_banner_says_how_far_behind_the_list_is_while_the_mirror_lags(app, l
     banner = page.locator("[data-status-banner]")
     expect(banner).not_to_contain_text("behind")
 
-    writer = rt.mirror._process._proc.pid
-    os.kill(writer, signal.SIGSTOP)  # the mirror receives, nothing is committed
-    try:
+    with support.writer_stopped(rt):  # the mirror receives, nothing is committed
         support.run(support.publish_fast(nats_server.url, "dlq.orders.created", 7,
                                          lambda i: (PAYLOAD, support.dlq_headers())))
         expect(banner).to_contain_text("The list is behind NATS: 7 messages of stream DLQ not mirrored yet",
                                        timeout=WITHIN)
         expect(banner).to_contain_text("the oldest waiting since")
-    finally:
-        os.kill(writer, signal.SIGCONT)
     expect(banner).not_to_contain_text("behind", timeout=WITHIN)
