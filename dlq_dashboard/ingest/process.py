@@ -1,8 +1,8 @@
 """The mirror in a process of its own, as ``python app.py`` runs it: the mirror's NATS
 connections, its followers and their parsing run in a child process (which starts its writer,
 writer.py, as before), and the pages in the dashboard's process, so that a page does not wait for
-the interpreter lock that receiving a backlog holds (docs/PERFORMANCE.md, "The pages in a process
-of their own").
+the interpreter lock that receiving a backlog holds (docs/PERFORMANCE.md, "The mirror in a process
+of its own").
 
 The dashboard's process sees each source's mirror as a :class:`MirrorView`, with ``leader`` and
 ``progress`` as a Mirror has them (what /healthz, /metrics, the banner and /sources read, and what
