@@ -1,11 +1,14 @@
 """The NATS bridge: one thread owns the client, its first connection is bounded, it reconnects."""
 
+import asyncio
+import concurrent.futures
+import logging
 import threading
 import time
 
 import pytest
 
-from dlq_dashboard.nats.bridge import Bridge, NatsUnavailable
+from dlq_dashboard.nats.bridge import Bridge, NatsUnavailable, on_loop
 from dlq_dashboard.nats.server import NatsServer, free_port
 
 from . import support
@@ -78,3 +81,57 @@ def test_a_call_that_takes_too_long_raises_instead_of_hanging(tmp_path, nats_ser
         assert time.monotonic() - started < 4
     finally:
         bridge.stop()
+
+
+class _ClosedUnseen(asyncio.SelectorEventLoop):
+    """A loop that closes between asyncio's look at it and the hand-over of an outcome: the race
+    a stop meets when a writer answers just then."""
+
+    hiding = False  # while set, the loop looks open though it is closed
+
+    def is_closed(self) -> bool:
+        return not self.hiding and super().is_closed()
+
+
+def test_an_outcome_arriving_as_the_loop_closes_is_dropped_without_a_traceback(caplog):
+    loop = _ClosedUnseen()
+    answered: concurrent.futures.Future = concurrent.futures.Future()
+    on_loop(answered, loop)
+    loop.close()
+    loop.hiding = True
+    with caplog.at_level(logging.DEBUG):
+        answer = threading.Thread(target=answered.set_result, args=("committed",))
+        answer.start()
+        answer.join()
+    loop.hiding = False
+    assert answered.result() == "committed"
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR], caplog.text
+
+
+def test_on_loop_gives_the_outcome_and_passes_a_cancel_back():
+    loop = asyncio.new_event_loop()
+    try:
+        async def wait_for(answer: concurrent.futures.Future):
+            return await on_loop(answer, asyncio.get_running_loop())
+
+        answered: concurrent.futures.Future = concurrent.futures.Future()
+        threading.Timer(0.05, answered.set_result, args=(7,)).start()
+        assert loop.run_until_complete(wait_for(answered)) == 7
+
+        failed: concurrent.futures.Future = concurrent.futures.Future()
+        threading.Timer(0.05, failed.set_exception, args=(ValueError("refused"),)).start()
+        with pytest.raises(ValueError, match="refused"):
+            loop.run_until_complete(wait_for(failed))
+
+        abandoned: concurrent.futures.Future = concurrent.futures.Future()
+
+        async def give_up():
+            waiting = asyncio.ensure_future(wait_for(abandoned))
+            await asyncio.sleep(0.01)
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+
+        loop.run_until_complete(give_up())
+        assert abandoned.cancelled()
+    finally:
+        loop.close()

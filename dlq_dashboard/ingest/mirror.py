@@ -34,7 +34,7 @@ from ..alerts.outbox import AlertRule
 from ..config import Settings
 from ..db.leases import acquire_lease, new_holder, release_lease
 from ..db.mirror_reports import encode_report
-from ..nats.bridge import Bridge
+from ..nats.bridge import Bridge, on_loop
 from ..nats.streams import StreamSetup, read_message, stream_epoch
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
@@ -113,17 +113,18 @@ class Mirror:
         self._process.close()
 
     async def _db(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+        return await on_loop(self._writer.submit(fn, *args), asyncio.get_running_loop())
 
     async def _send(self, name: str, *args) -> asyncio.Future:
         """Hand a write to the writer process; the future has its outcome. It is sent (pickled)
         on the writer thread, which takes what it is given in order, so the writer process gets
         the writes in the order of the calls while the caller prepares the next batch, and runs
         them in that order."""
-        sent = asyncio.get_running_loop().run_in_executor(self._writer, self._process.submit, name, *args)
+        loop = asyncio.get_running_loop()
+        sent = on_loop(self._writer.submit(self._process.submit, name, *args), loop)
 
         async def outcome():
-            return await asyncio.wrap_future(await sent)
+            return await on_loop(await sent, loop)
 
         return asyncio.ensure_future(outcome())
 

@@ -358,6 +358,40 @@ def close_loop(loop: asyncio.AbstractEventLoop, timeout: float = 5.0) -> None:
         loop.close()
 
 
+def on_loop(future: concurrent.futures.Future, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+    """``future``, settled by another thread, as a future of ``loop``: ``asyncio.wrap_future``,
+    except that an outcome arriving while the loop closes is dropped. asyncio looks whether the
+    loop is closed and then hands the outcome over; a loop closed between the two (a stop while a
+    thread or process answers) raises RuntimeError in the settling thread, which
+    concurrent.futures logs with its traceback. Cancelling the result cancels ``future``."""
+    waiter = loop.create_future()
+
+    def cancel_source(waited: asyncio.Future) -> None:
+        if waited.cancelled():
+            future.cancel()
+
+    def hand_over(settled: concurrent.futures.Future) -> None:
+        try:
+            loop.call_soon_threadsafe(_copy_outcome, settled, waiter)
+        except RuntimeError:  # the loop has closed: nothing waits for the outcome any more
+            pass
+
+    waiter.add_done_callback(cancel_source)
+    future.add_done_callback(hand_over)
+    return waiter
+
+
+def _copy_outcome(settled: concurrent.futures.Future, waiter: asyncio.Future) -> None:
+    if waiter.done():
+        return
+    if settled.cancelled():
+        waiter.cancel()
+    elif settled.exception() is not None:
+        waiter.set_exception(settled.exception())
+    else:
+        waiter.set_result(settled.result())
+
+
 async def cancel_and_wait(tasks, timeout: float) -> set[asyncio.Task]:
     """Cancel ``tasks`` once and wait up to ``timeout`` seconds for them to end; returns those
     still running. Once: a task may finish what it must after its cancel (the mirror lets its
