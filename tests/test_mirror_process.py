@@ -18,10 +18,12 @@ import requests
 from dlq_dashboard.ingest import process
 from dlq_dashboard.ingest.process import MirrorView, snapshot
 from dlq_dashboard.ingest.progress import StreamProgress
-from dlq_dashboard.runtime import Runtime
+from dlq_dashboard import create_app
+from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
 
 from . import support
+from .test_mirror_hardening import health
 from .test_replicas import Replica
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -81,14 +83,20 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
     db = tmp_path / "dlq.sqlite3"
     support.migrated_sqlite(db)
     support.make_orders_stream(nats_server.url)
-    rt = Runtime.create(support.make_settings(tmp_path, nats_server.url)).start(mirror_process=True)
+    app = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url), "TESTING": True})
+    rt = runtime_of(app).start(mirror_process=True)
     try:
         view = rt.mirror
         support.wait_for(lambda: view.leader, timeout=30, message="the child to take the lease")
+        assert health(app)[0] == 200
         child = rt.mirror_process.pid
         os.kill(child, signal.SIGSTOP)  # neither reports nor ends
         support.wait_for(lambda: view.progress["DLQ"].error is not None, timeout=10, message="the silence told")
         assert "has not reported" in view.progress["DLQ"].error
+        status, body = health(app)  # what an operator's probe sees
+        assert status == 503, body
+        assert "has not reported" in body["mirror"]["streams"]["DLQ"]["error"]
+        assert body["mirror"]["streams"]["DLQ"]["stuck_since"]
         support.wait_for(lambda: rt.mirror_process.restarts == 1 and view.leader and rt.mirror_process.pid != child,
                          timeout=30, message="another child in its place")
         assert support.gone(child)
@@ -96,6 +104,7 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
         assert view.progress["DLQ"].error is None
         dead_letter(nats_server.url, 5, 0)
         support.wait_for(lambda: count(db) == 5, timeout=30, message="the new child to mirror")
+        support.wait_for(lambda: health(app)[0] == 200, timeout=10, message="/healthz well again")
     finally:
         rt.stop()
 
