@@ -135,3 +135,33 @@ def test_on_loop_gives_the_outcome_and_passes_a_cancel_back():
         assert abandoned.cancelled()
     finally:
         loop.close()
+
+
+def test_a_call_in_flight_or_made_while_the_bridge_stops_is_told_as_unavailable(tmp_path, nats_server):
+    # waitress closes its socket before the runtime stops, but a request it is serving still runs:
+    # its NATS call must end in NatsUnavailable (a clear answer), not a cancel or a closed loop.
+    bridge = Bridge(support.make_settings(tmp_path, nats_server.url), [nats_server.url]).start()
+    assert bridge.wait_connected(10)
+    outcome: list[BaseException] = []
+    started = threading.Event()
+
+    async def wait_long():
+        started.set()
+        await asyncio.sleep(30)
+
+    def waiting_call():
+        try:
+            bridge.call(wait_long, timeout=60)
+        except BaseException as exc:  # noqa: BLE001 - the test looks at what was raised
+            outcome.append(exc)
+
+    caller = threading.Thread(target=waiting_call)
+    caller.start()
+    assert started.wait(10), "the call did not start on the bridge"
+    bridge.stop()
+    caller.join(10)
+    assert not caller.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], NatsUnavailable), outcome
+    assert "stopping" in str(outcome[0])
+    with pytest.raises(NatsUnavailable, match="stopping"):
+        bridge.call(lambda: bridge.nc.flush())

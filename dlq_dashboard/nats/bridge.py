@@ -34,6 +34,8 @@ T = TypeVar("T")
 
 # How often a thread waiting in call() looks whether the probe has given up on the server.
 CALL_SLICE = 0.05
+# What a call is told once the bridge stops (the dashboard is shutting down).
+STOPPING = "the dashboard is stopping; NATS is no longer reachable from it"
 
 
 class NatsUnavailable(RuntimeError):
@@ -149,16 +151,23 @@ class Bridge:
 
         Raises NatsUnavailable at once when NATS is not usable, when the call times out, and as
         soon as the probe declares the server unreachable while the call waits (what the call
-        sent may still arrive: for a publish the outcome is unknown).
+        sent may still arrive: for a publish the outcome is unknown), and once the bridge stops.
         """
+        if self._stopping:
+            raise NatsUnavailable(STOPPING)
         if not self.state.connected:
             raise NatsUnavailable(self.state.reason())
         timeout = self.settings.request_timeout if timeout is None else timeout
-        future = asyncio.run_coroutine_threadsafe(_awaiting(make), self.loop)
+        try:
+            future = asyncio.run_coroutine_threadsafe(_awaiting(make), self.loop)
+        except RuntimeError:  # the loop closed since the look above
+            raise NatsUnavailable(STOPPING) from None
         deadline = time.monotonic() + timeout
         while True:
             try:
                 return future.result(max(min(CALL_SLICE, deadline - time.monotonic()), 0))
+            except concurrent.futures.CancelledError:  # stop() cancels what runs on the bridge
+                raise NatsUnavailable(STOPPING if self._stopping else "the NATS call was cancelled") from None
             except concurrent.futures.TimeoutError:
                 if future.done():  # the coroutine's own timeout (TimeoutError) ended it
                     raise NatsUnavailable(f"NATS did not answer within {timeout:g} s") from None
