@@ -133,8 +133,14 @@ def bridge_server(cluster, app):
 def test_with_three_replicas_the_dashboard_creates_replicated_streams(cluster, cluster_settings, start_dashboard):
     app = start_dashboard()
     rt = runtime_of(app)
+    def elected(name: str):
+        # A stream just created answers before its replicas have elected a leader (leader None).
+        info = rt.bridge.call(lambda: rt.bridge.js.stream_info(name))
+        return info if info.cluster is not None and info.cluster.leader else None
+
     for stream in (cluster_settings.dlq_stream, cluster_settings.advisory_stream):
-        info = rt.bridge.call(lambda name=stream: rt.bridge.js.stream_info(name))
+        info = support.wait_for(lambda name=stream: elected(name), timeout=FAILOVER,
+                                message=f"{stream}'s replicas to elect a leader")
         assert info.config.num_replicas == 3
         assert info.cluster.leader in {server.server_name for server in cluster.servers}
         followers = {peer.name for peer in info.cluster.replicas}
@@ -168,8 +174,8 @@ def test_the_stream_leader_crashing_mid_backlog_loses_nothing_and_doubles_nothin
     publish(cluster.urls[0], "dlq.orders.created", BACKLOG)
     app = start_dashboard()
     engine, client = runtime_of(app).engine, app.test_client()
-    leader = cluster.stream_leader(cluster_settings.dlq_stream)
-    assert leader is not None
+    leader = support.wait_for(lambda: cluster.stream_leader(cluster_settings.dlq_stream), timeout=FAILOVER,
+                              message="the stream's leader to report itself")
 
     support.wait_for(lambda: support.entry_count(engine) > 0, timeout=30, message="the mirror to begin")
     leader.kill()
