@@ -18,6 +18,7 @@ not left to hold the mirror without a word: after SILENT_STUCK its streams are t
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import multiprocessing
 import signal
@@ -238,6 +239,10 @@ def serve(settings: Settings, servers: list[str] | None, holders: dict[str, str]
                             sharing=len(sources))
             mirror.start()
             parts.append((bridge, mirror))
+        # What the start made (modules, engines, bridges) lives as long as the child: the
+        # collector need not walk it again at every full collection, which a backlog's many
+        # new objects a message bring about (as cli/main.py and the writer do).
+        gc.freeze()
         while not stopping.wait(REPORT_INTERVAL):
             try:
                 reports = {m.source: (m.leader, [snapshot(p) for p in list(m.progress.values())]) for _, m in parts}
