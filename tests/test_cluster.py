@@ -3,6 +3,7 @@ mirror that loses nothing and stores nothing twice when a node crashes under it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -98,11 +99,18 @@ def create_streams(settings) -> None:
     async def ensure():
         nc = await nats.connect(list(settings.nats_urls))
         try:
-            await StreamSetup(settings).ensure(nc.jetstream(timeout=JS_TIMEOUT))
+            js = nc.jetstream(timeout=JS_TIMEOUT)
+            await StreamSetup(settings).ensure(js)
+            # A stream just created has no leader for a moment, and a publish then goes unanswered.
+            deadline = time.monotonic() + FAILOVER
+            for stream in (settings.dlq_stream, settings.advisory_stream):
+                while not (info := await js.stream_info(stream)).cluster or not info.cluster.leader:
+                    assert time.monotonic() < deadline, f"{stream}'s replicas elected no leader"
+                    await asyncio.sleep(0.05)
         finally:
             await nc.close()
 
-    support.run(ensure(), timeout=2 * JS_TIMEOUT + 10)
+    support.run(ensure(), timeout=2 * JS_TIMEOUT + FAILOVER + 10)
 
 
 def stored(app) -> list[tuple[int, bytes]]:
