@@ -8,6 +8,8 @@ import os
 import re
 import signal
 import sqlite3
+import threading
+import time
 from collections import deque
 from datetime import timedelta
 from pathlib import Path
@@ -225,3 +227,25 @@ def test_app_py_stops_its_mirror_process_on_sigterm(tmp_path, nats_server):
     assert app.proc.wait(30) == 0, app.log()[-2000:]
     support.wait_for(lambda: all(support.gone(pid) for pid in tree), timeout=10, message="the children to end")
     assert "Traceback" not in app.log(), app.log()[-3000:]
+
+
+def test_a_mirror_process_asked_to_stop_is_not_told_as_silent(tmp_path, nats_server, monkeypatch, caplog):
+    # It reports no more once asked to stop; a stop that takes longer than SILENT_STUCK (here: its
+    # lease's release waits for a write lock the test holds for 2 s) is no silence.
+    monkeypatch.setattr(process, "SILENT_STUCK", 0.5)
+    db = tmp_path / "dlq.sqlite3"
+    support.migrated_sqlite(db)
+    app = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url), "TESTING": True})
+    rt = runtime_of(app).start(mirror_process=True)
+    lock = sqlite3.connect(db, timeout=30, isolation_level=None, check_same_thread=False)
+    try:
+        support.wait_for(lambda: rt.mirror.leader, timeout=30, message="the child to take the lease")
+        lock.execute("BEGIN IMMEDIATE")
+        threading.Timer(2.0, lambda: lock.execute("ROLLBACK")).start()
+    finally:
+        before = len(caplog.records)
+        started = time.monotonic()
+        rt.stop()
+        lock.close()
+    assert time.monotonic() - started > 2 * process.SILENT_STUCK, "the stop did not wait for the lock"
+    assert not [r.getMessage() for r in caplog.records[before:] if "has not reported" in r.getMessage()]

@@ -193,6 +193,8 @@ class MirrorProcess:
         try:
             while True:
                 if not conn.poll(SILENT_STUCK):
+                    if self._stopping.is_set():
+                        break  # asked to stop, it reports no more: joined, or killed, below
                     log.warning("the mirror's process (pid %s) has not reported for %.0f s", proc.pid, SILENT_STUCK)
                     if not conn.poll(SILENT_KILL - SILENT_STUCK):
                         log.warning("the mirror's process (pid %s) has not reported for %.0f s; killing it",
