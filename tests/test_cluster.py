@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import time
+from typing import Awaitable, Callable, TypeVar
 
 import nats
 import nats.js.errors
@@ -28,8 +29,23 @@ BACKLOG = 20_000
 JS_TIMEOUT = 20
 # A stream's followers wait several seconds before they elect a new leader.
 FAILOVER = 45
-# How long a test's teardown asks for its streams' deletion.
-TEARDOWN = 60
+# How long the tests' own JetStream API calls to the cluster are asked again when unanswered: on a
+# busy machine an R3 stream's create and a delete have each gone unanswered for 20 s in CI (once
+# with a node restarted by an earlier test still settling). Asking again is safe: creating a stream that exists
+# with the same config succeeds, and a delete whose answer was lost meets NotFound.
+ANSWER_DEADLINE = 60
+T = TypeVar("T")
+
+
+async def answered(ask: Callable[[], Awaitable[T]]) -> T:
+    """``await ask()``, asked again while the cluster leaves it unanswered, up to ANSWER_DEADLINE."""
+    deadline = time.monotonic() + ANSWER_DEADLINE
+    while True:
+        try:
+            return await ask()
+        except nats.errors.TimeoutError:
+            if time.monotonic() > deadline:
+                raise
 
 
 @pytest.fixture(scope="module")
@@ -54,27 +70,20 @@ def cluster_settings(cluster, tmp_path):
 
     async def delete_streams():
         nc = await nats.connect(cluster.urls)
-        deadline = time.monotonic() + TEARDOWN
         try:
-            # A test may end before its streams were made; a three-node cluster on a busy machine
-            # may take longer than nats-py's 5 s to answer, and once a delete went unanswered for
-            # 20 s (a node restarted by the test still settling): asked again until the deadline.
             js = nc.jetstream(timeout=JS_TIMEOUT)
             for stream in (settings.dlq_stream, settings.advisory_stream):
-                while True:
+                async def delete(name=stream):
                     try:
-                        await js.delete_stream(stream)
+                        await js.delete_stream(name)
                     except nats.js.errors.NotFoundError:
-                        pass  # never made, or deleted by a request whose answer was lost
-                    except nats.errors.TimeoutError:
-                        if time.monotonic() > deadline:
-                            raise
-                        continue
-                    break
+                        pass  # never made (a test may end before), or deleted by a request whose answer was lost
+
+                await answered(delete)
         finally:
             await nc.close()
 
-    support.run(delete_streams(), timeout=TEARDOWN + JS_TIMEOUT + 10)
+    support.run(delete_streams(), timeout=2 * (ANSWER_DEADLINE + JS_TIMEOUT) + 10)
 
 
 @pytest.fixture
@@ -100,7 +109,7 @@ def create_streams(settings) -> None:
         nc = await nats.connect(list(settings.nats_urls))
         try:
             js = nc.jetstream(timeout=JS_TIMEOUT)
-            await StreamSetup(settings).ensure(js)
+            await answered(lambda: StreamSetup(settings).ensure(js))
             # A stream just created has no leader for a moment, and a publish then goes unanswered.
             deadline = time.monotonic() + FAILOVER
             for stream in (settings.dlq_stream, settings.advisory_stream):
@@ -110,7 +119,7 @@ def create_streams(settings) -> None:
         finally:
             await nc.close()
 
-    support.run(ensure(), timeout=2 * JS_TIMEOUT + FAILOVER + 10)
+    support.run(ensure(), timeout=ANSWER_DEADLINE + 2 * JS_TIMEOUT + FAILOVER + 10)
 
 
 def stored(app) -> list[tuple[int, bytes]]:
@@ -161,12 +170,13 @@ def test_an_existing_stream_keeps_its_replicas_and_the_log_says_how_to_change_th
     async def create_with_one_replica():
         nc = await nats.connect(list(cluster_settings.nats_urls))
         try:
-            await nc.jetstream(timeout=JS_TIMEOUT).add_stream(
-                name=cluster_settings.dlq_stream, subjects=list(cluster_settings.dlq_subjects), num_replicas=1)
+            js = nc.jetstream(timeout=JS_TIMEOUT)
+            await answered(lambda: js.add_stream(name=cluster_settings.dlq_stream,
+                                                 subjects=list(cluster_settings.dlq_subjects), num_replicas=1))
         finally:
             await nc.close()
 
-    support.run(create_with_one_replica(), timeout=JS_TIMEOUT + 10)
+    support.run(create_with_one_replica(), timeout=ANSWER_DEADLINE + JS_TIMEOUT + 10)
     caplog.set_level(logging.WARNING, logger="dlq_dashboard.nats.streams")
     app = start_dashboard()
     rt = runtime_of(app)

@@ -31,14 +31,18 @@ def test_a_row_is_closed_after_its_question_and_swapped_in_place(app, live_serve
         asked.append(dialog.message)
         dialog.accept() if accept else dialog.dismiss()
 
+    # The handler answers as the dialog opens; expect_event waits for it while letting Playwright
+    # deliver events (a wait that sleeps would not: the dialog may open after click() returns).
     page.once("dialog", lambda d: answer(d, False))
-    first.get_by_role("button", name=f"Close entry {entry_id}").click()
-    support.wait_for(lambda: asked, message="the question")
+    with page.expect_event("dialog"):
+        first.get_by_role("button", name=f"Close entry {entry_id}").click()
     assert asked == [f"Close entry {entry_id} (orders.created)?"]
     assert runtime_of(app).store.get_entry(entry_id, with_history=False).status == "open"
 
     page.once("dialog", lambda d: answer(d, True))
-    page.locator(f'#entry-rows tr[data-id="{entry_id}"]').get_by_role("button", name=f"Close entry {entry_id}").click()
+    with page.expect_event("dialog"):
+        page.locator(f'#entry-rows tr[data-id="{entry_id}"]').get_by_role("button", name=f"Close entry {entry_id}").click()
+    assert len(asked) == 2
     row = page.locator(f'#entry-rows tr[data-id="{entry_id}"]')
     expect(row.locator(".row-message")).to_have_text(f"Closed entry {entry_id}.")
     expect(row.locator(".status")).to_have_text("closed")
