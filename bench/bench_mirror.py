@@ -123,8 +123,9 @@ def _descendants(pid: int) -> list[int]:
 
 def mirror_ingest(url: str, count: int, folder: Path, database_url: str, direct: bool = True,
                   process: bool = False) -> tuple[float, float, float, float]:
-    """Seconds to mirror the backlog, seconds to its first committed batch (the start), and the CPU seconds of this process (the receiving side)
-    and of its children (the writer process) meanwhile. ``direct=False``: the backlog is read
+    """Seconds to mirror the backlog, seconds to its first committed batch (the start), and the
+    CPU seconds of this process (the receiving side) and of its children (the writer process)
+    meanwhile. ``direct=False``: the backlog is read
     by the ordered consumer alone, as before batched direct gets (the baseline); ``process``:
     the mirror runs in a child process (the receiving side is there too)."""
     from dlq_dashboard.ingest.mirror import Mirror

@@ -3,7 +3,6 @@ mirror that loses nothing and stores nothing twice when a node crashes under it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -31,8 +30,8 @@ JS_TIMEOUT = 20
 FAILOVER = 45
 # How long the tests' own JetStream API calls to the cluster are asked again when unanswered: on a
 # busy machine an R3 stream's create and a delete have each gone unanswered for 20 s in CI (once
-# with a node restarted by an earlier test still settling). Asking again is safe: creating a stream that exists
-# with the same config succeeds, and a delete whose answer was lost meets NotFound.
+# with a node restarted by an earlier test still settling). Asking again is safe: creating a
+# stream that exists with the same config succeeds, and a delete whose answer was lost meets NotFound.
 ANSWER_DEADLINE = 60
 T = TypeVar("T")
 
@@ -46,6 +45,14 @@ async def answered(ask: Callable[[], Awaitable[T]]) -> T:
         except nats.errors.TimeoutError:
             if time.monotonic() > deadline:
                 raise
+
+
+def elected(cluster, streams) -> None:
+    """Wait until each of ``streams`` has a leader (a stream just created has none for a moment:
+    its info says leader None, and a publish to it goes unanswered)."""
+    for stream in streams:
+        support.wait_for(lambda name=stream: cluster.stream_leader(name), timeout=FAILOVER,
+                         message=f"{stream}'s replicas to elect a leader")
 
 
 @pytest.fixture(scope="module")
@@ -103,23 +110,18 @@ def publish(url: str, subject: str, count: int, first: int = 0) -> None:
                 timeout=60)
 
 
-def create_streams(settings) -> None:
+def create_streams(cluster, settings) -> None:
     """Create the streams as the dashboard does, so a backlog can wait before it starts."""
     async def ensure():
         nc = await nats.connect(list(settings.nats_urls))
         try:
             js = nc.jetstream(timeout=JS_TIMEOUT)
             await answered(lambda: StreamSetup(settings).ensure(js))
-            # A stream just created has no leader for a moment, and a publish then goes unanswered.
-            deadline = time.monotonic() + FAILOVER
-            for stream in (settings.dlq_stream, settings.advisory_stream):
-                while not (info := await js.stream_info(stream)).cluster or not info.cluster.leader:
-                    assert time.monotonic() < deadline, f"{stream}'s replicas elected no leader"
-                    await asyncio.sleep(0.05)
         finally:
             await nc.close()
 
-    support.run(ensure(), timeout=ANSWER_DEADLINE + 2 * JS_TIMEOUT + FAILOVER + 10)
+    support.run(ensure(), timeout=ANSWER_DEADLINE + JS_TIMEOUT + 10)
+    elected(cluster, (settings.dlq_stream, settings.advisory_stream))
 
 
 def stored(app) -> list[tuple[int, bytes]]:
@@ -150,14 +152,9 @@ def bridge_server(cluster, app):
 def test_with_three_replicas_the_dashboard_creates_replicated_streams(cluster, cluster_settings, start_dashboard):
     app = start_dashboard()
     rt = runtime_of(app)
-    def elected(name: str):
-        # A stream just created answers before its replicas have elected a leader (leader None).
-        info = rt.bridge.call(lambda: rt.bridge.js.stream_info(name))
-        return info if info.cluster is not None and info.cluster.leader else None
-
+    elected(cluster, (cluster_settings.dlq_stream, cluster_settings.advisory_stream))
     for stream in (cluster_settings.dlq_stream, cluster_settings.advisory_stream):
-        info = support.wait_for(lambda name=stream: elected(name), timeout=FAILOVER,
-                                message=f"{stream}'s replicas to elect a leader")
+        info = rt.bridge.call(lambda name=stream: rt.bridge.js.stream_info(name))
         assert info.config.num_replicas == 3
         assert info.cluster.leader in {server.server_name for server in cluster.servers}
         followers = {peer.name for peer in info.cluster.replicas}
@@ -188,12 +185,12 @@ def test_an_existing_stream_keeps_its_replicas_and_the_log_says_how_to_change_th
 
 def test_the_stream_leader_crashing_mid_backlog_loses_nothing_and_doubles_nothing(
         cluster, cluster_settings, start_dashboard):
-    create_streams(cluster_settings)
+    create_streams(cluster, cluster_settings)
     publish(cluster.urls[0], "dlq.orders.created", BACKLOG)
     app = start_dashboard()
     engine, client = runtime_of(app).engine, app.test_client()
-    leader = support.wait_for(lambda: cluster.stream_leader(cluster_settings.dlq_stream), timeout=FAILOVER,
-                              message="the stream's leader to report itself")
+    leader = cluster.stream_leader(cluster_settings.dlq_stream)
+    assert leader is not None  # create_streams waited for it
 
     support.wait_for(lambda: support.entry_count(engine) > 0, timeout=30, message="the mirror to begin")
     leader.kill()

@@ -99,6 +99,8 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
         assert status == 503, body
         assert "has not reported" in body["mirror"]["streams"]["DLQ"]["error"]
         assert body["mirror"]["streams"]["DLQ"]["stuck_since"]
+        metrics = app.test_client().get("/metrics").get_data(as_text=True)  # what alerting scrapes
+        assert metric_in(metrics, 'dlq_mirror_stuck{stream="DLQ"}') == 1
         support.wait_for(lambda: rt.mirror_process.restarts == 1 and view.leader and rt.mirror_process.pid != child,
                          timeout=30, message="another child in its place")
         assert support.gone(child)
@@ -139,7 +141,10 @@ def mirror_child(pid: int) -> int:
 
 
 def metric(url: str, name: str) -> float | None:
-    text = requests.get(f"{url}/metrics", timeout=5).text
+    return metric_in(requests.get(f"{url}/metrics", timeout=5).text, name)
+
+
+def metric_in(text: str, name: str) -> float | None:
     found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
     return float(found.group(1)) if found else None
 
