@@ -369,10 +369,16 @@ def pytest_collection_modifyitems(config, items):
     Browser tests last: once Playwright's sync API has started, its event loop stays running in
     the main thread for the rest of the session (support.run works around it; code under test
     that starts a loop of its own in that thread could not). Slow tests first: started last,
-    one of them alone would be the end of the run while the other worker has nothing left."""
+    one of them alone would be the end of the run while the other workers have nothing left;
+    and under xdist dealt among the workers' first runs (support.dealt), not all in the first's."""
     def place(item) -> int:
         if "browser" in getattr(item, "fixturenames", ()):
             return 2
         return 0 if item.get_closest_marker("slow") else 1
 
     items.sort(key=place)
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    if workers > 1:
+        slow = sum(place(item) == 0 for item in items)
+        items[:] = support.dealt(items, slow, workers, config.getoption("maxschedchunk", None))
+
