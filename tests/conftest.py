@@ -381,4 +381,3 @@ def pytest_collection_modifyitems(config, items):
     if workers > 1:
         slow = sum(place(item) == 0 for item in items)
         items[:] = support.dealt(items, slow, workers, config.getoption("maxschedchunk", None))
-

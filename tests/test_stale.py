@@ -194,11 +194,16 @@ def test_closing_is_the_databases_decision_and_works_while_nats_is_frozen(app, n
                                                                          monkeypatch):
     rt, entry_id, client = runtime_of(app), orders_entry, app.test_client()
     asked, me = [], threading.current_thread()  # what the request asked of NATS: the client serves it here
+
+    def spied(name, real):
+        def ask(*args, **kwargs):
+            if threading.current_thread() is me:
+                asked.append(name)
+            return real(*args, **kwargs)
+        return ask
+
     for name in ("call", "spawn"):
-        real = getattr(rt.bridge, name)
-        monkeypatch.setattr(rt.bridge, name, lambda *a, _real=real, _name=name, **k: (
-            asked.append(_name) if threading.current_thread() is me else None,
-            _real(*a, **k))[1])
+        monkeypatch.setattr(rt.bridge, name, spied(name, getattr(rt.bridge, name)))
     with frozen(nats_server):
         declared_unreachable(rt)
         closed = client.post(f"/api/entries/{entry_id}/close", json={"version": 1},
