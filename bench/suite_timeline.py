@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import re
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def main() -> int:
     parser.add_argument("args", nargs=argparse.REMAINDER, help="after --: more pytest arguments")
     options = parser.parse_args()
     extra = [a for a in options.args if a != "--"]
-    cpus = len(open("/proc/cpuinfo").read().split("processor\t:")) - 1
+    cpus = os.cpu_count() or 1
     started, done = time.monotonic(), threading.Event()
     busy: dict[int, list[float]] = collections.defaultdict(list)
     log = open(options.log, "w") if options.log else None
@@ -52,7 +53,8 @@ def main() -> int:
                 log.write(f"{at:7.1f} CPUs busy {busy[int(at // 20) * 20][-1]:.2f}\n")
             last = now
 
-    threading.Thread(target=sample, daemon=True).start()
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     workers: dict[str, list[float]] = collections.defaultdict(list)
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-v", *extra], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -68,6 +70,9 @@ def main() -> int:
             summary = line.strip(" =\n")
     code = proc.wait()
     done.set()
+    sampler.join()
+    if log:
+        log.close()
     wall = time.monotonic() - started
     print(f"pytest -v {' '.join(extra)}: exit {code}, {wall:.0f} s wall; {summary}")
     for name in sorted(workers, key=lambda w: int(w[2:])):
