@@ -13,6 +13,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import flask
 import pytest
@@ -184,6 +187,16 @@ def shared_server(tmp_path):
 def settings(tmp_path, nats_server, database_url):
     """Settings over the test's database and nats-server."""
     return support.make_settings(tmp_path, nats_server.url, database_url=database_url)
+
+
+@pytest.fixture
+def scratch():
+    """A temporary directory for the processes a test kills with -9 (TMPDIR=scratch): what they
+    cannot remove (multiprocessing's directories) is removed after the test. Not under tmp_path,
+    which is too long a prefix for the Unix sockets made in it (at most 107 bytes a path)."""
+    folder = Path(tempfile.mkdtemp(prefix="dlq-tmp-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -22,9 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BACKLOG = 20_000
 
 
-def start_dashboard(tmp_path: Path, nats_url: str, db: Path) -> subprocess.Popen:
+def start_dashboard(tmp_path: Path, nats_url: str, db: Path, scratch: Path) -> subprocess.Popen:
     env = {**os.environ, "NATS_URL": nats_url, "DATABASE_URL": f"sqlite:///{db}", "SECRET_KEY": "crash-test",
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1",
+           # What a process killed with -9 leaves (multiprocessing's directories) goes here.
+           "TMPDIR": str(scratch)}
     log = open(tmp_path / "dashboard.log", "ab")
     try:
         # A session of its own: its process group is the dashboard's processes and no other.
@@ -52,7 +54,7 @@ def payload(i: int) -> bytes:
 
 @pytest.mark.timeout(300)
 @pytest.mark.slow
-def test_kill_9_at_random_moments_loses_nothing_and_stores_nothing_twice(tmp_path, nats_server):
+def test_kill_9_at_random_moments_loses_nothing_and_stores_nothing_twice(tmp_path, nats_server, scratch):
     async def create_stream():
         nc = await nats.connect(nats_server.url)
         await nc.jetstream().add_stream(name="DLQ", subjects=["dlq.>"])
@@ -68,7 +70,7 @@ def test_kill_9_at_random_moments_loses_nothing_and_stores_nothing_twice(tmp_pat
     rng = random.Random(os.environ.get("CRASH_SEED", "20000"))
     kills = 0
     for _ in range(4):
-        proc = start_dashboard(tmp_path, nats_server.url, db)
+        proc = start_dashboard(tmp_path, nats_server.url, db, scratch)
         threshold = count_entries(db) + rng.randint(1, 4000)
         try:
             # A count every 0.05 s: each opens the database, and a count every 5 ms took much of a
@@ -84,7 +86,7 @@ def test_kill_9_at_random_moments_loses_nothing_and_stores_nothing_twice(tmp_pat
             break
     assert kills >= 2, "the backlog was drained before a second kill: make it larger"
 
-    proc = start_dashboard(tmp_path, nats_server.url, db)
+    proc = start_dashboard(tmp_path, nats_server.url, db, scratch)
     try:
         support.wait_for(lambda: count_entries(db) >= BACKLOG, timeout=120, interval=0.05, message="the whole backlog")
     finally:

@@ -310,6 +310,60 @@ def test_a_persistent_write_error_keeps_health_degraded_through_every_retry_and_
     assert len(mirror_lines(caplog, "DLQ", "recovered")) == 2
 
 
+def test_a_writer_process_that_cannot_be_started_is_told_as_stuck_and_mirrors_once_it_starts(
+        make_app, nats_server, monkeypatch, caplog):
+    # What a forkserver whose socket path is too long, or a full process table, raises.
+    caplog.set_level(logging.WARNING, logger=MIRROR_LOG)
+    refusing, started = threading.Event(), WriterProcess._start
+    refusing.set()
+
+    def start(writer):
+        if refusing.is_set():
+            raise OSError("AF_UNIX path too long")
+        started(writer)
+
+    monkeypatch.setattr(WriterProcess, "_start", start)
+    app = make_app(online=True)
+    rt = runtime_of(app)
+    assert any(line.startswith("the mirror's writer could not be started (OSError: AF_UNIX path too long)")
+               for line in (r.getMessage() for r in caplog.records if r.name == MIRROR_LOG))
+    publish_dead_letters(nats_server.url, 5)
+    body = support.wait_for(lambda: stuck_health(app, "OSError: AF_UNIX path too long"), timeout=10,
+                            message="/healthz to say the mirror is stuck, with the writer's error")
+    assert body["mirror"]["streams"]["DLQ"]["lag"] == 5
+    assert support.entry_count(rt.engine) == 0
+
+    refusing.clear()  # the retry starts the writer
+    support.wait_for(lambda: support.entry_count(rt.engine) == 5, timeout=20, message="the five once it starts")
+    support.wait_for(lambda: well(app), timeout=10, message="/healthz to be ok")
+    assert entry_seqs(rt.engine) == [1, 2, 3, 4, 5]
+
+
+def test_the_mirrors_loop_ended_by_an_unexpected_error_says_so_and_starts_again(make_app, settings, nats_server,
+                                                                               monkeypatch, caplog):
+    caplog.set_level(logging.WARNING, logger=MIRROR_LOG)
+    ran, calls = mirror.Mirror._run, []
+
+    async def run(self):  # the first loop meets an error nothing in it expected
+        calls.append(self)
+        if len(calls) == 1:
+            raise RuntimeError("an error nothing expected")
+        await ran(self)
+
+    monkeypatch.setattr(mirror.Mirror, "_run", run)
+    monkeypatch.setattr(mirror, "RETRY_FIRST", 0.2)
+    app = make_app(settings=settings, online=True)  # started: its mirror follows its streams
+    failure = [r for r in caplog.records if r.name == MIRROR_LOG and r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in failure] == [
+        "the mirror stopped (RuntimeError: an error nothing expected); starting it again in 0.2 s"]
+    assert failure[0].exc_info is not None  # with its traceback
+    assert len(calls) == 2
+    publish_dead_letters(nats_server.url, 3)
+    support.wait_for(lambda: support.entry_count(runtime_of(app).engine) == 3, timeout=20,
+                     message="the loop started again to mirror")
+    support.wait_for(lambda: well(app), timeout=10, message="/healthz to be ok")
+
+
 def test_a_replica_that_does_not_mirror_counts_every_stream_from_the_committed_positions(app, nats_server, settings):
     rt = runtime_of(app)
     other = create_app({"SETTINGS": settings, "TESTING": True})

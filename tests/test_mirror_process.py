@@ -91,7 +91,10 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
         view = rt.mirror
         support.wait_for(lambda: view.leader, timeout=30, message="the child to take the lease")
         assert health(app)[0] == 200
-        child = rt.mirror_process.pid
+        child, scratch = rt.mirror_process.pid, Path(rt.mirror_process.scratch)
+        # The child's writers' forkserver listens in the child's own temporary directory.
+        support.wait_for(lambda: list(scratch.glob("pymp-*/listener-*")), timeout=10,
+                         message="the child's forkserver in its directory")
         os.kill(child, signal.SIGSTOP)  # neither reports nor ends
         support.wait_for(lambda: view.progress["DLQ"].error is not None, timeout=10, message="the silence told")
         assert "has not reported" in view.progress["DLQ"].error
@@ -104,6 +107,8 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
         support.wait_for(lambda: rt.mirror_process.restarts == 1 and view.leader and rt.mirror_process.pid != child,
                          timeout=30, message="another child in its place")
         assert support.gone(child)
+        assert not scratch.exists(), "a killed child's temporary files are left behind"
+        assert Path(rt.mirror_process.scratch) != scratch
         assert f"the mirror's process (pid {child}) has not reported for 4 s; killing it" in caplog.text
         assert view.progress["DLQ"].error is None
         dead_letter(nats_server.url, 5, 0)
@@ -163,12 +168,12 @@ def dead_letter(url: str, count: int, start: int) -> None:
 
 
 @pytest.mark.slow
-def test_app_py_mirrors_in_a_child_it_watches_restarts_and_takes_down_with_it(tmp_path, nats_server):
+def test_app_py_mirrors_in_a_child_it_watches_restarts_and_takes_down_with_it(tmp_path, nats_server, scratch):
     db = tmp_path / "dlq.sqlite3"
     support.migrated_sqlite(db)
     support.make_orders_stream(nats_server.url)
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{db}", "NATS_URL": nats_server.url, "SECRET_KEY": "child",
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)}  # it is killed with -9
     app = Replica("app", tmp_path, env).start()
     try:
         dead_letter(nats_server.url, 200, 0)

@@ -100,7 +100,23 @@ class Mirror:
 
     def start(self) -> None:
         """Start competing for the lease and mirroring (returns at once)."""
-        self.bridge.spawn(self._run())
+        self.bridge.spawn(self._keep_running())
+
+    async def _keep_running(self) -> None:
+        """The mirror's loop, started again after a pause if an error nothing in it expected
+        ends it: logged with its traceback, and every stream told as stuck with it meanwhile
+        (/healthz and the banner say so while this process mirrors). A stop cancels it."""
+        delay = RETRY_FIRST
+        while True:
+            try:
+                await self._run()
+            except Exception as exc:
+                log.error("the mirror%s stopped (%s: %s); starting it again in %.1f s", of_source(self.source),
+                          type(exc).__name__, exc, delay, exc_info=True)
+                for progress in self.progress.values():
+                    progress.stuck(exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_LONGEST)
 
     def close(self) -> None:
         """Release the lease and the writer thread (after the bridge has stopped)."""
@@ -151,7 +167,14 @@ class Mirror:
                     held = self.leader
                 if held and not followers:
                     log.info("this process mirrors %s of source %s", ", ".join(self.progress), self.source)
-                    await self._db(self._process.ensure_running)
+                    try:
+                        await self._db(self._process.ensure_running)
+                    except Exception as exc:
+                        # No writer process could be started (no process, pipe or socket may be
+                        # made): each follower's first write starts it again, and its stream is
+                        # told as stuck with this error until one does.
+                        log.warning("the mirror's writer%s could not be started (%s: %s)", of_source(self.source),
+                                    type(exc).__name__, exc)
                     followers = [asyncio.create_task(self._follow_forever(self.settings.dlq_stream,
                                                                           self._prepare_dlq))]
                     if self.settings.capture_advisories:

@@ -21,7 +21,9 @@ import atexit
 import gc
 import logging
 import multiprocessing
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections import deque
@@ -124,12 +126,18 @@ class MirrorProcess:
         self._proc = None
         self._conn: Connection | None = None
         self._thread: threading.Thread | None = None
+        self._scratch: str | None = None  # the running child's temporary directory
 
     @property
     def pid(self) -> int | None:
         """The running child's process id."""
         proc = self._proc
         return proc.pid if proc is not None else None
+
+    @property
+    def scratch(self) -> str | None:
+        """The running child's temporary directory (removed once that child has ended)."""
+        return self._scratch
 
     def start(self) -> MirrorProcess:
         self._thread = threading.Thread(target=self._supervise, name="mirror-process", daemon=True)
@@ -177,10 +185,15 @@ class MirrorProcess:
         context = multiprocessing.get_context("spawn")
         ours, theirs = context.Pipe()
         holders = {name: view.holder for name, view in self.views.items()}
+        # The child's temporary files (multiprocessing's directory for its writers' forkserver)
+        # go in a directory this process removes once the child has ended, however it ended: a
+        # child that is killed cannot remove its own. A short name: the forkserver's socket is
+        # two levels below it, and a socket's path may not be longer than 107 bytes.
+        self._scratch = tempfile.mkdtemp(prefix="dlq-")
         # Not a daemon: a daemon may not start processes, and the child starts its writers. It
         # ends when its pipe closes, and stop() (also at exit) asks it first.
         self._proc = context.Process(target=serve, args=(self.settings, self.servers, holders, theirs,
-                                                         logging.getLogger().getEffectiveLevel()),
+                                                         logging.getLogger().getEffectiveLevel(), self._scratch),
                                      name=without_main("dlq-mirror"), daemon=False)
         self._proc.start()
         theirs.close()
@@ -216,13 +229,17 @@ class MirrorProcess:
         with self._lock:
             self._conn = None
             conn.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
         return proc.exitcode
 
 
 def serve(settings: Settings, servers: list[str] | None, holders: dict[str, str], conn: Connection,
-          level: int) -> None:
+          level: int, scratch: str | None = None) -> None:
     """The child: every source's bridge and mirror, a report every REPORT_INTERVAL, until told
-    to stop, its pipe closes (the dashboard's process ended) or SIGTERM."""
+    to stop, its pipe closes (the dashboard's process ended) or SIGTERM. ``scratch``: the
+    directory its temporary files go in (the dashboard's process removes it)."""
+    if scratch is not None:
+        tempfile.tempdir = scratch
     # Ctrl-C reaches every process of the terminal's group: the dashboard's process tells this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stopping = threading.Event()
