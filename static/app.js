@@ -288,10 +288,12 @@
   }, true);
 
   document.addEventListener("DOMContentLoaded", function () { apply(document); });
-  document.addEventListener("htmx:afterSettle", function (event) {
-    if (event.detail && event.detail.target) {
-      apply(event.detail.target.parentElement || document);
-    }
+  // In the swap's own task, before the browser paints: a part folded as it was left never shows
+  // open for a frame (the rows below would jump down and back). elt: the new content (an
+  // outerHTML swap's target is the old element, out of the page by then).
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var swapped = event.detail && (event.detail.elt || event.detail.target);
+    apply((swapped && swapped.isConnected && swapped.parentElement) || document);
   });
 })();
 

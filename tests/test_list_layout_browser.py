@@ -118,6 +118,64 @@ def test_the_chart_is_folded_at_first_on_a_phone(app, live_server, page):
     expect(page.locator("figure.chart svg")).to_be_visible()
 
 
+#: The first row's top at every frame the page draws once it has loaded (installed before a page
+#: loads): from then on a person may aim at a row. Before, static/app.js folds the parts as they
+#: were left, at DOMContentLoaded.
+SAMPLE_FIRST_ROW = """window.firstRowTops = [];
+window.addEventListener("load", () => (function sample() {
+  const row = document.querySelector('#entry-rows tr[data-id]');
+  if (row) window.firstRowTops.push(row.getBoundingClientRect().top + window.scrollY);
+  requestAnimationFrame(sample);
+})());"""
+
+
+def _first_row_while_the_counts_arrive(page, url: str) -> list[float]:
+    """The first row's top at every frame drawn from the page's load until its summary's counts,
+    held back until the rows were drawn, have arrived and settled."""
+    held = []
+
+    def hold(route):
+        held.append(route)
+
+    page.route("**/summary?*", hold)
+    page.route("**/summary", hold)
+    try:
+        with page.expect_request("**/summary*"):
+            page.goto(url)
+        expect(page.locator(".summary[hx-trigger=load]")).to_have_count(1)
+        page.wait_for_function("() => window.firstRowTops.length > 0")
+        for route in held:
+            route.continue_()
+        expect(page.locator(".summary[hx-trigger]")).to_have_count(0)
+        expect(page.locator(".summary .counts li").last).not_to_contain_text("–")
+        page.wait_for_function(SETTLED)
+        page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+        return page.evaluate("window.firstRowTops")
+    finally:
+        page.unroute("**/summary?*")
+        page.unroute("**/summary")
+
+
+def test_the_rows_do_not_move_when_the_summarys_counts_arrive(app, live_server, page):
+    # The counts come after the page (the slow part at a million); until then the summary stands
+    # in their place at their size: a click aimed at a row as they arrive still lands on it.
+    store_demo_entries(runtime_of(app).engine, 30)
+    support.sign_in(page, live_server, app, "operator")
+    page.add_init_script(SAMPLE_FIRST_ROW)
+    for path, size in (("/", DESKTOP), ("/", PHONE), ("/?status=open", DESKTOP), ("/?consumer=fulfilment", DESKTOP),
+                       ("/?q=order", PHONE)):
+        page.set_viewport_size({"width": size[0], "height": size[1]})
+        tops = _first_row_while_the_counts_arrive(page, live_server + path)
+        assert max(tops) - min(tops) < 0.5, f"{path} at {size}: the first row moved: {sorted(set(tops))} px"
+    # The chart as it was left, folded: in its place before the counts too, and never open a frame.
+    _open(page, live_server, "/", DESKTOP)
+    expect(page.locator("figure.chart")).to_be_visible()
+    page.get_by_text("Chart: failures per").click()
+    expect(page.locator("figure.chart")).to_be_hidden()
+    tops = _first_row_while_the_counts_arrive(page, live_server + "/")
+    assert max(tops) - min(tops) < 0.5, f"with the chart folded the first row moved: {sorted(set(tops))} px"
+
+
 def test_the_bulk_bar_shows_once_an_entry_is_ticked_or_a_filter_is_set(app, live_server, page):
     store_demo_entries(runtime_of(app).engine, 30)
     support.sign_in(page, live_server, app, "operator")

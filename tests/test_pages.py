@@ -6,6 +6,7 @@ import json
 import logging
 import re
 from datetime import timedelta
+from urllib.parse import unquote
 
 import pytest
 from sqlalchemy import insert
@@ -174,6 +175,26 @@ def test_the_summary_counts_by_status_and_draws_failures_over_time(web, client):
     assert re.search(r"status-open\">open</span> <strong>3</strong>", html)
     assert "<svg" in html and '<rect class="bar"' in html and "since=" in html and "until=" in html
     assert "the tallest bar is 3" in html
+
+
+def test_the_list_holds_the_summarys_place_until_its_counts_arrive(web, client):
+    for seq in range(1, 4):
+        support.dead_letter(web, seq, "orders.created")
+    for path in ("/?subject=orders.*", "/?subject=orders.*&since=7d"):
+        for headers in ({}, {"HX-Request": "true"}):  # the page, and its results after a filter changes
+            html = html_of(client.get(path, headers=headers))
+            pending = re.search(r'<div class="summary" hx-get="([^"]+)" hx-trigger="load" hx-swap="outerHTML" '
+                                r'aria-busy="true">(.*?)<figcaption', html, re.S)
+            assert pending, html
+            assert unquote(pending.group(1).replace("&amp;", "&")) == "/summary?" + path.split("?")[1]
+            # The counted summary's parts, their numbers pending: the same place and size.
+            assert re.search(r"status-open\">open</span> <strong>–</strong>", pending.group(2))
+            assert "Counting the entries stored…" in pending.group(2)
+            assert 'class="chart-fold" data-remember="list-chart" data-fold-narrow open' in pending.group(2)
+            assert ('class="note"' in pending.group(2)) == ("since" in path)  # counted entry by entry
+            assert "<rect" not in pending.group(2)
+    counted = html_of(client.get("/summary?subject=orders.*"))
+    assert "hx-trigger" not in counted and "aria-busy" not in counted and "<strong>–</strong>" not in counted
 
 
 # --- groups -----------------------------------------------------------------------------------

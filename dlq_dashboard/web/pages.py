@@ -21,7 +21,7 @@ from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
 from ..access import visible
 from ..errors import Hidden
 from ..masking import PAYLOAD_HIDDEN
-from ..entries.tallies import Tallies
+from ..entries.tallies import Tallies, served_by_kept_counts
 from ..db.triage import STATES
 from ..numbers import whole_number
 from ..times import utcnow
@@ -75,11 +75,24 @@ def index():
         page=page, flt=flt, args=request.args, filter_error=filter_error, top_id=top_id,
         filter_args=flt.to_args(), example_command=example_command(), saved=saved_views("list"), view_url=view_url,
         paging={"limit": flt.limit} if flt.limit != DEFAULT_LIMIT else {},
-        presets=TIME_PRESETS, **row_context(page.entries if page else []))
+        presets=TIME_PRESETS, **row_context(page.entries if page else []), **pending_summary(flt))
     if htmx and not flt.cursor and not filter_error:
         # The form sends its empty fields too; the address bar gets the tidy, shareable URL.
         response.headers["HX-Push-Url"] = list_url(**flt.to_args())
     return response
+
+
+def kept_for() -> str | None:
+    """How long resolved entries are kept, in words (None: forever), for the summary's retention line."""
+    retention = current_runtime().settings.retention
+    return describe_size(timedelta(seconds=retention)) if retention else None
+
+
+def pending_summary(flt: EntryFilter) -> dict:
+    """What the list's page renders the summary block with before its counts arrive (/summary):
+    the same parts, so that it takes the place the counted one will."""
+    return {"summary_pending": True, "chart": build_chart([], []), "kept_for": kept_for(),
+            "counted_by_rows": not served_by_kept_counts(flt)}
 
 
 @bp.route("/summary")
@@ -96,11 +109,9 @@ def summary():
         chart = build_chart(bounds, totals)
         # Every entry stored, whatever the filters: what the retention line speaks of.
         stored = sum((counts if not flt.filtered else tallies.counts_by_status(EntryFilter())[0]).values())
-    retention = current_runtime().settings.retention
     return make_response(render_block(
         "index.html", "summary", flt=flt, counts=counts, chart=chart, tally=tally,
-        filter_error=filter_error, filter_args=flt.to_args(), stored=stored,
-        kept_for=describe_size(timedelta(seconds=retention)) if retention else None,
+        filter_error=filter_error, filter_args=flt.to_args(), stored=stored, kept_for=kept_for(),
         bar_size=describe_size(chart.bar_size) if chart else ""), 400 if filter_error else 200)
 
 
