@@ -23,6 +23,8 @@ from . import support
 
 # Loaded parts replace themselves (hx-trigger="load"); no request of htmx is still running.
 SETTLED = "() => !document.querySelector('[hx-trigger=\"load\"], .htmx-request')"
+# The list's summary once its counts have arrived (until then it stands in their place, pending).
+COUNTED_SUMMARY = ".summary:not([hx-trigger])"
 
 
 @dataclass

@@ -14,11 +14,11 @@ from dlq_dashboard.demo.service import demo_settings
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
+from .browser_support import COUNTED_SUMMARY, SETTLED
 from .demo_entries import store_demo_entries
 
 DESKTOP, PHONE = (1440, 900), (390, 844)
 MAX_PHONE_ROW = 120
-SETTLED = "() => !document.querySelector('[hx-trigger=\"load\"], .htmx-request')"
 ROWS = """() => [...document.querySelectorAll('#entry-rows tr[data-id]')].slice(0, 5).map(row => {
   const box = row.getBoundingClientRect();
   return {top: box.top + window.scrollY, bottom: box.bottom + window.scrollY, height: box.height};
@@ -72,6 +72,24 @@ def test_the_first_of_50000_entries_is_in_the_first_screen_at_1440_and_390_px(ap
     support.sign_in(page, live_server, app, "operator")
     measured = _measure_both_widths(page, live_server)
     print("50,000 entries:", measured)
+
+
+#: Between a phone's layout and a wide screen: no row taller than this, no error column narrower.
+MAX_DESKTOP_ROW, MIN_ERROR_WIDTH = 130, 150
+
+
+def test_an_operators_list_with_key_fields_keeps_readable_rows_and_never_scrolls_sideways(app, live_server, page):
+    # The widest list: the checkboxes, two key fields and the row's actions.
+    store_demo_entries(runtime_of(app).engine, 30)
+    support.sign_in(page, live_server, app, "operator")
+    for width in (961, 1024, 1280, 1366, 1440, 1536, 1920):
+        rows = _open(page, live_server, "/", (width, 900))
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, f"the page scrolls sideways at {width} px"
+        tallest = max(r["height"] for r in rows)
+        assert tallest <= MAX_DESKTOP_ROW, f"a row is {tallest} px tall at {width} px"
+        error = page.locator("#entry-rows tr[data-id] td.error-text").first.bounding_box()["width"]
+        assert error >= MIN_ERROR_WIDTH, f"the error column is {error} px wide at {width} px"
+        expect(page.locator("#entry-rows tr[data-id]").first.get_by_role("button", name="Close", exact=False)).to_be_visible()
 
 
 def test_further_filters_open_while_one_is_set_and_the_first_row_stays_in_view(app, live_server, page):
@@ -146,8 +164,7 @@ def _first_row_while_the_counts_arrive(page, url: str) -> list[float]:
         page.wait_for_function("() => window.firstRowTops.length > 0")
         for route in held:
             route.continue_()
-        expect(page.locator(".summary[hx-trigger]")).to_have_count(0)
-        expect(page.locator(".summary .counts li").last).not_to_contain_text("–")
+        expect(page.locator(COUNTED_SUMMARY + " .counts li").last).not_to_contain_text("–")
         page.wait_for_function(SETTLED)
         page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
         return page.evaluate("window.firstRowTops")

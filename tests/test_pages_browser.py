@@ -13,6 +13,7 @@ from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
+from .browser_support import COUNTED_SUMMARY
 
 ORDER_SCHEMA = {"x-subjects": ["orders.*"], "type": "object", "required": ["order_id"],
                 "properties": {"items": {"type": "array", "items": {"properties": {"price": {"type": "number"}}}}}}
@@ -52,8 +53,9 @@ def test_the_list_shows_a_mirrored_dead_letter_and_search_narrows_it(app, nats_s
     page.goto(f"{live_server}/")
     assert rows(page).count() == 2
     assert "orders.created" in rows(page).nth(1).inner_text()
-    page.locator(".counts").wait_for()  # the counts and the chart arrive after the page
-    assert "2" in page.locator(".counts").inner_text()
+    counts = page.locator(f"{COUNTED_SUMMARY} .counts")  # the counts and the chart arrive after the page
+    counts.wait_for()
+    assert "2" in counts.inner_text()
 
     page.keyboard.press("/")
     assert page.evaluate("document.activeElement.id") == "q"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -108,9 +109,12 @@ class Mirror:
         (/healthz and the banner say so while this process mirrors). A stop cancels it."""
         delay = RETRY_FIRST
         while True:
+            started = time.monotonic()
             try:
                 await self._run()
             except Exception as exc:
+                if time.monotonic() - started > RETRY_LONGEST * 6:
+                    delay = RETRY_FIRST  # it had run well for a while: a new failure, not the same one again
                 log.error("the mirror%s stopped (%s: %s); starting it again in %.1f s", of_source(self.source),
                           type(exc).__name__, exc, delay, exc_info=True)
                 for progress in self.progress.values():
