@@ -4,6 +4,7 @@ when it dies, and takes it down with it however it ends."""
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import re
 import signal
@@ -85,6 +86,9 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
     db = tmp_path / "dlq.sqlite3"
     support.migrated_sqlite(db)
     support.make_orders_stream(nats_server.url)
+    # This process has a multiprocessing directory already (as after a mirror's writer ran in it):
+    # the child, which inherits it with its Process object, must still make its own.
+    multiprocessing.util.get_temp_dir()
     app = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url), "TESTING": True})
     rt = runtime_of(app).start(mirror_process=True)
     try:

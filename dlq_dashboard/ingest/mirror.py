@@ -27,7 +27,6 @@ from typing import Awaitable, Callable
 
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from sqlalchemy import Engine
 
@@ -39,7 +38,8 @@ from ..nats.bridge import Bridge, on_loop
 from ..nats.streams import StreamSetup, read_message, stream_epoch
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
-from .direct import EPOCH, DirectReader, DirectUnavailable, consumer_position, supports_batches
+from .direct import EPOCH, DirectReader, supports_batches
+from .inbox import Budget, Inbox
 from .parse import parse_advisory
 from .progress import StreamProgress, mirrored_streams, of_source
 from .writer import WriterProcess
@@ -255,7 +255,7 @@ class Mirror:
         if progress.lag == 0:
             progress.recovered()
 
-        inbox = _Inbox(progress.queued_seq, self.sharing, self._direct_reader(stream, info),
+        inbox = Inbox(progress.queued_seq, self._budget, self._direct_reader(stream, info),
                        verify=lambda: self._check_stream(stream, epoch, progress))
         # A backlog is read by batched direct gets (direct.py), the live stream by the ordered consumer.
         inbox.behind = inbox.direct is not None and info.state.last_seq - last_seq >= BATCH
@@ -319,6 +319,12 @@ class Mirror:
             raise
         progress.committed(batch[-1][0], len(batch))
 
+    def _budget(self) -> Budget:
+        """A follower's share of QUEUE and QUEUE_BYTES (Mirror.sharing), never below a batch and a
+        half: full batches still form."""
+        return Budget(max(QUEUE // self.sharing, BATCH + BATCH // 2), max(QUEUE_BYTES // self.sharing, BATCH_BYTES),
+                      BATCH, BATCH_BYTES)
+
     def _direct_reader(self, stream: str, info) -> DirectReader | None:
         """A reader of ``stream``'s backlog by batched direct gets, when the stream allows them
         and the server has them; None otherwise (the ordered consumer reads everything)."""
@@ -370,158 +376,3 @@ class Mirror:
         except (NoRespondersError, NatsTimeoutError, asyncio.TimeoutError):
             raise  # an outage: the batch is retried from the committed position
         return FetchedMessage(subject=raw.subject, headers=raw.headers, data=raw.data), None
-
-
-class _Inbox:
-    """The messages of one stream received and not yet handed to the writer, at most QUEUE of
-    them and QUEUE_BYTES of payload: the budget that keeps the mirror's memory flat however
-    long the backlog.
-
-    An ordered consumer's flow control cannot keep that budget. nats-py counts a message as
-    delivered when it arrives, not when a callback has taken it, so it answers the server's
-    flow control at once, and without a callback its reply to a "consumer stalled" heartbeat
-    lets another window in every heartbeat. Messages then pile up in the client (1.3 GB for
-    a backlog of a million, measured), and once its pending limit is reached nats-py drops
-    messages while moving the ordered consumer's position past them: entries lost. So the
-    callback only appends, the client's own limits are off (it never drops), and when the
-    budget is full the subscription is ended; it is made again after the last message taken
-    once the writer has used up most of the budget (a new ordered consumer a few thousand
-    messages). A message that arrives after the budget is full is not taken: the next
-    subscription starts with it.
-    """
-
-    def __init__(self, last_seq: int, sharing: int = 1, direct: DirectReader | None = None,
-                 verify: Callable[[], Awaitable[None]] | None = None):
-        self.sharing = sharing
-        # Batched direct gets while ``behind`` (a backlog), checked by ``verify`` after each
-        # batch: the stream is still the one of the follower's epoch (StreamChanged otherwise).
-        self.direct = direct
-        self.verify = verify
-        self.behind = False
-        self._reading: asyncio.Task | None = None
-        self._room = asyncio.Event()
-        self.messages: deque = deque()
-        self.size = 0
-        self.last_seq = last_seq  # the last sequence taken
-        self.arrived = asyncio.Event()
-        self.full = False
-        self._sub = None
-        self._generation = 0  # of the current subscription; a callback of an older one takes nothing
-        self._closing: asyncio.Future | None = None
-
-    @property
-    def queue(self) -> int:
-        """A share of QUEUE (Mirror.sharing), never below a batch and a half: full batches still form."""
-        return max(QUEUE // self.sharing, BATCH + BATCH // 2)
-
-    @property
-    def queue_bytes(self) -> int:
-        return max(QUEUE_BYTES // self.sharing, BATCH_BYTES)
-
-    @property
-    def reading(self) -> list[asyncio.Task]:
-        """The task reading the backlog by direct gets, if one runs (the idle follower wakes when it ends)."""
-        return [self._reading] if self._reading is not None else []
-
-    async def follow(self, js, stream: str) -> None:
-        """Read the backlog by direct gets while behind; otherwise make a subscription after the
-        last message taken if there is none and the budget has room again. A failed read is
-        raised here (the follower starts over from the database)."""
-        if self._reading is not None and self._reading.done():
-            reading, self._reading = self._reading, None
-            reading.result()
-        if self.behind:
-            if self._reading is None and self._sub is None:
-                self._reading = asyncio.ensure_future(self._read_backlog())
-            return
-        if self._sub is None and len(self.messages) <= self.queue // 4 and self.size <= self.queue_bytes // 4:
-            self.full = False
-            self._generation += 1
-            generation = self._generation
-            sub = await js.subscribe(
-                ">", stream=stream, ordered_consumer=True, cb=self._received(generation), idle_heartbeat=2.0,
-                pending_msgs_limit=0, pending_bytes_limit=0,
-                config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                                      opt_start_seq=self.last_seq + 1))
-            self._sub = sub
-            if generation != self._generation:  # filled (and so ended) before it was returned
-                await self._unsubscribe()
-
-    def _received(self, generation: int):
-        async def received(msg) -> None:
-            if self.full or generation != self._generation:
-                return  # over budget, or a subscription being ended: the next starts after last_seq
-            seq, stored_ns = consumer_position(msg.reply)
-            if seq <= self.last_seq:
-                return
-            self.messages.append((seq, stored_ns, msg))
-            self.size += len(msg.data)
-            self.last_seq = seq
-            self.arrived.set()
-            if len(self.messages) >= self.queue or self.size >= self.queue_bytes:
-                # Ended at once: what the server sends until it reads the unsubscribe is parsed
-                # for nothing.
-                self.full = True
-                self.behind = self.direct is not None  # the stream runs ahead: read the rest directly
-                self._closing = asyncio.ensure_future(self._unsubscribe())
-
-        return received
-
-    async def _read_backlog(self) -> None:
-        """Read batches by direct get into the budget until the stream has nothing after them."""
-        while self.behind:
-            room = min(self.queue - len(self.messages), BATCH)
-            room_bytes = min(self.queue_bytes - self.size, BATCH_BYTES)
-            if room < BATCH // 2 or room_bytes < BATCH_BYTES // 2:
-                self._room.clear()
-                await self._room.wait()
-                continue
-            try:
-                batch, pending = await self.direct.read(self.last_seq + 1, room, room_bytes)
-            except DirectUnavailable as exc:
-                log.warning("%s; reading the stream with a consumer instead", exc)
-                self.direct, self.behind = None, False
-                return
-            if self.verify is not None:
-                await self.verify()
-            for item in batch:
-                if item[0] > self.last_seq:
-                    self.messages.append(item)
-                    self.size += len(item[2].data)
-                    self.last_seq = item[0]
-            if batch:
-                self.arrived.set()
-            if pending == 0 or not batch:
-                self.behind = False  # caught up: the ordered consumer follows from here
-
-    def take(self, count: int, size: int) -> list:
-        """Up to ``count`` messages and about ``size`` bytes of payload, oldest first, each as
-        (stream sequence, stored time in ns, message)."""
-        batch = [self.messages.popleft()]
-        taken = len(batch[0][2].data)
-        while self.messages and len(batch) < count and taken < size:
-            batch.append(self.messages.popleft())
-            taken += len(batch[-1][2].data)
-        self.size -= taken
-        self._room.set()
-        if not self.messages:
-            self.arrived.clear()
-        return batch
-
-    async def close(self) -> None:
-        reading, self._reading = self._reading, None
-        if reading is not None:
-            reading.cancel()
-            await asyncio.gather(reading, return_exceptions=True)
-        if self.direct is not None:
-            await self.direct.close()
-        await self._unsubscribe()
-
-    async def _unsubscribe(self) -> None:
-        sub, self._sub = self._sub, None
-        self._generation += 1
-        if sub is not None:
-            try:
-                await sub.unsubscribe()
-            except Exception:
-                log.debug("unsubscribing from the stream failed", exc_info=True)

@@ -240,6 +240,10 @@ def serve(settings: Settings, servers: list[str] | None, holders: dict[str, str]
     directory its temporary files go in (the dashboard's process removes it)."""
     if scratch is not None:
         tempfile.tempdir = scratch
+        # multiprocessing's own directory, had the dashboard's process made one before starting
+        # this child, came along with the Process object: this child makes its own, in scratch.
+        # (multiprocessing.util.get_temp_dir reads this private entry; no public way to set it.)
+        multiprocessing.current_process()._config.pop("tempdir", None)
     # Ctrl-C reaches every process of the terminal's group: the dashboard's process tells this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stopping = threading.Event()
