@@ -47,7 +47,8 @@ class Inbox:
 
     def __init__(self, last_seq: int, budget: Callable[[], Budget], direct: DirectReader | None = None,
                  verify: Callable[[], Awaitable[None]] | None = None):
-        self.budget = budget  # asked at each use: the budget as the mirror's settings have it now
+        self.budget = budget  # asked at each turn: the budget as the mirror's settings have it now
+        self._limits = budget()  # as of the last turn, for the callback (a message at a time)
         # Batched direct gets while ``behind`` (a backlog), checked by ``verify`` after each
         # batch: the stream is still the one of the follower's epoch (StreamChanged otherwise).
         self.direct = direct
@@ -80,7 +81,7 @@ class Inbox:
             if self._reading is None and self._sub is None:
                 self._reading = asyncio.ensure_future(self._read_backlog())
             return
-        budget = self.budget()
+        budget = self._limits = self.budget()
         if self._sub is None and len(self.messages) <= budget.queue // 4 and self.size <= budget.queue_bytes // 4:
             self.full = False
             self._generation += 1
@@ -105,7 +106,7 @@ class Inbox:
             self.size += len(msg.data)
             self.last_seq = seq
             self.arrived.set()
-            budget = self.budget()
+            budget = self._limits
             if len(self.messages) >= budget.queue or self.size >= budget.queue_bytes:
                 # Ended at once: what the server sends until it reads the unsubscribe is parsed
                 # for nothing.
