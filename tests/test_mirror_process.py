@@ -97,7 +97,7 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
         assert health(app)[0] == 200
         child, scratch = rt.mirror_process.pid, Path(rt.mirror_process.scratch)
         # The child's writers' forkserver listens in the child's own temporary directory.
-        support.wait_for(lambda: list(scratch.glob("pymp-*/listener-*")), timeout=10,
+        support.wait_for(lambda: list(scratch.glob("listener-*")), timeout=10,
                          message="the child's forkserver in its directory")
         os.kill(child, signal.SIGSTOP)  # neither reports nor ends
         support.wait_for(lambda: view.progress["DLQ"].error is not None, timeout=10, message="the silence told")
@@ -220,6 +220,8 @@ def test_app_py_mirrors_in_a_child_it_watches_restarts_and_takes_down_with_it(tm
         app.kill()
         support.wait_for(lambda: all(support.gone(pid) for pid in tree), timeout=30,
                          message=f"the processes {tree} to end with their parent")
+        # The mirror's process, ended by its pipe, removed its temporary files itself.
+        assert [p.name for p in scratch.iterdir()] == []
         with sqlite3.connect(db) as conn:
             (expires,) = conn.execute("SELECT expires_at FROM leases WHERE name = 'mirror'").fetchone()
         assert expires < (utcnow() - timedelta(minutes=1)).isoformat(" "), "the mirror lease was not released"

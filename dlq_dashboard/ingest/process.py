@@ -21,6 +21,7 @@ import atexit
 import gc
 import logging
 import multiprocessing
+import multiprocessing.util
 import shutil
 import signal
 import tempfile
@@ -185,10 +186,10 @@ class MirrorProcess:
         context = multiprocessing.get_context("spawn")
         ours, theirs = context.Pipe()
         holders = {name: view.holder for name, view in self.views.items()}
-        # The child's temporary files (multiprocessing's directory for its writers' forkserver)
-        # go in a directory this process removes once the child has ended, however it ended: a
-        # child that is killed cannot remove its own. A short name: the forkserver's socket is
-        # two levels below it, and a socket's path may not be longer than 107 bytes.
+        # The child's temporary files (its writers' forkserver's socket) go in a directory this
+        # process removes once the child has ended, however it ended: a child that is killed
+        # cannot remove its own (serve, _temporary_files_in). A short name: a socket's path may
+        # not be longer than 107 bytes.
         self._scratch = tempfile.mkdtemp(prefix="dlq-")
         # Not a daemon: a daemon may not start processes, and the child starts its writers. It
         # ends when its pipe closes, and stop() (also at exit) asks it first.
@@ -239,11 +240,7 @@ def serve(settings: Settings, servers: list[str] | None, holders: dict[str, str]
     to stop, its pipe closes (the dashboard's process ended) or SIGTERM. ``scratch``: the
     directory its temporary files go in (the dashboard's process removes it)."""
     if scratch is not None:
-        tempfile.tempdir = scratch
-        # multiprocessing's own directory, had the dashboard's process made one before starting
-        # this child, came along with the Process object: this child makes its own, in scratch.
-        # (multiprocessing.util.get_temp_dir reads this private entry; no public way to set it.)
-        multiprocessing.current_process()._config.pop("tempdir", None)
+        _temporary_files_in(scratch)
     # Ctrl-C reaches every process of the terminal's group: the dashboard's process tells this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stopping = threading.Event()
@@ -281,6 +278,19 @@ def serve(settings: Settings, servers: list[str] | None, holders: dict[str, str]
             mirror.close()
         dispose_quietly(engine)
         conn.close()
+
+
+def _temporary_files_in(scratch: str) -> None:
+    """This child's temporary files go in ``scratch``, which is also multiprocessing's directory
+    (its writers' forkserver's socket): removed when this child exits, as multiprocessing removes
+    its own, and by the dashboard's process once the child has ended, killed too. Had the
+    dashboard's process made a multiprocessing directory before starting this child, it came
+    along with the Process object; multiprocessing.util.get_temp_dir reads this private entry,
+    which has no public setter."""
+    tempfile.tempdir = scratch
+    multiprocessing.current_process()._config["tempdir"] = scratch
+    multiprocessing.util.Finalize(None, shutil.rmtree, args=(scratch,), kwargs={"ignore_errors": True},
+                                  exitpriority=-100)
 
 
 def _until_told(conn: Connection, stopping: threading.Event) -> None:
