@@ -111,9 +111,13 @@ def gone(pid: int) -> bool:
 
 def assert_child_ends_with_its_parent(code: str, what: str) -> None:
     """Run ``code`` in a Python process of its own (it prints the pid of a child it started),
-    kill that process as a crash would, and wait for the orphaned child to end."""
+    kill that process as a crash would, and wait for the orphaned child to end. What the killed
+    process cannot remove (multiprocessing's directory, a forkserver's socket) goes in a
+    temporary directory of its own, removed here."""
     root = Path(__file__).resolve().parent.parent
-    parent = subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True)
+    scratch = tempfile.mkdtemp(prefix="dlq-tmp-")
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": scratch})
     try:
         child = int(parent.stdout.readline())
         assert not gone(child)
@@ -124,6 +128,7 @@ def assert_child_ends_with_its_parent(code: str, what: str) -> None:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # --- databases migrated once a process --------------------------------------------------------
