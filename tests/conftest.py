@@ -13,9 +13,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import flask
 import pytest
@@ -191,12 +188,9 @@ def settings(tmp_path, nats_server, database_url):
 
 @pytest.fixture
 def scratch():
-    """A temporary directory for the processes a test kills with -9 (TMPDIR=scratch): what they
-    cannot remove (multiprocessing's directories) is removed after the test. Not under tmp_path,
-    which is too long a prefix for the Unix sockets made in it (at most 107 bytes a path)."""
-    folder = Path(tempfile.mkdtemp(prefix="dlq-tmp-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    """A TMPDIR for the processes a test kills with -9 (support.killed_processes_tmpdir)."""
+    with support.killed_processes_tmpdir() as folder:
+        yield folder
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jinja2
 import nats
@@ -115,20 +115,31 @@ def assert_child_ends_with_its_parent(code: str, what: str) -> None:
     process cannot remove (multiprocessing's directory, a forkserver's socket) goes in a
     temporary directory of its own, removed here."""
     root = Path(__file__).resolve().parent.parent
-    scratch = tempfile.mkdtemp(prefix="dlq-tmp-")
-    parent = subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "TMPDIR": scratch})
+    with killed_processes_tmpdir() as scratch:
+        parent = subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "TMPDIR": str(scratch)})
+        try:
+            child = int(parent.stdout.readline())
+            assert not gone(child)
+            parent.send_signal(signal.SIGKILL)
+            parent.wait(timeout=30)
+            wait_for(lambda: gone(child), timeout=30, message=f"the orphaned {what} to exit")
+        finally:
+            if parent.poll() is None:
+                parent.kill()
+                parent.wait()
+
+
+@contextmanager
+def killed_processes_tmpdir() -> Iterator[Path]:
+    """A TMPDIR for processes a test kills with -9: what they cannot remove (multiprocessing's
+    directories, a forkserver's socket) is removed afterwards. Not under pytest's tmp_path, which
+    is too long a prefix for a Unix socket's path (at most 107 bytes)."""
+    folder = Path(tempfile.mkdtemp(prefix="dlq-tmp-"))
     try:
-        child = int(parent.stdout.readline())
-        assert not gone(child)
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=30)
-        wait_for(lambda: gone(child), timeout=30, message=f"the orphaned {what} to exit")
+        yield folder
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # --- databases migrated once a process --------------------------------------------------------
