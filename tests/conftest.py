@@ -249,10 +249,10 @@ def probe_app(offline_app):
 def rt(request) -> Runtime:
     """The Runtime of whichever app the test uses (``app`` if it asks for it, else ``offline_app``);
     of a started app once the jobs' first recovery pass has run."""
-    runtime = runtime_of(_the_app(request))
+    app = _the_app(request)
     if "app" in request.fixturenames:
-        assert runtime.jobs.recovered.wait(10), "the jobs' first recovery pass did not run"
-    return runtime
+        support.recovered_first(app)
+    return runtime_of(app)
 
 
 def _the_app(request):

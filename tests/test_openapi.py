@@ -20,9 +20,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from sqlalchemy import select
 
-from dlq_dashboard.db.models import Base
 from dlq_dashboard.entries.filters import MAX_LIMIT
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.web.openapi import openapi_document, route_key
@@ -238,16 +236,8 @@ def test_real_responses_match_the_document(api):
 # --- schemathesis over the document ----------------------------------------------------------
 
 def snapshot(engine) -> dict:
-    """Every table's rows, but for what changes by itself: the mirror's lease and position, and
-    the token's last use (authentication bookkeeping, not data)."""
-    tables = {}
-    with engine.connect() as conn:
-        for table in Base.metadata.sorted_tables:
-            if table.name in ("leases", "mirror_state"):
-                continue
-            columns = [c for c in table.columns if not (table.name == "api_tokens" and c.name == "last_used_at")]
-            tables[table.name] = conn.execute(select(*columns).order_by(*table.primary_key.columns)).all()
-    return tables
+    """Every table's rows, but for what changes by itself (support.CHANGES_BY_ITSELF)."""
+    return support.table_rows(engine)
 
 
 def fuzz(api, operation, examples: int, mode: GenerationMode = GenerationMode.POSITIVE, **fixed) -> None:

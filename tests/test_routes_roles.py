@@ -6,10 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from sqlalchemy import select
 
 from dlq_dashboard.accounts import AccountError, create_token, create_user
-from dlq_dashboard.db.models import Base
 from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.runtime import runtime_of
@@ -20,9 +18,6 @@ IDENTITIES = (None, "viewer", "operator", "admin")  # None: anonymous
 RANK = {role: i for i, role in enumerate(IDENTITIES)}
 EXEMPT = {"static"}  # Flask's own static files: no data, no role
 CHECKED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-# Written by the mirror's own threads whatever the requests do.
-# A token's and a session's last use are records of the request itself (once a minute).
-NOT_COMPARED = {"leases": None, "mirror_state": None, "api_tokens": {"last_used_at"}, "sessions": {"last_seen_at"}}
 
 
 def routes(app):
@@ -50,16 +45,9 @@ def refused(response) -> bool:
 
 
 def snapshot(app) -> dict:
-    """Every row of every table the requests could change."""
-    engine = runtime_of(app).engine
-    state = {}
-    with engine.connect() as conn:
-        for table in Base.metadata.sorted_tables:
-            if table.name in NOT_COMPARED and NOT_COMPARED[table.name] is None:
-                continue
-            skip = NOT_COMPARED.get(table.name) or set()
-            columns = [c for c in table.columns if c.name not in skip]
-            state[table.name] = [tuple(r) for r in conn.execute(select(*columns).order_by(*table.primary_key.columns))]
+    """Every row of every table the requests could change (support.table_rows), and the ORDERS
+    stream's message count."""
+    state = support.table_rows(runtime_of(app).engine)
     bridge = runtime_of(app).bridge
     state["ORDERS messages"] = bridge.call(lambda: bridge.js.stream_info("ORDERS"), timeout=5).state.messages
     return state
