@@ -5,9 +5,13 @@ with SIGSTOP (it keeps its TCP connection, so the client alone would not notice 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
+from contextlib import contextmanager
+from typing import Iterator
+from unittest.mock import patch
 
 import pytest
 from sqlalchemy import select
@@ -23,12 +27,29 @@ from .support import frozen
 from .test_times_shown import assert_one_format
 
 # What the issue asks: NATS liveness known within about a second (the probe's ping interval plus
-# the time it waits for an answer, 0.25 + 0.75 s); a request refused at once while it is known;
-# a request already waiting released when it becomes known. The bounds leave room for a busy CI.
+# the time it waits for an answer, 0.25 + 0.75 s); a request refused at once while it is known
+# (sent_to_nats: it sends nothing to the server); a request already waiting released when it
+# becomes known. The bounds leave room for a busy CI.
 DECLARED_WITHIN = 2.0
-REFUSED_WITHIN = 1.0
 RELEASED_WITHIN = 2.0
 PAYLOAD = b'{"order_id": "o-1", "customer_id": "c-1"}'
+
+
+@contextmanager
+def sent_to_nats(rt) -> Iterator[list[str]]:
+    """What this thread sends to the bridge's event loop meanwhile (the coroutines' names). A
+    request answered at once while NATS is known down sends nothing there, so nothing of it waits
+    on the server: that, not a wall-clock bound, is what "at once" asserts (a loaded machine
+    stretches any bound). The Flask test client serves a request in the calling thread."""
+    sent, me, real = [], threading.current_thread(), asyncio.run_coroutine_threadsafe
+
+    def spy(coro, loop):
+        if threading.current_thread() is me and loop is rt.bridge.loop:
+            sent.append(getattr(coro, "__qualname__", repr(coro)))
+        return real(coro, loop)
+
+    with patch.object(asyncio, "run_coroutine_threadsafe", spy):  # bridge.py looks it up at each call
+        yield sent
 
 
 def timed(call):
@@ -95,10 +116,9 @@ def test_a_call_waiting_on_a_frozen_server_is_released_when_the_probe_gives_up_a
             rt.bridge.call(lambda: rt.bridge.js.stream_info("DLQ"), timeout=30)
         assert time.monotonic() - started < RELEASED_WITHIN, "a call waits on a frozen server about a second"
         assert not rt.bridge.state.connected
-        started = time.monotonic()
-        with pytest.raises(NatsUnavailable, match="not reachable"):
+        with sent_to_nats(rt) as sent, pytest.raises(NatsUnavailable, match="not reachable"):
             rt.bridge.call(lambda: rt.bridge.js.stream_info("DLQ"), timeout=30)
-        assert time.monotonic() - started < REFUSED_WITHIN
+        assert sent == []
     usable_again(rt)
 
 
@@ -115,27 +135,30 @@ def test_while_nats_is_frozen_healthz_the_confirmation_and_a_republish_answer_at
         assert took < RELEASED_WITHIN, "/healthz never blocks on a frozen server"
         declared_unreachable(rt)
 
-        health, took = timed(lambda: anonymous.get("/healthz"))
-        assert took < REFUSED_WITHIN and health.status_code == 503
+        with sent_to_nats(rt) as sent:
+            health = anonymous.get("/healthz")
+        assert sent == [] and health.status_code == 503
         body = health.get_json()
         assert body["status"] == "degraded" and body["nats"]["connected"] is False
         assert body["nats"]["unreachable_since"]
 
-        confirm, took = timed(lambda: operator.get(f"/entries/{entry_id}/republish?version=1"))
-        assert took < REFUSED_WITHIN and confirm.status_code == 200
+        with sent_to_nats(rt) as sent:
+            confirm = operator.get(f"/entries/{entry_id}/republish?version=1")
+        assert sent == [] and confirm.status_code == 200
         html = confirm.get_data(as_text=True)
         assert "NATS is not reachable" in html and "consumers cannot be listed" in html
         assert re.search(r"<button type=\"submit\" data-needs-nats disabled title=\"NATS is not reachable", html)
 
         token = support.csrf_token(operator, f"/entries/{entry_id}")
-        posted, took = timed(lambda: operator.post(f"/entries/{entry_id}/republish",
-                                                   data={"version": "1", "csrf_token": token}))
-        assert took < REFUSED_WITHIN and posted.status_code == 503
+        with sent_to_nats(rt) as sent:
+            posted = operator.post(f"/entries/{entry_id}/republish", data={"version": "1", "csrf_token": token})
+        assert sent == [] and posted.status_code == 503
         assert "NATS is not reachable" in posted.get_data(as_text=True)
 
-        api, took = timed(lambda: anonymous.post(f"/api/entries/{entry_id}/republish", json={"version": 1},
-                                                 headers=support.bearer(tokens["operator"])))
-        assert took < REFUSED_WITHIN and api.status_code == 503
+        with sent_to_nats(rt) as sent:
+            api = anonymous.post(f"/api/entries/{entry_id}/republish", json={"version": 1},
+                                 headers=support.bearer(tokens["operator"]))
+        assert sent == [] and api.status_code == 503
         assert "nothing was republished" in api.get_json()["error"]
         assert entry_row(rt, entry_id) == ("open", 1)
         assert {i.state for i in intents_of(rt, entry_id)} == {"failed"}
@@ -175,11 +198,11 @@ def test_a_stopped_server_is_refused_at_once_and_the_retry_after_it_is_back_publ
     rt, entry_id, client = runtime_of(app), orders_entry, app.test_client()
     nats_server.stop()
     declared_unreachable(rt)
-    health, took = timed(lambda: client.get("/healthz"))
-    assert took < REFUSED_WITHIN and health.status_code == 503
-    down, took = timed(lambda: client.post(f"/api/entries/{entry_id}/republish", json={"version": 1},
-                                           headers=support.bearer(tokens["operator"])))
-    assert took < REFUSED_WITHIN and down.status_code == 503
+    with sent_to_nats(rt) as sent:
+        health = client.get("/healthz")
+        down = client.post(f"/api/entries/{entry_id}/republish", json={"version": 1},
+                           headers=support.bearer(tokens["operator"]))
+    assert sent == [] and health.status_code == 503 and down.status_code == 503
     assert entry_row(rt, entry_id) == ("open", 1)
 
     nats_server.start()
@@ -190,26 +213,15 @@ def test_a_stopped_server_is_refused_at_once_and_the_retry_after_it_is_back_publ
     assert len(support.stream_messages(nats_server.url)) == 1
 
 
-def test_closing_is_the_databases_decision_and_works_while_nats_is_frozen(app, nats_server, orders_entry, tokens,
-                                                                         monkeypatch):
+def test_closing_is_the_databases_decision_and_works_while_nats_is_frozen(app, nats_server, orders_entry, tokens):
     rt, entry_id, client = runtime_of(app), orders_entry, app.test_client()
-    asked, me = [], threading.current_thread()  # what the request asked of NATS: the client serves it here
-
-    def spied(name, real):
-        def ask(*args, **kwargs):
-            if threading.current_thread() is me:
-                asked.append(name)
-            return real(*args, **kwargs)
-        return ask
-
-    for name in ("call", "spawn"):
-        monkeypatch.setattr(rt.bridge, name, spied(name, getattr(rt.bridge, name)))
     with frozen(nats_server):
         declared_unreachable(rt)
-        closed = client.post(f"/api/entries/{entry_id}/close", json={"version": 1},
-                             headers=support.bearer(tokens["operator"]))
+        with sent_to_nats(rt) as sent:
+            closed = client.post(f"/api/entries/{entry_id}/close", json={"version": 1},
+                                 headers=support.bearer(tokens["operator"]))
         assert closed.status_code == 200, closed.get_json()
-    assert asked == [], "the close waited on NATS"
+    assert sent == [], "the close waited on NATS"
     assert entry_row(rt, entry_id) == ("closed", 2)
 
 
@@ -223,9 +235,9 @@ def test_with_delete_on_close_closing_is_refused_at_once_while_nats_is_frozen(ma
         page = operator.get(f"/entries/{entry_id}").get_data(as_text=True)
         assert re.search(r'data-needs-nats disabled title="NATS is not reachable[^"]*">Close</button>', page)
         token = support.csrf_token(operator, f"/entries/{entry_id}")
-        refused, took = timed(lambda: operator.post(f"/entries/{entry_id}/close",
-                                                    data={"version": "1", "csrf_token": token}))
-        assert took < REFUSED_WITHIN and refused.status_code == 503
+        with sent_to_nats(rt) as sent:
+            refused = operator.post(f"/entries/{entry_id}/close", data={"version": "1", "csrf_token": token})
+        assert sent == [] and refused.status_code == 503
         assert "nothing was closed" in refused.get_data(as_text=True)
     assert entry_row(rt, entry_id) == ("open", 1)
 
