@@ -71,6 +71,24 @@
       applyNatsState(target);
     }
   });
+
+  // The banner is a strip at the window's bottom, out of the page's flow (app.css): its height,
+  // as --status-height, is kept free at the page's end and under the bars that stay at the
+  // window's bottom (the bulk bar, the editor's actions), so it never covers them.
+  function followHeight(banner) {
+    var root = document.documentElement;
+    var observer = new ResizeObserver(function () {
+      root.style.setProperty("--status-height", banner.offsetHeight + "px");
+    });
+    observer.observe(banner);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var banner = document.querySelector("[data-status-banner]");
+    if (banner) {
+      followHeight(banner);
+    }
+  });
 })();
 
 // --- A session that ended ----------------------------------------------------------------------

@@ -25,6 +25,16 @@ from . import support
 SETTLED = "() => !document.querySelector('[hx-trigger=\"load\"], .htmx-request')"
 # The list's summary once its counts have arrived (until then it stands in their place, pending).
 COUNTED_SUMMARY = ".summary:not([hx-trigger])"
+#: The list's first row's top at every frame the page draws once it has loaded, in
+#: ``window.firstRowTops`` (installed before a page loads, ``page.add_init_script``): from then on
+#: a person may aim at a row. Before, static/app.js folds the parts as they were left, at
+#: DOMContentLoaded.
+SAMPLE_FIRST_ROW = """window.firstRowTops = [];
+window.addEventListener("load", () => (function sample() {
+  const row = document.querySelector('#entry-rows tr[data-id]');
+  if (row) window.firstRowTops.push(row.getBoundingClientRect().top + window.scrollY);
+  requestAnimationFrame(sample);
+})());"""
 
 
 @dataclass

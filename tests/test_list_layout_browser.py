@@ -14,7 +14,7 @@ from dlq_dashboard.demo.service import demo_settings
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
-from .browser_support import COUNTED_SUMMARY, SETTLED
+from .browser_support import COUNTED_SUMMARY, SAMPLE_FIRST_ROW, SETTLED
 from .demo_entries import store_demo_entries
 
 DESKTOP, PHONE = (1440, 900), (390, 844)
@@ -134,17 +134,6 @@ def test_the_chart_is_folded_at_first_on_a_phone(app, live_server, page):
     expect(page.locator("figure.chart")).to_be_hidden()
     page.get_by_text("Chart: failures per").click()
     expect(page.locator("figure.chart svg")).to_be_visible()
-
-
-#: The first row's top at every frame the page draws once it has loaded (installed before a page
-#: loads): from then on a person may aim at a row. Before, static/app.js folds the parts as they
-#: were left, at DOMContentLoaded.
-SAMPLE_FIRST_ROW = """window.firstRowTops = [];
-window.addEventListener("load", () => (function sample() {
-  const row = document.querySelector('#entry-rows tr[data-id]');
-  if (row) window.firstRowTops.push(row.getBoundingClientRect().top + window.scrollY);
-  requestAnimationFrame(sample);
-})());"""
 
 
 def _first_row_while_the_counts_arrive(page, url: str) -> list[float]:

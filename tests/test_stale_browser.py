@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
+from .browser_support import SAMPLE_FIRST_ROW, SETTLED
 from .support import frozen
 
 PAYLOAD = b'{"order_id": "o-1", "customer_id": "c-1"}'
@@ -101,3 +102,42 @@ def test_the_banner_says_how_far_behind_the_list_is_while_the_mirror_lags(app, l
                                        timeout=WITHIN)
         expect(banner).to_contain_text("the oldest waiting since")
     expect(banner).not_to_contain_text("behind", timeout=WITHIN)
+
+
+def test_nothing_of_the_page_moves_when_the_banner_comes_or_goes_and_it_covers_nothing(
+        app, live_server, page, nats_server):
+    # The banner comes when things go wrong, when operators are busiest: a click aimed at a row as
+    # it comes must land on that row. It stands at the window's bottom, over nothing the page
+    # keeps there (the bulk bar stands on it) and with the page's end scrollable clear of it.
+    support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-%d"}' % i for i in range(40)])
+    support.sign_in(page, live_server, app, "operator")
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.add_init_script(SAMPLE_FIRST_ROW)
+    page.goto(f"{live_server}/")
+    page.wait_for_function(SETTLED)
+    page.locator("#entry-rows input[name=ids]").first.check()
+    bar = page.locator(".bulk-actions.selection-only")
+    expect(bar).to_be_visible()
+    banner = page.locator("[data-status-banner]")
+    stale = banner.locator(".stale").first
+
+    with frozen(nats_server):
+        expect(stale).to_contain_text("NATS is not reachable since", timeout=WITHIN)
+        page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+        tops = page.evaluate("window.firstRowTops")
+        assert max(tops) - min(tops) < 0.5, f"the rows moved when the banner came: {sorted(set(tops))} px"
+        shown = banner.bounding_box()
+        assert shown["height"] > 0 and abs(shown["y"] + shown["height"] - 720) < 0.5, \
+            f"the banner is not at the window's bottom: {shown}"
+        assert bar.bounding_box()["y"] + bar.bounding_box()["height"] <= shown["y"] + 0.5, \
+            "the banner covers the bulk bar"
+        page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+        last = page.locator("main > *").last.bounding_box()
+        assert last["y"] + last["height"] <= shown["y"] + 0.5, "the page's end cannot be scrolled clear of the banner"
+        page.evaluate("window.scrollTo(0, 0)")
+
+    expect(stale).to_have_count(0, timeout=WITHIN)
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    tops = page.evaluate("window.firstRowTops")
+    assert max(tops) - min(tops) < 0.5, f"the rows moved when the banner went: {sorted(set(tops))} px"
+    assert page.evaluate("getComputedStyle(document.body).paddingBottom") == "0px"
