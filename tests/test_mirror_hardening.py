@@ -310,10 +310,10 @@ def test_a_persistent_write_error_keeps_health_degraded_through_every_retry_and_
     assert len(mirror_lines(caplog, "DLQ", "recovered")) == 2
 
 
-def test_a_writer_process_that_cannot_be_started_is_told_as_stuck_and_mirrors_once_it_starts(
-        make_app, nats_server, monkeypatch, caplog):
-    # What a forkserver whose socket path is too long, or a full process table, raises.
-    caplog.set_level(logging.WARNING, logger=MIRROR_LOG)
+@pytest.fixture
+def refusing(monkeypatch) -> threading.Event:
+    """While set, the mirror's writer process cannot be started: what a forkserver whose socket
+    path is too long raises (a full process table fails the same way)."""
     refusing, started = threading.Event(), WriterProcess._start
     refusing.set()
 
@@ -323,6 +323,12 @@ def test_a_writer_process_that_cannot_be_started_is_told_as_stuck_and_mirrors_on
         started(writer)
 
     monkeypatch.setattr(WriterProcess, "_start", start)
+    return refusing
+
+
+def test_a_writer_process_that_cannot_be_started_is_told_as_stuck_and_mirrors_once_it_starts(
+        make_app, nats_server, refusing, caplog):
+    caplog.set_level(logging.WARNING, logger=MIRROR_LOG)
     app = make_app(online=True)
     rt = runtime_of(app)
     assert any(line.startswith("the mirror's writer could not be started (OSError: AF_UNIX path too long)")
@@ -337,6 +343,24 @@ def test_a_writer_process_that_cannot_be_started_is_told_as_stuck_and_mirrors_on
     support.wait_for(lambda: support.entry_count(rt.engine) == 5, timeout=20, message="the five once it starts")
     support.wait_for(lambda: well(app), timeout=10, message="/healthz to be ok")
     assert entry_seqs(rt.engine) == [1, 2, 3, 4, 5]
+
+
+def test_a_writer_process_that_cannot_be_started_is_told_as_stuck_while_the_streams_are_quiet(
+        make_app, nats_server, refusing):
+    # Nothing arrives to be written: /healthz must not say all is well while nothing could be.
+    app = make_app(online=True)
+    rt = runtime_of(app)
+    body = support.wait_for(lambda: stuck_health(app, "OSError: AF_UNIX path too long"), timeout=10,
+                            message="/healthz to say the mirror is stuck on a quiet stream, with the writer's error")
+    assert body["mirror"]["streams"]["DLQ"]["lag"] == 0
+    viewer = support.logged_in(app, "viewer")
+    assert "The mirror is stuck on stream DLQ" in viewer.get("/status/banner").get_data(as_text=True)
+
+    refusing.clear()  # the next retry starts it, though nothing has arrived
+    support.wait_for(lambda: well(app), timeout=20, message="/healthz to be ok once the writer starts")
+    publish_dead_letters(nats_server.url, 3)
+    support.wait_for(lambda: support.entry_count(rt.engine) == 3, timeout=20, message="the three")
+    assert entry_seqs(rt.engine) == [1, 2, 3]
 
 
 def test_the_mirrors_loop_ended_by_an_unexpected_error_says_so_and_starts_again(make_app, settings, nats_server,

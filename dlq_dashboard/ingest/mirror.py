@@ -253,6 +253,7 @@ class Mirror:
         # The error stays until a write succeeds, or until nothing is left to write: a retry
         # that has not written yet has not recovered (health would flap to ok meanwhile).
         if progress.lag == 0:
+            await self._writer_ready()
             progress.recovered()
 
         inbox = Inbox(progress.queued_seq, self._budget, self._direct_reader(stream, info),
@@ -281,6 +282,7 @@ class Mirror:
                     if not done:
                         await self._check_stream(stream, epoch, progress)
                         if not writing and progress.lag == 0:
+                            await self._writer_ready()
                             progress.recovered()
                     continue
                 batch = inbox.take(BATCH, BATCH_BYTES)
@@ -306,6 +308,12 @@ class Mirror:
             if writing:
                 await asyncio.shield(asyncio.gather(*writing, return_exceptions=True))
             await inbox.close()
+
+    async def _writer_ready(self) -> None:
+        """Start the writer process unless it runs, raising what stops it: a quiet stream is
+        never told as well while nothing that arrives could be written (the follower is retried,
+        its stream told as stuck with the error, until the writer starts)."""
+        await self._db(self._process.ensure_running)
 
     @staticmethod
     async def _committed(outcome: asyncio.Future, batch: list, after: int, progress: StreamProgress) -> None:
