@@ -252,6 +252,72 @@
   });
 })();
 
+// --- The list's columns at the window's width ------------------------------------------------
+// app.css leaves the secondary columns to the entry's page at fixed widths, which fit the list
+// with two key fields. With more columns (more key fields, the source of several), this leaves
+// more while the table is still wider than its place, in this order: the original msgId and the
+// deliveries, the consumer and the payload, the key fields from the last to the second, the
+// source. Done before the browser paints (at load, after a swap), and again when the place's width
+// changes; nothing is left out on a window where everything fits, nor in the narrow layout
+// (a block a row, never wider than its place).
+(function () {
+  "use strict";
+
+  function plan(table) {
+    var steps = [".msg-id, .num", ".consumer, .snippet"];
+    var fields = table.querySelectorAll("thead th.key-field");
+    for (var i = fields.length - 1; i >= 1; i--) {
+      steps.push('.key-field[data-label="' + CSS.escape(fields[i].getAttribute("data-label")) + '"]');
+    }
+    steps.push(".source");
+    return steps;
+  }
+
+  function fit(table) {
+    table.querySelectorAll("[data-fitted-out]").forEach(function (cell) {
+      cell.style.removeProperty("display");
+      cell.removeAttribute("data-fitted-out");
+    });
+    var room = table.parentElement.clientWidth;
+    var steps = plan(table);
+    for (var i = 0; i < steps.length && table.offsetWidth > room; i++) {
+      table.querySelectorAll(steps[i]).forEach(function (cell) {
+        if (cell.matches("th, td")) {
+          cell.style.setProperty("display", "none");
+          cell.setAttribute("data-fitted-out", "");
+        }
+      });
+    }
+  }
+
+  var widths = new WeakMap();
+  var watching = new ResizeObserver(function (changes) {
+    changes.forEach(function (change) {
+      var width = change.contentRect.width;
+      if (widths.get(change.target) !== width) {
+        widths.set(change.target, width);
+        change.target.querySelectorAll(":scope > table.entries").forEach(fit);
+      }
+    });
+  });
+
+  function fitAll() {
+    document.querySelectorAll("table.entries").forEach(function (table) {
+      fit(table);
+      widths.set(table.parentElement, table.parentElement.getBoundingClientRect().width);
+      watching.observe(table.parentElement);
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", fitAll);
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var target = event.detail && event.detail.target;
+    if (!(target && target.closest && target.closest("[data-status-banner]"))) {
+      fitAll();
+    }
+  });
+})();
+
 // --- Folded parts that remember --------------------------------------------------------------
 // A <details data-remember="key"> is opened or folded as it was last left (localStorage), also
 // after htmx renders it again: the list's chart, its further filters. data-keep-open: the server

@@ -64,7 +64,7 @@ def list_columns(fields: Iterable[KeyField], can_act: bool, sources: bool = Fals
     bar is theirs alone), the entry's facts (its source with several: ``sources``), its key fields
     (settings.list_fields), then the payload, and for them the row's actions (Republish, Close:
     templates/_row_actions.html). A cell across the whole table spans as many as there are."""
-    facts = (Column("#"), Column("Status")) + ((Column("Source"),) if sources else ()) + (
+    facts = (Column("#"), Column("Status")) + ((Column("Source", css="source"),) if sources else ()) + (
         Column("Subject"), Column("Consumer", css="consumer"), Column("Original msgId", css="msg-id"),
         Column("Reason"), Column("Error"))
     return ((Column("", selects=True),) if can_act else ()) + facts + tuple(
