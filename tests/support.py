@@ -32,6 +32,7 @@ from dlq_dashboard.db.engine import create_db_engine
 from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Base, Entry, Job
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.nats.server import parent_death_signal
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
 
@@ -98,6 +99,14 @@ def run(coro, timeout: float | None = None):
         return asyncio.run(coro)
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+def ends_with_this_process(sig: int = signal.SIGTERM):
+    """A ``preexec_fn`` for a process a test starts (a server, a dashboard): the kernel sends it
+    ``sig`` when the thread that started it ends, so a pytest process killed before its teardown
+    leaves nothing of its own running (Linux; tests/test_killed_run.py). Tests start their servers
+    from the main thread, which ends with the process."""
+    return parent_death_signal(sig)
 
 
 def gone(pid: int) -> bool:

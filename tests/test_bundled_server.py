@@ -37,7 +37,8 @@ class Dashboard:
             # Its own port, not 4222: tests in the other worker start dashboards too.
             self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", "0", "--nats-port",
                                           str(nats_port), *args], cwd=folder,
-                                         env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+                                         env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                         preexec_fn=support.ends_with_this_process())
         self.nats_url: str | None = None
         self.web_url: str | None = None
 

@@ -31,7 +31,8 @@ def start_dashboard(tmp_path: Path, nats_url: str, db: Path, scratch: Path) -> s
     try:
         # A session of its own: its process group is the dashboard's processes and no other.
         return subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", "0"], cwd=tmp_path, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=support.ends_with_this_process())
     finally:
         log.close()
 

@@ -133,7 +133,7 @@ def check_the_installed_command_serves_the_login_page_and_lists_a_dead_letter(in
     log = open(tmp_path / "dashboard.log", "wb")
     try:
         proc = subprocess.Popen([command, "--port", str(port)], cwd=cwd, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, preexec_fn=support.ends_with_this_process())
     finally:
         log.close()
     base = f"http://127.0.0.1:{port}"

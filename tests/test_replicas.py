@@ -49,7 +49,8 @@ class Replica:
         """Start the process without waiting for it to answer."""
         with open(self.workdir / "app.log", "ab") as log:
             self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(self.port)],
-                                         cwd=self.workdir, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+                                         cwd=self.workdir, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         preexec_fn=support.ends_with_this_process())
         return self
 
     def wait_started(self) -> Replica:

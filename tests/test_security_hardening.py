@@ -75,7 +75,7 @@ class PasswordNats:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([find_nats_server(), "-js", "-sd", str(self.store), "-a", "127.0.0.1",
                                           "-p", str(self.port), "--user", NATS_USER, "--pass", NATS_PASSWORD],
-                                         stdout=log, stderr=log)
+                                         stdout=log, stderr=log, preexec_fn=support.ends_with_this_process())
         wait_for_port(self.port, 10, self.proc)
         return self
 

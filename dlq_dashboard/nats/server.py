@@ -148,8 +148,10 @@ class NatsServer:
     # The monitoring endpoint (/healthz, /jsz); 0 leaves it off.
     monitor_port: int = 0
     # The kernel sends the server SIGTERM when the thread that started it ends (Linux; see
-    # nats/bundled.py): start it from a thread that lives as long as the server should.
-    end_with_parent: bool = False
+    # nats/bundled.py), so that a process killed before it could stop its server leaves none
+    # running (the bundled server, the tests' and the benchmarks'): start it from a thread that
+    # lives as long as the server should, or pass False.
+    end_with_parent: bool = True
     # Descriptors the server inherits (the bundled server's store lock).
     pass_fds: tuple[int, ...] = ()
     # More of nats-server's configuration, as written in its file (the tests' accounts).
