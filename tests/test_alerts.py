@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from sqlalchemy import select
@@ -174,13 +173,11 @@ def test_a_webhook_that_hangs_does_not_slow_the_mirror(tmp_path, nats_server, re
         dead_letter(nats_server, 1, "first cause")
         support.wait_for(lambda: hook.hanging, timeout=30, message="the webhook to hang")
         engine = runtime_of(app).engine
-        started = time.monotonic()
         dead_letter(nats_server, 500, "second cause")
+        # Stored while the sender still waits on the webhook (for up to 50 s): the mirror does not.
         support.wait_for(lambda: support.entry_count(engine) == 501, timeout=30,
                          message="the mirror to store the dead letters while the webhook hangs")
-        took = time.monotonic() - started
         assert hook.hanging == 1 and not hook.released.is_set()  # the sender still waits
-        assert took < 20, f"mirroring took {took:.1f} s"
         # The second group's alerts (500 > the default threshold of 100: a spike too) wait in the
         # outbox for the sender, not in the mirror.
         assert [r.event for r in outbox(engine)] == ["group.new", "group.new", "group.spike"]
