@@ -74,19 +74,38 @@
 
   // The banner is a strip at the window's bottom, out of the page's flow (app.css): its height,
   // as --status-height, is kept free at the page's end and under the bars that stay at the
-  // window's bottom (the bulk bar, the editor's actions), so it never covers them.
-  function followHeight(banner) {
-    var root = document.documentElement;
-    var observer = new ResizeObserver(function () {
-      root.style.setProperty("--status-height", banner.offsetHeight + "px");
+  // window's bottom (the bulk bar, the editor's actions), so it never covers them. Both heights
+  // together, as --bottom-covered, are kept clear of what Tab or a link scrolls to (the page's
+  // scroll padding), so that the focus is never under them.
+  var BARS = ".bulk-actions, .editor-actions";
+  var root = document.documentElement;
+
+  function measure() {
+    var banner = document.querySelector("[data-status-banner]");
+    var strip = banner ? banner.offsetHeight : 0;
+    var bar = 0;
+    document.querySelectorAll(BARS).forEach(function (element) {
+      bar = Math.max(bar, element.offsetHeight);
     });
-    observer.observe(banner);
+    root.style.setProperty("--status-height", strip + "px");
+    root.style.setProperty("--bottom-covered", strip + bar + "px");
   }
 
-  document.addEventListener("DOMContentLoaded", function () {
-    var banner = document.querySelector("[data-status-banner]");
-    if (banner) {
-      followHeight(banner);
+  var sizes = new ResizeObserver(measure);
+
+  function follow() {
+    sizes.disconnect();
+    document.querySelectorAll("[data-status-banner], " + BARS).forEach(function (element) {
+      sizes.observe(element);
+    });
+    measure();
+  }
+
+  document.addEventListener("DOMContentLoaded", follow);
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var target = event.detail && event.detail.target;
+    if (!(target && target.closest && target.closest("[data-status-banner]"))) {
+      follow();  // the bars may have been rendered again
     }
   });
 })();

@@ -98,9 +98,14 @@ FOCUSED = """() => {
   const e = document.activeElement;
   if (!e || e === document.body) return null;
   const style = getComputedStyle(e), box = e.getBoundingClientRect();
+  // What the page shows at its middle: another element there (the status banner, a bar that stays
+  // at the window's bottom) covers it (WCAG 2.2's "focus not obscured").
+  const top = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
   return {index: e.dataset.focusable ?? null, tag: e.tagName.toLowerCase(), text: (e.textContent || e.name || '').trim().slice(0, 40),
           outline: style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) > 0,
-          shown: box.width > 0 && box.height > 0 && box.bottom > 0 && box.top < window.innerHeight};
+          shown: box.width > 0 && box.height > 0 && box.bottom > 0 && box.top < window.innerHeight,
+          covered_by: !top || e.contains(top) || top.contains(e) || top.control === e ? null
+                      : top.tagName.toLowerCase() + (top.className ? '.' + top.className : '')};
 }"""
 
 
@@ -116,9 +121,10 @@ def _tab_through(page, where: str) -> list[str]:
             break
         if focused["index"] is not None:
             reached.add(int(focused["index"]))
-        if not (focused["outline"] and focused["shown"]):
+        if not (focused["outline"] and focused["shown"]) or focused["covered_by"]:
             problems.append(f"{where}: {focused['tag']} {focused['text']!r} has the focus unseen "
-                            f"(outline {focused['outline']}, in view {focused['shown']})")
+                            f"(outline {focused['outline']}, in view {focused['shown']}, "
+                            f"covered by {focused['covered_by'] or 'nothing'})")
     missed = page.evaluate("(reached) => [...document.querySelectorAll('[data-focusable]')]"
                            ".filter(e => !reached.includes(Number(e.dataset.focusable)))"
                            ".map(e => e.tagName.toLowerCase() + ' ' + (e.textContent || e.name || '').trim().slice(0, 40))",

@@ -141,3 +141,31 @@ def test_nothing_of_the_page_moves_when_the_banner_comes_or_goes_and_it_covers_n
     tops = page.evaluate("window.firstRowTops")
     assert max(tops) - min(tops) < 0.5, f"the rows moved when the banner went: {sorted(set(tops))} px"
     assert page.evaluate("getComputedStyle(document.body).paddingBottom") == "0px"
+
+
+def test_while_the_banner_shows_every_element_tab_reaches_is_seen_and_nothing_breaks_wcag(
+        app, live_server, page, nats_server):
+    # What every page is checked for (axe-core; Tab reaches every action and shows the focus,
+    # never under the banner or a bar at the window's bottom), in the banner's state.
+    from .test_accessibility_browser import _tab_through, _violations
+
+    support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-%d"}' % i for i in range(30)])
+    support.sign_in(page, live_server, app, "operator")
+    with frozen(nats_server):
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            for width, height in ((1280, 720), (390, 844)):
+                page.set_viewport_size({"width": width, "height": height})
+                page.goto(f"{live_server}/?status=open")
+                expect(page.locator("[data-status-banner] .stale").first).to_contain_text(
+                    "NATS is not reachable", timeout=WITHIN)
+                page.wait_for_function(SETTLED)
+                found = _violations(page, f"/?status=open with the banner ({scheme}, {width} px)")
+                assert not found, "\n".join(found)
+        page.emulate_media(color_scheme="light")
+        page.set_viewport_size({"width": 1280, "height": 720})
+        page.goto(f"{live_server}/?status=open")
+        expect(page.locator("[data-status-banner] .stale").first).to_be_visible(timeout=WITHIN)
+        page.wait_for_function(SETTLED)
+        problems = _tab_through(page, "/?status=open with the banner")
+        assert not problems, "\n".join(problems)
