@@ -73,7 +73,11 @@ def test_an_admin_creates_a_scoped_user_and_disables_them_after_confirming(app, 
     assert problems == []
 
 
-def test_the_page_fits_its_window_at_1440_and_390_px_with_long_names_and_patterns(app, live_server, page):
+def test_the_page_fits_its_window_at_1440_and_390_px_with_long_names_and_patterns_and_breaks_no_wcag_rule(
+        app, live_server, page):
+    # What every page is checked for (tests/test_layout_browser.py, tests/test_accessibility_browser.py),
+    # on the one page only an admin opens.
+    from .test_accessibility_browser import _violations
     from .test_layout_browser import MEASURE
 
     engine = runtime_of(app).engine
@@ -86,3 +90,8 @@ def test_the_page_fits_its_window_at_1440_and_390_px_with_long_names_and_pattern
         page.goto(f"{live_server}/admin/users")
         measured = page.evaluate(MEASURE)
         assert measured["scroll"] <= measured["width"], (width, measured["wide"])
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            found = _violations(page, f"/admin/users ({scheme}, {width} px)")
+            assert not found, "\n".join(found)
+        page.emulate_media(color_scheme="light")
