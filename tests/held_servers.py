@@ -45,7 +45,7 @@ def test_hold_the_servers_until_the_run_is_killed(nats_server, postgres_server, 
     # Its mirror's process and that one's writer, once started.
     support.wait_for(lambda: len(descendants(dashboard.pid)) >= 2, timeout=60, message="the mirror's processes")
     said = Path(os.environ["HELD_SERVERS"])
-    held = {"nats-server": nats_server.proc.pid, "postgres": postgres_server.proc.pid,
+    held = {"pytest": os.getpid(), "nats-server": nats_server.proc.pid, "postgres": postgres_server.proc.pid,
             "identity provider": provider.process.pid, "dashboard": dashboard.pid,
             **{f"dashboard's process {pid}": pid for pid in descendants(dashboard.pid)},
             "postgres_data": str(postgres_server.data_dir)}
