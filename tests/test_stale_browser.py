@@ -5,6 +5,7 @@ both recover by themselves."""
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 import pytest
 from playwright.sync_api import expect
@@ -104,6 +105,21 @@ def test_the_banner_says_how_far_behind_the_list_is_while_the_mirror_lags(app, l
     expect(banner).not_to_contain_text("behind", timeout=WITHIN)
 
 
+TWO_FRAMES = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+
+
+@contextmanager
+def banner_held(page):
+    """The banner's polls answered with what it says now: measured meanwhile, it does not change
+    under the measure (its "(3 s ago)" could wrap to one more line between two looks)."""
+    said = page.locator("[data-status-banner]").inner_html()
+    page.route("**/status/banner", lambda route: route.fulfill(status=200, content_type="text/html", body=said))
+    try:
+        yield
+    finally:
+        page.unroute("**/status/banner")
+
+
 def test_nothing_of_the_page_moves_when_the_banner_comes_or_goes_and_it_covers_nothing(
         app, live_server, page, nats_server):
     # The banner comes when things go wrong, when operators are busiest: a click aimed at a row as
@@ -123,21 +139,24 @@ def test_nothing_of_the_page_moves_when_the_banner_comes_or_goes_and_it_covers_n
 
     with frozen(nats_server):
         expect(stale).to_contain_text("NATS is not reachable since", timeout=WITHIN)
-        page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
-        tops = page.evaluate("window.firstRowTops")
-        assert max(tops) - min(tops) < 0.5, f"the rows moved when the banner came: {sorted(set(tops))} px"
-        shown = banner.bounding_box()
-        assert shown["height"] > 0 and abs(shown["y"] + shown["height"] - 720) < 0.5, \
-            f"the banner is not at the window's bottom: {shown}"
-        assert bar.bounding_box()["y"] + bar.bounding_box()["height"] <= shown["y"] + 0.5, \
-            "the banner covers the bulk bar"
-        page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
-        last = page.locator("main > *").last.bounding_box()
-        assert last["y"] + last["height"] <= shown["y"] + 0.5, "the page's end cannot be scrolled clear of the banner"
-        page.evaluate("window.scrollTo(0, 0)")
+        with banner_held(page):
+            page.evaluate(TWO_FRAMES)
+            tops = page.evaluate("window.firstRowTops")
+            assert max(tops) - min(tops) < 0.5, f"the rows moved when the banner came: {sorted(set(tops))} px"
+            shown = banner.bounding_box()
+            assert shown["height"] > 0 and abs(shown["y"] + shown["height"] - 720) < 0.5, \
+                f"the banner is not at the window's bottom: {shown}"
+            held = bar.bounding_box()
+            assert held["y"] + held["height"] <= shown["y"] + 0.5, "the banner covers the bulk bar"
+            page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+            page.evaluate(TWO_FRAMES)
+            last = page.locator("main > *").last.bounding_box()
+            assert last["y"] + last["height"] <= shown["y"] + 0.5, \
+                "the page's end cannot be scrolled clear of the banner"
+            page.evaluate("window.scrollTo(0, 0)")
 
     expect(stale).to_have_count(0, timeout=WITHIN)
-    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    page.evaluate(TWO_FRAMES)
     tops = page.evaluate("window.firstRowTops")
     assert max(tops) - min(tops) < 0.5, f"the rows moved when the banner went: {sorted(set(tops))} px"
     assert page.evaluate("getComputedStyle(document.body).paddingBottom") == "0px"
@@ -167,12 +186,6 @@ def test_while_the_banner_shows_every_element_tab_reaches_is_seen_and_nothing_br
         page.goto(f"{live_server}/?status=open")
         expect(page.locator("[data-status-banner] .stale").first).to_be_visible(timeout=WITHIN)
         page.wait_for_function(SETTLED)
-        # Its polls answered with what it says now while Tab walks the page: its "(3 s ago)" could
-        # wrap to one more line between a Tab and the look at where the focus landed.
-        said = page.locator("[data-status-banner]").inner_html()
-        page.route("**/status/banner", lambda route: route.fulfill(status=200, content_type="text/html", body=said))
-        try:
+        with banner_held(page):
             problems = _tab_through(page, "/?status=open with the banner")
-        finally:
-            page.unroute("**/status/banner")
         assert not problems, "\n".join(problems)
