@@ -297,7 +297,8 @@
       cell.style.removeProperty("display");
       cell.removeAttribute("data-fitted-out");
     });
-    var room = table.parentElement.clientWidth;
+    var place = table.parentElement, style = getComputedStyle(place);
+    var room = place.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
     var steps = plan(table);
     for (var i = 0; i < steps.length && table.offsetWidth > room; i++) {
       table.querySelectorAll(steps[i]).forEach(function (cell) {
