@@ -28,7 +28,7 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 
-from dlq_dashboard.nats.server import free_port
+from dlq_dashboard.nats.server import free_port, listens_on
 
 from . import support
 
@@ -167,8 +167,12 @@ class IdentityProvider:
         except requests.RequestException as error:
             self._why = f"{type(error).__name__}: {error}"
             return False
-        # Another server on the port answers too, but not with the provider's document.
+        # Another server on the port answers too, but not with the provider's document; another
+        # provider would (the port taken before this one bound it): not this process.
         self._why = f"HTTP {answer.status_code} from {answer.headers.get('Server', 'a server that names none')}"
+        if answer.ok and listens_on(self.process.pid, self.port) is False:
+            self._why = f"another process listens on port {self.port}"
+            return False
         return answer.ok
 
     def release(self) -> None:

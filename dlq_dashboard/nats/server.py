@@ -84,17 +84,48 @@ def free_port(preferred: int | None = None) -> int:
     return free_ports(1)[0]
 
 
+class ServerExited(RuntimeError):
+    """The server ended before it listened (its port taken, a bad configuration: its log says)."""
+
+
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the socket listening on 127.0.0.1:``port`` (Linux: the
+    listening sockets of /proc/net/tcp against the process's descriptors); None where that
+    cannot be told. A port chosen free can be taken by another process's listener before the
+    server binds it: the server then exits ("address already in use"), and whatever answers on
+    the port is not it."""
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        descriptors = os.scandir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    local = f"0100007F:{port:04X}"
+    listening = {f"socket:[{fields[9]}]" for fields in (line.split() for line in lines)
+                 if len(fields) > 9 and fields[1] == local and fields[3] == "0A"}
+    with descriptors:
+        for entry in descriptors:
+            try:
+                if os.readlink(entry.path) in listening:
+                    return True
+            except OSError:
+                continue  # closed meanwhile
+    return False
+
+
 def wait_for_port(port: int, timeout: float = 10.0, proc: subprocess.Popen | None = None) -> None:
-    """Wait until something accepts connections on 127.0.0.1:port, or raise."""
+    """Wait until something accepts connections on 127.0.0.1:port (``proc`` itself, when given
+    and that can be told: see listens_on), or raise."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"nats-server exited with code {proc.returncode}")
+            raise ServerExited(f"nats-server exited with code {proc.returncode}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
+                if proc is None or listens_on(proc.pid, port) is not False:
+                    return
         except OSError:
-            time.sleep(0.02)
+            pass
+        time.sleep(0.02)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
@@ -168,7 +199,20 @@ class NatsServer:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self, timeout: float = 10.0) -> "NatsServer":
-        """Start the server (on the same port and store as before, after a stop or kill)."""
+        """Start the server (on the same port and store as before, after a stop or kill). On a
+        port chosen here, taken by another process's listener before the server bound it, it is
+        started again on another (a few times)."""
+        attempts = 5 if not self.port else 1
+        while True:
+            try:
+                return self._start(timeout)
+            except ServerExited:
+                attempts -= 1
+                if not attempts:
+                    raise
+                self.port = 0  # chosen again
+
+    def _start(self, timeout: float) -> "NatsServer":
         if not self.port:
             self.port = free_port()
         if self.cluster_name:
