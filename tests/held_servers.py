@@ -16,23 +16,6 @@ from . import support
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def descendants(pid: int) -> list[int]:
-    """The PIDs of ``pid``'s children, theirs, and so on (from /proc)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-                continue
-    found, frontier = [], [pid]
-    while frontier:
-        children = [child for child, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
-
-
 def test_hold_the_servers_until_the_run_is_killed(nats_server, postgres_server, identity_provider, tmp_path):
     provider = identity_provider(shared=False).start()
     env = {**os.environ, "NATS_URL": nats_server.url, "DATABASE_URL": f"sqlite:///{tmp_path / 'dlq.sqlite3'}",
@@ -43,11 +26,11 @@ def test_hold_the_servers_until_the_run_is_killed(nats_server, postgres_server, 
     support.wait_for(lambda: "DLQ Dashboard at http://" in (tmp_path / "dashboard.log").read_text(), timeout=60,
                      message="the dashboard to start")
     # Its mirror's process and that one's writer, once started.
-    support.wait_for(lambda: len(descendants(dashboard.pid)) >= 2, timeout=60, message="the mirror's processes")
+    support.wait_for(lambda: len(support.descendants(dashboard.pid)) >= 2, timeout=60, message="the mirror's processes")
     said = Path(os.environ["HELD_SERVERS"])
     held = {"pytest": os.getpid(), "nats-server": nats_server.proc.pid, "postgres": postgres_server.proc.pid,
             "identity provider": provider.process.pid, "dashboard": dashboard.pid,
-            **{f"dashboard's process {pid}": pid for pid in descendants(dashboard.pid)},
+            **{f"dashboard's process {pid}": pid for pid in support.descendants(dashboard.pid)},
             "postgres_data": str(postgres_server.data_dir)}
     said.with_suffix(".part").write_text(json.dumps(held))
     said.with_suffix(".part").rename(said)

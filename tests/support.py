@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,6 +108,27 @@ def ends_with_this_process(sig: int = signal.SIGTERM):
     leaves nothing of its own running (Linux; tests/test_killed_run.py). Tests start their servers
     from the main thread, which ends with the process."""
     return parent_death_signal(sig)
+
+
+def children(pid: int) -> list[int]:
+    """The PIDs of process ``pid``'s children (from /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """The PIDs of ``pid``'s children, theirs, and so on (from /proc)."""
+    found, todo = [], deque(children(pid))
+    while todo:
+        child = todo.popleft()
+        found.append(child)
+        try:
+            todo.extend(children(child))
+        except FileNotFoundError:
+            pass
+    return found
 
 
 def gone(pid: int) -> bool:

@@ -11,7 +11,6 @@ import signal
 import sqlite3
 import threading
 import time
-from collections import deque
 from datetime import timedelta
 from pathlib import Path
 
@@ -122,28 +121,9 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
         rt.stop()
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(child) for child in (task / "children").read_text().split()]
-    return found
-
-
-def descendants(pid: int) -> list[int]:
-    found, todo = [], deque(children(pid))
-    while todo:
-        child = todo.popleft()
-        found.append(child)
-        try:
-            todo.extend(children(child))
-        except FileNotFoundError:
-            pass
-    return found
-
-
 def mirror_child(pid: int) -> int:
     """The dashboard's mirror process (multiprocessing's spawned child, not its resource tracker)."""
-    spawned = [child for child in children(pid)
+    spawned = [child for child in support.children(pid)
                if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes() and not support.gone(child)]
     assert len(spawned) == 1, spawned
     return spawned[0]
@@ -216,7 +196,7 @@ def test_app_py_mirrors_in_a_child_it_watches_restarts_and_takes_down_with_it(tm
                          message="the count carried over")
 
         # kill -9 of the dashboard's process: the mirror's process, its writer and its leases go too.
-        tree = descendants(app.proc.pid)
+        tree = support.descendants(app.proc.pid)
         app.kill()
         support.wait_for(lambda: all(support.gone(pid) for pid in tree), timeout=30,
                          message=f"the processes {tree} to end with their parent")
@@ -237,7 +217,7 @@ def test_app_py_stops_its_mirror_process_on_sigterm(tmp_path, nats_server):
            "PYTHONUNBUFFERED": "1"}
     app = Replica("app", tmp_path, env).start()
     support.wait_for(app.leads, timeout=20, message="the lease")
-    tree = descendants(app.proc.pid)
+    tree = support.descendants(app.proc.pid)
     assert tree
     app.proc.send_signal(signal.SIGTERM)
     assert app.proc.wait(30) == 0, app.log()[-2000:]
