@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -60,8 +61,39 @@ def parent_death_signal(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
 #: 49152-65535 elsewhere). A port found free in that range can be taken by any process's next
 #: connection before the server binds it (EADDRINUSE); below it, only another listener can.
 LISTEN_PORTS = range(20000, 32768)
+#: ``first-last`` narrows LISTEN_PORTS for this process and its children: processes that start
+#: servers side by side (the test suite's workers) each choose in a range of their own, so one's
+#: port, free between a server's end and its restart there, is never another's choice.
+PORTS_VARIABLE = "DLQ_LISTEN_PORTS"
 # From the system's randomness: a seeded ``random`` (a test's) would give every process the same.
 _CHOOSER = random.SystemRandom()
+# Where this process's next choice begins: ports are handed out walking the range, so none is
+# handed out twice before the whole range has been (a port whose server is down for a restart
+# stays its own).
+_cursor: dict[range, int] = {}
+_cursor_lock = threading.Lock()
+
+
+def listen_ports() -> range:
+    """LISTEN_PORTS, or the part of it PORTS_VARIABLE names."""
+    value = os.environ.get(PORTS_VARIABLE, "").strip()
+    if not value:
+        return LISTEN_PORTS
+    try:
+        first, last = (int(part) for part in value.split("-"))
+    except ValueError:
+        raise ValueError(f"{PORTS_VARIABLE}={value!r}: expected first-last, e.g. 20000-23191") from None
+    if not (LISTEN_PORTS.start <= first <= last < LISTEN_PORTS.stop):
+        raise ValueError(f"{PORTS_VARIABLE}={value!r}: expected ports within "
+                         f"{LISTEN_PORTS.start}-{LISTEN_PORTS.stop - 1}")
+    return range(first, last + 1)
+
+
+def worker_ports(index: int, count: int) -> range:
+    """The ``index``-th of ``count`` equal, disjoint parts of listen_ports()."""
+    whole = listen_ports()
+    size = len(whole) // count
+    return range(whole.start + index * size, whole.start + (index + 1) * size)
 
 
 def _bindable(port: int, reuse: bool = False) -> bool:
@@ -130,32 +162,39 @@ def wait_for_port(port: int, timeout: float = 10.0, proc: subprocess.Popen | Non
 
 
 def free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct free ports of LISTEN_PORTS on 127.0.0.1 (each held while the
-    others are chosen), from a random place so that processes choosing at once rarely meet; from
-    the system's own range only if too few of those are free."""
+    """Return ``count`` distinct free ports of listen_ports() on 127.0.0.1 (each held while the
+    others are chosen), walking on from where this process's last choice ended (from a random
+    place at first, so that processes choosing at once rarely meet); from the system's own range
+    only if too few of those are free."""
+    ports_range = listen_ports()
     sockets, ports = [], []
-    start = _CHOOSER.randrange(len(LISTEN_PORTS))
-    try:
-        for i in range(len(LISTEN_PORTS)):
-            if len(ports) == count:
-                break
-            port = LISTEN_PORTS[(start + i) % len(LISTEN_PORTS)]
-            s = socket.socket()
-            sockets.append(s)
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            ports.append(port)
-        while len(ports) < count:
-            s = socket.socket()
-            sockets.append(s)
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-        return ports
-    finally:
-        for s in sockets:
-            s.close()
+    with _cursor_lock:
+        start = _cursor.setdefault(ports_range, _CHOOSER.randrange(len(ports_range)))
+        walked = 0
+        try:
+            for walked in range(len(ports_range)):
+                if len(ports) == count:
+                    break
+                port = ports_range[(start + walked) % len(ports_range)]
+                s = socket.socket()
+                sockets.append(s)
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                ports.append(port)
+            else:
+                walked = len(ports_range)
+            _cursor[ports_range] = (start + walked) % len(ports_range)
+            while len(ports) < count:
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", 0))
+                ports.append(s.getsockname()[1])
+            return ports
+        finally:
+            for s in sockets:
+                s.close()
 
 
 @dataclass
