@@ -1,0 +1,90 @@
+"""On a phone (960 px and less) the list's rows are cards, in Debian's Chromium: what a card shows
+that does not speak for itself (a key field's value, the source of several) carries its label,
+and a failure group's newest entries are the list's cards, cell for cell."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import select
+
+from dlq_dashboard.config import load_settings
+from dlq_dashboard.db.models import Entry
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
+
+from . import support
+from .browser_support import SETTLED
+
+PHONE = (390, 844)
+MAX_ROW = 120
+# What a card shows that reads without a label: the tick, the number, the status, the reason, the
+# age, the subject and the error.
+SPEAKS_FOR_ITSELF = {"select", "id", "state", "reason", "failed", "subject", "error-text"}
+# Each shown cell of a table's rows: its class, its label, what stands before it, its place.
+CELLS = """(rows) => [...document.querySelectorAll(rows)].map(row => [...row.cells]
+  .filter(cell => cell.getClientRects().length)
+  .map(cell => ({cls: cell.className, label: cell.dataset.label || '',
+                 before: getComputedStyle(cell, '::before').content, order: getComputedStyle(cell).order,
+                 display: getComputedStyle(cell).display, height: row.getBoundingClientRect().height})))"""
+LIST_ROWS, NEWEST_ROWS = "#entry-rows tr[data-id]", ".group-newest tbody tr"
+
+
+@pytest.fixture
+def app(tmp_path, make_app):
+    """Three sources, nothing started, with entries written as each source's mirror does, and a
+    key field."""
+    path = support.sources_file(tmp_path, [
+        {"name": name, "nats_url": f"nats://127.0.0.1:{port}", "stream": "DLQ"}
+        for port, name in enumerate(("orders", "billing", "shipping"), 1)])
+    app = make_app(sources=load_settings({"DLQ_CONFIG": path}).sources, list_fields=(("Customer", "/customer_id"),))
+    engine = runtime_of(app).engine
+    for source, count in (("orders", 4), ("billing", 3)):
+        messages = [StreamMessage(seq, "dlq.orders.created",
+                                  support.dlq_headers("orders.created", Dlq_Reason="fatal",
+                                                      Dlq_Error=f"customer C-{seq} not found in the ledger",
+                                                      Dlq_Consumer="fulfilment-worker"),
+                                  json.dumps({"order_id": f"o-{seq}", "customer_id": f"C-{seq}"}).encode(), utcnow())
+                    for seq in range(1, count + 1)]
+        ingest_dlq_batch(engine, "DLQ", f"e-{source}", messages, source=source)
+    return app
+
+
+def _cards(page, base: str, path: str, rows: str) -> list[list[dict]]:
+    page.set_viewport_size({"width": PHONE[0], "height": PHONE[1]})
+    page.goto(base + path)
+    page.wait_for_function(SETTLED)
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE[0], f"{path} scrolls sideways"
+    cards = page.evaluate(CELLS, rows)
+    assert cards, f"{path}: no rows: {page.inner_text('main')[:600]}"
+    for card in cards:
+        assert card[0]["height"] <= MAX_ROW, f"{path}: a card {card[0]['height']} px tall"
+    return cards
+
+
+def test_on_a_phone_every_value_of_a_card_that_does_not_speak_for_itself_carries_its_label(app, live_server, page):
+    support.sign_in(page, live_server, app, "operator")
+    cards = _cards(page, live_server, "/", LIST_ROWS)
+    for card in cards:
+        labelled = {cell["label"] for cell in card if cell["cls"] not in SPEAKS_FOR_ITSELF}
+        assert labelled == {"Source", "Customer"}, f"a card shows {labelled} besides what speaks for itself"
+        for cell in card:
+            if cell["cls"] not in SPEAKS_FOR_ITSELF:
+                assert cell["before"] == f'"{cell["label"]}: "', f"{cell['label']} shown without its label"
+
+
+def test_on_a_phone_a_groups_newest_entries_are_the_lists_cards(app, live_server, page):
+    with runtime_of(app).engine.connect() as conn:
+        group = conn.execute(select(Entry.group_id).where(Entry.source == "orders")).scalars().first()
+    support.sign_in(page, live_server, app, "operator")
+    shown = {cell["cls"]: cell for cell in _cards(page, live_server, "/", LIST_ROWS)[0]}
+    newest = _cards(page, live_server, f"/groups/{group}", NEWEST_ROWS)
+    assert len(newest) == 4
+    for card in newest:
+        assert [cell["cls"] for cell in card] == ["id", "state", "error-text", "failed"]
+        for cell in card:
+            as_listed = shown[cell["cls"]]
+            assert (cell["display"], cell["order"], cell["before"]) == \
+                (as_listed["display"], as_listed["order"], as_listed["before"]), f"{cell['cls']} not as the list shows it"
