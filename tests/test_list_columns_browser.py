@@ -94,3 +94,29 @@ def test_the_columns_follow_the_windows_width_without_a_reload_and_rows_loaded_l
     page.wait_for_function(f"() => ({SHOWN})().length === {len(KEY_LABELS) + 12 - len(wide)}")
     assert left_out(page) == wide
     assert page.evaluate("window.notReloaded") is True
+
+
+
+def test_without_script_a_list_of_many_columns_scrolls_inside_its_own_box_not_the_page(app, live_server, browser):
+    # Nothing fits the columns then but app.css's fixed widths, which leave room for two key fields.
+    store_demo_entries(runtime_of(app).engine, 30)
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        support.sign_in(page, live_server, app, "operator")
+        for width in (961, 1100, 1280, 1440):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.goto(f"{live_server}/")
+            assert page.evaluate("document.documentElement.scrollWidth") <= width, f"the page scrolls sideways at {width} px"
+            assert set(KEY_LABELS) | ALWAYS <= set(page.evaluate(SHOWN)), f"a column left out at {width} px"
+            box = page.evaluate("""() => { const box = document.querySelector('.entries-box');
+              box.scrollLeft = box.scrollWidth;
+              const last = [...box.querySelectorAll('thead th')].filter(c => c.getClientRects().length).pop();
+              return {scroll: box.scrollWidth, width: box.clientWidth, right: box.getBoundingClientRect().right,
+                      last: last.getBoundingClientRect().right,
+                      rows: Math.max(...[...box.querySelectorAll('tbody tr')].map(r => r.offsetHeight))}; }""")
+            assert box["scroll"] > box["width"], f"at {width} px the six key fields fit: nothing to check"
+            assert box["last"] <= box["right"] + 1, f"at {width} px the last column is not reached by scrolling the box"
+            assert box["rows"] <= MAX_ROW, f"a row is {box['rows']} px tall at {width} px"
+    finally:
+        context.close()
