@@ -21,7 +21,7 @@ from werkzeug.routing import Rule
 
 from dlq_dashboard import accounts, create_app
 from dlq_dashboard.accounts import create_token
-from dlq_dashboard.nats.server import PORTS_VARIABLE, NatsServer, worker_ports
+from dlq_dashboard.nats.server import LISTEN_PORTS, NatsServer, choose_ports_in, worker_ports
 from dlq_dashboard.config import Settings
 from dlq_dashboard.runtime import Runtime, runtime_of
 
@@ -32,13 +32,16 @@ from .webhooks import Receiver
 
 DATABASES = ("sqlite", "postgresql")
 
-# Each xdist worker (and whatever it starts) chooses ports for servers in a part of its own: a
-# cluster node's port is free while the node is down for a restart, and another worker choosing
-# it then made the restart fail ("address already in use").
+# Each xdist worker chooses ports for servers in a part of its own: a cluster node's port is free
+# while the node is down for a restart, and another worker choosing it then made the restart fail
+# ("address already in use"). A run the tests start (tests/held_servers.py) divides its worker's.
+TEST_PORTS = "DLQ_TEST_PORTS"
 if "PYTEST_XDIST_WORKER" in os.environ:
-    _ports = worker_ports(int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw")),
-                          int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
-    os.environ[PORTS_VARIABLE] = f"{_ports.start}-{_ports.stop - 1}"
+    _whole = range(*map(int, os.environ[TEST_PORTS].split("-"))) if TEST_PORTS in os.environ else LISTEN_PORTS
+    _part = worker_ports(int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw")),
+                         int(os.environ["PYTEST_XDIST_WORKER_COUNT"]), _whole)
+    choose_ports_in(_part)
+    os.environ[TEST_PORTS] = f"{_part.start}-{_part.stop}"
 
 # Generated tests run the same examples every time ("ci"); HYPOTHESIS_PROFILE=long runs many
 # more, random ones (README: "A longer random run").

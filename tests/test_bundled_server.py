@@ -18,7 +18,7 @@ import pytest
 
 from dlq_dashboard.nats import server as server_module
 from dlq_dashboard.nats.bundled import LOCK_FILE
-from dlq_dashboard.nats.server import (LISTEN_PORTS, PORTS_VARIABLE, NatsServer, free_port, free_ports, listen_ports,
+from dlq_dashboard.nats.server import (LISTEN_PORTS, NatsServer, choose_ports_in, free_port, free_ports, listen_ports,
                                        worker_ports)
 
 from . import support
@@ -319,7 +319,8 @@ def test_a_port_handed_out_is_not_handed_out_again_before_every_other_one_was(mo
     a choice made then (here in the same process) must not be that port."""
     mine = listen_ports()
     narrow = range(mine.stop - 12, mine.stop)
-    monkeypatch.setenv(PORTS_VARIABLE, f"{narrow.start}-{narrow.stop - 1}")
+    monkeypatch.setattr(server_module, "_ports", mine)  # put back after the test
+    choose_ports_in(narrow)
     free = _bindable_now(narrow)
     assert len(free) >= 6, f"too few free ports to test with in {narrow}"
     node_ports = free_ports(3)  # a cluster of three, then its first node goes down
@@ -329,26 +330,18 @@ def test_a_port_handed_out_is_not_handed_out_again_before_every_other_one_was(mo
 
 
 def test_each_worker_of_a_test_run_chooses_ports_in_a_part_of_its_own(monkeypatch):
-    worker_says = os.environ.get(PORTS_VARIABLE)
-    monkeypatch.delenv(PORTS_VARIABLE, raising=False)  # the run's own parts, as its controller sees them
     parts = [worker_ports(i, 4) for i in range(4)]
     assert all(len(part) >= 3000 for part in parts)
     assert all(a.stop <= b.start for a, b in zip(parts, parts[1:]))
     assert parts[0].start >= LISTEN_PORTS.start and parts[-1].stop <= LISTEN_PORTS.stop
-    if "PYTEST_XDIST_WORKER" in os.environ:  # this very run's worker (conftest.py)
-        index, count = int(os.environ["PYTEST_XDIST_WORKER"][2:]), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
-        assert worker_says == f"{LISTEN_PORTS.start + index * (len(LISTEN_PORTS) // count)}-" \
-                                             f"{LISTEN_PORTS.start + (index + 1) * (len(LISTEN_PORTS) // count) - 1}"
-    # What a worker's variable says holds for what it starts: a child process chooses there too.
-    monkeypatch.setenv(PORTS_VARIABLE, f"{parts[2].start}-{parts[2].stop - 1}")
+    if "PYTEST_XDIST_WORKER" in os.environ:  # this run's worker: conftest.py gave it its part
+        count = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+        assert listen_ports() != LISTEN_PORTS and len(listen_ports()) <= len(LISTEN_PORTS) // count
+    monkeypatch.setattr(server_module, "_ports", listen_ports())  # put back after the test
+    choose_ports_in(parts[2])
     assert listen_ports() == parts[2] and all(port in parts[2] for port in free_ports(20))
-    child = subprocess.run([sys.executable, "-c", "from dlq_dashboard.nats.server import free_ports; "
-                            "print(*free_ports(20))"], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert all(int(port) in parts[2] for port in child.stdout.split())
-    for wrong, says in (("2000-3000", "within 20000-32767"), ("25000", "first-last"), ("a-b", "first-last")):
-        monkeypatch.setenv(PORTS_VARIABLE, wrong)
-        with pytest.raises(ValueError, match=says):
-            free_port()
+    with pytest.raises(ValueError, match="not within 20000-32767"):
+        choose_ports_in(range(2000, 3000))
 
 
 def test_a_port_another_process_listens_on_is_never_taken_for_the_server_started_there(tmp_path, monkeypatch):

@@ -61,10 +61,7 @@ def parent_death_signal(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
 #: 49152-65535 elsewhere). A port found free in that range can be taken by any process's next
 #: connection before the server binds it (EADDRINUSE); below it, only another listener can.
 LISTEN_PORTS = range(20000, 32768)
-#: ``first-last`` narrows LISTEN_PORTS for this process and its children: processes that start
-#: servers side by side (the test suite's workers) each choose in a range of their own, so one's
-#: port, free between a server's end and its restart there, is never another's choice.
-PORTS_VARIABLE = "DLQ_LISTEN_PORTS"
+_ports = LISTEN_PORTS  # choose_ports_in
 # From the system's randomness: a seeded ``random`` (a test's) would give every process the same.
 _CHOOSER = random.SystemRandom()
 # Where this process's next choice begins: ports are handed out walking the range, so none is
@@ -74,24 +71,25 @@ _cursor: dict[range, int] = {}
 _cursor_lock = threading.Lock()
 
 
-def listen_ports() -> range:
-    """LISTEN_PORTS, or the part of it PORTS_VARIABLE names."""
-    value = os.environ.get(PORTS_VARIABLE, "").strip()
-    if not value:
-        return LISTEN_PORTS
-    try:
-        first, last = (int(part) for part in value.split("-"))
-    except ValueError:
-        raise ValueError(f"{PORTS_VARIABLE}={value!r}: expected first-last, e.g. 20000-23191") from None
-    if not (LISTEN_PORTS.start <= first <= last < LISTEN_PORTS.stop):
-        raise ValueError(f"{PORTS_VARIABLE}={value!r}: expected ports within "
+def choose_ports_in(ports: range) -> None:
+    """Have this process choose ports for servers in ``ports``, a part of LISTEN_PORTS: processes
+    that start servers side by side (the test suite's workers) each choose in a part of their
+    own, so one's port, free between a server's end and its restart there, is never another's
+    choice."""
+    global _ports
+    if not (LISTEN_PORTS.start <= ports.start < ports.stop <= LISTEN_PORTS.stop):
+        raise ValueError(f"ports {ports.start}-{ports.stop - 1} are not within "
                          f"{LISTEN_PORTS.start}-{LISTEN_PORTS.stop - 1}")
-    return range(first, last + 1)
+    _ports = ports
 
 
-def worker_ports(index: int, count: int) -> range:
-    """The ``index``-th of ``count`` equal, disjoint parts of listen_ports()."""
-    whole = listen_ports()
+def listen_ports() -> range:
+    """Where this process chooses ports for servers: LISTEN_PORTS, or the part choose_ports_in set."""
+    return _ports
+
+
+def worker_ports(index: int, count: int, whole: range = LISTEN_PORTS) -> range:
+    """The ``index``-th of ``count`` equal, disjoint parts of ``whole``."""
     size = len(whole) // count
     return range(whole.start + index * size, whole.start + (index + 1) * size)
 
