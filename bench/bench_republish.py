@@ -356,7 +356,7 @@ def main() -> None:
     raw_med, job_med, ratio, cpu, raw_cpu = summary
     verdict = "meets" if ratio >= TARGET_RATIO else "misses"
     print(f"median: raw {raw_med:,.0f} msg/s, bulk job {job_med:,.0f} msg/s, "
-          f"{ratio:.0%} of raw ({verdict} the {TARGET_RATIO:.0%} target); CPU us an item: "
+          f"{ratio:.1%} of raw ({verdict} the {TARGET_RATIO:.0%} target); CPU us an item: "
           + ", ".join(f"{k} {v:,.0f}" for k, v in cpu.items() if v)
           + f" (total {sum(cpu.values()):,.0f}; raw: {raw_cpu:,.0f})")
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")

@@ -136,7 +136,7 @@ def count_changes(conn: Connection, changes: Iterable[Change]) -> dict[int, int]
     deltas = [{"b_id": group_id, **{f"b_{column}": by_status.get(status, 0)
                                     for status, column in STATUS_COLUMNS.items()},
                "b_first": seen.get(group_id, (None, None))[0], "b_last": seen.get(group_id, (None, None))[1]}
-              for group_id, by_status in per_group.items()]
+              for group_id, by_status in sorted(per_group.items())]  # rows locked in one order
     first, last = bindparam("b_first", type_=DateTime()), bindparam("b_last", type_=DateTime())
     conn.execute(update(GROUPS).where(GROUPS.c.id == bindparam("b_id")).values(
         **{column: GROUPS.c[column] + bindparam(f"b_{column}") for column in STATUS_COLUMNS.values()},

@@ -15,7 +15,8 @@ import json
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from sqlalchemy import select, update
@@ -58,6 +59,9 @@ LEASE_SECONDS = 30.0
 #: or slower one is over, or barely busy, before that process would pay for itself.
 OWN_PUBLISHER_FROM = 5000
 OWN_PUBLISHER_RATE = 1000
+#: PostgreSQL: how many windows' outcomes are recorded at once, each by a thread on a connection
+#: of its own (docs/PERFORMANCE.md, "Republish").
+RECORDERS = 2
 # What deciding a republish reads of an entry (no times: parsing them is most of a wide row's cost).
 _CLAIM_COLUMNS = [ENTRIES.c[name] for name in (
     "id", "version", "status", "original_subject", "payload", "payload_available", "headers", "dlq_stream",
@@ -82,7 +86,8 @@ class JobWork:
     intents are committed and the previous window's outcomes are recorded, so the database
     and the broker work at the same time. Each window's intents are committed before its
     publish starts, and its outcomes after its answers arrive. On SQLite one transaction a
-    window does both; on PostgreSQL the outcomes have a connection and a thread of their own.
+    window does both; on PostgreSQL the outcomes have connections and threads of their own
+    (RECORDERS windows' outcomes at once, each its own transaction).
     """
 
     def __init__(self, rt: ActionContext, job_id: int, *, lease: str, holder: str, wake: threading.Event,
@@ -101,7 +106,7 @@ class JobWork:
         self.lane: Lane | None = None
         # PostgreSQL: a window's outcome is recorded on a connection of its own (see _republish_recording_apart).
         self.recorder: ThreadPoolExecutor | None = None
-        self.recording: Future | None = None
+        self.recordings: deque[Future] = deque()  # oldest first
         # A lane's items are taken in entry order after its ``after``; a pass from the start again
         # picks up leftovers. ``ahead``: the job, the next lane and its window, read at the end of
         # the window before's transaction (a connection and two statements a window fewer, each a
@@ -192,7 +197,7 @@ class JobWork:
             if items and self.lane.publisher is None and self._wants_publisher(job):
                 self.lane.publisher = self._start_publisher()
             if self.recorder is None and not is_sqlite(self.rt.engine):
-                self.recorder = ThreadPoolExecutor(1, thread_name_prefix=f"job-{self.job_id}-outcomes")
+                self.recorder = ThreadPoolExecutor(RECORDERS, thread_name_prefix=f"job-{self.job_id}-outcomes")
         return job, items
 
     def _turn(self, job, items) -> Turn:
@@ -210,7 +215,7 @@ class JobWork:
         return Turn(stopping=self.stop.is_set(), finished=job["state"] in FINISHED,
                     cancel_requested=bool(job["cancel_requested"]), needs_nats=bool(needs_nats),
                     nats_down=nats_down, has_items=bool(items),
-                    in_flight=bool(self.flights), recording=self.recording is not None, from_start=from_start)
+                    in_flight=bool(self.flights), recording=bool(self.recordings), from_start=from_start)
 
     # The steps (steps.Step), each named for its value; True: take another turn.
 
@@ -317,14 +322,17 @@ class JobWork:
             self.lane.after = after
 
     def _republish_recording_apart(self, job, items, after: int):
-        """_republish on PostgreSQL: the older window's answers are awaited and recorded by the
+        """_republish on PostgreSQL: the older window's answers are awaited and recorded by a
         recorder thread, in a transaction of its own, while this one commits the next window's
         intents. The server's work for an outcome (a new version of each entry in every one of
-        its indexes) is most of a window's time; one connection made the job wait for it."""
-        # the window before's outcome (its error is raised here)
-        waiting_lane, waiting = self._wait_for_recording()
+        its indexes) is most of a window's time: one connection made the job wait for it, and
+        with one recorder the job still waited for it a quarter of its time, so RECORDERS
+        windows' outcomes are recorded at once (each on its own connection, a backend each)."""
+        # the outcomes recorded meanwhile (their errors are raised here); the oldest awaited
+        # when as many are being recorded as there are recorders
+        waiting_lane, waiting = self._recorded(block=len(self.recordings) >= RECORDERS)
         if len(self.flights) >= 2 or (self.flights and not items):
-            self.recording = self.recorder.submit(self._record, *self.flights.pop(0))
+            self.recordings.append(self.recorder.submit(self._record, *self.flights.pop(0)))
         with write_transaction(self.rt.engine) as conn:
             claims = self._claim(conn, job, items) if items else []
             self._advance(after)
@@ -343,11 +351,28 @@ class JobWork:
         finally:
             self.rt.flights.end(intents)
 
+    def _recorded(self, block: bool) -> tuple[Lane | None, int]:
+        """The outcomes recorded by now, oldest first, up to one still being recorded (``block``:
+        the oldest is awaited); their errors are raised here. Returns the first lane whose
+        republishes wait for NATS and how many of them do, or (None, 0)."""
+        found: tuple[Lane | None, int] = (None, 0)
+        while self.recordings and (block or self.recordings[0].done()):
+            block = False
+            lane, waiting = self.recordings.popleft().result()
+            if waiting and not found[1]:
+                found = (lane, waiting)
+        return found
+
     def _wait_for_recording(self) -> tuple[Lane | None, int]:
-        """Wait for the outcome being recorded (its error is raised here); returns its lane and
-        how many of its republishes wait for NATS."""
-        recording, self.recording = self.recording, None
-        return recording.result() if recording is not None else (None, 0)
+        """Wait for every outcome being recorded (the first error is raised here); returns the
+        first lane whose republishes wait for NATS and how many of them do, or (None, 0)."""
+        wait(self.recordings, return_when=FIRST_EXCEPTION)
+        found: tuple[Lane | None, int] = (None, 0)
+        while self.recordings:
+            lane, waiting = self._recorded(block=True)
+            if waiting and not found[1]:
+                found = (lane, waiting)
+        return found
 
     def _record_in_flight(self) -> None:
         """Record every window still in flight."""
