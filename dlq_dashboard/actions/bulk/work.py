@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import select, update
@@ -352,26 +352,23 @@ class JobWork:
             self.rt.flights.end(intents)
 
     def _recorded(self, block: bool) -> tuple[Lane | None, int]:
-        """The outcomes recorded by now, oldest first, up to one still being recorded (``block``:
-        the oldest is awaited); their errors are raised here. Returns the first lane whose
-        republishes wait for NATS and how many of them do, or (None, 0)."""
+        """Take the outcomes recorded by now, oldest first, up to the first still being recorded
+        (``block``: the oldest is awaited); their errors are raised here. Returns the first lane
+        whose republishes wait for NATS and how many of them do, or (None, 0)."""
         found: tuple[Lane | None, int] = (None, 0)
         while self.recordings and (block or self.recordings[0].done()):
             block = False
-            lane, waiting = self.recordings.popleft().result()
-            if waiting and not found[1]:
-                found = (lane, waiting)
+            recorded = self.recordings.popleft().result()
+            found = found if found[1] else recorded
         return found
 
     def _wait_for_recording(self) -> tuple[Lane | None, int]:
-        """Wait for every outcome being recorded (the first error is raised here); returns the
-        first lane whose republishes wait for NATS and how many of them do, or (None, 0)."""
-        wait(self.recordings, return_when=FIRST_EXCEPTION)
+        """Wait for every outcome being recorded, oldest first (the first error is raised
+        here); returns what _recorded does of them all."""
         found: tuple[Lane | None, int] = (None, 0)
         while self.recordings:
-            lane, waiting = self._recorded(block=True)
-            if waiting and not found[1]:
-                found = (lane, waiting)
+            recorded = self._recorded(block=True)
+            found = found if found[1] else recorded
         return found
 
     def _record_in_flight(self) -> None:
