@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from dlq_dashboard.actions.bulk import jobs, work
+from dlq_dashboard.actions.bulk import jobs, recorders, work
 from dlq_dashboard.db.models import Entry
 
 from . import support
@@ -61,7 +61,7 @@ def test_windows_recorded_side_by_side_publish_each_entry_once_and_keep_every_gr
     job_id = jobs.create_job(rt, "republish", actor="alice", filter_args={"subject": "orders.created"})
     rt.jobs.join(job_id, timeout=90)
 
-    assert second.is_set() and most[0] == work.RECORDERS == 2
+    assert second.is_set() and most[0] == recorders.RECORDERS == 2
     status = jobs.job_status(rt, job_id, limit=0)
     assert (status["state"], status["done"], status["failed"]) == ("done", ENTRIES, 0)
     published = support.stream_messages(nats_server.url)

@@ -31,7 +31,8 @@ def test_the_processes_a_killed_run_started_end_with_it(tmp_path, workers):
     with open(tmp_path / "run.log", "ab") as log:
         run = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-n", workers, "-p", "no:randomly",
                                 f"--basetemp={tmp_path / 'run'}", "tests/held_servers.py"],
-                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               preexec_fn=support.ends_with_this_process())  # a killed suite ends it too
     held: dict = {}
     try:
         support.wait_for(lambda: said.exists() or run.poll() is not None, timeout=180,

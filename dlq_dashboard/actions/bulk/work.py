@@ -15,8 +15,6 @@ import json
 import logging
 import threading
 import time
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import select, update
@@ -49,6 +47,7 @@ from .pacing import window_size
 from .patching import Unpatchable, patch_for_job
 from .repairing import repair_for_job
 from .publisher import Publisher, publish_window
+from .recorders import Recorders
 from .steps import Turn, next_step
 
 log = logging.getLogger(__name__)
@@ -59,9 +58,6 @@ LEASE_SECONDS = 30.0
 #: or slower one is over, or barely busy, before that process would pay for itself.
 OWN_PUBLISHER_FROM = 5000
 OWN_PUBLISHER_RATE = 1000
-#: PostgreSQL: how many windows' outcomes are recorded at once, each by a thread on a connection
-#: of its own (docs/PERFORMANCE.md, "Republish").
-RECORDERS = 2
 # What deciding a republish reads of an entry (no times: parsing them is most of a wide row's cost).
 _CLAIM_COLUMNS = [ENTRIES.c[name] for name in (
     "id", "version", "status", "original_subject", "payload", "payload_available", "headers", "dlq_stream",
@@ -105,8 +101,7 @@ class JobWork:
         self.lanes: Lanes | None = None
         self.lane: Lane | None = None
         # PostgreSQL: a window's outcome is recorded on a connection of its own (see _republish_recording_apart).
-        self.recorder: ThreadPoolExecutor | None = None
-        self.recordings: deque[Future] = deque()  # oldest first
+        self.recorder: Recorders | None = None
         # A lane's items are taken in entry order after its ``after``; a pass from the start again
         # picks up leftovers. ``ahead``: the job, the next lane and its window, read at the end of
         # the window before's transaction (a connection and two statements a window fewer, each a
@@ -171,7 +166,7 @@ class JobWork:
         """End the recorder's thread and the publishing process; a window whose outcome is not
         recorded stays pending (its intents are finished with their msgIds later)."""
         if self.recorder is not None:
-            self.recorder.shutdown(wait=True)
+            self.recorder.shutdown()
         for intents, _, _ in self.flights:
             self.rt.flights.end(intents)
         for lane in self.lanes or ():
@@ -197,7 +192,7 @@ class JobWork:
             if items and self.lane.publisher is None and self._wants_publisher(job):
                 self.lane.publisher = self._start_publisher()
             if self.recorder is None and not is_sqlite(self.rt.engine):
-                self.recorder = ThreadPoolExecutor(RECORDERS, thread_name_prefix=f"job-{self.job_id}-outcomes")
+                self.recorder = Recorders(self.job_id)
         return job, items
 
     def _turn(self, job, items) -> Turn:
@@ -215,7 +210,8 @@ class JobWork:
         return Turn(stopping=self.stop.is_set(), finished=job["state"] in FINISHED,
                     cancel_requested=bool(job["cancel_requested"]), needs_nats=bool(needs_nats),
                     nats_down=nats_down, has_items=bool(items),
-                    in_flight=bool(self.flights), recording=bool(self.recordings), from_start=from_start)
+                    in_flight=bool(self.flights), recording=self.recorder is not None and self.recorder.busy,
+                    from_start=from_start)
 
     # The steps (steps.Step), each named for its value; True: take another turn.
 
@@ -322,17 +318,14 @@ class JobWork:
             self.lane.after = after
 
     def _republish_recording_apart(self, job, items, after: int):
-        """_republish on PostgreSQL: the older window's answers are awaited and recorded by a
-        recorder thread, in a transaction of its own, while this one commits the next window's
-        intents. The server's work for an outcome (a new version of each entry in every one of
-        its indexes) is most of a window's time: one connection made the job wait for it, and
-        with one recorder the job still waited for it a quarter of its time, so RECORDERS
-        windows' outcomes are recorded at once (each on its own connection, a backend each)."""
+        """_republish on PostgreSQL: the older window's answers are awaited and recorded by the
+        recorders (recorders.py), each outcome in a transaction of its own, while this one
+        commits the next window's intents."""
         # the outcomes recorded meanwhile (their errors are raised here); the oldest awaited
-        # when as many are being recorded as there are recorders
-        waiting_lane, waiting = self._recorded(block=len(self.recordings) >= RECORDERS)
+        # when every recorder is busy
+        waiting_lane, waiting = self.recorder.recorded(block=self.recorder.full)
         if len(self.flights) >= 2 or (self.flights and not items):
-            self.recordings.append(self.recorder.submit(self._record, *self.flights.pop(0)))
+            self.recorder.submit(self._record, *self.flights.pop(0))
         with write_transaction(self.rt.engine) as conn:
             claims = self._claim(conn, job, items) if items else []
             self._advance(after)
@@ -351,25 +344,10 @@ class JobWork:
         finally:
             self.rt.flights.end(intents)
 
-    def _recorded(self, block: bool) -> tuple[Lane | None, int]:
-        """Take the outcomes recorded by now, oldest first, up to the first still being recorded
-        (``block``: the oldest is awaited); their errors are raised here. Returns the first lane
-        whose republishes wait for NATS and how many of them do, or (None, 0)."""
-        found: tuple[Lane | None, int] = (None, 0)
-        while self.recordings and (block or self.recordings[0].done()):
-            block = False
-            recorded = self.recordings.popleft().result()
-            found = found if found[1] else recorded
-        return found
-
     def _wait_for_recording(self) -> tuple[Lane | None, int]:
-        """Wait for every outcome being recorded, oldest first (the first error is raised
-        here); returns what _recorded does of them all."""
-        found: tuple[Lane | None, int] = (None, 0)
-        while self.recordings:
-            recorded = self._recorded(block=True)
-            found = found if found[1] else recorded
-        return found
+        """Wait for every outcome being recorded (the first error is raised here); returns the
+        first lane whose republishes wait for NATS and how many of them do, or (None, 0)."""
+        return self.recorder.wait() if self.recorder is not None else (None, 0)
 
     def _record_in_flight(self) -> None:
         """Record every window still in flight."""
