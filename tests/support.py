@@ -148,7 +148,7 @@ def assert_child_ends_with_its_parent(code: str, what: str) -> None:
     root = Path(__file__).resolve().parent.parent
     with killed_processes_tmpdir() as scratch:
         parent = subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True,
-                                  env={**os.environ, "TMPDIR": str(scratch)})
+                                  env={**os.environ, "TMPDIR": str(scratch)}, preexec_fn=ends_with_this_process())
         try:
             child = int(parent.stdout.readline())
             assert not gone(child)

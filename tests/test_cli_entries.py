@@ -199,7 +199,8 @@ def test_the_command_connects_to_nats_by_itself_and_acts(tmp_path, nats_server):
     # gives up: it runs beside the others (it changes nothing, and they change nothing it reads
     # before it gives up).
     down = subprocess.Popen([*flask, "republish", str(entry)], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**env, "NATS_URL": "nats://127.0.0.1:1"})
+                            stderr=subprocess.PIPE, text=True, env={**env, "NATS_URL": "nats://127.0.0.1:1"},
+                            preexec_fn=support.ends_with_this_process())
     try:
         listed = invoke("list", "--json")
         assert listed.returncode == 0, listed.stderr

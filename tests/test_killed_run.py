@@ -82,3 +82,17 @@ def test_a_postgresql_folder_whose_maker_lives_is_never_taken_for_abandoned():
     finally:
         server.remove()
     assert not server.folder.exists()
+
+
+def test_every_process_a_test_starts_directly_is_told_to_end_with_it():
+    # What test_the_processes_a_killed_run_started_end_with_it shows for one of each kind holds
+    # for every Popen of the tests: each gets a parent-death signal (support.ends_with_this_process).
+    import ast
+
+    missing = []
+    for path in sorted(ROOT.joinpath("tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "Popen" \
+                    and "preexec_fn" not in {k.arg for k in node.keywords}:
+                missing.append(f"{path.name}:{node.lineno}")
+    assert missing == []

@@ -151,7 +151,7 @@ def test_python_app_py_prints_a_line_per_source_and_warns_that_nats_url_is_not_u
     stdout_path, stderr_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
         proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", "0"], cwd=tmp_path, env=env,
-                                stdout=stdout, stderr=stderr)
+                                stdout=stdout, stderr=stderr, preexec_fn=support.ends_with_this_process())
     try:
         def served() -> bool:
             assert proc.poll() is None, stderr_path.read_text(errors="replace")

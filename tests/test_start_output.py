@@ -16,6 +16,7 @@ import pytest
 
 from dlq_dashboard.cli.main import configure_logging, framed
 from dlq_dashboard.config import ConfigError
+from dlq_dashboard.nats.server import free_port
 
 from . import support
 
@@ -33,8 +34,10 @@ def _start(folder: Path, again: bool = False, **env_changes: str) -> tuple[list[
     # Files, not pipes: the bundled server and the writer's processes share them and may
     # outlive the app by a moment.
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--demo", "--port", "0", "--nats-port", "0"],
-                                cwd=folder, env=env, stdout=stdout, stderr=stderr)
+        # The bundled server on a port of this worker's (conftest.py), not one of all.
+        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--demo", "--port", "0", "--nats-port",
+                                 str(free_port())], cwd=folder, env=env, stdout=stdout, stderr=stderr,
+                                preexec_fn=support.ends_with_this_process())
     try:
         def started() -> bool:
             assert proc.poll() is None, f"app.py ended: {stderr_path.read_text(errors='replace')}"
