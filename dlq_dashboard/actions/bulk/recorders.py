@@ -34,25 +34,21 @@ class Recorders:
     def submit(self, record: Callable[..., tuple[Any, int]], *args) -> None:
         self._running.append(self._threads.submit(record, *args))
 
-    def recorded(self, block: bool) -> tuple[Any, int]:
+    def recorded(self, block: bool = False, every: bool = False) -> tuple[Any, int]:
         """Take the outcomes recorded by now, oldest first, up to the first still being recorded
-        (``block``: the oldest is awaited); their errors are raised here. Returns the first lane
-        whose republishes wait for NATS and how many of them do, or (None, 0)."""
+        (``block``: the oldest is awaited; ``every``: each is, until none is left); their errors
+        are raised here. Returns the first lane whose republishes wait for NATS and how many of
+        them do, or (None, 0)."""
         found: tuple[Any, int] = (None, 0)
-        while self._running and (block or self._running[0].done()):
+        while self._running and (block or every or self._running[0].done()):
             block = False
             recorded = self._running.popleft().result()
             found = found if found[1] else recorded
         return found
 
     def wait(self) -> tuple[Any, int]:
-        """Wait for every outcome being recorded, oldest first (the first error is raised
-        here); returns what ``recorded`` does of them all."""
-        found: tuple[Any, int] = (None, 0)
-        while self._running:
-            recorded = self.recorded(block=True)
-            found = found if found[1] else recorded
-        return found
+        """Wait for every outcome being recorded (the first error is raised here)."""
+        return self.recorded(every=True)
 
     def shutdown(self) -> None:
         """End the threads once what they record is recorded."""
