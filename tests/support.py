@@ -114,7 +114,10 @@ def children(pid: int) -> list[int]:
     """The PIDs of process ``pid``'s children (from /proc)."""
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(child) for child in (task / "children").read_text().split()]
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
     return found
 
 
@@ -136,7 +139,8 @@ def gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Reaped before the open (no file), or between the open and the read (ESRCH).
         return True
 
 

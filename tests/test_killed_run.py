@@ -96,3 +96,17 @@ def test_every_process_a_test_starts_directly_is_told_to_end_with_it():
                     and "preexec_fn" not in {k.arg for k in node.keywords}:
                 missing.append(f"{path.name}:{node.lineno}")
     assert missing == []
+
+
+def test_a_process_reaped_between_opening_and_reading_its_stat_counts_as_gone(monkeypatch):
+    """The kernel answers a read of an open /proc/<pid>/stat with ESRCH once the process is
+    reaped; the helpers every kill test waits with take that for "gone", as a missing file."""
+    child = subprocess.Popen(["sleep", "60"], preexec_fn=support.ends_with_this_process())
+    opened = open(f"/proc/{child.pid}/stat")
+    child.kill()
+    child.wait()
+    with opened:
+        with pytest.raises(ProcessLookupError):
+            opened.read()  # what the race looks like
+        monkeypatch.setattr(support, "open", lambda *args, **kwargs: opened, raising=False)
+        assert support.gone(child.pid)
