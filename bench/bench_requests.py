@@ -4,6 +4,7 @@
     python bench/bench_requests.py --baseline /tmp/baseline-pages
     python bench/bench_requests.py --baseline /tmp/baseline-pages --rounds 9 --requests 200
     python bench/bench_requests.py                     # this checkout alone
+    python bench/bench_requests.py --baseline /tmp/baseline-pages --database postgresql
 
 Each checkout runs in a process of its own (``--worker ROOT``: its own ``dlq_dashboard`` and
 ``tests.support`` imported from ROOT), over a SQLite database of its own with the same 60
@@ -12,6 +13,10 @@ client, nothing started). For each round and route the two processes take turns 
 first alternates), each timing ``--requests`` requests after a warm-up with
 ``time.process_time``, so the machine's other work weighs on both alike and waiting is not
 counted. Prints the median of the rounds' CPU milliseconds a request, and the ratio.
+
+With ``--database postgresql`` each worker's database is a new one on a PostgreSQL server started
+for the run (tests/postgres.py), and the wall milliseconds a request are printed as well: there a
+request also waits for the server's answers, which the CPU of the worker does not count.
 """
 
 from __future__ import annotations
@@ -53,16 +58,18 @@ ROUTES = (
 
 # --- the worker: one checkout's app -----------------------------------------------------------
 
-def build(root: Path, workdir: Path):
-    """The app of the checkout at ``root`` over a fresh database of ENTRIES entries; a client
-    logged in as an operator, an API token and the session's key."""
+def build(root: Path, workdir: Path, database_url: str | None = None):
+    """The app of the checkout at ``root`` over a fresh database of ENTRIES entries (a SQLite file
+    in ``workdir``, or ``database_url`` already migrated); a client logged in as an operator, an
+    API token and the session's key."""
     sys.path.insert(0, str(root))
     from dlq_dashboard import create_app
     from dlq_dashboard.accounts import create_token
     from dlq_dashboard.runtime import runtime_of
     from tests import support
 
-    settings = support.make_settings(workdir, database_url=support.migrated_sqlite(workdir / "dlq.sqlite3"))
+    settings = support.make_settings(workdir, database_url=database_url or support.migrated_sqlite(
+        workdir / "dlq.sqlite3"))
     app = create_app({"SETTINGS": settings, "TESTING": True})
     for seq in range(1, ENTRIES + 1):
         reason, error = REASONS[seq % len(REASONS)]
@@ -118,11 +125,12 @@ def create_app_ms(app, times: int = 5) -> float:
     return statistics.median(taken)
 
 
-def worker(root: Path) -> None:
-    """Answer the driver's lines: {"what", "requests", "warmup"} → {"ms": CPU ms a request}."""
+def worker(root: Path, database_url: str | None = None) -> None:
+    """Answer the driver's lines: {"what", "requests", "warmup"} → {"ms": CPU ms a request,
+    "wall_ms": wall ms a request}."""
     with tempfile.TemporaryDirectory(prefix="bench-requests-") as folder:
         began = time.process_time()
-        app, client, token, key = build(root, Path(folder))
+        app, client, token, key = build(root, Path(folder), database_url)
         built = time.process_time() - began
         print(json.dumps({"ready": True, "build_s": built, "create_app_ms": create_app_ms(app)}), flush=True)
         made = {}
@@ -132,10 +140,11 @@ def worker(root: Path) -> None:
                                                                                     ask["what"]))
             for _ in range(ask["warmup"]):
                 one()
-            began = time.process_time()
+            began, wall = time.process_time(), time.perf_counter()
             for _ in range(ask["requests"]):
                 one()
-            print(json.dumps({"ms": (time.process_time() - began) * 1000 / ask["requests"]}), flush=True)
+            print(json.dumps({"ms": (time.process_time() - began) * 1000 / ask["requests"],
+                              "wall_ms": (time.perf_counter() - wall) * 1000 / ask["requests"]}), flush=True)
 
 
 # --- the driver -------------------------------------------------------------------------------
@@ -143,9 +152,10 @@ def worker(root: Path) -> None:
 class Checkout:
     """A worker process over one checkout."""
 
-    def __init__(self, name: str, root: Path):
+    def __init__(self, name: str, root: Path, database_url: str | None = None):
         self.name = name
-        self.process = subprocess.Popen([sys.executable, __file__, "--worker", str(root)], cwd=root,
+        extra = ["--database-url", database_url] if database_url else []
+        self.process = subprocess.Popen([sys.executable, __file__, "--worker", str(root), *extra], cwd=root,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.ready = self._answer()
 
@@ -155,10 +165,10 @@ class Checkout:
             raise SystemExit(f"the worker over {self.name} ended")
         return json.loads(line)
 
-    def time(self, what: str, requests: int, warmup: int) -> float:
+    def time(self, what: str, requests: int, warmup: int) -> dict:
         self.process.stdin.write(json.dumps({"what": what, "requests": requests, "warmup": warmup}) + "\n")
         self.process.stdin.flush()
-        return self._answer()["ms"]
+        return self._answer()
 
     def close(self) -> None:
         self.process.stdin.close()
@@ -172,16 +182,28 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=100, help="requests timed a route, a round and checkout")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--only", help="time only the requests whose label holds this text")
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite",
+                        help="each worker's database: a SQLite file, or a new database on a PostgreSQL "
+                             "server started here")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--database-url", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.worker:
-        worker(options.worker.resolve())
+        worker(options.worker.resolve(), options.database_url)
         return 0
     routes = [(label, what) for label, what in ROUTES if not options.only or options.only in label]
-    checkouts = [Checkout("this checkout", ROOT)]
-    if options.baseline:
-        checkouts.insert(0, Checkout("baseline", options.baseline.resolve()))
+    postgres = None
+    if options.database == "postgresql":
+        sys.path.insert(0, str(ROOT))
+        from tests.postgres import PostgresServer
+        postgres = PostgresServer().start()
+    checkouts = []
     try:
+        url = postgres.create_database(migrated=True) if postgres else None
+        checkouts.append(Checkout("this checkout", ROOT, url))
+        if options.baseline:
+            url = postgres.create_database(migrated=True) if postgres else None
+            checkouts.insert(0, Checkout("baseline", options.baseline.resolve(), url))
         samples = {(c.name, label): [] for c in checkouts for label, _ in routes}
         for round_ in range(options.rounds):
             for label, what in routes:
@@ -190,17 +212,23 @@ def main() -> int:
     finally:
         for c in checkouts:
             c.close()
+        if postgres is not None:
+            postgres.remove()
     names = [c.name for c in checkouts]
-    print(f"CPU ms a request: median of {options.rounds} rounds of {options.requests} requests "
-          f"(after {options.warmup}), {ENTRIES} entries, SQLite, an operator; the fastest round's in brackets\n")
-    print("| request | " + " | ".join(names) + (" | ratio (fastest) |" if len(names) == 2 else " |"))
-    print("| --- | " + " | ".join("---:" for _ in names) + (" | ---: |" if len(names) == 2 else " |"))
-    for label, _ in routes:
-        medians = [statistics.median(samples[(n, label)]) for n in names]
-        fastest = [min(samples[(n, label)]) for n in names]
-        ratio = f" | {medians[1] / medians[0]:.2f}× ({fastest[1] / fastest[0]:.2f}×)" if len(names) == 2 else ""
-        print(f"| {label} | " + " | ".join(f"{m:.2f} ({f:.2f})" for m, f in zip(medians, fastest)) + ratio + " |")
-    print("\ncreate_app (ms of CPU, median of 5): "
+    measures = (("ms", "CPU ms"), ("wall_ms", "wall ms")) if postgres else (("ms", "CPU ms"),)
+    for key, unit in measures:
+        print(f"{unit} a request: median of {options.rounds} rounds of {options.requests} requests "
+              f"(after {options.warmup}), {ENTRIES} entries, {'PostgreSQL' if postgres else 'SQLite'}, an "
+              "operator; the fastest round's in brackets\n")
+        print("| request | " + " | ".join(names) + (" | ratio (fastest) |" if len(names) == 2 else " |"))
+        print("| --- | " + " | ".join("---:" for _ in names) + (" | ---: |" if len(names) == 2 else " |"))
+        for label, _ in routes:
+            medians = [statistics.median(s[key] for s in samples[(n, label)]) for n in names]
+            fastest = [min(s[key] for s in samples[(n, label)]) for n in names]
+            ratio = f" | {medians[1] / medians[0]:.2f}× ({fastest[1] / fastest[0]:.2f}×)" if len(names) == 2 else ""
+            print(f"| {label} | " + " | ".join(f"{m:.2f} ({f:.2f})" for m, f in zip(medians, fastest)) + ratio + " |")
+        print()
+    print("create_app (ms of CPU, median of 5): "
           + ", ".join(f"{c.name} {c.ready['create_app_ms']:.1f}" for c in checkouts))
     print("App and database built in (s of CPU): "
           + ", ".join(f"{c.name} {c.ready['build_s']:.2f}" for c in checkouts))

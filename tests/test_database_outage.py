@@ -22,7 +22,7 @@ from sqlalchemy.exc import OperationalError
 
 from dlq_dashboard.accounts import create_token
 from dlq_dashboard.db.bounds import Bounds, bounded
-from dlq_dashboard.db.engine import dispose_quietly, write_transaction
+from dlq_dashboard.db.engine import create_db_engine, dispose_quietly, write_transaction
 from dlq_dashboard.db.liveness import CANNOT_WRITE, TOO_SLOW, UNREACHABLE, DatabaseProbe
 from dlq_dashboard.runtime import runtime_of
 
@@ -318,6 +318,42 @@ def test_work_outside_a_request_is_not_cut_short_by_the_statement_timeout(app):
         with pytest.raises(Exception, match="statement timeout"):
             with rt.engine.connect() as conn:
                 conn.exec_driver_sql("SELECT pg_sleep(2.5)")
+
+
+def test_a_pooled_connection_keeps_the_timeout_its_check_set_and_a_transaction_sets_one_only_when_it_differs(
+        postgres_server):
+    """PostgreSQL: the pool's check of a connection before use sets the statement_timeout its work
+    wants for the session, so a bounded transaction sends no SET LOCAL of its own (a round trip
+    each); work wanting another bound, or none, on the same connection gets its own, and the
+    rollback that ends a read undoes none of it."""
+    import sqlalchemy
+
+    url = postgres_server.create_database(migrated=False)
+    engine = create_db_engine(url, pool_size=1, max_overflow=0)  # one connection: every checkout reuses it
+    sent: list[str] = []
+    sqlalchemy.event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *_: sent.append(statement))
+
+    def shown(conn=None) -> str:
+        if conn is not None:
+            return conn.exec_driver_sql("SHOW statement_timeout").scalar()
+        with engine.connect() as conn:  # a read: it ends with a rollback
+            return shown(conn)
+
+    try:
+        made = shown()  # the connection is made for unbounded work: the server's own timeout
+        with bounded(Bounds(statement=2.0)):
+            checked = [shown(), shown()]  # each checkout checked, which sets the request's bound
+        unbounded = shown()
+        with bounded(Bounds(statement=2.0)):
+            with engine.connect() as conn:
+                with bounded(Bounds(statement=3.0)):  # a bound changed after the check
+                    changed = shown(conn)
+            after = shown()
+    finally:
+        dispose_quietly(engine)
+        postgres_server.drop_database(url, later=True)
+    assert (made, checked, unbounded, changed, after) == ("0", ["2s", "2s"], "0", "3s", "2s")
+    assert [s for s in sent if s.startswith("SET")] == ["SET LOCAL statement_timeout = 3000"]
 
 
 @pytest.mark.both_databases

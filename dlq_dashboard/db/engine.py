@@ -109,29 +109,59 @@ def _postgresql_engine(parsed: URL, connect_timeout: float, pool_size: int, max_
         # psycopg's connection with a bound on every wait for the server (bounded_pg.py).
         return BoundedConnection.connect(*cargs, **cparams)
 
-    ping = engine.dialect.do_ping
-
     def bounded_ping(dbapi_connection) -> bool:
         # The check of a pooled connection before use answers in milliseconds when the server
         # is well: under bounds it gets a second, not a statement's bound, so that a request
-        # meeting a frozen server gives up after the ping and one connect attempt.
+        # meeting a frozen server gives up after the ping and one connect attempt. The check is
+        # the statement_timeout this work wants, set for the session: the transactions of this
+        # checkout then need no SET LOCAL of their own, a round trip each (_on_begin).
         bounds = current_bounds()
+        timeout = _statement_timeout(bounds)
         if bounds is None:
-            return ping(dbapi_connection)
+            return _set_statement_timeout(dbapi_connection, timeout)
         with bounded(Bounds(statement=min(PING_BOUND, bounds.statement), grace=0.0)):
-            return ping(dbapi_connection)
+            return _set_statement_timeout(dbapi_connection, timeout)
 
     engine.dialect.do_ping = bounded_ping
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection):
-        # SET LOCAL ends with the transaction: only bounded work (a web request) is cut short by
-        # the server; the first statement of the transaction, so psycopg opens it first.
-        bounds = current_bounds()
-        if bounds is not None:
-            conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(bounds.statement * 1000)}")
+        # Bounded work (a web request) is cut short by the server: the session's timeout set by
+        # the check above, or a SET LOCAL (ended with the transaction) where this work wants
+        # another one (a connection just made, a bound changed since the check). The first
+        # statement of the transaction, so psycopg opens it first.
+        timeout = _statement_timeout(current_bounds())
+        if timeout != getattr(conn.connection.dbapi_connection, "statement_timeout_set", None):
+            conn.exec_driver_sql(f"SET LOCAL statement_timeout = {_setting(timeout)}")
 
     return engine
+
+
+def _statement_timeout(bounds: Bounds | None) -> int | None:
+    """The statement_timeout in milliseconds for work under ``bounds``; None: the server's own."""
+    return int(bounds.statement * 1000) if bounds is not None else None
+
+
+def _setting(timeout: int | None) -> str:
+    return "DEFAULT" if timeout is None else str(timeout)
+
+
+def _set_statement_timeout(dbapi_connection, timeout: int | None) -> bool:
+    """Set a psycopg connection's statement_timeout for its session, outside any transaction (a
+    rollback would undo it), and note it on the connection; the pool's check before use."""
+    autocommit = dbapi_connection.autocommit
+    if not autocommit:
+        dbapi_connection.autocommit = True
+    dbapi_connection.statement_timeout_set = None  # unknown until the server has answered
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"SET statement_timeout = {_setting(timeout)}")
+    finally:
+        cursor.close()
+        if not autocommit and not dbapi_connection.closed:
+            dbapi_connection.autocommit = False
+    dbapi_connection.statement_timeout_set = timeout
+    return True
 
 
 @contextmanager
