@@ -17,7 +17,7 @@ from sqlalchemy import Engine, bindparam, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from ..db.engine import write_transaction
+from ..db.engine import read_transaction, write_transaction
 from ..db.models import LoginSession, User
 from ..scopes import ROLES, Grant, Scope, grants_from_json, grants_to_json, highest_role, scopes_for, scopes_from_json, scopes_to_json
 from ..times import utcnow
@@ -151,7 +151,7 @@ def load_session_user(engine: Engine, session_key: str, *, hours: float = 12.0) 
     if not session_key:
         return None
     session_id = hash_token(session_key)
-    with engine.connect() as conn:
+    with read_transaction(engine) as conn:
         row = conn.execute(_SESSION_USER, {"session_id": session_id}).first()
     if row is None or row.disabled:
         return None

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, bindparam, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ..db.bounds import Bounds, bounded
-from ..db.engine import write_transaction
+from ..db.engine import read_transaction, write_transaction
 from ..db.liveness import describe
 from ..db.models import ApiToken
 from ..scopes import Scope, scopes_from_json, scopes_to_json
@@ -116,7 +116,7 @@ def find_token(engine: Engine, token: str) -> TokenInfo | None:
     if not token:
         return None
     digest = hash_token(token)
-    with engine.connect() as conn:
+    with read_transaction(engine) as conn:
         row = conn.execute(_ACTIVE_TOKEN, {"digest": digest}).first()
     if row is None:
         return None

@@ -23,6 +23,7 @@ from ..access import visible
 from ..access.reader import Reader
 from ..actions.errors import ActionError, Conflict, NatsDown, Refused
 from ..db.bounds import Bounds, set_bounds
+from ..db.engine import hold_reads, release_reads
 from ..db.liveness import UNAVAILABLE, describe, sentence
 from ..errors import (
     DashboardError,
@@ -78,7 +79,7 @@ def init_app(app: Flask) -> None:
     for kind in UNAVAILABLE:
         app.register_error_handler(kind, database_error)
     app.before_request(_bound_database_work)
-    app.teardown_request(lambda _exc: set_bounds(None))
+    app.teardown_request(_end_database_work)
 
 
 def answers_from_memory() -> bool:
@@ -92,9 +93,15 @@ def _bound_database_work() -> None:
     # knows the database unreachable, a request is answered at once instead of waiting on it.
     rt = current_runtime()
     set_bounds(Bounds(statement=rt.settings.database_statement_timeout))
+    hold_reads()  # the request's reads share one connection
     probe = rt.database
     if probe is not None and not probe.state.reachable and request.endpoint and not answers_from_memory():
         raise DatabaseUnavailable(probe.state.reason())
+
+
+def _end_database_work(_exc: BaseException | None) -> None:
+    release_reads()
+    set_bounds(None)
 
 
 def database_error(exc: Exception):
