@@ -19,7 +19,9 @@ Every run also reports the CPU an item of each process from /proc (the job's pro
 the PostgreSQL server), and of raw's; the machine has two CPUs, so a ratio is bounded by the two
 totals. ``--profile`` adds each statement's wall time and its backend's CPU an item.
 ``--entry-updates`` measures the outcome's UPDATE of entries alone on PostgreSQL, as migrated and
-then with what a heap-only update would need taken away step by step.
+then with what a heap-only update would need taken away step by step; ``--heap-only`` runs the
+whole job that way too, each round beside one as migrated (what a narrow status table could give
+at most).
 """
 
 from __future__ import annotations
@@ -190,7 +192,24 @@ class Statements:
         return lines
 
 
-def one_round(n: int, postgres=None, *, profile: bool = False) -> dict:
+#: What the entry-update measure takes away from ``entries``, a variant at a time, cumulatively.
+UPDATE_VARIANTS = [
+    ("as migrated", []),  # the search vector is in entry_search since revision 0016
+    # ix_entries_status_reason went in revision 0019 (IF EXISTS: a checkout from before it too).
+    ("without the indexes holding status", [
+        "DROP INDEX ix_entries_status_id", "DROP INDEX IF EXISTS ix_entries_status_reason",
+        "DROP INDEX ix_entries_status_updated"]),
+    ("and fillfactor 45 (heap-only updates)", ["ALTER TABLE entries SET (fillfactor = 45)"]),
+]
+
+
+#: What ``--heap-only`` takes away from ``entries`` before the dead letters arrive: an outcome's
+#: status UPDATE is then a heap-only update, about what it would cost with status, version and
+#: updated_at in a narrow table of their own (the named lever), measured on the whole job.
+HEAP_ONLY = UPDATE_VARIANTS[1][1] + UPDATE_VARIANTS[2][1]
+
+
+def one_round(n: int, postgres=None, *, profile: bool = False, heap_only: bool = False) -> dict:
     from sqlalchemy import func, select
 
     from dlq_dashboard import create_app
@@ -208,6 +227,10 @@ def one_round(n: int, postgres=None, *, profile: bool = False) -> dict:
                             instance_path=str(work / "instance"), secret_key="bench", republish_rate=0)
         app = create_app({"SETTINGS": settings})
         statements = Statements(runtime_of(app).engine) if profile else None
+        if heap_only:
+            with runtime_of(app).engine.begin() as conn:
+                for statement in HEAP_ONLY:
+                    conn.exec_driver_sql(statement)
         cpu = Cpu(server.proc.pid, postgres.proc.pid if postgres else None)
         rt = runtime_of(app).start()
         try:
@@ -265,17 +288,6 @@ async def _stream_count(url: str, stream: str) -> int:
         await nc.close()
 
 
-#: What the entry-update measure takes away from ``entries``, a variant at a time, cumulatively.
-UPDATE_VARIANTS = [
-    ("as migrated", []),  # the search vector is in entry_search since revision 0016
-    # ix_entries_status_reason went in revision 0019 (IF EXISTS: a checkout from before it too).
-    ("without the indexes holding status", [
-        "DROP INDEX ix_entries_status_id", "DROP INDEX IF EXISTS ix_entries_status_reason",
-        "DROP INDEX ix_entries_status_updated"]),
-    ("and fillfactor 45 (heap-only updates)", ["ALTER TABLE entries SET (fillfactor = 45)"]),
-]
-
-
 def entry_updates(postgres, n: int = 20_000, window: int = 1000) -> list[tuple[str, float, float]]:
     """The republish outcome's UPDATE of entries alone (status, version and updated_at of a
     window of open entries, RETURNING what the counts need), set-based as set_status does it,
@@ -317,6 +329,9 @@ def main() -> None:
                         help="a SQLite file a round, or a PostgreSQL server started here (a database a round)")
     parser.add_argument("--profile", action="store_true",
                         help="also print where the job's database time goes, statement by statement")
+    parser.add_argument("--heap-only", action="store_true",
+                        help="PostgreSQL: each round also runs the job with the entries' status updated heap-only "
+                             "(the indexes holding status dropped, fillfactor 45), in turns with the schema as migrated")
     parser.add_argument("--entry-updates", action="store_true",
                         help="PostgreSQL: only the outcome's UPDATE of entries, with what makes it a heap-only update")
     args = parser.parse_args()
@@ -332,7 +347,10 @@ def main() -> None:
             postgres.remove()
         return
 
+    if args.heap_only and args.database != "postgresql":
+        parser.error("--heap-only measures PostgreSQL's heap-only updates: add --database postgresql")
     results: list[dict] = []
+    heap_only: list[dict] = []
     postgres = None
     if args.database == "postgresql":
         from tests.postgres import PostgresServer
@@ -340,15 +358,12 @@ def main() -> None:
         postgres = PostgresServer().start()
     try:
         for round_no in range(1, args.rounds + 1):
-            result = one_round(args.entries, postgres, profile=args.profile)
-            results.append(result)
-            cpu = ", ".join(f"{k} {v:,.0f}" for k, v in result["cpu"].items() if v)
-            cpu += f" (total {sum(result['cpu'].values()):,.0f}; raw: {sum(result['raw_cpu'].values()):,.0f})"
-            print(f"round {round_no}: raw publish_async {result['raw']:,.0f} msg/s, "
-                  f"bulk job {result['job']:,.0f} msg/s ({result['job'] / result['raw']:.0%} of raw); "
-                  f"CPU us an item: {cpu}", flush=True)
-            for line in result["profile"]:
-                print("    " + line)
+            for variant, kept in ((True, heap_only), (False, results)) if args.heap_only else ((False, results),):
+                result = one_round(args.entries, postgres, profile=args.profile, heap_only=variant)
+                kept.append(result)
+                print(_round_line(f"round {round_no}" + (", heap-only" if variant else ""), result), flush=True)
+                for line in result["profile"]:
+                    print("    " + line)
     finally:
         if postgres is not None:
             postgres.remove()
@@ -359,9 +374,21 @@ def main() -> None:
           f"{ratio:.1%} of raw ({verdict} the {TARGET_RATIO:.0%} target); CPU us an item: "
           + ", ".join(f"{k} {v:,.0f}" for k, v in cpu.items() if v)
           + f" (total {sum(cpu.values()):,.0f}; raw: {raw_cpu:,.0f})")
+    if heap_only:
+        _, _, variant_ratio, variant_cpu, _ = summarize(heap_only)
+        print(f"median, heap-only: {variant_ratio:.1%} of raw; CPU us an item: "
+              + ", ".join(f"{k} {v:,.0f}" for k, v in variant_cpu.items() if v)
+              + f" (total {sum(variant_cpu.values()):,.0f})")
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if args.record:
         record(args, results, summary)
+
+
+def _round_line(label: str, result: dict) -> str:
+    cpu = ", ".join(f"{k} {v:,.0f}" for k, v in result["cpu"].items() if v)
+    cpu += f" (total {sum(result['cpu'].values()):,.0f}; raw: {sum(result['raw_cpu'].values()):,.0f})"
+    return (f"{label}: raw publish_async {result['raw']:,.0f} msg/s, bulk job {result['job']:,.0f} msg/s "
+            f"({result['job'] / result['raw']:.0%} of raw); CPU us an item: {cpu}")
 
 
 def summarize(rounds: list[dict]) -> tuple[float, float, float, dict[str, float], float]:
