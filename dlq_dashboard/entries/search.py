@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from sqlalchemy import Engine, Select, column, exists, false, func, literal_column, select, table, text
+from sqlalchemy import Engine, Select, String, column, exists, false, func, literal, literal_column, select, table, text
 
 from ..db.engine import is_sqlite
 from ..db.models import Entry
@@ -55,7 +55,13 @@ def _pg_match(q: str):
     if query is None:
         return false()
     config = literal_column(f"'{PG_SEARCH_CONFIG}'::regconfig")
-    return SEARCH.c.search.op("@@")(func.to_tsquery(config, query))
+    # The words are written into the statement, not bound: a search is then planned for its own
+    # words every time, never with a plan made for other words. psycopg prepares a statement run
+    # five times on a connection and the server may then keep a generic plan; the one right for a
+    # word in every entry (the entries newest first, each tested) reads the whole table for a word
+    # in a handful (an order id: 15 ms, then 550-870 ms at 200,000 entries; docs/PERFORMANCE.md
+    # "A search's plan"). tsquery() leaves nothing but words, quotes doubled, "&" and ":*".
+    return SEARCH.c.search.op("@@")(func.to_tsquery(config, literal(query, String(), literal_execute=True)))
 
 
 def search_condition(engine: Engine, q: str):
