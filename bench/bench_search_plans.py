@@ -98,7 +98,9 @@ def main() -> None:
         sys.path[:0] = [args.one_tree, str(Path(args.one_tree) / "bench")]
         one_tree(args)
         return
-    passed = [a for a in sys.argv[1:] if a not in args.trees and a != "--trees"]
+    passed = ["--entries", str(args.entries), "--queries", args.queries]
+    passed += ["--analyze"] if args.analyze else []
+    passed += ["--statistics", str(args.statistics)] if args.statistics else []
     for tree in args.trees:
         print(f"{Path(tree).resolve()} ({args.entries:,} entries"
               + (", analysed" if args.analyze else ", not analysed")
