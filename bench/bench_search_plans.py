@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from trees import add_tree_options, enter_tree
 
 INSERT = """
 INSERT INTO entries (id, status, version, dlq_stream, dlq_epoch, dlq_seq, original_subject, original_stream,
@@ -90,12 +90,9 @@ def main() -> None:
     parser.add_argument("--statistics", type=int, help="with --analyze: the search vectors' statistics target first")
     parser.add_argument("--queries", default="o-4170,c-417,EUR,o-4170,c-417",
                         help="comma-separated, asked twelve times each in this order")
-    parser.add_argument("--trees", nargs="+", default=[str(HERE.parent)],
-                        help="checkouts to measure, taking turns (each in a process of its own)")
-    parser.add_argument("--one-tree", help=argparse.SUPPRESS)
+    add_tree_options(parser)
     args = parser.parse_args()
-    if args.one_tree:
-        sys.path[:0] = [args.one_tree, str(Path(args.one_tree) / "bench")]
+    if enter_tree(args):
         one_tree(args)
         return
     passed = ["--entries", str(args.entries), "--queries", args.queries]

@@ -19,6 +19,7 @@ from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value, stored_lookup
 from .filters import DEFAULT_LIMIT, EntryFilter, FilterError, decode_cursor, encode_cursor, scope_condition
 from .search import FTS, fts_match, newest_matches
+from .windows import window_ids
 from ..masking import Mask
 from .view import EntryView, Page
 
@@ -85,8 +86,9 @@ class Store:
         and again; what a request brings besides it (a cursor, an entry id) is a bound
         parameter. A filter whose statement holds more than its values (since=1h, a new time at
         each request; a key field's, how far its backfill has come) is built each time: each
-        filter says which (EntryFilter.keeps_statement)."""
-        if any(isinstance(k, EntryFilter) and not k.keeps_statement for k in key):
+        filter says which (EntryFilter.keeps_statement); so is a time filter's on SQLite, which
+        holds its window's ids (_selection)."""
+        if any(isinstance(k, EntryFilter) and not self.keeps(k) for k in key):
             return build(*key)
         found = self._built.get((build, *key))
         if found is None:
@@ -101,28 +103,50 @@ class Store:
     def _searching(self, flt: EntryFilter) -> bool:
         return bool(flt.q) and is_sqlite(self.engine)
 
+    def keeps(self, flt: EntryFilter) -> bool:
+        """Whether a statement built for ``flt`` holds its values alone, so statement_for keeps it."""
+        return flt.keeps_statement and not self._timed(flt)
+
     def _selection(self, flt: EntryFilter, *columns, conn: Connection | None = None) -> tuple[Select, Any]:
         """The SELECT for a filter, newest first, without limit or cursor, and the id column its
         keyset compares (the one the rows are read in the order of); ``conn``: the transaction
-        to look the key fields up in (else one of its own).
+        to look the key fields and a time window's ids up in (else one of its own).
 
         A search is driven from the full-text index in rowid order (rowid = entry id), and a key
         field's value from its rows of entry_fields in entry order, so a page reads its 50
-        matches and stops, however many rows match in all.
+        matches and stops, however many rows match in all. On SQLite the ids walked are also
+        bounded by those of a time filter's window (windows.py), so the statement of one is
+        built at each request (statement_for).
         """
+        if conn is None and (self._timed(flt) or flt.field_values):
+            with read_transaction(self.engine) as own:
+                return self._selection(flt, *columns, conn=own)
         columns = columns or (ENTRIES,)
         if self._searching(flt):
-            return (select(*columns).select_from(FTS.join(ENTRIES, ENTRIES.c.id == FTS.c.rowid))
-                    .where(fts_match(flt.q), *flt.conditions(self.engine, search=False))
-                    .order_by(FTS.c.rowid.desc())), FTS.c.rowid
-        stored = self._stored_field(flt, conn)
-        if stored is not None:
+            query, key = (select(*columns).select_from(FTS.join(ENTRIES, ENTRIES.c.id == FTS.c.rowid))
+                          .where(fts_match(flt.q), *flt.conditions(self.engine, search=False))), FTS.c.rowid
+        elif (stored := self._stored_field(flt, conn)) is not None:
             lookup, rest = stored
             # Not Entry.id < cursor: PostgreSQL does not carry a range across the join's equality.
-            return (select(*columns).select_from(ENTRY_FIELDS.join(ENTRIES, ENTRIES.c.id == ENTRY_FIELDS.c.entry_id))
-                    .where(lookup, *rest.conditions(self.engine))
-                    .order_by(ENTRY_FIELDS.c.entry_id.desc())), ENTRY_FIELDS.c.entry_id
-        return select(*columns).where(and_(True, *flt.conditions(self.engine))).order_by(Entry.id.desc()), Entry.id
+            query, key = (select(*columns)
+                          .select_from(ENTRY_FIELDS.join(ENTRIES, ENTRIES.c.id == ENTRY_FIELDS.c.entry_id))
+                          .where(lookup, *rest.conditions(self.engine))), ENTRY_FIELDS.c.entry_id
+        else:
+            query, key = select(*columns).where(and_(True, *flt.conditions(self.engine))), Entry.id
+        window = self.window_of(flt, conn)
+        if window is not None:
+            low, high = window
+            query = query.where(key >= low) if high is None else query.where(key >= low, key <= high)
+        return query.order_by(key.desc()), key
+
+    def _timed(self, flt: EntryFilter) -> bool:
+        """Whether the selection of ``flt`` is bounded by its time window's ids (windows.py)."""
+        return (flt.since is not None or flt.until is not None) and is_sqlite(self.engine)
+
+    def window_of(self, flt: EntryFilter, conn: Connection) -> tuple[int, int | None] | None:
+        """The ids of ``flt``'s time window on SQLite (windows.window_ids) in ``conn``'s
+        transaction; None where a selection is not bounded by them."""
+        return window_ids(conn, flt.since, flt.until) if self._timed(flt) else None
 
     def select_entries(self, flt: EntryFilter, *columns, conn: Connection | None = None) -> Select:
         """The SELECT for a filter, newest first, without limit or cursor (``_selection``)."""
@@ -262,10 +286,14 @@ class Store:
             yield from (v for v in self.iter_entries(flt, batch) if mask.finds(v, flt.q))
             return
         last_id = decode_cursor(flt.cursor) if flt.cursor else None
-        every, key = self._selection(flt)
+        every = key = None
         while True:
-            query = every.where(key < last_id) if last_id is not None else every
             with read_transaction(self.engine) as conn:
+                if every is None:
+                    # A time window's ids looked up once, not at each batch: an entry received
+                    # later has a greater id than any batch's, above the keyset, as without them.
+                    every, key = self._selection(flt, conn=conn)
+                query = every.where(key < last_id) if last_id is not None else every
                 rows = conn.execute(query.limit(batch)).all()
             if not rows:
                 return
