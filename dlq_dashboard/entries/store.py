@@ -165,15 +165,12 @@ class Store:
         return (select(window.c.entry_id, ENTRIES.c.id, *columns).select_from(window.outerjoin(ENTRIES, passes))
                 .order_by(window.c.entry_id.desc()))
 
-    def _stored_field(self, flt: EntryFilter, conn: Connection | None = None) -> tuple[Any, EntryFilter] | None:
+    def _stored_field(self, flt: EntryFilter, conn: Connection) -> tuple[Any, EntryFilter] | None:
         """The lookup in entry_fields of the first of the filter's key-field values that it holds
-        for every entry (fields.stored_lookup), and the filter without that value; None when
-        there is none (no key field, or each still read from payloads)."""
+        for every entry (fields.stored_lookup, in ``conn``'s transaction), and the filter without
+        that value; None when there is none (no key field, or each still read from payloads)."""
         if not flt.field_values:
             return None
-        if conn is None:
-            with read_transaction(self.engine) as own:
-                return self._stored_field(flt, own)
         for i, (key_field, value) in enumerate(flt.field_values):
             lookup = stored_lookup(conn, key_field, value)
             if lookup is not None:
