@@ -51,6 +51,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_configure(config):
+    support.record_closes()  # a descriptor found closed under its owner names who closed it
     config.addinivalue_line("markers", "both_databases: run the test on SQLite and on PostgreSQL")
     config.addinivalue_line("markers", "installed: builds the wheel, installs it in a fresh venv outside the "
                                        "checkout and runs the installed dlq-dashboard command")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import itertools
 import json
 import os
 import re
@@ -577,6 +578,58 @@ def writer_stopped(rt):
         os.kill(pid, signal.SIGCONT)
 
 
+# --- who closed a descriptor -----------------------------------------------------------------
+
+_CLOSES: deque = deque(maxlen=20_000)
+_CLOSE_COUNT = itertools.count()
+
+
+def record_closes() -> None:
+    """From now on every close of a descriptor by its number in this process (os.close, and a
+    multiprocessing connection's, which holds os.close from before) is recorded with its thread
+    and callers, for ``closes_of``: a descriptor closed twice closes whatever the process opened
+    under its number in between, and the owner finds it closed with nobody in its own stack."""
+    import threading
+    from multiprocessing import connection
+
+    if getattr(os.close, "recorded", False):
+        return
+    close = os.close
+
+    def recorded(fd: int) -> None:
+        frame, callers = sys._getframe(1), []
+        while frame is not None and len(callers) < 10:
+            callers.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+            frame = frame.f_back
+        _CLOSES.append((next(_CLOSE_COUNT), fd, threading.current_thread().name, callers))
+        close(fd)
+
+    recorded.recorded = True
+    os.close = recorded
+    connection.Connection._close = lambda self, _close=recorded: _close(self._handle)
+
+
+def close_mark() -> int:
+    """A mark for ``closes_of``: the closes recorded from now on come after it."""
+    return next(_CLOSE_COUNT)
+
+
+def closes_of(fd: int, since: int) -> str:
+    """The closes of descriptor ``fd`` recorded (record_closes) after the ``since``-th close."""
+    found = [f"  in thread {thread}, innermost first:\n" + "".join(f"    {c}\n" for c in callers)
+             for count, number, thread, callers in list(_CLOSES) if number == fd and count > since]
+    return "".join(found) or "  none recorded (closed by code that does not call os.close)\n"
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    """What ``fd`` is open on (device, inode), None when it is not open."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 # --- a web server in a thread ------------------------------------------------------------------
 
 def serve_in_thread(app, threads: int = 4):
@@ -587,6 +640,7 @@ def serve_in_thread(app, threads: int = 4):
     import waitress
 
     server = waitress.create_server(app, host="127.0.0.1", port=0, threads=threads)
+    server.dlq_trigger_pipe = _identity(server.trigger.trigger), close_mark()
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     return server, thread
@@ -596,6 +650,10 @@ def stop_serving(server, thread) -> None:
     """End a server ``serve_in_thread`` started. Its sockets are closed from its own loop: closed
     from here, the loop (in select()) closes them once more, and a second close ends whatever the
     process has opened under the same descriptor number since (another test's socket or pipe)."""
+    fd, (opened, since) = server.trigger.trigger, server.dlq_trigger_pipe
+    if _identity(fd) != opened:
+        raise AssertionError(f"the web server's wake-up pipe (descriptor {fd}) was closed under it while it "
+                             f"served; closes of descriptor {fd} by number since:\n{closes_of(fd, since)}")
     server.trigger.pull_trigger(lambda: [d.close() for d in list(server._map.values())])
     thread.join(5)
     assert not thread.is_alive(), "the web server did not stop"
