@@ -4,13 +4,14 @@ result and who cancelled it; a job's page says the same."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
-
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from dlq_dashboard.actions.bulk import jobs
 from dlq_dashboard.db.models import Entry
+from dlq_dashboard.times import utcnow
 
 from . import support
 
@@ -83,13 +84,17 @@ def test_a_group_job_reads_as_its_group(offline_app, rt, tokens):
     assert status["selection_text"].startswith("group order <") and status["selection_text"].endswith("status=open")
 
 
-def test_a_job_by_a_time_preset_keeps_the_time_it_meant(offline_app, rt, tokens):
-    support.dead_letter(offline_app, 1, payload=b'{"n": 1}')
-    job_id = jobs.create_job(rt, "close", actor="ann", filter_args={"since": "1h"}, start=False)
-    since = jobs.job_status(rt, job_id, limit=0)["selection"]["filter"]["since"]
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", since), since
+@pytest.mark.parametrize("param", ["since", "until"])
+def test_a_job_by_a_time_preset_keeps_the_time_it_meant(offline_app, rt, tokens, param):
+    entry = support.dead_letter(offline_app, 1, payload=b'{"n": 1}')
+    with rt.engine.begin() as conn:  # received two hours ago: in the last day, and older than an hour
+        conn.execute(update(Entry).where(Entry.id == entry).values(received_at=utcnow() - timedelta(hours=2)))
+    job_id = jobs.create_job(rt, "close", actor="ann", filter_args={param: "1d" if param == "since" else "1h"},
+                             start=False)
+    at = jobs.job_status(rt, job_id, limit=0)["selection"]["filter"][param]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", at), at
     page = offline_app.test_client().get(f"/jobs/{job_id}", headers=support.bearer(tokens["viewer"]))
-    assert f"since={since}" in page.get_data(as_text=True) and "since=1h" not in page.get_data(as_text=True)
+    assert f"{param}={at}" in page.get_data(as_text=True) and f"{param}=1" not in page.get_data(as_text=True)
 
 
 def test_the_audit_folds_a_bulk_job_into_one_row_that_opens_to_its_items(offline_app, rt, tokens):

@@ -27,6 +27,7 @@ from dlq_dashboard.entries.store import Store
 from dlq_dashboard.entries.tallies import Tallies
 from dlq_dashboard.ingest.search_index import index_pending
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
 
 from . import support
 from .support import migrated_sqlite
@@ -159,6 +160,32 @@ def test_every_channel_a_reader_sees_gives_the_windows_entries(make_app, databas
         result = app.test_cli_runner().invoke(args=["entries", "export", *options])
         assert result.exit_code == 0, result.output
         assert [e["id"] for e in json.loads(result.stdout)] == expected, args
+
+
+@pytest.mark.both_databases
+def test_until_as_since_takes_a_duration_back_from_now_and_links_keep_it_as_given(make_app, database_url):
+    """``until=7d`` is what is older than a week, as ``since=7d`` is the week: on every channel,
+    kept as given in the list's links (a saved view stays "older than a week"), a bad one a 400."""
+    app = make_app(database_url=database_url)
+    now = utcnow()
+    _insert(runtime_of(app).engine, _rows([now - timedelta(days=10), now - timedelta(days=3),
+                                           now - timedelta(hours=2), now - timedelta(minutes=5)]))
+    client = support.logged_in(app, "viewer")
+    for args, expected in [("until=7d", [1]), ("until=1d", [2, 1]), ("since=7d&until=1h", [3, 2]),
+                           ("until=15m&status=open", [3]), ("until=1h&since=1h", [])]:
+        assert [e["id"] for e in client.get(f"/api/entries?{args}").get_json()["entries"]] == expected, args
+        assert [e["id"] for e in client.get(f"/api/export.json?{args}").get_json()] == expected, args
+        options = [f"--{arg.replace('=', ' ', 1)}".split() for arg in args.split("&")]
+        result = app.test_cli_runner().invoke(args=["entries", "export", *[o for pair in options for o in pair]])
+        assert result.exit_code == 0, result.output
+        assert [e["id"] for e in json.loads(result.stdout)] == expected, args
+    assert client.get("/?until=1d", headers={"HX-Request": "true"}).headers["HX-Push-Url"] == "/?until=1d"
+    page = client.get("/?until=1d&status=").get_data(as_text=True)
+    assert "until=1d" in page and 'value="1d"' in page
+    refused = client.get("/api/entries?until=7x")
+    assert refused.status_code == 400 and refused.get_json()["error"] == (
+        "until '7x' is not valid: use an RFC 3339 time such as 2026-11-29T10:00:00Z or a duration back from now "
+        "such as 15m, 1h or 7d")
 
 
 @settings(max_examples=60 * support.FUZZ_SCALE, derandomize=not support.LONG_RUN, deadline=None, database=None)

@@ -129,13 +129,6 @@ def _time_sentence(name: str, raw: str, more: str = "") -> FilterError:
     return FilterError(f"{name} {raw!r} is not valid: use an RFC 3339 time such as 2026-11-29T10:00:00Z{more}")
 
 
-def _until(raw: str) -> datetime:
-    at = parse_time(raw)
-    if at is None:
-        raise _time_sentence("until", raw)
-    return at
-
-
 def _named_group(group: str):
     # isascii: "²" is a digit to str.isdigit, but no number to int().
     if group.isascii() and group.isdigit() and int(group) < 2**63:
@@ -225,27 +218,33 @@ class ListFilter:
         return self.name, text
 
 
-class SinceFilter(ListFilter):
-    """``since``: an RFC 3339 time, or a duration back from now (15m, 1h, 1d, 7d) that is kept as
-    given (``since_ago``), so that a link or saved view stays "the last hour" instead of the hour
-    it was made."""
+class AgoFilter(ListFilter):
+    """``since`` and ``until``: an RFC 3339 time, or a duration back from now (15m, 1h, 1d, 7d)
+    that is kept as given (``since_ago``, ``until_ago``), so that a link or saved view stays "the
+    last hour" (or "older than a week") instead of the hour it was made."""
+
+    @property
+    def ago(self) -> str:
+        """The EntryFilter attribute that keeps the duration as given."""
+        return f"{self.name}_ago"
 
     def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...],
              sources: tuple[str, ...] | None = None) -> dict[str, Any]:
         raw = _clean(args.get(self.name))
         at = parse_time(raw) if raw else None
         if raw is None or at is not None:
-            return {"since": at, "since_ago": None}
+            return {self.name: at, self.ago: None}
         ago = parse_duration(raw)
         if ago and ago <= 36500 * 86400:  # a longer one would reach before the year 1
-            return {"since": utcnow() - timedelta(seconds=ago), "since_ago": raw.lower()}
-        raise _time_sentence("since", raw, " or a duration back from now such as 15m, 1h or 7d")
+            return {self.name: utcnow() - timedelta(seconds=ago), self.ago: raw.lower()}
+        raise _time_sentence(self.name, raw, " or a duration back from now such as 15m, 1h or 7d")
 
     def write(self, flt: "EntryFilter") -> dict[str, str]:
-        return {"since": flt.since_ago} if flt.since_ago else super().write(flt)
+        ago = getattr(flt, self.ago)
+        return {self.name: ago} if ago else super().write(flt)
 
     def keeps_statement(self, flt: "EntryFilter") -> bool:
-        return flt.since_ago is None  # a duration back from now is a new time at each request
+        return getattr(flt, self.ago) is None  # a duration back from now is a new time at each request
 
 
 class SourceFilter(ListFilter):
@@ -345,11 +344,10 @@ FILTERS: tuple[ListFilter, ...] = (
                where=_one(Entry.reason), on_groups=lambda value: [GROUPS.c.reason == value], kept=True),
     ListFilter("q", "Full text over payload, error and subject; every word must match, the last as a prefix.",
                where=lambda engine, value: [search_condition(engine, value)], search=True, metavar="WORDS"),
-    SinceFilter("since", "Received at or after: an RFC 3339 time, or a duration back from now (15m, 1h, 1d, 7d).",
-                where=lambda engine, value: [Entry.received_at >= value], metavar="TIME"),
-    ListFilter("until", "Received before (RFC 3339).", parse=_until,
-               where=lambda engine, value: [Entry.received_at < value], metavar="TIME",
-               schema={"type": "string", "format": "date-time"}),
+    AgoFilter("since", "Received at or after: an RFC 3339 time, or a duration back from now (15m, 1h, 1d, 7d).",
+              where=lambda engine, value: [Entry.received_at >= value], metavar="TIME"),
+    AgoFilter("until", "Received before: an RFC 3339 time, or a duration back from now (1h, 7d: what is older).",
+              where=lambda engine, value: [Entry.received_at < value], metavar="TIME"),
     # Its id as /groups links it (or, from older links, its key text).
     ListFilter("group", "A failure group's id, as GET /api/groups and /groups give it.",
                where=lambda engine, value: [Entry.group_id.in_(select(GROUPS.c.id).where(_named_group(value)))],
@@ -382,8 +380,9 @@ class EntryFilter:
     limit: int = DEFAULT_LIMIT
     cursor: str | None = None
     group: str | None = None
-    # ``since`` as given when it is a duration back from now (SinceFilter).
+    # ``since`` and ``until`` as given when they are a duration back from now (AgoFilter).
     since_ago: str | None = None
+    until_ago: str | None = None
     # Key fields (DLQ_LIST_FIELDS) and the value each must have: field.<label>=<value>.
     field_values: tuple[tuple[KeyField, str], ...] = ()
     # What the reader may reach (access/visible.py puts a scoped reader's scopes here): None for

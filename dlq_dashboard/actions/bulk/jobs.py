@@ -105,7 +105,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         if upto is not None:
             flt = replace(flt, cursor=encode_cursor(int(upto) + 1))
         # A preset ("since=1h") as the time it meant when the entries were chosen: the job keeps those.
-        summary["filter"] = replace(flt, since_ago=None).to_args()
+        summary["filter"] = replace(flt, since_ago=None, until_ago=None).to_args()
         if only_valid:
             candidates = [(e.id, e.version, e.status, e.original_subject, e.payload, e.payload_available, e.source)
                           for e in rt.store.iter_entries(flt)]
