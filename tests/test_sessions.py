@@ -68,6 +68,33 @@ def test_a_new_password_and_ending_sessions_end_every_session_of_the_user(probe_
     assert laptop.get("/probe/viewer").status_code == 302 and phone.get("/probe/viewer").status_code == 302
 
 
+# --- the cookie a page's own requests leave ------------------------------------------------------
+
+def _session_cookies(response) -> list[str]:
+    return [h for h in response.headers.getlist("Set-Cookie") if h.startswith("session=")]
+
+
+def test_a_poll_answered_after_a_forms_answer_leaves_the_cookie_and_its_message_to_the_next_page(probe_app, auth):
+    """The banner's poll (every 2 s) may be sent before a form's answer and answered after it: it
+    must not put back the cookie it was sent with, or the message the form left for the next page
+    (a flash, "Closed entry 1 ...") is lost. A page load still renews the cookie (the idle end)."""
+    entry_id = support.dead_letter(probe_app, 1)
+    operator = auth.client("operator")
+    token = support.csrf_token(operator, f"/entries/{entry_id}")
+    sent_before = operator.get_cookie("session").value
+    closed = operator.post(f"/entries/{entry_id}/close", data={"version": "1", "note": "known", "csrf_token": token})
+    assert closed.status_code in (302, 303) and _session_cookies(closed)  # the message is in the new cookie
+    poll = probe_app.test_client()
+    poll.set_cookie("session", sent_before)
+    for path in ("/status/banner", "/", f"/entries/{entry_id}"):
+        answer = poll.get(path, headers={"HX-Request": "true"})
+        assert answer.status_code == 200 and _session_cookies(answer) == [], path
+    page = operator.get(f"/entries/{entry_id}")
+    assert f"Closed entry {entry_id}: it is acknowledged and no longer open." in page.get_data(as_text=True)
+    assert _session_cookies(page)  # a page load renews it
+    assert _session_cookies(operator.get("/", headers={"HX-Request": "true"})) == []
+
+
 # --- htmx requests of an ended session ---------------------------------------------------------
 
 def test_a_poll_of_an_ended_session_gets_401_with_a_sentence_and_nothing_that_navigates(probe_app, auth):

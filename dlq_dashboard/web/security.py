@@ -60,7 +60,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # Sec-Fetch-Site values of a request another site started. "same-site" is a sibling
 # subdomain, a different origin all the same.
 FOREIGN_SITES = frozenset({"cross-site", "same-site"})
-# Idle sessions end after this long (each request renews the cookie).
+# Idle sessions end after this long (each page load or form renews the cookie; the page's own
+# htmx requests do not: HttpsAwareSessionInterface).
 SESSION_IDLE = timedelta(hours=12)
 
 
@@ -147,12 +148,23 @@ def request_is_https() -> bool:
 
 
 class HttpsAwareSessionInterface(SecureCookieSessionInterface):
-    """Flask's signed-cookie sessions, with the Secure flag whenever the request came over HTTPS."""
+    """Flask's signed-cookie sessions, with the Secure flag whenever the request came over HTTPS,
+    renewed by what the person does, not by what the page asks on its own."""
 
     def get_cookie_secure(self, app: Flask) -> bool:
         if super().get_cookie_secure(app):
             return True
         return has_request_context() and request_is_https()
+
+    def should_set_cookie(self, app: Flask, session) -> bool:
+        # A request the page makes by itself (htmx: the banner's poll every 2 s, the list's and a
+        # job's polls, the editor's check) writes the cookie only when it changed the session.
+        # Renewed, its copy of the session (read when it was sent) replaced a newer cookie when
+        # its answer came after a form's: the message the form's answer set for the next page
+        # ("Republished entry 7 ...", a flash) was lost, or shown a second time.
+        if session.modified:
+            return True
+        return super().should_set_cookie(app, session) and not request.headers.get("HX-Request")
 
 
 # --- every request ----------------------------------------------------------------------------
