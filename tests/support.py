@@ -465,6 +465,11 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def session_cookies(response) -> list[str]:
+    """The session cookies an answer sets (its Set-Cookie headers for ``session``)."""
+    return [h for h in response.headers.getlist("Set-Cookie") if h.startswith("session=")]
+
+
 def csrf_token(client, path: str = "/login") -> str:
     """The CSRF token from a page's form."""
     html = client.get(path).get_data(as_text=True)

@@ -71,7 +71,7 @@ def test_the_session_cookie_is_httponly_and_samesite_lax(probe_app, engine, auth
     create_user(engine, "dora", support.PASSWORD, "viewer")
     client = probe_app.test_client()
     response = auth.login(client, "dora")
-    cookie = [h for h in response.headers.getlist("Set-Cookie") if h.startswith("session=")][0]
+    cookie = support.session_cookies(response)[0]
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
     assert "Secure" not in cookie  # plain HTTP here; see test_security for HTTPS
     assert "Expires=" in cookie  # an idle session ends (PERMANENT_SESSION_LIFETIME)

@@ -110,7 +110,7 @@ def https_login(app, environ=None, base_url="https://dash.example"):
 
 
 def session_cookie(response) -> str:
-    return [h for h in response.headers.getlist("Set-Cookie") if h.startswith("session=")][0]
+    return support.session_cookies(response)[0]
 
 
 def test_the_session_cookie_is_secure_when_served_over_https(web):

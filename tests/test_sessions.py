@@ -70,10 +70,6 @@ def test_a_new_password_and_ending_sessions_end_every_session_of_the_user(probe_
 
 # --- the cookie a page's own requests leave ------------------------------------------------------
 
-def _session_cookies(response) -> list[str]:
-    return [h for h in response.headers.getlist("Set-Cookie") if h.startswith("session=")]
-
-
 def test_a_poll_answered_after_a_forms_answer_leaves_the_cookie_and_its_message_to_the_next_page(probe_app, auth):
     """The banner's poll (every 2 s) may be sent before a form's answer and answered after it: it
     must not put back the cookie it was sent with, or the message the form left for the next page
@@ -83,16 +79,37 @@ def test_a_poll_answered_after_a_forms_answer_leaves_the_cookie_and_its_message_
     token = support.csrf_token(operator, f"/entries/{entry_id}")
     sent_before = operator.get_cookie("session").value
     closed = operator.post(f"/entries/{entry_id}/close", data={"version": "1", "note": "known", "csrf_token": token})
-    assert closed.status_code in (302, 303) and _session_cookies(closed)  # the message is in the new cookie
+    assert closed.status_code in (302, 303) and support.session_cookies(closed)  # the message is in the new cookie
     poll = probe_app.test_client()
     poll.set_cookie("session", sent_before)
     for path in ("/status/banner", "/", f"/entries/{entry_id}"):
         answer = poll.get(path, headers={"HX-Request": "true"})
-        assert answer.status_code == 200 and _session_cookies(answer) == [], path
+        assert answer.status_code == 200 and support.session_cookies(answer) == [], path
     page = operator.get(f"/entries/{entry_id}")
     assert f"Closed entry {entry_id}: it is acknowledged and no longer open." in page.get_data(as_text=True)
-    assert _session_cookies(page)  # a page load renews it
-    assert _session_cookies(operator.get("/", headers={"HX-Request": "true"})) == []
+    assert support.session_cookies(page)  # a page load renews it
+    assert support.session_cookies(operator.get("/", headers={"HX-Request": "true"})) == []
+
+
+def test_no_signed_in_route_asked_by_htmx_writes_the_cookie_it_was_sent_with(probe_app, auth):
+    """The class of the poll above: whatever a page asks by itself (any route of the pages, GET,
+    and the editor's check, a POST) leaves the cookie alone unless it changed the session."""
+    entry_id = support.dead_letter(probe_app, 1)
+    client = auth.client("admin")
+    token = support.csrf_token(client, "/")
+    checked = 0
+    for rule in probe_app.url_map.iter_rules():
+        view = probe_app.view_functions[rule.endpoint]
+        if getattr(view, "required_role", None) is None or rule.rule.startswith("/api/") or "GET" not in rule.methods:
+            continue
+        path = re.sub(r"<[^>]+>", str(entry_id), rule.rule)
+        answer = client.get(path, headers={"HX-Request": "true"})
+        assert support.session_cookies(answer) == [], (path, answer.status_code)
+        checked += 1
+    assert checked > 20
+    check = client.post(f"/entries/{entry_id}/validate", data={"payload": "{}", "csrf_token": token},
+                        headers={"HX-Request": "true", "X-CSRFToken": token})
+    assert check.status_code == 200 and support.session_cookies(check) == []
 
 
 # --- htmx requests of an ended session ---------------------------------------------------------
