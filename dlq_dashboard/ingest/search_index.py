@@ -193,8 +193,9 @@ def search_lag(engine: Engine, cap: int = 10_000) -> SearchLag:
     with engine.connect() as conn:
         position = search_position(conn)
         p = _p(conn)
-        pending = conn.exec_driver_sql(f"SELECT COUNT(*) FROM (SELECT 1 FROM entries WHERE id > {p} LIMIT {p}) "
-                                       "AS pending", (position, cap + 1)).scalar()
+        # In id order: read from the primary key at the position on (see Store.search_lag).
+        pending = conn.exec_driver_sql(f"SELECT COUNT(*) FROM (SELECT id FROM entries WHERE id > {p} ORDER BY id "
+                                       f"LIMIT {p}) AS pending", (position, cap + 1)).scalar()
     return SearchLag(position, min(pending, cap), pending > cap)
 
 
