@@ -207,11 +207,10 @@ class Store:
         with read_transaction(self.engine) as conn:
             position = search_position(conn)
             # In id order, so that the plan reads the primary key from the position on whatever
-            # the server knows of the table. The transaction commits, so psycopg prepares the
-            # count once its connection has run it five times, and the server may keep a generic
-            # plan; without statistics (a backlog just mirrored, autovacuum not yet come) the one
-            # for ``id > $1 LIMIT $2`` walked the whole table: 40 ms a search at 200,000 entries
-            # (docs/PERFORMANCE.md "The search lag's count").
+            # the server knows of the table: without statistics (a backlog just mirrored,
+            # autovacuum not yet come) PostgreSQL guesses a third of the rows above any id, and
+            # its plan for ``id > $1 LIMIT $2``, generic or not, walked the whole table to find
+            # none: 40 ms a search at 200,000 entries (docs/PERFORMANCE.md "The search lag's count").
             newer = (select(Entry.id).where(Entry.id > position, *flt.conditions(self.engine, search=False))
                      .order_by(Entry.id))
             pending = conn.execute(select(func.count()).select_from(newer.limit(cap + 1).subquery())).scalar_one()
