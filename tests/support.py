@@ -411,6 +411,13 @@ def entry_count(engine) -> int:
         return conn.execute(select(func.count()).select_from(Entry)).scalar()
 
 
+def plan_nodes(plan: dict) -> Iterator[dict]:
+    """Every node of a PostgreSQL plan in JSON (EXPLAIN (FORMAT JSON)'s "Plan"), the plan first."""
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)
+
+
 def search_indexed(engine, timeout: float = 30) -> None:
     """Wait for the search pass (ingest/search_index.py) to index every stored entry."""
     from dlq_dashboard.ingest.search_index import search_lag

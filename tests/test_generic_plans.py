@@ -46,12 +46,6 @@ def _dead_letters(first: int, count: int) -> list[StreamMessage]:
             for i in range(first, first + count)]
 
 
-def _nodes(plan: dict):
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
-
-
 @pytest.mark.parametrize("analysed", [False, True], ids=["just-mirrored", "analysed"])
 def test_no_page_walks_the_entries_once_its_statements_are_prepared(make_app, database_url, analysed):
     app = make_app()
@@ -102,7 +96,7 @@ def test_no_page_walks_the_entries_once_its_statements_are_prepared(make_app, da
                 continue
             explained_plan = json.loads(found.group(0))
             statements += 1
-            for node in _nodes(explained_plan["Plan"]):
+            for node in support.plan_nodes(explained_plan["Plan"]):
                 if node.get("Relation Name") == "entries" and node.get("Rows Removed by Filter", 0) >= WALKED:
                     walked.append((path, node["Node Type"], node["Rows Removed by Filter"],
                                    explained_plan["Query Text"][:300]))

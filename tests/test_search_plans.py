@@ -22,6 +22,8 @@ from dlq_dashboard.entries.search import tsquery
 from dlq_dashboard.entries.store import Store
 from dlq_dashboard.ingest.search_index import index_pending
 
+from . import support
+
 #: Entries whose payload holds an order id ("o-<n>": the word "o" in every one) and one of a
 #: thousand customers ("c-<n % 1000>"), as a busy dead-letter stream has them.
 ENTRIES = 20_000
@@ -102,10 +104,7 @@ def test_words_written_into_the_statement_are_quoted_and_still_find_what_they_na
 
 
 def _index_names(plan: dict) -> set[str]:
-    found = {plan["Index Name"]} if "Index Name" in plan else set()
-    for child in plan.get("Plans", []):
-        found |= _index_names(child)
-    return found
+    return {node["Index Name"] for node in support.plan_nodes(plan) if "Index Name" in node}
 
 
 def test_once_analysed_a_rare_word_beside_a_common_one_is_read_from_the_search_index(postgres_server):
@@ -137,13 +136,6 @@ def test_once_analysed_a_rare_word_beside_a_common_one_is_read_from_the_search_i
         postgres_server.drop_database(url, later=True)
 
 
-def _node_types(plan: dict) -> set[str]:
-    found = {plan["Node Type"]}
-    for child in plan.get("Plans", []):
-        found |= _node_types(child)
-    return found
-
-
 def test_the_search_lag_is_counted_from_the_position_on_in_a_generic_plan(postgres_server):
     """A search's page counts the entries not indexed yet, after the search position. Its read
     transaction commits, so psycopg prepares the count once a connection has run it five times,
@@ -167,7 +159,8 @@ def test_the_search_lag_is_counted_from_the_position_on_in_a_generic_plan(postgr
                 "AND statement NOT LIKE '%pg_prepared_statements%'")).all()
             plan = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {name}({ENTRIES}, 10001)"
                                         ).scalar()[0]["Plan"]
-        assert "Seq Scan" not in _node_types(plan) and "entries_pkey" in _index_names(plan), (statement, plan)
+        walks = [node for node in support.plan_nodes(plan) if node["Node Type"] == "Seq Scan"]
+        assert not walks and "entries_pkey" in _index_names(plan), (statement, plan)
     finally:
         dispose_quietly(engine)
         postgres_server.drop_database(url, later=True)
