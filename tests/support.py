@@ -472,6 +472,14 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def signed_in_routes(app, value: object = 1) -> Iterator[tuple[Any, str]]:
+    """(rule, path) for every route whose view checks a role, each ``<argument>`` of its path
+    written as ``value``."""
+    for rule in app.url_map.iter_rules():
+        if getattr(app.view_functions[rule.endpoint], "required_role", None) is not None:
+            yield rule, re.sub(r"<[^>]+>", str(value), rule.rule)
+
+
 def session_cookies(response) -> list[str]:
     """The session cookies an answer sets (its Set-Cookie headers for ``session``)."""
     return [h for h in response.headers.getlist("Set-Cookie") if h.startswith("session=")]

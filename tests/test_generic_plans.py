@@ -76,10 +76,8 @@ def test_no_page_walks_the_entries_once_its_statements_are_prepared(make_app, da
     # of the entries in it): that lasts until autovacuum analyses the grown table.
     queries = [q for q in LIST_QUERIES if analysed or not re.search(r"since|until", q)]
     paths = [f"/{q}" for q in queries] + [f"/api/entries{q}" for q in queries]
-    for rule in app.url_map.iter_rules():
-        view = app.view_functions[rule.endpoint]
-        if getattr(view, "required_role", None) is not None and "GET" in rule.methods and "export" not in rule.rule:
-            paths.append(re.sub(r"<[^>]+>", str(ENTRIES // 3), rule.rule))
+    paths += [path for rule, path in support.signed_in_routes(app, ENTRIES // 3)
+              if "GET" in rule.methods and "export" not in rule.rule]
     paths += ["/api/export.ndjson?limit=100", "/summary?q=c-417", "/api/summary?q=c-417", "/api/groups?status=open",
               "/healthz", "/metrics"]
     walked, statements = [], 0

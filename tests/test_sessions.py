@@ -3,7 +3,6 @@ navigates, and the page after login is never a fragment. On SQLite and PostgreSQ
 
 from __future__ import annotations
 
-import re
 
 import pytest
 from sqlalchemy import select
@@ -98,11 +97,9 @@ def test_no_signed_in_route_asked_by_htmx_writes_the_cookie_it_was_sent_with(pro
     client = auth.client("admin")
     token = support.csrf_token(client, "/")
     checked = 0
-    for rule in probe_app.url_map.iter_rules():
-        view = probe_app.view_functions[rule.endpoint]
-        if getattr(view, "required_role", None) is None or rule.rule.startswith("/api/") or "GET" not in rule.methods:
+    for rule, path in support.signed_in_routes(probe_app, entry_id):
+        if rule.rule.startswith("/api/") or "GET" not in rule.methods:
             continue
-        path = re.sub(r"<[^>]+>", str(entry_id), rule.rule)
         answer = client.get(path, headers={"HX-Request": "true"})
         assert support.session_cookies(answer) == [], (path, answer.status_code)
         checked += 1
@@ -153,11 +150,9 @@ def test_every_route_asked_by_htmx_after_the_session_ended_answers_401_and_never
     token = support.csrf_token(client, "/")
     auth.logout(client)
     checked = 0
-    for rule in probe_app.url_map.iter_rules():
-        view = probe_app.view_functions[rule.endpoint]
-        if getattr(view, "required_role", None) is None or rule.rule.startswith("/api/"):
+    for rule, path in support.signed_in_routes(probe_app):
+        if rule.rule.startswith("/api/"):
             continue
-        path = re.sub(r"<[^>]+>", "1", rule.rule)
         for method in sorted(rule.methods & {"GET", "POST"}):
             response = client.open(path, method=method, data={"csrf_token": token},
                                    headers={"HX-Request": "true", "X-CSRFToken": token})

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine, Integer, Select, and_, bindparam, fun
 from ..db.engine import is_sqlite, read_transaction, serial_plans
 from ..db.models import Action, Entry, Event, FailureGroup, Republish
 from ..ingest.key_fields import ENTRY_FIELDS
-from ..ingest.search_index import SearchLag, search_position
+from ..ingest.search_index import SearchLag, lag_of
 from ..times import format_time
 from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value, stored_lookup
@@ -205,16 +205,7 @@ class Store:
         """How far the search index covers: its position, and how many newer entries under the
         filter's other conditions a search does not find yet (counted up to ``cap``)."""
         with read_transaction(self.engine) as conn:
-            position = search_position(conn)
-            # In id order, so that the plan reads the primary key from the position on whatever
-            # the server knows of the table: without statistics (a backlog just mirrored,
-            # autovacuum not yet come) PostgreSQL guesses a third of the rows above any id, and
-            # its plan for ``id > $1 LIMIT $2``, generic or not, walked the whole table to find
-            # none: 40 ms a search at 200,000 entries (docs/PERFORMANCE.md "The search lag's count").
-            newer = (select(Entry.id).where(Entry.id > position, *flt.conditions(self.engine, search=False))
-                     .order_by(Entry.id))
-            pending = conn.execute(select(func.count()).select_from(newer.limit(cap + 1).subquery())).scalar_one()
-        return SearchLag(position, min(pending, cap), pending > cap)
+            return lag_of(conn, cap, tuple(flt.conditions(self.engine, search=False)))
 
     def _list(self, flt: EntryFilter, mask: Mask | None, payload_prefix: int | None) -> Page:
         if mask and flt.q:

@@ -19,10 +19,11 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import DBAPIError
 
 from ..db.engine import write_transaction
+from ..db.models import Entry
 
 log = logging.getLogger(__name__)
 
@@ -186,17 +187,26 @@ class SearchLag:
         return {"indexed_through": self.position, "not_indexed": self.pending, "more": self.more}
 
 
-def search_lag(engine: Engine, cap: int = 10_000) -> SearchLag:
-    """The search lag: the search position and how many entries are newer (at most ``cap``
-    counted; on PostgreSQL a few of them may be searchable already, indexed by a write of their
-    own or an update)."""
-    with engine.connect() as conn:
-        position = search_position(conn)
-        p = _p(conn)
-        # In id order: read from the primary key at the position on (see Store.search_lag).
-        pending = conn.exec_driver_sql(f"SELECT COUNT(*) FROM (SELECT id FROM entries WHERE id > {p} ORDER BY id "
-                                       f"LIMIT {p}) AS pending", (position, cap + 1)).scalar()
+def lag_of(conn: Connection, cap: int = 10_000, conditions: tuple = ()) -> SearchLag:
+    """The search lag in ``conn``'s transaction: the search position and how many entries newer
+    than it (and under ``conditions``, a reader's filter) a search does not find yet, counted up
+    to ``cap``."""
+    position = search_position(conn)
+    # In id order, so that the plan reads the primary key from the position on whatever the
+    # server knows of the table: without statistics (a backlog just mirrored, autovacuum not yet
+    # come) PostgreSQL guesses a third of the rows above any id, and its plan for
+    # ``id > $1 LIMIT $2``, generic or not, walked the whole table to find none: 40 ms a search at
+    # 200,000 entries (docs/PERFORMANCE.md "The search lag's count").
+    newer = select(Entry.id).where(Entry.id > position, *conditions).order_by(Entry.id).limit(cap + 1)
+    pending = conn.execute(select(func.count()).select_from(newer.subquery())).scalar_one()
     return SearchLag(position, min(pending, cap), pending > cap)
+
+
+def search_lag(engine: Engine, cap: int = 10_000) -> SearchLag:
+    """The search lag of every entry (on PostgreSQL a few of the newer ones may be searchable
+    already, indexed by a write of their own or an update)."""
+    with engine.connect() as conn:
+        return lag_of(conn, cap)
 
 
 class SearchPass:
