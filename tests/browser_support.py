@@ -23,6 +23,37 @@ from . import support
 
 # Loaded parts replace themselves (hx-trigger="load"); no request of htmx is still running.
 SETTLED = "() => !document.querySelector('[hx-trigger=\"load\"], .htmx-request')"
+#: How wide the page is, the window's width, and the first five parts reaching past its right edge.
+MEASURE_WIDTH = """() => {
+  const width = window.innerWidth;
+  const wide = [...document.querySelectorAll('body *')]
+    .filter(e => e.getBoundingClientRect().right > width + 1)
+    .slice(0, 5).map(e => e.tagName.toLowerCase() + (e.className ? '.' + String(e.className).split(' ').join('.') : ''));
+  return {scroll: document.documentElement.scrollWidth, width, wide};
+}"""
+
+
+def too_wide(page, *, scripts: bool = True) -> str | None:
+    """None when the page fits its window's width; otherwise a sentence: how wide it is and the
+    parts that reach past the window. Measured once the page has loaded: a page reached by a click
+    shows its text before its stylesheet applies, and measured then its tokens stand unbroken (a
+    conflict page once measured 2801 px wide at 390, a bulk patch's preview wider than 1440 at
+    1440). With ``scripts``, also once htmx has settled (without scripts nothing loads later)."""
+    page.wait_for_load_state("load")
+    if scripts:
+        page.wait_for_function(SETTLED)
+    found = page.evaluate(MEASURE_WIDTH)
+    if found["scroll"] <= found["width"]:
+        return None
+    return f"{found['scroll']} px wide at {found['width']} px, too wide: {found['wide']}"
+
+
+def assert_fits(page, where: str = "the page", *, scripts: bool = True) -> None:
+    """The page never scrolls sideways at its window's width (too_wide)."""
+    wide = too_wide(page, scripts=scripts)
+    assert wide is None, f"{where} scrolls sideways: {wide}"
+
+
 # The list's summary once its counts have arrived (until then it stands in their place, pending).
 COUNTED_SUMMARY = ".summary:not([hx-trigger])"
 #: The list's first row's top at every frame the page draws once it has loaded, in

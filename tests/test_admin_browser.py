@@ -14,7 +14,7 @@ from dlq_dashboard import accounts
 from dlq_dashboard.db.models import Action
 from dlq_dashboard.runtime import runtime_of
 
-from . import support
+from . import browser_support, support
 
 
 @pytest.fixture
@@ -78,7 +78,6 @@ def test_the_page_fits_its_window_at_1440_and_390_px_with_long_names_and_pattern
     # What every page is checked for (tests/test_layout_browser.py, tests/test_accessibility_browser.py),
     # on the one page only an admin opens.
     from .test_accessibility_browser import _violations
-    from .test_layout_browser import MEASURE
 
     engine = runtime_of(app).engine
     long_pattern = "orders." + ".".join(["segment" + "y" * 40] * 5)
@@ -88,8 +87,7 @@ def test_the_page_fits_its_window_at_1440_and_390_px_with_long_names_and_pattern
     for width in (1440, 390):
         page.set_viewport_size({"width": width, "height": 900})
         page.goto(f"{live_server}/admin/users")
-        measured = page.evaluate(MEASURE)
-        assert measured["scroll"] <= measured["width"], (width, measured["wide"])
+        browser_support.assert_fits(page, f"/admin/users at {width} px")
         for scheme in ("light", "dark"):
             page.emulate_media(color_scheme=scheme)
             found = _violations(page, f"/admin/users ({scheme}, {width} px)")

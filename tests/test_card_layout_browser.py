@@ -15,7 +15,7 @@ from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
 
-from . import support
+from . import browser_support, support
 from .browser_support import SETTLED
 
 PHONE = (390, 844)
@@ -56,7 +56,7 @@ def _cards(page, base: str, path: str, rows: str) -> list[list[dict]]:
     page.set_viewport_size({"width": PHONE[0], "height": PHONE[1]})
     page.goto(base + path)
     page.wait_for_function(SETTLED)
-    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE[0], f"{path} scrolls sideways"
+    browser_support.assert_fits(page, path)
     cards = page.evaluate(CELLS, rows)
     assert cards, f"{path}: no rows: {page.inner_text('main')[:600]}"
     for card in cards:

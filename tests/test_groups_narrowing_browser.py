@@ -12,10 +12,10 @@ from playwright.sync_api import expect
 from dlq_dashboard.demo.service import demo_settings
 from dlq_dashboard.runtime import runtime_of
 
-from . import support
+from . import browser_support, support
+from .browser_support import SETTLED
 from .demo_entries import store_demo_entries
 
-SETTLED = "() => !document.querySelector('[hx-trigger=\"load\"], .htmx-request')"
 
 
 @pytest.fixture
@@ -59,4 +59,4 @@ def test_the_groups_narrow_by_search_key_field_time_and_window(app, live_server,
     page.wait_for_url(re.compile(r"window=24h"))
     assert "since=15m" in page.url and "field.Customer=C-1042" in page.url
     expect(page.locator("svg.sparkline").first).to_have_attribute("aria-label", re.compile(r"in the last 24 h"))
-    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    browser_support.assert_fits(page, "the groups")

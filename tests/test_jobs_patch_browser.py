@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from . import support
+from . import browser_support, support
 
 SCHEMA = {"x-subjects": ["orders.*"], "type": "object", "required": ["order_id", "price"],
           "properties": {"price": {"type": "number"}}}
@@ -20,10 +20,6 @@ def settings(tmp_path, nats_server):
     """The orders schema with a numeric price."""
     return support.make_settings(tmp_path, nats_server.url, schemas_dir=support.orders_schema_folder(tmp_path, SCHEMA),
                                  republish_rate=500)
-
-
-def no_horizontal_scroll(page) -> bool:
-    return page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
 
 
 def test_an_operator_previews_a_patch_for_the_list_and_starts_it(app, live_server, page, nats_server):
@@ -51,7 +47,7 @@ def test_an_operator_previews_a_patch_for_the_list_and_starts_it(app, live_serve
     assert support.stream_messages(nats_server.url) == []
     for width in (1440, 390):
         page.set_viewport_size({"width": width, "height": 900})
-        assert no_horizontal_scroll(page), f"the preview scrolls sideways at {width} px"
+        browser_support.assert_fits(page, "the preview")
     page.set_viewport_size({"width": 1280, "height": 900})
 
     preview.get_by_role("button", name="Start").click()

@@ -57,26 +57,18 @@ LONG_SUBJECT = "orders." + ".".join(["segment" + "y" * 40] * 6) + "." + "z" * 40
 ONE_LINE = json.dumps({"order_id": "o-1", "customer_id": "c-1", "blob": "b" * 12_000,
                        "items": [{"sku": f"sku-{i}", "price": "12.50", "note": "n" * 200} for i in range(30)]})
 
-MEASURE = """() => {
-  const width = window.innerWidth;
-  const wide = [...document.querySelectorAll('body *')]
-    .filter(e => e.getBoundingClientRect().right > width + 1)
-    .slice(0, 5).map(e => e.tagName.toLowerCase() + (e.className ? '.' + String(e.className).split(' ').join('.') : ''));
-  return {scroll: document.documentElement.scrollWidth, width, wide};
-}"""
 SETTLED = browser_support.SETTLED
 
 
 def _measure(page, where: str, overflows: list) -> None:
-    # A page reached by a click may show its text before its stylesheet applies: measured then,
-    # its tokens stand unbroken (a conflict page once measured 2801 px wide at 390). Its load first.
+    # What a <details> holds counts too, as if opened: opened once the page has loaded and htmx
+    # has settled (a part loaded later may hold one), then measured.
     page.wait_for_load_state("load")
     page.wait_for_function(SETTLED)
-    # What a <details> holds counts too, as if opened.
     page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
-    found = page.evaluate(MEASURE)
-    if found["scroll"] > found["width"]:
-        overflows.append(f"{where} at {found['width']} px: {found['scroll']} px wide, too wide: {found['wide']}")
+    wide = browser_support.too_wide(page)
+    if wide:
+        overflows.append(f"{where}: {wide}")
 
 
 def _entries(app, nats_server) -> dict[str, int]:

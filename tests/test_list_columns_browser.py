@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from dlq_dashboard.demo.service import DEMO_LIST_FIELDS, demo_settings
 from dlq_dashboard.runtime import runtime_of
 
-from . import support
+from . import browser_support, support
 from .browser_support import SETTLED
 from .demo_entries import store_demo_entries
 
@@ -39,7 +39,7 @@ def app(settings, make_app):
 def left_out(page) -> list[str]:
     """The header's labels not shown, after checking the page's promises at its width."""
     width = page.viewport_size["width"]
-    assert page.evaluate("document.documentElement.scrollWidth") <= width, f"the page scrolls sideways at {width} px"
+    browser_support.assert_fits(page, f"the list at {width} px")
     heights = page.evaluate("[...document.querySelectorAll('#entry-rows tr[data-id]')].map(r => r.offsetHeight)")
     assert max(heights) <= MAX_ROW, f"a row is {max(heights)} px tall at {width} px"
     error = page.locator("#entry-rows tr[data-id] td.error-text").first.bounding_box()["width"]
@@ -107,7 +107,7 @@ def test_without_script_a_list_of_many_columns_scrolls_inside_its_own_box_not_th
         for width in (961, 1100, 1280, 1440):
             page.set_viewport_size({"width": width, "height": 900})
             page.goto(f"{live_server}/")
-            assert page.evaluate("document.documentElement.scrollWidth") <= width, f"the page scrolls sideways at {width} px"
+            browser_support.assert_fits(page, "the list without scripts", scripts=False)
             assert set(KEY_LABELS) | ALWAYS <= set(page.evaluate(SHOWN)), f"a column left out at {width} px"
             box = page.evaluate("""() => { const box = document.querySelector('.entries-box');
               box.scrollLeft = box.scrollWidth;

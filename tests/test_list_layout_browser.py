@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 from dlq_dashboard.demo.service import demo_settings
 from dlq_dashboard.runtime import runtime_of
 
-from . import support
+from . import browser_support, support
 from .browser_support import COUNTED_SUMMARY, SAMPLE_FIRST_ROW, SETTLED
 from .demo_entries import store_demo_entries
 
@@ -84,7 +84,7 @@ def test_an_operators_list_with_key_fields_keeps_readable_rows_and_never_scrolls
     support.sign_in(page, live_server, app, "operator")
     for width in (961, 1024, 1280, 1366, 1440, 1536, 1920):
         rows = _open(page, live_server, "/", (width, 900))
-        assert page.evaluate("document.documentElement.scrollWidth") <= width, f"the page scrolls sideways at {width} px"
+        browser_support.assert_fits(page, "the list")
         tallest = max(r["height"] for r in rows)
         assert tallest <= MAX_DESKTOP_ROW, f"a row is {tallest} px tall at {width} px"
         error = page.locator("#entry-rows tr[data-id] td.error-text").first.bounding_box()["width"]
