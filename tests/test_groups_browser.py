@@ -8,7 +8,7 @@ import re
 
 from playwright.sync_api import expect
 
-from . import support
+from . import browser_support, support
 
 EXPECT_TIMEOUT = 10_000
 
@@ -74,6 +74,32 @@ def test_a_subject_stays_on_one_line_on_a_phone_and_a_wide_screen_on_the_groups_
         for i in range(cells.count()):
             assert cells.nth(i).inner_text() == "orders.created"
             assert cells.nth(i).evaluate(SUBJECT_LINES) == 1, f"a subject on the list wraps at {width} px"
+
+
+LONG_ERROR = "TimeoutError: the CRM shard eu-3 did not answer for customer C-1042 within the request's deadline"
+
+
+def test_beside_an_operators_actions_the_error_keeps_a_readable_width_and_every_action_is_in_the_window(
+        app, live_server, page):
+    # Before: six links and buttons on one line left the error 64 px at 1440 px, a word a line,
+    # and at 1024 px the last actions stood beyond the window, in the table's own scrolling box.
+    for seq in (1, 2, 3):
+        support.dead_letter(app, seq, Dlq_Reason="max_deliveries", Dlq_Error=LONG_ERROR)
+    support.dead_letter(app, 4, subject="payments.captured", Dlq_Reason="fatal", Dlq_Error="carrier down")
+    support.sign_in(page, live_server, app, "operator")  # the widest rows: with the actions
+    for width in (1440, 1280, 1101, 1100, 961, 800, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server}/groups")
+        browser_support.assert_fits(page, f"/groups at {width} px")
+        row = group_row(page, "did not answer")
+        error = row.locator("td.error-text").bounding_box()
+        assert error["width"] >= 150, f"the error is {error['width']} px wide at {width} px"
+        controls = row.locator(".group-action-list > *")
+        assert controls.count() == 6  # Open group, Show entries, Republish, Close, Patch, Repair
+        for i in range(controls.count()):
+            box = controls.nth(i).bounding_box()
+            assert box["x"] >= 0 and box["x"] + box["width"] <= width, \
+                f"{controls.nth(i).inner_text()!r} is beyond the window at {width} px"
 
 
 def test_an_operator_republishes_a_whole_group_through_the_preview(app, live_server, page, nats_server):
