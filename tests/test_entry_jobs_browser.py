@@ -35,6 +35,10 @@ def test_an_entry_opened_from_a_filtered_list_walks_its_neighbours_and_goes_back
     expect(page.get_by_role("button", name="Edit and republish")).to_be_disabled()
     expect(page.locator("#republish-reason")).to_contain_text("is compressed (gzip bytes)")
     expect(page.get_by_role("button", name="Close", exact=True)).to_be_enabled()
+    # A disabled button looks so (app.css: any button, as the bulk preview's Start too).
+    opacity = "e => getComputedStyle(e).opacity"
+    assert republish.evaluate(opacity) == "0.55"
+    assert page.get_by_role("button", name="Close", exact=True).evaluate(opacity) == "1"
 
     for expected in (orders[1], orders[2]):
         page.get_by_role("link", name=re.compile(r"^Next")).click()

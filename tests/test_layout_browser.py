@@ -153,6 +153,13 @@ def test_no_page_reached_by_a_form_scrolls_sideways_at_1440_and_390_px(site, ope
     page.get_by_role("button", name="Preview for all matching").click()
     page.wait_for_url(re.compile(r"/bulk/preview$"))
     _measure(page, "the bulk preview", overflows)
+    # Where they go: a short subject or stream name is read whole (it once broke as "ORDER S" at 390 px).
+    names = page.evaluate("""() => [...document.querySelectorAll('table.consumers td.name')].map(cell => {
+      const range = document.createRange();
+      range.selectNodeContents(cell);
+      return [cell.textContent.trim(), new Set([...range.getClientRects()].map(r => Math.round(r.top))).size];
+    })""")
+    assert names and all(lines == 1 for text, lines in names if len(text) <= 24), names
 
     # A JSON Patch's preview, from the list's form for everything matching.
     page.goto(f"{live_server}/?status=open")
