@@ -102,6 +102,21 @@ def test_beside_an_operators_actions_the_error_keeps_a_readable_width_and_every_
                 f"{controls.nth(i).inner_text()!r} is beyond the window at {width} px"
 
 
+def test_on_a_phone_what_a_group_is_is_folded_and_the_first_group_is_in_the_first_screen(app, live_server, page):
+    for seq in (1, 2, 3):
+        support.dead_letter(app, seq, Dlq_Reason="max_deliveries", Dlq_Error=LONG_ERROR)
+    support.sign_in(page, live_server, app, "operator")
+    about = page.locator("details.about-groups")
+    page.goto(f"{live_server}/groups")
+    expect(about).to_have_attribute("open", "")  # a desk's window: open
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live_server}/groups")
+    page.wait_for_function(browser_support.SETTLED)
+    expect(about).not_to_have_attribute("open", "")
+    first = page.locator("table.groups tbody tr").first.bounding_box()
+    assert first["y"] >= 0 and first["y"] + first["height"] <= 844, f"the first group is at {first} on a 390x844 phone"
+
+
 def test_an_operator_republishes_a_whole_group_through_the_preview(app, live_server, page, nats_server):
     two_groups(app, nats_server)
     support.sign_in(page, live_server, app, "operator")
