@@ -370,26 +370,22 @@
     });
   }
 
-  // "toggle" does not bubble: listened for in the capture phase. Only a person's toggle is
-  // remembered (apply() marks what it set, and its own toggle events come after).
+  // Only a person's toggle is remembered (a click on the summary, also Enter or Space on it), not
+  // what apply() sets. Remembered in the click's own task, before the summary toggles its part (so
+  // as the opposite of its state now): the "toggle" event comes in a later task, and a page left
+  // at once (a link followed, a reload) lost what was chosen (seen in CI).
   document.addEventListener("click", function (event) {
     var summary = event.target && event.target.closest && event.target.closest("details[data-remember] > summary");
-    if (summary) {
-      summary.parentElement.setAttribute("data-toggled", "");
-    }
-  });
-  document.addEventListener("toggle", function (event) {
-    var details = event.target;
-    if (!details.matches || !details.matches("details[data-remember][data-toggled]")) {
+    if (!summary || event.defaultPrevented) {
       return;
     }
-    details.removeAttribute("data-toggled");
+    var details = summary.parentElement;
     try {
-      window.localStorage.setItem(PREFIX + details.getAttribute("data-remember"), details.open ? "open" : "folded");
+      window.localStorage.setItem(PREFIX + details.getAttribute("data-remember"), details.open ? "folded" : "open");
     } catch (error) {
       // not remembered: nothing else depends on it
     }
-  }, true);
+  });
 
   document.addEventListener("DOMContentLoaded", function () { apply(document); });
   // In the swap's own task, before the browser paints: a part folded as it was left never shows

@@ -125,6 +125,12 @@ def test_the_further_filters_and_the_chart_stay_as_they_were_left(app, live_serv
     page.get_by_text("Chart: failures per").click()
     _open(page, live_server, "/", DESKTOP)
     expect(page.locator("figure.chart svg")).to_be_visible()
+    # Remembered in the click's own task: a page left at once keeps it (remembered on the "toggle"
+    # event, a later task, a page left at once lost it: seen in CI; this read came before it).
+    assert page.evaluate("""() => {
+      document.querySelector('details.chart-fold > summary').click();
+      return localStorage.getItem('dlq.fold.list-chart');
+    }""") == "folded"
 
 
 def test_the_chart_is_folded_at_first_on_a_phone(app, live_server, page):
