@@ -74,6 +74,13 @@ def test_the_first_of_50000_entries_is_in_the_first_screen_at_1440_and_390_px(ap
     print("50,000 entries:", measured)
 
 
+#: The key fields' values (the demo's order and customer ids, up to 12 characters) that stand on
+#: more than one line: an id broken in its middle ("ORD-B6A930" over "73") is misread.
+BROKEN_IDS = """() => [...document.querySelectorAll('#entry-rows td.key-field')]
+  .filter(cell => cell.getClientRects().length && cell.textContent.trim() !== '—')
+  .filter(cell => { const range = document.createRange(); range.selectNodeContents(cell);
+                    return new Set([...range.getClientRects()].map(rect => Math.round(rect.top))).size > 1; })
+  .map(cell => cell.textContent.trim())"""
 #: Between a phone's layout and a wide screen: no row taller than this, no error column narrower.
 MAX_DESKTOP_ROW, MIN_ERROR_WIDTH = 130, 150
 
@@ -90,6 +97,8 @@ def test_an_operators_list_with_key_fields_keeps_readable_rows_and_never_scrolls
         error = page.locator("#entry-rows tr[data-id] td.error-text").first.bounding_box()["width"]
         assert error >= MIN_ERROR_WIDTH, f"the error column is {error} px wide at {width} px"
         expect(page.locator("#entry-rows tr[data-id]").first.get_by_role("button", name="Close", exact=False)).to_be_visible()
+        broken = page.evaluate(BROKEN_IDS)
+        assert not broken, f"at {width} px a key field's id breaks across lines: {broken}"
 
 
 def test_further_filters_open_while_one_is_set_and_the_first_row_stays_in_view(app, live_server, page):
