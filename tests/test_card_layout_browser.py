@@ -1,6 +1,7 @@
 """On a phone (960 px and less) the list's rows are cards, in Debian's Chromium: what a card shows
 that does not speak for itself (a key field's value, the source of several) carries its label,
-and a failure group's newest entries are the list's cards, cell for cell."""
+and a failure group's newest entries are the list's cards, cell for cell. An entry's and a group's
+short facts stand two a line."""
 
 from __future__ import annotations
 
@@ -88,3 +89,41 @@ def test_on_a_phone_a_groups_newest_entries_are_the_lists_cards(app, live_server
             as_listed = shown[cell["cls"]]
             assert (cell["display"], cell["order"], cell["before"]) == \
                 (as_listed["display"], as_listed["order"], as_listed["before"]), f"{cell['cls']} not as the list shows it"
+
+
+#: Each fact of a page's box of facts: its label and its box.
+FACTS = """() => [...document.querySelectorAll('dl.facts > div')].map(fact => {
+  const box = fact.getBoundingClientRect();
+  return {label: fact.querySelector('dt').textContent.trim(), left: Math.round(box.left),
+          top: Math.round(box.top), width: box.width, whole: fact.parentElement.clientWidth};
+})"""
+#: The facts that keep a whole line on a phone: long, or of a length no one knows.
+WHOLE_LINE = {"Source", "Subject", "Error", "Stored as", "Trace", "Key"}
+
+
+@pytest.mark.parametrize("page_of", ["entry", "group"])
+def test_on_a_phone_the_short_facts_of_an_entry_and_a_group_stand_two_a_line(app, live_server, page, page_of):
+    with runtime_of(app).engine.connect() as conn:
+        entry_id, group = conn.execute(select(Entry.id, Entry.group_id).where(Entry.source == "orders")).first()
+    path = f"/entries/{entry_id}" if page_of == "entry" else f"/groups/{group}"
+    support.sign_in(page, live_server, app, "operator")
+    page.set_viewport_size({"width": PHONE[0], "height": PHONE[1]})
+    page.goto(live_server + path)
+    browser_support.assert_fits(page, path)
+    facts = page.evaluate(FACTS)
+    short = [fact for fact in facts if fact["label"] not in WHOLE_LINE]
+    assert len(short) >= 4, facts
+    for fact in facts:
+        if fact["label"] in WHOLE_LINE:
+            assert fact["width"] > 0.9 * fact["whole"], f"{path}: {fact['label']} shares its line"
+        else:
+            assert fact["width"] < 0.6 * fact["whole"], f"{path}: {fact['label']} takes a whole line"
+    lines = {}
+    for fact in short:
+        lines.setdefault(fact["top"], []).append(fact["label"])
+    assert any(len(labels) == 2 for labels in lines.values()), f"{path}: no two facts share a line: {lines}"
+
+    page.set_viewport_size({"width": 1280, "height": 900})  # a desk's window: as many a line as fit
+    page.wait_for_function("() => document.querySelector('dl.facts > div').getBoundingClientRect().width < 400")
+    tops = [fact["top"] for fact in page.evaluate(FACTS) if fact["label"] not in WHOLE_LINE - {"Subject", "Source"}]
+    assert max(tops.count(top) for top in tops) >= 3, tops
