@@ -54,6 +54,40 @@ def assert_fits(page, where: str = "the page", *, scripts: bool = True) -> None:
     assert wide is None, f"{where} scrolls sideways: {wide}"
 
 
+#: The shown fields whose hint (placeholder) is wider than the room inside them: cut, it reads as
+#: another hint ("note: why it needs n", "empty: one is made for y"). A text area's hint wraps.
+CUT_HINTS = """() => {
+  const context = document.createElement('canvas').getContext('2d');
+  return [...document.querySelectorAll('input[placeholder]')]
+    .filter(field => field.placeholder && field.getClientRects().length)
+    .map(field => {
+      const style = getComputedStyle(field);
+      context.font = style.font;
+      const room = field.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+      return {name: field.name || field.id, hint: field.placeholder, needs: Math.ceil(context.measureText(field.placeholder).width),
+              room: Math.floor(room)};
+    })
+    .filter(field => field.needs > field.room);
+}"""
+#: The cells of a table's rows (rows shown as rows) that are not a table's cells: a cell made a
+#: flex box stands outside its row's lines (the users' actions did).
+LOOSE_CELLS = """() => [...document.querySelectorAll('tr')]
+  .filter(row => row.getClientRects().length && getComputedStyle(row).display === 'table-row')
+  .flatMap(row => [...row.cells])
+  .filter(cell => !['table-cell', 'none'].includes(getComputedStyle(cell).display))
+  .slice(0, 5).map(cell => `${cell.tagName.toLowerCase()}.${cell.className}: ${getComputedStyle(cell).display}`)"""
+
+
+def cut_hints(page) -> list[dict]:
+    """The shown fields whose placeholder does not fit inside them (CUT_HINTS)."""
+    return page.evaluate(CUT_HINTS)
+
+
+def loose_cells(page) -> list[str]:
+    """The cells of rows shown as rows that are not laid out as a table's cells (LOOSE_CELLS)."""
+    return page.evaluate(LOOSE_CELLS)
+
+
 # The list's summary once its counts have arrived (until then it stands in their place, pending).
 COUNTED_SUMMARY = ".summary:not([hx-trigger])"
 #: The list's first row's top at every frame the page draws once it has loaded, in

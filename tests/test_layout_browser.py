@@ -19,7 +19,9 @@ from sqlalchemy import select
 
 from dlq_dashboard.actions.republish import republish_entry
 from dlq_dashboard.db.models import Entry
+from dlq_dashboard.entries.saved_views import save_view, share_view
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
 
 from . import browser_support, support
 
@@ -69,6 +71,9 @@ def _measure(page, where: str, overflows: list) -> None:
     wide = browser_support.too_wide(page)
     if wide:
         overflows.append(f"{where}: {wide}")
+    cut = browser_support.cut_hints(page)
+    if cut:
+        overflows.append(f"{where}: hints cut by their fields: {cut}")
 
 
 def _entries(app, nats_server) -> dict[str, int]:
@@ -97,6 +102,9 @@ def _entries(app, nats_server) -> dict[str, int]:
     ids["patch_job"] = create_job(rt, "patch", actor="operator-" + TOKEN, ids=[ids["huge"]], only_valid=False,
                                   patch=[{"op": "add", "path": "/" + TOKEN, "value": TOKEN}], force=True)
     support.jobs_settled(rt.engine)
+    # A saved view of the operator's (its Delete; the longest name, a token) and a shared one (its Share).
+    save_view(rt.engine, "operator-browser", "open " + TOKEN[:95], "list", "status=open&q=" + TOKEN, utcnow())
+    share_view(rt.engine, save_view(rt.engine, "admin", "groups", "groups", "status=", utcnow()).id, True)
     with rt.engine.connect() as conn:
         ids["group"] = conn.execute(select(Entry.group_id).where(Entry.id == ids["huge"])).scalar_one()
     return ids
@@ -117,7 +125,7 @@ def _version(app, entry_id: int) -> int:
 
 
 @pytest.mark.parametrize("width, path", CHECKS, ids=[f"{w}px-{p}" for w, p in CHECKS])
-def test_no_page_scrolls_sideways_at_1440_and_390_px(site, operator_pages, browser, width, path):
+def test_no_page_scrolls_sideways_or_cuts_a_fields_hint_at_1440_and_390_px(site, operator_pages, browser, width, path):
     """One page at one width a test; with the forms' pages below, every page at both widths, as
     one test walked them before."""
     overflows: list[str] = []
@@ -135,11 +143,11 @@ def test_no_page_scrolls_sideways_at_1440_and_390_px(site, operator_pages, brows
         response = page.goto(site.base + url)
         assert response.ok, f"{url}: {response.status}"
         _measure(page, url, overflows)
-    assert not overflows, "pages wider than the window:\n" + "\n".join(overflows)
+    assert not overflows, "pages wider than the window, or a field's hint cut:\n" + "\n".join(overflows)
 
 
 @pytest.mark.parametrize("width", WIDTHS, ids=[f"{w}px" for w in WIDTHS])
-def test_no_page_reached_by_a_form_scrolls_sideways_at_1440_and_390_px(site, operator_pages, width):
+def test_no_page_reached_by_a_form_scrolls_sideways_or_cuts_a_fields_hint_at_1440_and_390_px(site, operator_pages, width):
     """The pages reached by a form (the bulk preview, a JSON Patch's preview, the conflict page)
     at one width, after the module's checks of PAGES (the single test's order). Each width sees
     both conflict pages the single test saw, one a width: a confirmation opened before someone
@@ -183,13 +191,13 @@ def test_no_page_reached_by_a_form_scrolls_sideways_at_1440_and_390_px(site, ope
     page.get_by_role("button", name="Republish", exact=True).click()
     expect(page.get_by_text("already republished")).to_be_visible()
     _measure(page, "the conflict page, opened after the republish", overflows)
-    assert not overflows, "pages wider than the window:\n" + "\n".join(overflows)
+    assert not overflows, "pages wider than the window, or a field's hint cut:\n" + "\n".join(overflows)
 
 
 #: Desk widths inside each band of the list's fixed widths (app.css: columns left out below 1,500
 #: and below 1,250 px), where a header once kept a column its rows had left out.
 DESK_WIDTHS = (1100, 1366)
-TABLE_PAGES = ["/", "/groups", "/groups/{group}", "/jobs", "/jobs/{job}", "/audit", "/alerts", "/sources"]
+TABLE_PAGES = ["/", "/groups", "/groups/{group}", "/jobs", "/jobs/{job}", "/audit", "/alerts", "/sources", "/views"]
 # Each table shown with its header: the columns its header shows against each row's (a cell
 # across several columns counts for each; a row of one cell across the table is left aside).
 COLUMNS = """() => [...document.querySelectorAll('table')].filter(t => t.tHead && t.tHead.getClientRects().length).map(t => {
@@ -201,9 +209,11 @@ COLUMNS = """() => [...document.querySelectorAll('table')].filter(t => t.tHead &
 
 
 @pytest.mark.parametrize("path", TABLE_PAGES)
-def test_every_tables_header_shows_the_columns_its_rows_show_at_desk_widths(site, operator_pages, path):
+def test_every_tables_header_shows_the_columns_its_rows_show_and_its_cells_stay_cells_at_desk_widths(
+        site, operator_pages, path):
     """What a narrower window leaves out of a table's rows, it leaves out of its header too: a
-    value never stands under another column's name."""
+    value never stands under another column's name; and a row shown as a row keeps its cells in
+    its lines (no cell made a flex box)."""
     url = path.format(**site.ids)
     for width in DESK_WIDTHS:
         page = operator_pages(width, 900)
@@ -212,3 +222,5 @@ def test_every_tables_header_shows_the_columns_its_rows_show_at_desk_widths(site
         page.wait_for_function(SETTLED)
         off = page.evaluate(COLUMNS)
         assert not off, f"{url} at {width} px: rows whose columns are not the header's: {off}"
+        loose = browser_support.loose_cells(page)
+        assert not loose, f"{url} at {width} px: cells laid out outside their rows: {loose}"
