@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -254,6 +255,23 @@ def test_the_preview_counts_and_the_job_page_shows_progress(app, rt, nats_server
     assert fragment.lstrip().startswith('<section id="job-progress"') and "hx-trigger" not in fragment
     assert "4 done, 0 failed, 0 skipped" in fragment
     assert len(support.stream_messages(nats_server.url)) == 4
+
+
+@pytest.mark.parametrize("count, words", [(3, "They are:"), (25, "The first 20 of them, by number:")])
+def test_the_preview_names_the_entries_it_takes_beside_their_count(offline_app, auth, count, words):
+    # Below the refusals a list of ids read as the refused ones: it stands under the count.
+    ids = [support.dead_letter(offline_app, seq, Dlq_Reason="fatal") for seq in range(1, count + 1)]
+    client = auth.client("operator")
+    preview = client.post("/bulk/preview", data={"csrf_token": support.csrf_token(client, "/"), "by": "filter",
+                                                 "action": "close", "reason": "fatal"})
+    page = preview.get_data(as_text=True)
+    assert preview.status_code == 200, page
+    named = page[page.index('<p class="preview-items">'):]
+    named = named[:named.index("</p>")]
+    assert words in named
+    shown = [int(n) for n in re.findall(r'href="/entries/(\d+)"', named)]
+    assert shown == sorted(ids)[:20]
+    assert page.index(f"<strong>{count}</strong> entries will be closed") < page.index('<p class="preview-items">')
 
 
 def test_the_token_bucket_never_runs_ahead_of_its_rate():
