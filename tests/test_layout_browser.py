@@ -224,3 +224,21 @@ def test_every_tables_header_shows_the_columns_its_rows_show_and_its_cells_stay_
         assert not off, f"{url} at {width} px: rows whose columns are not the header's: {off}"
         loose = browser_support.loose_cells(page)
         assert not loose, f"{url} at {width} px: cells laid out outside their rows: {loose}"
+
+
+@pytest.mark.parametrize("path, rows", [("/jobs", "table.jobs tbody tr"), ("/jobs/{job}", "table.job-items tbody tr")])
+def test_on_a_phone_every_cell_of_a_job_and_of_its_items_is_in_the_window(site, operator_pages, path, rows):
+    """Not in a table's scrolling box: the progress, the result and an item's result are what a
+    job's reader comes for."""
+    page = operator_pages(390, 844)
+    url = path.format(**site.ids)
+    page.goto(site.base + url)
+    page.wait_for_function(SETTLED)
+    cells = page.evaluate("""(rows) => [...document.querySelectorAll(rows)].flatMap(row => [...row.cells])
+      .filter(cell => cell.getClientRects().length)
+      .map(cell => { const box = cell.getBoundingClientRect();
+                     return {cls: cell.className, left: box.left, right: box.right}; })""", rows)
+    assert cells, f"{url}: no rows"
+    outside = [cell for cell in cells if cell["left"] < 0 or cell["right"] > 390 + 1]
+    assert not outside, f"{url}: cells out of the window at 390 px: {outside[:4]}"
+    assert page.locator(rows.split(" tbody")[0] + " thead").is_hidden()  # each value carries its own label
