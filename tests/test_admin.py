@@ -162,7 +162,7 @@ def test_disabling_asks_first_then_ends_the_users_session_at_once(offline_app, e
     assert victim.get("/").status_code == 302  # signed out at once
     assert support.login(offline_app.test_client(), "uma", support.PASSWORD).status_code == 401
     assert audit(engine) == [("user_disable", ADMIN, {"user": "uma", "sessions_ended": 1})]
-    row = re.search(r"<tr>\s*<td><time[^>]*>[^<]*</time></td>\s*<td class=.who.>admin-user</td>\s*<td>user_disable: user uma",
+    row = re.search(r"<tr>\s*<td class=.when.><time[^>]*>[^<]*</time></td>\s*<td class=.who.>admin-user</td>\s*<td class=.what.>user_disable: user uma",
                     admin.get("/audit?action=user_disable").get_data(as_text=True))
     assert row, "the audit page names who did what to whom"
     assert "uma: disabled, 1 session ended" in text(admin.get("/audit"))

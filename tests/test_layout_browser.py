@@ -226,10 +226,18 @@ def test_every_tables_header_shows_the_columns_its_rows_show_and_its_cells_stay_
         assert not loose, f"{url} at {width} px: cells laid out outside their rows: {loose}"
 
 
-@pytest.mark.parametrize("path, rows", [("/jobs", "table.jobs tbody tr"), ("/jobs/{job}", "table.job-items tbody tr")])
-def test_on_a_phone_every_cell_of_a_job_and_of_its_items_is_in_the_window(site, operator_pages, path, rows):
-    """Not in a table's scrolling box: the progress, the result and an item's result are what a
-    job's reader comes for."""
+#: The pages whose tables are blocks on a phone: their rows, and a cell of each row that stands on
+#: one line (squeezed into a table's columns, an audit record's time broke every few letters).
+PHONE_BLOCKS = [("/jobs", "table.jobs tbody tr", "td.started"), ("/jobs/{job}", "table.job-items tbody tr", "td.item-state"),
+                ("/audit", "table.audit tbody tr:not(.audit-job-items)", "td.when"),
+                ("/audit?job={job}", "table.audit tbody tr", "td.when")]
+
+
+@pytest.mark.parametrize("path, rows, one_line", PHONE_BLOCKS)
+def test_on_a_phone_every_cell_of_a_job_its_items_and_the_audit_is_in_the_window(site, operator_pages, path, rows,
+                                                                                  one_line):
+    """Not in a table's scrolling box, nor squeezed into its columns: a job's progress and result,
+    an item's result, who did what and when are what their reader comes for."""
     page = operator_pages(390, 844)
     url = path.format(**site.ids)
     page.goto(site.base + url)
@@ -241,4 +249,9 @@ def test_on_a_phone_every_cell_of_a_job_and_of_its_items_is_in_the_window(site, 
     assert cells, f"{url}: no rows"
     outside = [cell for cell in cells if cell["left"] < 0 or cell["right"] > 390 + 1]
     assert not outside, f"{url}: cells out of the window at 390 px: {outside[:4]}"
-    assert page.locator(rows.split(" tbody")[0] + " thead").is_hidden()  # each value carries its own label
+    assert page.locator(rows.split(" tbody")[0] + " thead").first.is_hidden()  # each value carries its own label
+    lines = page.evaluate("""(cells) => [...document.querySelectorAll(cells)].map(cell => {
+      const range = document.createRange(); range.selectNodeContents(cell);
+      return [cell.textContent.trim(), new Set([...range.getClientRects()].map(r => Math.round(r.top))).size]; })""",
+                          rows + " " + one_line)
+    assert lines and all(n == 1 for _, n in lines), f"{url}: {one_line} broken across lines: {lines[:4]}"
