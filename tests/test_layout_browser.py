@@ -230,12 +230,12 @@ def test_every_tables_header_shows_the_columns_its_rows_show_and_its_cells_stay_
 #: one line (squeezed into a table's columns, an audit record's time broke every few letters).
 PHONE_BLOCKS = [("/jobs", "table.jobs tbody tr", "td.started"), ("/jobs/{job}", "table.job-items tbody tr", "td.item-state"),
                 ("/audit", "table.audit tbody tr:not(.audit-job-items)", "td.when"),
-                ("/audit?job={job}", "table.audit tbody tr", "td.when")]
+                ("/audit?job={job}", "table.audit tbody tr", "td.when"), ("/views", "table.views tbody tr", "td.fact")]
 
 
 @pytest.mark.parametrize("path, rows, one_line", PHONE_BLOCKS)
-def test_on_a_phone_every_cell_of_a_job_its_items_and_the_audit_is_in_the_window(site, operator_pages, path, rows,
-                                                                                  one_line):
+def test_on_a_phone_every_cell_of_a_job_its_items_the_audit_and_the_views_is_in_the_window(
+        site, operator_pages, path, rows, one_line):
     """Not in a table's scrolling box, nor squeezed into its columns: a job's progress and result,
     an item's result, who did what and when are what their reader comes for."""
     page = operator_pages(390, 844)

@@ -20,7 +20,7 @@ def save(client, name: str, page: str = "list", **filters):
 def view_ids(client) -> dict[str, int]:
     """Name -> id of the views /views lists to this client."""
     html = client.get("/views").get_data(as_text=True)
-    names = [html_module.unescape(n) for n in re.findall(r'<td><a href="[^"]*">([^<]*)</a></td>', html)]
+    names = [html_module.unescape(n) for n in re.findall(r'<td class="view-name"><a href="[^"]*">([^<]*)</a></td>', html)]
     ids = re.findall(r'action="/views/(\d+)/delete"', html)
     return dict(zip(names, map(int, ids))) if len(ids) == len(names) else {n: -1 for n in names}
 
@@ -33,7 +33,11 @@ def test_a_viewer_saves_the_list_filters_and_the_view_opens_them(offline_app, au
     assert response.location == "/?status=open&subject=orders.%2A&q=timeout"
     page = viewer.get("/").get_data(as_text=True)
     assert 'aria-label="Saved views"' in page and ">open orders</a>" in page
-    assert "open orders" in viewer.get("/views").get_data(as_text=True)
+    views = viewer.get("/views").get_data(as_text=True)
+    assert "open orders" in views
+    # Its filters as one reads them, not as a URL encodes them (subject=orders.%2A).
+    shown = re.search(r'<td class="view-filters">(.*?)</td>', views).group(1)
+    assert shown == "<code>status=open</code> <code>subject=orders.*</code> <code>q=timeout</code>", shown
 
 
 def test_saving_a_name_again_replaces_its_filters(offline_app, auth):
@@ -49,6 +53,7 @@ def test_a_groups_view_keeps_any_status(offline_app, auth):
     assert save(viewer, "open groups", page="groups", status="open").location == "/groups?status=open"
     assert "every group" in viewer.get("/groups").get_data(as_text=True)
     assert "every group" not in viewer.get("/").get_data(as_text=True)
+    assert "<code>status=any</code>" in viewer.get("/views").get_data(as_text=True)
 
 
 def test_each_person_sees_their_own_views_and_the_shared_ones(offline_app, auth):

@@ -8,6 +8,8 @@ filters.
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 from flask import Blueprint, render_template, request, url_for
 from sqlalchemy.exc import IntegrityError
 
@@ -28,6 +30,12 @@ ENDPOINTS = {"list": "pages.index", "groups": "pages.groups"}
 def view_url(view) -> str:
     """Where a saved view opens: its page with its filters."""
     return url_for(ENDPOINTS[view.page]) + (f"?{view.query}" if view.query else "")
+
+
+def view_filters(view) -> list[tuple[str, str]]:
+    """A saved view's filters as a person reads them: each name with its value decoded
+    (``subject=orders.*``, not ``subject=orders.%2A``), an empty one as "any"."""
+    return [(name, value or "any") for name, value in parse_qsl(view.query or "", keep_blank_values=True)]
 
 
 def saved_views(page: str) -> list:
@@ -56,7 +64,7 @@ def index():
     identity = current_identity()
     rt = current_runtime()
     views = visible.views(current_reader(), rt.store, views_for(rt.engine, identity.name), identity.name)
-    return render_template("views.html", views=views, view_url=view_url)
+    return render_template("views.html", views=views, view_url=view_url, view_filters=view_filters)
 
 
 @bp.route("/views", methods=["POST"])
