@@ -4,6 +4,7 @@ restarts, without ever slowing the mirror; one sender whatever the replicas."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -309,6 +310,27 @@ def test_a_webhook_that_does_not_answer_in_time_is_tried_again_later(tmp_path, r
         support.wait_for(lambda: outbox(engine)[0].sent_at, timeout=30, message="the retry to be delivered")
         ids = {h["x-dlq-event-id"] for h, _ in hook.requests}
         assert len(hook.requests) >= 2 and len(ids) == 1
+    finally:
+        sender.stop()
+        dispose_quietly(engine)
+
+
+def test_a_webhook_urls_user_and_password_are_sent_as_basic_authentication(tmp_path, receiver):
+    # Left in the URL, urllib took "user:p@ss@127.0.0.1" for the host name: every alert failed
+    # with "the host name does not resolve" and the webhook never heard of it.
+    guarded, open_hook = receiver(), receiver()
+    with_credentials = guarded.url.replace("http://", "http://alert%20bot:p%40ss:word@")
+    engine = create_db_engine(f"sqlite:///{tmp_path}/dlq.sqlite3")
+    migrate(engine)
+    write(engine, 1, 1, "a cause", AlertRule(urls=(with_credentials, open_hook.url)))
+    settings = support.make_settings(tmp_path, webhook_urls=(with_credentials, open_hook.url), alert_poll=0.05)
+    sender = AlertSender(engine, settings).start()
+    try:
+        support.wait_for(lambda: all(row.sent_at for row in outbox(engine)), timeout=30, message="both alerts sent")
+        [(headers, _)] = guarded.requests
+        assert headers["authorization"] == "Basic " + base64.b64encode(b"alert bot:p@ss:word").decode()
+        assert [h.get("authorization") for h, _ in open_hook.requests] == [None]
+        assert all(row.last_error is None for row in outbox(engine))
     finally:
         sender.stop()
         dispose_quietly(engine)

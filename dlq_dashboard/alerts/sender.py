@@ -14,6 +14,7 @@ or process, so a webhook that hangs delays alerts only, never ingest.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import http.client
@@ -25,7 +26,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from sqlalchemy import Engine, func, select, update
 
@@ -66,11 +67,26 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
+def without_credentials(url: str) -> tuple[str, str | None]:
+    """The URL to connect to and its ``Authorization`` header: a ``user:password@`` in a webhook's
+    URL is sent as HTTP Basic authentication (percent-decoded, as curl sends it), not as part of
+    the host name, which urllib would try to resolve ("user:pw@hooks.example.com")."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.netloc.rpartition("@")[2]
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    return urlunsplit(parts._replace(netloc=host)), "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+
+
 def post_alert(url: str, body: bytes, event_id: str, secret: str | None, timeout: float) -> str | None:
     """POST one alert; None when the webhook answered 2xx, else what went wrong, in one line."""
     headers = {"Content-Type": "application/json", "X-Dlq-Event-Id": event_id, "User-Agent": "dlq-dashboard"}
     if secret:
         headers["X-Dlq-Signature"] = signature(secret, body)
+    url, authorization = without_credentials(url)
+    if authorization:
+        headers["Authorization"] = authorization
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with _OPENER.open(request, timeout=timeout) as response:
