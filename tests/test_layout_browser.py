@@ -15,11 +15,14 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from dlq_dashboard.actions.republish import republish_entry
-from dlq_dashboard.db.models import Entry
+from dlq_dashboard.alerts.outbox import AlertRule
+from dlq_dashboard.db.engine import write_transaction
+from dlq_dashboard.db.models import Alert, Entry
 from dlq_dashboard.entries.saved_views import save_view, share_view
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
 
@@ -105,6 +108,12 @@ def _entries(app, nats_server) -> dict[str, int]:
     # A saved view of the operator's (its Delete; the longest name, a token) and a shared one (its Share).
     save_view(rt.engine, "operator-browser", "open " + TOKEN[:95], "list", "status=open&q=" + TOKEN, utcnow())
     share_view(rt.engine, save_view(rt.engine, "admin", "groups", "groups", "status=", utcnow()).id, True)
+    # An alert that failed, with a long target and error (a new group raises it).
+    ingest_dlq_batch(rt.engine, "DLQ", "e1", [StreamMessage(
+        90, "dlq.alerts.raised", {**support.dlq_headers("alerts.raised"), "Dlq-Error": "alert " + TOKEN}, b"{}",
+        utcnow())], alerts=AlertRule(urls=(f"https://user:secret@hooks.example.com/{TOKEN}?token={TOKEN}",)))
+    with write_transaction(rt.engine) as conn:
+        conn.execute(update(Alert).values(attempts=1, last_error="connection refused: " + TOKEN))
     with rt.engine.connect() as conn:
         ids["group"] = conn.execute(select(Entry.group_id).where(Entry.id == ids["huge"])).scalar_one()
     return ids
@@ -230,11 +239,12 @@ def test_every_tables_header_shows_the_columns_its_rows_show_and_its_cells_stay_
 #: one line (squeezed into a table's columns, an audit record's time broke every few letters).
 PHONE_BLOCKS = [("/jobs", "table.jobs tbody tr", "td.started"), ("/jobs/{job}", "table.job-items tbody tr", "td.item-state"),
                 ("/audit", "table.audit tbody tr:not(.audit-job-items)", "td.when"),
-                ("/audit?job={job}", "table.audit tbody tr", "td.when"), ("/views", "table.views tbody tr", "td.fact")]
+                ("/audit?job={job}", "table.audit tbody tr", "td.when"), ("/views", "table.views tbody tr", "td.fact"),
+                ("/alerts", "table.alerts tbody tr", "td.alert-event")]
 
 
 @pytest.mark.parametrize("path, rows, one_line", PHONE_BLOCKS)
-def test_on_a_phone_every_cell_of_a_job_its_items_the_audit_and_the_views_is_in_the_window(
+def test_on_a_phone_every_cell_of_a_job_its_items_the_audit_the_views_and_the_alerts_is_in_the_window(
         site, operator_pages, path, rows, one_line):
     """Not in a table's scrolling box, nor squeezed into its columns: a job's progress and result,
     an item's result, who did what and when are what their reader comes for."""
