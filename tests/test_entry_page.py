@@ -117,6 +117,17 @@ def test_republish_is_disabled_with_the_reason_the_request_would_be_refused_with
     viewer = support.logged_in(app, "viewer").get(f"/entries/{fine}").get_data(as_text=True)
     assert 'class="action-bar"' not in viewer
 
+    # Opened by its address, the confirmation and the editor say it too, their button disabled.
+    for entry_id, path, edit in [(zipped, "republish", False), (zipped, "edit", True), (magic, "edit", True),
+                                 (nowhere, "republish", False)]:
+        page = operator.get(f"/entries/{entry_id}/{path}").get_data(as_text=True).replace("&#39;", "'")
+        sentence = refusal(entry_id, status=True, edit=edit).replace("&", "&amp;")
+        assert f'<p class="error" id="refusal" role="alert">{sentence}</p>' in page, (entry_id, path)
+        assert re.search(r'<button type="submit" disabled aria-describedby="refusal"[^>]*>Republish</button>', page)
+    for path in ("republish", "edit"):
+        page = operator.get(f"/entries/{fine}/{path}").get_data(as_text=True)
+        assert 'id="refusal"' not in page and re.search(r'<button type="submit" data-needs-nats[^>]*>Republish</button>', page)
+
 
 def test_an_entry_whose_republish_failed_again_says_so_and_links_the_new_failure(app, rt, nats_server, tokens):
     support.make_orders_stream(nats_server.url)

@@ -13,6 +13,7 @@ from typing import Any
 from flask import Blueprint, flash, jsonify, render_template, request, url_for
 
 from ..actions.close import close_entry, reopen_entry
+from ..actions.decisions import republish_refusal, source_verdict
 from ..actions.errors import NatsDown, Refused
 from ..actions.republish import republish_entry, republish_targets
 from ..entries.view import EntryView
@@ -80,10 +81,14 @@ def _editor(entry: EntryView, *, editing: bool, payload_text: str | None = None,
     version = params.version(seen) if seen else entry.version
     original, encoding = editable(entry.payload)
     current = payload_text if payload_text is not None else original
+    rt = current_runtime()
+    # Why it cannot be republished at all, said as the entry page says it (its buttons disabled
+    # with the sentence): the page's own button is disabled with it, not refused after a try.
+    refusal = republish_refusal(entry, status=True, edit=editing) or source_verdict(rt, entry.source, entry.id)
     return render_template("edit.html", entry=entry, version=version, editing=editing, encoding=encoding,
                            original=original, payload=current, check=check_payload(entry, current, encoding),
-                           force=force, targets=republish_targets(current_runtime(), entry.original_subject, entry.source),
-                           error=error), status
+                           force=force, targets=republish_targets(rt, entry.original_subject, entry.source),
+                           error=error, refusal=refusal), status
 
 
 def _edited_body(entry: EntryView, text: str, encoding: str) -> bytes:
