@@ -64,7 +64,7 @@ def test_a_note_kept_before_the_bound_is_shown_cut_and_wrapped(offline_app, auth
     cut = "z" * (NOTE_MAX - 1) + "…"
     for role, path, shown in (("operator", f"/entries/{entry_id}", f'<span class="note-text">{cut}</span>'),
                               ("viewer", f"/entries/{entry_id}", f'<p class="quote note-text">{cut}</p>'),
-                              ("viewer", "/audit", f'<td class="note-text">{cut}</td>')):
+                              ("viewer", "/audit", f'<td class="note-text" data-label="note">{cut}</td>')):
         page = auth.client(role).get(path).get_data(as_text=True)
         assert shown in page, (role, path)
         assert "z" * NOTE_MAX not in page
