@@ -24,6 +24,24 @@
       }
     });
   });
+
+  // The bulk bar says how many entries are ticked: "Selected entries (2)", in its label's text
+  // (so the choice of action is named with it); counted again at each tick and each swap of rows.
+  function countTicked() {
+    document.querySelectorAll(".ticked-count").forEach(function (count) {
+      var results = count.closest(".results") || document;
+      var ticked = results.querySelectorAll("input[type=checkbox][name=ids]:checked").length;
+      count.textContent = ticked ? " (" + ticked + ")" : "";
+    });
+  }
+  document.addEventListener("change", function (event) {
+    if (event.target && event.target.matches && event.target.matches("input[type=checkbox][name=ids]")) {
+      countTicked();
+    }
+  });
+  document.addEventListener("htmx:afterSettle", countTicked);
+  document.addEventListener("DOMContentLoaded", countTicked);
+  window.addEventListener("pageshow", countTicked);  // back to a page whose boxes the browser kept ticked
 })();
 
 // --- The stale-data banner and the actions that need NATS -----------------------------------

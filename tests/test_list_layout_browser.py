@@ -7,6 +7,8 @@ left, and the bulk bar shows once an entry is ticked (everything matching: while
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -206,7 +208,15 @@ def test_the_bulk_bar_shows_once_an_entry_is_ticked_or_a_filter_is_set(app, live
     expect(page.get_by_role("button", name="Preview for all matching")).to_have_count(0)
     page.locator("#entry-rows input[name=ids]").first.check()
     expect(selected).to_be_visible()
-    page.locator("#entry-rows input[name=ids]").first.uncheck()
+    # It says how many are ticked, and follows each tick.
+    expect(page.locator(".bulk-selected select")).to_have_accessible_name(re.compile(r"^Selected entries \(1\)"))
+    page.locator("#entry-rows input[name=ids]").nth(2).check()
+    page.locator("#entry-rows input[name=ids]").nth(3).check()
+    expect(page.get_by_label("Selected entries (3)")).to_be_visible()
+    page.locator("#entry-rows input[name=ids]").nth(2).uncheck()
+    expect(page.get_by_label("Selected entries (2)")).to_be_visible()
+    for box in (0, 3):
+        page.locator("#entry-rows input[name=ids]").nth(box).uncheck()
     expect(selected).to_be_hidden()
 
     _open(page, live_server, "/?status=open", DESKTOP)
