@@ -206,7 +206,7 @@ def test_entries_changed_since_the_job_was_made_are_skipped_with_the_reason(app,
     assert len(support.stream_messages(nats_server.url)) == 4
 
 
-def test_a_bulk_republish_fails_a_compressed_payload_with_the_reason_and_sends_the_rest(app, rt, nats_server):
+def test_a_bulk_republish_fails_a_compressed_payload_with_the_reason_and_sends_the_rest(app, rt, nats_server, auth):
     import gzip
 
     support.make_orders_stream(nats_server.url)
@@ -222,6 +222,11 @@ def test_a_bulk_republish_fails_a_compressed_payload_with_the_reason_and_sends_t
     assert "compressed (gzip bytes)" in failed[by_bytes[0]]
     assert sorted(m.data for m in support.stream_messages(nats_server.url)) == sorted(payloads(2))
     assert {rt.store.get_entry(i).status for i in by_header + by_bytes} == {"open"}
+    # Its page counts the items of each state beside the state's link, and marks the one shown.
+    viewer = auth.client("viewer")
+    states = re.findall(r'<a href="[^"]*"( aria-current="true")?>(\w+ \(\d+\))</a>',
+                        viewer.get(f"/jobs/{job_id}?state=failed").get_data(as_text=True).split('class="presets item-states"')[1])
+    assert states == [("", "all (4)"), ("", "done (2)"), (' aria-current="true"', "failed (2)")]
 
 
 def test_by_filter_only_those_that_now_pass_the_current_schema_are_taken(app, rt, nats_server):
