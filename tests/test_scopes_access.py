@@ -135,3 +135,16 @@ def test_a_scoped_readers_groups_and_summary_are_counted_from_the_kept_counts(of
     totals, tally = tallies.received_between(EntryFilter(), [first - timedelta(hours=1), last + timedelta(hours=1)])
     assert tally.kept and totals == [2]
 
+
+
+def test_a_scoped_readers_empty_list_names_its_subjects_not_how_to_start(offline_app):
+    from dlq_dashboard import accounts
+
+    support.dead_letter(offline_app, 1, "orders.created")  # there are dead letters, none of payments
+    accounts.create_user(runtime_of(offline_app).engine, "vera", support.PASSWORD, "viewer",
+                         accounts.read_scopes(["payments.>", "refunds.*"]))
+    client = offline_app.test_client()
+    assert support.login(client, "vera", support.PASSWORD).status_code == 302
+    html = client.get("/").get_data(as_text=True)
+    assert "<strong>No dead letters on your subjects</strong> (payments.&gt;, refunds.*)" in html
+    assert "nats pub" not in html and "nothing has failed, or nothing has been mirrored yet.</strong>" not in html

@@ -17,12 +17,20 @@ from ..entries.shape import STATUSES
 from ..times import as_time, format_time, utcnow
 from . import current_runtime
 from .auth import current_identity
+from .data import current_reader
 from .params import form_filter
 from .presenters.actions import bulk_choices, entry_action_bar, row_actions, row_confirm
 from .presenters.nav import main_nav
 from .presenters.rows import list_columns, shown_sources
 from .responses import list_url, url_once
 from .status import service_status
+
+
+def reader_scopes() -> list[str] | None:
+    """The subject patterns this request's reader may read, as written (``payments.>``); None
+    when it reads every subject. A page empty for a scoped reader says where it looked."""
+    reads = current_reader().reads
+    return None if reads is None else [str(scope) for scope in reads]
 
 
 def when(value: datetime | str | None) -> str:
@@ -94,6 +102,7 @@ def init_app(app: Flask) -> None:
     app.add_template_global(row_confirm)
     app.add_template_global(list_columns)
     app.add_template_global(lambda: shown_sources(current_runtime()), "shown_sources")
+    app.add_template_global(reader_scopes)
     # Flask's url_for, each URL built once for the app (responses.url_once).
     app.add_template_global(url_once, "url_for")
 
