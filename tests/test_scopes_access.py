@@ -137,7 +137,7 @@ def test_a_scoped_readers_groups_and_summary_are_counted_from_the_kept_counts(of
 
 
 
-def test_a_scoped_readers_empty_list_names_its_subjects_not_how_to_start(offline_app):
+def test_a_scoped_readers_empty_list_and_groups_name_its_subjects_not_how_to_start(offline_app):
     from dlq_dashboard import accounts
 
     support.dead_letter(offline_app, 1, "orders.created")  # there are dead letters, none of payments
@@ -148,3 +148,5 @@ def test_a_scoped_readers_empty_list_names_its_subjects_not_how_to_start(offline
     html = client.get("/").get_data(as_text=True)
     assert "<strong>No dead letters on your subjects</strong> (payments.&gt;, refunds.*)" in html
     assert "nats pub" not in html and "nothing has failed, or nothing has been mirrored yet.</strong>" not in html
+    groups = client.get("/groups").get_data(as_text=True)
+    assert "<strong>No failures to group among open entries on your subjects.</strong> (payments.&gt;, refunds.*)" in groups
