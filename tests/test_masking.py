@@ -110,6 +110,7 @@ def test_a_viewer_sees_dots_and_never_the_value_on_every_page_and_in_the_json(ma
         assert secrets_in(body) == [], path
     page = viewer.get(f"/entries/{entry_id}").get_data(as_text=True)
     assert MASKED in page and "Robin" in page
+    assert "Fields DLQ_MASK hides from viewers read •••; an operator sees their values." in page  # why the dots
     entry = viewer.get(f"/api/entries/{entry_id}").get_json()
     assert json.loads(entry["payload_text"])["customer"]["email"] == MASKED
     assert json.loads(base64.b64decode(entry["payload_base64"]))["items"][0]["card"] == MASKED
@@ -175,6 +176,7 @@ def test_operators_and_admins_see_the_real_values(masked):
         assert base64.b64decode(entry["payload_base64"]) == PAYLOAD
         assert entry["headers"]["X-CARD"] == [HEADER_SECRET] and EMAIL in entry["error"]
         assert EMAIL in client.get(f"/entries/{entry_id}").get_data(as_text=True)
+        assert "DLQ_MASK hides" not in client.get(f"/entries/{entry_id}").get_data(as_text=True)
 
 
 @pytest.mark.both_databases

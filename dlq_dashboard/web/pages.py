@@ -206,9 +206,12 @@ def entry(entry_id: int):
     detail = entry_detail(entry_id)
     found = detail.entry
     marks = mark_indexes(detail.pointers)
+    payload = view_payload(found.payload, found.payload_available, marks)
+    if found.hidden_values and payload.kind == "json" and payload.note is None:
+        # A viewer reading "•••" learns why, and that the value is there for an operator.
+        payload.note = "Fields DLQ_MASK hides from viewers read •••; an operator sees their values."
     return render_template(
-        "entry.html", detail=detail, entry=found, marks=marks,
-        payload=view_payload(found.payload, found.payload_available, marks),
+        "entry.html", detail=detail, entry=found, marks=marks, payload=payload,
         schema_problems=current_runtime().schemas.problems,
         timeline=build_timeline(found, detail.republishes, detail.replays), **_entry_context(detail))
 
