@@ -247,7 +247,8 @@ PHONE_BLOCKS = [("/jobs", "table.jobs tbody tr", "td.started"), ("/jobs/{job}", 
 def test_on_a_phone_every_cell_of_a_job_its_items_the_audit_the_views_and_the_alerts_is_in_the_window(
         site, operator_pages, path, rows, one_line):
     """Not in a table's scrolling box, nor squeezed into its columns: a job's progress and result,
-    an item's result, who did what and when are what their reader comes for."""
+    an item's result, who did what and when, a view's filters, an alert's error and target are
+    what their reader comes for."""
     page = operator_pages(390, 844)
     url = path.format(**site.ids)
     page.goto(site.base + url)
