@@ -69,6 +69,11 @@ CUT_HINTS = """() => {
     })
     .filter(field => field.needs > field.room);
 }"""
+#: The shown text fields and choices less than 24 px tall (WCAG 2.2's least target size): left
+#: to the browser's own look, the login's and the view name's were 21.
+SMALL_FIELDS = """() => [...document.querySelectorAll('input:not([type=hidden]):not([type=checkbox]):not([type=radio]), select')]
+  .filter(field => field.getClientRects().length && field.getBoundingClientRect().height < 24)
+  .map(field => `${field.tagName.toLowerCase()}[name=${field.name}]: ${field.getBoundingClientRect().height} px`)"""
 #: The cells of a table's rows (rows shown as rows) that are not a table's cells: a cell made a
 #: flex box stands outside its row's lines (the users' actions did).
 LOOSE_CELLS = """() => [...document.querySelectorAll('tr')]
@@ -81,6 +86,11 @@ LOOSE_CELLS = """() => [...document.querySelectorAll('tr')]
 def cut_hints(page) -> list[dict]:
     """The shown fields whose placeholder does not fit inside them (CUT_HINTS)."""
     return page.evaluate(CUT_HINTS)
+
+
+def small_fields(page) -> list[str]:
+    """The shown text fields and choices less than 24 px tall (SMALL_FIELDS)."""
+    return page.evaluate(SMALL_FIELDS)
 
 
 def loose_cells(page) -> list[str]:

@@ -77,6 +77,9 @@ def _measure(page, where: str, overflows: list) -> None:
     cut = browser_support.cut_hints(page)
     if cut:
         overflows.append(f"{where}: hints cut by their fields: {cut}")
+    small = browser_support.small_fields(page)
+    if small:
+        overflows.append(f"{where}: fields less than 24 px tall: {small}")
 
 
 def _entries(app, nats_server) -> dict[str, int]:
@@ -134,7 +137,7 @@ def _version(app, entry_id: int) -> int:
 
 
 @pytest.mark.parametrize("width, path", CHECKS, ids=[f"{w}px-{p}" for w, p in CHECKS])
-def test_no_page_scrolls_sideways_or_cuts_a_fields_hint_at_1440_and_390_px(site, operator_pages, browser, width, path):
+def test_no_page_scrolls_sideways_cuts_a_fields_hint_or_shrinks_a_field_at_1440_and_390_px(site, operator_pages, browser, width, path):
     """One page at one width a test; with the forms' pages below, every page at both widths, as
     one test walked them before."""
     overflows: list[str] = []
@@ -152,11 +155,11 @@ def test_no_page_scrolls_sideways_or_cuts_a_fields_hint_at_1440_and_390_px(site,
         response = page.goto(site.base + url)
         assert response.ok, f"{url}: {response.status}"
         _measure(page, url, overflows)
-    assert not overflows, "pages wider than the window, or a field's hint cut:\n" + "\n".join(overflows)
+    assert not overflows, "pages wider than the window, a field's hint cut, a field too small:\n" + "\n".join(overflows)
 
 
 @pytest.mark.parametrize("width", WIDTHS, ids=[f"{w}px" for w in WIDTHS])
-def test_no_page_reached_by_a_form_scrolls_sideways_or_cuts_a_fields_hint_at_1440_and_390_px(site, operator_pages, width):
+def test_no_page_reached_by_a_form_scrolls_sideways_cuts_a_fields_hint_or_shrinks_a_field_at_1440_and_390_px(site, operator_pages, width):
     """The pages reached by a form (the bulk preview, a JSON Patch's preview, the conflict page)
     at one width, after the module's checks of PAGES (the single test's order). Each width sees
     both conflict pages the single test saw, one a width: a confirmation opened before someone
@@ -200,7 +203,7 @@ def test_no_page_reached_by_a_form_scrolls_sideways_or_cuts_a_fields_hint_at_144
     page.get_by_role("button", name="Republish", exact=True).click()
     expect(page.get_by_text("already republished")).to_be_visible()
     _measure(page, "the conflict page, opened after the republish", overflows)
-    assert not overflows, "pages wider than the window, or a field's hint cut:\n" + "\n".join(overflows)
+    assert not overflows, "pages wider than the window, a field's hint cut, a field too small:\n" + "\n".join(overflows)
 
 
 #: Desk widths inside each band of the list's fixed widths (app.css: columns left out below 1,500
