@@ -20,7 +20,7 @@ from ..actions.streams import stream_of
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
 from ..access import visible
 from ..errors import Hidden
-from ..masking import PAYLOAD_HIDDEN
+from ..masking import MASKED, PAYLOAD_HIDDEN
 from ..entries.tallies import Tallies, served_by_kept_counts
 from ..db.triage import STATES
 from ..numbers import whole_number
@@ -207,8 +207,9 @@ def entry(entry_id: int):
     found = detail.entry
     marks = mark_indexes(detail.pointers)
     payload = view_payload(found.payload, found.payload_available, marks)
-    if found.hidden_values and payload.kind == "json" and payload.note is None:
-        # A viewer reading "•••" learns why, and that the value is there for an operator.
+    if found.hidden_values and payload.kind == "json" and payload.note is None and MASKED.encode() in found.payload:
+        # A viewer reading "•••" in the payload (not only in a header) learns why, and that the
+        # value is there for an operator.
         payload.note = "Fields DLQ_MASK hides from viewers read •••; an operator sees their values."
     return render_template(
         "entry.html", detail=detail, entry=found, marks=marks, payload=payload,
