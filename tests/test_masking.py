@@ -111,6 +111,9 @@ def test_a_viewer_sees_dots_and_never_the_value_on_every_page_and_in_the_json(ma
     page = viewer.get(f"/entries/{entry_id}").get_data(as_text=True)
     assert MASKED in page and "Robin" in page
     assert "Fields DLQ_MASK hides from viewers read •••; an operator sees their values." in page  # why the dots
+    # Only a header masked: the payload is as stored, and says nothing of the mask.
+    plain = support.dead_letter(app, 2, payload=b'{"order_id": 8}', Dlq_Reason="fatal", X_CARD=HEADER_SECRET)
+    assert "DLQ_MASK hides" not in viewer.get(f"/entries/{plain}").get_data(as_text=True)
     entry = viewer.get(f"/api/entries/{entry_id}").get_json()
     assert json.loads(entry["payload_text"])["customer"]["email"] == MASKED
     assert json.loads(base64.b64decode(entry["payload_base64"]))["items"][0]["card"] == MASKED
