@@ -297,7 +297,7 @@ def make_settings(tmp_path, nats_url: str | None = None, *, database_url: str | 
     return Settings(database_url=database_url or f"sqlite:///{tmp_path}/dlq.sqlite3",
                     nats_urls=(nats_url,) if nats_url else ("nats://127.0.0.1:1",),
                     instance_path=str(tmp_path / "instance"), secret_key="test-secret",
-                    connect_timeout=2.0, **changes)
+                    **{"connect_timeout": 2.0, **changes})
 
 
 #: nats-server's configuration of two accounts with JetStream, each with one user (SPEC section

@@ -169,3 +169,21 @@ def test_a_call_in_flight_or_made_while_the_bridge_stops_is_told_as_unavailable(
     assert "stopping" in str(outcome[0])
     with pytest.raises(NatsUnavailable, match="stopping"):
         bridge.call(lambda: bridge.nc.flush())
+
+
+def test_a_first_connection_that_runs_out_of_time_says_why_not_an_empty_reason(tmp_path, caplog):
+    # Each attempt is bounded by asyncio.wait_for, whose TimeoutError has no text: the reason
+    # read "cannot connect to nats://...: " (an empty one) on /sources and the banner.
+    port = free_port()
+    bridge = Bridge(support.make_settings(tmp_path, f"nats://127.0.0.1:{port}", connect_timeout=0.5),
+                    [f"nats://127.0.0.1:{port}"])
+    with caplog.at_level(logging.WARNING, logger="dlq_dashboard.nats.bridge"):
+        bridge.start()
+        try:
+            support.wait_for(lambda: sum("retrying in" in r.getMessage() for r in caplog.records) >= 2,
+                             message="two failed attempts to be logged")
+            errors = [bridge.state.last_error] + [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
+        finally:
+            bridge.stop()
+    for error in errors:
+        assert "Connect call failed" in error, error

@@ -64,6 +64,11 @@ class ConnectionState:
         return f"NATS is not reachable ({self.last_error or 'connecting'})"
 
 
+def _reason(exc: BaseException) -> str:
+    """An exception's own words, or its type's name where it has none (asyncio's TimeoutError)."""
+    return str(exc).strip() or type(exc).__name__
+
+
 def auth_options(settings: Settings) -> dict[str, Any]:
     """nats.connect() options for the configured credentials, token, user and TLS CA."""
     options: dict[str, Any] = {}
@@ -105,6 +110,8 @@ class Bridge:
         if purpose:
             self.label += f" ({purpose})"
         self._errors = ConnectionLog(log, self.label)
+        # What nats-py reported during the current first-connection attempt (its error_cb).
+        self._attempt_error: Exception | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -229,6 +236,7 @@ class Bridge:
         # it gives up (forever with -1), so each attempt is bounded here and retried with backoff.
         delay = 0.5
         while not self._stopping:
+            self._attempt_error = None
             try:
                 self.nc = await asyncio.wait_for(headers.connect(**self._connect_options()),
                                                  self.settings.connect_timeout)
@@ -236,13 +244,23 @@ class Bridge:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any failure: report it and try again
-                self._set_state(False, f"cannot connect to {self.shown_servers}: {exc or type(exc).__name__}")
+                self._set_state(False, self._connect_error(exc))
                 log.warning("%s: %s; retrying in %.1f s", self.label, self.state.last_error, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30)
         self.js = self.nc.jetstream()
         self._set_state(True, None)
         await self._run_on_connect()
+
+    def _connect_error(self, exc: Exception) -> str:
+        """Why a first connection failed. An attempt that ran out of time says nothing of its own
+        (asyncio's TimeoutError has no text): the error nats-py reported during it (a refused
+        connection, a TLS or auth failure, kept by ``_error``) says why, else the time it had."""
+        if isinstance(exc, asyncio.TimeoutError):
+            exc = self._attempt_error or exc
+        if isinstance(exc, asyncio.TimeoutError):
+            return f"cannot connect to {self.shown_servers}: no answer within {self.settings.connect_timeout:g} s"
+        return f"cannot connect to {self.shown_servers}: {_reason(exc)}"
 
     async def _run_on_connect(self) -> None:
         for callback in self._on_connect:
@@ -287,13 +305,13 @@ class Bridge:
         await self._run_on_connect()
 
     async def _error(self, exc: Exception) -> None:
+        self._attempt_error = exc
         if self._stopping or self._errors.seen(exc):
             log.debug("NATS client error: %s", scrub(repr(exc)))
         else:
             log.warning("%s: %s", self.label, scrub(describe_error(exc)))
         if self.state.connected is False:
-            self.state = replace(self.state, last_error=scrub(f"cannot connect to {self.shown_servers}: "
-                                                              f"{exc or type(exc).__name__}"))
+            self.state = replace(self.state, last_error=scrub(f"cannot connect to {self.shown_servers}: {_reason(exc)}"))
 
     async def _closed(self) -> None:
         if not self._stopping:
