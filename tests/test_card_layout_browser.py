@@ -1,7 +1,7 @@
 """On a phone (960 px and less) the list's rows are cards, in Debian's Chromium: what a card shows
 that does not speak for itself (a key field's value, the source of several) carries its label,
 and a failure group's newest entries are the list's cards, cell for cell. An entry's and a group's
-short facts stand two a line."""
+short facts stand two a line. /sources fits every width, a source a block where its table does not."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from dlq_dashboard.times import utcnow
 
 from . import browser_support, support
 from .browser_support import SETTLED
+from .test_accessibility_browser import _violations
 
 PHONE = (390, 844)
 MAX_ROW = 120
@@ -31,6 +32,7 @@ CELLS = """(rows) => [...document.querySelectorAll(rows)].map(row => [...row.cel
                  before: getComputedStyle(cell, '::before').content, order: getComputedStyle(cell).order,
                  display: getComputedStyle(cell).display, height: row.getBoundingClientRect().height})))"""
 LIST_ROWS, NEWEST_ROWS = "#entry-rows tr[data-id]", ".group-newest tbody tr"
+LONG_SOURCE = "shipping-eu-west-production-warehouses"  # 38 characters, the longest name is 40
 
 
 @pytest.fixture
@@ -39,7 +41,7 @@ def app(tmp_path, make_app):
     key field."""
     path = support.sources_file(tmp_path, [
         {"name": name, "nats_url": f"nats://127.0.0.1:{port}", "stream": "DLQ"}
-        for port, name in enumerate(("orders", "billing", "shipping"), 1)])
+        for port, name in enumerate(("orders", "billing", LONG_SOURCE), 1)])
     app = make_app(sources=load_settings({"DLQ_CONFIG": path}).sources, list_fields=(("Customer", "/customer_id"),))
     engine = runtime_of(app).engine
     for source, count in (("orders", 4), ("billing", 3)):
@@ -127,3 +129,33 @@ def test_on_a_phone_the_short_facts_of_an_entry_and_a_group_stand_two_a_line(app
     page.wait_for_function("() => document.querySelector('dl.facts > div').getBoundingClientRect().width < 400")
     tops = [fact["top"] for fact in page.evaluate(FACTS) if fact["label"] not in WHOLE_LINE - {"Subject", "Source"}]
     assert max(tops.count(top) for top in tops) >= 3, tops
+
+
+@pytest.mark.parametrize("width", (1440, 1101, 1024, 800, 390))
+def test_sources_fit_every_width_with_each_source_a_block_where_its_table_would_not(app, live_server, page, width):
+    """The table needs about 1,140 px: below 1,101 each source is a block (its counts in words),
+    above it a row; either way nothing scrolls sideways, not even inside the table's box, and
+    each source's name reads as it is written (a row's header once showed it as a column's
+    title, in capitals) and is broken at its hyphens only."""
+    support.sign_in(page, live_server, app, "viewer")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(live_server + "/sources")
+    page.wait_for_function(SETTLED)
+    browser_support.assert_fits(page, "/sources")
+    box = page.evaluate("() => { const b = document.querySelector('#sources .table-scroll'); return [b.clientWidth, b.scrollWidth]; }")
+    assert box[1] <= box[0], f"the sources' table scrolls in its box at {width} px: {box}"
+    names = page.locator("table.sources th.source-name")
+    assert sorted(names.all_inner_texts()) == sorted(["orders", "billing", LONG_SOURCE])
+    # Where each line of the long name starts: only after a hyphen.
+    breaks = names.filter(has_text=LONG_SOURCE).evaluate("""(th) => { const text = th.firstChild, range = document.createRange();
+      const top = i => { range.setStart(text, i); range.setEnd(text, i + 1); return Math.round(range.getBoundingClientRect().top); };
+      const found = []; for (let i = 1; i < text.length; i++) if (top(i) > top(i - 1)) found.push(text.data.slice(0, i));
+      return found; }""")
+    assert all(before.endswith("-") for before in breaks), f"{LONG_SOURCE} broken inside a word: {breaks}"
+    blocks = page.locator("table.sources thead").is_hidden()
+    assert blocks == (width <= 1100), f"at {width} px the sources are {'blocks' if blocks else 'rows'}"
+    orders = page.locator("table.sources tr[data-source=orders]")
+    words = orders.locator("td.source-count").all_inner_texts()
+    assert words == (["4 open", "4 in the last hour"] if blocks else ["4", "4"]), words
+    if width in (1440, 800):  # a row and a block: what axe-core checks on every page
+        assert not _violations(page, f"/sources at {width} px")
