@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from playwright.sync_api import expect
 from sqlalchemy import select
 
 from dlq_dashboard.config import load_settings
@@ -129,6 +130,24 @@ def test_on_a_phone_the_short_facts_of_an_entry_and_a_group_stand_two_a_line(app
     page.wait_for_function("() => document.querySelector('dl.facts > div').getBoundingClientRect().width < 400")
     tops = [fact["top"] for fact in page.evaluate(FACTS) if fact["label"] not in WHOLE_LINE - {"Subject", "Source"}]
     assert max(tops.count(top) for top in tops) >= 3, tops
+
+
+@pytest.mark.parametrize("width", (1440, 1024, 800, 390))
+def test_an_entrys_group_line_stands_apart_from_its_action_bar_at_every_width(app, live_server, page, width):
+    """The action bar (here with the sentence why republishing is not possible: the source's NATS
+    is down) and the "Failure group" line below it: at 800 px, where the bar wraps under the
+    title, the line touched the sentence's box."""
+    with runtime_of(app).engine.connect() as conn:
+        entry_id = conn.execute(select(Entry.id).where(Entry.source == "orders")).scalars().first()
+    support.sign_in(page, live_server, app, "operator")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(f"{live_server}/entries/{entry_id}")
+    page.wait_for_function(SETTLED)
+    expect(page.locator(".action-bar .note")).to_contain_text("not possible")
+    bar = page.locator(".entry-head").evaluate(
+        "(head) => Math.max(...[...head.querySelectorAll('*')].map(e => e.getBoundingClientRect().bottom))")
+    line = page.locator("p.group-link").bounding_box()["y"]
+    assert line - bar >= 6, f"at {width} px the group line is {line - bar:.1f} px below the action bar"
 
 
 @pytest.mark.parametrize("width", (1440, 1101, 1024, 800, 390))
