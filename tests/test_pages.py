@@ -341,6 +341,13 @@ def test_the_timeline_tells_naks_dead_lettering_republishes_failures_again_and_c
     assert f'This message is a republish of\n  <a href="/entries/{entry_id}">' in back
 
 
+def test_a_failure_without_a_reason_is_told_as_failed_not_as_failed_a_failure(web, client):
+    entry_id = support.dead_letter(web, 1, "orders.created", b"{}", Dlq_Error="boom")
+    html = html_of(client.get(f"/entries/{entry_id}"))
+    timeline = html[html.index('id="timeline-title"'):]
+    assert "<strong>Failed</strong>" in timeline and "a failure" not in timeline
+
+
 def test_a_broken_schema_file_is_reported_by_name_on_the_page_and_in_the_log(make_app, schemas_dir, caplog):
     (schemas_dir / "broken.json").write_text("{ not json")
     with caplog.at_level(logging.ERROR):

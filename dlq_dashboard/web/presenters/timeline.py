@@ -123,8 +123,7 @@ def build_timeline(entry: EntryView, republishes: Iterable[dict] = (),
                    replays: Iterable[EntryView] = ()) -> list[Moment]:
     """Every moment of an entry's life, oldest first (moments without a time last)."""
     moments = [_history_moment(e) for e in entry.history or []]
-    reason = entry.reason or "a failure"
-    moments.append(Moment(entry.failed_at, "failed", f"Failed: {reason}",
+    moments.append(Moment(entry.failed_at, "failed", f"Failed: {entry.reason}" if entry.reason else "Failed",
                           _facts(("error", entry.error), ("deliveries", entry.deliveries),
                                  ("consumer", entry.consumer))))
     where = entry.dlq_ref or ("the advisory stream" if "advisory" in entry.sources else None)
