@@ -19,6 +19,7 @@ from dlq_dashboard.actions.errors import AlreadyRepublished, NatsDown, Refused
 from dlq_dashboard.actions.purge import purge_entries
 from dlq_dashboard.actions.republish import republish_entry, republish_targets
 from dlq_dashboard.actions.streams import stream_of
+from dlq_dashboard.actions.subject_streams import REMEMBER_MISSING_SECONDS, REMEMBER_SECONDS, SubjectStreams
 from dlq_dashboard.config import load_settings
 from dlq_dashboard.db.models import Entry, Republish
 from dlq_dashboard.runtime import runtime_of
@@ -85,6 +86,34 @@ def crash_at(monkeypatch, stage: str) -> type[Exception]:
 
     monkeypatch.setattr(publishing, "fault_point", fault)
     return SimulatedCrash
+
+
+def test_a_stream_added_after_the_answer_no_stream_is_seen_at_the_next_look_within_seconds(desk, urls):
+    """"No stream stores subject ..." is what makes a person add the stream; the preview and the
+    entry page then refused it for the 30 s a found stream is remembered."""
+    rt = runtime_of(desk())
+    assert stream_of(rt, "refunds.issued", "a") == (True, None)
+
+    async def refunds_stream_in_a():
+        nc = await nats.connect(urls["a"])
+        try:
+            await nc.jetstream().add_stream(name="REFUNDS", subjects=["refunds.>"])
+        finally:
+            await nc.close()
+
+    support.run(refunds_stream_in_a())
+    support.wait_for(lambda: stream_of(rt, "refunds.issued", "a") == (True, "REFUNDS"), timeout=8,
+                     message="the stream added to be seen")
+
+
+def test_a_found_stream_is_remembered_longer_than_no_stream():
+    known = SubjectStreams()
+    known.put("orders.created", 100.0, "ORDERS", "a")
+    known.put("refunds.issued", 100.0, "", "a")
+    assert known.get("orders.created", 100.0 + REMEMBER_SECONDS - 1, "a") == "ORDERS"
+    assert known.get("refunds.issued", 100.0 + REMEMBER_MISSING_SECONDS - 0.1, "a") == ""
+    assert known.get("refunds.issued", 100.0 + REMEMBER_MISSING_SECONDS, "a") is None
+    assert known.get("orders.created", 100.0, "b") is None  # another source's account
 
 
 @pytest.mark.both_databases

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import threading
 
-#: How long an answer is remembered: a stream made or removed shows within this.
+#: How long an answer is remembered: a stream removed shows within this.
 REMEMBER_SECONDS = 30.0
+#: How long "no stream stores it" is remembered: that answer is what makes a person add the
+#: stream, and they look again at once (the preview refused the stream made a moment before).
+REMEMBER_MISSING_SECONDS = 2.0
 #: Subjects remembered at most (they are few; a flood of distinct ones must not grow it for ever).
 REMEMBER_MOST = 10_000
 
@@ -23,7 +26,9 @@ class SubjectStreams:
         """The remembered stream ('' for none) of ``subject`` in ``source`` while still fresh, else None."""
         with self._lock:
             found = self._known.get((source, subject))
-        return found[1] if found is not None and now - found[0] < REMEMBER_SECONDS else None
+        if found is None or now - found[0] >= (REMEMBER_SECONDS if found[1] else REMEMBER_MISSING_SECONDS):
+            return None
+        return found[1]
 
     def put(self, subject: str, now: float, stream: str, source: str | None = None) -> None:
         """Remember an answer about ``subject`` in ``source``."""
