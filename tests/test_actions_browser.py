@@ -98,5 +98,5 @@ def test_a_bulk_job_from_the_list_shows_its_progress_until_done(app, live_server
 
     page.wait_for_url(re.compile(r"/jobs/\d+$"))
     # The widget polls itself: the page is never reloaded, yet it ends showing the job done.
-    expect(page.locator(".job-state")).to_contain_text("done: 300 done", timeout=20_000)
+    expect(page.locator(".job-state")).to_contain_text("Finished: 300 done", timeout=20_000)
     assert len(support.stream_messages(nats_server.url)) == len(ids)

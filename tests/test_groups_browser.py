@@ -133,7 +133,7 @@ def test_an_operator_republishes_a_whole_group_through_the_preview(app, live_ser
     page.get_by_role("button", name="Start").click()
 
     page.wait_for_url(re.compile(r"/jobs/\d+$"))
-    expect(page.locator(".job-state")).to_contain_text("done: 3 done", timeout=20_000)
+    expect(page.locator(".job-state")).to_contain_text("Finished: 3 done", timeout=20_000)
     assert sorted(m.data for m in support.stream_messages(nats_server.url)) == [
         b'{"order_id": 0}', b'{"order_id": 1}', b'{"order_id": 2}']
     page.goto(f"{live_server}/groups?status=any")
@@ -151,7 +151,7 @@ def test_an_operator_closes_a_whole_group_with_a_note(app, live_server, page, na
     page.get_by_label("Note").fill("carrier outage, orders re-sent by hand")
     page.get_by_role("button", name="Start").click()
 
-    expect(page.locator(".job-state")).to_contain_text("done: 2 done", timeout=20_000)
+    expect(page.locator(".job-state")).to_contain_text("Finished: 2 done", timeout=20_000)
     page.goto(f"{live_server}/groups")  # open entries: the closed group is gone
     expect(page.locator("table.groups tbody tr")).to_have_count(1)
     expect(group_row(page, "order <id> not found").locator("td.num")).to_have_text("3")

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from dlq_dashboard.actions import publishing
-from dlq_dashboard.actions.bulk import jobs, pacing, publisher, work
+from dlq_dashboard.actions.bulk import jobs, listing, pacing, publisher, work
 from dlq_dashboard.actions.bulk.runner import JobRunner
 from dlq_dashboard.actions.close import close_entry
 from dlq_dashboard.db.models import Action, Entry, Republish
@@ -227,6 +227,49 @@ def test_a_bulk_republish_fails_a_compressed_payload_with_the_reason_and_sends_t
     states = re.findall(r'<a href="[^"]*"( aria-current="true")?>(\w+ \(\d+\))</a>',
                         viewer.get(f"/jobs/{job_id}?state=failed").get_data(as_text=True).split('class="presets item-states"')[1])
     assert states == [("", "all (4)"), ("", "done (2)"), (' aria-current="true"', "failed (2)")]
+
+
+def test_a_jobs_page_and_json_sum_its_failed_and_skipped_items_by_reason(app, rt, nats_server, auth):
+    """After a job of thousands, "25 failed" needs its why without reading every item: the
+    results by reason, most common first, on the page and in GET /api/jobs/<id>."""
+    import gzip
+
+    support.make_orders_stream(nats_server.url)
+    plain = support.dead_letter_orders(app, nats_server.url, payloads(2))
+    by_header = support.dead_letter_orders(app, nats_server.url, payloads(3, start=10),
+                                           headers={"Content-Encoding": "gzip"})
+    by_bytes = support.dead_letter_orders(app, nats_server.url, [gzip.compress(PAYLOAD % 8)])
+    changed = support.dead_letter_orders(app, nats_server.url, payloads(2, start=20))
+    job_id = jobs.create_job(rt, "republish", actor="alice", ids=plain + by_header + by_bytes + changed,
+                             force=True, start=False)
+    for entry_id in changed:
+        close_entry(rt, entry_id, 1, actor="bob", note="not this one")
+    rt.jobs.submit(job_id)
+    support.wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["state"] == "done", message="the job to finish")
+    viewer = auth.client("viewer")
+    status = viewer.get(f"/api/jobs/{job_id}?limit=0").get_json()
+    assert (status["done"], status["failed"], status["skipped"]) == (2, 4, 2)
+    reasons = status["failure_reasons"]
+    assert [r["count"] for r in reasons] == [3, 2, 1], reasons
+    assert "compressed (Content-Encoding: gzip)" in reasons[0]["reason"]
+    assert "changed since you saw it" in reasons[1]["reason"]
+    assert "compressed (gzip bytes)" in reasons[2]["reason"]
+    page = viewer.get(f"/jobs/{job_id}").get_data(as_text=True)
+    shown = page.split('class="job-reasons"')[1].split("</div>")[0]
+    assert "Why items failed or were skipped" in shown
+    assert re.findall(r"<li>(\d+): ", shown) == ["3", "2", "1"]
+
+
+def test_failure_reasons_are_one_where_their_texts_differ_only_in_their_values():
+    texts = [{"reason": "'CUST-1' does not match '^C-'", "count": 2, "entry_id": 1},
+             {"reason": "The entry no longer exists.", "count": 2, "entry_id": 3},
+             {"reason": "'CUST-2' does not match '^C-'", "count": 1, "entry_id": 2},
+             {"reason": "timeout after 3 s", "count": 1, "entry_id": 4}]
+    assert listing.failure_reasons(texts) == [
+        {"reason": "'…' does not match '…'", "count": 3},  # two texts: read as normalized
+        {"reason": "The entry no longer exists.", "count": 2},  # one text: as it is
+        {"reason": "timeout after 3 s", "count": 1}]
+    assert listing.failure_reasons(texts, shown=1) == [{"reason": "'…' does not match '…'", "count": 3}]
 
 
 def test_by_filter_only_those_that_now_pass_the_current_schema_are_taken(app, rt, nats_server):

@@ -52,7 +52,7 @@ def test_an_operator_previews_a_patch_for_the_list_and_starts_it(app, live_serve
 
     preview.get_by_role("button", name="Start").click()
     page.wait_for_url(re.compile(r"/jobs/\d+$"))
-    expect(page.locator(".job-state")).to_contain_text("done: 10 done, 0 failed, 1 skipped", timeout=20_000)
+    expect(page.locator(".job-state")).to_contain_text("Finished: 10 done, 0 failed, 1 skipped", timeout=20_000)
     expect(page.locator("pre.patch-text")).to_contain_text('"path": "/price"')
     expect(page.locator(".job-items")).to_contain_text("The payload is not JSON")
     published = support.stream_messages(nats_server.url)
@@ -94,7 +94,7 @@ def test_hostile_payloads_and_patches_are_only_text_on_the_preview_the_job_and_t
     assert CORPUS[0] in text and CORPUS[1] in text and CORPUS[3] in text
     page.get_by_role("button", name="Start").click()
     page.wait_for_url(re.compile(r"/jobs/\d+$"))
-    expect(page.locator(".job-state")).to_contain_text("done: 6 done, 0 failed, 1 skipped", timeout=20_000)
+    expect(page.locator(".job-state")).to_contain_text("Finished: 6 done, 0 failed, 1 skipped", timeout=20_000)
     only_text()
     assert CORPUS[1] in visit(page, watch, page.url)
     assert CORPUS[3] in visit(page, watch, f"{live_server}/entries/{ids[0]}")

@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import Any, Iterable, Iterator, Mapping
 
 from ..actions.bulk.jobs import job_status
-from ..actions.bulk.listing import describe_selection, list_jobs
+from ..actions.bulk.listing import describe_selection, failure_reasons, list_jobs
 from ..actions.triage import GroupNotFound
 from ..entries import triage
 from ..entries.audit import audit_page
@@ -320,16 +320,24 @@ def jobs(reader: Reader, found: list[dict], fields: tuple[KeyField, ...] = ()) -
 def job(reader: Reader, store: Store, status: dict, fields: tuple[KeyField, ...] = ()) -> dict:
     """A job and its items (actions/bulk/jobs.py job_status) as the reader sees them: the job as
     ``jobs`` shows it, and each item's result (a schema's or a patch's error, a refusal, which
-    quote the payload) with the values the mask hides in that item's entry and in the patch."""
+    quote the payload) with the values the mask hides in that item's entry and in the patch; its
+    failure reasons likewise, each text masked with the values of an entry it came from, then
+    merged (listing.failure_reasons)."""
+    texts = status.get("failure_reasons") or []
     if not reader.mask:
-        return status
+        return {**status, "failure_reasons": failure_reasons(texts)}
     shown = jobs(reader, [status], fields)[0]
     items = status.get("items")
+    patched = reader.mask.patch_values(status.get("patch"))
+    stored = store.entries_by_id(itertools.chain((i["entry_id"] for i in items or () if i.get("result")),
+                                                 (t["entry_id"] for t in texts)))
+
+    def masked(text: str | None, entry_id: int) -> str | None:
+        return reader.mask.mask_text(text, _values_of(reader.mask, stored.get(entry_id), patched))
+
     if items:
-        patched = reader.mask.patch_values(status.get("patch"))
-        stored = store.entries_by_id(i["entry_id"] for i in items if i.get("result"))
-        shown["items"] = [{**item, "result": reader.mask.mask_text(item.get("result"), _values_of(
-            reader.mask, stored.get(item["entry_id"]), patched))} for item in items]
+        shown["items"] = [{**item, "result": masked(item.get("result"), item["entry_id"])} for item in items]
+    shown["failure_reasons"] = failure_reasons([{**t, "reason": masked(t["reason"], t["entry_id"])} for t in texts])
     return shown
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, render_template, request, url_for
 
 from ..actions.bulk.jobs import ITEM_STATES, JobError, cancel_job, create_job, select_items
-from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX
+from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX, REASON_ITEMS
 from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
 from ..actions.bulk.refusals import republish_refusals
 from ..actions.republish import republish_targets
@@ -196,7 +196,7 @@ def job_page(job_id: int):
     state = item_state()
     status = seen_job(job_id, item_state=state)
     return page_or_fragment("job.html", "progress", job=status, preview=False, state=state,
-                            patch_text=patch_text(status["patch"]), item_states=ITEM_STATES)
+                            patch_text=patch_text(status["patch"]), item_states=ITEM_STATES, reason_items=REASON_ITEMS)
 
 
 @bp.route("/jobs/<int:job_id>/cancel", methods=["POST"])

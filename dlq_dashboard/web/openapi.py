@@ -209,6 +209,12 @@ SCHEMAS: dict[str, dict] = {
             "rate": {"type": ["number", "null"], "description": "Items settled a second since it started."},
             "eta_seconds": _nullable(INT), "eta_at": {**_nullable(TIME), "description": "A running job's end at its rate."},
             "items": {"type": "array", "items": _ref("JobItem")},
+            "failure_reasons": {
+                "type": "array", "description": "GET /api/jobs/<id> only: why its failed and skipped items ended so, "
+                "most common first (five at most, counted over the first 10,000 of them); results that differ "
+                "only in their values (an id, a number, a quoted value) are one reason, read with placeholders.",
+                "items": {"type": "object", "required": ["reason", "count"],
+                          "properties": {"reason": STR, "count": INT}}},
         },
     },
     "JobPage": {

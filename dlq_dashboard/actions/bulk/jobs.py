@@ -34,7 +34,7 @@ from ..context import ActionContext
 from ..intents import Published
 from ..triage import record_job
 from .lanes import connected, pending_sources, several_sources, source_names
-from .listing import group_labels, job_summary
+from .listing import failure_reason_texts, group_labels, job_summary
 from .patching import parse_patch
 
 JOBS, ITEMS = Job.__table__, JobItem.__table__
@@ -219,7 +219,9 @@ def _source_facts(rt: ActionContext, conn, job) -> dict[str, Any]:
 def job_status(rt: ActionContext, job_id: int, *, item_state: str | None = None, limit: int = 200,
                scopes: tuple[Scope, ...] | None = None) -> dict[str, Any]:
     """A job's progress and the results of (some of) its items; JobNotFound for an unknown id,
-    or one outside ``scopes`` (a scoped reader's: jobs_within)."""
+    or one outside ``scopes`` (a scoped reader's: jobs_within). ``failure_reasons`` holds its
+    failed and skipped items' results by exact text (listing.failure_reason_texts), which
+    access/visible.py job masks and merges for the reader."""
     with rt.engine.connect() as conn:
         job = conn.execute(select(JOBS).where(JOBS.c.id == job_id, *_within(scopes))).first()
         if job is None:
@@ -238,8 +240,9 @@ def job_status(rt: ActionContext, job_id: int, *, item_state: str | None = None,
         items = conn.execute(query.order_by(ITEMS.c.entry_id).limit(limit)).all()
         labels = group_labels(conn, [json.loads(job.selection or "{}")])
         sources = _source_facts(rt, conn, job)
+        reasons = failure_reason_texts(conn, job_id) if counts.get("failed") or counts.get("skipped") else []
     return {
-        **job_summary(job._mapping, counts, labels), **sources,
+        **job_summary(job._mapping, counts, labels), **sources, "failure_reasons": reasons,
         "items": [{"entry_id": r.entry_id, "version": r.version, "state": r.state,
                    "result": r.result or (ack_sentence(Published(r.msg_id, r.stream, r.seq, r.duplicate))
                                           if r.msg_id else None)} for r in items],

@@ -14,6 +14,7 @@ from ...db.models import FailureGroup, Job, JobItem
 from ...entries.filters import decode_cursor, encode_cursor, filter_of
 from ...entries.groups import group_label
 from ...entries.scoping import jobs_within
+from ...ingest.grouping import normalize_error_text
 from ...scopes import Scope
 from ...times import format_time, utcnow
 
@@ -23,6 +24,9 @@ SETTLED = ("done", "failed", "skipped", "cancelled")
 #: Those the job worked on: its rate (a cancel settles the rest at once, and is no speed).
 WORKED = ("done", "failed", "skipped")
 JOBS_LIMIT, JOBS_MAX = 50, 500
+#: A job's failure reasons: the items read for them (its page polls each second while it runs),
+#: the distinct texts kept of those, and the reasons shown.
+REASON_ITEMS, REASON_TEXTS, REASONS_SHOWN = 10_000, 200, 5
 
 
 def describe_selection(selection: Mapping[str, Any], labels: Mapping[int, str] | None = None) -> str:
@@ -116,3 +120,28 @@ def list_jobs(engine: Engine, *, cursor: str | None = None, limit: int = JOBS_LI
     now = utcnow()
     jobs = [job_summary(r._mapping, counts.get(r.id, {}), labels, now) for r in page]
     return {"jobs": jobs, "next_cursor": encode_cursor(page[-1].id) if len(rows) > limit else None}
+
+
+def failure_reason_texts(conn, job_id: int) -> list[dict[str, Any]]:
+    """The results of a job's failed and skipped items (of the first REASON_ITEMS by entry), by
+    exact text, most common first (at most REASON_TEXTS): each with its count and the first entry
+    it came from, whose values a reader's mask hides in it (access/visible.py job)."""
+    items = (select(ITEMS.c.result, ITEMS.c.entry_id)
+             .where(ITEMS.c.job_id == job_id, ITEMS.c.state.in_(("failed", "skipped")), ITEMS.c.result.is_not(None))
+             .order_by(ITEMS.c.entry_id).limit(REASON_ITEMS).subquery())
+    n = func.count().label("n")
+    rows = conn.execute(select(items.c.result, n, func.min(items.c.entry_id).label("entry_id"))
+                        .group_by(items.c.result).order_by(n.desc(), items.c.result).limit(REASON_TEXTS)).all()
+    return [{"reason": r.result, "count": r.n, "entry_id": r.entry_id} for r in rows]
+
+
+def failure_reasons(texts: list[dict[str, Any]], shown: int = REASONS_SHOWN) -> list[dict[str, Any]]:
+    """The texts of failure_reason_texts (as the reader may see them) as reasons, most common
+    first: texts that differ only in their values (an id, a number, a quoted value) are one, read
+    as ingest/grouping.py normalizes them; a text alone stands as it is."""
+    merged: dict[str, tuple[int, set[str]]] = {}
+    for text in texts:
+        count, seen = merged.get(key := normalize_error_text(text["reason"]), (0, set()))
+        merged[key] = (count + text["count"], seen | {text["reason"]})
+    ranked = sorted(merged.items(), key=lambda item: (-item[1][0], item[0]))[:shown]
+    return [{"reason": next(iter(seen)) if len(seen) == 1 else key, "count": count} for key, (count, seen) in ranked]
