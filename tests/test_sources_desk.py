@@ -190,11 +190,15 @@ def test_with_several_sources_the_banner_names_each_source_not_well(three_offlin
     for name in NAMES:  # nothing started: every source's NATS is away
         assert f"<strong>Source {name}: NATS is not reachable</strong>" in banner
         assert f'data-stale="nats" data-source="{name}"' in banner
+    # What waits is that source's: the others' entries are republished as ever.
+    assert banner.count("republishing them waits until its NATS answers; the other sources go on.") == 3
+    assert "republishing waits until NATS answers" not in banner
 
 
 def test_with_one_source_the_banner_and_healthz_read_as_before(offline_app):
     banner = support.logged_in(offline_app, "viewer").get("/status/banner").get_data(as_text=True)
     assert "<strong>NATS is not reachable</strong>" in banner and "Source" not in banner
+    assert "republishing waits until NATS answers." in banner
     body = offline_app.test_client().get("/healthz").get_json()
     assert "sources" not in body and set(body) == {"status", "nats", "database", "mirror_lag", "mirror",
                                                                 "search_lag"}
