@@ -178,6 +178,13 @@ def test_with_several_sources_the_nav_has_sources_and_marks_it_on_its_page(three
     assert nav_of(client.get("/sources").get_data(as_text=True))[1] == ["Sources"]
 
 
+def test_with_several_sources_the_users_page_names_them_for_the_scopes_an_admin_writes(three_offline, offline_app):
+    # A scope "source:pattern" needs a source's name as DLQ_CONFIG spells it.
+    page = support.logged_in(three_offline, "admin").get("/admin/users").get_data(as_text=True)
+    assert "(the sources: <code>orders</code>, <code>billing</code>, <code>shipping</code>)" in page
+    assert "the sources:" not in support.logged_in(offline_app, "admin").get("/admin/users").get_data(as_text=True)
+
+
 def test_with_one_source_the_nav_has_no_sources_link(offline_app):
     client = support.logged_in(offline_app, "admin")
     for url in ("/", "/groups", "/sources"):
