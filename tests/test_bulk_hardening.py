@@ -144,6 +144,30 @@ def test_a_bulk_flag_that_is_not_a_yes_or_a_no_is_a_400_sentence_and_starts_no_j
     assert listing.list_jobs(rt.engine)["jobs"] == []
 
 
+@pytest.mark.parametrize("path", ["/api/bulk", "/api/repair/preview"])
+@pytest.mark.parametrize("flt, words", [
+    ({"subjet": "orders.*"}, "filter 'subjet' is not one of the list's filters: use source, status, subject"),
+    ({"status": "open", "limit": 10}, "filter 'limit' is not one of the list's filters"),
+    ({"subject": ["orders.*"]}, "filter subject: give one value as text, not list"),
+])
+def test_a_bulk_filter_that_names_no_filter_is_a_400_sentence_not_every_open_entry(app, rt, tokens, path, flt, words):
+    """A typo in a filter's name (or a page's limit) was left out, and the job took every open entry."""
+    for seq in range(1, 4):
+        support.dead_letter(app, seq, subject="payments.captured" if seq == 3 else "orders.created",
+                            payload=b'{"order_id": 1}')
+    response = app.test_client().post(path, json={"action": "close", "filter": flt, "note": "typo"},
+                                      headers=support.bearer(tokens["operator"]))
+    assert response.status_code == 400, response.get_json()
+    assert response.get_json()["error"].startswith(words)
+    assert listing.list_jobs(rt.engine)["jobs"] == []
+    # A filter given as null is no filter: here status alone, the three open entries.
+    taken = app.test_client().post("/api/bulk", json={"action": "close", "filter": {"subject": None, "status": "open"},
+                                                      "note": "all"}, headers=support.bearer(tokens["operator"]))
+    assert taken.status_code == 202
+    support.jobs_settled(rt.engine)
+    assert jobs.job_status(rt, taken.get_json()["job"], limit=0)["done"] == 3
+
+
 @pytest.mark.parametrize("word, kept", [("on", True), ("off", False), ("false", False), ("yes", True)])
 def test_the_previews_start_form_keeps_only_valid_as_the_form_said_it(app, rt, auth, word, kept):
     support.dead_letter(app, 1, payload=b'{"customer_id": "c-1"}')

@@ -18,7 +18,7 @@ from urllib.parse import unquote_to_bytes
 
 from flask import Flask, request
 
-from ..entries.filters import filter_of
+from ..entries.filters import FILTERS, filter_of
 from ..errors import InvalidRequest
 from ..flags import flag
 from ..numbers import VERSION_MAX, whole_number
@@ -94,6 +94,10 @@ def version(raw: Any) -> int:
     return whole_number(raw, "version", high=VERSION_MAX, what="the entry's version as you saw it")
 
 
+#: The filters a bulk request's ``filter`` may name, as its 400 lists them.
+FILTER_NAMES = ", ".join(declared.name for declared in FILTERS)
+
+
 def json_body() -> dict:
     """The request's JSON object."""
     body = request.get_json(silent=True)
@@ -121,10 +125,26 @@ def bulk_selection(source: dict) -> dict[str, Any]:
         raise InvalidRequest("ids must be a list of entry ids.")
     upto = source.get("upto")
     return {"ids": entry_ids(ids) if ids is not None else None,
-            "filter_args": {k: str(v) for k, v in flt.items()} if flt is not None else None,
+            "filter_args": filter_values(flt) if flt is not None else None,
             "only_valid": flag(source.get("only_valid"), "only_valid"),
             "upto": whole_number(upto, "upto", what="the newest entry id the preview showed")
             if upto not in (None, "") else None}
+
+
+def filter_values(flt: Mapping[Any, Any]) -> dict[str, str]:
+    """A bulk request's ``filter`` as the list's query arguments. A name that is no filter of the
+    list is refused, not left out: a typo ("subjet") or a page's ``limit`` would otherwise widen
+    the job to every open entry. A null value is no filter; a list or an object is refused."""
+    values = {}
+    for name, value in flt.items():
+        if filter_of(str(name)) is None:
+            raise InvalidRequest(f"filter {str(name)!r} is not one of the list's filters: use {FILTER_NAMES} "
+                                 "(a bulk job takes every entry they match: no limit or cursor)")
+        if isinstance(value, (list, dict)):
+            raise InvalidRequest(f"filter {name}: give one value as text, not {type(value).__name__}")
+        if value is not None:
+            values[str(name)] = str(value)
+    return values
 
 
 def entry_ids(raw: list) -> dict[int, int | None]:
