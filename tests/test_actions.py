@@ -300,6 +300,35 @@ def test_force_that_is_not_a_yes_or_a_no_is_a_400_sentence_and_nothing_is_sent(a
     assert support.stream_messages(nats_server.url) == []
 
 
+@pytest.mark.parametrize("path, body, field", [
+    ("republish", {"version": 1, "force": True, "paylod_base64": "e30="}, "paylod_base64"),  # a typo
+    ("republish", {"version": 1, "force": True, "payload": "{}"}, "payload"),  # not base64's name
+    ("close", {"version": 1, "nte": "refunded by hand"}, "nte"),
+    ("reopen", {"version": 1, "versoin": 1}, "versoin"),
+])
+def test_a_field_no_request_takes_is_a_400_sentence_and_nothing_changes(app, rt, nats_server, tokens, path, body,
+                                                                          field):
+    """Left out, a misspelt edited payload republished the original one, and a misspelt note
+    closed the entry without it."""
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
+    response = post(app.test_client(), f"/api/entries/{entry_id}/{path}", body, tokens["operator"])
+    assert response.status_code == 400
+    assert response.get_json()["error"].startswith(f"{field!r} is not a field of this request: use version")
+    assert tuple(entry_row(rt, entry_id)) == ("open", 1)
+    assert support.stream_messages(nats_server.url) == []
+
+
+def test_a_field_another_request_takes_is_left_out_as_before(app, rt, nats_server, tokens):
+    """One body for several requests (a client's version and note for each action) still works."""
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
+    client = app.test_client()
+    assert post(client, f"/api/entries/{entry_id}/close", {"version": 1, "note": "n", "force": False},
+                tokens["operator"]).status_code == 200
+    assert post(client, f"/api/entries/{entry_id}/reopen", {"version": 2, "note": "n"},
+                tokens["operator"]).status_code == 200
+
+
 def test_a_subject_without_a_stream_is_refused_with_422_and_the_entry_stays_retriable(app, rt, nats_server, tokens):
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [b"{}"], subject="nowhere.created")
     client = app.test_client()

@@ -155,7 +155,7 @@ def test_a_bulk_filter_that_names_no_filter_is_a_400_sentence_not_every_open_ent
     for seq in range(1, 4):
         support.dead_letter(app, seq, subject="payments.captured" if seq == 3 else "orders.created",
                             payload=b'{"order_id": 1}')
-    response = app.test_client().post(path, json={"action": "close", "filter": flt, "note": "typo"},
+    response = app.test_client().post(path, json={"action": "close", "filter": flt},
                                       headers=support.bearer(tokens["operator"]))
     assert response.status_code == 400, response.get_json()
     assert response.get_json()["error"].startswith(words)

@@ -67,6 +67,18 @@ def test_a_group_is_open_at_first_and_the_api_lists_its_state_assignee_team_vers
         "state": "open", "assignee": None, "team": None, "version": 1, "notes": 0}
 
 
+def test_a_misspelt_field_of_a_state_change_or_a_note_is_a_400_and_changes_nothing(world):
+    client, operator, group = world["client"], world["tokens"]["operator"], world["group"]
+    answer = post_state(client, operator, group, version=1, state="resolved", resolvd_in="v2.4.1")
+    assert answer.status_code == 400
+    assert answer.get_json()["error"] == ("'resolvd_in' is not a field of this request: use version, state, "
+                                          "assignee, note, until, until_count, resolved_in.")
+    note = client.post(f"/api/groups/{group}/notes", json={"txt": "looked"}, headers=support.bearer(operator))
+    assert note.status_code == 400 and note.get_json()["error"].startswith("'txt' is not a field")
+    row = group_row(world["engine"], group)
+    assert (row.state, row.version, row.note_count) == ("open", 1, 0)
+
+
 @pytest.mark.both_databases
 def test_assigning_takes_the_version_seen_and_a_stale_one_is_a_409_that_changes_nothing(world, database_url):
     client, operator, group = world["client"], world["tokens"]["operator"], world["group"]

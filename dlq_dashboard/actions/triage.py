@@ -85,6 +85,10 @@ def parse_until(raw: Any, now: datetime) -> datetime:
     return at
 
 
+#: The fields a change of state takes besides the version (parse_state_change reads them).
+STATE_FIELDS = ("state", "assignee", "note", "until", "until_count", "resolved_in")
+
+
 def parse_state_change(body: dict[str, Any], now: datetime) -> StateChange:
     """The change a request asks for (``state`` and what goes with it); InvalidRequest, a 400 with
     a sentence, for a state that is not one, a field that does not go with it, or a bad value."""

@@ -56,7 +56,7 @@ def api_jobs():
 def api_bulk():
     """Start a bulk republish, close, patch (one JSON Patch, then republish) or repair (each payload
     by its current schema, then republish those that pass) over ids or a filter; 202 with the job's id."""
-    body = params.json_body()
+    body = params.json_body(*params.BULK_FIELDS)
     action, selection = str(body.get("action")), params.bulk_selection(body)
     if action == "patch":  # only those that pass the schema once patched, unless told otherwise
         selection["only_valid"] = flag(body.get("only_valid"), "only_valid", default=True)

@@ -135,7 +135,7 @@ def api_group(group_id: int):
 def api_group_state(group_id: int):
     """Change a group's state with the version seen; a stale one is a 409."""
     visible.group_to_change(current_reader(), current_runtime().store, group_id)
-    body = params.json_body()
+    body = params.json_body(*params.GROUP_STATE_FIELDS)
     change = parse_state_change(body, utcnow())
     change_state(current_runtime().engine, group_id, group_version(body.get("version")), change,
                  actor=actor_name())
@@ -147,5 +147,5 @@ def api_group_state(group_id: int):
 def api_group_note(group_id: int):
     """Add a note to a group's activity."""
     visible.group_to_change(current_reader(), current_runtime().store, group_id)
-    note = add_note(current_runtime().engine, group_id, params.json_body().get("text"), actor=actor_name())
+    note = add_note(current_runtime().engine, group_id, params.json_body(*params.GROUP_NOTE_FIELDS).get("text"), actor=actor_name())
     return jsonify(note=note), 201

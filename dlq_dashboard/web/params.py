@@ -18,6 +18,7 @@ from urllib.parse import unquote_to_bytes
 
 from flask import Flask, request
 
+from ..actions.triage import STATE_FIELDS
 from ..entries.filters import FILTERS, filter_of
 from ..errors import InvalidRequest
 from ..flags import flag
@@ -94,15 +95,30 @@ def version(raw: Any) -> int:
     return whole_number(raw, "version", high=VERSION_MAX, what="the entry's version as you saw it")
 
 
+#: The fields of each JSON request (json_body): what each takes, and all of them together.
+REPUBLISH_FIELDS, CLOSE_FIELDS, REOPEN_FIELDS = ("version", "payload_base64", "force"), ("version", "note"), ("version",)
+SELECTION_FIELDS = ("ids", "filter", "only_valid", "upto")  # what a bulk request selects by (bulk_selection)
+BULK_FIELDS = ("action", *SELECTION_FIELDS, "note", "force", "patch")
+REPAIR_PREVIEW_FIELDS = ("action", *SELECTION_FIELDS)
+GROUP_STATE_FIELDS, GROUP_NOTE_FIELDS = ("version", *STATE_FIELDS), ("text",)
+API_FIELDS = frozenset((*REPUBLISH_FIELDS, *CLOSE_FIELDS, *REOPEN_FIELDS, *BULK_FIELDS, *REPAIR_PREVIEW_FIELDS,
+                        *GROUP_STATE_FIELDS, *GROUP_NOTE_FIELDS))
+
 #: The filters a bulk request's ``filter`` may name, as its 400 lists them.
 FILTER_NAMES = ", ".join(declared.name for declared in FILTERS)
 
 
-def json_body() -> dict:
-    """The request's JSON object."""
+def json_body(*fields: str) -> dict:
+    """The request's JSON object, of the ``fields`` this request takes. A field no request of the
+    API takes is refused, not left out: a typo ("paylod_base64", "nte") would otherwise republish
+    the original payload, or close an entry without its note. One that another request takes
+    ("version" sent to /api/bulk: one body for several requests) is left out, as before."""
     body = request.get_json(silent=True)
     if not isinstance(body, dict):
         raise InvalidRequest("Send a JSON object as the request body.")
+    unknown = sorted(str(name) for name in body if name not in fields and name not in API_FIELDS)
+    if unknown:
+        raise InvalidRequest(f"{unknown[0][:60]!r} is not a field of this request: use {', '.join(fields)}.")
     return body
 
 
@@ -112,6 +128,8 @@ def base64_payload(raw: Any, name: str = "payload_base64") -> bytes:
         return base64.b64decode(str(raw), validate=True)
     except (binascii.Error, ValueError):
         raise InvalidRequest(f"{name} is not valid base64.") from None
+
+
 
 
 def bulk_selection(source: dict) -> dict[str, Any]:

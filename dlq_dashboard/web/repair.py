@@ -103,7 +103,7 @@ def api_repair_preview():
     """What repair by the schema would do to entries chosen by ``ids`` or ``filter`` (as
     ``POST /api/bulk`` takes them): would pass, still fail, cannot be repaired, by reason with
     examples, and the line diff of the first few. ``POST /api/bulk`` with ``action: repair`` starts it."""
-    selection = params.bulk_selection(params.json_body())
+    selection = params.bulk_selection(params.json_body(*params.REPAIR_PREVIEW_FIELDS))
     summary, preview = _preview(selection)
     return jsonify({"count": summary.get("count", 0), "upto": summary.get("upto"),
                     "filter": summary.get("filter"), **preview})
