@@ -311,7 +311,8 @@ class Bridge:
         else:
             log.warning("%s: %s", self.label, scrub(describe_error(exc)))
         if self.state.connected is False:
-            self.state = replace(self.state, last_error=scrub(f"cannot connect to {self.shown_servers}: {_reason(exc)}"))
+            self.state = replace(self.state,
+                                 last_error=scrub(f"cannot connect to {self.shown_servers}: {_reason(exc)}"))
 
     async def _closed(self) -> None:
         if not self._stopping:

@@ -147,5 +147,6 @@ def api_group_state(group_id: int):
 def api_group_note(group_id: int):
     """Add a note to a group's activity."""
     visible.group_to_change(current_reader(), current_runtime().store, group_id)
-    note = add_note(current_runtime().engine, group_id, params.json_body(*params.GROUP_NOTE_FIELDS).get("text"), actor=actor_name())
+    text = params.json_body(*params.GROUP_NOTE_FIELDS).get("text")
+    note = add_note(current_runtime().engine, group_id, text, actor=actor_name())
     return jsonify(note=note), 201

@@ -96,7 +96,8 @@ def version(raw: Any) -> int:
 
 
 #: The fields of each JSON request (json_body): what each takes, and all of them together.
-REPUBLISH_FIELDS, CLOSE_FIELDS, REOPEN_FIELDS = ("version", "payload_base64", "force"), ("version", "note"), ("version",)
+REPUBLISH_FIELDS, CLOSE_FIELDS = ("version", "payload_base64", "force"), ("version", "note")
+REOPEN_FIELDS = ("version",)
 SELECTION_FIELDS = ("ids", "filter", "only_valid", "upto")  # what a bulk request selects by (bulk_selection)
 BULK_FIELDS = ("action", *SELECTION_FIELDS, "note", "force", "patch")
 REPAIR_PREVIEW_FIELDS = ("action", *SELECTION_FIELDS)
@@ -130,8 +131,6 @@ def base64_payload(raw: Any, name: str = "payload_base64") -> bytes:
         raise InvalidRequest(f"{name} is not valid base64.") from None
 
 
-
-
 def bulk_selection(source: dict) -> dict[str, Any]:
     """What a bulk request selects: ``ids`` or a ``filter`` (the list's filters), ``only_valid``,
     and ``upto`` (the newest id a preview showed), as create_job and select_items take them."""
@@ -156,10 +155,10 @@ def filter_values(flt: Mapping[Any, Any]) -> dict[str, str]:
     values = {}
     for name, value in flt.items():
         if filter_of(str(name)) is None:
-            raise InvalidRequest(f"filter {str(name)!r} is not one of the list's filters: use {FILTER_NAMES} "
+            raise InvalidRequest(f"filter {str(name)[:60]!r} is not one of the list's filters: use {FILTER_NAMES} "
                                  "(a bulk job takes every entry they match: no limit or cursor)")
         if isinstance(value, (list, dict)):
-            raise InvalidRequest(f"filter {name}: give one value as text, not {type(value).__name__}")
+            raise InvalidRequest(f"filter {str(name)[:60]}: give one value as text, not {type(value).__name__}")
         if value is not None:
             values[str(name)] = str(value)
     return values
