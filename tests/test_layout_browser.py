@@ -50,6 +50,7 @@ PAGES = [
     "/jobs",
     "/jobs/{job}",
     "/jobs/{patch_job}",
+    "/jobs/{failed_job}",
     "/audit?job={job}",
     "/entries/{huge}/repair",
     "/entries/{huge}/row/close",
@@ -102,12 +103,17 @@ def _entries(app, nats_server) -> dict[str, int]:
     edited = json.loads(ONE_LINE)
     edited["items"][0]["price"] = 12.5
     republish_entry(rt, ids["edited"], 1, actor="operator-" + TOKEN, payload=json.dumps(edited, indent=2).encode())
-    from dlq_dashboard.actions.bulk.jobs import create_job
+    from dlq_dashboard.actions.bulk.jobs import create_job, job_status
     ids["job"] = create_job(rt, "close", actor="operator-" + TOKEN, filter_args={"subject": "payments.captured"},
                             note="closing " + TOKEN)
     ids["patch_job"] = create_job(rt, "patch", actor="operator-" + TOKEN, ids=[ids["huge"]], only_valid=False,
                                   patch=[{"op": "add", "path": "/" + TOKEN, "value": TOKEN}], force=True)
+    # A job whose item failed: its page sums the failures by reason (no stream stores the subject,
+    # a token of 300 characters).
+    unstored = support.dead_letter(app, 10, subject="refunds." + TOKEN, payload=b"{}", Dlq_Reason="fatal")
+    ids["failed_job"] = create_job(rt, "republish", actor="operator-" + TOKEN, ids=[unstored], force=True)
     support.jobs_settled(rt.engine)
+    assert job_status(rt, ids["failed_job"], limit=0)["failed"] == 1, "the job's item did not fail"
     # A saved view of the operator's (its Delete; the longest name, a token) and a shared one (its Share).
     save_view(rt.engine, "operator-browser", "open " + TOKEN[:95], "list", "status=open&q=" + TOKEN, utcnow())
     share_view(rt.engine, save_view(rt.engine, "admin", "groups", "groups", "status=", utcnow()).id, True)
