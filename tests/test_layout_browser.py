@@ -38,6 +38,7 @@ PAGES = [
     "/groups",
     "/groups?status=",
     "/groups/{group}",
+    "/groups/{resolved_group}",
     "/entries/{huge}",
     "/entries/{huge}/edit",
     "/entries/{huge}/republish",
@@ -125,6 +126,17 @@ def _entries(app, nats_server) -> dict[str, int]:
         conn.execute(update(Alert).values(attempts=1, last_error="connection refused: " + TOKEN))
     with rt.engine.connect() as conn:
         ids["group"] = conn.execute(select(Entry.group_id).where(Entry.id == ids["huge"])).scalar_one()
+        refunds, payments = (conn.execute(select(Entry.group_id).where(Entry.id == entry_id)).scalar_one()
+                             for entry_id in (unstored, 5))
+    # Triage with the longest texts it holds: an assignee and a release of 255 characters, notes.
+    from dlq_dashboard.actions.triage import add_note, change_state, parse_state_change
+    for group_id, change in ((ids["group"], {"state": "investigating", "assignee": "operator-" + TOKEN[:246]}),
+                             (refunds, {"state": "resolved", "resolved_in": "v" + TOKEN[:254]}),
+                             (payments, {"state": "ignored", "until_count": "1000000000000"})):
+        change_state(rt.engine, group_id, 1, parse_state_change({**change, "note": "why " + TOKEN}, utcnow()),
+                     actor="operator-" + TOKEN)
+        add_note(rt.engine, group_id, "note " + TOKEN, actor="operator-" + TOKEN)
+    ids["resolved_group"] = refunds
     return ids
 
 
@@ -249,15 +261,16 @@ def test_every_tables_header_shows_the_columns_its_rows_show_and_its_cells_stay_
 PHONE_BLOCKS = [("/jobs", "table.jobs tbody tr", "td.started"), ("/jobs/{job}", "table.job-items tbody tr", "td.item-state"),
                 ("/audit", "table.audit tbody tr:not(.audit-job-items)", "td.when"),
                 ("/audit?job={job}", "table.audit tbody tr", "td.when"), ("/views", "table.views tbody tr", "td.fact"),
-                ("/alerts", "table.alerts tbody tr", "td.alert-event")]
+                ("/alerts", "table.alerts tbody tr", "td.alert-event"),
+                ("/groups/{group}", "table.activity tbody tr", "td.when")]
 
 
 @pytest.mark.parametrize("path, rows, one_line", PHONE_BLOCKS)
 def test_on_a_phone_every_cell_of_a_job_its_items_the_audit_the_views_and_the_alerts_is_in_the_window(
         site, operator_pages, path, rows, one_line):
     """Not in a table's scrolling box, nor squeezed into its columns: a job's progress and result,
-    an item's result, who did what and when, a view's filters, an alert's error and target are
-    what their reader comes for."""
+    an item's result, who did what and when (in the audit and a group's activity), a view's
+    filters, an alert's error and target are what their reader comes for."""
     page = operator_pages(390, 844)
     url = path.format(**site.ids)
     page.goto(site.base + url)
