@@ -369,10 +369,15 @@ def dlq_headers(subject: str = "orders.created", **extra: str) -> dict[str, str]
 
 def make_orders_stream(url: str, **config) -> None:
     """Create stream ORDERS over ``orders.>``, the stream republishes go to."""
+    make_stream(url, "ORDERS", ["orders.>"], **config)
+
+
+def make_stream(url: str, name: str, subjects: list[str], **config) -> None:
+    """Create stream ``name`` over ``subjects`` on the server (or account) of ``url``."""
     async def create():
         nc = await nats.connect(url)
         try:
-            await nc.jetstream().add_stream(name="ORDERS", subjects=["orders.>"], **config)
+            await nc.jetstream().add_stream(name=name, subjects=subjects, **config)
         finally:
             await nc.close()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-import nats
 import pytest
 from sqlalchemy import select, update
 
@@ -93,15 +92,7 @@ def test_a_stream_added_after_the_answer_no_stream_is_seen_at_the_next_look_with
     entry page then refused it for the 30 s a found stream is remembered."""
     rt = runtime_of(desk())
     assert stream_of(rt, "refunds.issued", "a") == (True, None)
-
-    async def refunds_stream_in_a():
-        nc = await nats.connect(urls["a"])
-        try:
-            await nc.jetstream().add_stream(name="REFUNDS", subjects=["refunds.>"])
-        finally:
-            await nc.close()
-
-    support.run(refunds_stream_in_a())
+    support.make_stream(urls["a"], "REFUNDS", ["refunds.>"])
     support.wait_for(lambda: stream_of(rt, "refunds.issued", "a") == (True, "REFUNDS"), timeout=8,
                      message="the stream added to be seen")
 
@@ -141,15 +132,7 @@ def test_an_entry_of_account_b_is_republished_once_into_account_bs_stream_with_a
 def test_the_blast_radius_and_the_stream_of_a_subject_are_asked_of_the_entrys_source(desk, urls):
     rt = runtime_of(desk())
     entry_id = dead_letter_in(rt, urls["b"], "b", subject="billing.charged")
-
-    async def billing_stream_in_b():
-        nc = await nats.connect(urls["b"])
-        try:
-            await nc.jetstream().add_stream(name="BILLING", subjects=["billing.>"])
-        finally:
-            await nc.close()
-
-    support.run(billing_stream_in_b())
+    support.make_stream(urls["b"], "BILLING", ["billing.>"])
     # Only account B stores billing.charged: asked of a, no stream; of b, BILLING, each remembered apart.
     assert stream_of(rt, "billing.charged", "a") == (True, None)
     assert stream_of(rt, "billing.charged", "b") == (True, "BILLING")
