@@ -178,6 +178,24 @@ def test_a_second_start_on_the_same_instance_refuses_in_one_line_and_runs_no_sec
     assert first.proc.poll() is None and first.server_pid() == server
 
 
+def test_a_port_in_use_is_refused_in_one_line_before_anything_starts_and_the_first_password_is_kept(dashboards):
+    """It was a traceback, after the bundled server had started and the first admin had been made
+    with a password never shown (the next start makes none: it was lost)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        refused = dashboards("--port", str(port))
+        assert refused.proc.wait(60) == 2
+    errors = [line for line in refused.stderr().splitlines() if line.startswith("error:")]
+    assert errors == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another program, or "
+                      "another dashboard, may hold the port: choose another with --port)"], refused.stderr()
+    assert "Traceback" not in refused.stderr()
+    assert servers_on(refused.store) == []
+    with sqlite3.connect(refused.folder / "instance" / "dlq.sqlite3") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM users").fetchone()[0] == 0  # the next start makes the admin
+
+
 def test_a_server_that_a_killed_dashboard_left_running_is_stopped_and_its_port_reused(dashboards):
     first = dashboards().wait_serving()
     leftover = support.wait_for(first.server_pid, message="the bundled server's pid file")

@@ -138,13 +138,21 @@ def serve(args: argparse.Namespace) -> int:
 
     application = create_app({"SETTINGS": settings})
     runtime = runtime_of(application)
+    # The address first: a port another program holds is said in one line before anything
+    # starts, and before the first admin's one-time password is made (it would never be shown).
+    try:
+        server = waitress.create_server(application, host=args.host, port=args.port, threads=args.threads)
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc} (another program, or "
+              "another dashboard, may hold the port: choose another with --port)", file=sys.stderr, flush=True)
+        runtime.stop()  # nothing of it started: its database's connections closed
+        return 2
     # One-time logins are printed last, framed, once the address to use them at is known.
     logins: list[str] = []
     password = ensure_first_admin(runtime.engine)
     if password:
         logins.append(f"Created the first user: admin / {password}  (shown once; change it with the CLI)")
     demo = None
-    server = None
 
     def stop(signum, _frame):
         # Leave the serving loop; the finally below stops everything in order. A second
@@ -171,7 +179,6 @@ def serve(args: argparse.Namespace) -> int:
         # What the start made (modules, the app, its templates) lives as long as the process: a
         # full collection need not walk it again, and one stops every thread while it runs.
         gc.freeze()
-        server = waitress.create_server(application, host=args.host, port=args.port, threads=args.threads)
         print(f"DLQ Dashboard at http://{args.host}:{server.effective_port}", flush=True)
         if logins:
             print(framed(logins), flush=True)
@@ -180,8 +187,7 @@ def serve(args: argparse.Namespace) -> int:
         pass
     finally:
         print("Stopping…", flush=True)
-        if server is not None:
-            server.close()
+        server.close()
         if demo is not None:
             demo.stop()
         runtime.stop()
