@@ -188,8 +188,8 @@ def test_a_port_in_use_is_refused_in_one_line_before_anything_starts_and_the_fir
         refused = dashboards("--port", str(port))
         assert refused.proc.wait(60) == 2
     errors = [line for line in refused.stderr().splitlines() if line.startswith("error:")]
-    assert errors == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another program, or "
-                      "another dashboard, may hold the port: choose another with --port)"], refused.stderr()
+    assert errors == [f"error: cannot listen on 127.0.0.1:{port}: the port is in use (another program, or another "
+                      "dashboard, holds it: choose another with --port)"], refused.stderr()
     assert "Traceback" not in refused.stderr()
     assert servers_on(refused.store) == []
     with sqlite3.connect(refused.folder / "instance" / "dlq.sqlite3") as conn:

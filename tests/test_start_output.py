@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dlq_dashboard.cli.main import configure_logging, framed
+from dlq_dashboard.cli.main import configure_logging, framed, listen_error, parse_args
 from dlq_dashboard.config import ConfigError
 from dlq_dashboard.nats.server import free_port
 
@@ -101,3 +101,31 @@ def test_a_log_level_is_one_of_four_words():
 
 def test_a_frame_fits_its_longest_line():
     assert framed(["ab", "abcd"]).splitlines() == ["+------+", "| ab   |", "| abcd |", "+------+"]
+
+
+@pytest.mark.parametrize("args, sentence", [
+    (["--port", "99999"], "--port '99999' is not valid: use a whole number from 0 to 65,535 (0: a free port)"),
+    (["--port", "-1"], "--port '-1' is not valid"),
+    (["--threads", "0"], "--threads '0' is not valid: use a whole number from 1 to 256 (requests served at once)"),
+    (["--nats-port", "70000"], "--nats-port '70000' is not valid"),
+])
+def test_a_port_or_a_thread_count_out_of_range_is_refused_in_one_line(args, sentence, capsys):
+    """A port of 99999 served on 34463 (taken modulo 65536) and 0 threads answered nothing."""
+    with pytest.raises(SystemExit) as ended:
+        parse_args(args)
+    assert ended.value.code == 2 and sentence in capsys.readouterr().err
+    assert parse_args(["--port", "0", "--threads", "1"]).port == 0
+
+
+def test_why_the_web_server_cannot_listen_says_what_to_change():
+    import errno
+
+    in_use = OSError(errno.EADDRINUSE, "Address already in use")
+    assert listen_error("127.0.0.1", 8080, in_use) == (
+        "cannot listen on 127.0.0.1:8080: the port is in use (another program, or another dashboard, holds it: "
+        "choose another with --port)")
+    assert listen_error("nope.invalid", 8080, ValueError("Invalid host/port specified.")) == (
+        "cannot listen on nope.invalid:8080: the host does not resolve (give --host an address of this machine: "
+        "127.0.0.1, 0.0.0.0)")
+    assert listen_error("10.9.9.9", 80, OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")) == (
+        "cannot listen on 10.9.9.9:80: Cannot assign requested address (check --host and --port)")

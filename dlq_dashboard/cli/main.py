@@ -10,6 +10,7 @@ factory, without starting anything.
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import logging
 import signal
@@ -20,8 +21,10 @@ from flask.cli import ScriptInfo
 
 from .. import create_app as _create_app
 from ..config import ConfigError, Settings, load_settings, log_level
+from ..errors import InvalidRequest
 from ..nats.bundled import StoreInUse
 from ..nats.client_log import quiet_nats_tracebacks
+from ..numbers import whole_number
 from ..runtime import runtime_of
 from ..sources import unused_variables
 
@@ -65,15 +68,40 @@ def create_app(config=None):
         raise SystemExit(f"error: {exc}") from None
 
 
+def _whole(name: str, low: int, high: int, what: str):
+    """An argparse type: a whole number from ``low`` to ``high`` (numbers.py's sentence): a port
+    of 99999 was taken modulo 65536, and 0 threads served nothing."""
+    def parse(text: str) -> int:
+        try:
+            return whole_number(text, name, low=low, high=high, what=what)
+        except InvalidRequest as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = name  # argparse names the type in its own messages
+    return parse
+
+
+def listen_error(host: str, port: int, exc: Exception) -> str:
+    """Why the web server cannot listen on ``host``:``port``, in one line with what to do."""
+    where = f"cannot listen on {host}:{port}"
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return (f"{where}: the port is in use (another program, or another dashboard, holds it: choose another "
+                "with --port)")
+    if isinstance(exc, ValueError):  # waitress's answer to a host name that does not resolve
+        return f"{where}: the host does not resolve (give --host an address of this machine: 127.0.0.1, 0.0.0.0)"
+    return f"{where}: {getattr(exc, 'strerror', None) or exc} (check --host and --port)"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="dlq-dashboard", description="DLQ Dashboard: dead letters of NATS JetStream",
         epilog="admin commands: dlq-dashboard {users,tokens,entries,purge} --help "
                "(the same as flask --app app ...)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
-    parser.add_argument("--threads", type=int, default=8, help="web server threads (default 8)")
-    parser.add_argument("--nats-port", type=int, default=4222,
+    parser.add_argument("--port", type=_whole("--port", 0, 65535, "0: a free port"), default=8080,
+                        help="port to listen on (default 8080; 0: a free one)")
+    parser.add_argument("--threads", type=_whole("--threads", 1, 256, "requests served at once"), default=8,
+                        help="web server threads (default 8)")
+    parser.add_argument("--nats-port", type=_whole("--nats-port", 0, 65535, "0: a free port"), default=4222,
                         help="port of the bundled nats-server, when free (default 4222; else a free port)")
     parser.add_argument("--mirror-in-process", action="store_true",
                         help="mirror in this process rather than in a child process of its own (the pages are "
@@ -142,9 +170,8 @@ def serve(args: argparse.Namespace) -> int:
     # starts, and before the first admin's one-time password is made (it would never be shown).
     try:
         server = waitress.create_server(application, host=args.host, port=args.port, threads=args.threads)
-    except OSError as exc:
-        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc} (another program, or "
-              "another dashboard, may hold the port: choose another with --port)", file=sys.stderr, flush=True)
+    except (OSError, ValueError) as exc:
+        print(f"error: {listen_error(args.host, args.port, exc)}", file=sys.stderr, flush=True)
         runtime.stop()  # nothing of it started: its database's connections closed
         return 2
     # One-time logins are printed last, framed, once the address to use them at is known.
