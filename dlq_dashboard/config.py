@@ -176,10 +176,16 @@ def _database_url(name: str, raw: str) -> str:
     from sqlalchemy.exc import ArgumentError
 
     try:
-        make_url(raw)
+        url = make_url(raw)
     except ArgumentError:
+        url = None
+    # SQLite and PostgreSQL (psycopg 3) are the databases the dashboard runs on; another
+    # dialect ("mysql://") ended in a traceback about its missing driver.
+    if url is None or url.drivername not in ("sqlite", "sqlite+pysqlite", "postgresql", "postgres",
+                                             "postgresql+psycopg"):
         raise ConfigError(
-            f"{name}={scrub(raw)!r} is not valid: use an SQLAlchemy URL such as sqlite:///instance/dlq.sqlite3"
+            f"{name}={scrub(raw)!r} is not valid: use sqlite:///path (one machine) or "
+            "postgresql://user:password@host/database (several replicas)"
         ) from None
     return raw
 

@@ -50,6 +50,8 @@ def test_every_variable_is_read():
     ("DLQ_SCHEMAS", "/no/such/folder"),
     ("NATS_CREDS", "/no/such/file.creds"),
     ("DATABASE_URL", "not a url"),
+    ("DATABASE_URL", "mysql://dlq@db.example/dlq"),  # was a traceback about MySQLdb
+    ("DATABASE_URL", "postgresql+psycopg2://dlq@db.example/dlq"),
     ("DLQ_WEBHOOK_URL", "notaurl"),
     ("DLQ_WEBHOOK_URL", "ftp://example.com/hook"),
     ("DLQ_WEBHOOK_URL", "https://example.com:port/hook"),
