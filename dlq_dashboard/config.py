@@ -16,7 +16,7 @@ from .mailing import MailError, SmtpServer, check_address, mail_sender, parse_sm
 from .sign_in import (GroupRule, SettingError, button_words, check_single_sign_on, claim_path, issuer, oidc_roles,
                       oidc_scopes, session_hours)
 from .redaction import scrub
-from .sources import Source, SourcesError, load_sources
+from .sources import Source, SourcesError, load_sources, nats_url_problem
 from .teams import Team, TeamsError, load_teams
 from .times import format_duration, parse_duration
 
@@ -99,10 +99,11 @@ def _subjects(name: str, raw: str) -> tuple[str, ...]:
 def _nats_urls(name: str, raw: str) -> tuple[str, ...]:
     urls = tuple(u.strip() for u in raw.split(",") if u.strip())
     for url in urls:
-        if "://" not in url or url.split("://", 1)[0] not in ("nats", "tls", "ws", "wss"):
-            raise ConfigError(
-                f"{name}={scrub(raw)!r} is not valid: use comma-separated URLs such as nats://host:4222"
-            )
+        problem = nats_url_problem(url)
+        if problem:
+            which = f"{scrub(url)!r}: " if len(urls) > 1 else ""
+            raise ConfigError(f"{name}={scrub(raw)!r} is not valid: {which}{problem}; use comma-separated URLs "
+                              "such as nats://host:4222")
     if not urls:
         raise ConfigError(f"{name}={scrub(raw)!r} is not valid: name at least one nats:// URL")
     return urls

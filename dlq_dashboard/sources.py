@@ -189,15 +189,41 @@ def _source(table: dict, index: int, folder: Path) -> Source:
     return source
 
 
+def nats_url_problem(url: str) -> str | None:
+    """What is wrong with one NATS server URL, or None: its scheme, a host, a port within range
+    ("nats://host:99999" and "nats://:4222" were taken, to fail at every connection attempt)."""
+    from urllib.parse import urlsplit
+
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in _URL_SCHEMES:
+        return "it is not a nats://, tls://, ws:// or wss:// URL"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "its port is not a number from 1 to 65535"
+    if not parts.hostname:
+        return "it names no host"
+    if port == 0:
+        return "its port is not a number from 1 to 65535"
+    return None
+
+
 def _urls(where: str, raw: Any) -> tuple[str, ...]:
     urls = [raw] if isinstance(raw, str) else raw
     if not isinstance(urls, list) or not urls:
         raise SourcesError(f"{where}, key 'nats_url': name the NATS server, such as \"nats://host:4222\"")
     found = []
     for url in urls:
-        if not isinstance(url, str) or "://" not in url or url.split("://", 1)[0] not in _URL_SCHEMES:
+        if not isinstance(url, str):
             raise SourcesError(f"{where}, key 'nats_url': {scrub(str(url))!r} is not a nats:// URL")
-        found.extend(u.strip() for u in url.split(",") if u.strip())
+        for one in (u.strip() for u in url.split(",") if u.strip()):
+            problem = nats_url_problem(one)
+            if problem:
+                raise SourcesError(f"{where}, key 'nats_url': {scrub(one)!r} is not valid: {problem}")
+            found.append(one)
+    if not found:
+        raise SourcesError(f"{where}, key 'nats_url': name the NATS server, such as \"nats://host:4222\"")
     return tuple(found)
 
 

@@ -50,6 +50,9 @@ def test_every_variable_is_read():
     ("DLQ_SCHEMAS", "/no/such/folder"),
     ("NATS_CREDS", "/no/such/file.creds"),
     ("DATABASE_URL", "not a url"),
+    ("NATS_URL", "nats://nats.example:99999"),  # taken, to fail at every connection attempt
+    ("NATS_URL", "nats://:4222"),
+    ("NATS_URL", "nats://a:4222,nats://b:0"),
     ("DATABASE_URL", "mysql://dlq@db.example/dlq"),  # was a traceback about MySQLdb
     ("DATABASE_URL", "postgresql+psycopg2://dlq@db.example/dlq"),
     ("DLQ_WEBHOOK_URL", "notaurl"),

@@ -37,7 +37,7 @@ def test_a_bad_sources_file_stops_the_start_naming_the_file_the_source_and_the_k
     with pytest.raises(ConfigError) as caught:
         load_settings({"DLQ_CONFIG": path})
     assert str(caught.value) == (f"DLQ_CONFIG={path!r} is not valid: source 'orders', key 'nats_url': "
-                                 "'http://x' is not a nats:// URL")
+                                 "'http://x' is not valid: it is not a nats://, tls://, ws:// or wss:// URL")
 
 
 def test_three_sources_are_mirrored_each_over_its_own_connection(three_sources, shared_server, nats_server,
@@ -92,7 +92,10 @@ def _bad_files(tmp_path: Path) -> list[tuple[str, str, str]]:
         ("an unknown key", f"[[sources]]\n{good}colour = \"red\"\n",
          "source 'orders', key 'colour': not a key of a source (known: advisory_stream, "),
         ("a bad URL", '[[sources]]\nname = "orders"\nnats_url = "http://nats:4222"\nstream = "DLQ"\n',
-         "source 'orders', key 'nats_url': 'http://nats:4222' is not a nats:// URL"),
+         "source 'orders', key 'nats_url': 'http://nats:4222' is not valid: it is not a nats://, tls://, ws:// or wss:// "
+         "URL"),
+        ("a port out of range", '[[sources]]\nname = "orders"\nnats_url = "nats://nats:65536"\nstream = "DLQ"\n',
+         "source 'orders', key 'nats_url': 'nats://nats:65536' is not valid: its port is not a number from 1 to 65535"),
         ("no stream", '[[sources]]\nname = "orders"\nnats_url = "nats://127.0.0.1:4222"\n',
          "source 'orders', key 'stream': name the dead-letter stream it mirrors"),
         ("a name used twice", f"[[sources]]\n{good}[[sources]]\n{good.replace('DLQ', 'DLQ2')}",
