@@ -176,18 +176,13 @@ def _database_url(name: str, raw: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    try:
-        url = make_url(raw)
+    try:  # SQLite and PostgreSQL (psycopg 3) only: "mysql://" was a traceback about its driver
+        driver = make_url(raw).drivername
     except ArgumentError:
-        url = None
-    # SQLite and PostgreSQL (psycopg 3) are the databases the dashboard runs on; another
-    # dialect ("mysql://") ended in a traceback about its missing driver.
-    if url is None or url.drivername not in ("sqlite", "sqlite+pysqlite", "postgresql", "postgres",
-                                             "postgresql+psycopg"):
-        raise ConfigError(
-            f"{name}={scrub(raw)!r} is not valid: use sqlite:///path (one machine) or "
-            "postgresql://user:password@host/database (several replicas)"
-        ) from None
+        driver = None
+    if driver not in ("sqlite", "sqlite+pysqlite", "postgresql", "postgres", "postgresql+psycopg"):
+        raise ConfigError(f"{name}={scrub(raw)!r} is not valid: use sqlite:///path (one machine) or "
+                          "postgresql://user:password@host/database (several replicas)")
     return raw
 
 

@@ -45,12 +45,24 @@ def declarations(body: str) -> list[str]:
     return [d.split(":", 1)[0].strip().lower() for d in body.split(";") if ":" in d]
 
 
+def selector_list(selectors: str) -> list[str]:
+    """A selector list's selectors: split at its commas, not at those inside a pseudo-class's
+    parentheses (``td:not(.who, .when)`` is one selector)."""
+    found, depth, start = [], 0, 0
+    for at, char in enumerate(selectors):
+        depth += (char == "(") - (char == ")")
+        if char == "," and depth == 0:
+            found.append(selectors[start:at])
+            start = at + 1
+    return found + [selectors[start:]]
+
+
 def twice_defined(css: str) -> list[str]:
     """The selectors written twice in one media context, and the properties of one selector set twice there."""
     selectors, properties = defaultdict(int), defaultdict(int)
     for context, selector, body in style_rules(css):
         selectors[context, selector] += 1
-        for one in selector.split(","):
+        for one in selector_list(selector):
             for name in declarations(body):
                 properties[context, " ".join(one.split()), name] += 1
     return ([f"{' '.join(c) or 'top level'}: {s} written {n} times" for (c, s), n in selectors.items() if n > 1]
@@ -74,6 +86,8 @@ def test_each_selector_is_defined_once_in_each_media_context_of_the_stylesheet()
     # Not twice: a selector in another media context, a property of another selector of a group.
     (".a { color: red; }\n@media (max-width: 600px) { .a { color: blue; } }\n.a, .b { margin: 0; }\n"
      ".b { content: \"}\"; color: red; }", []),
+    # A comma inside a pseudo-class's parentheses does not end a selector.
+    ("table.a td:not(.x, .y) { order: 3; }\ntable.b td:not(.x, .y) { order: 3; }", []),
 ])
 def test_the_check_finds_a_rule_written_twice_and_nothing_else(css, found):
     assert twice_defined(css) == found
