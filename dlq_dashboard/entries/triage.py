@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from sqlalchemy import Engine, bindparam, func, select
 
@@ -40,6 +40,8 @@ class GroupStateFilter:
     states: tuple[str, ...] = ()
     assignee: str | None = None
     team: str | None = None
+    #: The query parameters it reads.
+    PARAMETERS: ClassVar[tuple[str, ...]] = ("state", "assignee", "team")
 
     @classmethod
     def from_args(cls, args: Mapping[str, str], me: str | None = None) -> "GroupStateFilter":

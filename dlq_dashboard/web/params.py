@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import difflib
 from typing import Any, Iterable, Mapping
 from urllib.parse import unquote_to_bytes
 
@@ -104,6 +105,25 @@ REPAIR_PREVIEW_FIELDS = ("action", *SELECTION_FIELDS)
 GROUP_STATE_FIELDS, GROUP_NOTE_FIELDS = ("version", *STATE_FIELDS), ("text",)
 API_FIELDS = frozenset((*REPUBLISH_FIELDS, *CLOSE_FIELDS, *REOPEN_FIELDS, *BULK_FIELDS, *REPAIR_PREVIEW_FIELDS,
                         *GROUP_STATE_FIELDS, *GROUP_NOTE_FIELDS))
+
+#: The query parameters of the list's JSON (/api/entries, /api/summary, the exports; /api/groups
+#: adds its own): the filters (and ``field.<label>``), the page.
+LIST_PARAMETERS = (*(declared.name for declared in FILTERS if not declared.family), "limit", "cursor")
+
+
+def refuse_misspelt(args: Mapping[str, str], known: Iterable[str]) -> None:
+    """A query parameter a request does not take is left out (a cache-buster, a client's own),
+    unless it reads as a misspelling of one it takes: "subjet" would answer every entry as if
+    filtered, and a script acting on those ids would act on all of them. A 400 that names it."""
+    known = tuple(known)
+    for name in args:
+        if name in known or name.startswith("field."):
+            continue
+        close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.8)
+        if close:
+            raise InvalidRequest(f"{name[:40]!r} is not a parameter of this request: did you mean {close[0]!r}? "
+                                 "(one it does not take is left out, and the answer would not be filtered by it)")
+
 
 #: The filters a bulk request's ``filter`` may name, as its 400 lists them.
 FILTER_NAMES = ", ".join(declared.name for declared in FILTERS)
