@@ -31,11 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 class Dashboard:
     """One `python app.py --port 0` in ``folder`` (its instance/ there), stderr in a file."""
 
-    def __init__(self, folder: Path, *args: str, name: str = "app", nats_port: int):
+    def __init__(self, folder: Path, *args: str, name: str = "app", nats_port: int, scratch: Path):
         self.folder = folder
         self.stderr_path = folder / f"{name}.stderr"
         env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL") and not k.startswith("DLQ_")}
-        env.update(PYTHONUNBUFFERED="1", SECRET_KEY="bundled-server-test")
+        # TMPDIR: a dashboard killed with -9 leaves its mirror's temporary directory there.
+        env.update(PYTHONUNBUFFERED="1", SECRET_KEY="bundled-server-test", TMPDIR=str(scratch))
         with open(self.stderr_path, "wb") as stderr:
             # Its own port, not 4222: tests in the other worker start dashboards too.
             self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", "0", "--nats-port",
@@ -111,13 +112,13 @@ def dead_letter(url: str, subject: str) -> None:
 
 
 @pytest.fixture
-def dashboards(tmp_path):
+def dashboards(tmp_path, scratch):
     """Start dashboards in tmp_path; every one, and any bundled server left, ends after the test."""
     started: list[Dashboard] = []
     nats_port = free_port()
 
     def start(*args: str, name: str = "app") -> Dashboard:
-        dashboard = Dashboard(tmp_path, *args, name=name, nats_port=nats_port)
+        dashboard = Dashboard(tmp_path, *args, name=name, nats_port=nats_port, scratch=scratch)
         started.append(dashboard)
         return dashboard
 

@@ -101,8 +101,9 @@ def start_all(replicas: list[Replica]) -> None:
 
 
 @pytest.fixture
-def cluster(tmp_path, nats_server, postgres_server):
-    """Two replicas of the dashboard on one PostgreSQL database, with a user and a token."""
+def cluster(tmp_path, nats_server, postgres_server, scratch):
+    """Two replicas of the dashboard on one PostgreSQL database, with a user and a token (their
+    TMPDIR, scratch, is removed afterwards: a replica killed with -9 leaves its mirror's there)."""
     url = postgres_server.create_database(migrated=True)
     engine = create_db_engine(url)
     migrate(engine)  # at the newest revision already: finds nothing to do
@@ -110,7 +111,7 @@ def cluster(tmp_path, nats_server, postgres_server):
     token = create_token(engine, "ops-token", "operator")
     support.make_orders_stream(nats_server.url)
     env = {**os.environ, "DATABASE_URL": url, "NATS_URL": nats_server.url, "SECRET_KEY": "shared-by-every-replica",
-           "DLQ_REPUBLISH_RATE": "100", "PYTHONUNBUFFERED": "1"}
+           "DLQ_REPUBLISH_RATE": "100", "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)}
     replicas = [Replica(name, tmp_path, env) for name in ("a", "b")]
     try:
         start_all(replicas)
