@@ -112,7 +112,7 @@ def test_republish_is_disabled_with_the_reason_the_request_would_be_refused_with
     html = operator.get(f"/entries/{fine}").get_data(as_text=True)
     assert "not possible" not in html and 'data-action="republish" data-needs-nats' in html
     bar = html.split('class="action-bar"')[1].split("</section>")[0]
-    assert [a for a in re.findall(r'data-action="(\w+)"', bar)] == ["republish", "edit", "repair", "close"]
+    assert [a for a in re.findall(r'data-action="(\w+)"', bar)] == ["republish", "edit", "close"]  # no schema: no repair
     assert "Audit of this entry" not in bar and "audit of this entry" in html
     viewer = support.logged_in(app, "viewer").get(f"/entries/{fine}").get_data(as_text=True)
     assert 'class="action-bar"' not in viewer

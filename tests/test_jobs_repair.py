@@ -172,6 +172,31 @@ def test_a_repair_job_resumed_after_a_crash_publishes_nothing_twice(app, rt, nat
     assert sorted(m.data for m in published) == sorted(repaired(p) for p in broken)
 
 
+def test_repair_by_schema_is_offered_only_where_the_schema_finds_the_payload_invalid(make_app):
+    # A timeout's payload that passes its schema, or one no schema covers, has nothing the repair
+    # could change: the button led to a preview saying so.
+    app = make_app(schemas_dir=str(DEMO_SCHEMAS))
+    [broken] = demo_orders("price_as_string", 1, seed=3)
+    [fine] = demo_orders("ok", 1, seed=3)
+    invalid = support.dead_letter(app, 1, payload=broken, Dlq_Reason="schema_invalid", Dlq_Error="price")
+    valid = support.dead_letter(app, 2, payload=fine, Dlq_Reason="max_deliveries", Dlq_Error="TimeoutError: CRM")
+    uncovered = support.dead_letter(app, 3, subject="payments.made", payload=b'{"amount": "1.50"}',
+                                    Dlq_Reason="fatal", Dlq_Error="no account")
+    operator = support.logged_in(app, "operator")
+
+    def offered(entry_id):
+        page = operator.get(f"/entries/{entry_id}").get_data(as_text=True)
+        return re.findall(r'data-action="(\w+)"', page.split('class="action-bar"')[1].split("</section>")[0])
+
+    assert offered(invalid) == ["republish", "edit", "repair", "close"]
+    assert offered(valid) == offered(uncovered) == ["republish", "edit", "close"]
+    groups = {g["reason"]: g["id"] for g in operator.get("/api/groups").get_json()["groups"]}
+    for reason, actions in [("schema_invalid", ["republish", "close", "patch", "repair"]),
+                            ("max_deliveries", ["republish", "close", "patch"]), ("fatal", ["republish", "close", "patch"])]:
+        page = operator.get(f"/groups/{groups[reason]}").get_data(as_text=True)
+        assert re.findall(r'name="action" value="(\w+)"', page) == actions, reason
+
+
 def test_a_groups_repair_previews_that_groups_entries(make_app):
     app = make_app(schemas_dir=str(DEMO_SCHEMAS))
     for seq, payload in enumerate(demo_orders("price_as_string", 3, seed=2), start=1):

@@ -232,7 +232,7 @@ def test_groups_show_a_trend_a_readable_label_and_operators_get_the_group_action
     operator = html_of(support.logged_in(web, "operator").get("/groups"))
     row = re.findall(r"<tr hx-disable[^>]*>(.*?)</tr>", operator, re.S)[0]
     forms = re.findall(r'<form method="post" action="/bulk/preview".*?</form>', row, re.S)
-    assert [re.search(r'name="action" value="(\w+)"', f).group(1) for f in forms] == ["republish", "close", "patch", "repair"]
+    assert [re.search(r'name="action" value="(\w+)"', f).group(1) for f in forms] == ["republish", "close", "patch"]
     group_id = re.search(r'name="group" value="(\d+)"', forms[0]).group(1)
     for form in forms:
         assert 'name="by" value="filter"' in form and 'name="status" value="open"' in form

@@ -10,6 +10,8 @@ from functools import cached_property
 from datetime import datetime
 from typing import Any, Mapping
 
+from dlq_consumer import headers as contract
+
 from ..ingest import grouping
 from ..scopes import DEFAULT_SOURCE
 from ..times import format_time
@@ -55,6 +57,12 @@ class Group:
     def label(self) -> str:
         """The key as one readable line."""
         return group_label(self.key)
+
+    @property
+    def schema_failures(self) -> bool:
+        """Whether its entries failed their schema: the group that Repair by schema is offered on
+        (a timeout's or a fatal error's payloads have nothing the repair could change)."""
+        return self.reason == contract.REASON_SCHEMA_INVALID
 
     def filter_args(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The list filter that shows this group's entries: ``base`` (the other filters the

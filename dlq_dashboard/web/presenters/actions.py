@@ -56,18 +56,21 @@ class EntryActionBar:
 
 
 def entry_action_bar(entry: Any, republish_reason: str | None, edit_reason: str | None,
-                     close_needs_nats: bool) -> EntryActionBar:
+                     close_needs_nats: bool, repairable: bool = True) -> EntryActionBar:
     """The actions an entry's status allows: Republish and Edit while it may be republished,
-    Close unless it is closed, Reopen unless it is open."""
+    Close unless it is closed, Reopen unless it is open. Repair by schema beside Edit only when
+    ``repairable``: the current schema finds the payload invalid (a payload that passes, or that
+    no schema covers, has nothing the repair could change)."""
     actions = []
     if entry.status in REPUBLISHABLE:
         actions += [EntryAction("republish", "Republish", "actions.confirm_republish", needs_nats=True,
                                 nats_note="Republishing", reason=republish_reason or None),
                     EntryAction("edit", "Edit and republish", "actions.edit", needs_nats=True,
-                                nats_note="Republishing", reason=edit_reason or None),
-                    # Beside Edit: the payload coerced by its schema (entries/repair.py), shown as a diff first.
-                    EntryAction("repair", "Repair by schema", "repair.entry_repair", needs_nats=True,
                                 nats_note="Republishing", reason=edit_reason or None)]
+        if repairable:
+            # Beside Edit: the payload coerced by its schema (entries/repair.py), shown as a diff first.
+            actions.append(EntryAction("repair", "Repair by schema", "repair.entry_repair", needs_nats=True,
+                                       nats_note="Republishing", reason=edit_reason or None))
     if entry.status != "closed":
         # Closing is the database's decision; only DLQ_DELETE_ON_CLOSE makes it a NATS call too.
         actions.append(EntryAction("close", "Close", "actions.close", method="post", needs_nats=close_needs_nats,
