@@ -79,17 +79,17 @@ def test_a_subject_stays_on_one_line_on_a_phone_and_a_wide_screen_on_the_groups_
 LONG_ERROR = "TimeoutError: the CRM shard eu-3 did not answer for customer C-1042 within the request's deadline"
 
 
-def store_a_long_errors_group(app) -> None:
+def store_a_long_errors_group(app, reason: str = "max_deliveries") -> None:
     """Three dead letters of one group whose error is a long sentence."""
     for seq in (1, 2, 3):
-        support.dead_letter(app, seq, Dlq_Reason="max_deliveries", Dlq_Error=LONG_ERROR)
+        support.dead_letter(app, seq, Dlq_Reason=reason, Dlq_Error=LONG_ERROR)
 
 
 def test_beside_an_operators_actions_the_error_keeps_a_readable_width_and_every_action_is_in_the_window(
         app, live_server, page):
     # Before: six links and buttons on one line left the error 64 px at 1440 px, a word a line,
     # and at 1024 px the last actions stood beyond the window, in the table's own scrolling box.
-    store_a_long_errors_group(app)
+    store_a_long_errors_group(app, "schema_invalid")  # the widest rows: every action, Repair too
     support.dead_letter(app, 4, subject="payments.captured", Dlq_Reason="fatal", Dlq_Error="carrier down")
     support.sign_in(page, live_server, app, "operator")  # the widest rows: with the actions
     for width in (1440, 1280, 1101, 1100, 961, 800, 390):
