@@ -160,3 +160,24 @@ def test_a_parameter_that_is_no_misspelling_is_left_out_as_before(site, path):
     # A cache-buster or a client's own parameter; the groups' team is theirs, not a misspelt stream.
     response = site["app"].test_client().get(path, headers=support.bearer(site["token"]))
     assert response.status_code == 200, response.get_data(as_text=True)[:300]
+
+
+@pytest.mark.parametrize("path, query, meant", [("/", "subjet=payments.>", "subject"), ("/", "staus=closed", "status"),
+                                                ("/groups", "reasn=fatal", "reason"), ("/groups", "assigne=ann", "assignee"),
+                                                ("/groups", "windw=1h", "window")])
+def test_a_misspelt_parameter_of_a_page_says_the_one_meant_where_its_list_would_be(site, path, query, meant):
+    """A hand-edited address ("?subjet=payments.>") showed every entry as if filtered, the form above
+    the list reading as no filter at all; now the page says so, as it does a filter's bad value."""
+    support.dead_letter(runtime_of(site["app"]).engine, 4, Dlq_Reason="fatal", Dlq_Error="order 7 not found")
+    table = '<table class="entries">' if path == "/" else '<table class="groups'
+    assert table in site["viewer"].get(path).get_data(as_text=True)
+    response = site["viewer"].get(f"{path}?{query}")
+    assert response.status_code == 400
+    page = unescape(response.get_data(as_text=True))
+    assert f"{query.split('=')[0]!r} is not a parameter of this request: did you mean {meant!r}?" in page
+    assert table not in page
+
+
+@pytest.mark.parametrize("path", ["/?_=1733390000", "/groups?window=1h&state=open&team=payments", "/?utm_source=mail"])
+def test_a_pages_parameter_that_is_no_misspelling_is_left_out_as_before(site, path):
+    assert site["viewer"].get(path).status_code == 200

@@ -21,7 +21,6 @@ from ..times import format_time, utcnow
 from . import current_runtime, params
 from .auth import Identity, current_identity, requires
 from ..access import visible
-from ..entries.triage import GroupStateFilter
 from .data import current_reader, entries_page, entry_detail, failure_groups, request_filter
 
 bp = Blueprint("api", __name__)
@@ -54,7 +53,7 @@ def list_groups():
     """Failure groups under the list's filters (every status unless one is given), largest first;
     each with the filter of /api/entries that lists exactly its entries. Not ``exact``: counted
     over the newest ``bound`` matches only (of ``matched`` in all, where a key field's index tells)."""
-    params.refuse_misspelt(request.args, (*params.LIST_PARAMETERS, *GroupStateFilter.PARAMETERS))
+    params.refuse_misspelt(request.args, params.GROUPS_PARAMETERS)
     answer = failure_groups(request.args)
     tally = answer.tally
     return jsonify(groups=[g.to_dict(answer.base) for g in answer.groups], exact=tally.exact,

@@ -66,6 +66,7 @@ TIME_PRESETS = (("15m", "15 minutes"), ("1h", "hour"), ("1d", "day"), ("7d", "we
 def index():
     """The list of entries, newest first, under the filters in the URL."""
     try:
+        params.refuse_misspelt(request.args, params.LIST_PARAMETERS)
         (flt, page), filter_error = entries_page(request.args, rows=True), None
     except FilterError as exc:
         flt, page, filter_error = EntryFilter(), None, str(exc)
@@ -172,6 +173,7 @@ def groups():
     args = {**({} if "status" in request.args else {"status": "open"}), **request.args.to_dict()}
     found, tally, base, trends, filter_error, triage_args = None, None, {}, {}, None, {}
     try:
+        params.refuse_misspelt(request.args, (*params.GROUPS_PARAMETERS, "window"))
         answer = failure_groups(args)
         flt, found, tally, base = answer.filter, answer.groups, answer.tally, answer.base
         triage_args = answer.triage.to_args(caller_name())

@@ -20,7 +20,8 @@ from urllib.parse import unquote_to_bytes
 from flask import Flask, request
 
 from ..actions.triage import STATE_FIELDS
-from ..entries.filters import FILTERS, filter_of
+from ..entries.filters import FILTERS, FilterError, filter_of
+from ..entries.triage import GroupStateFilter
 from ..errors import InvalidRequest
 from ..flags import flag
 from ..numbers import VERSION_MAX, whole_number
@@ -109,19 +110,22 @@ API_FIELDS = frozenset((*REPUBLISH_FIELDS, *CLOSE_FIELDS, *REOPEN_FIELDS, *BULK_
 #: The query parameters of the list's JSON (/api/entries, /api/summary, the exports; /api/groups
 #: adds its own): the filters (and ``field.<label>``), the page.
 LIST_PARAMETERS = (*(declared.name for declared in FILTERS if not declared.family), "limit", "cursor")
+#: The groups': the list's and the triage filters (the page's "window" beside them).
+GROUPS_PARAMETERS = (*LIST_PARAMETERS, *GroupStateFilter.PARAMETERS)
 
 
 def refuse_misspelt(args: Mapping[str, str], known: Iterable[str]) -> None:
     """A query parameter a request does not take is left out (a cache-buster, a client's own),
     unless it reads as a misspelling of one it takes: "subjet" would answer every entry as if
-    filtered, and a script acting on those ids would act on all of them. A 400 that names it."""
+    filtered, and a script acting on those ids would act on all of them. A 400 that names it (a
+    FilterError: a page shows it where its list would be, as a filter's bad value)."""
     known = tuple(known)
     for name in args:
         if name in known or name.startswith("field."):
             continue
         close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.8)
         if close:
-            raise InvalidRequest(f"{name[:40]!r} is not a parameter of this request: did you mean {close[0]!r}? "
+            raise FilterError(f"{name[:40]!r} is not a parameter of this request: did you mean {close[0]!r}? "
                                  "(one it does not take is left out, and the answer would not be filtered by it)")
 
 
