@@ -107,6 +107,19 @@ def test_key_fields_are_stored_at_ingest_as_the_payload_reads(make_app, database
     assert len(filtered_ids(rt, fields[0], "C-42")) == 3
 
 
+def test_a_new_key_fields_log_line_says_whether_older_entries_are_filled(make_app, caplog):
+    # With none stored it read "filling the no entries stored before it in the background".
+    rt = runtime_of(make_app(list_fields=FIELDS))
+    with caplog.at_level("INFO", logger="dlq_dashboard.ingest.key_fields"):
+        record_key_fields(rt.engine, FIELDS[:1])
+        support.dead_letter(rt.engine, 1, payload=b'{"customer_id": "C-1"}')
+        record_key_fields(rt.engine, FIELDS[:2])
+    label, pointer = FIELDS[0]
+    assert caplog.messages[0] == f"key field {label} ({pointer}): no entries stored before it to fill"
+    label, pointer = FIELDS[1]
+    assert caplog.messages[-1] == f"key field {label} ({pointer}): filling the entries stored before it in the background"
+
+
 def test_nothing_is_stored_without_key_fields_recorded(make_app, database_url):
     app = make_app(list_fields=FIELDS)
     _store(app)

@@ -165,8 +165,11 @@ def record_key_fields(engine: Engine, configured: tuple[tuple[str, str], ...]) -
         for label, pointer in configured:
             if (label, pointer) not in kept:
                 conn.execute(insert(KEY_FIELDS).values(label=label, pointer=pointer, pending_below=top, retired=False))
-                log.info("key field %s (%s): filling the %s entries stored before it in the background",
-                         label, pointer, "older" if top else "no")
+                if top:
+                    log.info("key field %s (%s): filling the entries stored before it in the background",
+                             label, pointer)
+                else:
+                    log.info("key field %s (%s): no entries stored before it to fill", label, pointer)
 
 
 def backfill_step(engine: Engine, batch: int = BACKFILL_BATCH) -> bool:
