@@ -81,7 +81,7 @@ def test_keys_move_open_search_and_explain_and_typing_is_left_alone(app, live_se
 def test_the_chart_has_labelled_axes_on_a_log_scale(app, live_server, page):
     support.sign_in(page, live_server, app, "viewer")
     page.goto(f"{live_server}/")
-    chart = page.locator(f"{COUNTED_SUMMARY} figure.chart svg")
+    chart = page.locator(f"{COUNTED_SUMMARY} figure.chart svg.chart-wide")
     chart.wait_for()
     ticks = chart.locator("text.tick").all_text_contents()
     assert "0" in ticks and "3" in ticks  # counts on the left: 0 and the peak

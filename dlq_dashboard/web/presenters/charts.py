@@ -15,10 +15,28 @@ from datetime import datetime, timedelta
 _SIZES = [timedelta(minutes=m) for m in (1, 5, 15, 30, 60, 180, 360, 720, 1440, 10080)]
 MAX_BARS = 60
 MIN_BARS = 30
-WIDTH, HEIGHT = 760, 130
-# The plot area inside the SVG: room on the left for the counts, below for the times.
-LEFT, RIGHT, TOP, BOTTOM = 52, WIDTH - 10, 20, HEIGHT - 30
-X_TICKS = 5
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """An SVG's size in its own units and the plot area inside it: room on the left for the
+    counts, below for the times; about ``x_ticks`` labelled times. The page scales the SVG to its
+    column, and its text with it, so each width of column gets a drawing of its own."""
+
+    width: int
+    height: int
+    left: int
+    right: int
+    top: int
+    bottom: int
+    x_ticks: int
+
+
+#: A desk's column (the chart is at most 760 px wide: its text at the page's size).
+WIDE = Geometry(760, 130, 52, 750, 20, 100, 5)
+#: A phone's (app.css shows it in a figure narrower than 520 px): the wide drawing scaled to a
+#: phone's 360 px made its labels 6 px high; this one's are 11.
+NARROW = Geometry(440, 150, 40, 432, 22, 118, 3)
 
 
 @dataclass(frozen=True)
@@ -52,14 +70,11 @@ class Chart:
     end: datetime | None
     peak: int
     bar_size: timedelta | None
-    width: int = WIDTH
-    height: int = HEIGHT
+    geometry: Geometry = WIDE
     x_ticks: list[Tick] = field(default_factory=list)
     y_ticks: list[Tick] = field(default_factory=list)
-    left: int = LEFT
-    right: int = RIGHT
-    top: int = TOP
-    bottom: int = BOTTOM
+    #: The same bars drawn for a phone's column (the wide chart's only).
+    narrow: "Chart | None" = None
 
     @property
     def total(self) -> int:
@@ -83,29 +98,29 @@ def chart_bounds(first: datetime | None, last: datetime | None, *, max_bars: int
     return [start + i * size for i in range(count + 1)]
 
 
-def _height(n: int, peak: int) -> float:
+def _height(n: int, peak: int, g: Geometry) -> float:
     """How tall a count is drawn: log(1 + n) against the peak's, at least 2 units for any count."""
     if not n:
         return 0.0
-    return max(2.0, (BOTTOM - TOP) * math.log1p(n) / math.log1p(peak))
+    return max(2.0, (g.bottom - g.top) * math.log1p(n) / math.log1p(peak))
 
 
-def _count_ticks(peak: int) -> list[Tick]:
+def _count_ticks(peak: int, g: Geometry) -> list[Tick]:
     """0, then the powers of ten up to the peak, and the peak itself where it has room."""
     values = [0] + [10 ** k for k in range(len(str(peak))) if 10 ** k <= peak]
     ticks: list[Tick] = []
     for v in values + ([peak] if peak not in values else []):
-        at = round(BOTTOM - _height(v, peak), 2)
+        at = round(g.bottom - _height(v, peak, g), 2)
         if not ticks or ticks[-1].at - at >= 16:  # a label needs about 16 units of height
             ticks.append(Tick(at, f"{v:,}", "end"))
     return ticks
 
 
-def _time_ticks(bounds: list[datetime]) -> list[Tick]:
-    """About X_TICKS labelled bar edges: hours and minutes, with the day when the chart spans
-    more than one, the day alone for bars of a day or more."""
+def _time_ticks(bounds: list[datetime], g: Geometry) -> list[Tick]:
+    """About ``g.x_ticks`` labelled bar edges: hours and minutes, with the day when the chart
+    spans more than one, the day alone for bars of a day or more."""
     bars = len(bounds) - 1
-    step = max(1, math.ceil(bars / X_TICKS))
+    step = max(1, math.ceil(bars / g.x_ticks))
     size = bounds[1] - bounds[0]
     if size >= timedelta(days=1):
         pattern = "%m-%d"
@@ -113,28 +128,31 @@ def _time_ticks(bounds: list[datetime]) -> list[Tick]:
         pattern = "%m-%d %H:%M"
     else:
         pattern = "%H:%M"
-    slot = (RIGHT - LEFT) / bars
+    slot = (g.right - g.left) / bars
     ticks = []
     for i in range(0, bars + 1, step):
         anchor = "start" if i == 0 else ("end" if i == bars else "middle")
-        ticks.append(Tick(round(LEFT + i * slot, 2), bounds[i].strftime(pattern), anchor))
+        ticks.append(Tick(round(g.left + i * slot, 2), bounds[i].strftime(pattern), anchor))
     return ticks
 
 
-def build_chart(bounds: list[datetime], totals: list[int]) -> Chart:
-    """Bars for the counts between consecutive ``bounds`` on a log scale, with the axes' ticks."""
+def build_chart(bounds: list[datetime], totals: list[int], geometry: Geometry = WIDE) -> Chart:
+    """Bars for the counts between consecutive ``bounds`` on a log scale, with the axes' ticks;
+    the wide chart carries the same drawn for a phone (``narrow``)."""
+    g = geometry
+    narrow = build_chart(bounds, totals, NARROW) if g is WIDE else None
     if not bounds or not any(totals):
-        return Chart([], None, None, 0, None)
+        return Chart([], None, None, 0, None, g, narrow=narrow)
     peak = max(totals)
-    slot = (RIGHT - LEFT) / len(totals)
+    slot = (g.right - g.left) / len(totals)
     gap = 1 if slot > 3 else 0
     bars = []
     for i, n in enumerate(totals):
-        height = _height(n, peak)
-        bars.append(Bar(bounds[i], bounds[i + 1], n, round(LEFT + i * slot, 2), round(BOTTOM - height, 2),
+        height = _height(n, peak, g)
+        bars.append(Bar(bounds[i], bounds[i + 1], n, round(g.left + i * slot, 2), round(g.bottom - height, 2),
                         round(max(slot - gap, 1), 2), round(height, 2)))
-    return Chart(bars, bounds[0], bounds[-1], peak, bounds[1] - bounds[0],
-                 x_ticks=_time_ticks(bounds), y_ticks=_count_ticks(peak))
+    return Chart(bars, bounds[0], bounds[-1], peak, bounds[1] - bounds[0], g,
+                 x_ticks=_time_ticks(bounds, g), y_ticks=_count_ticks(peak, g), narrow=narrow)
 
 
 def describe_size(size: timedelta | None) -> str:
