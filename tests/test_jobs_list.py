@@ -115,7 +115,7 @@ def test_the_audit_folds_a_bulk_job_into_one_row_that_opens_to_its_items(offline
 
     viewer = support.logged_in(offline_app, "viewer")
     html = viewer.get("/audit").get_data(as_text=True)
-    assert html.count(f'data-job="{job_id}"') == 1 and "3 done, 0 failed" in html
+    assert html.count(f'data-job="{job_id}"') == 1 and "finished: 3 done, 0 failed" in html  # not "done: 3 done"
     assert f'hx-get="/audit/jobs/{job_id}/items"' in html
     for entry_id in ids[:3]:
         assert f'href="/entries/{entry_id}"' not in html, "the items are folded"
