@@ -55,7 +55,7 @@ def test_the_demos_prices_as_text_are_repaired_in_one_bulk_action_each_republish
     page = preview.get_data(as_text=True)
     assert preview.status_code == 200, page
     assert (count_of(page, "pass"), count_of(page, "still_fail"), count_of(page, "cannot")) == (12, 0, 3)
-    assert "No rule repairs it: /: &#39;customer_id&#39; is a required property." in page
+    assert "No rule repairs it: /customer_id: missing; the schema requires it." in page
     assert "/items/0/price: the text is not a number as JSON writes one" in page
     assert page.count('class="repair-example"') == 5
     first = json.loads(broken[0])["items"][0]["price"]
@@ -69,7 +69,7 @@ def test_the_demos_prices_as_text_are_repaired_in_one_bulk_action_each_republish
     body = answer.get_json()
     assert (body["pass"], body["still_fail"], body["cannot"], body["count"]) == (12, 0, 3, 15)
     assert {r["reason"]: r["count"] for r in body["cannot_reasons"]}[
-        "No rule repairs it: /: 'customer_id' is a required property."] == 2
+        "No rule repairs it: /customer_id: missing; the schema requires it."] == 2
     assert body["cannot_reasons"][0]["examples"] and body["examples"][0]["changes"] == [
         {"path": "/items/0/price", "rule": "a number written as text"}]
 
@@ -87,7 +87,7 @@ def test_the_demos_prices_as_text_are_repaired_in_one_bulk_action_each_republish
     status = client.get(f"/api/jobs/{job_id}").get_json()
     assert (status["action"], status["total"], status["done"], status["skipped"]) == ("repair", 15, 12, 3)
     skipped = {i["entry_id"]: i["result"] for i in status["items"] if i["state"] == "skipped"}
-    assert set(skipped) == set(missing + comma) and "required property" in skipped[missing[0]]
+    assert set(skipped) == set(missing + comma) and "/customer_id: missing; the schema requires it" in skipped[missing[0]]
     job_page = client.get(f"/jobs/{job_id}").get_data(as_text=True)
     assert "Job %d: bulk repair" % job_id in job_page
     # Each republish's audit and the entry's timeline say it was repaired by the schema.
@@ -135,7 +135,7 @@ def test_a_viewer_gets_no_repair_and_a_payload_without_schema_says_why(offline_a
                     headers=support.bearer(tokens["operator"])).get_json()
     assert body["cannot_reasons"][0]["reason"] == "No schema covers its subject, so there is nothing to repair by."
     page = auth.client("operator").get(f"/entries/{entry_id}/repair").get_data(as_text=True)
-    assert "It cannot be repaired: No schema covers its subject" in page
+    assert "It cannot be repaired. No schema covers its subject" in page
 
 
 def test_a_repair_job_resumed_after_a_crash_publishes_nothing_twice(app, rt, nats_server, tokens, monkeypatch):

@@ -286,10 +286,17 @@ def _where(path: Iterable) -> str:
     return json_pointer(path) or "/"
 
 
+_REQUIRED = re.compile(r"^'(.*)' is a required property$", re.S)
+
+
 def _words(error: ValidationError) -> str:
-    """An error in words that name the place and the schema's rule, not the payload's value."""
+    """An error in words that name the place and the schema's rule, not the payload's value; a
+    missing property by its own place ("/customer_id: missing; the schema requires it")."""
     where = _where(error.absolute_path)
     if error.validator == "required":
+        missing = _REQUIRED.match(error.message)
+        if missing:
+            return f"{json_pointer([*error.absolute_path, missing.group(1)])}: missing; the schema requires it."
         return f"{where}: {error.message}."
     if error.validator == "type":
         return f"{where}: the schema wants {' or '.join(_as_list(error.validator_value))}."
