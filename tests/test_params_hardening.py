@@ -181,3 +181,16 @@ def test_a_misspelt_parameter_of_a_page_says_the_one_meant_where_its_list_would_
 @pytest.mark.parametrize("path", ["/?_=1733390000", "/groups?window=1h&state=open&team=payments", "/?utm_source=mail"])
 def test_a_pages_parameter_that_is_no_misspelling_is_left_out_as_before(site, path):
     assert site["viewer"].get(path).status_code == 200
+
+
+def test_an_unknown_api_path_or_method_says_where_the_routes_are_or_which_methods_it_takes(site):
+    # Werkzeug's "The requested URL was not found on the server. If you entered the URL manually
+    # please check your spelling" was the answer to /api/export.xml and to /api/jobs/abc.
+    api, auth = site["app"].test_client(), support.bearer(site["token"])
+    for path in ("/api/export.xml", "/api/jobs/abc"):
+        answer = api.get(path, headers=auth)
+        assert answer.status_code == 404
+        assert answer.get_json()["error"] == f"No route of the API answers GET {path}: /api/openapi.json lists them."
+    assert api.get("/api/jobs/0", headers=auth).get_json()["error"] == "There is no job 0."  # a route's own 404
+    answer = api.delete("/api/audit", headers=auth)
+    assert answer.status_code == 405 and answer.get_json()["error"] == "/api/audit does not take DELETE: use GET."

@@ -190,7 +190,16 @@ def not_done_page(exc: DashboardError, entry_id: int, status: int):
 
 
 def http_error(exc: HTTPException):
-    """An unknown API path or method answers like every other API error."""
+    """An unknown API path or method answers like every other API error, with a sentence that
+    says where the routes are (an unknown path) or which methods the path takes."""
     if request.path.startswith("/api/") and exc.code and exc.code >= 400:
-        return jsonify(error=exc.description or exc.name), exc.code
+        sentence = exc.description or exc.name
+        if exc.code == 404 and request.url_rule is None:
+            sentence = (f"No route of the API answers {request.method} {request.path[:200]}: "
+                        "/api/openapi.json lists them.")
+        elif exc.code == 405:
+            allowed = sorted(set(getattr(exc, "valid_methods", None) or ()) - {"HEAD", "OPTIONS"})
+            sentence = f"{request.path[:200]} does not take {request.method}" + (
+                f": use {' or '.join(allowed)}." if allowed else ".")
+        return jsonify(error=sentence), exc.code
     return exc
