@@ -17,7 +17,7 @@ from .demo_entries import store_demo_entries
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 # Names templates give counts; an expression ending in one prints a count.
 COUNT_NAMES = {"count", "total", "done", "failed", "skipped", "pending", "cancelled", "counted", "missing",
-               "left_out_invalid", "pass", "fail", "unpatchable", "refused", "lifted", "with_override", "peak",
+               "left_out_invalid", "unjudged", "pass", "fail", "unpatchable", "refused", "lifted", "with_override", "peak",
                "bound", "stored", "n", "new_count", "length"}
 # Not counts: line numbers of the editor's gutter, a bulk patch's reason for skipping an example.
 NOT_COUNTS = {("edit.html", "n"), ("bulk_patch.html", "skipped")}

@@ -280,6 +280,41 @@ def test_by_filter_only_those_that_now_pass_the_current_schema_are_taken(app, rt
     assert (summary["count"], summary["left_out_invalid"]) == (3, 2)
 
 
+def test_beyond_the_payloads_judged_now_the_job_leaves_out_those_that_fail_as_it_reaches_them(
+        app, rt, nats_server, auth, monkeypatch):
+    # Every payload was judged in the request, and held in memory at once: a million selected
+    # took minutes and about 800 MB before the preview answered.
+    monkeypatch.setattr(jobs, "JUDGED_NOW", 3)
+    support.make_orders_stream(nats_server.url)
+    invalid = [b'{"order_id": "x%d"}' % i for i in range(4)]
+    ids = support.dead_letter_orders(app, nats_server.url, [p for pair in zip(payloads(4), invalid) for p in pair])
+    valid_ids, invalid_ids = ids[0::2], ids[1::2]
+    # The newest three judged now (two fail), the five older ones taken unjudged; by ids alike.
+    for selection in ({"filter_args": {"subject": "orders.created"}}, {"ids": ids}):
+        items, summary = jobs.select_items(rt, only_valid=True, **selection)
+        assert (summary["left_out_invalid"], summary["unjudged"], summary["count"]) == (2, 5, 6), selection
+        assert [i["id"] for i in items] == ids[:5] + [ids[6]]
+    client = auth.client("operator")
+    form = {"csrf_token": support.csrf_token(client, "/"), "by": "filter", "action": "republish",
+            "subject": "orders.*", "only_valid": "on"}
+    page = client.post("/bulk/preview", data=form).get_data(as_text=True)
+    assert "Up to <strong>6</strong> entries will be republished" in page
+    assert "2 left out: they do not pass the current schema" in page
+    assert "5 older ones not judged yet: the job leaves out those that do not pass" in page
+
+    started = client.post("/bulk", data={**form, "upto": str(ids[-1])})
+    assert started.status_code == 303
+    job_id = int(started.headers["Location"].rsplit("/", 1)[1])
+    support.wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["state"] == "done", message="the job to finish")
+    status = jobs.job_status(rt, job_id, limit=100)
+    assert (status["total"], status["done"], status["skipped"], status["failed"]) == (6, 4, 2, 0)
+    skipped = {i["entry_id"]: i["result"] for i in status["items"] if i["state"] == "skipped"}
+    assert sorted(skipped) == invalid_ids[:2]
+    assert all(r.startswith("Left out: the payload does not pass the current schema") for r in skipped.values())
+    published = sorted(m.headers["Dlq-Replay-Of"] for m in support.stream_messages(nats_server.url))
+    assert len(published) == 4 == len(valid_ids)
+
+
 def test_the_preview_counts_and_the_job_page_shows_progress(app, rt, nats_server, auth):
     support.make_orders_stream(nats_server.url)
     ids = support.dead_letter_orders(app, nats_server.url, payloads(4))

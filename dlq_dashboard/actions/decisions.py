@@ -22,7 +22,7 @@ from ..errors import EntryNotFound
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
 from .context import ActionContext
-from .errors import AlreadyRepublished, Conflict, InFlight, Refused
+from .errors import AlreadyRepublished, Conflict, InFlight, Refused, SchemaRefused
 from .intents import INTENTS, Intent, Published, entry_ref, republish_headers, republish_msg_id
 from .publishing import nats_unreachable, not_configured
 
@@ -229,9 +229,9 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
     verdict = rt.schemas.validate(subject, body) if rt.schemas.schemas else _NO_SCHEMA
     if not verdict.valid and not force:
         first = verdict.errors[0]
-        raise Refused(f"The payload does not pass the current schema {verdict.schema} "
-                      f"({first.path or '/'}: {first.message}); republishing it needs the override.",
-                      entry_id=entry_id, errors=[e.to_dict() for e in verdict.errors])
+        raise SchemaRefused(f"The payload does not pass the current schema {verdict.schema} "
+                            f"({first.path or '/'}: {first.message}); republishing it needs the override.",
+                            schema=verdict.schema, entry_id=entry_id, errors=[e.to_dict() for e in verdict.errors])
     msg_id = republish_msg_id(entry, version)
     headers = republish_headers(headers, msg_id, entry_ref(entry))
     intent = Intent(id=existing.id if existing else None, entry_id=entry_id, version=version, msg_id=msg_id,

@@ -34,5 +34,14 @@ class Refused(ActionError):
     """The request cannot be done as asked (no subject, no stream, an invalid payload)."""
 
 
+class SchemaRefused(Refused):
+    """The payload does not pass its subject's current schema, and the override was not given;
+    ``schema`` names the file, ``errors`` (ActionError) lists the failures."""
+
+    def __init__(self, message: str, *, schema: str, **kwargs):
+        super().__init__(message, **kwargs)
+        self.schema = schema
+
+
 class NatsDown(ActionError):
     """NATS is unreachable or did not answer; the message says whether anything may still arrive."""

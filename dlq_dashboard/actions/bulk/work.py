@@ -29,7 +29,7 @@ from ...times import utcnow
 from .. import publishing
 from ..context import ActionContext
 from ..decisions import decide_republish, write_claims
-from ..errors import AlreadyRepublished, Conflict, InFlight, NatsDown, Refused
+from ..errors import AlreadyRepublished, Conflict, InFlight, NatsDown, Refused, SchemaRefused
 from ..intents import (
     ENTRIES,
     INTENTS,
@@ -62,6 +62,14 @@ OWN_PUBLISHER_RATE = 1000
 _CLAIM_COLUMNS = [ENTRIES.c[name] for name in (
     "id", "version", "status", "original_subject", "payload", "payload_available", "headers", "dlq_stream",
     "dlq_seq", "original_stream", "original_seq", "source")]
+
+
+def left_out_sentence(exc: SchemaRefused) -> str:
+    """An item of an ``only_valid`` republish whose payload fails its schema: left out, as the
+    selection leaves out those it judged (jobs.select_items), with its first failure."""
+    first = exc.errors[0] if exc.errors else {}
+    return (f"Left out: the payload does not pass the current schema {exc.schema} "
+            f"({first.get('path') or '/'}: {first.get('message', '')}), and only those that pass were asked for.")
 
 
 # --- one job ---------------------------------------------------------------------------------
@@ -411,6 +419,10 @@ class JobWork:
                 pass  # recovery is publishing it: its outcome is read on a later pass
             except Conflict as exc:
                 results[entry_id] = ("skipped", str(exc))
+            except SchemaRefused as exc:
+                # Asked for only those that pass: one taken unjudged (jobs.JUDGED_NOW) is left out.
+                results[entry_id] = ("skipped", left_out_sentence(exc)) \
+                    if selection.get("only_valid") and job["action"] == "republish" else ("failed", str(exc))
             except Refused as exc:
                 results[entry_id] = ("failed", str(exc))
         write_claims(conn, claims)
