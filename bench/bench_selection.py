@@ -1,13 +1,16 @@
-"""What choosing a bulk job's entries "only those that pass the schema" costs: time and memory.
+"""What choosing a bulk job's entries costs: time and memory.
 
     python bench/bench_selection.py --entries 100000                       # this checkout
     python bench/bench_selection.py --entries 100000 --trees . /tmp/base   # and another, taking turns
+    python bench/bench_selection.py --database postgresql ...
 
-One SQLite database of ``--entries`` demo orders (every other one with a price written as text,
+One database (SQLite, or ``--database postgresql`` started for the run) of ``--entries`` demo orders (every other one with a price written as text,
 which the demo's schema refuses) is filled once; then each checkout, in a process of its own,
-taking turns for ``--rounds``, selects them as a bulk preview or job with ``only_valid`` does
-(actions/bulk/jobs.py select_items over the filter ``subject=orders.created``). Prints each run's
-seconds and how far the selection raised the process's peak resident memory (ru_maxrss).
+taking turns for ``--rounds``, does each of ``--what``: ``only_valid`` selects them as a bulk
+preview or job "only those that pass the schema" does (actions/bulk/jobs.py select_items over
+the filter ``subject=orders.created``); ``job`` makes a close job of all of them by that filter
+(create_job, not started: the selection and the job's items written). Prints each run's seconds
+and how far it raised the process's peak resident memory (ru_maxrss).
 """
 
 from __future__ import annotations
@@ -52,51 +55,85 @@ def fill(url: str, entries: int) -> None:
     dispose_quietly(engine)
 
 
-def one_run(url: str) -> dict:
-    """In a checkout's own process: the selection, timed, and the peak memory it added."""
-    from dlq_dashboard.actions.bulk.jobs import select_items
+def one_run(url: str, what: str) -> dict:
+    """In a checkout's own process: the selection or the job, timed, and the peak memory it added."""
+    from sqlalchemy import delete
+
+    from dlq_dashboard.actions.bulk.jobs import create_job, select_items
     from dlq_dashboard.config import load_settings
+    from dlq_dashboard.db.engine import write_transaction
+    from dlq_dashboard.db.models import Action, Job, JobItem
     from dlq_dashboard.demo.service import DEMO_SCHEMAS
     from dlq_dashboard.runtime import Runtime
 
     rt = Runtime.create(load_settings({}, database_url=url, schemas_dir=str(DEMO_SCHEMAS)))
+    chosen = {"filter_args": {"subject": "orders.created"}}
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.perf_counter()
-    items, summary = select_items(rt, filter_args={"subject": "orders.created"}, only_valid=True)
+    if what == "only_valid":
+        items, summary = select_items(rt, only_valid=True, **chosen)
+        taken, left_out = len(items), summary["left_out_invalid"]
+    else:
+        create_job(rt, "close", actor="bench", start=False, **chosen)
+        taken, left_out = None, None
     seconds = time.perf_counter() - started
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-    return {"seconds": seconds, "peak_mb": grown / 1024, "taken": len(items), "left_out": summary["left_out_invalid"]}
+    if what == "job":  # the next run makes its own
+        with write_transaction(rt.engine) as conn:
+            for table in (JobItem, Action, Job):
+                conn.execute(delete(table.__table__))
+    return {"seconds": seconds, "peak_mb": grown / 1024, "taken": taken, "left_out": left_out}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--what", nargs="+", choices=("only_valid", "job"), default=["only_valid", "job"])
     parser.add_argument("--url", help=argparse.SUPPRESS)
     add_tree_options(parser)
     args = parser.parse_args()
     if enter_tree(args):
-        print(json.dumps(one_run(args.url)))
+        print(json.dumps(one_run(args.url, args.what[0])))
         return
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory() as folder:
-        url = f"sqlite:///{folder}/selection.sqlite3"
-        started = time.perf_counter()
-        fill(url, args.entries)
-        print(f"{args.entries:,} entries stored in {time.perf_counter() - started:.0f} s; "
-              f"{args.rounds} rounds, the checkouts taking turns")
-        runs: dict[str, list[dict]] = {tree: [] for tree in args.trees}
-        for round_ in range(1, args.rounds + 1):
-            for tree in args.trees:
-                out = subprocess.run([sys.executable, __file__, "--one-tree", str(Path(tree).resolve()), "--url", url],
-                                     check=True, capture_output=True, text=True).stdout
-                run = json.loads(out.strip().splitlines()[-1])
-                runs[tree].append(run)
-                print(f"round {round_} {tree}: {run['seconds']:.2f} s, peak memory +{run['peak_mb']:.0f} MB, "
-                      f"{run['taken']:,} taken, {run['left_out']:,} left out")
-        for tree, done in runs.items():
-            print(f"{tree}: median {statistics.median(r['seconds'] for r in done):.2f} s, "
-                  f"peak memory +{statistics.median(r['peak_mb'] for r in done):.0f} MB")
+        server = None
+        if args.database == "postgresql":
+            from tests.postgres import PostgresServer
+
+            server = PostgresServer().start()
+            url = server.create_database(migrated=True)
+        else:
+            url = f"sqlite:///{folder}/selection.sqlite3"
+        try:
+            measure(args, url)
+        finally:
+            if server is not None:
+                server.stop()
+                server.remove()
+
+
+def measure(args: argparse.Namespace, url: str) -> None:
+    """Fill the database, then the runs, the checkouts taking turns."""
+    started = time.perf_counter()
+    fill(url, args.entries)
+    print(f"{args.entries:,} entries stored in {time.perf_counter() - started:.0f} s; "
+          f"{args.rounds} rounds, the checkouts taking turns")
+    runs: dict[tuple[str, str], list[dict]] = {(what, tree): [] for what in args.what for tree in args.trees}
+    for round_ in range(1, args.rounds + 1):
+        for what, tree in runs:
+            out = subprocess.run([sys.executable, __file__, "--one-tree", str(Path(tree).resolve()), "--url", url,
+                                  "--what", what], check=True, capture_output=True, text=True).stdout
+            run = json.loads(out.strip().splitlines()[-1])
+            runs[(what, tree)].append(run)
+            chosen = f", {run['taken']:,} taken, {run['left_out']:,} left out" if run["taken"] is not None else ""
+            print(f"round {round_} {what} {tree}: {run['seconds']:.2f} s, "
+                  f"peak memory +{run['peak_mb']:.0f} MB{chosen}")
+    for (what, tree), done in runs.items():
+        print(f"{what} {tree}: median {statistics.median(r['seconds'] for r in done):.2f} s, "
+              f"peak memory +{statistics.median(r['peak_mb'] for r in done):.0f} MB")
 
 
 if __name__ == "__main__":

@@ -91,10 +91,10 @@ def test_a_scoped_operator_republishes_inside_its_scope_once_and_nothing_outside
 def test_a_bulk_selection_by_ids_leaves_an_uncovered_id_out_as_an_unknown_one(offline_app, three):
     rt = runtime_of(offline_app)
     items, summary = select_items(rt, ids=[three["orders.created"], three["billing.paid"], 999999], scopes=ORDERS)
-    assert [i["id"] for i in items] == [three["orders.created"]]
+    assert [i.id for i in items] == [three["orders.created"]]
     assert summary["missing"] == 2
     items, _ = select_items(rt, filter_args={"status": "open"}, scopes=ORDERS)
-    assert [i["id"] for i in items] == [three["orders.created"]]
+    assert [i.id for i in items] == [three["orders.created"]]
 
 
 @pytest.mark.parametrize("inner, outer, within", [

@@ -118,7 +118,7 @@ def bulk_preview():
     targets = [{"source": source, "subject": subject, "count": n, **republish_targets(rt, subject, source)}
                for source, subject, n in summary.get("source_subjects", [])[:5] if subject] \
         if action == "republish" else []
-    refusals = republish_refusals(rt, [i["id"] for i in items]) if action == "republish" and items else None
+    refusals = republish_refusals(rt, [i.id for i in items]) if action == "republish" and items else None
     return render_template("job.html", preview=True, action=action, items=items[:PREVIEW_ROWS], summary=summary,
                            targets=targets, refusals=refusals, selection=selection, form=request.form,
                            error=error, job=None), \
@@ -173,7 +173,7 @@ def _patch_preview():
         ops = parse_patch(request.form.get("patch"))
     except DashboardError as exc:
         return _patch_page(error=str(exc), status=status_of(exc), summary=summary)
-    preview = preview_patch(rt, ops, [i["id"] for i in items])
+    preview = preview_patch(rt, ops, [i.id for i in items])
     for example in preview["examples"]:  # the editor's line diff of the pretty forms, numbers as written
         if "after" in example:
             example["diff"] = line_diff(example.pop("before"), example.pop("after"), ("before", "after"))
