@@ -138,3 +138,13 @@ def test_a_failed_alert_sent_again_is_sent_at_once_with_the_same_id(tmp_path, na
     finally:
         runtime_of(app).stop()
         hook.close()
+
+
+def test_an_empty_outbox_says_whether_alerts_are_off_here_and_what_turns_them_on(make_app):
+    # It said "raised when DLQ_WEBHOOK_URL names webhooks" whether or not any was set (and a
+    # team's webhooks and e-mails raise them too).
+    off = support.logged_in(make_app(), "operator").get("/alerts").get_data(as_text=True)
+    assert "Alerts are off here: none is raised until DLQ_WEBHOOK_URL names a webhook or a team" in off
+    on = support.logged_in(make_app(webhook_urls=("https://hooks.example/x",)), "operator").get("/alerts")
+    html = on.get_data(as_text=True)
+    assert "Alerts are off here" not in html and "An alert is raised when a failure group is new, spikes" in html

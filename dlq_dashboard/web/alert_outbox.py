@@ -6,6 +6,7 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, render_template, request, url_for
 
 from ..alerts.listing import GROUPS, LIMIT, MAX_LIMIT, STATES, list_alerts, send_again
+from ..alerts.outbox import AlertRule
 from ..entries.scoping import scope_condition
 from ..numbers import whole_number
 from ..times import format_time
@@ -38,7 +39,9 @@ def outbox(args) -> tuple[dict, dict[str, str]]:
 def alerts():
     """The alert outbox, newest first: state, attempts, last error, next try, target."""
     found, kept = outbox(request.args)
-    return render_template("alerts.html", found=found, kept=kept, states=STATES)
+    # Whether any alert can be raised here (an empty outbox says why it is empty).
+    raising = AlertRule.from_settings(current_runtime().settings) is not None
+    return render_template("alerts.html", found=found, kept=kept, states=STATES, raising=raising)
 
 
 @bp.route("/api/alerts")
