@@ -194,3 +194,13 @@ def test_an_unknown_api_path_or_method_says_where_the_routes_are_or_which_method
     assert api.get("/api/jobs/0", headers=auth).get_json()["error"] == "There is no job 0."  # a route's own 404
     answer = api.delete("/api/audit", headers=auth)
     assert answer.status_code == 405 and answer.get_json()["error"] == "/api/audit does not take DELETE: use GET."
+
+
+def test_an_address_that_names_no_page_is_the_dashboards_own_not_found_page(site):
+    # It was the server's bare "Not Found" page, without the dashboard's look or a way back.
+    for client, signed_in in ((site["viewer"], True), (site["app"].test_client(), False)):
+        answer = client.get("/users")
+        html = answer.get_data(as_text=True)
+        assert answer.status_code == 404 and "There is no page at /users." in html
+        assert "Back to the dead letters" in html and "/static/app.css" in html
+        assert ("Logout" in html) == signed_in

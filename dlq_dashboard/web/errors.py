@@ -202,4 +202,9 @@ def http_error(exc: HTTPException):
             sentence = f"{request.path[:200]} does not take {request.method}" + (
                 f": use {' or '.join(allowed)}." if allowed else ".")
         return jsonify(error=sentence), exc.code
+    if exc.code == 404 and request.url_rule is None and not request.headers.get("HX-Request"):
+        # A page's address that names no page: the dashboard's own page, not the server's bare one.
+        page = render_template("error.html", title="Not found",
+                               message=f"There is no page at {request.path[:200]}.")
+        return make_response(page, 404)
     return exc
