@@ -204,3 +204,22 @@ def test_an_address_that_names_no_page_is_the_dashboards_own_not_found_page(site
         assert answer.status_code == 404 and "There is no page at /users." in html
         assert "Back to the dead letters" in html and "/static/app.css" in html
         assert ("Logout" in html) == signed_in
+
+
+def test_a_body_too_large_says_how_large_and_what_is_taken_and_changes_nothing(offline_app, tokens):
+    # It was Werkzeug's "The data value transmitted exceeds the capacity limit." (a bare page for
+    # a browser's form).
+    app = offline_app
+    entry_id = support.dead_letter(runtime_of(app).engine, 5)
+    body = b'{"version": 1, "payload_base64": "' + b"A" * (17 * 2 ** 20) + b'"}'
+    answer = app.test_client().post(f"/api/entries/{entry_id}/republish", data=body,
+                                    headers={**support.bearer(tokens["operator"]), "Content-Type": "application/json"})
+    assert answer.status_code == 413
+    assert answer.get_json()["error"] == ("The request's body is 17.0 MB; the dashboard takes at most 16 MB "
+                                          "(an edited payload, a bulk selection). Nothing was done.")
+    operator = support.logged_in(app, "operator")
+    page = operator.post(f"/entries/{entry_id}/edit", data={"csrf_token": support.csrf_token(operator, "/"),
+                                                            "version": "1", "payload": "x" * (17 * 2 ** 20)})
+    html = unescape(page.get_data(as_text=True))
+    assert page.status_code == 413 and "the dashboard takes at most 16 MB" in html and "Back to the dead letters" in html
+    assert runtime_of(app).store.get_entry(entry_id).version == 1

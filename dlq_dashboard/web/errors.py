@@ -191,7 +191,18 @@ def not_done_page(exc: DashboardError, entry_id: int, status: int):
 
 def http_error(exc: HTTPException):
     """An unknown API path or method answers like every other API error, with a sentence that
-    says where the routes are (an unknown path) or which methods the path takes."""
+    says where the routes are (an unknown path) or which methods the path takes; a body too
+    large says how large and what is taken, to the API and to a page."""
+    if exc.code == 413:
+        limit = current_app.config.get("MAX_CONTENT_LENGTH") or 0
+        sent = f"{request.content_length / 2 ** 20:,.1f} MB" if request.content_length else "larger"
+        sentence = (f"The request's body is {sent}; the dashboard takes at most {limit / 2 ** 20:g} MB "
+                    "(an edited payload, a bulk selection). Nothing was done.")
+        if request.path.startswith("/api/") or wants_json():
+            return jsonify(error=sentence), 413
+        if request.headers.get("HX-Request"):
+            return current_app.response_class(sentence + "\n", status=413, mimetype="text/plain")
+        return make_response(render_template("error.html", title="Too large", message=sentence), 413)
     if request.path.startswith("/api/") and exc.code and exc.code >= 400:
         sentence = exc.description or exc.name
         if exc.code == 404 and request.url_rule is None:
