@@ -81,3 +81,5 @@ def test_a_jobs_selection_names_its_group_first_and_keeps_the_order_of_the_rest(
     assert describe_selection({"filter": {"reason": "fatal", "status": "open"}}) == "filter reason=fatal status=open"
     assert describe_selection({"filter": {}}) == "every open entry"
     assert describe_selection({"ids": 1}) == "1 selected entry"
+    # 200,000 ids of which 240 named an entry read "200,000 selected entries", as if all were taken.
+    assert describe_selection({"ids": 200_000, "missing": 199_760}) == "200,000 selected entries, 199,760 of them not found"

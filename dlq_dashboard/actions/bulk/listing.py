@@ -30,11 +30,14 @@ REASON_ITEMS, REASON_TEXTS, REASONS_SHOWN = 10_000, 200, 5
 
 
 def describe_selection(selection: Mapping[str, Any], labels: Mapping[int, str] | None = None) -> str:
-    """What a job took, in words: "3 selected entries", "filter subject=orders.* status=open",
+    """What a job took, in words: "3 selected entries" ("..., 2 of them not found"), "filter
+    subject=orders.* status=open",
     "group <label>" (its other filters after it)."""
     if "ids" in selection:
-        n = selection.get("ids") or 0
-        return f"{n:,} selected {'entry' if n == 1 else 'entries'}"
+        n, missing = selection.get("ids") or 0, selection.get("missing") or 0
+        words = f"{n:,} selected {'entry' if n == 1 else 'entries'}"
+        # Ids that named no entry (or none the operator may act on) are not among what it took.
+        return f"{words}, {missing:,} of them not found" if missing else words
     leading, rest = [], []
     for name, value in (selection.get("filter") or {}).items():
         declared = filter_of(name)  # each filter's own words (entries/filters.py)
