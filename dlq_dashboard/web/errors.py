@@ -194,7 +194,7 @@ def http_error(exc: HTTPException):
     says where the routes are (an unknown path) or which methods the path takes; a body too
     large says how large and what is taken, to the API and to a page."""
     if exc.code == 413:
-        limit = current_app.config.get("MAX_CONTENT_LENGTH") or 0
+        limit = request.max_content_length or 0
         sent = f"{request.content_length / 2 ** 20:,.1f} MB" if request.content_length else "larger"
         sentence = (f"The request's body is {sent}; the dashboard takes at most {limit / 2 ** 20:g} MB "
                     "(an edited payload, a bulk selection). Nothing was done.")
