@@ -301,8 +301,13 @@ def test_beyond_the_payloads_judged_now_the_job_leaves_out_those_that_fail_as_it
     assert "Up to <strong>6</strong> entries will be republished" in page
     assert "2 left out: they do not pass the current schema" in page
     assert "5 older ones not judged yet: the job leaves out those that do not pass" in page
+    # What the job would refuse says they are left out, and no override is offered against the ask.
+    assert ("<li>2: Left out: the payload does not pass the current schema orders.json, and only those "
+            "that pass were asked for.</li>") in page
+    assert "Republish with the override" not in page and "needs the override" not in page
 
-    started = client.post("/bulk", data={**form, "upto": str(ids[-1])})
+    # The override sent anyway changes nothing: asked for only those that pass, they are left out.
+    started = client.post("/bulk", data={**form, "upto": str(ids[-1]), "force": "on"})
     assert started.status_code == 303
     job_id = int(started.headers["Location"].rsplit("/", 1)[1])
     support.wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["state"] == "done", message="the job to finish")

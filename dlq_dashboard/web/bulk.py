@@ -118,7 +118,8 @@ def bulk_preview():
     targets = [{"source": source, "subject": subject, "count": n, **republish_targets(rt, subject, source)}
                for source, subject, n in summary.get("source_subjects", [])[:5] if subject] \
         if action == "republish" else []
-    refusals = republish_refusals(rt, [i.id for i in items]) if action == "republish" and items else None
+    refusals = republish_refusals(rt, [i.id for i in items], only_valid=bool(selection.get("only_valid"))) \
+        if action == "republish" and items else None
     return render_template("job.html", preview=True, action=action, items=items[:PREVIEW_ROWS], summary=summary,
                            targets=targets, refusals=refusals, selection=selection, form=request.form,
                            error=error, job=None), \

@@ -95,7 +95,8 @@ def _passes(rt: ActionContext, subject: str | None, payload, available: bool) ->
 
 
 def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None, only_valid: bool = False,
-                 upto: int | None = None, scopes: tuple[Scope, ...] | None = None) -> tuple[list[dict], dict[str, Any]]:
+                 upto: int | None = None,
+                 scopes: tuple[Scope, ...] | None = None) -> tuple[list[SelectedItem], dict[str, Any]]:
     """The entries a job would take, as SelectedItems by id, and a summary of the choice.
 
     By filter without a status, only open entries are taken. ``upto`` (the newest id a preview
@@ -215,7 +216,8 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
         summary.update(patch=ops, only_valid=bool(only_valid))
     if action == "repair":  # only those that pass once repaired are republished
         summary.update(repair=True, only_valid=True)
-    summary["force"] = bool(force)
+    # Only those that pass, or the override: asked for both, a payload the schema fails is left out.
+    summary["force"] = bool(force) and not summary.get("only_valid")
     now = utcnow()
     with write_transaction(rt.engine) as conn:
         job_id = conn.execute(insert(JOBS).values(

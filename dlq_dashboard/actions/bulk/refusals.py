@@ -26,10 +26,13 @@ ONE_ENTRY = "The entry"
 _CHUNK = 500
 
 
-def schema_sentence(schema: str | None) -> str:
-    """Why the job refuses a payload the current schema fails, without the override."""
-    return (f"The payload does not pass the current schema {schema}; republishing it needs the override."
-            if schema else "The payload does not pass the current schema; republishing it needs the override.")
+def schema_sentence(schema: str | None, only_valid: bool = False) -> str:
+    """Why the job refuses a payload the current schema fails: without the override, or (asked
+    for only those that pass) why it leaves it out."""
+    name = f"the current schema {schema}" if schema else "the current schema"
+    if only_valid:
+        return f"Left out: the payload does not pass {name}, and only those that pass were asked for."
+    return f"The payload does not pass {name}; republishing it needs the override."
 
 
 def subject_key(rt: ActionContext, row) -> str | tuple[str, str]:
@@ -61,11 +64,13 @@ def subjects_without_stream(rt: ActionContext, subjects) -> tuple[dict, str | No
     return refused, note
 
 
-def republish_refusals(rt: ActionContext, ids: list[int], *, bound: int = PREVIEW_BOUND) -> dict[str, Any]:
+def republish_refusals(rt: ActionContext, ids: list[int], *, bound: int = PREVIEW_BOUND,
+                       only_valid: bool = False) -> dict[str, Any]:
     """How many of the first ``bound`` of these entries a republish job would refuse: ``refused``
     and ``reasons`` (sentence -> count, each entry under the first rule that refuses it) without
     the override, ``with_override`` with it (``lifted``: the override sends them); ``counted``,
-    ``bounded`` and ``note`` (what could not be checked)."""
+    ``bounded`` and ``note`` (what could not be checked). ``only_valid``: the job leaves out a
+    payload the schema fails, override or not (none is lifted)."""
     counted = ids[:bound]
     reasons: Counter[str] = Counter()
     refused_anyway = 0  # by the status or republish_refusal: the override changes nothing
@@ -95,10 +100,12 @@ def republish_refusals(rt: ActionContext, ids: list[int], *, bound: int = PREVIE
     lifted = 0
     for subject, (valid, invalid, schema) in passed.items():
         if invalid:
-            reasons[schema_sentence(schema)] += invalid
+            reasons[schema_sentence(schema, only_valid)] += invalid
         if subject in no_stream:
             reasons[no_stream[subject]] += valid
             refused_anyway += valid + invalid
+        elif only_valid:
+            refused_anyway += invalid
         else:
             lifted += invalid
     refused = sum(reasons.values())

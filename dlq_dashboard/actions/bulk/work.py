@@ -372,7 +372,10 @@ class JobWork:
     def _claim(self, conn, job, items) -> list[tuple[str, Intent]]:
         rt, now = self.rt, utcnow()
         selection = json.loads(job["selection"] or "{}")
-        force, patch = bool(selection.get("force")), selection.get("patch") if job["action"] == "patch" else None
+        # Asked for only those that pass, a payload the schema fails is left out, override or not
+        # (create_job records no override then; a job made before it did may carry both).
+        force = bool(selection.get("force")) and not selection.get("only_valid")
+        patch = selection.get("patch") if job["action"] == "patch" else None
         results: dict[int, tuple[str, str]] = {}
         claims: list[tuple[str, Intent]] = []
         ids = [entry_id for entry_id, _ in items]
