@@ -121,6 +121,9 @@ def test_the_audit_folds_a_bulk_job_into_one_row_that_opens_to_its_items(offline
         assert f'href="/entries/{entry_id}"' not in html, "the items are folded"
     assert f'href="/entries/{ids[3]}"' in html
 
+    # A job that is not there: not "No item records yet.".
+    missing = viewer.get(f"/audit/jobs/{job_id + 999}/items", headers={"HX-Request": "true"})
+    assert missing.status_code == 404 and f"There is no job {job_id + 999}." in missing.get_data(as_text=True)
     items = viewer.get(f"/audit/jobs/{job_id}/items?limit=2").get_data(as_text=True)
     assert [f'href="/entries/{i}"' in items for i in ids[:3]] == [False, True, True]
     older = re.search(r'hx-get="(/audit/jobs/\d+/items\?cursor=[^"]+)"', items).group(1)
