@@ -5,6 +5,8 @@ one of them fails here."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlalchemy import and_, create_engine, select
 
@@ -19,7 +21,7 @@ from dlq_dashboard.web.params import form_filter
 KEY_FIELDS = (KeyField("Customer", "/customer/id"),)
 #: A good value for each declared filter, by the parameter that gives it.
 SAMPLES = {"source": ("source", "billing"), "status": ("status", "open"), "subject": ("subject", "orders.*"), "stream": ("stream", "ORDERS"),
-           "consumer": ("consumer", "billing"), "reason": ("reason", "fatal"), "q": ("q", "timeout"),
+           "consumer": ("consumer", "billing"), "msg_id": ("msg_id", "ORD-1A20148F"), "reason": ("reason", "fatal"), "q": ("q", "timeout"),
            "since": ("since", "1h"), "until": ("until", "2030-01-01T00:00:00.000000Z"), "group": ("group", "5"),
            "field.<label>": ("field.Customer", "C-42")}
 #: The operations that take the list's filters.
@@ -83,3 +85,30 @@ def test_a_jobs_selection_names_its_group_first_and_keeps_the_order_of_the_rest(
     assert describe_selection({"ids": 1}) == "1 selected entry"
     # 200,000 ids of which 240 named an entry read "200,000 selected entries", as if all were taken.
     assert describe_selection({"ids": 200_000, "missing": 199_760}) == "200,000 selected entries, 199,760 of them not found"
+
+
+@pytest.mark.both_databases
+def test_an_entry_is_found_by_its_original_msg_id_where_a_search_cannot_read_its_payload(offline_app, auth, tokens):
+    # A ticket's order id, the message's Nats-Msg-Id: a search reads payload, error and subject,
+    # so a gzip payload's dead letter was found by nothing a person could type.
+    from dlq_dashboard.runtime import runtime_of
+
+    from . import support
+
+    engine = runtime_of(offline_app).engine
+    wanted = support.dead_letter(engine, 1, payload=b"\x1f\x8b\x08\x00garbled", Dlq_Original_Msg_Id="ORD-A74E8D70",
+                                 Dlq_Reason="schema_invalid", Dlq_Error="payload is not valid JSON")
+    support.dead_letter(engine, 2, payload=b'{"note": "ORD-A74E8D70 was resent"}', Dlq_Original_Msg_Id="ORD-0001")
+    support.dead_letter(engine, 3, Dlq_Original_Msg_Id="ORD-A74E8D70-2")
+    api = offline_app.test_client()
+    answer = api.get("/api/entries?msg_id=ORD-A74E8D70&status=", headers=support.bearer(tokens["viewer"])).get_json()
+    assert [e["id"] for e in answer["entries"]] == [wanted]
+    page = auth.client("viewer").get("/?msg_id=ORD-A74E8D70").get_data(as_text=True)
+    assert f'href="/entries/{wanted}' in page and "More filters (1 set)" in page
+    assert 'name="msg_id" value="ORD-A74E8D70"' in page
+    result = offline_app.test_cli_runner().invoke(args=["entries", "list", "--msg-id", "ORD-A74E8D70", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [e["id"] for e in json.loads(result.output)["entries"]] == [wanted]
+    # A misspelling names it.
+    assert "did you mean 'msg_id'" in api.get("/api/entries?msgid=ORD-1", headers=support.bearer(tokens["viewer"])
+                                                 ).get_json()["error"]

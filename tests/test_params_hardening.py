@@ -20,7 +20,7 @@ pytestmark = pytest.mark.both_databases
 
 #: Two good values for each of the list's parameters ("{group}" is a real group's id).
 GOOD = {"status": ("open", "closed"), "subject": ("orders.created", "orders.*"), "stream": ("DLQ", "ORDERS"),
-        "consumer": ("billing", "shipping"), "reason": ("fatal", "max_deliveries"), "group": ("{group}", "{group}"),
+        "consumer": ("billing", "shipping"), "msg_id": ("ORD-1", "ORD-2"), "reason": ("fatal", "max_deliveries"), "group": ("{group}", "{group}"),
         "q": ("order", "customer"), "since": ("1h", "2026-11-29T10:00:00Z"), "until": ("2030-01-01T00:00:00Z", "7d"),
         "limit": ("1", "2"), "cursor": (encode_cursor(10), encode_cursor(20)), "source": ("default", "default")}
 #: A value that is not one of the allowed ones, and what the sentence says of it.
@@ -54,7 +54,7 @@ def ask(site, channel: str, pairs: list[tuple[str, str]]) -> tuple[int, str]:
     if channel.startswith("cli"):
         command = ["entries", "list" if channel == "cli-list" else "export"]
         for name, value in pairs:
-            command += [f"--{name}", value]
+            command += [f"--{name.replace('_', '-')}", value]
         result = site["app"].test_cli_runner().invoke(args=command)
         return result.exit_code, result.output
     query = "&".join(f"{k}={v}" for k, v in pairs)

@@ -34,9 +34,9 @@ from .output import BAD_INPUT, FAILED, CommandError, cli_actor, nats_connected, 
 
 entries = AppGroup("entries", help="List, show, republish, close, reopen and export dead-letter entries.")
 
-#: The filters of GET /api/entries (entries/filters.py), by the name of the option that gives
-#: each: --status for status, --field LABEL=VALUE for field.<label>.
-FILTER_OPTIONS = {declared.option[0][2:]: declared for declared in FILTERS}
+#: The filters of GET /api/entries (entries/filters.py), by the name click gives the option that
+#: gives each: status for --status, msg_id for --msg-id, field for --field LABEL=VALUE.
+FILTER_OPTIONS = {declared.option[0][2:].replace("-", "_"): declared for declared in FILTERS}
 
 
 def _filter_options(command):

@@ -70,6 +70,7 @@ class Entry(Base):
         Index("ix_entries_status_id", "status", "id"),
         Index("ix_entries_subject_id", "original_subject", "id"),
         Index("ix_entries_reason_id", "reason", "id"),
+        Index("ix_entries_msg_id", "original_msg_id", "id"),  # the list's msg_id filter (revision 0022)
         Index("ix_entries_received_at", "received_at"),
         # Only entries that are a republished message failing again: every reader asks for a
         # value (revision 0019). /metrics reads the kept counts, not an index (status, reason).

@@ -210,8 +210,8 @@ class ListFilter:
 
     @property
     def option(self) -> tuple[str, str, str]:
-        """The command-line option: (flag, metavar, help)."""
-        return f"--{self.name}", self.metavar or self.name.upper(), self.description
+        """The command-line option: (flag, metavar, help); ``--msg-id`` for msg_id, as options are written."""
+        return f"--{self.name.replace('_', '-')}", self.metavar or self.name.upper(), self.description
 
     def from_option(self, text: str, key_fields: tuple[KeyField, ...]) -> tuple[str, str]:
         """The (parameter, value) that the option's ``text`` stands for."""
@@ -339,6 +339,9 @@ FILTERS: tuple[ListFilter, ...] = (
     ListFilter("stream", "Original stream or DLQ stream.",
                where=lambda engine, value: [or_(Entry.original_stream == value, Entry.dlq_stream == value)]),
     ListFilter("consumer", "Durable consumer that gave up.", where=_one(Entry.consumer)),
+    # An order's id from a ticket, where the payload is bytes a search cannot read (revision 0022).
+    ListFilter("msg_id", f"The original message's Nats-Msg-Id ({contract.ORIGINAL_MSG_ID}), exactly.",
+               where=_one(Entry.original_msg_id), metavar="MSGID"),
     # A group's reason is '' where its entries have none, as is its subject.
     ListFilter("reason", f"{contract.REASON}: schema_invalid, max_deliveries, fatal, terminated, or as given.",
                where=_one(Entry.reason), on_groups=lambda value: [GROUPS.c.reason == value], kept=True),
@@ -373,6 +376,7 @@ class EntryFilter:
     subject: str | None = None
     stream: str | None = None
     consumer: str | None = None
+    msg_id: str | None = None
     reason: str | None = None
     q: str | None = None
     since: datetime | None = None
