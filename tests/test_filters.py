@@ -106,6 +106,9 @@ def test_an_entry_is_found_by_its_original_msg_id_where_a_search_cannot_read_its
     page = auth.client("viewer").get("/?msg_id=ORD-A74E8D70").get_data(as_text=True)
     assert f'href="/entries/{wanted}' in page and "More filters (1 set)" in page
     assert 'name="msg_id" value="ORD-A74E8D70"' in page
+    # The entry's page links every dead letter of its msgId.
+    entry_page = auth.client("viewer").get(f"/entries/{wanted}").get_data(as_text=True)
+    assert '<a href="/?msg_id=ORD-A74E8D70" title="Every dead letter of this msgId">ORD-A74E8D70</a>' in entry_page
     result = offline_app.test_cli_runner().invoke(args=["entries", "list", "--msg-id", "ORD-A74E8D70", "--json"])
     assert result.exit_code == 0, result.output
     assert [e["id"] for e in json.loads(result.output)["entries"]] == [wanted]
