@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from databases import bench_database  # noqa: E402
 
 RESULTS = ("'CUST-{n}' does not match '^C-[0-9]+$'", "The entry no longer exists.",
            "Entry {n} changed since you saw it (version 1, now 2).", "timeout after {n} ms talking to ledger",
@@ -83,15 +85,7 @@ def main() -> None:
     from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
     from dlq_dashboard.db.migrate import migrate
 
-    with tempfile.TemporaryDirectory() as folder:
-        server = None
-        if args.database == "postgresql":
-            from tests.postgres import PostgresServer
-
-            server = PostgresServer().start()
-            url = server.create_database(migrated=True)
-        else:
-            url = f"sqlite:///{folder}/jobs.sqlite3"
+    with bench_database(args.database, "jobs") as url:
         engine = create_db_engine(url)
         try:
             migrate(engine)
@@ -108,9 +102,6 @@ def main() -> None:
                 print(f"{size:>9,} {size // 2:>15,} {b:>8.1f} {n:>8.1f} {n / b:>6.2f}")
         finally:
             dispose_quietly(engine)
-            if server is not None:
-                server.stop()
-                server.remove()
 
 
 if __name__ == "__main__":

@@ -22,13 +22,13 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from databases import bench_database  # noqa: E402
 from trees import add_tree_options, enter_tree  # noqa: E402
 
 
@@ -98,21 +98,8 @@ def main() -> None:
         print(json.dumps(one_run(args.url, args.what[0])))
         return
     sys.path.insert(0, str(ROOT))
-    with tempfile.TemporaryDirectory() as folder:
-        server = None
-        if args.database == "postgresql":
-            from tests.postgres import PostgresServer
-
-            server = PostgresServer().start()
-            url = server.create_database(migrated=True)
-        else:
-            url = f"sqlite:///{folder}/selection.sqlite3"
-        try:
-            measure(args, url)
-        finally:
-            if server is not None:
-                server.stop()
-                server.remove()
+    with bench_database(args.database, "selection") as url:
+        measure(args, url)
 
 
 def measure(args: argparse.Namespace, url: str) -> None:
