@@ -279,6 +279,14 @@ class Store:
         if mask and flt.q:
             yield from (v for v in self.iter_entries(flt, batch) if mask.finds(v, flt.q))
             return
+        for row in self.iter_rows(flt, batch=batch):
+            yield self._view(row)
+
+    def iter_rows(self, flt: EntryFilter, *columns, batch: int = 1000) -> Iterator[Any]:
+        """The rows of ``columns`` (the entry's ``id`` among them; every column by default) of
+        every matching entry, newest first, in keyset batches: each a transaction of its own, so
+        memory stays constant without a server-side cursor (which the statement timeout's SET
+        LOCAL cannot share a statement with)."""
         last_id = decode_cursor(flt.cursor) if flt.cursor else None
         every = key = None
         while True:
@@ -286,13 +294,12 @@ class Store:
                 if every is None:
                     # A time window's ids looked up once, not at each batch: an entry received
                     # later has a greater id than any batch's, above the keyset, as without them.
-                    every, key = self._selection(flt, conn=conn)
+                    every, key = self._selection(flt, *columns, conn=conn)
                 query = every.where(key < last_id) if last_id is not None else every
                 rows = conn.execute(query.limit(batch)).all()
             if not rows:
                 return
-            for row in rows:
-                yield self._view(row)
+            yield from rows
             last_id = rows[-1]._mapping["id"]
 
     def count_newer(self, flt: EntryFilter, after_id: int, cap: int = 1000, mask: Mask | None = None) -> int:

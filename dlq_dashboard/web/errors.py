@@ -194,9 +194,9 @@ def http_error(exc: HTTPException):
     says where the routes are (an unknown path) or which methods the path takes; a body too
     large says how large and what is taken, to the API and to a page."""
     if exc.code == 413:
-        limit = request.max_content_length or 0
-        sent = f"{request.content_length / 2 ** 20:,.1f} MB" if request.content_length else "larger"
-        sentence = (f"The request's body is {sent}; the dashboard takes at most {limit / 2 ** 20:g} MB "
+        limit = f"{(request.max_content_length or 0) / 2 ** 20:g} MB"
+        sent = f"is {request.content_length / 2 ** 20:,.1f} MB" if request.content_length else f"is over {limit}"
+        sentence = (f"The request's body {sent}; the dashboard takes at most {limit} "
                     "(an edited payload, a bulk selection). Nothing was done.")
         if request.path.startswith("/api/") or wants_json():
             return jsonify(error=sentence), 413

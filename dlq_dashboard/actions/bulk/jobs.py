@@ -24,7 +24,7 @@ from ...db.engine import write_transaction
 from ...db.models import Action, Entry, Job, JobItem, Republish
 from ...db.rows import insert_rows
 from ...entries.fields import key_fields
-from ...entries.filters import EntryFilter, decode_cursor, encode_cursor
+from ...entries.filters import EntryFilter, encode_cursor
 from ...entries.scoping import jobs_within, scope_condition
 from ...scopes import Scope
 from ...errors import InvalidRequest, JobNotFound
@@ -165,15 +165,11 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
                     break
             else:
                 flt = None
-        if flt is not None:  # no payloads needed: one narrow query
-            query = rt.store.select_entries(flt).with_only_columns(
-                ENTRIES.c.id, ENTRIES.c.version, ENTRIES.c.status, ENTRIES.c.original_subject, ENTRIES.c.source)
-            if flt.cursor:
-                query = query.where(ENTRIES.c.id < decode_cursor(flt.cursor))
+        if flt is not None:  # no payloads needed: narrow rows, a batch at a time
             judged = len(items)
-            with rt.engine.connect() as conn:  # streamed (a server-side cursor on PostgreSQL)
-                for r in conn.execution_options(yield_per=ITEMS_A_STATEMENT).execute(query):
-                    take(*r)
+            for r in rt.store.iter_rows(flt, ENTRIES.c.id, ENTRIES.c.version, ENTRIES.c.status,
+                                        ENTRIES.c.original_subject, ENTRIES.c.source, batch=ITEMS_A_STATEMENT):
+                take(*r)
             unjudged = len(items) - judged if only_valid else 0
     items.sort()
     summary.update(count=len(items), left_out_invalid=invalid, unjudged=unjudged,

@@ -26,10 +26,13 @@ ONE_ENTRY = "The entry"
 _CHUNK = 500
 
 
-def schema_sentence(schema: str | None, only_valid: bool = False) -> str:
+def schema_sentence(schema: str | None, only_valid: bool = False, first: dict | None = None) -> str:
     """Why the job refuses a payload the current schema fails: without the override, or (asked
-    for only those that pass) why it leaves it out."""
+    for only those that pass) why it leaves it out; ``first``: its first failure, as an item's
+    result names it ({"path", "message"})."""
     name = f"the current schema {schema}" if schema else "the current schema"
+    if first is not None:
+        name += f" ({first.get('path') or '/'}: {first.get('message', '')})"
     if only_valid:
         return f"Left out: the payload does not pass {name}, and only those that pass were asked for."
     return f"The payload does not pass {name}; republishing it needs the override."

@@ -45,6 +45,7 @@ from .jobs import FINISHED, ITEMS, JOBS, REPUBLISHING, ack_sentence
 from .lanes import Lane, Lanes, not_configured, publisher_settings, read_window
 from .pacing import window_size
 from .patching import Unpatchable, patch_for_job
+from .refusals import schema_sentence
 from .repairing import repair_for_job
 from .publisher import Publisher, publish_window
 from .recorders import Recorders
@@ -62,14 +63,6 @@ OWN_PUBLISHER_RATE = 1000
 _CLAIM_COLUMNS = [ENTRIES.c[name] for name in (
     "id", "version", "status", "original_subject", "payload", "payload_available", "headers", "dlq_stream",
     "dlq_seq", "original_stream", "original_seq", "source")]
-
-
-def left_out_sentence(exc: SchemaRefused) -> str:
-    """An item of an ``only_valid`` republish whose payload fails its schema: left out, as the
-    selection leaves out those it judged (jobs.select_items), with its first failure."""
-    first = exc.errors[0] if exc.errors else {}
-    return (f"Left out: the payload does not pass the current schema {exc.schema} "
-            f"({first.get('path') or '/'}: {first.get('message', '')}), and only those that pass were asked for.")
 
 
 # --- one job ---------------------------------------------------------------------------------
@@ -424,7 +417,7 @@ class JobWork:
                 results[entry_id] = ("skipped", str(exc))
             except SchemaRefused as exc:
                 # Asked for only those that pass: one taken unjudged (jobs.JUDGED_NOW) is left out.
-                results[entry_id] = ("skipped", left_out_sentence(exc)) \
+                results[entry_id] = ("skipped", schema_sentence(exc.schema, True, (exc.errors or [{}])[0])) \
                     if selection.get("only_valid") and job["action"] == "republish" else ("failed", str(exc))
             except Refused as exc:
                 results[entry_id] = ("failed", str(exc))
