@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from databases import bench_database  # noqa: E402
+from databases import bench_databases  # noqa: E402
 from trees import add_tree_options, enter_tree  # noqa: E402
 
 
@@ -92,27 +92,33 @@ def main() -> None:
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--what", nargs="+", choices=("only_valid", "job"), default=["only_valid", "job"])
     parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--fill", action="store_true", help=argparse.SUPPRESS)
     add_tree_options(parser)
     args = parser.parse_args()
     if enter_tree(args):
-        print(json.dumps(one_run(args.url, args.what[0])))
+        if args.fill:
+            fill(args.url, args.entries)
+        else:
+            print(json.dumps(one_run(args.url, args.what[0])))
         return
-    sys.path.insert(0, str(ROOT))
-    with bench_database(args.database, "selection") as url:
-        measure(args, url)
+    with bench_databases(args.database) as fresh:
+        measure(args, {tree: fresh(f"selection{n}") for n, tree in enumerate(args.trees)})
 
 
-def measure(args: argparse.Namespace, url: str) -> None:
-    """Fill the database, then the runs, the checkouts taking turns."""
+def measure(args: argparse.Namespace, urls: dict[str, str]) -> None:
+    """Each checkout fills a database of its own with its own code (an older one cannot open a
+    database migrated further), then the runs, the checkouts taking turns."""
     started = time.perf_counter()
-    fill(url, args.entries)
-    print(f"{args.entries:,} entries stored in {time.perf_counter() - started:.0f} s; "
+    for tree, url in urls.items():
+        subprocess.run([sys.executable, __file__, "--one-tree", str(Path(tree).resolve()), "--url", url,
+                        "--entries", str(args.entries), "--fill"], check=True)
+    print(f"{args.entries:,} entries stored for each checkout in {time.perf_counter() - started:.0f} s; "
           f"{args.rounds} rounds, the checkouts taking turns")
     runs: dict[tuple[str, str], list[dict]] = {(what, tree): [] for what in args.what for tree in args.trees}
     for round_ in range(1, args.rounds + 1):
         for what, tree in runs:
-            out = subprocess.run([sys.executable, __file__, "--one-tree", str(Path(tree).resolve()), "--url", url,
-                                  "--what", what], check=True, capture_output=True, text=True).stdout
+            out = subprocess.run([sys.executable, __file__, "--one-tree", str(Path(tree).resolve()), "--url",
+                                  urls[tree], "--what", what], check=True, capture_output=True, text=True).stdout
             run = json.loads(out.strip().splitlines()[-1])
             runs[(what, tree)].append(run)
             chosen = f", {run['taken']:,} taken, {run['left_out']:,} left out" if run["taken"] is not None else ""
