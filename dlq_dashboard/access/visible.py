@@ -30,7 +30,7 @@ import itertools
 from dataclasses import replace
 from typing import Any, Iterable, Iterator, Mapping
 
-from ..actions.bulk.jobs import job_status
+from ..actions.bulk.jobs import check_job as jobs_check, job_status
 from ..actions.bulk.listing import describe_selection, failure_reasons, list_jobs
 from ..actions.triage import GroupNotFound
 from ..entries import triage
@@ -391,6 +391,11 @@ def read_job(reader: Reader, rt, job_id: int, fields: tuple[KeyField, ...] = (),
     """A job and its items (jobs.job_status) as the reader sees it; JobNotFound, a 404, for one
     that is not theirs to read (an entry it took is outside their scopes) as for an unknown id."""
     return job(reader, rt.store, job_status(rt, job_id, scopes=reader.reads, **options), fields)
+
+
+def check_job(reader: Reader, engine, job_id: int) -> None:
+    """JobNotFound, a 404, for a job read_job would refuse the reader (unknown, or not theirs)."""
+    jobs_check(engine, job_id, scopes=reader.reads)
 
 
 def read_audit(reader: Reader, store: Store, args: Mapping[str, str], *, fold: bool = False,

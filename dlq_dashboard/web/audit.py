@@ -34,7 +34,7 @@ def audit():
 def job_items(job_id: int):
     """A bulk job's item records, newest first, a page at a time: what its folded row opens to.
     A job that is not there (or not the reader's) is a 404, not "No item records yet."."""
-    visible.read_job(current_reader(), current_runtime(), job_id, limit=0)
+    visible.check_job(current_reader(), current_runtime().engine, job_id)
     args = {**request.args.to_dict(), "job": str(job_id), "items": "1"}
     page = seen_audit(args)
     return render_block("audit.html", "job_items", page=page, job_id=job_id)

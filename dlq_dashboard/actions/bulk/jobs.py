@@ -124,8 +124,10 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         if not wanted:
             raise JobError("No entries were selected.")
         with rt.engine.connect() as conn:
+            # The payloads only where they are judged (only_valid).
+            judging = (ENTRIES.c.payload, ENTRIES.c.payload_available) if only_valid else ()
             rows = conn.execute(select(ENTRIES.c.id, ENTRIES.c.version, ENTRIES.c.status, ENTRIES.c.original_subject,
-                                       ENTRIES.c.payload, ENTRIES.c.payload_available, ENTRIES.c.source)
+                                       ENTRIES.c.source, *judging)
                                 .where(ENTRIES.c.id.in_(list(wanted)),
                                        *([] if scopes is None else [scope_condition(ENTRIES.c.original_subject,
                                                                                     scopes)]))).all()
@@ -230,6 +232,13 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     if start:
         rt.jobs.submit(job_id)
     return job_id
+
+
+def check_job(engine, job_id: int, scopes: tuple[Scope, ...] | None = None) -> None:
+    """JobNotFound for an unknown job, or one outside ``scopes`` (jobs_within); nothing else read."""
+    with engine.connect() as conn:
+        if conn.execute(select(JOBS.c.id).where(JOBS.c.id == job_id, *_within(scopes))).first() is None:
+            raise JobNotFound(job_id)
 
 
 def cancel_job(rt: ActionContext, job_id: int, *, actor: str, scopes: tuple[Scope, ...] | None = None) -> bool:
