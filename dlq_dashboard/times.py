@@ -63,3 +63,11 @@ def format_duration(seconds: int) -> str:
         if seconds and seconds % _DURATION_UNITS[unit] == 0:
             return f"{seconds // _DURATION_UNITS[unit]}{unit}"
     return f"{seconds}s"
+
+
+def wait_in_words(seconds: int) -> str:
+    """How long to wait, as a person would say it: "30 seconds" under two minutes, then whole
+    minutes rounded up ("5 minutes" for 299 seconds), so it is never shorter than the wait."""
+    if seconds < 120:
+        return f"{seconds} second{'s' if seconds != 1 else ''}"
+    return f"{-(-seconds // 60)} minutes"

@@ -9,6 +9,7 @@ import pytest
 
 from dlq_dashboard.accounts import create_user
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import wait_in_words
 
 from . import support
 
@@ -36,7 +37,7 @@ def test_twenty_failed_logins_from_one_address_do_not_stop_another_user_signing_
     assert attempt(probe_app.test_client(), "colleague", support.PASSWORD, "198.51.100.7").status_code == 302
     refused = attempt(client, "anna", "guess-guess", "198.51.100.7")
     assert refused.status_code == 429 and 0 < int(refused.headers["Retry-After"]) <= 300
-    assert "Too many failed logins for this user name from this address. Try again in" \
+    assert "Too many failed logins for this user name from this address. Try again in 5 minutes." \
         in refused.get_data(as_text=True)
     # The name is locked from that address only: from another one the password is checked.
     assert attempt(client, "anna", "guess-guess", "203.0.113.9").status_code == 401
@@ -77,3 +78,10 @@ def test_one_name_failing_from_many_addresses_is_slowed_everywhere(probe_app, en
     assert attempt(client, "someone-else", "guess-guess", "198.51.100.200").status_code == 401
     now[0] += timedelta(seconds=1)
     assert attempt(client, "ops", support.PASSWORD, "198.51.100.200").status_code == 302
+
+
+@pytest.mark.parametrize("seconds, words", [(1, "1 second"), (30, "30 seconds"), (119, "119 seconds"),
+                                            (120, "2 minutes"), (299, "5 minutes"), (300, "5 minutes"),
+                                            (301, "6 minutes")])
+def test_a_wait_is_said_in_seconds_then_in_whole_minutes_never_shorter(seconds, words):
+    assert wait_in_words(seconds) == words

@@ -17,6 +17,7 @@ from ..accounts import ROLES, end_session, find_token, get_user, load_session_us
 from ..db.liveness import UNREACHABLE, describe, is_unavailable, sentence
 from ..errors import DatabaseUnavailable, Forbidden
 from ..scopes import Grant
+from ..times import wait_in_words
 from . import current_runtime
 from .responses import bearer_token, wants_json
 from .security import client_address, is_trusted_proxy, login_throttle
@@ -278,7 +279,7 @@ def login():
     refused = throttle.check(name, address)
     if refused:
         # Checked before the password: while throttled, guessing learns nothing.
-        message = f"{refused.message} Try again in {refused.seconds} second{'s' if refused.seconds != 1 else ''}."
+        message = f"{refused.message} Try again in {wait_in_words(refused.seconds)}."
         return *login_page(message, 429), {"Retry-After": str(refused.seconds)}
     user = verify_password(current_runtime().engine, name, request.form.get("password", ""))
     if user is None:
