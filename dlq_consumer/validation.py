@@ -15,10 +15,12 @@ import jsonschema.validators
 
 @dataclass(frozen=True)
 class SchemaViolation:
-    """One validation error: where (a JSON Pointer into the payload) and what."""
+    """One validation error: where (a JSON Pointer into the payload) and what. ``unread``: the
+    payload could not be read as JSON at all (so no schema rule was tried)."""
 
     path: str
     message: str
+    unread: bool = False
 
     def to_dict(self) -> dict[str, str]:
         return {"path": self.path, "message": self.message}
@@ -88,9 +90,9 @@ def parse_and_validate(data: bytes, validator: Validator) -> tuple[Any, list[Sch
     try:
         parsed = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        return None, [SchemaViolation("", f"payload is not valid JSON: {exc}")]
+        return None, [SchemaViolation("", f"payload is not valid JSON: {exc}", unread=True)]
     except RecursionError:
-        return None, [SchemaViolation("", "payload nests too deeply to be parsed")]
+        return None, [SchemaViolation("", "payload nests too deeply to be parsed", unread=True)]
     try:
         return validator(parsed)
     except RecursionError:

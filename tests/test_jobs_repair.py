@@ -182,6 +182,9 @@ def test_repair_by_schema_is_offered_only_where_the_schema_finds_the_payload_inv
     valid = support.dead_letter(app, 2, payload=fine, Dlq_Reason="max_deliveries", Dlq_Error="TimeoutError: CRM")
     uncovered = support.dead_letter(app, 3, subject="payments.made", payload=b'{"amount": "1.50"}',
                                     Dlq_Reason="fatal", Dlq_Error="no account")
+    # The schema fails a payload that is not JSON too, but no rule of a repair can read it.
+    unread = support.dead_letter(app, 4, payload=b"\x1f\x8b\x08 gzip bytes", Dlq_Reason="schema_invalid",
+                                 Dlq_Error="not JSON")
     operator = support.logged_in(app, "operator")
 
     def offered(entry_id):
@@ -189,7 +192,7 @@ def test_repair_by_schema_is_offered_only_where_the_schema_finds_the_payload_inv
         return re.findall(r'data-action="(\w+)"', page.split('class="action-bar"')[1].split("</section>")[0])
 
     assert offered(invalid) == ["republish", "edit", "repair", "close"]
-    assert offered(valid) == offered(uncovered) == ["republish", "edit", "close"]
+    assert offered(valid) == offered(uncovered) == offered(unread) == ["republish", "edit", "close"]
     groups = {g["reason"]: g["id"] for g in operator.get("/api/groups").get_json()["groups"]}
     for reason, actions in [("schema_invalid", ["republish", "close", "patch", "repair"]),
                             ("max_deliveries", ["republish", "close", "patch"]), ("fatal", ["republish", "close", "patch"])]:

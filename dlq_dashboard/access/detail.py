@@ -41,11 +41,17 @@ class SchemaVerdict:
     schema: str | None = None  # the file covering the subject; None when none does
     errors: list[dict[str, Any]] = field(default_factory=list)  # {"path": JSON Pointer, "message"}
     error: str | None = None
+    read: bool = True  # the payload was read as JSON (one that is not has nothing to repair)
 
     @property
     def valid(self) -> bool | None:
         """Whether the payload passes the current schema (no schema: nothing refuses it)."""
         return None if self.error else not self.errors
+
+    @property
+    def repairable(self) -> bool:
+        """Whether a repair by the schema has something to work on: a JSON payload it fails."""
+        return self.valid is False and self.read
 
     def to_dict(self) -> dict[str, Any]:
         """GET /api/entries/<id>'s ``current_schema`` (web/openapi.py SchemaVerdict)."""
@@ -159,7 +165,7 @@ def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Sch
     except RecursionError:
         return SchemaVerdict(error=TOO_DEEP)
     return SchemaVerdict(result.schema, [{**e.to_dict(), "message": Mask.mask_text(e.message, seen.hidden_values)}
-                                         for e in result.errors])
+                                         for e in result.errors], read=result.read)
 
 
 def detail_schemas() -> dict[str, dict]:

@@ -42,6 +42,11 @@ class ValidationResult:
     def valid(self) -> bool:
         return not self.errors
 
+    @property
+    def read(self) -> bool:
+        """Whether the payload was read as JSON (one that is not fails without a rule tried)."""
+        return not any(e.unread for e in self.errors)
+
     def to_dict(self) -> dict[str, Any]:
         return {"schema": self.schema, "valid": self.valid, "errors": [e.to_dict() for e in self.errors]}
 
