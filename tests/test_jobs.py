@@ -260,6 +260,44 @@ def test_a_jobs_page_and_json_sum_its_failed_and_skipped_items_by_reason(app, rt
     assert re.findall(r"<li>(\d+): ", shown) == ["3", "2", "1"]
 
 
+def test_a_jobs_failed_and_skipped_items_are_listed_from_its_page_and_acted_on_as_a_selection(
+        app, rt, nats_server, auth):
+    """After "25 failed", the next step: the job's page links the list of those entries (the
+    ``job`` filter), where they are selected and acted on like any others."""
+    import gzip
+
+    support.make_orders_stream(nats_server.url)
+    plain = support.dead_letter_orders(app, nats_server.url, payloads(2))
+    by_bytes = support.dead_letter_orders(app, nats_server.url, [gzip.compress(PAYLOAD % 8)])
+    changed = support.dead_letter_orders(app, nats_server.url, payloads(1, start=20))
+    job_id = jobs.create_job(rt, "republish", actor="alice", ids=plain + by_bytes + changed, start=False)
+    close_entry(rt, changed[0], 1, actor="bob", note="not this one")
+    rt.jobs.submit(job_id)
+    support.wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["state"] == "done", message="the job to finish")
+    operator = support.logged_in(app, "operator")
+    page = operator.get(f"/jobs/{job_id}").get_data(as_text=True)
+    links = re.findall(r'<a href="([^"]+)">the (\d+) (failed|skipped)</a>', page.split('class="job-next"')[1])
+    assert links == [(f"/?job={job_id}:failed", "1", "failed"), (f"/?job={job_id}:skipped", "1", "skipped")]
+    listed = operator.get(links[0][0]).get_data(as_text=True)
+    assert re.findall(r'<tr hx-disable data-id="(\d+)"', listed) == [str(i) for i in by_bytes]
+    assert f'name="job" value="{job_id}:failed"' in listed
+    answer = operator.get(f"/api/entries?job={job_id}&status=").get_json()
+    assert sorted(e["id"] for e in answer["entries"]) == sorted(plain + by_bytes + changed)
+    skipped = operator.get(f"/api/entries?job={job_id}:skipped").get_json()["entries"]
+    assert [e["id"] for e in skipped] == changed
+    # The list's selection by filter is the job's failures: a close job of exactly those.
+    form = {"csrf_token": support.csrf_token(operator), "by": "filter", "action": "close", "job": f"{job_id}:failed"}
+    preview = operator.post("/bulk/preview", data=form).get_data(as_text=True)
+    assert "<strong>1</strong> entry will be closed" in preview
+    again = jobs.create_job(rt, "close", actor="carol", filter_args={"job": f"{job_id}:failed"}, start=False)
+    assert [i["entry_id"] for i in jobs.job_status(rt, again)["items"]] == by_bytes
+    assert f"the failed items of job {job_id}" in operator.get(f"/jobs/{again}").get_data(as_text=True)
+    # A job that is not there is a 400 that says so, not an empty list.
+    missing = operator.get("/?job=999999:failed")
+    assert missing.status_code == 400 and "job 999999 is not a bulk job" in missing.get_data(as_text=True)
+    assert operator.get("/api/entries?job=999999").status_code == 400
+
+
 def test_failure_reasons_are_one_where_their_texts_differ_only_in_their_values():
     texts = [{"reason": "'CUST-1' does not match '^C-'", "count": 2, "entry_id": 1},
              {"reason": "The entry no longer exists.", "count": 2, "entry_id": 3},

@@ -21,11 +21,12 @@ pytestmark = pytest.mark.both_databases
 #: Two good values for each of the list's parameters ("{group}" is a real group's id).
 GOOD = {"status": ("open", "closed"), "subject": ("orders.created", "orders.*"), "stream": ("DLQ", "ORDERS"),
         "consumer": ("billing", "shipping"), "msg_id": ("ORD-1", "ORD-2"), "reason": ("fatal", "max_deliveries"), "group": ("{group}", "{group}"),
-        "q": ("order", "customer"), "since": ("1h", "2026-11-29T10:00:00Z"), "until": ("2030-01-01T00:00:00Z", "7d"),
+        "job": ("{job}", "{job}:pending"), "q": ("order", "customer"), "since": ("1h", "2026-11-29T10:00:00Z"), "until": ("2030-01-01T00:00:00Z", "7d"),
         "limit": ("1", "2"), "cursor": (encode_cursor(10), encode_cursor(20)), "source": ("default", "default")}
 #: A value that is not one of the allowed ones, and what the sentence says of it.
 BAD = {"status": ("bogus", "status 'bogus' is not valid: use one of open, republished, closed"),
        "group": ("abc", "group 'abc' is not a failure group"),
+       "job": ("12:lost", "job '12:lost' is not valid: use a job's id from /jobs"),
        "subject": ("orders..x", "subject 'orders..x' is not a NATS subject"),
        "since": ("yesterday", "since 'yesterday' is not valid"),
        "until": ("soon", "until 'soon' is not valid"),
@@ -45,12 +46,13 @@ def site(offline_app, auth, tokens):
     engine = runtime_of(offline_app).engine
     entry_id = support.dead_letter(engine, 1, Dlq_Reason="fatal", Dlq_Error="boom")
     group = runtime_of(offline_app).store.group_of(entry_id)[0]
-    return {"app": offline_app, "viewer": auth.client("viewer"), "token": tokens["viewer"], "group": group}
+    job = jobs.create_job(runtime_of(offline_app), "close", actor="alice", ids=[entry_id], start=False)
+    return {"app": offline_app, "viewer": auth.client("viewer"), "token": tokens["viewer"], "group": group, "job": job}
 
 
 def ask(site, channel: str, pairs: list[tuple[str, str]]) -> tuple[int, str]:
     """(status or exit code, the text a person reads) of the list's parameters through ``channel``."""
-    pairs = [(k, v.format(group=site["group"])) for k, v in pairs]
+    pairs = [(k, v.format(group=site["group"], job=site["job"])) for k, v in pairs]
     if channel.startswith("cli"):
         command = ["entries", "list" if channel == "cli-list" else "export"]
         for name, value in pairs:

@@ -13,9 +13,9 @@ from sqlalchemy import select
 from dlq_dashboard.access import visible
 from dlq_dashboard.access.reader import Reader
 from dlq_dashboard.accounts import create_token
-from dlq_dashboard.actions.bulk.jobs import select_items
+from dlq_dashboard.actions.bulk.jobs import create_job, select_items
 from dlq_dashboard.db.models import FailureGroup
-from dlq_dashboard.entries.filters import EntryFilter
+from dlq_dashboard.entries.filters import EntryFilter, FilterError
 from dlq_dashboard.scopes import pattern_within
 from dlq_dashboard.entries.saved_views import View
 from dlq_dashboard.errors import EntryNotFound, Forbidden
@@ -95,6 +95,16 @@ def test_a_bulk_selection_by_ids_leaves_an_uncovered_id_out_as_an_unknown_one(of
     assert summary["missing"] == 2
     items, _ = select_items(rt, filter_args={"status": "open"}, scopes=ORDERS)
     assert [i.id for i in items] == [three["orders.created"]]
+
+
+@pytest.mark.both_databases
+def test_a_job_of_another_team_is_no_job_to_a_scoped_readers_job_filter(offline_app, three):
+    rt = runtime_of(offline_app)
+    theirs = create_job(rt, "close", actor="admin", ids=[three["billing.paid"]], start=False)
+    with pytest.raises(FilterError, match=f"job {theirs} is not a bulk job"):
+        select_items(rt, filter_args={"job": str(theirs)}, scopes=ORDERS)
+    items, _ = select_items(rt, filter_args={"job": f"{theirs}:pending"}, scopes=BILLING)
+    assert [i.id for i in items] == [three["billing.paid"]]
 
 
 @pytest.mark.parametrize("inner, outer, within", [

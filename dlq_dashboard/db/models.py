@@ -184,6 +184,11 @@ class Job(Base):
     cancelled_at: Mapped[datetime | None] = mapped_column(DateTime)
 
 
+#: The states of a job's items (``state`` on a job's page and its JSON, and the list's ``job``
+#: filter, narrow them to one).
+ITEM_STATES = ("done", "failed", "skipped", "cancelled", "pending")
+
+
 class JobItem(Base):
     """One entry of a job, with the version it was selected at and its result."""
 

@@ -9,13 +9,13 @@ import binascii
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, NamedTuple
 
 from sqlalchemy import Engine, or_, select
 
 from dlq_consumer import headers as contract
 
-from ..db.models import Entry, FailureGroup
+from ..db.models import ITEM_STATES, Entry, FailureGroup, JobItem
 from ..errors import InvalidRequest
 from ..numbers import whole_number
 from ..scopes import Scope
@@ -140,6 +140,35 @@ def _group_words(name: str, value: str, labels: Mapping[int, str]) -> str:
     text = str(value)
     label = labels.get(int(text)) if text.isascii() and text.isdigit() else None
     return f"group {label or text}"
+
+
+class JobPart(NamedTuple):
+    """``job``'s value: a bulk job's id, and the state of its items to keep (None: all of them)."""
+
+    id: int
+    state: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.id}:{self.state}" if self.state else str(self.id)
+
+
+def _job_part(raw: str) -> JobPart:
+    number, colon, state = raw.partition(":")
+    # isascii: "²" is a digit to str.isdigit, but no number to int().
+    if not (number.isascii() and number.isdigit() and 0 < int(number) < 2**63) or (colon and state not in ITEM_STATES):
+        raise FilterError(f"job {raw[:40]!r} is not valid: use a job's id from /jobs, alone or with the state of "
+                          f"its items (e.g. 12:failed; the states are {', '.join(ITEM_STATES)})")
+    return JobPart(int(number), state or None)
+
+
+def _job_items(engine: Engine, part: JobPart) -> list:
+    items = select(JobItem.entry_id).where(JobItem.job_id == part.id)  # the items' primary key leads by job
+    return [Entry.id.in_(items.where(JobItem.state == part.state) if part.state else items)]
+
+
+def _job_words(name: str, value: str, labels: Mapping[int, str]) -> str:
+    number, _, state = str(value).partition(":")
+    return f"the {state} items of job {number}" if state else f"the entries of job {number}"
 
 
 def _one(column) -> Callable[[Engine, Any], list]:
@@ -356,6 +385,10 @@ FILTERS: tuple[ListFilter, ...] = (
                where=lambda engine, value: [Entry.group_id.in_(select(GROUPS.c.id).where(_named_group(value)))],
                on_groups=lambda value: [_named_group(value)], kept=True, words=_group_words, leads=True,
                metavar="ID"),
+    # A job's failures are listed, and acted on, as any selection is (its page links them).
+    ListFilter("job", f"A bulk job's id (GET /api/jobs): the entries it took; ID:STATE those of its items in that "
+                      f"state ({', '.join(ITEM_STATES)}), e.g. 12:failed.",
+               parse=_job_part, where=_job_items, words=_job_words, metavar="ID[:STATE]"),
     KeyFieldFilters("field.<label>", "A key field's exact value (DLQ_LIST_FIELDS names the labels; an unknown "
                                      "one is a 400)."),
 )
@@ -384,6 +417,7 @@ class EntryFilter:
     limit: int = DEFAULT_LIMIT
     cursor: str | None = None
     group: str | None = None
+    job: JobPart | None = None
     # ``since`` and ``until`` as given when they are a duration back from now (AgoFilter).
     since_ago: str | None = None
     until_ago: str | None = None

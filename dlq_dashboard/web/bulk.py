@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, render_template, request, url_for
 
-from ..actions.bulk.jobs import ITEM_STATES, JobError, cancel_job, create_job, select_items
+from ..actions.bulk.jobs import JobError, cancel_job, create_job, select_items
+from ..db.models import ITEM_STATES
 from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX, REASON_ITEMS
 from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
 from ..actions.bulk.refusals import republish_refusals

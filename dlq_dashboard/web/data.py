@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Mapping, NamedTuple
 
 from ..access import visible
+from ..actions.bulk.jobs import check_filter_job
 from ..access.reader import Reader
 from ..entries.fields import KeyField, key_fields
 from ..entries.filters import EntryFilter, FilterError
@@ -84,6 +85,7 @@ def request_filter(args: Mapping[str, str], *, reader: Reader | None = None, **o
     flt = visible.check_filter(reader or current_reader(), EntryFilter.from_args(
         args, key_fields=list_fields(), sources=tuple(current_runtime().feeds), **options))
     current_runtime().store.check_group(flt)  # within the reader's scopes: another group is unknown
+    check_filter_job(current_runtime().engine, flt)  # and another's job
     return flt
 
 

@@ -24,7 +24,7 @@ from ...db.engine import write_transaction
 from ...db.models import Action, Entry, Job, JobItem, Republish
 from ...db.rows import insert_rows
 from ...entries.fields import key_fields
-from ...entries.filters import EntryFilter, encode_cursor
+from ...entries.filters import EntryFilter, FilterError, encode_cursor
 from ...entries.scoping import jobs_within, scope_condition
 from ...scopes import Scope
 from ...errors import InvalidRequest, JobNotFound
@@ -47,8 +47,6 @@ JOB_ACTIONS = ("republish", "close", "patch", "repair")
 REPUBLISHING = ("republish", "patch", "repair")
 #: A job in one of these states has ended; its items are settled.
 FINISHED = ("done", "cancelled")
-#: The states of a job's items (``state`` on a job's page and its JSON narrows them to one).
-ITEM_STATES = ("done", "failed", "skipped", "cancelled", "pending")
 
 
 class JobError(InvalidRequest):
@@ -147,6 +145,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         flt = replace(EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields),
                                             sources=tuple(rt.feeds)), scopes=scopes)
         rt.store.check_group(flt)
+        check_filter_job(rt.engine, flt)
         if upto is not None:
             flt = replace(flt, cursor=encode_cursor(int(upto) + 1))
         # A preset ("since=1h") as the time it meant when the entries were chosen: the job keeps those.
@@ -239,6 +238,17 @@ def check_job(engine, job_id: int, scopes: tuple[Scope, ...] | None = None) -> N
     with engine.connect() as conn:
         if conn.execute(select(JOBS.c.id).where(JOBS.c.id == job_id, *_within(scopes))).first() is None:
             raise JobNotFound(job_id)
+
+
+def check_filter_job(engine, flt: EntryFilter) -> None:
+    """FilterError, a 400, when the filter's ``job`` names no job within its scopes (an unknown
+    id would list nothing, as if the job had no such items), as Store.check_group for its group."""
+    if flt.job is None:
+        return
+    try:
+        check_job(engine, flt.job.id, flt.scopes)
+    except JobNotFound:
+        raise FilterError(f"job {flt.job.id} is not a bulk job: use a job's id from /jobs or GET /api/jobs") from None
 
 
 def cancel_job(rt: ActionContext, job_id: int, *, actor: str, scopes: tuple[Scope, ...] | None = None) -> bool:
