@@ -148,3 +148,4 @@ def test_an_empty_outbox_says_whether_alerts_are_off_here_and_what_turns_them_on
     on = support.logged_in(make_app(webhook_urls=("https://hooks.example/x",)), "operator").get("/alerts")
     html = on.get_data(as_text=True)
     assert "Alerts are off here" not in html and "An alert is raised when a failure group is new, spikes" in html
+    assert "or is reopened when an ignored group's limit is reached" in html
