@@ -81,6 +81,7 @@ def test_a_jobs_selection_names_its_group_first_and_keeps_the_order_of_the_rest(
     assert describe_selection(selection, {5: "order <id> not found"}) == (
         "group order <id> not found, status=open field.Customer=C-42 subject=orders.*")
     assert describe_selection({"filter": {"group": "7"}}) == "group 7"
+    assert describe_selection({"filter": {"status": "open", "job": "12:failed"}}) == "the failed items of job 12, status=open"
     assert describe_selection({"filter": {"reason": "fatal", "status": "open"}}) == "filter reason=fatal status=open"
     assert describe_selection({"filter": {}}) == "every open entry"
     assert describe_selection({"ids": 1}) == "1 selected entry"

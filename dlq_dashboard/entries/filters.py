@@ -388,7 +388,7 @@ FILTERS: tuple[ListFilter, ...] = (
     # A job's failures are listed, and acted on, as any selection is (its page links them).
     ListFilter("job", f"A bulk job's id (GET /api/jobs): the entries it took; ID:STATE those of its items in that "
                       f"state ({', '.join(ITEM_STATES)}), e.g. 12:failed.",
-               parse=_job_part, where=_job_items, words=_job_words, metavar="ID[:STATE]"),
+               parse=_job_part, where=_job_items, words=_job_words, leads=True, metavar="ID[:STATE]"),
     KeyFieldFilters("field.<label>", "A key field's exact value (DLQ_LIST_FIELDS names the labels; an unknown "
                                      "one is a 400)."),
 )
