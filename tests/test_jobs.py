@@ -314,7 +314,7 @@ def test_by_filter_only_those_that_now_pass_the_current_schema_are_taken(app, rt
     valid = support.dead_letter_orders(app, nats_server.url, payloads(3))
     support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "x"}', b"not json"])
     items, summary = jobs.select_items(rt, filter_args={"subject": "orders.created"}, only_valid=True)
-    assert [i.id for i in items] == valid
+    assert list(items.ids) == valid
     assert (summary["count"], summary["left_out_invalid"]) == (3, 2)
 
 
@@ -331,7 +331,7 @@ def test_beyond_the_payloads_judged_now_the_job_leaves_out_those_that_fail_as_it
     for selection in ({"filter_args": {"subject": "orders.created"}}, {"ids": ids}):
         items, summary = jobs.select_items(rt, only_valid=True, **selection)
         assert (summary["left_out_invalid"], summary["unjudged"], summary["count"]) == (2, 5, 6), selection
-        assert [i.id for i in items] == ids[:5] + [ids[6]]
+        assert list(items.ids) == ids[:5] + [ids[6]]
     client = auth.client("operator")
     form = {"csrf_token": support.csrf_token(client, "/"), "by": "filter", "action": "republish",
             "subject": "orders.*", "only_valid": "on"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, render_template, request, url_for
 
-from ..actions.bulk.jobs import JobError, cancel_job, create_job, select_items
+from ..actions.bulk.jobs import JobError, Selection, cancel_job, create_job, select_items
 from ..db.models import ITEM_STATES
 from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX, REASON_ITEMS
 from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
@@ -113,15 +113,15 @@ def bulk_preview():
         items, summary = select_items(rt, scopes=current_reader().acts, **selection)
         error = None if items else "No entries match; nothing to do."
     except DashboardError as exc:
-        items, summary, selection, error = [], {}, {}, str(exc)
+        items, summary, selection, error = Selection(), {}, {}, str(exc)
     # A republish reaches every consumer of its subject: show them before the job starts; and
     # what the job would refuse (no stream, the schema without the override), before Start.
     targets = [{"source": source, "subject": subject, "count": n, **republish_targets(rt, subject, source)}
                for source, subject, n in summary.get("source_subjects", [])[:5] if subject] \
         if action == "republish" else []
-    refusals = republish_refusals(rt, [i.id for i in items], only_valid=bool(selection.get("only_valid"))) \
+    refusals = republish_refusals(rt, items.ids, only_valid=bool(selection.get("only_valid"))) \
         if action == "republish" and items else None
-    return render_template("job.html", preview=True, action=action, items=items[:PREVIEW_ROWS], summary=summary,
+    return render_template("job.html", preview=True, action=action, items=items.ids[:PREVIEW_ROWS].tolist(), summary=summary,
                            targets=targets, refusals=refusals, selection=selection, form=request.form,
                            error=error, job=None), \
         (400 if error else 200)
@@ -175,7 +175,7 @@ def _patch_preview():
         ops = parse_patch(request.form.get("patch"))
     except DashboardError as exc:
         return _patch_page(error=str(exc), status=status_of(exc), summary=summary)
-    preview = preview_patch(rt, ops, [i.id for i in items])
+    preview = preview_patch(rt, ops, items.ids)
     for example in preview["examples"]:  # the editor's line diff of the pretty forms, numbers as written
         if "after" in example:
             example["diff"] = line_diff(example.pop("before"), example.pop("after"), ("before", "after"))

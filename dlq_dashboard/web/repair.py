@@ -78,7 +78,7 @@ def _preview(selection: dict) -> tuple[dict, dict]:
     items, summary = select_items(rt, scopes=current_reader().acts, **{**selection, "only_valid": False})
     if not items:
         raise JobError("No entries match; nothing to do.")
-    preview = preview_repair(rt, [i.id for i in items])
+    preview = preview_repair(rt, items.ids)
     for example in preview["examples"]:  # the editor's line diff of the pretty forms, numbers as written
         example["diff"] = line_diff(example.pop("before"), example.pop("after"), ("stored", "repaired"))
     return summary, preview

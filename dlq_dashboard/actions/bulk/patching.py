@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
-from typing import Any
+from typing import Any, Sequence
 
 import jsonpatch
 import jsonpointer
@@ -163,14 +163,14 @@ def patch_for_job(rt: ActionContext, ops: list[dict[str, Any]], row, only_valid:
     return payload
 
 
-def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: list[int], *,
+def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: Sequence[int], *,
                   diffs: int = PREVIEW_DIFFS, bound: int = PREVIEW_BOUND) -> dict[str, Any]:
     """What the patch would do to the first ``bound`` of these entries: how many would then pass
     the schema, still fail it (with the first error) or cannot be patched (by reason, as the job
     would skip them), how many of those it patches no stream would store (``no_stream``, by
     sentence: they fail when published), and the payload before and after for the first
     ``diffs`` (the page shows their line diff)."""
-    counted = ids[:bound]
+    counted = list(ids[:bound])
     passing, failing, reasons = 0, 0, Counter()
     first_failure, examples = None, []
     # subject -> [entries that then pass, that still fail]: NATS may have no stream for one

@@ -7,7 +7,7 @@ fails them all. With several sources the stream is asked of each entry's own sou
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Sequence
 
 from sqlalchemy import select
 
@@ -67,14 +67,14 @@ def subjects_without_stream(rt: ActionContext, subjects) -> tuple[dict, str | No
     return refused, note
 
 
-def republish_refusals(rt: ActionContext, ids: list[int], *, bound: int = PREVIEW_BOUND,
+def republish_refusals(rt: ActionContext, ids: Sequence[int], *, bound: int = PREVIEW_BOUND,
                        only_valid: bool = False) -> dict[str, Any]:
     """How many of the first ``bound`` of these entries a republish job would refuse: ``refused``
     and ``reasons`` (sentence -> count, each entry under the first rule that refuses it) without
     the override, ``with_override`` with it (``lifted``: the override sends them); ``counted``,
     ``bounded`` and ``note`` (what could not be checked). ``only_valid``: the job leaves out a
     payload the schema fails, override or not (none is lifted)."""
-    counted = ids[:bound]
+    counted = list(ids[:bound])
     reasons: Counter[str] = Counter()
     refused_anyway = 0  # by the status or republish_refusal: the override changes nothing
     # subject (subject_key) -> [entries that pass the rest, entries the schema fails, the schema's name]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Sequence
 
 from sqlalchemy import select
 
@@ -68,13 +68,13 @@ def repair_for_job(rt: ActionContext, row) -> bytes:
     raise Unpatchable(ALREADY_PASSES if result.outcome == VALID else result.reason)
 
 
-def preview_repair(rt: ActionContext, ids: list[int], *, diffs: int = PREVIEW_DIFFS,
+def preview_repair(rt: ActionContext, ids: Sequence[int], *, diffs: int = PREVIEW_DIFFS,
                    bound: int = PREVIEW_BOUND) -> dict[str, Any]:
     """What a repair job would do to the first ``bound`` of these entries: how many would pass
     once repaired (and be republished), still fail, cannot be repaired or already pass, by
     reason with a few entries each; those of a subject no stream stores (``no_stream``); and the
     payload before and after for the first ``diffs`` repaired (the page shows their line diff)."""
-    counted = ids[:bound]
+    counted = list(ids[:bound])
     counts: Counter = Counter()
     reasons: dict[str, dict[str, list]] = {STILL_FAILS: {}, CANNOT: {}}
     examples: list[dict[str, Any]] = []
