@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import re
+from html import unescape
 
 import pytest
 
@@ -180,3 +181,21 @@ def test_a_masked_value_in_a_group_label_stays_hidden_from_a_viewer(make_app):
     assert "Zebulon" not in listing and f"group {group[0]}, status=open" in listing
     assert "Zebulon" not in viewer.get("/api/jobs").get_data(as_text=True)
     assert "Zebulon" in operator.get("/jobs").get_data(as_text=True)
+
+
+def test_a_gzip_payload_is_read_decompressed_on_its_page_and_never_past_the_mask(make_app):
+    document = b'{"order_id": "ORD-7", "customer": {"email": "alice@example.com"}}'
+    plain = make_app()
+    entry = support.dead_letter(plain, 1, payload=gzip.compress(document), Dlq_Reason="schema_invalid",
+                                Dlq_Error="payload is not valid JSON")
+    page = unescape(support.logged_in(plain, "viewer").get(f"/entries/{entry}").get_data(as_text=True))
+    assert f"The payload is compressed (gzip bytes); shown decompressed, {len(document)} bytes." in page
+    assert '"order_id": "ORD-7"' in page and "alice@example.com" in page
+    # The download is the payload as stored.
+    assert support.logged_in(plain, "viewer").get(f"/entries/{entry}/payload").data[:2] == b"\x1f\x8b"
+    masked = make_app(mask=("/customer/email",))
+    entry = support.dead_letter(masked, 1, payload=gzip.compress(document), Dlq_Reason="schema_invalid")
+    page = support.logged_in(masked, "viewer").get(f"/entries/{entry}").get_data(as_text=True)
+    assert "alice@example.com" not in page and "ORD-7" not in page and "shown decompressed" not in page
+    assert "The payload is hidden from viewers" in page
+    assert "alice@example.com" in unescape(support.logged_in(masked, "operator").get(f"/entries/{entry}").get_data(as_text=True))

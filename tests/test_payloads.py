@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 
 from dlq_dashboard.web.presenters.payloads import (DIFF_LIMIT, HEX_LIMIT, TEXT_LIMIT, editable, hex_dump, line_diff,
                                                    mark_indexes, pretty_json, same_document, view_payload)
@@ -85,3 +87,25 @@ def test_a_line_diff_compares_the_pretty_forms_and_gives_up_on_huge_payloads():
     assert line_diff(before, before) == []
     huge = b'"' + b"x" * DIFF_LIMIT + b'"'
     assert line_diff(huge, b"{}")[0].startswith("(too large to compare line by line")
+
+
+def test_a_compressed_payload_is_shown_decompressed_with_its_fields_marked():
+    document = b'{"order_id": "o-1", "customer_id": "c-1"}'
+    for packed, compressed in ((gzip.compress(document), "gzip bytes"),
+                               (zlib.compress(document), "Content-Encoding: deflate")):
+        view = view_payload(packed, True, ["/order_id"], compressed)
+        assert view.kind == "json" and view.size == len(packed) and view.found == {"/order_id"}
+        assert view.note == f"The payload is compressed ({compressed}); shown decompressed, 41 bytes."
+    # Not asked (no header, no gzip bytes), or not decompressing: the bytes as they are.
+    assert view_payload(gzip.compress(document)).kind == "hex"
+    assert view_payload(b"\x1f\x8b not gzip", True, (), "gzip bytes").note == "The payload is not UTF-8 text; shown as bytes."
+
+
+def test_a_decompressed_payload_stops_at_the_text_limit_and_says_where_its_data_ends_early():
+    bomb = gzip.compress(b"x" * (TEXT_LIMIT * 64))  # 16 MB from about 16 KB
+    view = view_payload(bomb, True, (), "gzip bytes")
+    assert view.truncated and len(view.text) == TEXT_LIMIT
+    assert view.note.startswith(f"The payload is compressed (gzip bytes); shown decompressed, the first {TEXT_LIMIT:,} bytes of more.")
+    cut = view_payload(gzip.compress(b'{"order_id": "o-1"}')[:20], True, (), "gzip bytes")
+    assert cut.kind == "text" and cut.text and not cut.truncated
+    assert cut.note == f"The payload is compressed (gzip bytes); shown decompressed, {len(cut.text)} bytes before its compressed data ends early."

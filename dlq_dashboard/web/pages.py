@@ -15,7 +15,7 @@ from flask import Blueprint, current_app, make_response, render_template, reques
 
 from dlq_consumer import headers as contract
 
-from ..actions.decisions import no_stream_sentence, republish_refusal, source_verdict
+from ..actions.decisions import compression_of, no_stream_sentence, republish_refusal, source_verdict
 from ..actions.streams import stream_of
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
 from ..access import visible
@@ -208,7 +208,9 @@ def entry(entry_id: int):
     detail = entry_detail(entry_id)
     found = detail.entry
     marks = mark_indexes(detail.pointers)
-    payload = view_payload(found.payload, found.payload_available, marks)
+    # Hidden from a viewer (DLQ_MASK, a payload that is not JSON) it is not opened either.
+    compressed = None if found.payload_hidden else compression_of(found.headers, found.payload)
+    payload = view_payload(found.payload, found.payload_available, marks, compressed)
     if found.hidden_values and payload.kind == "json" and payload.note is None and MASKED.encode() in found.payload:
         # A viewer reading "•••" in the payload (not only in a header) learns why, and that the
         # value is there for an operator.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import difflib
 import json
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -21,6 +22,7 @@ from typing import Any, Iterable
 TEXT_LIMIT = 256 * 1024
 HEX_LIMIT = 16 * 1024
 _INDENT = "  "
+NOT_JSON = "The payload is not JSON."
 
 
 @dataclass
@@ -51,11 +53,26 @@ def mark_indexes(pointers: Iterable[str]) -> dict[str, int]:
     return {p: i for i, p in enumerate(dict.fromkeys(p for p in pointers if p))}
 
 
-def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str] = ()) -> PayloadView:
-    """Choose how to show a payload and mark the fields at ``pointers`` (JSON Pointers)."""
+def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str] = (),
+                 compressed: str | None = None) -> PayloadView:
+    """Choose how to show a payload and mark the fields at ``pointers`` (JSON Pointers).
+    ``compressed`` (decisions.compression_of: "gzip bytes", "Content-Encoding: gzip"): a gzip or
+    zlib payload is shown decompressed, as far as TEXT_LIMIT; the download stays as stored."""
     size = len(payload)
     if not available:
         return PayloadView("missing", 0)
+    unpacked = _decompressed(payload) if compressed else None
+    if unpacked is not None:
+        data, ending = unpacked
+        shown = view_payload(data, pointers=pointers)  # past TEXT_LIMIT: its start, unmarked
+        said = f"The payload is compressed ({compressed}); shown decompressed, " + {
+            "whole": f"{len(data):,} bytes.", "more": f"the first {TEXT_LIMIT:,} bytes of more.",
+            "cut": f"{len(data):,} bytes before its compressed data ends early."}[ending]
+        if ending == "cut" and shown.note == NOT_JSON:
+            shown.note = None  # what it would be is not known: its end is missing
+        shown.size = size
+        shown.note = f"{said} {shown.note}" if shown.note else said
+        return shown
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError:
@@ -68,7 +85,7 @@ def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str]
     try:
         value = _parse(text)
     except (ValueError, RecursionError):
-        return PayloadView("text", size, text=text, note=None if not text else "The payload is not JSON.")
+        return PayloadView("text", size, text=text, note=None if not text else NOT_JSON)
     order = mark_indexes(pointers)
     try:
         segments = _Printer(order).print(value)
@@ -148,6 +165,21 @@ def _merge(segments: list[Segment]) -> list[Segment]:
         else:
             merged.append(Segment(seg.text, seg.mark, seg.anchor))
     return merged
+
+
+def _decompressed(payload: bytes) -> tuple[bytes, str] | None:
+    """A gzip or zlib payload decompressed, at most TEXT_LIMIT bytes and one more (a few
+    kilobytes can unpack to gigabytes), and how it ends: "whole", "more" (past the limit) or
+    "cut" (the compressed data stops short); None when it does not decompress (or is compressed
+    otherwise: deflate without zlib's header, br, zstd)."""
+    unpacker = zlib.decompressobj(wbits=47)  # 32 + 15: gzip's header or zlib's, told apart
+    try:
+        data = unpacker.decompress(payload, TEXT_LIMIT + 1)
+    except zlib.error:
+        return None
+    if len(data) > TEXT_LIMIT:
+        return data, "more"
+    return data, "whole" if unpacker.eof else "cut"
 
 
 def hex_dump(data: bytes, width: int = 16) -> list[tuple[str, str, str]]:
