@@ -33,6 +33,10 @@ def json_pointer(parts: Iterable[Any]) -> str:
 
 Validator = Callable[[Any], tuple[Any, list[SchemaViolation]]]
 
+#: How a violation of a payload not read as JSON begins (``unread``): the dashboard's groups of
+#: such failures are told by it, as no rule of the schema was tried on them.
+NOT_JSON, TOO_DEEP_TO_PARSE = "payload is not valid JSON", "payload nests too deeply to be parsed"
+
 
 def make_validator(schema: Any = None) -> Validator:
     """A validator from a JSON Schema dict (Draft 2020-12 unless it says otherwise), a
@@ -90,9 +94,9 @@ def parse_and_validate(data: bytes, validator: Validator) -> tuple[Any, list[Sch
     try:
         parsed = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        return None, [SchemaViolation("", f"payload is not valid JSON: {exc}", unread=True)]
+        return None, [SchemaViolation("", f"{NOT_JSON}: {exc}", unread=True)]
     except RecursionError:
-        return None, [SchemaViolation("", "payload nests too deeply to be parsed", unread=True)]
+        return None, [SchemaViolation("", TOO_DEEP_TO_PARSE, unread=True)]
     try:
         return validator(parsed)
     except RecursionError:

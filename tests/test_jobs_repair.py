@@ -182,9 +182,11 @@ def test_repair_by_schema_is_offered_only_where_the_schema_finds_the_payload_inv
     valid = support.dead_letter(app, 2, payload=fine, Dlq_Reason="max_deliveries", Dlq_Error="TimeoutError: CRM")
     uncovered = support.dead_letter(app, 3, subject="payments.made", payload=b'{"amount": "1.50"}',
                                     Dlq_Reason="fatal", Dlq_Error="no account")
-    # The schema fails a payload that is not JSON too, but no rule of a repair can read it.
+    # The schema fails a payload that is not JSON too, but no rule of a repair can read it: as the
+    # consumer library dead-letters it.
     unread = support.dead_letter(app, 4, payload=b"\x1f\x8b\x08 gzip bytes", Dlq_Reason="schema_invalid",
-                                 Dlq_Error="not JSON")
+                                 Dlq_Error="payload is not valid JSON", Dlq_Schema_Errors=json.dumps(
+                                     [{"path": "", "message": "payload is not valid JSON: 'utf-8' codec can't decode"}]))
     operator = support.logged_in(app, "operator")
 
     def offered(entry_id):
@@ -193,11 +195,12 @@ def test_repair_by_schema_is_offered_only_where_the_schema_finds_the_payload_inv
 
     assert offered(invalid) == ["republish", "edit", "repair", "close"]
     assert offered(valid) == offered(uncovered) == offered(unread) == ["republish", "edit", "close"]
-    groups = {g["reason"]: g["id"] for g in operator.get("/api/groups").get_json()["groups"]}
-    for reason, actions in [("schema_invalid", ["republish", "close", "patch", "repair"]),
-                            ("max_deliveries", ["republish", "close", "patch"]), ("fatal", ["republish", "close", "patch"])]:
-        page = operator.get(f"/groups/{groups[reason]}").get_data(as_text=True)
-        assert re.findall(r'name="action" value="(\w+)"', page) == actions, reason
+    groups = {entry_id: operator.get(f"/entries/{entry_id}").get_data(as_text=True).split('data-group="')[1].split('"')[0]
+              for entry_id in (invalid, valid, uncovered, unread)}
+    for entry_id, actions in [(invalid, ["republish", "close", "patch", "repair"]), (valid, ["republish", "close", "patch"]),
+                              (uncovered, ["republish", "close", "patch"]), (unread, ["republish", "close", "patch"])]:
+        page = operator.get(f"/groups/{groups[entry_id]}").get_data(as_text=True)
+        assert re.findall(r'name="action" value="(\w+)"', page) == actions, entry_id
 
 
 def test_a_groups_repair_previews_that_groups_entries(make_app):

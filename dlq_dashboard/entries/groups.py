@@ -59,10 +59,11 @@ class Group:
         return group_label(self.key)
 
     @property
-    def schema_failures(self) -> bool:
-        """Whether its entries failed their schema: the group that Repair by schema is offered on
-        (a timeout's or a fatal error's payloads have nothing the repair could change)."""
-        return self.reason == contract.REASON_SCHEMA_INVALID
+    def repairable(self) -> bool:
+        """Whether its entries are JSON payloads their schema failed: the group Repair by schema
+        is offered on (a timeout's or a fatal error's payloads, and payloads that are not JSON,
+        have nothing the repair could change)."""
+        return self.reason == contract.REASON_SCHEMA_INVALID and not grouping.unread_payloads(self.key)
 
     def filter_args(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The list filter that shows this group's entries: ``base`` (the other filters the

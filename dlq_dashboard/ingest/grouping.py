@@ -22,6 +22,8 @@ import json
 import re
 from functools import lru_cache
 
+from dlq_consumer.validation import NOT_JSON, TOO_DEEP_TO_PARSE
+
 #: The rules' version: raised, with a migration regrouping the entries, whenever a key changes.
 GROUPING_VERSION = 3
 NO_ERROR = "(no error text)"
@@ -381,6 +383,16 @@ def group_key(error: str | None, schema_errors: list | None) -> str:
     if error and error.strip():
         return normalize_error_text(error)
     return NO_ERROR
+
+
+#: The keys of schema failures of payloads that were not read as JSON (gzip bytes, text).
+_UNREAD_KEYS = tuple(f"(root): {message}" for message in (NOT_JSON, TOO_DEEP_TO_PARSE))
+
+
+def unread_payloads(key: str) -> bool:
+    """Whether a group's key is the schema failure of payloads not read as JSON: no rule of the
+    schema was tried on them, so no repair by it has anything to work on."""
+    return key.startswith(_UNREAD_KEYS)
 
 
 def group_label(key: str, limit: int = MAX_LABEL) -> str:
