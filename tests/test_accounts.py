@@ -120,6 +120,10 @@ def test_the_first_admin_is_created_once_with_a_random_password(engine):
     assert accounts.verify_password(engine, "admin", password).role == "admin"
     assert accounts.ensure_first_admin(engine) is None
     assert [u.name for u in accounts.list_users(engine)] == ["admin"]
+    # In the audit, as every change of a user: made by the dashboard at its first start.
+    with engine.connect() as conn:
+        records = conn.execute(select(Action.action, Action.actor, Action.note)).all()
+    assert [tuple(r) for r in records] == [("user_create", "dashboard", "admin: admin over every subject")]
 
 
 def test_no_first_admin_is_made_when_any_user_exists(engine):

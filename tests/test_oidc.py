@@ -13,7 +13,7 @@ from flask import jsonify
 from sqlalchemy import func, select, update
 
 from dlq_dashboard.accounts import create_token, create_user, set_disabled
-from dlq_dashboard.db.models import LoginSession, User
+from dlq_dashboard.db.models import Action, LoginSession, User
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.scopes import Grant, Scope, grants_from_json
 from dlq_dashboard.times import utcnow
@@ -141,6 +141,16 @@ def test_groups_are_read_at_every_sign_in_so_leaving_a_group_leaves_its_access(d
     third = sso_app.test_client()
     idp.sign_in(third, "alice")
     assert third.get("/probe/grants").get_json()["role"] == "admin"
+    # Each change of the user is in the audit, as the user's own doing at sign-in; a sign-in
+    # that changes nothing adds nothing.
+    idp.sign_in(sso_app.test_client(), "alice")
+    with runtime_of(sso_app).engine.connect() as conn:
+        records = conn.execute(select(Action.action, Action.actor, Action.note).order_by(Action.id)).all()
+    name = user.name
+    assert [(r.action, r.actor) for r in records] == [("user_create", name), ("user_grant", name), ("user_grant", name)]
+    assert records[0].note.startswith(f"{name}: operator") and records[0].note.endswith("(at their first single sign-on)")
+    assert records[1].note.startswith(f"{name}: viewer over every subject (was operator")
+    assert records[2].note == f"{name}: admin over every subject (was viewer over every subject; DLQ_OIDC_ROLES at sign-in)"
 
 
 def test_a_user_in_no_group_a_rule_names_may_not_use_the_dashboard(idp, make_app):

@@ -221,15 +221,24 @@ def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Gra
             holder = conn.execute(select(User.oidc_subject).where(User.name == name)).first()
             if holder is not None and holder.oidc_subject != subject:
                 raise AccountError(f"the name {name!r} belongs to another user of this dashboard")
+            # Made, or given another role or scopes, by the identity provider's groups: in the
+            # audit as the user's own doing (they signed in), as every change of a user is.
             if row is None:
                 result = conn.execute(User.__table__.insert().values(
                     **values, password_hash=NO_PASSWORD, disabled=False, created_at=now, via="oidc",
                     oidc_subject=subject))
                 user_id, disabled = result.inserted_primary_key[0], False
+                audit(conn, name, "user_create", f"{name}: {describe_grant(role, scopes)} (at their first single "
+                      "sign-on)", user=name, role=role, scopes=texts(scopes), via="oidc")
             else:
                 user_id, disabled = row.id, bool(row.disabled)
                 if not disabled:
                     conn.execute(update(User.__table__).where(User.id == row.id).values(**values))
+                    if (row.role, row.scopes) != (role, values["scopes"]):
+                        was = scopes_from_json(row.scopes)
+                        audit(conn, name, "user_grant", f"{name}: {describe_grant(role, scopes)} (was "
+                              f"{describe_grant(row.role, was)}; DLQ_OIDC_ROLES at sign-in)", user=name, role=role,
+                              scopes=texts(scopes), was_role=row.role, was_scopes=texts(was))
     except IntegrityError:  # another sign-in of the same person, or the same name, at the same time
         raise AccountError(f"the name {name!r} belongs to another user of this dashboard") from None
     if disabled:
@@ -337,13 +346,18 @@ def count_users(engine: Engine) -> int:
         return conn.execute(select(func.count()).select_from(User)).scalar_one()
 
 
+#: Who the audit names for the first admin, made by the dashboard itself at its first start.
+FIRST_START = "dashboard"
+
+
 def ensure_first_admin(engine: Engine) -> str | None:
     """With no user at all, create ``admin`` with a random password and return the password."""
     if count_users(engine):
         return None
     password = new_password()
     try:
-        create_user(engine, "admin", password, "admin")
+        # In the audit as every change of a user is, made by the dashboard itself at its first start.
+        create_user(engine, "admin", password, "admin", actor=FIRST_START)
     except AccountError:  # another process created it first
         return None
     return password
