@@ -8,10 +8,12 @@ import threading
 
 import nats
 import pytest
+from sqlalchemy import select
 
 from dlq_dashboard import create_app
 from dlq_dashboard.accounts import verify_password
 from dlq_dashboard.actions.republish import republish_entry
+from dlq_dashboard.db.models import Action
 from dlq_dashboard.demo import CONSUMER, Demo, DEMO_SCHEMAS, STREAM, demo_settings, ensure_demo_operator
 from dlq_dashboard.demo.orders import OUTAGE_CUSTOMER, read_orders
 from dlq_dashboard.nats.server import NatsServer
@@ -205,6 +207,8 @@ def test_the_demo_operator_is_created_once_with_the_operator_role(offline_app):
 
     assert password and ensure_demo_operator(engine) is None
     assert verify_password(engine, "demo", password).role == "operator"
+    with engine.connect() as conn:  # in the audit, as every change of a user is
+        assert conn.execute(select(Action.action, Action.actor)).all() == [("user_create", "dashboard")]
 
 
 def test_demo_settings_use_the_packaged_schemas_unless_dlq_schemas_is_set(tmp_path):

@@ -29,7 +29,7 @@ from dlq_consumer import (
     Backoff, ConsumerRunner, Lifecycle, default_is_transient, ensure_stream, publish_with_retry,
 )
 
-from ..accounts import AccountError, create_user
+from ..accounts import FIRST_START, AccountError, create_user
 from ..config import Settings
 from ..nats.bridge import auth_options, close_loop
 from ..nats.client_log import ConnectionLog
@@ -78,7 +78,7 @@ def ensure_demo_operator(engine) -> str | None:
     """Create the ``demo`` operator with a random password and return it; None if it exists."""
     password = secrets.token_urlsafe(12)
     try:
-        create_user(engine, OPERATOR, password, "operator")
+        create_user(engine, OPERATOR, password, "operator", actor=FIRST_START)  # by the dashboard, as the first admin
     except AccountError:
         return None
     return password
