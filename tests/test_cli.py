@@ -238,3 +238,14 @@ def test_every_change_the_cli_makes_is_audited_as_cli_and_the_os_user(cli, engin
                                           "token_revoke"]
     assert {actor for _, actor, _ in audited} == {cli_actor()}
     assert audited[1][2] == "ned: viewer over orders.> (was viewer over every subject)"
+
+
+def test_python_app_py_runs_every_admin_command_flask_runs(offline_app, capsys):
+    # `python app.py groups list` started the server's argument parser, which refused "groups".
+    from dlq_dashboard.cli import main as cli_main
+
+    registered = {name for name in offline_app.cli.commands if name not in ("run", "shell", "routes")}
+    assert set(cli_main.ADMIN_COMMANDS) == registered == {"users", "tokens", "entries", "groups", "jobs", "purge"}
+    for name in cli_main.ADMIN_COMMANDS:
+        assert cli_main.main([name, "--help"]) == 0, name
+        assert f"Usage: dlq-dashboard {name}" in capsys.readouterr().out

@@ -1,5 +1,5 @@
 """Admin commands: ``flask --app app users ...`` and ``tokens ...`` (here), ``entries ...``
-(entries.py) and ``purge`` (purge.py).
+(entries.py), ``groups ...`` (groups.py), ``jobs ...`` (jobs.py) and ``purge`` (purge.py).
 
 Users and tokens change through the functions /admin/users calls (accounts/), audited with the
 actor ``cli:<os user>``. ``--scope PATTERN`` (repeated, or several separated by ',') limits a role
@@ -22,21 +22,22 @@ from ..runtime import runtime_of
 from ..times import format_time
 from .entries import entries
 from .groups import groups
+from .jobs import jobs
 from .output import BAD_INPUT, CommandError, cli_actor
 from .output import table as _table
 from .purge import purge
 
 users = AppGroup("users", help="Create, list, scope, disable and enable the people who log in; end their sessions.")
 tokens = AppGroup("tokens", help="Create, list, scope and revoke API tokens for scripts.")
+#: Every admin command, as ``flask --app app`` and ``python app.py`` (cli/main.py) run them.
+ADMIN_COMMANDS = (users, tokens, entries, groups, jobs, purge)
 
 
 def init_app(app: Flask) -> None:
-    """Register the ``users``, ``tokens``, ``entries`` and ``groups`` command groups and ``purge``."""
-    app.cli.add_command(users)
-    app.cli.add_command(tokens)
-    app.cli.add_command(entries)
-    app.cli.add_command(groups)
-    app.cli.add_command(purge)
+    """Register the admin commands (ADMIN_COMMANDS): the ``users``, ``tokens``, ``entries``,
+    ``groups`` and ``jobs`` command groups and ``purge``."""
+    for command in ADMIN_COMMANDS:
+        app.cli.add_command(command)
 
 
 def _engine():

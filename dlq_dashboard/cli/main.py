@@ -30,8 +30,9 @@ from ..sources import unused_variables
 
 log = logging.getLogger(__name__)
 
-#: The admin command groups; any other first argument is a flag of the server.
-ADMIN_COMMANDS = ("users", "tokens", "entries", "purge")
+#: The admin commands (cli/__init__.py ADMIN_COMMANDS, named here so that a server's start does
+#: not import them); any other first argument is a flag of the server.
+ADMIN_COMMANDS = ("users", "tokens", "entries", "groups", "jobs", "purge")
 #: Below debug, the libraries' chatter (Alembic's paragraph per migration revision) is left
 #: out, so a start prints one line per thing that matters.
 CHATTY = ("alembic",)
@@ -94,7 +95,7 @@ def listen_error(host: str, port: int, exc: Exception) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="dlq-dashboard", description="DLQ Dashboard: dead letters of NATS JetStream",
-        epilog="admin commands: dlq-dashboard {users,tokens,entries,purge} --help "
+        epilog=f"admin commands: dlq-dashboard {{{','.join(ADMIN_COMMANDS)}}} --help "
                "(the same as flask --app app ...)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=_whole("--port", 0, 65535, "0: a free port"), default=8080,
@@ -122,12 +123,9 @@ def main(argv: list[str] | None = None) -> int:
 def admin(argv: list[str]) -> int:
     """The admin commands of cli/, each in an app context of :func:`create_app` (loaded only
     when a command runs, so ``--help`` opens no database)."""
-    from . import tokens, users
-    from .entries import entries
-    from .purge import purge
+    from . import ADMIN_COMMANDS as COMMANDS
 
-    group = click.Group("dlq-dashboard", help="Admin commands of DLQ Dashboard.",
-                        commands=[users, tokens, entries, purge])
+    group = click.Group("dlq-dashboard", help="Admin commands of DLQ Dashboard.", commands=list(COMMANDS))
     info = ScriptInfo(create_app=create_app, set_debug_flag=False, load_dotenv_defaults=False)
     try:
         group.main(args=argv, prog_name="dlq-dashboard", obj=info)
