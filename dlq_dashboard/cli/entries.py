@@ -10,7 +10,6 @@ saw: without it, a change made meanwhile is not noticed (the web's 409 cannot ha
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import click
@@ -30,7 +29,7 @@ from ..times import format_time
 from ..web.data import entries_page, entry_detail, list_fields
 from ..web.export import MEDIA_TYPES, export_body
 from ..web.params import single_values
-from .output import BAD_INPUT, FAILED, CommandError, cli_actor, nats_connected, table
+from .output import BAD_INPUT, FAILED, CommandError, cli_actor, echo_json, nats_connected, table
 
 entries = AppGroup("entries", help="List, show, republish, close, reopen and export dead-letter entries.")
 
@@ -96,9 +95,6 @@ def _args(options: dict) -> dict[str, str]:
     return single_values(pairs)
 
 
-def _echo_json(body) -> None:
-    click.echo(json.dumps(body, ensure_ascii=False, indent=2))
-
 
 def _one_line(text: str | None, width: int) -> str:
     text = " ".join((text or "").split())
@@ -116,7 +112,7 @@ def list_entries(as_json: bool, as_role: str, scopes: tuple[str, ...], **options
     """One page of entries, newest first, under the list's filters."""
     _, page = entries_page(_args(options), reader=_reader(as_role, scopes))
     if as_json:
-        _echo_json(page.to_dict())
+        echo_json(page.to_dict())
         return
     if not page.entries:
         click.echo("No entries match.")
@@ -144,7 +140,7 @@ def show_entry(entry_id: int, as_json: bool, as_role: str, scopes: tuple[str, ..
     detail = entry_detail(entry_id, _reader(as_role, scopes))
     body = detail.to_dict()
     if as_json:
-        _echo_json(body)
+        echo_json(body)
         return
     entry = detail.entry
     facts = ("id", "status", "version", "original_subject", "reason", "error", "deliveries", "consumer",
@@ -204,7 +200,7 @@ def republish(entry_id: int, version: int | None, payload_file, force: bool, as_
     with nats_connected(rt):
         outcome = republish_entry(rt, entry_id, seen, actor=cli_actor(), payload=payload, force=force)
     if as_json:
-        _echo_json(outcome.to_dict())
+        echo_json(outcome.to_dict())
         return
     published = outcome.publish
     where = f"stream {published.stream}, seq {published.seq}" + (" (a duplicate)" if published.duplicate else "")
@@ -228,7 +224,7 @@ def close(entry_id: int, note: str | None, version: int | None, as_json: bool) -
     else:
         outcome = close_entry(rt, entry_id, seen, actor=cli_actor(), note=note)
     if as_json:
-        _echo_json(outcome.to_dict())
+        echo_json(outcome.to_dict())
         return
     click.echo(f"Closed entry {entry_id}; it is at version {outcome.entry.version}.")
 
@@ -242,7 +238,7 @@ def reopen(entry_id: int, version: int | None, as_json: bool) -> None:
     """Reopen a closed or republished entry."""
     outcome = reopen_entry(runtime_of(current_app), entry_id, _version(entry_id, version), actor=cli_actor())
     if as_json:
-        _echo_json(outcome.to_dict())
+        echo_json(outcome.to_dict())
         return
     click.echo(f"Reopened entry {entry_id}; it is at version {outcome.entry.version}.")
 

@@ -9,7 +9,6 @@ a change made meanwhile is not noticed (the web's 409 cannot happen).
 
 from __future__ import annotations
 
-import json
 
 import click
 from flask import current_app
@@ -23,13 +22,10 @@ from ..runtime import runtime_of
 from ..times import utcnow
 from ..web.data import failure_groups
 from .entries import _reader, _reader_option, _refusals
-from .output import BAD_INPUT, CommandError, cli_actor, table
+from .output import BAD_INPUT, CommandError, cli_actor, echo_json, table
 
 groups = AppGroup("groups", help="List and show failure groups; assign, resolve, ignore, reopen them; add notes.")
 
-
-def _echo_json(body) -> None:
-    click.echo(json.dumps(body, ensure_ascii=False, indent=2))
 
 
 @groups.command("list")
@@ -51,7 +47,7 @@ def list_groups(state, assignee, team, status, subject, source, limit, as_json: 
                               "subject": subject, "source": source, "limit": limit}.items() if v}
     answer = failure_groups(args, reader=_reader(as_role, scopes), me=cli_actor())
     if as_json:
-        _echo_json({"groups": [g.to_dict(answer.base) for g in answer.groups]})
+        echo_json({"groups": [g.to_dict(answer.base) for g in answer.groups]})
         return
     if not answer.groups:
         click.echo("No groups match.")
@@ -75,7 +71,7 @@ def show_group(group_id: int, as_json: bool, as_role: str, scopes: tuple[str, ..
     found = visible.group(reader, store, group_id)
     activity = visible.group_activity(reader, store, group_id)
     if as_json:
-        _echo_json({**found.to_dict(), "activity": activity})
+        echo_json({**found.to_dict(), "activity": activity})
         return
     body = found.to_dict()
     for name in ("id", "source", "state", "assignee", "resolved_in", "until", "until_count", "team", "version", "subject",

@@ -10,7 +10,6 @@ says what it would take, as a page's preview does, and makes nothing.
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
@@ -26,7 +25,7 @@ from ..errors import InvalidRequest
 from ..runtime import runtime_of
 from ..web.data import list_fields
 from .entries import _args, _filter_options, _reader, _reader_option, _refusals
-from .output import FAILED, CommandError, cli_actor, nats_connected, table
+from .output import FAILED, CommandError, cli_actor, echo_json, nats_connected, table
 
 jobs = AppGroup("jobs", help="List, show, start and cancel bulk jobs: republish, close, patch or repair many "
                              "entries at once.")
@@ -35,9 +34,6 @@ jobs = AppGroup("jobs", help="List, show, start and cancel bulk jobs: republish,
 POLL_SECONDS = 1.0
 FINISHED = ("done", "cancelled")
 
-
-def _echo_json(body) -> None:
-    click.echo(json.dumps(body, ensure_ascii=False, indent=2))
 
 
 def _progress(job: dict) -> str:
@@ -60,7 +56,7 @@ def list_jobs(state: str | None, limit: int, as_json: bool, as_role: str, scopes
     page = visible.read_jobs(_reader(as_role, scopes), runtime_of(current_app).engine, list_fields(),
                              cursor=None, limit=limit, state=state)
     if as_json:
-        _echo_json(page)
+        echo_json(page)
         return
     if not page["jobs"]:
         click.echo("No jobs.")
@@ -82,7 +78,7 @@ def show(job_id: int, state: str | None, limit: int, as_json: bool, as_role: str
     job = visible.read_job(_reader(as_role, scopes), runtime_of(current_app), job_id, list_fields(),
                            item_state=state, limit=limit)
     if as_json:
-        _echo_json(job)
+        echo_json(job)
         return
     click.echo(f"Job {job['id']}: bulk {job['action']} by {job['actor']}, {_progress(job)}.")
     click.echo(f"Selection: {job['selection_text']}.")
@@ -147,7 +143,7 @@ def start(action: str, ids: tuple[int, ...], only_valid: bool, all_patched: bool
     if not wait:
         job = visible.read_job(reader, rt, make(), list_fields(), limit=0)
         if as_json:
-            _echo_json(job)
+            echo_json(job)
             return
         click.echo(f"Made job {job['id']}: bulk {action} of {job['total']:,} ({job['selection_text']}). The "
                    f"dashboard runs it; follow it with: jobs show {job['id']}")
@@ -157,7 +153,7 @@ def start(action: str, ids: tuple[int, ...], only_valid: bool, all_patched: bool
         job_id = make()
         job = _follow(rt, job_id, quiet=as_json)
     if as_json:
-        _echo_json(visible.read_job(reader, rt, job_id, list_fields(), limit=0))
+        echo_json(visible.read_job(reader, rt, job_id, list_fields(), limit=0))
     else:
         click.echo(f"Job {job_id}: {_progress(job)}.")
     if job["failed"]:

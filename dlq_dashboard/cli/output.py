@@ -4,6 +4,7 @@ and NATS for the commands that need it."""
 from __future__ import annotations
 
 import getpass
+import json
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -30,6 +31,11 @@ def table(rows: list[tuple], header: tuple[str, ...]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def echo_json(body) -> None:
+    """Print an answer as the API gives it, indented."""
+    click.echo(json.dumps(body, ensure_ascii=False, indent=2))
 
 
 def cli_actor() -> str:
