@@ -47,6 +47,7 @@ def test_the_jobs_list_shows_a_finished_and_a_cancelled_job_with_who_cancelled(o
     assert newest["actor"] == "ann" and newest["cancelled"] == 2 and newest["done"] == 0
     assert newest["selection_text"] == "filter status=open" and newest["eta_seconds"] is None
     assert newest["rate"] is None, "cancelled items are no speed"
+    assert newest["percent"] == 0, "its progress bar was full: cancelled items are not gone through"
     assert oldest["state"] == "done" and oldest["done"] == 3 and oldest["total"] == 3 and oldest["percent"] == 100
     assert oldest["selection_text"] == "3 selected entries" and oldest["cancelled_by"] is None
     assert oldest["started_at"] and oldest["finished_at"] and oldest["rate"] and oldest["rate"] > 0

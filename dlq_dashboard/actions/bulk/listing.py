@@ -19,9 +19,8 @@ from ...scopes import Scope
 from ...times import format_time, utcnow
 
 JOBS, ITEMS, GROUPS = Job.__table__, JobItem.__table__, FailureGroup.__table__
-#: The states of an item that has been dealt with (the rest are pending).
-SETTLED = ("done", "failed", "skipped", "cancelled")
-#: Those the job worked on: its rate (a cancel settles the rest at once, and is no speed).
+#: The states of the items a job worked on: its rate and its percent (a cancel settles the rest at
+#: once, and is neither speed nor progress).
 WORKED = ("done", "failed", "skipped")
 JOBS_LIMIT, JOBS_MAX = 50, 500
 #: A job's failure reasons: the items read for them (its page polls each second while it runs),
@@ -68,9 +67,9 @@ def job_summary(m: Mapping[str, Any], counts: Mapping[str, int], labels: Mapping
                 now: datetime | None = None) -> dict[str, Any]:
     """A job's row and its items' counts by state as JSON (everything but its items)."""
     now = now or utcnow()
-    settled = sum(counts.get(s, 0) for s in SETTLED)
+    worked = sum(counts.get(s, 0) for s in WORKED)
     pending = counts.get("pending", 0)
-    rate, eta_seconds, eta_at = _rate_and_eta(m, sum(counts.get(s, 0) for s in WORKED), pending, now)
+    rate, eta_seconds, eta_at = _rate_and_eta(m, worked, pending, now)
     selection = json.loads(m["selection"] or "{}")
     return {
         "id": m["id"], "action": m["action"], "actor": m["actor"], "state": m["state"], "note": m["note"],
@@ -78,7 +77,8 @@ def job_summary(m: Mapping[str, Any], counts: Mapping[str, int], labels: Mapping
         "patch": selection.get("patch"), "total": m["total"],
         "done": counts.get("done", 0), "failed": counts.get("failed", 0), "skipped": counts.get("skipped", 0),
         "cancelled": counts.get("cancelled", 0), "pending": pending,
-        "percent": round(100 * settled / m["total"], 1) if m["total"] else 100.0,
+        # How far it went through its items: a cancelled job's progress bar stops where it stopped.
+        "percent": round(100 * worked / m["total"], 1) if m["total"] else 100.0,
         "cancel_requested": bool(m["cancel_requested"]), "created_at": format_time(m["created_at"]),
         "started_at": format_time(m.get("started_at")), "finished_at": format_time(m["finished_at"]),
         "cancelled_by": m.get("cancelled_by"), "cancelled_at": format_time(m.get("cancelled_at")),
