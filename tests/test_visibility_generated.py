@@ -36,9 +36,11 @@ MASK = ("/email", "/card", "X-Secret")
 EXEMPT = {"static"}
 # The command line: the commands that read entries (walked with --as viewer), and those that act
 # (an operator's or an admin's tools, answering in what they changed); a command in neither fails.
-READING = {("entries", "list"), ("entries", "show"), ("entries", "export"), ("groups", "list"), ("groups", "show")}
+READING = {("entries", "list"), ("entries", "show"), ("entries", "export"), ("groups", "list"), ("groups", "show"),
+           ("jobs", "list"), ("jobs", "show")}
 ACTING = {("entries", "republish"), ("entries", "close"), ("entries", "reopen"), ("purge",),
-          *(("groups", name) for name in ("assign", "resolve", "ignore", "reopen", "note"))}
+          *(("groups", name) for name in ("assign", "resolve", "ignore", "reopen", "note")),
+          ("jobs", "start"), ("jobs", "cancel")}
 ADMIN_GROUPS = {"users", "tokens"}  # accounts: names and roles, no entries
 
 
@@ -241,7 +243,9 @@ def test_no_output_of_the_command_line_read_as_a_viewer_holds_a_masked_value(app
                  ("entries", "show"): [[str(e), *flag] for e in world["entry_id"] for flag in ([], ["--json"])],
                  ("entries", "export"): [["--format", fmt] for fmt in ("json", "ndjson", "csv")],
                  ("groups", "list"): [[], ["--json"]],
-                 ("groups", "show"): [[str(g), *flag] for g in world["group_id"] for flag in ([], ["--json"])]}[path]
+                 ("groups", "show"): [[str(g), *flag] for g in world["group_id"] for flag in ([], ["--json"])],
+                 ("jobs", "list"): [[], ["--json"]],
+                 ("jobs", "show"): [[str(j), *flag] for j in world["job_id"] for flag in ([], ["--json"])]}[path]
         for args in calls:
             result = runner.invoke(args=[*path, *args, "--as", "viewer"])
             assert result.exit_code == 0, result.output

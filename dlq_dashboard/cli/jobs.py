@@ -17,8 +17,8 @@ from flask import current_app
 from flask.cli import AppGroup
 
 from ..access import visible
-from ..actions.bulk.jobs import JOB_ACTIONS, REPUBLISHING, cancel_job, create_job, select_items
-from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX
+from ..actions.bulk.jobs import FINISHED, JOB_ACTIONS, REPUBLISHING, cancel_job, create_job, select_items
+from ..actions.bulk.listing import JOB_STATES, JOBS_LIMIT, JOBS_MAX
 from ..actions.bulk.refusals import republish_refusals
 from ..db.models import ITEM_STATES
 from ..errors import InvalidRequest
@@ -32,8 +32,6 @@ jobs = AppGroup("jobs", help="List, show, start and cancel bulk jobs: republish,
 
 #: How often ``jobs start --wait`` reads the job's progress.
 POLL_SECONDS = 1.0
-FINISHED = ("done", "cancelled")
-
 
 
 def _progress(job: dict) -> str:
@@ -45,7 +43,7 @@ def _progress(job: dict) -> str:
 
 
 @jobs.command("list")
-@click.option("--state", type=click.Choice(("running", "finished")), help="Only running or only finished jobs.")
+@click.option("--state", type=click.Choice(JOB_STATES), help="Only running or only finished jobs.")
 @click.option("--limit", type=click.IntRange(1, JOBS_MAX), default=JOBS_LIMIT, show_default=True,
               help="The most jobs, newest first.")
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: {\"jobs\": [...], \"next_cursor\"}.")

@@ -6,7 +6,7 @@ from flask import Blueprint, jsonify, render_template, request, url_for
 
 from ..actions.bulk.jobs import JobError, Selection, cancel_job, create_job, select_items
 from ..db.models import ITEM_STATES
-from ..actions.bulk.listing import JOBS_LIMIT, JOBS_MAX, REASON_ITEMS
+from ..actions.bulk.listing import JOB_STATES, JOBS_LIMIT, JOBS_MAX, REASON_ITEMS
 from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
 from ..actions.bulk.refusals import republish_refusals
 from ..actions.republish import republish_targets
@@ -25,9 +25,6 @@ from .responses import after_post, page_or_fragment
 bp = Blueprint("bulk", __name__)
 PREVIEW_ROWS = 20
 MAX_ITEMS_SHOWN = 1000
-
-
-JOB_STATES = ("running", "finished")
 
 
 def jobs_page(args) -> tuple[dict, dict[str, str]]:

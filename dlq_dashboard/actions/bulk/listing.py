@@ -23,6 +23,8 @@ JOBS, ITEMS, GROUPS = Job.__table__, JobItem.__table__, FailureGroup.__table__
 #: once, and is neither speed nor progress).
 WORKED = ("done", "failed", "skipped")
 JOBS_LIMIT, JOBS_MAX = 50, 500
+#: What the jobs' list narrows to (``state``): those still running, or those that have ended.
+JOB_STATES = ("running", "finished")
 #: A job's failure reasons: the items read for them (its page polls each second while it runs),
 #: the distinct texts kept of those, and the reasons shown.
 REASON_ITEMS, REASON_TEXTS, REASONS_SHOWN = 10_000, 200, 5
