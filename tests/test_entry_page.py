@@ -4,6 +4,7 @@ action bar whose Republish says why it cannot work, and a republish that failed 
 from __future__ import annotations
 
 import gzip
+import json
 import re
 from html import unescape
 
@@ -199,3 +200,22 @@ def test_a_gzip_payload_is_read_decompressed_on_its_page_and_never_past_the_mask
     assert "alice@example.com" not in page and "ORD-7" not in page and "shown decompressed" not in page
     assert "The payload is hidden from viewers" in page
     assert "alice@example.com" in unescape(support.logged_in(masked, "operator").get(f"/entries/{entry}").get_data(as_text=True))
+
+
+def test_a_gzip_payloads_page_says_what_the_schema_makes_of_it_decompressed(make_app, tmp_path):
+    schema = {"x-subjects": ["orders.*"], "type": "object", "required": ["customer_id"],
+              "properties": {"customer_id": {"type": "string"}}}
+    app = make_app(schemas_dir=support.orders_schema_folder(tmp_path, schema))
+    not_json = [{"path": "", "message": "payload is not valid JSON: 'utf-8' codec can't decode byte 0x8b"}]
+    passes = support.dead_letter(app, 1, payload=gzip.compress(b'{"customer_id": "c-1"}'),
+                                 Dlq_Reason="schema_invalid", Dlq_Schema_Errors=json.dumps(not_json))
+    fails = support.dead_letter(app, 2, payload=gzip.compress(b'{"order_id": "o-2", "customer_id": 5}'),
+                                Dlq_Reason="schema_invalid", Dlq_Schema_Errors=json.dumps(not_json))
+    operator = support.logged_in(app, "operator")
+    page = unescape(operator.get(f"/entries/{passes}").get_data(as_text=True))
+    assert "Decompressed, it passes orders.json: only its compression failed" in re.sub(r"<[^>]+>", "", page)
+    page = unescape(operator.get(f"/entries/{fails}").get_data(as_text=True))
+    assert "Decompressed, it fails orders.json too:" in re.sub(r"<[^>]+>", "", page)
+    # Its failing field is marked in the payload shown decompressed, and the error links it.
+    assert '<a href="#mark-0" class="pointer"><code>/customer_id</code></a> <span class="message">5 is not of type' in page
+    assert '<mark id="mark-0">' in page

@@ -211,12 +211,19 @@ def entry(entry_id: int):
     # Hidden from a viewer (DLQ_MASK, a payload that is not JSON) it is not opened either.
     compressed = None if found.payload_hidden else compression_of(found.headers, found.payload)
     payload = view_payload(found.payload, found.payload_available, marks, compressed)
+    # Decompressed, what the current schema says of it: a producer that compresses without
+    # telling its consumer has a payload that passes once read (its only fault the compression).
+    unpacked = current_runtime().schemas.validate(found.original_subject, payload.decompressed) \
+        if payload.decompressed is not None and detail.current_schema.schema else None
+    if unpacked is not None and unpacked.errors:  # its failing fields marked in what is shown
+        marks = mark_indexes([*detail.pointers, *(e.path for e in unpacked.errors)])
+        payload = view_payload(found.payload, found.payload_available, marks, compressed)
     if found.hidden_values and payload.kind == "json" and payload.note is None and MASKED.encode() in found.payload:
         # A viewer reading "•••" in the payload (not only in a header) learns why, and that the
         # value is there for an operator.
         payload.note = "Fields DLQ_MASK hides from viewers read •••; an operator sees their values."
     return render_template(
-        "entry.html", detail=detail, entry=found, marks=marks, payload=payload,
+        "entry.html", detail=detail, entry=found, marks=marks, payload=payload, unpacked=unpacked,
         schema_problems=current_runtime().schemas.problems,
         timeline=build_timeline(found, detail.republishes, detail.replays), **_entry_context(detail))
 
