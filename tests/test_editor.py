@@ -4,6 +4,7 @@ entry page tells an edit (its timeline and the validation of the payload last se
 from __future__ import annotations
 
 import base64
+import gzip
 import html
 import json
 
@@ -162,3 +163,43 @@ def test_a_viewer_does_not_see_an_edited_payload_the_mask_cannot_pick_fields_out
     assert "c-43" not in viewer and "c-42" not in viewer
     assert "The payload sent is hidden from viewers (DLQ_MASK)." in viewer
     assert "Not shown: the payload sent is hidden from viewers." in viewer
+
+
+def test_gzip_bytes_are_edited_decompressed_and_republished_once_as_the_text(app, nats_server):
+    """A producer that compresses without a header saying so: the consumer could not read the
+    payload, the dashboard could not fix it. The editor opens it decompressed, and what it
+    republishes is the text (with no header that would make it gzip again)."""
+    import gzip
+
+    support.make_orders_stream(nats_server.url)
+    fixed = ORDER | {"items": [{"sku": "gizmo", "qty": 2, "price": 12.50}]}
+    document = json.dumps(fixed, ensure_ascii=False).encode()
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [gzip.compress(document)])
+    operator = support.logged_in(app, "operator")
+    page = _text(operator.get(f"/entries/{entry_id}"))
+    assert "Edit and republish opens it decompressed, to send as text." in page  # Republish's reason
+    assert 'data-action="edit" data-needs-nats' in page  # Edit is offered
+    edit = _text(operator.get(f"/entries/{entry_id}/edit"))
+    pretty = json.dumps(fixed, ensure_ascii=False, indent=2)
+    assert f">{pretty}</textarea>" in edit.replace("\r\n", "\n") and "Payload (decompressed)" in edit
+    assert "Unchanged from the original decompressed: that text is republished" in edit
+    assert "republishes it as it was decompressed" in edit and "republishes the original bytes" not in edit
+    assert "It passes the current schema" in edit
+    _republish(operator, entry_id, pretty.replace("\n", "\r\n"))
+    again = operator.post(f"/entries/{entry_id}/republish", data={
+        "version": "1", "payload": pretty, "encoding": "text",
+        "csrf_token": support.csrf_token(operator, f"/entries/{entry_id}")})
+    assert again.status_code == 409  # the version seen is gone: nothing sent twice
+    [sent] = support.stream_messages(nats_server.url)
+    assert sent.data == document and "Content-Encoding" not in (sent.headers or {})
+    with runtime_of(app).engine.connect() as conn:
+        [republish] = conn.execute(select(Republish.payload, Republish.edited)).all()
+    assert (bytes(republish.payload), republish.edited) == (document, True)
+
+
+def test_gzip_a_header_declares_stays_refused_for_the_editor_too(app):
+    entry_id = support.dead_letter(app, 1, payload=gzip.compress(ORIGINAL), Content_Encoding="gzip")
+    operator = support.logged_in(app, "operator")
+    edit = _text(operator.get(f"/entries/{entry_id}/edit"))
+    assert "it cannot be validated or edited here" in edit and "Payload (decompressed)" not in edit
+    assert '<button type="submit" disabled aria-describedby="refusal"' in edit

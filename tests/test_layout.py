@@ -54,7 +54,7 @@ def layer_of(module: str) -> str:
         return "migrations"
     return {"config": "base", "times": "base", "errors": "base", "numbers": "base", "flags": "base",
             "masking": "base", "redaction": "base", "files": "base", "scopes": "base", "sources": "base",
-            "teams": "base", "mailing": "base", "sign_in": "base", "children": "base"}.get(parts[1], parts[1])
+            "teams": "base", "mailing": "base", "sign_in": "base", "children": "base", "unpacking": "base"}.get(parts[1], parts[1])
 
 
 def modules() -> dict[str, Path]:

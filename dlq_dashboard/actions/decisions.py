@@ -21,6 +21,7 @@ from ..entries.view import EntryView
 from ..errors import EntryNotFound
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
+from ..unpacking import decompressed_whole
 from .context import ActionContext
 from .errors import AlreadyRepublished, Conflict, InFlight, Refused, SchemaRefused
 from .intents import INTENTS, Intent, Published, entry_ref, republish_headers, republish_msg_id
@@ -85,7 +86,7 @@ _NO_SCHEMA = ValidationResult(None, [])
 
 #: Content-Encoding values that say the payload is compressed; and gzip's first two bytes.
 COMPRESSIONS = ("gzip", "x-gzip", "deflate", "br", "zstd", "compress")
-GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC, GZIP_BYTES = b"\x1f\x8b", "gzip bytes"
 
 
 # Whether each type of entry seen (a dict, a row's mapping, an EntryView, a row) is a Mapping:
@@ -115,7 +116,19 @@ def compression_of(headers: Mapping[str, Any] | str | None, payload: bytes) -> s
             for value in values if isinstance(values, list) else [values]:
                 if str(value).strip().lower() in COMPRESSIONS:
                     return f"Content-Encoding: {str(value).strip()}"
-    return "gzip bytes" if payload[:2] == GZIP_MAGIC else None
+    return GZIP_BYTES if payload[:2] == GZIP_MAGIC else None
+
+
+def edited_from(entry: Mapping | EntryView) -> tuple[bytes, bool]:
+    """What an edit of the entry's payload starts from (the editor, a patch job), and whether it
+    is the payload decompressed: gzip bytes no header declares (republish_refusal lets those be
+    edited) are edited as what they hold, and the edit is republished as it stands."""
+    stored = bytes(_field(entry, "payload") or b"")
+    if stored[:2] == GZIP_MAGIC and compression_of(_field(entry, "headers"), stored) == GZIP_BYTES:
+        unpacked = decompressed_whole(stored)
+        if unpacked is not None:
+            return unpacked, True
+    return stored, False
 
 
 def _status_sentence(entry_id: int, status: str, name: str | None = None) -> str:
@@ -178,6 +191,13 @@ def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = Non
                          stored if payload is None else payload)
     if how:
         owner = f"{name[0].lower()}{name[1:]}" if name else f"entry {entry_id}"
+        if how == GZIP_BYTES and payload is None and decompressed_whole(stored) is not None:
+            # Compressed by a producer without a header saying so: the editor opens it
+            # decompressed, and what it republishes is the text (no header makes it gzip again).
+            if edit:
+                return None
+            return (f"The payload of {owner} is compressed ({how}), which its consumer cannot read: it is "
+                    "not republished as it is. Edit and republish opens it decompressed, to send as text.")
         return (f"The payload of {owner} is compressed ({how}): it cannot be validated or edited here, "
                 "so it is not republished from the dashboard.")
     if payload is None and not edit and not _field(entry, "payload_available"):

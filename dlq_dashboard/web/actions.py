@@ -13,7 +13,7 @@ from typing import Any
 from flask import Blueprint, flash, jsonify, render_template, request, url_for
 
 from ..actions.close import close_entry, reopen_entry
-from ..actions.decisions import republish_refusal, source_verdict
+from ..actions.decisions import edited_from, republish_refusal, source_verdict
 from ..actions.errors import NatsDown, Refused
 from ..actions.republish import republish_entry, republish_targets
 from ..entries.view import EntryView
@@ -79,13 +79,14 @@ def _editor(entry: EntryView, *, editing: bool, payload_text: str | None = None,
     # The version the operator saw on the page they came from: a change since then is a 409.
     seen = request.values.get("version", "").strip()
     version = params.version(seen) if seen else entry.version
-    original, encoding = editable(entry.payload)
+    base, unpacked = edited_from(entry)
+    original, encoding = editable(base)
     current = payload_text if payload_text is not None else original
     rt = current_runtime()
     # Why it cannot be republished at all, said as the entry page says it (its buttons disabled
     # with the sentence): the page's own button is disabled with it, not refused after a try.
     refusal = republish_refusal(entry, status=True, edit=editing) or source_verdict(rt, entry.source, entry.id)
-    return render_template("edit.html", entry=entry, version=version, editing=editing, encoding=encoding,
+    return render_template("edit.html", entry=entry, version=version, editing=editing, encoding=encoding, unpacked=unpacked,
                            original=original, payload=current, check=check_payload(entry, current, encoding),
                            force=force, targets=republish_targets(rt, entry.original_subject, entry.source),
                            error=error, refusal=refusal), status
@@ -93,13 +94,15 @@ def _editor(entry: EntryView, *, editing: bool, payload_text: str | None = None,
 
 def _edited_body(entry: EntryView, text: str, encoding: str) -> bytes:
     """The bytes an edited payload republishes: what the operator submitted, or the original
-    bytes exactly when the edit left the document as it was (only its layout differs)."""
+    bytes exactly when the edit left the document as it was (only its layout differs); for a
+    payload edited decompressed, the decompressed bytes then."""
+    base = edited_from(entry)[0]
     if encoding == "base64":
         body = params.base64_payload(text, "The payload")
     else:
         # Browsers send a textarea's line breaks as CRLF; keep the original's own line breaks.
-        body = (text.replace("\r\n", "\n") if b"\r\n" not in entry.payload else text).encode("utf-8")
-    return entry.payload if same_document(entry.payload, body) else body
+        body = (text.replace("\r\n", "\n") if b"\r\n" not in base else text).encode("utf-8")
+    return base if same_document(base, body) else body
 
 
 def _form_payload(entry: EntryView) -> bytes | None:
@@ -137,15 +140,16 @@ def check_payload(entry: EntryView, text: str, encoding: str) -> dict[str, Any]:
     except InvalidRequest:
         return {"errors": [{"path": "", "message": "not valid base64"}], "schema": None, "diff": [],
                 "changed": True, "lines": []}
+    base, unpacked = edited_from(entry)  # the diff is from what the editor started with
     try:
         verdict = current_runtime().schemas.validate(entry.original_subject, body)
     except RecursionError:
         return {"errors": [{"path": "", "message": "the payload nests too deeply to be validated"}],
-                "schema": None, "diff": line_diff(entry.payload, body), "changed": body != entry.payload,
+                "schema": None, "diff": line_diff(base, body), "changed": body != base, "unpacked": unpacked,
                 "lines": []}
     errors = [e.to_dict() for e in verdict.errors]
-    return {"errors": errors, "schema": verdict.schema, "diff": line_diff(entry.payload, body),
-            "changed": body != entry.payload,
+    return {"errors": errors, "schema": verdict.schema, "diff": line_diff(base, body),
+            "changed": body != base, "unpacked": unpacked,
             # The editor's lines the errors point at (of the text as typed; none for base64).
             "lines": failing_lines(text, errors) if encoding == "text" else []}
 

@@ -21,7 +21,7 @@ from sqlalchemy import select
 
 from ...errors import InvalidRequest
 from ..context import ActionContext
-from ..decisions import republish_refusal
+from ..decisions import edited_from, republish_refusal
 from ..intents import ENTRIES
 from .refusals import ONE_ENTRY, subject_key, subjects_without_stream
 
@@ -155,7 +155,7 @@ def patch_for_job(rt: ActionContext, ops: list[dict[str, Any]], row, only_valid:
     refusal = republish_refusal(row, edit=True)
     if refusal:
         raise Unpatchable(refusal)
-    payload = patched_payload(ops, row["payload"], bool(row["payload_available"]))
+    payload = patched_payload(ops, edited_from(row)[0], bool(row["payload_available"]))
     if only_valid:
         failure = schema_failure(rt, row["original_subject"], payload)
         if failure:
@@ -187,7 +187,8 @@ def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: Sequence[in
                 refusal = republish_refusal(row._mapping, edit=True, name=ONE_ENTRY)  # alike ones counted as one
                 if refusal:
                     raise Unpatchable(refusal)
-                after = patched_payload(ops, row.payload, bool(row.payload_available))
+                before = edited_from(row._mapping)[0]  # gzip bytes no header declares: decompressed
+                after = patched_payload(ops, before, bool(row.payload_available))
             except Unpatchable as exc:
                 reasons[str(exc)] += 1
                 example["skipped"] = str(exc)
@@ -199,7 +200,7 @@ def preview_patch(rt: ActionContext, ops: list[dict[str, Any]], ids: Sequence[in
                     first_failure = first_failure or failure
                 passing += failure is None
                 if len(examples) < diffs:
-                    example.update(before=bytes(row.payload or b""), after=after, failure=failure)
+                    example.update(before=before, after=after, failure=failure)
             if len(examples) < diffs:
                 examples.append(example)
     # A patched entry of a subject no stream stores is refused when published, as a republish is.

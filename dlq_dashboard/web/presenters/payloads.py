@@ -14,9 +14,10 @@ from __future__ import annotations
 import base64
 import difflib
 import json
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+from ...unpacking import UNPACK_LIMIT, decompress
 
 # Beyond these the page shows the start and offers the whole payload as a download.
 TEXT_LIMIT = 256 * 1024
@@ -59,16 +60,16 @@ def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str]
                  compressed: str | None = None) -> PayloadView:
     """Choose how to show a payload and mark the fields at ``pointers`` (JSON Pointers).
     ``compressed`` (decisions.compression_of: "gzip bytes", "Content-Encoding: gzip"): a gzip or
-    zlib payload is shown decompressed, as far as TEXT_LIMIT; the download stays as stored."""
+    zlib payload is shown decompressed, as far as UNPACK_LIMIT; the download stays as stored."""
     size = len(payload)
     if not available:
         return PayloadView("missing", 0)
-    unpacked = _decompressed(payload) if compressed else None
+    unpacked = decompress(payload, UNPACK_LIMIT) if compressed else None
     if unpacked is not None:
         data, ending = unpacked
         shown = view_payload(data, pointers=pointers)  # past TEXT_LIMIT: its start, unmarked
         said = f"The payload is compressed ({compressed}); shown decompressed, " + {
-            "whole": f"{len(data):,} bytes.", "more": f"the first {TEXT_LIMIT:,} bytes of more.",
+            "whole": f"{len(data):,} bytes.", "more": f"the first {UNPACK_LIMIT:,} bytes of more.",
             "cut": f"{len(data):,} bytes before its compressed data ends early."}[ending]
         if ending == "cut" and shown.note == NOT_JSON:
             shown.note = None  # what it would be is not known: its end is missing
@@ -167,21 +168,6 @@ def _merge(segments: list[Segment]) -> list[Segment]:
         else:
             merged.append(Segment(seg.text, seg.mark, seg.anchor))
     return merged
-
-
-def _decompressed(payload: bytes) -> tuple[bytes, str] | None:
-    """A gzip or zlib payload decompressed, at most TEXT_LIMIT bytes and one more (a few
-    kilobytes can unpack to gigabytes), and how it ends: "whole", "more" (past the limit) or
-    "cut" (the compressed data stops short); None when it does not decompress (or is compressed
-    otherwise: deflate without zlib's header, br, zstd)."""
-    unpacker = zlib.decompressobj(wbits=47)  # 32 + 15: gzip's header or zlib's, told apart
-    try:
-        data = unpacker.decompress(payload, TEXT_LIMIT + 1)
-    except zlib.error:
-        return None
-    if len(data) > TEXT_LIMIT:
-        return data, "more"
-    return data, "whole" if unpacker.eof else "cut"
 
 
 def hex_dump(data: bytes, width: int = 16) -> list[tuple[str, str, str]]:
