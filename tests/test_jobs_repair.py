@@ -4,12 +4,14 @@ once with its digits as written; one entry's repair from its page; the JSON twin
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import re
 
 import pytest
 
+from dlq_dashboard.actions.bulk import jobs
 from dlq_dashboard.demo.orders import OrderFactory
 from dlq_dashboard.demo.service import DEMO_SCHEMAS
 
@@ -140,7 +142,6 @@ def test_a_viewer_gets_no_repair_and_a_payload_without_schema_says_why(offline_a
 
 def test_a_repair_job_resumed_after_a_crash_publishes_nothing_twice(app, rt, nats_server, tokens, monkeypatch):
     from dlq_dashboard.actions import publishing
-    from dlq_dashboard.actions.bulk import jobs
     from dlq_dashboard.actions.bulk.runner import JobRunner
 
     support.make_orders_stream(nats_server.url)
@@ -219,3 +220,30 @@ def test_a_groups_repair_previews_that_groups_entries(make_app):
     preview = operator.post("/bulk/preview", data=form).get_data(as_text=True)
     assert "<strong>3</strong> entries are selected" in preview
     assert (count_of(preview, "pass"), count_of(preview, "cannot")) == (3, 0)
+
+
+def test_gzip_bytes_no_header_declares_are_repaired_decompressed_one_by_one_and_by_their_group(app, rt, nats_server):
+    """The demo's "garbled" orders (a producer that gzips without saying so): the repair's first
+    change decompresses them, its rules do the rest, and what goes out is the text, once."""
+    support.make_orders_stream(nats_server.url)
+    not_json = json.dumps([{"path": "", "message": "payload is not valid JSON: 'utf-8' codec can't decode byte 0x8b "
+                                                   "in position 1: invalid start byte"}])
+    [priced, fine] = demo_orders("price_as_string", 1, seed=5) + demo_orders("ok", 1, seed=5)
+    [one, other] = support.dead_letter_orders(app, nats_server.url, [gzip.compress(priced), gzip.compress(fine)],
+                                              headers={"Dlq-Reason": "schema_invalid", "Dlq-Schema-Errors": not_json})
+    operator = support.logged_in(app, "operator")
+    assert ">Repair by schema<" in operator.get(f"/entries/{one}").get_data(as_text=True)
+    page = operator.get(f"/entries/{one}/repair").get_data(as_text=True)
+    changes = re.findall(r"<li><code>([^<]*)</code>: ([^<]*)</li>", page.split('class="repair-changes"')[1])
+    assert changes == [("(whole payload)", "gzip bytes decompressed (its producer compressed it without saying so)"),
+                       ("/items/0/price", "a number written as text")]
+    assert "--- stored, decompressed" in page and "Repaired, the payload passes the current schema." in page
+    # Their group offers the repair, and its job republishes both once, decompressed (and repaired).
+    group = operator.get(f"/entries/{one}").get_data(as_text=True).split('data-group="')[1].split('"')[0]
+    assert re.findall(r'name="action" value="(\w+)"', operator.get(f"/groups/{group}").get_data(as_text=True)) == [
+        "republish", "close", "patch", "repair"]
+    job = jobs.create_job(rt, "repair", actor="ann", filter_args={"group": group}, start=False)
+    rt.jobs.submit(job)
+    support.wait_for(lambda: jobs.job_status(rt, job, limit=0)["state"] == "done", message="the repair job")
+    assert sorted(m.data for m in support.stream_messages(nats_server.url)) == sorted([repaired(priced), fine])
+    assert {rt.store.get_entry(i).status for i in (one, other)} == {"republished"}

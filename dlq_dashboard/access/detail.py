@@ -17,6 +17,7 @@ from typing import Any
 
 from dlq_consumer import headers as contract
 
+from ..actions.decisions import edited_from
 from ..entries.schemas import SchemaRegistry
 from ..entries.sent import LastSent, last_sent
 from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, nullable, schema_ref
@@ -42,6 +43,7 @@ class SchemaVerdict:
     errors: list[dict[str, Any]] = field(default_factory=list)  # {"path": JSON Pointer, "message"}
     error: str | None = None
     read: bool = True  # the payload was read as JSON (one that is not has nothing to repair)
+    unpacks: bool = False  # gzip bytes no header declares, that decompress (a repair decompresses them first)
 
     @property
     def valid(self) -> bool | None:
@@ -50,8 +52,9 @@ class SchemaVerdict:
 
     @property
     def repairable(self) -> bool:
-        """Whether a repair by the schema has something to work on: a JSON payload it fails."""
-        return self.valid is False and self.read
+        """Whether a repair by the schema has something to work on: a JSON payload it fails, or
+        gzip bytes it fails that a repair decompresses first (actions/bulk/repairing.py)."""
+        return self.valid is False and (self.read or self.unpacks)
 
     def to_dict(self) -> dict[str, Any]:
         """GET /api/entries/<id>'s ``current_schema`` (web/openapi.py SchemaVerdict)."""
@@ -165,7 +168,8 @@ def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Sch
     except RecursionError:
         return SchemaVerdict(error=TOO_DEEP)
     return SchemaVerdict(result.schema, [{**e.to_dict(), "message": Mask.mask_text(e.message, seen.hidden_values)}
-                                         for e in result.errors], read=result.read)
+                                         for e in result.errors], read=result.read,
+                         unpacks=not result.read and edited_from(stored)[1])
 
 
 def detail_schemas() -> dict[str, dict]:

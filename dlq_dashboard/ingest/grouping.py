@@ -389,10 +389,15 @@ def group_key(error: str | None, schema_errors: list | None) -> str:
 _UNREAD_KEYS = tuple(f"(root): {message}" for message in (NOT_JSON, TOO_DEEP_TO_PARSE))
 
 
+#: How the validation words gzip's magic bytes read as UTF-8 (its second byte, 0x8b, starts no
+#: UTF-8 character): a group of such keys is of gzip bytes, which a repair decompresses first.
+_GZIP_WORDS = "can't decode byte 0x8b in position 1"
+
+
 def unread_payloads(key: str) -> bool:
-    """Whether a group's key is the schema failure of payloads not read as JSON: no rule of the
-    schema was tried on them, so no repair by it has anything to work on."""
-    return key.startswith(_UNREAD_KEYS)
+    """Whether a group's key is the schema failure of payloads not read as JSON (and not gzip
+    bytes): no rule of the schema was tried on them, so no repair by it has anything to work on."""
+    return key.startswith(_UNREAD_KEYS) and _GZIP_WORDS not in key
 
 
 def group_label(key: str, limit: int = MAX_LABEL) -> str:

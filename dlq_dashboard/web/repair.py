@@ -10,6 +10,7 @@ from flask import Blueprint, jsonify, render_template, request, url_for
 
 from ..actions.bulk.jobs import JobError, select_items
 from ..actions.bulk.repairing import ALREADY_PASSES, preview_repair, repair_entry
+from ..actions.decisions import edited_from
 from ..actions.errors import Conflict, NatsDown, Refused
 from ..actions.republish import republish_entry, republish_targets
 from ..entries.repair import REPAIRED, VALID
@@ -31,6 +32,13 @@ def digest(payload: bytes) -> str:
 
 # --- one entry -----------------------------------------------------------------------------------
 
+def _diff(entry, repaired: bytes) -> list:
+    """The repair's line diff from the stored payload, or from gzip bytes no header declares
+    decompressed (the repair's first change)."""
+    base, unpacked = edited_from(entry)
+    return line_diff(base, repaired, ("stored, decompressed" if unpacked else "stored", "repaired"))
+
+
 def _entry_page(entry, *, error: Exception | str | None = None, status: int = 200):
     rt = current_runtime()
     seen = request.values.get("version", "").strip()
@@ -38,7 +46,7 @@ def _entry_page(entry, *, error: Exception | str | None = None, status: int = 20
     return render_template(
         "repair.html", entry=entry, version=params.version(seen) if seen else entry.version, result=result,
         repaired=result.outcome == REPAIRED, already=ALREADY_PASSES if result.outcome == VALID else None,
-        diff=line_diff(entry.payload, result.payload, ("stored", "repaired")) if result.outcome == REPAIRED else [],
+        diff=_diff(entry, result.payload) if result.outcome == REPAIRED else [],
         digest=digest(result.payload), targets=republish_targets(rt, entry.original_subject, entry.source), error=error), status
 
 

@@ -15,9 +15,10 @@ from typing import Any, Sequence
 
 from sqlalchemy import select
 
-from ...entries.repair import CANNOT, REPAIRED, STILL_FAILS, VALID, Repair, repair_payload, schema_validator
+from ...entries.repair import (CANNOT, REPAIRED, STILL_FAILS, VALID, Change, Repair, repair_payload,
+                               schema_validator)
 from ..context import ActionContext
-from ..decisions import republish_refusal
+from ..decisions import edited_from, republish_refusal
 from ..intents import ENTRIES
 from .patching import Unpatchable
 from .refusals import ONE_ENTRY, subject_key, subjects_without_stream
@@ -56,7 +57,23 @@ def repair_entry(rt: ActionContext, row, *, name: str | None = None) -> Repair:
     schema = rt.schemas.for_subject(_get(row, "original_subject"))
     if schema is None:
         return Repair(CANNOT, payload, reason="No schema covers its subject, so there is nothing to repair by.")
-    return repair_payload(_validators(rt)[id(schema)], payload)
+    base, unpacked = edited_from(row)  # gzip bytes no header declares: repaired decompressed
+    result = repair_payload(_validators(rt)[id(schema)], base)
+    return _decompressed_first(result, payload) if unpacked else result
+
+
+#: The first change of a repair of gzip bytes no header declares (decisions.edited_from).
+DECOMPRESSED = Change("", "gzip bytes decompressed (its producer compressed it without saying so)")
+
+
+def _decompressed_first(result: Repair, stored: bytes) -> Repair:
+    """A repair of the decompressed payload as a repair of the stored one: decompressing is its
+    first change (one that passes once decompressed is repaired by that alone)."""
+    if result.outcome == CANNOT:
+        return Repair(CANNOT, stored, reason=result.reason)
+    if result.outcome == VALID:
+        return Repair(REPAIRED, result.payload, (DECOMPRESSED,))
+    return Repair(result.outcome, result.payload, (DECOMPRESSED, *result.changes), result.reason)
 
 
 def repair_for_job(rt: ActionContext, row) -> bytes:
@@ -96,7 +113,7 @@ def preview_repair(rt: ActionContext, ids: Sequence[int], *, diffs: int = PREVIE
             if result.outcome == REPAIRED:
                 passing[subject_key(rt, row)] += 1
                 if len(examples) < diffs:
-                    examples.append({"id": row.id, "before": bytes(row.payload or b""), "after": result.payload,
+                    examples.append({"id": row.id, "before": edited_from(row._mapping)[0], "after": result.payload,
                                      "changes": [c.to_dict() for c in result.changes]})
     no_stream, note = subjects_without_stream(rt, [s for s, _ in passing.most_common()])
     refused = {sentence: passing[subject] for subject, sentence in no_stream.items()}
