@@ -242,6 +242,11 @@ def test_gzip_bytes_no_header_declares_are_repaired_decompressed_one_by_one_and_
     group = operator.get(f"/entries/{one}").get_data(as_text=True).split('data-group="')[1].split('"')[0]
     assert re.findall(r'name="action" value="(\w+)"', operator.get(f"/groups/{group}").get_data(as_text=True)) == [
         "republish", "close", "patch", "repair"]
+    form = {"csrf_token": support.csrf_token(operator, f"/groups/{group}"), "by": "filter", "action": "repair",
+            "group": group}
+    preview = operator.post("/bulk/preview", data=form).get_data(as_text=True)
+    assert (count_of(preview, "pass"), count_of(preview, "cannot")) == (2, 0)
+    assert '<p class="note diff-none">No line differs.</p>' in preview  # the fine one: decompressed alone
     job = jobs.create_job(rt, "repair", actor="ann", filter_args={"group": group}, start=False)
     rt.jobs.submit(job)
     support.wait_for(lambda: jobs.job_status(rt, job, limit=0)["state"] == "done", message="the repair job")
