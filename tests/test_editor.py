@@ -177,7 +177,7 @@ def test_gzip_bytes_are_edited_decompressed_and_republished_once_as_the_text(app
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [gzip.compress(document)])
     operator = support.logged_in(app, "operator")
     page = _text(operator.get(f"/entries/{entry_id}"))
-    assert "Edit and republish opens it decompressed, to send as text." in page  # Republish's reason
+    assert "Edit and republish (or Repair by schema, for many) sends it decompressed." in page  # Republish's reason
     assert 'data-action="edit" data-needs-nats' in page  # Edit is offered
     edit = _text(operator.get(f"/entries/{entry_id}/edit"))
     pretty = json.dumps(fixed, ensure_ascii=False, indent=2)

@@ -34,7 +34,7 @@ def test_an_entry_opened_from_a_filtered_list_walks_its_neighbours_and_goes_back
     expect(republish).to_be_disabled()
     expect(page.get_by_role("button", name="Edit and republish")).to_be_enabled()
     expect(page.locator("#republish-reason")).to_contain_text("is compressed (gzip bytes)")
-    expect(page.locator("#republish-reason")).to_contain_text("Edit and republish opens it decompressed")
+    expect(page.locator("#republish-reason")).to_contain_text("Edit and republish (or Repair by schema, for many) sends it decompressed")
     expect(page.get_by_role("button", name="Close", exact=True)).to_be_enabled()
     # A disabled button looks so (app.css: any button, as the bulk preview's Start too).
     opacity = "e => getComputedStyle(e).opacity"

@@ -197,7 +197,7 @@ def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = Non
             if edit:
                 return None
             return (f"The payload of {owner} is compressed ({how}), which its consumer cannot read: it is "
-                    "not republished as it is. Edit and republish opens it decompressed, to send as text.")
+                    "not republished as it is. Edit and republish (or Repair by schema, for many) sends it decompressed.")
         return (f"The payload of {owner} is compressed ({how}): it cannot be validated or edited here, "
                 "so it is not republished from the dashboard.")
     if payload is None and not edit and not _field(entry, "payload_available"):
