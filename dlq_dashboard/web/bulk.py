@@ -5,11 +5,11 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, render_template, request, url_for
 
 from ..actions.bulk.jobs import JobError, Selection, cancel_job, create_job, select_items
-from ..db.models import ITEM_STATES
 from ..actions.bulk.listing import JOB_STATES, JOBS_LIMIT, JOBS_MAX, REASON_ITEMS
 from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
 from ..actions.bulk.refusals import republish_refusals
 from ..actions.republish import republish_targets
+from ..db.models import ITEM_STATES
 from ..errors import DashboardError
 from ..flags import flag
 from ..numbers import whole_number
@@ -118,8 +118,8 @@ def bulk_preview():
         if action == "republish" else []
     refusals = republish_refusals(rt, items.ids, only_valid=bool(selection.get("only_valid"))) \
         if action == "republish" and items else None
-    return render_template("job.html", preview=True, action=action, items=items.ids[:PREVIEW_ROWS].tolist(), summary=summary,
-                           targets=targets, refusals=refusals, selection=selection, form=request.form,
+    return render_template("job.html", preview=True, action=action, items=items.ids[:PREVIEW_ROWS].tolist(),
+                           summary=summary, targets=targets, refusals=refusals, selection=selection, form=request.form,
                            error=error, job=None), \
         (400 if error else 200)
 

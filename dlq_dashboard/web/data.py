@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Mapping, NamedTuple
 
 from ..access import visible
-from ..actions.bulk.jobs import check_filter_job
 from ..access.reader import Reader
+from ..actions.bulk.jobs import check_filter_job
 from ..entries.fields import KeyField, key_fields
 from ..entries.filters import EntryFilter, FilterError
 from ..entries.groups import Group
