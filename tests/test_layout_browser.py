@@ -9,6 +9,7 @@ test of its own over one site a module (xdist spreads them).
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 
@@ -46,6 +47,8 @@ PAGES = [
     "/entries/{edited}/edit",
     "/entries/{binary}",
     "/entries/{binary}/edit",
+    "/entries/{gzipped}",  # shown decompressed, with the verdict on it decompressed
+    "/entries/{gzipped}/edit",
     "/audit",
     "/views",
     "/jobs",
@@ -97,6 +100,8 @@ def _entries(app, nats_server) -> dict[str, int]:
     ids["edited"] = support.dead_letter(app, 2, payload=ONE_LINE.encode(), Dlq_Reason="schema_invalid",
                                         Dlq_Error="payload failed schema validation")
     ids["binary"] = support.dead_letter(app, 3, payload=bytes(range(256)) * 20, Dlq_Reason="fatal")
+    ids["gzipped"] = support.dead_letter(app, 11, payload=gzip.compress(ONE_LINE.encode()), Dlq_Reason="schema_invalid",
+                                         Dlq_Schema_Errors=json.dumps([{"path": "", "message": "payload is not valid JSON"}]))
     ids["conflict"] = support.dead_letter(app, 4, payload=b'{"order_id": "o-4", "customer_id": "c-4"}')
     for seq in range(5, 9):
         support.dead_letter(app, seq, subject="payments.captured", payload=ONE_LINE.encode(), Dlq_Reason="fatal",
