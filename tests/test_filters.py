@@ -117,3 +117,32 @@ def test_an_entry_is_found_by_its_original_msg_id_where_a_search_cannot_read_its
     # A misspelling names it.
     assert "did you mean 'msg_id'" in api.get("/api/entries?msgid=ORD-1", headers=support.bearer(tokens["viewer"])
                                                  ).get_json()["error"]
+
+
+@pytest.mark.both_databases
+def test_a_search_of_a_msg_id_points_to_the_msg_id_filter_within_the_readers_scopes(make_app):
+    # Support paste a ticket's order id into the search: it finds the payloads that mention it,
+    # not the gzip dead letter whose msgId it is; the list says where that one is.
+    from dlq_dashboard.accounts import create_user
+    from dlq_dashboard.runtime import runtime_of
+    from dlq_dashboard.scopes import parse_scopes
+
+    from . import support
+
+    app = make_app()
+    engine = runtime_of(app).engine
+    support.dead_letter(engine, 1, payload=b"\x1f\x8b\x08\x00garbled", Dlq_Original_Msg_Id="ORD-A74E8D70",
+                        Dlq_Reason="schema_invalid")
+    support.dead_letter(engine, 2, subject="billing.paid", Dlq_Original_Msg_Id="BILL-77")
+    hint = '<a href="/?msg_id=ORD-A74E8D70">list the dead letters of that msgId</a>'
+    viewer = support.logged_in(app, "viewer")
+    page = viewer.get("/?q=ORD-A74E8D70").get_data(as_text=True)
+    assert "A dead letter's original msgId is <code>ORD-A74E8D70</code>" in page and hint in page
+    assert "list the dead letters of that msgId" not in viewer.get("/?q=ORD-A74E8D7").get_data(as_text=True)
+    assert "list the dead letters of that msgId" not in viewer.get("/?q=ORD-A74E8D70 shipped").get_data(as_text=True)
+    # A reader scoped to orders is not told of billing's msgIds.
+    create_user(engine, "ann", support.PASSWORD, "viewer", parse_scopes(["orders.>"]))
+    scoped = app.test_client()
+    assert support.login(scoped, "ann", support.PASSWORD).status_code == 302
+    assert "list the dead letters of that msgId" not in scoped.get("/?q=BILL-77").get_data(as_text=True)
+    assert "list the dead letters of that msgId" in viewer.get("/?q=BILL-77").get_data(as_text=True)

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from ..actions.bulk.jobs import check_job as jobs_check, job_status
 from ..actions.bulk.listing import describe_selection, failure_reasons, list_jobs
 from ..actions.triage import GroupNotFound
+from ..db.models import Entry
 from ..entries import triage
 from ..entries.audit import audit_page
 from ..entries.fields import KeyField, hidden_by
@@ -99,6 +100,13 @@ def scoped(reader: Reader, flt: EntryFilter, *, acting: bool = False) -> EntryFi
     """``flt`` limited to what the reader may read (``acting``: act on)."""
     scopes = reader.acts if acting else reader.reads
     return flt if scopes is None else replace(flt, scopes=scopes)
+
+
+def has_msg_id(reader: Reader, store: Store, msg_id: str) -> bool:
+    """Whether the reader may read a dead letter of this original msgId (a search, which reads
+    payload, error and subject only, points to the ``msg_id`` filter with it)."""
+    flt = scoped(reader, EntryFilter(msg_id=msg_id, limit=1))
+    return next(store.iter_rows(flt, Entry.id, batch=1), None) is not None
 
 
 def entry(reader: Reader, stored: EntryView, *, also: Iterable[str] = ()) -> EntryView:
