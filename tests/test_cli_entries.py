@@ -4,6 +4,7 @@ audited as cli:<os user>."""
 from __future__ import annotations
 
 import getpass
+import gzip
 import json
 import os
 import subprocess
@@ -127,6 +128,13 @@ def test_show_is_the_apis_entry_and_an_unknown_id_is_exit_code_1(cli, api, three
     assert "orders.created" in text and '{"order": 1}' in text and "boom" in text
     missing = cli("show", "999999")
     assert missing.exit_code == 1 and missing.output.strip() == "Error: There is no entry 999999."
+
+
+def test_show_prints_a_gzip_payload_decompressed_as_the_entry_page_shows_it(app, cli):
+    entry = support.dead_letter(runtime_of(app).engine, 9, payload=gzip.compress(b'{"order": 9}'))
+    text = cli("show", str(entry)).output
+    assert "(compressed: gzip bytes, " in text and "; shown decompressed, 12 bytes)\n{\"order\": 9}\n" in text
+    assert "base64" not in text
 
 
 # --- acting --------------------------------------------------------------------------------------

@@ -20,12 +20,14 @@ from ..access import visible
 from ..access.reader import Reader
 from ..accounts import ROLES
 from ..actions.close import close_entry, reopen_entry
+from ..actions.decisions import compression_of
 from ..actions.republish import republish_entry
 from ..entries.filters import FILTERS
 from ..errors import DashboardError, InvalidRequest
 from ..runtime import runtime_of
 from ..scopes import Grant, ScopeError, parse_scopes
 from ..times import format_time
+from ..unpacking import decompressed_whole
 from ..web.data import entries_page, entry_detail, list_fields
 from ..web.export import MEDIA_TYPES, export_body
 from ..web.params import single_values
@@ -159,7 +161,14 @@ def show_entry(entry_id: int, as_json: bool, as_role: str, scopes: tuple[str, ..
         click.echo(f"{'schema error:':<18}{error.get('path') or '/'}: {error.get('message')}")
     click.echo(f"{'current schema:':<18}{_verdict_line(detail.current_schema)}")
     click.echo("payload:")
-    click.echo(entry.payload_text if entry.payload_text is not None else f"(not UTF-8; base64) {entry.payload_base64}")
+    # Compressed, shown decompressed as the entry page shows it (never one hidden from the reader).
+    how = None if entry.payload_hidden else compression_of(entry.headers, entry.payload)
+    unpacked = decompressed_whole(entry.payload) if how else None
+    if unpacked is not None:
+        click.echo(f"(compressed: {how}, {len(entry.payload):,} bytes; shown decompressed, {len(unpacked):,} bytes)")
+        click.echo(unpacked.decode("utf-8", "replace"))
+    else:
+        click.echo(entry.payload_text if entry.payload_text is not None else f"(not UTF-8; base64) {entry.payload_base64}")
     for event in body.get("history") or []:
         click.echo(f"history:          {event.get('at')} {event.get('kind')} {event.get('deliveries') or ''}".rstrip())
     for action in body.get("actions") or []:
