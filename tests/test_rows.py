@@ -4,6 +4,7 @@ as columns, key fields as filters on both databases, masked for viewers; the tim
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import re
@@ -18,6 +19,7 @@ from dlq_dashboard.entries.fields import check_database
 from dlq_dashboard.config import ConfigError, load_settings
 from dlq_dashboard.masking import MASKED
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.web.presenters.rows import snippet
 from dlq_dashboard.actions.bulk import jobs
 from dlq_dashboard.times import utcnow
 
@@ -264,3 +266,13 @@ def test_every_link_of_a_row_is_what_url_for_makes(rows_app):
             for action in ("republish", "close"):
                 assert f'action="{url_for("row_actions.confirm", entry_id=entry_id, action=action)}"' in row
                 assert f'data-post="{url_for("row_actions.act", entry_id=entry_id, action=action)}"' in row
+
+
+def test_a_gzip_payloads_row_says_gzip_not_binary(make_app):
+    app = make_app()
+    zipped = support.dead_letter(app, 1, payload=gzip.compress(b'{"order": 1}'))
+    other = support.dead_letter(app, 2, payload=b"\xff\xfe\x00\x01" * 50)
+    store = runtime_of(app).store
+    size = len(gzip.compress(b'{"order": 1}'))
+    assert snippet(store.get_entry(zipped)) == f"gzip, {size} bytes"
+    assert snippet(store.get_entry(other)) == "binary, 200 bytes"

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ...entries.fields import KeyField
+from ...actions.decisions import GZIP_MAGIC
 from ...entries.view import EntryView
 
 #: Characters of the payload a row shows.
@@ -15,7 +16,8 @@ SNIPPET_CHARS = 80
 
 def snippet(entry: EntryView, size: int = SNIPPET_CHARS) -> str:
     """The payload's start as one line of text (whitespace runs as one space, cut at ``size``
-    characters with an ellipsis); 'binary, N bytes' when it is not UTF-8, '—' when there is none.
+    characters with an ellipsis); 'binary, N bytes' when it is not UTF-8 ('gzip, N bytes' for gzip's
+    bytes), '—' when there is none.
 
     The entry may hold only the payload's start (``payload_size`` is then the whole size): a
     character cut through at its end is dropped, not taken for binary."""
@@ -34,7 +36,8 @@ def snippet(entry: EntryView, size: int = SNIPPET_CHARS) -> str:
         except UnicodeDecodeError:
             continue
     if text is None:
-        return f"binary, {whole:,} bytes"
+        # gzip's magic bytes: what its page shows decompressed (the row reads only the start).
+        return f"{'gzip' if data[:2] == GZIP_MAGIC else 'binary'}, {whole:,} bytes"
     line = " ".join(text.split())
     if len(line) > size:
         return line[:size - 1].rstrip() + "…"
