@@ -73,12 +73,7 @@ def index():
     except FilterError as exc:
         flt, page, filter_error = EntryFilter(), None, str(exc)
     top_id = page.entries[0].id if page and page.entries and not flt.cursor else None
-    # A search of one word that is a dead letter's msgId (a ticket's order id): the msg_id filter
-    # finds it even where its payload is bytes a search cannot read.
-    word = (flt.q or "").strip()
-    msg_id_hint = word if page and word and not flt.msg_id and len(word) <= MSG_ID_HINT_LENGTH \
-        and not any(c.isspace() for c in word) and visible.has_msg_id(current_reader(), current_runtime().store, word) \
-        else None
+    msg_id_hint = _msg_id_hint(flt) if page else None
     response = page_or_fragment(
         "index.html", "results", 400 if filter_error else 200,
         page=page, flt=flt, args=request.args, filter_error=filter_error, top_id=top_id, msg_id_hint=msg_id_hint,
@@ -89,6 +84,15 @@ def index():
         # The form sends its empty fields too; the address bar gets the tidy, shareable URL.
         response.headers["HX-Push-Url"] = list_url(**flt.to_args())
     return response
+
+
+def _msg_id_hint(flt: EntryFilter) -> str | None:
+    """A search of one word that is the msgId of a dead letter the reader may read (a ticket's
+    order id): the ``msg_id`` filter finds it even where its payload is bytes a search cannot read."""
+    word = (flt.q or "").strip()
+    if not word or flt.msg_id or len(word) > MSG_ID_HINT_LENGTH or any(c.isspace() for c in word):
+        return None
+    return word if visible.has_msg_id(current_reader(), current_runtime().store, word) else None
 
 
 def kept_for() -> str | None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ...entries.fields import KeyField
 from ...actions.decisions import GZIP_MAGIC
+from ...entries.fields import KeyField
 from ...entries.view import EntryView
 
 #: Characters of the payload a row shows.
