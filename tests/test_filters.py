@@ -138,6 +138,9 @@ def test_a_search_of_a_msg_id_points_to_the_msg_id_filter_within_the_readers_sco
     viewer = support.logged_in(app, "viewer")
     page = viewer.get("/?q=ORD-A74E8D70").get_data(as_text=True)
     assert "A dead letter's original msgId is <code>ORD-A74E8D70</code>" in page and hint in page
+    # The results alone, as htmx asks for them while one types: the hint comes with them.
+    fragment = viewer.get("/?q=ORD-A74E8D70", headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert hint in fragment and "<html" not in fragment
     assert "list the dead letters of that msgId" not in viewer.get("/?q=ORD-A74E8D7").get_data(as_text=True)
     assert "list the dead letters of that msgId" not in viewer.get("/?q=ORD-A74E8D70 shipped").get_data(as_text=True)
     # A reader scoped to orders is not told of billing's msgIds.

@@ -47,8 +47,6 @@ class PayloadView:
     hex_lines: list[tuple[str, str, str]] = field(default_factory=list)
     found: set[str] = field(default_factory=set)  # pointers that were marked
     note: str | None = None
-    #: A compressed payload's bytes decompressed, when all of them were (view_payload's ``compressed``).
-    decompressed: bytes | None = None
 
 
 def mark_indexes(pointers: Iterable[str]) -> dict[str, int]:
@@ -73,7 +71,7 @@ def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str]
             "cut": f"{len(data):,} bytes before its compressed data ends early."}[ending]
         if ending == "cut" and shown.note == NOT_JSON:
             shown.note = None  # what it would be is not known: its end is missing
-        shown.size, shown.decompressed = size, data if ending == "whole" else None
+        shown.size = size
         shown.note = f"{said} {shown.note}" if shown.note else said
         return shown
     try:
