@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Protocol, TypeVar
 
+from .unpacking import decompressed_whole
+
 
 class MaskedEntry(Protocol):
     """What the mask reads of an entry: entries/view.py's EntryView has it all (a dataclass, so a
@@ -112,16 +114,32 @@ class Mask:
         try:
             document = json.loads(payload.decode("utf-8"))
         except (ValueError, RecursionError):
-            return None, []
-        replaced: list[Any] = []
-        for tokens in self.pointers:
-            document = _mask_at(document, tokens, replaced)
+            # Hidden whole. Gzip bytes no header declares still hold the values its error, schema
+            # errors and notes may quote: found in it decompressed, so those texts hide them too.
+            return None, self._values_compressed(payload)
+        document, replaced = self._masked(document)
         if not replaced:
             return payload, []
         try:
             return json.dumps(document, ensure_ascii=False).encode("utf-8"), _values(replaced)
         except RecursionError:
             return None, []
+
+    def _masked(self, document: Any) -> tuple[Any, list[Any]]:
+        replaced: list[Any] = []
+        for tokens in self.pointers:
+            document = _mask_at(document, tokens, replaced)
+        return document, replaced
+
+    def _values_compressed(self, payload: bytes) -> list[str]:
+        """The values the pointers reach in a compressed JSON payload (unpacking.py's bound)."""
+        unpacked = decompressed_whole(payload)
+        if unpacked is None:
+            return []
+        try:
+            return _values(self._masked(json.loads(unpacked.decode("utf-8")))[1])
+        except (ValueError, RecursionError):
+            return []
 
     def mask_headers(self, headers: dict[str, list[str]]) -> tuple[dict[str, list[str]], list[str]]:
         """The headers with every value of a masked name set to "•••", and the values hidden."""

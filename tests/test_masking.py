@@ -4,6 +4,7 @@ cannot find an entry by a masked value; operators see and republish the real val
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 
 import pytest
@@ -280,3 +281,13 @@ def test_an_operator_republishes_the_real_payload(app, nats_server, tokens):
     assert response.status_code == 200, response.get_json()
     [message] = support.stream_messages(nats_server.url)
     assert message.data == PAYLOAD and message.headers["X-Card"] == HEADER_SECRET
+
+
+def test_gzip_bytes_are_hidden_whole_and_the_values_inside_them_are_found_for_the_texts():
+    # Its error quotes the card: the values are read from the payload decompressed, so every
+    # text of the entry hides them as it does for a JSON payload.
+    mask = Mask.parse(["/card"])
+    masked, hidden = mask.mask_payload(gzip.compress(b'{"card": "4111-1111", "id": 1}'))
+    assert masked is None and hidden == ["4111-1111"]
+    assert mask.mask_payload(gzip.compress(b"not json")) == (None, [])
+    assert mask.mask_payload(b"\x1f\x8b not gzip") == (None, [])

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import html
+import dataclasses
+import gzip
 import json
 import re
 from urllib.parse import unquote_plus, urlencode
@@ -78,8 +80,12 @@ def world(app, nats_server):
     support.make_orders_stream(nats_server.url)
     rule = AlertRule.from_settings(rt.settings)
     # Entry 6 fails without schema errors: its group's text (and so its alert) is its error.
+    # Entry 7's payload is gzip bytes no header declares: its masked values are inside them, shown
+    # decompressed (to whoever may read them), and quoted by its error.
+    zipped = dataclasses.replace(_message(7), data=gzip.compress(_payload(7)))
     ingest_dlq_batch(rt.engine, "DLQ", "e1", [*(_message(seq) for seq in (1, 2, 3, 4)),
-                                              _message(6, schema=False, Dlq_Error=f"rejected by {HEADER} gateway")],
+                                              _message(6, schema=False, Dlq_Error=f"rejected by {HEADER} gateway"),
+                                              zipped],
                      alerts=rule)
     ids = _ids_by_seq(rt.engine)
     operator, auth = app.test_client(), support.bearer(create_token(rt.engine, "world-operator", "operator"))
