@@ -8,6 +8,7 @@ import json
 import re
 from html import unescape
 
+import jsonschema
 import pytest
 
 from dlq_dashboard.actions.decisions import no_stream_sentence, republish_refusal
@@ -221,3 +222,18 @@ def test_a_gzip_payloads_page_says_what_the_schema_makes_of_it_decompressed(make
     # Its failing field is marked in the payload shown decompressed, and the error links it.
     assert '<a href="#mark-0" class="pointer"><code>/customer_id</code></a> <span class="message">5 is not of type' in page
     assert '<mark id="mark-0">' in page
+    # The same verdict in GET /api/entries/<id> and `entries show` (one entry detail value).
+    verdict = operator.get(f"/api/entries/{fails}").get_json()["current_schema"]
+    assert verdict["valid"] is False and verdict["decompressed"]["compression"] == "gzip bytes"
+    assert verdict["decompressed"]["valid"] is False
+    assert [e["path"] for e in verdict["decompressed"]["errors"]] == ["/customer_id"]
+    assert operator.get(f"/api/entries/{passes}").get_json()["current_schema"]["decompressed"] == {
+        "compression": "gzip bytes", "valid": True, "errors": []}
+    shown = app.test_cli_runner().invoke(args=["entries", "show", str(passes)]).output
+    assert "decompressed:     (gzip bytes) passes: only its compression failed" in shown
+    shown = app.test_cli_runner().invoke(args=["entries", "show", str(fails)]).output
+    assert "decompressed:     (gzip bytes) fails too: /customer_id: 5 is not of type 'string'" in shown
+    # As the API document says (web/openapi.py holds access/detail.py's schemas).
+    doc = operator.get("/api/openapi.json").get_json()
+    jsonschema.Draft202012Validator({**doc, "$ref": "#/components/schemas/EntryDetail"}).validate(
+        operator.get(f"/api/entries/{fails}").get_json())

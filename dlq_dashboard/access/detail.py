@@ -17,7 +17,7 @@ from typing import Any
 
 from dlq_consumer import headers as contract
 
-from ..actions.decisions import edited_from
+from ..actions.decisions import compression_of, edited_from
 from ..entries.schemas import SchemaRegistry
 from ..entries.sent import LastSent, last_sent
 from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, nullable, schema_ref
@@ -25,6 +25,7 @@ from ..entries.store import Store
 from ..entries.view import EntryView
 from ..masking import Mask
 from ..times import format_time
+from ..unpacking import decompressed_whole
 from . import visible
 from .reader import Reader
 
@@ -44,6 +45,9 @@ class SchemaVerdict:
     error: str | None = None
     read: bool = True  # the payload was read as JSON (one that is not has nothing to repair)
     unpacks: bool = False  # gzip bytes no header declares, that decompress (a repair decompresses them first)
+    #: A compressed payload's verdict read decompressed: how it is compressed, and whether the
+    #: text inside passes (a producer that compresses without saying so fails on its bytes alone).
+    decompressed: Decompressed | None = None
 
     @property
     def valid(self) -> bool | None:
@@ -58,7 +62,24 @@ class SchemaVerdict:
 
     def to_dict(self) -> dict[str, Any]:
         """GET /api/entries/<id>'s ``current_schema`` (web/openapi.py SchemaVerdict)."""
-        return {"schema": self.schema, "valid": self.valid, "errors": self.errors, "error": self.error}
+        return {"schema": self.schema, "valid": self.valid, "errors": self.errors, "error": self.error,
+                "decompressed": self.decompressed.to_dict() if self.decompressed else None}
+
+
+@dataclass(frozen=True)
+class Decompressed:
+    """The current schema's verdict on a compressed payload read decompressed (the entry page's
+    "Decompressed, it passes ..."); its messages masked as the verdict's own."""
+
+    compression: str  # "gzip bytes", "Content-Encoding: gzip" (actions/decisions.py compression_of)
+    errors: list[dict[str, Any]]
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"compression": self.compression, "valid": self.valid, "errors": self.errors}
 
 
 @dataclass(frozen=True)
@@ -105,7 +126,9 @@ class EntryDetail:
     @property
     def pointers(self) -> list[str]:
         """The JSON Pointers the header's and the current schema's errors name, to mark in the payload."""
-        return [e.get("path", "") for e in self.header_errors + self.current_schema.errors]
+        unpacked = self.current_schema.decompressed
+        return [e.get("path", "") for e in self.header_errors + self.current_schema.errors
+                + (unpacked.errors if unpacked else [])]
 
     @property
     def schema_errors_given(self) -> bool:
@@ -167,9 +190,27 @@ def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Sch
         result = schemas.validate(stored.original_subject, stored.payload)
     except RecursionError:
         return SchemaVerdict(error=TOO_DEEP)
-    return SchemaVerdict(result.schema, [{**e.to_dict(), "message": Mask.mask_text(e.message, seen.hidden_values)}
-                                         for e in result.errors], read=result.read,
-                         unpacks=not result.read and edited_from(stored)[1])
+    return SchemaVerdict(result.schema, _messages(result.errors, seen), read=result.read,
+                         unpacks=not result.read and edited_from(stored)[1],
+                         decompressed=_decompressed(schemas, stored, seen) if result.errors else None)
+
+
+def _decompressed(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Decompressed | None:
+    # A compressed payload the schema fails on its bytes, read whole within UNPACK_LIMIT.
+    how = compression_of(stored.headers, stored.payload)
+    unpacked = decompressed_whole(stored.payload) if how else None
+    if unpacked is None:
+        return None
+    try:
+        result = schemas.validate(stored.original_subject, unpacked)
+    except RecursionError:
+        return None
+    return Decompressed(how, _messages(result.errors, seen))
+
+
+def _messages(errors, seen: EntryView) -> list[dict[str, Any]]:
+    # The schema's messages may quote a value the entry as seen hides.
+    return [{**e.to_dict(), "message": Mask.mask_text(e.message, seen.hidden_values)} for e in errors]
 
 
 def detail_schemas() -> dict[str, dict]:
@@ -201,7 +242,7 @@ def detail_schemas() -> dict[str, dict]:
             }],
         },
         "SchemaVerdict": {
-            "type": "object", "required": ["schema", "valid", "errors", "error"],
+            "type": "object", "required": ["schema", "valid", "errors", "error", "decompressed"],
             "description": "The current schema's verdict on the payload as stored, as the entry page shows it.",
             "properties": {
                 "schema": {**nullable(STR), "description": schema_name},
@@ -210,6 +251,18 @@ def detail_schemas() -> dict[str, dict]:
                 "errors": {"type": "array", "items": schema_ref("SchemaError")},
                 "error": {**nullable(STR), "description": ("Why it was not validated (the payload not available, "
                                                             "hidden from viewers, or nested too deeply).")},
+                "decompressed": {"anyOf": [schema_ref("Decompressed"), {"type": "null"}], "description": (
+                    "A compressed payload that fails on its bytes, validated decompressed; null when it is "
+                    "not compressed, passes, or does not decompress whole.")},
+            },
+        },
+        "Decompressed": {
+            "type": "object", "required": ["compression", "valid", "errors"],
+            "properties": {
+                "compression": {**STR, "description": 'How it is compressed: "gzip bytes" (no header says so) '
+                                                      'or the Content-Encoding it declares.'},
+                "valid": {**BOOL, "description": "Whether the payload decompressed passes the current schema."},
+                "errors": {"type": "array", "items": schema_ref("SchemaError")},
             },
         },
         "GroupRef": {

@@ -160,6 +160,8 @@ def show_entry(entry_id: int, as_json: bool, as_role: str, scopes: tuple[str, ..
     for error in body.get("schema_errors") or []:
         click.echo(f"{'schema error:':<18}{error.get('path') or '/'}: {error.get('message')}")
     click.echo(f"{'current schema:':<18}{_verdict_line(detail.current_schema)}")
+    if detail.current_schema.decompressed:  # compressed bytes that fail: the text inside judged too
+        click.echo(f"{'decompressed:':<18}{_decompressed_line(detail.current_schema.decompressed)}")
     click.echo("payload:")
     # Compressed, shown decompressed as the entry page shows it (never one hidden from the reader).
     how = None if entry.payload_hidden else compression_of(entry.headers, entry.payload)
@@ -182,8 +184,17 @@ def _verdict_line(verdict) -> str:
         return "no schema in DLQ_SCHEMAS covers the subject"
     if verdict.valid:
         return f"valid against {verdict.schema}"
-    return f"invalid against {verdict.schema}: " + "; ".join(
-        f"{e.get('path') or '/'}: {e.get('message')}" for e in verdict.errors)
+    return f"invalid against {verdict.schema}: " + _errors_line(verdict.errors)
+
+
+def _decompressed_line(unpacked) -> str:
+    if unpacked.valid:
+        return f"({unpacked.compression}) passes: only its compression failed"
+    return f"({unpacked.compression}) fails too: " + _errors_line(unpacked.errors)
+
+
+def _errors_line(errors) -> str:
+    return "; ".join(f"{e.get('path') or '/'}: {e.get('message')}" for e in errors)
 
 
 def _version(entry_id: int, version: int | None) -> int:

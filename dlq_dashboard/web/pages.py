@@ -25,7 +25,6 @@ from ..entries.tallies import Tallies, served_by_kept_counts
 from ..db.triage import STATES
 from ..numbers import whole_number
 from ..times import utcnow
-from ..unpacking import decompressed_whole
 from . import current_runtime, params, status
 from .auth import current_identity, requires
 from .data import (caller_name, current_reader, entries_page, entry_detail, failure_groups, get_entry_or_404,
@@ -222,20 +221,14 @@ def entry(entry_id: int):
     found = detail.entry
     # Hidden from a viewer (DLQ_MASK, a payload that is not JSON) it is not opened either.
     compressed = None if found.payload_hidden else compression_of(found.headers, found.payload)
-    # Decompressed, what the current schema says of it: a producer that compresses without
-    # telling its consumer has a payload that passes once read (its only fault the compression);
-    # its failing fields are marked in the payload shown decompressed.
-    unpacked_bytes = decompressed_whole(found.payload) if compressed and detail.current_schema.schema else None
-    unpacked = current_runtime().schemas.validate(found.original_subject, unpacked_bytes) \
-        if unpacked_bytes is not None else None
-    marks = mark_indexes([*detail.pointers, *(e.path for e in (unpacked.errors if unpacked else ()))])
+    marks = mark_indexes(detail.pointers)  # the decompressed verdict's too, in the payload shown decompressed
     payload = view_payload(found.payload, found.payload_available, marks, compressed)
     if found.hidden_values and payload.kind == "json" and payload.note is None and MASKED.encode() in found.payload:
         # A viewer reading "•••" in the payload (not only in a header) learns why, and that the
         # value is there for an operator.
         payload.note = "Fields DLQ_MASK hides from viewers read •••; an operator sees their values."
     return render_template(
-        "entry.html", detail=detail, entry=found, marks=marks, payload=payload, unpacked=unpacked,
+        "entry.html", detail=detail, entry=found, marks=marks, payload=payload,
         schema_problems=current_runtime().schemas.problems,
         timeline=build_timeline(found, detail.republishes, detail.replays), **_entry_context(detail))
 
