@@ -197,9 +197,37 @@ def test_gzip_bytes_are_edited_decompressed_and_republished_once_as_the_text(app
     assert (bytes(republish.payload), republish.edited) == (document, True)
 
 
-def test_gzip_a_header_declares_stays_refused_for_the_editor_too(app):
-    entry_id = support.dead_letter(app, 1, payload=gzip.compress(ORIGINAL), Content_Encoding="gzip")
+def test_gzip_a_header_declares_is_judged_decompressed_and_republished_as_stored(app, nats_server, tokens):
+    """A payload whose Content-Encoding says gzip is read by its consumer decompressed: the
+    schema judges it so (page, JSON, the republish, a bulk "only those that pass"), and a
+    republish sends the stored bytes with the header. The editor does not compress again."""
+    from dlq_dashboard.actions.bulk import jobs
+
+    support.make_orders_stream(nats_server.url)
+    fixed = json.dumps(ORDER | {"items": [{"sku": "gizmo", "qty": 2, "price": 12.5}]}).encode()
+    stored = gzip.compress(fixed)
+    passes, fails = support.dead_letter_orders(app, nats_server.url, [stored, gzip.compress(ORIGINAL)],
+                                               headers={"Content-Encoding": "gzip"})
     operator = support.logged_in(app, "operator")
-    edit = _text(operator.get(f"/entries/{entry_id}/edit"))
-    assert "it cannot be validated or edited here" in edit and "Payload (decompressed)" not in edit
+    page = _text(operator.get(f"/entries/{passes}"))
+    assert "Valid against <code>orders.json</code> now" in page and "Republish is not possible" not in page
+    assert "Edit and republish is not possible: The payload of entry" in page
+    assert "it is read and validated decompressed but not edited here" in page
+    verdict = operator.get(f"/api/entries/{fails}").get_json()["current_schema"]
+    assert verdict["valid"] is False and [e["path"] for e in verdict["errors"]] == ["/items/0/price"]
+    assert verdict["decompressed"] is None
+    edit = _text(operator.get(f"/entries/{passes}/edit"))
+    assert "Republish it as it is (its Content-Encoding goes with it)" in edit and "Payload (decompressed)" not in edit
     assert '<button type="submit" disabled aria-describedby="refusal"' in edit
+    rt = runtime_of(app)
+    selected, summary = jobs.select_items(rt, ids=[passes, fails], only_valid=True)
+    assert list(selected.ids) == [passes] and summary["left_out_invalid"] == 1
+
+    refused = app.test_client().post(f"/api/entries/{fails}/republish", json={"version": 1},
+                                     headers=support.bearer(tokens["operator"]))
+    assert refused.status_code == 422 and "needs the override" in refused.get_json()["error"]
+    _republish(operator, passes, None)
+    [sent] = support.stream_messages(nats_server.url)
+    assert sent.data == stored and sent.headers["Content-Encoding"] == "gzip"
+    last = operator.get(f"/api/entries/{passes}").get_json()["last_sent"]
+    assert (last["edited"], last["valid"], last["errors"]) == (False, True, [])

@@ -83,7 +83,8 @@ def test_republish_is_disabled_with_the_reason_the_request_would_be_refused_with
 
     monkeypatch.setattr(streams, "LOOKUP_TIMEOUT", 10.0)  # NATS's answer, however loaded the machine
     support.make_orders_stream(nats_server.url)
-    zipped = support.dead_letter(app, 1, payload=gzip.compress(b'{"a": 1}'), stream="DLQT", Content_Encoding="gzip")
+    # Declared in an encoding the dashboard does not read (gzip and deflate it does: test_editor.py).
+    zipped = support.dead_letter(app, 1, payload=b"\x1b\x07\x00\xf8", stream="DLQT", Content_Encoding="br")
     magic = support.dead_letter(app, 2, payload=gzip.compress(b'{"a": 2}'), stream="DLQT")
     nowhere = support.dead_letter(app, 3, subject=None, stream="DLQT")
     unstored = support.dead_letter(app, 4, subject="payments.made", stream="DLQT")
@@ -94,7 +95,7 @@ def test_republish_is_disabled_with_the_reason_the_request_would_be_refused_with
     def refusal(entry_id, **kwargs):
         return republish_refusal(rt.store.get_entry(entry_id, with_history=False), **kwargs)
 
-    assert "compressed (Content-Encoding: gzip)" in refusal(zipped)
+    assert "compressed (Content-Encoding: br): it cannot be validated or edited here" in refusal(zipped)
     # Gzip bytes no header declares: not republished as they are, edited decompressed (test_editor.py).
     assert "compressed (gzip bytes)" in refusal(magic) and refusal(magic, edit=True) is None
     assert refusal(zipped, edit=True) == refusal(zipped)

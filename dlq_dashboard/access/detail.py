@@ -17,7 +17,7 @@ from typing import Any
 
 from dlq_consumer import headers as contract
 
-from ..actions.decisions import compression_of, edited_from
+from ..actions.decisions import edited_from
 from ..entries.schemas import SchemaRegistry
 from ..entries.sent import LastSent, last_sent
 from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, nullable, schema_ref
@@ -25,7 +25,7 @@ from ..entries.store import Store
 from ..entries.view import EntryView
 from ..masking import Mask
 from ..times import format_time
-from ..unpacking import decompressed_whole
+from ..unpacking import GZIP_BYTES, compression_of, decompressed_whole, judged
 from . import visible
 from .reader import Reader
 
@@ -45,8 +45,8 @@ class SchemaVerdict:
     error: str | None = None
     read: bool = True  # the payload was read as JSON (one that is not has nothing to repair)
     unpacks: bool = False  # gzip bytes no header declares, that decompress (a repair decompresses them first)
-    #: A compressed payload's verdict read decompressed: how it is compressed, and whether the
-    #: text inside passes (a producer that compresses without saying so fails on its bytes alone).
+    #: Gzip bytes no header declares, read decompressed: whether the text inside passes (a
+    #: producer that compresses without saying so fails on its bytes alone).
     decompressed: Decompressed | None = None
 
     @property
@@ -71,7 +71,7 @@ class Decompressed:
     """The current schema's verdict on a compressed payload read decompressed (the entry page's
     "Decompressed, it passes ..."); its messages masked as the verdict's own."""
 
-    compression: str  # "gzip bytes", "Content-Encoding: gzip" (actions/decisions.py compression_of)
+    compression: str  # "gzip bytes" (unpacking.compression_of)
     errors: list[dict[str, Any]]
 
     @property
@@ -187,7 +187,10 @@ def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Sch
     if not seen.payload_available:
         return SchemaVerdict(error=NOT_AVAILABLE)
     try:
-        result = schemas.validate(stored.original_subject, stored.payload)
+        # Declared compressed (Content-Encoding: gzip), as its consumer reads it and a republish
+        # judges it; gzip bytes no header declares fail on their bytes, with the verdict on
+        # what they hold beside it (``decompressed``).
+        result = schemas.validate(stored.original_subject, judged(stored.headers, stored.payload))
     except RecursionError:
         return SchemaVerdict(error=TOO_DEEP)
     return SchemaVerdict(result.schema, _messages(result.errors, seen), read=result.read,
@@ -198,7 +201,7 @@ def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Sch
 def _decompressed(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Decompressed | None:
     # A compressed payload the schema fails on its bytes, read whole within UNPACK_LIMIT.
     how = compression_of(stored.headers, stored.payload)
-    unpacked = decompressed_whole(stored.payload) if how else None
+    unpacked = decompressed_whole(stored.payload) if how == GZIP_BYTES else None
     if unpacked is None:
         return None
     try:
@@ -252,15 +255,15 @@ def detail_schemas() -> dict[str, dict]:
                 "error": {**nullable(STR), "description": ("Why it was not validated (the payload not available, "
                                                             "hidden from viewers, or nested too deeply).")},
                 "decompressed": {"anyOf": [schema_ref("Decompressed"), {"type": "null"}], "description": (
-                    "A compressed payload that fails on its bytes, validated decompressed; null when it is "
-                    "not compressed, passes, or does not decompress whole.")},
+                    "Gzip bytes no header declares (the schema fails them), validated decompressed; null "
+                    "for any other payload, and when they do not decompress whole. A payload whose "
+                    "Content-Encoding declares gzip or deflate is validated decompressed itself.")},
             },
         },
         "Decompressed": {
             "type": "object", "required": ["compression", "valid", "errors"],
             "properties": {
-                "compression": {**STR, "description": 'How it is compressed: "gzip bytes" (no header says so) '
-                                                      'or the Content-Encoding it declares.'},
+                "compression": {**STR, "description": 'How it is compressed: "gzip bytes" (no header says so).'},
                 "valid": {**BOOL, "description": "Whether the payload decompressed passes the current schema."},
                 "errors": {"type": "array", "items": schema_ref("SchemaError")},
             },

@@ -21,7 +21,7 @@ from ..entries.view import EntryView
 from ..errors import EntryNotFound
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
-from ..unpacking import decompressed_whole
+from ..unpacking import GZIP_BYTES, GZIP_MAGIC, compression_of, declared_readable, decompressed_whole, judged
 from .context import ActionContext
 from .errors import AlreadyRepublished, Conflict, InFlight, Refused, SchemaRefused
 from .intents import INTENTS, Intent, Published, entry_ref, republish_headers, republish_msg_id
@@ -84,11 +84,6 @@ def _check_version(entry: Mapping, version: int) -> None:
 
 _NO_SCHEMA = ValidationResult(None, [])
 
-#: Content-Encoding values that say the payload is compressed; and gzip's first two bytes.
-COMPRESSIONS = ("gzip", "x-gzip", "deflate", "br", "zstd", "compress")
-GZIP_MAGIC, GZIP_BYTES = b"\x1f\x8b", "gzip bytes"
-
-
 # Whether each type of entry seen (a dict, a row's mapping, an EntryView, a row) is a Mapping:
 # isinstance against typing's Mapping walks the ABC's registry, a few microseconds each time,
 # five times an entry of a bulk republish.
@@ -105,18 +100,6 @@ def _is_mapping(entry: Any) -> bool:
 
 def _field(entry: Mapping | EntryView, name: str) -> Any:
     return entry[name] if _is_mapping(entry) else getattr(entry, name)
-
-
-def compression_of(headers: Mapping[str, Any] | str | None, payload: bytes) -> str | None:
-    """How the payload is compressed ("Content-Encoding: gzip", "gzip bytes"), or None."""
-    if isinstance(headers, str):
-        headers = orjson.loads(headers or "{}")
-    for name, values in (headers or {}).items():
-        if name.lower() == "content-encoding":
-            for value in values if isinstance(values, list) else [values]:
-                if str(value).strip().lower() in COMPRESSIONS:
-                    return f"Content-Encoding: {str(value).strip()}"
-    return GZIP_BYTES if payload[:2] == GZIP_MAGIC else None
 
 
 def edited_from(entry: Mapping | EntryView) -> tuple[bytes, bool]:
@@ -198,6 +181,14 @@ def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = Non
                 return None
             return (f"The payload of {owner} is compressed ({how}), which its consumer cannot read: it is "
                     "not republished as it is. Edit and republish (or Repair by schema, for many) sends it decompressed.")
+        if payload is None and declared_readable(_field(entry, "headers") if headers is None else headers,
+                                                 stored) is not None:
+            # Declared (gzip, deflate) and readable: republished as stored with its header,
+            # judged decompressed; an edit would have to compress it again.
+            if not edit:
+                return None
+            return (f"The payload of {owner} is compressed ({how}): it is read and validated decompressed "
+                    "but not edited here. Republish it as it is (its Content-Encoding goes with it).")
         return (f"The payload of {owner} is compressed ({how}): it cannot be validated or edited here, "
                 "so it is not republished from the dashboard.")
     if payload is None and not edit and not _field(entry, "payload_available"):
@@ -246,7 +237,7 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
     subject = entry["original_subject"]
     original = bytes(entry["payload"] or b"")
     body = original if payload is None else payload
-    verdict = rt.schemas.validate(subject, body) if rt.schemas.schemas else _NO_SCHEMA
+    verdict = rt.schemas.validate(subject, judged(headers, body)) if rt.schemas.schemas else _NO_SCHEMA
     if not verdict.valid and not force:
         first = verdict.errors[0]
         raise SchemaRefused(f"The payload does not pass the current schema {verdict.schema} "

@@ -20,14 +20,13 @@ from ..access import visible
 from ..access.reader import Reader
 from ..accounts import ROLES
 from ..actions.close import close_entry, reopen_entry
-from ..actions.decisions import compression_of
 from ..actions.republish import republish_entry
 from ..entries.filters import FILTERS
 from ..errors import DashboardError, InvalidRequest
 from ..runtime import runtime_of
 from ..scopes import Grant, ScopeError, parse_scopes
 from ..times import format_time
-from ..unpacking import decompressed_whole
+from ..unpacking import compression_of, decompressed_whole
 from ..web.data import entries_page, entry_detail, list_fields
 from ..web.export import MEDIA_TYPES, export_body
 from ..web.params import single_values

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from ..masking import Mask
 from ..times import format_time, parse_time
+from ..unpacking import judged
 
 
 @dataclass
@@ -60,7 +61,8 @@ def last_sent(stored: list[dict], shown: list[dict], subject: str | None,
     if result.hidden:
         return result
     try:
-        verdict = validate(subject, rep.get("payload") or b"")
+        # A payload its Content-Encoding declares compressed is judged as its consumer reads it.
+        verdict = validate(subject, judged(rep.get("headers"), rep.get("payload") or b""))
     except RecursionError:
         result.error = "The payload sent nests too deeply to be validated."
         return result

@@ -15,7 +15,7 @@ from flask import Blueprint, current_app, make_response, render_template, reques
 
 from dlq_consumer import headers as contract
 
-from ..actions.decisions import compression_of, no_stream_sentence, republish_refusal, source_verdict
+from ..actions.decisions import no_stream_sentence, republish_refusal, source_verdict
 from ..actions.streams import stream_of
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
 from ..access import visible
@@ -24,6 +24,7 @@ from ..masking import MASKED, PAYLOAD_HIDDEN
 from ..entries.tallies import Tallies, served_by_kept_counts
 from ..db.triage import STATES
 from ..numbers import whole_number
+from ..unpacking import compression_of
 from ..times import utcnow
 from . import current_runtime, params, status
 from .auth import current_identity, requires

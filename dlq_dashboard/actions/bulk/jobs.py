@@ -27,9 +27,10 @@ from ...db.rows import insert_rows
 from ...entries.fields import key_fields
 from ...entries.filters import EntryFilter, FilterError, encode_cursor
 from ...entries.scoping import jobs_within, scope_condition
-from ...scopes import Scope
 from ...errors import InvalidRequest, JobNotFound
+from ...scopes import Scope
 from ...times import utcnow
+from ...unpacking import judged
 from ..close import close_note
 from ..context import ActionContext
 from ..intents import Published
@@ -97,9 +98,9 @@ ITEMS_A_STATEMENT = 10_000
 JUDGED_NOW = PREVIEW_BOUND
 
 
-def _passes(rt: ActionContext, subject: str | None, payload, available: bool) -> bool:
+def _passes(rt: ActionContext, subject: str | None, payload, available: bool, headers) -> bool:
     """Whether an entry's payload is there and passes its subject's schema (``only_valid``)."""
-    return bool(available) and rt.schemas.validate(subject, bytes(payload or b"")).valid
+    return bool(available) and rt.schemas.validate(subject, judged(headers, bytes(payload or b""))).valid
 
 
 def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None, only_valid: bool = False,
@@ -136,7 +137,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
             raise JobError("No entries were selected.")
         with rt.engine.connect() as conn:
             # The payloads only where they are judged (only_valid).
-            judging = (ENTRIES.c.payload, ENTRIES.c.payload_available) if only_valid else ()
+            judging = (ENTRIES.c.payload, ENTRIES.c.payload_available, ENTRIES.c.headers) if only_valid else ()
             rows = conn.execute(select(ENTRIES.c.id, ENTRIES.c.version, ENTRIES.c.status, ENTRIES.c.original_subject,
                                        ENTRIES.c.source, *judging)
                                 .where(ENTRIES.c.id.in_(list(wanted)),
@@ -144,13 +145,13 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
                                                                                     scopes)]))).all()
         summary.update(ids=len(wanted), missing=len(wanted) - len(rows))
         rows.sort(key=lambda r: -r.id)  # the newest judged now, as by filter
-        judged, invalid = (min(len(rows), JUDGED_NOW) if only_valid else 0), 0
+        to_judge, invalid = (min(len(rows), JUDGED_NOW) if only_valid else 0), 0
         for n, r in enumerate(rows):
-            if n < judged and not _passes(rt, r.original_subject, r.payload, r.payload_available):
+            if n < to_judge and not _passes(rt, r.original_subject, r.payload, r.payload_available, r.headers):
                 invalid += 1
                 continue
             take(r.id, wanted[r.id] if wanted[r.id] is not None else r.version, r.status, r.original_subject, r.source)
-        unjudged = len(rows) - judged if only_valid else 0
+        unjudged = len(rows) - to_judge if only_valid else 0
     else:
         args = {k: v for k, v in filter_args.items() if k not in ("limit", "cursor")}
         if not str(args.get("status") or "").strip():
@@ -169,7 +170,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
             # entries held every payload at once (about 500 MB of them) and judged each in the
             # request (about 150 µs a demo order: minutes).
             for e in rt.store.iter_entries(flt):
-                if _passes(rt, e.original_subject, e.payload, e.payload_available):
+                if _passes(rt, e.original_subject, e.payload, e.payload_available, e.headers):
                     take(e.id, e.version, e.status, e.original_subject, e.source)
                 else:
                     invalid += 1
@@ -180,11 +181,11 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
             else:
                 flt = None
         if flt is not None:  # no payloads needed: narrow rows, a batch at a time
-            judged = len(items)
+            taken_judged = len(items)
             for r in rt.store.iter_rows(flt, ENTRIES.c.id, ENTRIES.c.version, ENTRIES.c.status,
                                         ENTRIES.c.original_subject, ENTRIES.c.source, batch=ITEMS_A_STATEMENT):
                 take(*r)
-            unjudged = len(items) - judged if only_valid else 0
+            unjudged = len(items) - taken_judged if only_valid else 0
     items.ids.reverse()
     items.versions.reverse()
     summary.update(count=len(items), left_out_invalid=invalid, unjudged=unjudged,

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from sqlalchemy import select
 
+from ...unpacking import judged
 from ..context import ActionContext
 from ..decisions import no_stream_sentence, republish_refusal
 from ..intents import ENTRIES
@@ -92,7 +93,7 @@ def republish_refusals(rt: ActionContext, ids: Sequence[int], *, bound: int = PR
                 refused_anyway += 1
                 continue
             tally = passed.setdefault(subject_key(rt, row), [0, 0, None])
-            verdict = rt.schemas.validate(row.original_subject, bytes(row.payload or b"")) \
+            verdict = rt.schemas.validate(row.original_subject, judged(row.headers, bytes(row.payload or b""))) \
                 if rt.schemas.schemas else None
             if verdict is not None and not verdict.valid:
                 tally[1] += 1

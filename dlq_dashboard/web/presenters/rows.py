@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ...actions.decisions import GZIP_MAGIC
 from ...entries.fields import KeyField
 from ...entries.view import EntryView
+from ...unpacking import GZIP_MAGIC
 
 #: Characters of the payload a row shows.
 SNIPPET_CHARS = 80
