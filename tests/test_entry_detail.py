@@ -120,7 +120,7 @@ def test_a_payload_the_reader_cannot_validate_says_why_in_the_json(masked_app):
     viewer, operator = support.logged_in(masked_app, "viewer"), support.logged_in(masked_app, "operator")
     verdict = viewer.get(f"/api/entries/{hidden}").get_json()["current_schema"]
     assert verdict == {"schema": None, "valid": None, "errors": [],
-                       "error": "Not validated: the payload is hidden from viewers (DLQ_MASK)."}
+                       "error": "Not validated: the payload is hidden from viewers (DLQ_MASK).", "decompressed": None}
     assert "Not shown: the payload is hidden from viewers." in viewer.get(f"/entries/{hidden}").get_data(as_text=True)
     assert operator.get(f"/api/entries/{hidden}").get_json()["current_schema"]["valid"] is False
 
