@@ -94,10 +94,17 @@ def test_advisories_are_parsed():
     nak = parse_advisory("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.ORDERS.C",
                          b'{"stream":"ORDERS","stream_seq":1,"deliveries":1}', "fb", NOW)
     assert nak.kind == "nak" and nak.id == "fb" and nak.at == NOW
+    # Deliveries a column cannot hold (or not a number) are left out, the advisory kept.
+    for deliveries in (b"2147483648", b"true", b"-1"):
+        odd = parse_advisory("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.ORDERS.C",
+                             b'{"stream":"ORDERS","stream_seq":1,"deliveries":' + deliveries + b"}", "fb", NOW)
+        assert odd.deliveries is None and odd.stream_seq == 1
 
 
 def test_unreadable_advisories_are_skipped_not_raised():
     for subject, body in (("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.C", b"not json"),
+                          ("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.C", b'{"stream":"S","stream_seq":' + b"9" * 30 + b"}"),
+                          ("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.C", b"[" * 100_000 + b"]" * 100_000),
                           ("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.C", b'{"stream":"S"}'),
                           ("$JS.EVENT.ADVISORY.CONSUMER.OTHER.S.C", b'{"stream":"S","stream_seq":1}'),
                           ("elsewhere", b"{}")):

@@ -70,6 +70,11 @@ BAD_INPUTS = [
     ("non-UTF-8 payload", {"Dlq-Original-Subject": "a.b"}, b"\xff\xfe\xfd not utf-8"),
     ("odd header characters", {"Dlq-Original-Subject": "a.b", "Dlq-Error": "<script>alert(1)</script> ✓ \t tab",
                                "X-Weird": "ünïcödé \"quotes\" 'single' {{7*7}}"}, b"{}"),
+    # Past what the columns hold (deliveries 32-bit on PostgreSQL, sequences 64-bit): one such
+    # message stopped the mirror for good, every later dead letter behind it.
+    ("numbers past the columns", {"Dlq-Original-Subject": "a.b", "Dlq-Deliveries": "2147483648",
+                                  "Dlq-Original-Seq": "9223372036854775808",
+                                  "Dlq-Replay-Of": "DLQ:99999999999999999999999"}, b"{}"),
 ]
 
 
@@ -92,7 +97,13 @@ def test_bad_input_is_stored_and_served_and_never_stalls_the_mirror(app, nats_se
     assert by_seq[7]["payload_text"] is None
     assert by_seq[8]["error"] == "<script>alert(1)</script> ✓ \t tab"
     assert by_seq[8]["headers"]["X-Weird"] == ["ünïcödé \"quotes\" 'single' {{7*7}}"]
-    assert by_seq[9]["original_subject"] == "good.one"
+    big = by_seq[9]
+    assert (big["deliveries"], big["original_seq"]) == (None, None) and big["headers"]["Dlq-Deliveries"] == ["2147483648"]
+    assert any("Dlq-Deliveries '2147483648' is larger than 2,147,483,647" in n for n in big["notes"])
+    assert any("Dlq-Original-Seq '9223372036854775808' is larger than" in n for n in big["notes"])
+    # Its Dlq-Replay-Of names no message a stream could hold: its page and JSON still answer.
+    assert client.get(f"/api/entries/{big['id']}", headers=support.bearer(tokens["viewer"])).status_code == 200
+    assert by_seq[len(BAD_INPUTS) + 1]["original_subject"] == "good.one"
 
 
 @pytest.mark.slow

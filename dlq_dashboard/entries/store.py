@@ -14,6 +14,7 @@ from ..db.engine import is_sqlite, read_transaction, serial_plans
 from ..db.models import Action, Entry, Event, FailureGroup, Republish
 from ..ingest.key_fields import ENTRY_FIELDS
 from ..ingest.search_index import SearchLag, lag_of
+from ..numbers import ID_MAX
 from ..times import format_time
 from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value, stored_lookup
@@ -407,8 +408,8 @@ class Store:
         recreated), of ``source`` (None: of any): a republish goes out through its entry's source,
         and another source may have a DLQ stream of the same name."""
         stream, _, seq = ref.rpartition(":")
-        if not stream or not seq.isdigit():
-            return None
+        if not stream or not (seq.isascii() and seq.isdigit()) or int(seq) > ID_MAX:
+            return None  # names no message a stream holds (Dlq-Replay-Of is a header anyone writes)
         query = select(ENTRIES).where(Entry.dlq_stream == stream, Entry.dlq_seq == int(seq))
         if source is not None:
             query = query.where(Entry.source == source)

@@ -45,7 +45,13 @@ def normalize_headers(headers: Mapping[str, Any] | None) -> dict[str, list[str]]
     return result
 
 
-def _int_field(first: Mapping[str, str], name: str, label: str, notes: list[str]) -> int | None:
+#: The largest value each column takes on every database (a sequence is 64-bit, a count 32-bit):
+#: a header past it is kept as given with a note, never a write that fails for ever.
+SEQ_MAX, COUNT_MAX = 2**63 - 1, 2**31 - 1
+
+
+def _int_field(first: Mapping[str, str], name: str, label: str, notes: list[str],
+               high: int = SEQ_MAX) -> int | None:
     raw = first.get(name)
     if raw is None or raw.strip() == "":
         return None
@@ -56,6 +62,10 @@ def _int_field(first: Mapping[str, str], name: str, label: str, notes: list[str]
         return None
     if value < 0:
         notes.append(f"{label} {raw!r} is negative; kept as given in the headers.")
+        return None
+    if value > high:
+        shown = raw if len(raw) <= 40 else raw[:40] + "…"
+        notes.append(f"{label} {shown!r} is larger than {high:,}; kept as given in the headers.")
         return None
     return value
 
@@ -194,7 +204,7 @@ def entry_from_dlq_message(
         "reason": reason,
         "error": error,
         "schema_errors": schema_json,
-        "deliveries": _int_field(first, H_DELIVERIES, contract.DELIVERIES, notes),
+        "deliveries": _int_field(first, H_DELIVERIES, contract.DELIVERIES, notes, COUNT_MAX),
         "failed_at": failed_at or stored_at,
         "received_at": received_at,
         "headers": orjson.dumps(normalized).decode(),
@@ -241,7 +251,7 @@ def parse_advisory(subject: str, data: bytes, fallback_id: str, received_at: dat
         return None
     try:
         body = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(body, dict) or not isinstance(body.get("stream"), str):
         return None
@@ -249,7 +259,11 @@ def parse_advisory(subject: str, data: bytes, fallback_id: str, received_at: dat
         stream_seq = int(body.get("stream_seq"))
     except (TypeError, ValueError):
         return None
+    if not 0 <= stream_seq <= SEQ_MAX:  # not a sequence of a stream: no entry it could name
+        return None
     deliveries = body.get("deliveries")
+    if type(deliveries) is not int or not 0 <= deliveries <= COUNT_MAX:
+        deliveries = None
     return Advisory(
         kind=kind,
         id=str(body.get("id") or fallback_id),
@@ -257,7 +271,7 @@ def parse_advisory(subject: str, data: bytes, fallback_id: str, received_at: dat
         stream=body["stream"],
         consumer=body.get("consumer") if isinstance(body.get("consumer"), str) else None,
         stream_seq=stream_seq,
-        deliveries=deliveries if isinstance(deliveries, int) else None,
+        deliveries=deliveries,
         reason=body.get("reason") if isinstance(body.get("reason"), str) else None,
         raw=body,
     )
