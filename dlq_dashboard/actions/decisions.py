@@ -19,13 +19,13 @@ from ..db.rows import insert_rows, update_rows
 from ..entries.schemas import ValidationResult
 from ..entries.view import EntryView
 from ..errors import EntryNotFound
-from ..scopes import DEFAULT_SOURCE
+from ..scopes import DEFAULT_SOURCE, subject_matches
 from ..times import utcnow
 from ..unpacking import GZIP_BYTES, GZIP_MAGIC, compression_of, declared_readable, decompressed_whole, judged
 from .context import ActionContext
 from .errors import AlreadyRepublished, Conflict, InFlight, Refused, SchemaRefused
 from .intents import INTENTS, Intent, Published, entry_ref, republish_headers, republish_msg_id
-from .publishing import nats_unreachable, not_configured
+from .publishing import nats_unreachable, not_configured, subject_refusal
 
 ENTRIES = Entry.__table__
 #: The statuses an entry can be republished from (a closed one is reopened first).
@@ -129,20 +129,28 @@ def source_of(entry: Mapping | EntryView) -> str:
     return found or DEFAULT_SOURCE
 
 
-def source_refusal(rt: ActionContext, source: str, entry_id: int | None = None) -> str | None:
-    """Why nothing can be republished through ``source`` at all (a sentence), or None: the
-    source is not configured here (taken out of DLQ_CONFIG since its entries were mirrored)."""
-    if source in rt.feeds:
-        return None
-    what = f"entry {entry_id}" if entry_id is not None else "the entry"
-    return f"{not_configured(source)}, so {what} cannot be republished from this dashboard."
+def source_refusal(rt: ActionContext, source: str, entry_id: int | None = None,
+                   subject: str | None = None) -> str | None:
+    """Why nothing can be republished through ``source`` (a sentence), or None: the source is
+    not configured here (taken out of DLQ_CONFIG since its entries were mirrored); with
+    ``subject``, also when that is one of the source's dead-letter subjects (DLQ_SUBJECTS):
+    republished there, the message would be dead-lettered again, headers and all."""
+    if source not in rt.feeds:
+        what = f"entry {entry_id}" if entry_id is not None else "the entry"
+        return f"{not_configured(source)}, so {what} cannot be republished from this dashboard."
+    if subject and any(subject_matches(p, subject) for p in rt.feeds[source].settings.dlq_subjects):
+        return (f"Its {contract.ORIGINAL_SUBJECT} {subject} is a dead-letter subject (DLQ_SUBJECTS): republished "
+                "there it would be dead-lettered again, so it is not republished.")
+    return None
 
 
-def source_verdict(rt: ActionContext, source: str, entry_id: int | None = None) -> str | None:
-    """What the entry page says about republishing through ``source`` now: not configured, or
-    (with several sources) its NATS unreachable; None when it can be asked. With one source the
-    page says NATS is down the way every page does (the banner, the disabled buttons)."""
-    refusal = source_refusal(rt, source, entry_id)
+def source_verdict(rt: ActionContext, source: str, entry_id: int | None = None,
+                   subject: str | None = None) -> str | None:
+    """What the entry page says about republishing through ``source`` now: not configured, a
+    dead-letter subject, or (with several sources) its NATS unreachable; None when it can be
+    asked. With one source the page says NATS is down the way every page does (the banner, the
+    disabled buttons)."""
+    refusal = source_refusal(rt, source, entry_id, subject)
     if refusal or len(rt.feeds) <= 1:
         return refusal
     return nats_unreachable(rt, source)
@@ -168,6 +176,9 @@ def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = Non
     subject = _field(entry, "original_subject")
     if not subject:
         return f"{who} has no {contract.ORIGINAL_SUBJECT}, so there is nowhere to republish it."
+    refused = subject_refusal(subject)
+    if refused:
+        return refused
     stored = bytes(_field(entry, "payload") or b"")
     # The original headers go with the republish: a Content-Encoding holds for an edited payload too.
     how = compression_of(_field(entry, "headers") if headers is None else headers,
@@ -231,7 +242,8 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
         raise Conflict(_status_sentence(entry_id, entry["status"]), entry_id=entry_id, seen_version=version)
     headers = orjson.loads(entry["headers"] or "{}")
     source = source_of(entry)
-    refusal = republish_refusal(entry, payload=payload, headers=headers) or source_refusal(rt, source, entry_id)
+    refusal = republish_refusal(entry, payload=payload, headers=headers) or source_refusal(
+        rt, source, entry_id, entry["original_subject"])
     if refusal:
         raise Refused(refusal, entry_id=entry_id)
     subject = entry["original_subject"]

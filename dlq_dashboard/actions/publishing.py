@@ -10,6 +10,8 @@ from __future__ import annotations
 import nats.errors
 import nats.js.errors
 
+from dlq_consumer import headers as contract
+
 from ..db.engine import write_transaction
 from ..nats.bridge import NatsUnavailable
 from ..redaction import scrub
@@ -55,6 +57,24 @@ def nats_unreachable(rt: ActionContext, source: str | None = None) -> str | None
     return None if state.connected else of_source(rt, source, state.reason())
 
 
+def subject_refusal(subject: str) -> str | None:
+    """Why a message cannot be republished to ``subject``, its Dlq-Original-Subject (a sentence),
+    or None. A dead letter's headers are anyone's who can publish to the DLQ: a subject in NATS's
+    reserved namespace ($JS.API...) would make Republish a command to the server, a wildcard
+    would be stored as a literal subject its subscribers match, and one NATS cannot parse fails."""
+    if subject.startswith("$"):
+        return (f"Its {contract.ORIGINAL_SUBJECT} {subject} is in NATS's reserved namespace ($JS, $SYS, ...): "
+                "a publish there is a command to the server, not a message, so it is not republished.")
+    tokens = subject.split(".")
+    if any(not t or t.strip() != t or any(c.isspace() or ord(c) < 32 for c in t) for t in tokens):
+        return (f"Its {contract.ORIGINAL_SUBJECT} {subject!r} is not a subject a message can be published to "
+                "(an empty token, a space or a control character), so it is not republished.")
+    if any(t in ("*", ">") for t in tokens):
+        return (f"Its {contract.ORIGINAL_SUBJECT} {subject} holds a wildcard: a message is published to one "
+                "subject, so it is not republished.")
+    return None
+
+
 def classify_failure(exc: BaseException, intent: Intent) -> tuple[bool, ActionError]:
     """(nothing can have been stored, the error to report) for an exception from publishing ``intent``."""
     nothing_stored, error = _classify(exc, intent.subject)
@@ -73,8 +93,14 @@ def _classify(exc: BaseException, subject: str) -> tuple[bool, ActionError]:
         return True, NatsDown(f"JetStream is temporarily unavailable ({exc.description}); nothing was republished.")
     if isinstance(exc, nats.js.errors.APIError):
         return True, Refused(f"NATS refused the message ({exc.description}, error {exc.err_code}).")
-    if isinstance(exc, (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError,
-                        nats.errors.MaxPayloadError, nats.errors.BadHeaderError, nats.errors.BadSubjectError)):
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return True, Refused(f"The message is larger than this NATS server accepts ({scrub(str(exc))}); "
+                             "nothing was republished.")
+    if isinstance(exc, (nats.errors.BadHeaderError, nats.errors.BadSubjectError)):
+        # The message itself, not NATS: sending it again would fail the same way.
+        return True, Refused(f"NATS cannot send this message ({type(exc).__name__}: {scrub(str(exc))}); "
+                             "nothing was republished.")
+    if isinstance(exc, (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError)):
         return True, NatsDown(f"The message could not be sent ({type(exc).__name__}: {scrub(str(exc))}); "
                               "nothing was republished.")
     reason = scrub(str(exc)) if isinstance(exc, NatsUnavailable) else f"no answer from NATS ({type(exc).__name__})"
@@ -94,6 +120,12 @@ def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False
             # completed with its msgId if the source is configured again.
             raise Refused(f"{not_configured(source)}; the republish of entry {intent.entry_id} (msgId "
                           f"{intent.msg_id}) was not sent and waits for that source.", entry_id=intent.entry_id)
+        refused = subject_refusal(intent.subject)
+        if refused:
+            # An intent written before its subject was refused (a pending one recovery completes).
+            with write_transaction(rt.engine) as conn:
+                record_failed(conn, [(intent, refused)], recovered=recovered)
+            raise Refused(refused, entry_id=intent.entry_id)
         down = nats_unreachable(rt, source)
         if down and intent.resumed:
             raise NatsDown(f"{down}. The republish (msgId {intent.msg_id}) is completed with that msgId "

@@ -85,7 +85,8 @@ def _editor(entry: EntryView, *, editing: bool, payload_text: str | None = None,
     rt = current_runtime()
     # Why it cannot be republished at all, said as the entry page says it (its buttons disabled
     # with the sentence): the page's own button is disabled with it, not refused after a try.
-    refusal = republish_refusal(entry, status=True, edit=editing) or source_verdict(rt, entry.source, entry.id)
+    refusal = republish_refusal(entry, status=True, edit=editing) or source_verdict(
+        rt, entry.source, entry.id, entry.original_subject)
     return render_template("edit.html", entry=entry, version=version, editing=editing, encoding=encoding,
                            unpacked=unpacked, original=original, payload=current,
                            check=check_payload(entry, current, encoding), force=force, targets=republish_targets(rt, entry.original_subject, entry.source),

@@ -253,7 +253,7 @@ def _entry_context(detail):
         # An operator sees entries unmasked, so ``entry`` is the entry as stored, the one the
         # action would refuse.
         # About the entry's own source: its actions go out through it (SPEC section 12).
-        by_source = source_verdict(rt, entry.source, entry.id)
+        by_source = source_verdict(rt, entry.source, entry.id, entry.original_subject)
         republish_reason = republish_refusal(entry, status=True) or by_source
         edit_reason = republish_refusal(entry, status=True, edit=True) or by_source
         nats_down = by_source if len(rt.feeds) > 1 else status.service_status(rt).nats_down

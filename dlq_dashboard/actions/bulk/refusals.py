@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from ...unpacking import judged
 from ..context import ActionContext
-from ..decisions import no_stream_sentence, republish_refusal
+from ..decisions import no_stream_sentence, republish_refusal, source_refusal
 from ..intents import ENTRIES
 from ..streams import stream_of
 from .lanes import several_sources
@@ -87,7 +87,8 @@ def republish_refusals(rt: ActionContext, ids: Sequence[int], *, bound: int = PR
                                        ENTRIES.c.source)
                                 .where(ENTRIES.c.id.in_(counted[start:start + _CHUNK]))).all()
         for row in rows:
-            refusal = republish_refusal(row._mapping, status=True, name=ONE_ENTRY)
+            refusal = republish_refusal(row._mapping, status=True, name=ONE_ENTRY) or source_refusal(
+                rt, row.source, None, row.original_subject)
             if refusal:
                 reasons[refusal] += 1
                 refused_anyway += 1
