@@ -99,6 +99,10 @@ def test_advisories_are_parsed():
         odd = parse_advisory("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.ORDERS.C",
                              b'{"stream":"ORDERS","stream_seq":1,"deliveries":' + deliveries + b"}", "fb", NOW)
         assert odd.deliveries is None and odd.stream_seq == 1
+    # A NUL (which PostgreSQL's text does not hold) in its texts is shown as U+FFFD.
+    nul = parse_advisory("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.ORDERS.C",
+                         b'{"stream":"ORDERS","stream_seq":1,"consumer":"C\\u0000","reason":"r\\u0000"}', "fb", NOW)
+    assert (nul.consumer, nul.reason) == ("C\ufffd", "r\ufffd")
 
 
 def test_unreadable_advisories_are_skipped_not_raised():

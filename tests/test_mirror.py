@@ -75,6 +75,9 @@ BAD_INPUTS = [
     ("numbers past the columns", {"Dlq-Original-Subject": "a.b", "Dlq-Deliveries": "2147483648",
                                   "Dlq-Original-Seq": "9223372036854775808",
                                   "Dlq-Replay-Of": "DLQ:99999999999999999999999"}, b"{}"),
+    # PostgreSQL's text holds no NUL: one in a header value failed every write of its batch.
+    ("NUL in headers", {"Dlq-Original-Subject": "a.b\x00c", "Dlq-Error": "bad\x00byte", "X-N": "v\x00"},
+     b'{"note": "x\x00y", "escaped": "\\u0000"}'),
 ]
 
 
@@ -103,6 +106,10 @@ def test_bad_input_is_stored_and_served_and_never_stalls_the_mirror(app, nats_se
     assert any("Dlq-Original-Seq '9223372036854775808' is larger than" in n for n in big["notes"])
     # Its Dlq-Replay-Of names no message a stream could hold: its page and JSON still answer.
     assert client.get(f"/api/entries/{big['id']}", headers=support.bearer(tokens["viewer"])).status_code == 200
+    nul = by_seq[10]
+    assert (nul["original_subject"], nul["error"]) == ("a.b\ufffdc", "bad\ufffdbyte")
+    assert nul["headers"]["X-N"] == ["v\x00"] and nul["headers"]["Dlq-Error"] == ["bad\x00byte"]
+    assert any("Dlq-Error, Dlq-Original-Subject held NUL characters" in n for n in nul["notes"])
     assert by_seq[len(BAD_INPUTS) + 1]["original_subject"] == "good.one"
 
 

@@ -151,6 +151,15 @@ def _find_contract_names(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 _contract_names_kept = lru_cache(maxsize=1024)(_find_contract_names)
 
 
+def _without_nul(first: dict[str, str], notes: list[str]) -> dict[str, str]:
+    # PostgreSQL's text holds no NUL: a value with one would fail its batch's write for ever.
+    found = sorted(name.title() for name, value in first.items() if "\x00" in value)
+    if not found:
+        return first
+    notes.append(f"{', '.join(found)} held NUL characters, shown as \ufffd here (the headers keep them).")
+    return {name: value.replace("\x00", "\ufffd") for name, value in first.items()}
+
+
 def entry_from_dlq_message(
     *, stream: str, epoch: str, seq: int, headers: Mapping[str, Any] | None, payload: bytes,
     stored_at: datetime | None, received_at: datetime,
@@ -171,6 +180,9 @@ def entry_from_dlq_message(
     notes: list[str] = []
     if not normalized:
         notes.append("The message has no headers: it was not dead-lettered by the contract.")
+    headers_json = orjson.dumps(normalized).decode()
+    if "\\u0000" in headers_json:  # a NUL (JSON escapes it): one search, not a look at each value
+        first = _without_nul(first, notes)
     subject = first.get(H_ORIGINAL_SUBJECT)
     if subject is not None and subject.strip() == "":
         subject = None
@@ -207,7 +219,7 @@ def entry_from_dlq_message(
         "deliveries": _int_field(first, H_DELIVERIES, contract.DELIVERIES, notes, COUNT_MAX),
         "failed_at": failed_at or stored_at,
         "received_at": received_at,
-        "headers": orjson.dumps(normalized).decode(),
+        "headers": headers_json,
         "payload": payload,
         "payload_available": True,
         "replay_of": first.get(H_REPLAY_OF),
@@ -264,14 +276,21 @@ def parse_advisory(subject: str, data: bytes, fallback_id: str, received_at: dat
     deliveries = body.get("deliveries")
     if type(deliveries) is not int or not 0 <= deliveries <= COUNT_MAX:
         deliveries = None
+    if "\x00" in body["stream"]:
+        return None  # names no stream (a stream's name holds no NUL)
     return Advisory(
         kind=kind,
-        id=str(body.get("id") or fallback_id),
+        id=_text(str(body.get("id") or fallback_id)),
         at=parse_time(body.get("timestamp")) or received_at,
         stream=body["stream"],
-        consumer=body.get("consumer") if isinstance(body.get("consumer"), str) else None,
+        consumer=_text(body["consumer"]) if isinstance(body.get("consumer"), str) else None,
         stream_seq=stream_seq,
         deliveries=deliveries,
-        reason=body.get("reason") if isinstance(body.get("reason"), str) else None,
+        reason=_text(body["reason"]) if isinstance(body.get("reason"), str) else None,
         raw=body,
     )
+
+
+def _text(value: str) -> str:
+    """A text an advisory gives, as a column holds it on every database (no NUL)."""
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
