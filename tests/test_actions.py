@@ -319,6 +319,44 @@ def test_a_field_no_request_takes_is_a_400_sentence_and_nothing_changes(app, rt,
     assert support.stream_messages(nats_server.url) == []
 
 
+LONE_SURROGATE = b'"\\ud800"'  # JSON's escape of half a UTF-16 pair: no text a database stores
+
+
+@pytest.mark.parametrize("path, body, words", [
+    ("entries/{id}/close", b'{"version": 1, "note": ' + LONE_SURROGATE + b"}", "no matched low surrogate"),
+    ("bulk", b'{"action": "close", "note": ' + LONE_SURROGATE + b', "ids": [{id}]}', "no matched low surrogate"),
+    ("bulk", b'{"action": "close", "filter": {"subject": ' + LONE_SURROGATE + b"}}", "no matched low surrogate"),
+    ("bulk", b'{"action": "patch", "ids": [{id}], "patch": [{"op": "add", "path": "/x", "value": '
+     + LONE_SURROGATE + b"}]}", "no matched low surrogate"),
+    ("groups/1/notes", b'{"text": ' + LONE_SURROGATE + b"}", "no matched low surrogate"),
+    ("entries/{id}/close", b'{"version": 1, "note": "caf\xe9"}', "The request body is not UTF-8 (byte 27 is not)"),
+    ("bulk", b'{"action": "close", "ids": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nests deeper than 64 levels"),
+    ("entries/{id}/close", b"", "it is empty"),
+    ("entries/{id}/close", b'{"version": 1,', "The request body is not JSON: unexpected end of data"),
+], ids=["close-note", "bulk-note", "bulk-filter", "patch-value", "group-note", "not-utf8", "deep", "empty", "cut"])
+def test_a_body_that_cannot_be_read_or_stored_is_a_400_sentence_and_nothing_changes(app, rt, nats_server, tokens,
+                                                                                    path, body, words):
+    """Each was a 500 (UnicodeEncodeError when the text was written, RecursionError while the
+    body was read); a patch job with such a value was started, and its page was a 500 for good."""
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
+    response = app.test_client().post("/api/" + path.replace("{id}", str(entry_id)),
+                                      data=body.replace(b"{id}", str(entry_id).encode()),
+                                      headers={**support.bearer(tokens["operator"]), "Content-Type": "application/json"})
+    assert response.status_code == 400, response.get_data(as_text=True)[:300]
+    assert words in response.get_json()["error"]
+    assert tuple(entry_row(rt, entry_id)) == ("open", 1)
+    assert app.test_client().get("/api/jobs", headers=support.bearer(tokens["viewer"])).get_json()["jobs"] == []
+
+
+def test_a_body_not_sent_as_json_is_not_read_as_json(app, rt, nats_server, tokens):
+    """A form a browser posts from another site is never taken for the API's JSON."""
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
+    response = app.test_client().post(f"/api/entries/{entry_id}/close", data=b'{"version": 1}',
+                                      headers={**support.bearer(tokens["operator"]), "Content-Type": "text/plain"})
+    assert response.status_code == 400 and "Content-Type: application/json" in response.get_json()["error"]
+    assert tuple(entry_row(rt, entry_id)) == ("open", 1)
+
+
 def test_a_field_another_request_takes_is_left_out_as_before(app, rt, nats_server, tokens):
     """One body for several requests (a client's version and note for each action) still works."""
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])

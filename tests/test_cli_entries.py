@@ -76,6 +76,35 @@ def test_a_bad_filter_is_one_line_and_exit_code_2(cli, three):
     assert len(result.output.strip().splitlines()) == 1 and "since" in result.output
 
 
+def test_arguments_out_of_range_or_not_utf8_are_one_line_and_exit_code_2_never_a_traceback(app, cli, three, tmp_path):
+    runner = app.test_cli_runner()
+    for args in (["entries", "show", str(2**63)], ["entries", "close", "0"], ["groups", "show", str(2**63)],
+                 ["jobs", "show", str(2**63)], ["jobs", "start", "close", "--id", "-5"],
+                 ["entries", "close", str(three[0]), "--version", str(2**40)],
+                 ["entries", "close", str(three[0]), "--note", "bad \udcff byte"],
+                 ["entries", "list", "--subject", "a\udcff"], ["groups", "note", "1", "bad \udcff byte"],
+                 ["entries", "export", "--format", "csv", "-o", str(tmp_path / "no-such-folder" / "x.csv")],
+                 ["purge", "--older-than", "99999999999d", "--dry-run"], ["purge", "--older-than", "800000d"]):
+        result = runner.invoke(args=args)
+        assert result.exit_code == 2, (args, result.output, result.exception)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.exception)
+        assert "Traceback" not in result.output and result.output.strip(), args
+    assert "is not UTF-8 text" in runner.invoke(args=["entries", "list", "--subject", "a\udcff"]).output
+    assert "is not in the range 1<=x<=9223372036854775807" in runner.invoke(
+        args=["entries", "show", str(2**63)]).output
+    # The entries are as they were.
+    assert [runtime_of(app).store.get_entry(i).status for i in three] == ["open"] * 3
+
+
+def test_an_empty_payload_file_republishes_nothing(app, cli, nats_server, three):
+    """`jq ... | flask entries republish N --payload-file -` with jq failing reads nothing."""
+    support.make_orders_stream(nats_server.url)
+    result = cli("republish", str(three[0]), "--payload-file", "-", input=b"")
+    assert result.exit_code == 2 and "--payload-file <stdin> is empty; nothing was republished" in result.output
+    assert support.stream_messages(nats_server.url) == []
+    assert runtime_of(app).store.get_entry(three[0]).version == 1
+
+
 @pytest.fixture
 def keyed(make_app):
     """An app (nothing started) with key fields Customer and sku, the command line on it, an API

@@ -23,7 +23,7 @@ from ..times import format_time
 from .entries import entries
 from .groups import groups
 from .jobs import jobs
-from .output import BAD_INPUT, CommandError, cli_actor
+from .output import BAD_INPUT, CommandError, cli_actor, utf8_arguments
 from .output import table as _table
 from .purge import purge
 
@@ -223,3 +223,8 @@ def revoke_token(name: str) -> None:
     """Revoke API token NAME; it stops working at once."""
     _done(accounts.revoke_token, _engine(), name, actor=cli_actor())
     click.echo(f"Revoked API token {name}.")
+
+
+# Once every command above is defined: an argument that is not UTF-8 is one line, exit code 2.
+for _command in ADMIN_COMMANDS:
+    utf8_arguments(_command)

@@ -30,7 +30,7 @@ from ..unpacking import compression_of, decompressed_whole
 from ..web.data import entries_page, entry_detail, list_fields
 from ..web.export import MEDIA_TYPES, export_body
 from ..web.params import single_values
-from .output import BAD_INPUT, FAILED, CommandError, cli_actor, echo_json, nats_connected, table
+from .output import BAD_INPUT, FAILED, ID, VERSION, CommandError, cli_actor, echo_json, nats_connected, table
 
 entries = AppGroup("entries", help="List, show, republish, close, reopen and export dead-letter entries.")
 
@@ -131,7 +131,7 @@ def list_entries(as_json: bool, as_role: str, scopes: tuple[str, ...], **options
 
 
 @entries.command("show")
-@click.argument("entry_id", type=int)
+@click.argument("entry_id", type=ID)
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: GET /api/entries/<id>.")
 @_reader_option
 @_refusals
@@ -204,8 +204,8 @@ def _version(entry_id: int, version: int | None) -> int:
 
 
 @entries.command("republish")
-@click.argument("entry_id", type=int)
-@click.option("--version", type=int, help="The version you saw; a change since then refuses it. "
+@click.argument("entry_id", type=ID)
+@click.option("--version", type=VERSION, help="The version you saw; a change since then refuses it. "
                                           "Default: the current one.")
 @click.option("--payload-file", type=click.File("rb"), help="Publish this file's bytes instead (- reads stdin).")
 @click.option("--force", is_flag=True, help="Publish a payload the current schema refuses.")
@@ -215,6 +215,10 @@ def republish(entry_id: int, version: int | None, payload_file, force: bool, as_
     """Republish an entry to its original subject, exactly once (needs NATS)."""
     rt = runtime_of(current_app)
     payload = payload_file.read() if payload_file is not None else None
+    if payload == b"":
+        # `jq ... | flask entries republish N --payload-file -` with jq failing reads nothing.
+        name = getattr(payload_file, "name", "<stdin>")
+        raise CommandError(f"--payload-file {name} is empty; nothing was republished.", BAD_INPUT)
     seen = _version(entry_id, version)
     with nats_connected(rt):
         outcome = republish_entry(rt, entry_id, seen, actor=cli_actor(), payload=payload, force=force)
@@ -228,9 +232,9 @@ def republish(entry_id: int, version: int | None, payload_file, force: bool, as_
 
 
 @entries.command("close")
-@click.argument("entry_id", type=int)
+@click.argument("entry_id", type=ID)
 @click.option("--note", help="Why it is closed (kept with the entry and in the audit).")
-@click.option("--version", type=int, help="The version you saw; default: the current one.")
+@click.option("--version", type=VERSION, help="The version you saw; default: the current one.")
 @click.option("--json", "as_json", is_flag=True, help="The API's answer: {\"entry\"}.")
 @_refusals
 def close(entry_id: int, note: str | None, version: int | None, as_json: bool) -> None:
@@ -249,8 +253,8 @@ def close(entry_id: int, note: str | None, version: int | None, as_json: bool) -
 
 
 @entries.command("reopen")
-@click.argument("entry_id", type=int)
-@click.option("--version", type=int, help="The version you saw; default: the current one.")
+@click.argument("entry_id", type=ID)
+@click.option("--version", type=VERSION, help="The version you saw; default: the current one.")
 @click.option("--json", "as_json", is_flag=True, help="The API's answer: {\"entry\"}.")
 @_refusals
 def reopen(entry_id: int, version: int | None, as_json: bool) -> None:
@@ -281,6 +285,8 @@ def export(fmt: str, output: Path | None, as_role: str, scopes: tuple[str, ...],
         return
     # Written beside the file and moved over it once complete: a failed export leaves no half file.
     partial = output.with_name(output.name + ".partial")
+    if not output.parent.is_dir():
+        raise CommandError(f"-o {output}: the folder {output.parent} does not exist; nothing was exported.", BAD_INPUT)
     try:
         with partial.open("wb") as out:
             for chunk in body:

@@ -22,7 +22,7 @@ from ..runtime import runtime_of
 from ..times import utcnow
 from ..web.data import failure_groups
 from .entries import _reader, _reader_option, _refusals
-from .output import BAD_INPUT, CommandError, cli_actor, echo_json, table
+from .output import BAD_INPUT, ID, VERSION, CommandError, cli_actor, echo_json, table
 
 groups = AppGroup("groups", help="List and show failure groups; assign, resolve, ignore, reopen them; add notes.")
 
@@ -61,7 +61,7 @@ def list_groups(state, assignee, team, status, subject, source, limit, as_json: 
 
 
 @groups.command("show")
-@click.argument("group_id", type=int)
+@click.argument("group_id", type=ID)
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON: GET /api/groups/<id>.")
 @_reader_option
 @_refusals
@@ -96,13 +96,13 @@ def _change(group_id: int, version: int | None, body: dict) -> None:
     click.echo(f"Group {group_id} is {found.state}{extra}, at version {found.version}.")
 
 
-_version_option = click.option("--version", type=int, help="The version you saw; a change since then refuses it. "
+_version_option = click.option("--version", type=VERSION, help="The version you saw; a change since then refuses it. "
                                                            "Default: the current one.")
 _note_option = click.option("--note", help="Why (kept in the group's activity and the audit).")
 
 
 @groups.command("assign")
-@click.argument("group_id", type=int)
+@click.argument("group_id", type=ID)
 @click.argument("name", required=False)
 @_version_option
 @_note_option
@@ -113,7 +113,7 @@ def assign(group_id: int, name: str | None, version: int | None, note: str | Non
 
 
 @groups.command("resolve")
-@click.argument("group_id", type=int)
+@click.argument("group_id", type=ID)
 @click.option("--in", "resolved_in", help="The release that fixes it (v2): a new failure regresses it.")
 @_version_option
 @_note_option
@@ -124,9 +124,9 @@ def resolve(group_id: int, resolved_in: str | None, version: int | None, note: s
 
 
 @groups.command("ignore")
-@click.argument("group_id", type=int)
+@click.argument("group_id", type=ID)
 @click.option("--until", help="Until this time (RFC 3339) or for this long (2h, 7d).")
-@click.option("--count", "until_count", type=int, help="Until this many more failures.")
+@click.option("--count", "until_count", type=VERSION, help="Until this many more failures.")
 @click.option("--for-good", is_flag=True, help="For good (neither a time nor a count).")
 @_version_option
 @_note_option
@@ -140,7 +140,7 @@ def ignore(group_id: int, until: str | None, until_count: int | None, for_good: 
 
 
 @groups.command("reopen")
-@click.argument("group_id", type=int)
+@click.argument("group_id", type=ID)
 @_version_option
 @_note_option
 @_refusals
@@ -150,7 +150,7 @@ def reopen(group_id: int, version: int | None, note: str | None) -> None:
 
 
 @groups.command("note")
-@click.argument("group_id", type=int)
+@click.argument("group_id", type=ID)
 @click.argument("text")
 @_refusals
 def note(group_id: int, text: str) -> None:

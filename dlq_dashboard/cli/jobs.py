@@ -25,7 +25,7 @@ from ..errors import InvalidRequest
 from ..runtime import runtime_of
 from ..web.data import list_fields
 from .entries import _args, _filter_options, _reader, _reader_option, _refusals
-from .output import FAILED, CommandError, cli_actor, echo_json, nats_connected, table
+from .output import FAILED, ID, CommandError, cli_actor, echo_json, nats_connected, table
 
 jobs = AppGroup("jobs", help="List, show, start and cancel bulk jobs: republish, close, patch or repair many "
                              "entries at once.")
@@ -65,7 +65,7 @@ def list_jobs(state: str | None, limit: int, as_json: bool, as_role: str, scopes
 
 
 @jobs.command("show")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=ID)
 @click.option("--state", type=click.Choice(ITEM_STATES), help="Only its items in this state.")
 @click.option("--limit", type=click.IntRange(0, 1000), default=50, show_default=True, help="Items to show.")
 @click.option("--json", "as_json", is_flag=True, help="The API's JSON of GET /api/jobs/<id>.")
@@ -103,7 +103,7 @@ def _selection(ids: tuple[int, ...], options: dict) -> dict:
 @jobs.command("start")
 @click.argument("action", type=click.Choice(JOB_ACTIONS))
 @_filter_options
-@click.option("--id", "ids", type=int, multiple=True, help="An entry's id, instead of filters; give it once for each.")
+@click.option("--id", "ids", type=ID, multiple=True, help="An entry's id, instead of filters; give it once for each.")
 @click.option("--only-valid", is_flag=True, help="Only those that pass the current schema (a patch: once patched, "
                                                   "which a patch job does unless --all-patched).")
 @click.option("--all-patched", is_flag=True, help="A patch job republishes every patched payload, passing or not.")
@@ -204,7 +204,7 @@ def _dry_run(rt, action: str, selection: dict, only_valid: bool) -> None:
 
 
 @jobs.command("cancel")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=ID)
 @_refusals
 def cancel(job_id: int) -> None:
     """Cancel a job after its current window (its items not reached end cancelled)."""

@@ -5,17 +5,48 @@ from __future__ import annotations
 
 import getpass
 import json
+import re
 from contextlib import contextmanager
 from typing import Iterator
 
 import click
 
+from ..numbers import ID_MAX, VERSION_MAX
 from ..redaction import without_userinfo
 from ..runtime import Runtime
 
 #: Exit codes: 1 when the thing asked for cannot be done (not found, a conflict, NATS down),
 #: 2 when the request itself is wrong (a bad filter or value), as click uses 2 for a bad option.
 FAILED, BAD_INPUT = 1, 2
+
+
+#: An id (of an entry, a group, a job) and a version, bounded as the API bounds them (numbers.py):
+#: out of range is a usage error (exit 2) naming the argument, never an overflow in the database.
+ID = click.IntRange(1, ID_MAX)
+VERSION = click.IntRange(1, VERSION_MAX)
+
+# What the operating system gives for bytes of an argument that are not UTF-8 (surrogateescape).
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")
+
+
+def utf8_arguments(command: click.Command) -> None:
+    """Make ``command`` (and each command of a group) refuse an argument that is not UTF-8 text
+    with one line and exit code 2: such a note, filter or name cannot be stored or compared."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            utf8_arguments(sub)
+        return
+    invoke = command.invoke
+
+    def checked(ctx: click.Context):
+        for name, value in ctx.params.items():
+            for text in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(text, str) and _NOT_UTF8.search(text):
+                    raise CommandError(f"{name.replace('_', ' ')} {ascii(text)[:80]} is not UTF-8 text; "
+                                       "nothing was done.", BAD_INPUT)
+        return invoke(ctx)
+
+    command.invoke = checked
 
 
 class CommandError(click.ClickException):

@@ -17,6 +17,7 @@ import difflib
 from typing import Any, Iterable, Mapping
 from urllib.parse import unquote_to_bytes
 
+import orjson
 from flask import Flask, request
 
 from ..actions.triage import STATE_FIELDS
@@ -138,12 +139,44 @@ def json_body(*fields: str) -> dict:
     API takes is refused, not left out: a typo ("paylod_base64", "nte") would otherwise republish
     the original payload, or close an entry without its note. One that another request takes
     ("version" sent to /api/bulk: one body for several requests) is left out, as before."""
-    body = request.get_json(silent=True)
+    if not request.is_json:  # a form a browser posts cross-site is never read as JSON
+        raise InvalidRequest("Send a JSON object as the request body (Content-Type: application/json).")
+    body = _read_json(request.get_data(cache=True))
     if not isinstance(body, dict):
         raise InvalidRequest("Send a JSON object as the request body.")
     unknown = sorted(str(name) for name in body if name not in fields and name not in API_FIELDS)
     if unknown:
         raise InvalidRequest(f"{unknown[0][:60]!r} is not a field of this request: use {', '.join(fields)}.")
+    return body
+
+
+#: How deep a request's JSON may nest: every body the API takes is a few levels deep (a patch's
+#: values the deepest), and a deeper one would be walked by recursive code further on.
+BODY_DEPTH = 64
+
+
+def _read_json(data: bytes) -> Any:
+    """A request body's JSON. orjson refuses what cannot be stored or compared later (bytes that
+    are not UTF-8, a lone surrogate such as "\\ud800"), each with where it is."""
+    if not data.strip():
+        raise InvalidRequest("Send a JSON object as the request body (it is empty).")
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise InvalidRequest(f"The request body is not UTF-8 (byte {bad.start:,} is not): send JSON.") from None
+        raise InvalidRequest(f"The request body is not JSON: {exc}.") from None
+    stack, depth = [(body, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        if depth > BODY_DEPTH:
+            raise InvalidRequest(f"The request body nests deeper than {BODY_DEPTH} levels.")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
     return body
 
 
