@@ -10,6 +10,7 @@ from html import unescape
 import pytest
 from werkzeug.datastructures import MultiDict
 
+from dlq_dashboard.accounts import create_token
 from dlq_dashboard.actions.bulk import jobs
 from dlq_dashboard.entries.filters import FILTERS, encode_cursor
 from dlq_dashboard.runtime import runtime_of
@@ -154,6 +155,22 @@ def test_a_misspelt_parameter_of_the_lists_json_is_a_400_that_names_the_one_mean
     name = query.split("=")[0]
     assert response.get_json()["error"].startswith(
         f"{name!r} is not a parameter of this request: did you mean {meant!r}?")
+
+
+@pytest.mark.parametrize("query, meant", [("Field.Customer=C-9", "field.Customer"),
+                                          ("fields.Customer=C-9", "field.Customer"),
+                                          ("customer=C-9", "field.Customer"), ("Customer=C-9", "field.Customer"),
+                                          ("field.Customer=C-9&Field.Nope=x", "field.Nope")])
+def test_a_key_field_filter_written_otherwise_is_a_400_that_names_the_one_meant(make_app, query, meant):
+    """Left out, "?Field.Customer=C-9" answered every entry (3,088 of them) as if filtered."""
+    app = make_app(list_fields=(("Customer", "/customer"),))
+    support.dead_letter(app, 1, payload=b'{"customer": "C-9"}', Dlq_Reason="fatal")
+    token = create_token(runtime_of(app).engine, "test-viewer", "viewer")
+    for path in ("/api/entries", "/api/summary", "/api/groups", "/api/export.ndjson"):
+        response = app.test_client().get(f"{path}?{query}", headers=support.bearer(token))
+        assert response.status_code == 400, (path, response.get_data(as_text=True)[:200])
+        assert f"did you mean {meant!r}?" in response.get_json()["error"]
+    assert app.test_client().get("/api/summary?field.Customer=C-9", headers=support.bearer(token)).status_code == 200
 
 
 @pytest.mark.parametrize("path", ["/api/entries?_=1733390000&format=json", "/api/groups?team=payments&state=open",

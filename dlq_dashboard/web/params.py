@@ -21,11 +21,13 @@ import orjson
 from flask import Flask, request
 
 from ..actions.triage import STATE_FIELDS
+from ..entries.fields import key_fields
 from ..entries.filters import FILTERS, FilterError, filter_of
 from ..entries.triage import GroupStateFilter
 from ..errors import InvalidRequest
 from ..flags import flag
 from ..numbers import VERSION_MAX, whole_number
+from . import current_runtime
 
 
 def single_values(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
@@ -121,10 +123,21 @@ def refuse_misspelt(args: Mapping[str, str], known: Iterable[str]) -> None:
     filtered, and a script acting on those ids would act on all of them. A 400 that names it (a
     FilterError: a page shows it where its list would be, as a filter's bad value)."""
     known = tuple(known)
+    labels: dict[str, str] | None = None
     for name in args:
         if name in known or name.startswith("field."):
             continue
         close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.8)
+        if not close:
+            # A key field's filter written otherwise ("Field.Customer", "fields.Customer",
+            # "Customer"): left out, the answer would be every entry.
+            if labels is None:
+                labels = {f.label.lower(): f.label for f in key_fields(current_runtime().settings.list_fields)}
+            stem, dot, rest = name.partition(".")
+            if dot and stem.lower() in ("field", "fields"):
+                close = [f"field.{labels.get(rest.lower(), rest)[:40]}"]
+            elif name.lower() in labels:
+                close = [f"field.{labels[name.lower()]}"]
         if close:
             raise FilterError(f"{name[:40]!r} is not a parameter of this request: did you mean {close[0]!r}? "
                                  "(one it does not take is left out, and the answer would not be filtered by it)")
