@@ -231,3 +231,14 @@ def test_gzip_a_header_declares_is_judged_decompressed_and_republished_as_stored
     assert sent.data == stored and sent.headers["Content-Encoding"] == "gzip"
     last = operator.get(f"/api/entries/{passes}").get_json()["last_sent"]
     assert (last["edited"], last["valid"], last["errors"]) == (False, True, [])
+
+
+@pytest.mark.parametrize("encoding, payload", [("gzip", gzip.compress(b"[" * 300_000 + b"]" * 300_000)),
+                                               ("br", b"\x1b\x07\x00\xf8")])
+def test_a_declared_compressed_payload_not_read_here_is_not_validated_rather_than_not_json(app, encoding, payload):
+    """Past 256 KiB decompressed (or in an encoding not read here), its verdict said "payload is
+    not valid JSON: 'utf-8' codec can't decode byte 0x8b", as if no header had declared it."""
+    entry_id = support.dead_letter(app, 1, payload=payload, Content_Encoding=encoding)
+    verdict = support.logged_in(app, "operator").get(f"/api/entries/{entry_id}").get_json()["current_schema"]
+    assert verdict["valid"] is None and verdict["errors"] == []
+    assert verdict["error"].startswith(f"Not validated: the payload is compressed (Content-Encoding: {encoding})")

@@ -25,7 +25,7 @@ from ..entries.store import Store
 from ..entries.view import EntryView
 from ..masking import Mask
 from ..times import format_time
-from ..unpacking import GZIP_BYTES, compression_of, decompressed_whole, judged
+from ..unpacking import GZIP_BYTES, compression_of, declared_readable, decompressed_whole, judged
 from . import visible
 from .reader import Reader
 
@@ -33,6 +33,8 @@ from .reader import Reader
 NOT_AVAILABLE = "Not validated: the payload is not available."
 HIDDEN = "Not validated: the payload is hidden from viewers (DLQ_MASK)."
 TOO_DEEP = "The payload nests too deeply to be validated."
+#: Why a payload its Content-Encoding declares is not validated (unpacking.declared_readable).
+UNREAD = "does not decompress here (an encoding other than gzip or deflate, more than 256 KiB, or cut short)"
 
 
 @dataclass
@@ -186,6 +188,11 @@ def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Sch
         return SchemaVerdict(error=HIDDEN)
     if not seen.payload_available:
         return SchemaVerdict(error=NOT_AVAILABLE)
+    how = compression_of(stored.headers, stored.payload)
+    if how and how != GZIP_BYTES and declared_readable(stored.headers, stored.payload) is None \
+            and schemas.for_subject(stored.original_subject) is not None:
+        # Its bytes are not what its consumer reads, and what it reads cannot be had here.
+        return SchemaVerdict(error=f"Not validated: the payload is compressed ({how}) and {UNREAD}.")
     try:
         # Declared compressed (Content-Encoding: gzip), as its consumer reads it and a republish
         # judges it; gzip bytes no header declares fail on their bytes, with the verdict on
