@@ -213,6 +213,10 @@ def test_an_unknown_api_path_or_method_says_where_the_routes_are_or_which_method
     assert api.get("/api/jobs/0", headers=auth).get_json()["error"] == "There is no job 0."  # a route's own 404
     answer = api.delete("/api/audit", headers=auth)
     assert answer.status_code == 405 and answer.get_json()["error"] == "/api/audit does not take DELETE: use GET."
+    # /api itself and the health check answer as the API does, not with a page.
+    assert api.get("/api", headers=auth).get_json()["error"].startswith("No route of the API answers GET /api:")
+    answer = api.post("/healthz", headers=auth)
+    assert answer.status_code == 405 and answer.get_json()["error"] == "/healthz does not take POST: use GET."
 
 
 def test_an_address_that_names_no_page_is_the_dashboards_own_not_found_page(site):

@@ -210,6 +210,9 @@ def requires(role: str | None, *, fragment: bool = False, from_memory: bool = Fa
                     identity_unknown()
                     return view(*args, **kwargs)
                 if identity is None:
+                    if bearer_token() is not None:  # one sent, and not one of ours (or no longer)
+                        return jsonify(error="The API token is not valid: unknown, revoked, or its user "
+                                             "disabled. Send a valid one (Authorization: Bearer ...)."), 401
                     if wants_json():
                         return jsonify(error="Log in or send an API token (Authorization: Bearer ...)."), 401
                     if request.headers.get("HX-Request"):

@@ -40,7 +40,7 @@ from ..errors import (
 )
 from . import current_runtime
 from .auth import current_identity, identity_unknown
-from .responses import wants_json
+from .responses import json_path, wants_json
 
 log = logging.getLogger(__name__)
 # Retry-After of a 503 for the database: about when the probe asks again.
@@ -198,12 +198,12 @@ def http_error(exc: HTTPException):
         sent = f"is {request.content_length / 2 ** 20:,.1f} MB" if request.content_length else f"is over {limit}"
         sentence = (f"The request's body {sent}; the dashboard takes at most {limit} "
                     "(an edited payload, a bulk selection). Nothing was done.")
-        if request.path.startswith("/api/") or wants_json():
+        if wants_json():
             return jsonify(error=sentence), 413
         if request.headers.get("HX-Request"):
             return current_app.response_class(sentence + "\n", status=413, mimetype="text/plain")
         return make_response(render_template("error.html", title="Too large", message=sentence), 413)
-    if request.path.startswith("/api/") and exc.code and exc.code >= 400:
+    if json_path(request.path) and exc.code and exc.code >= 400:
         sentence = exc.description or exc.name
         if exc.code == 404 and request.url_rule is None:
             sentence = (f"No route of the API answers {request.method} {request.path[:200]}: "

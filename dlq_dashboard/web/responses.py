@@ -22,9 +22,18 @@ def bearer_token() -> str | None:
     return token.strip()
 
 
+#: Paths that answer JSON besides /api/...: /api itself (no route) and the health check.
+JSON_PATHS = ("/api", "/healthz")
+
+
+def json_path(path: str) -> bool:
+    """Whether ``path`` is one of the API's (its errors are JSON, whatever the client)."""
+    return path.startswith("/api/") or path in JSON_PATHS
+
+
 def wants_json() -> bool:
     """API and export routes, and every bearer-token call, answer errors as JSON; pages as HTML."""
-    return request.path.startswith("/api/") or bearer_token() is not None
+    return json_path(request.path) or bearer_token() is not None
 
 
 #: What a template binds outside its blocks ({% import %}, {% from ... import %}, {% set %}).
