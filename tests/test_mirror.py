@@ -78,6 +78,10 @@ BAD_INPUTS = [
     # PostgreSQL's text holds no NUL: one in a header value failed every write of its batch.
     ("NUL in headers", {"Dlq-Original-Subject": "a.b\x00c", "Dlq-Error": "bad\x00byte", "X-N": "v\x00"},
      b'{"note": "x\x00y", "escaped": "\\u0000"}'),
+    # Each longer than a PostgreSQL index row holds (about 2.7 kB).
+    ("long contract headers", {"Dlq-Original-Subject": "a." + "s" * 6_000, "Dlq-Original-Msg-Id": "m" * 6_000,
+                               "Dlq-Consumer": "c" * 6_000, "Dlq-Reason": "r" * 6_000, "Dlq-Error": "e " * 3_000,
+                               "Dlq-Original-Stream": "S" * 6_000, "Dlq-Replay-Of": "D" * 6_000 + ":1"}, b"{}"),
 ]
 
 
@@ -110,6 +114,16 @@ def test_bad_input_is_stored_and_served_and_never_stalls_the_mirror(app, nats_se
     assert (nul["original_subject"], nul["error"]) == ("a.b\ufffdc", "bad\ufffdbyte")
     assert nul["headers"]["X-N"] == ["v\x00"] and nul["headers"]["Dlq-Error"] == ["bad\x00byte"]
     assert any("Dlq-Error, Dlq-Original-Subject held NUL characters" in n for n in nul["notes"])
+    long = by_seq[11]
+    assert [long[f] for f in ("original_subject", "original_stream", "consumer", "original_msg_id", "replay_of")] \
+        == [None] * 5 and long["reason"] == "r" * 255 and long["error"] == ("e " * 3_000).strip()
+    assert long["headers"]["Dlq-Consumer"] == ["c" * 6_000]
+    assert any("Dlq-Original-Subject is longer than 1,024 bytes" in n and "cannot be republished" in n
+               for n in long["notes"])
+    assert not any(n.startswith("No Dlq-Original-Subject") for n in long["notes"])
+    # Its failure group is the one the list's group filter finds it by.
+    group = client.get(f"/api/entries/{long['id']}", headers=support.bearer(tokens["viewer"])).get_json()["group"]
+    assert [e["id"] for e in api_entries(client, tokens["viewer"], group=group["id"])] == [long["id"]]
     assert by_seq[len(BAD_INPUTS) + 1]["original_subject"] == "good.one"
 
 

@@ -151,6 +151,33 @@ def _find_contract_names(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 _contract_names_kept = lru_cache(maxsize=1024)(_find_contract_names)
 
 
+#: The most of a contract header's value an entry's column holds, in UTF-8 bytes: the column's
+#: length on PostgreSQL (which an insert of arrays would cut silently, so that a failure group
+#: named by the whole value was never found again), and within an index row's 2,704 bytes for
+#: the columns a key is made of. Past it, a name is kept by no column (a part of it would name
+#: another subject, stream, consumer or message); a reason is cut.
+COLUMN_BYTES = ((H_ORIGINAL_SUBJECT, 1024), (H_ORIGINAL_STREAM, 255), (H_CONSUMER, 255),
+                (H_ORIGINAL_MSG_ID, 1024), (H_REPLAY_OF, 255), (H_REASON, 255))
+
+
+def within_columns(first: dict[str, str], notes: list[str]) -> dict[str, str]:
+    """``first`` (lowercased contract names -> values) with each value its column holds, noted."""
+    bounded = None
+    for name, limit in COLUMN_BYTES:
+        value = first.get(name)
+        if value is None or len(value) <= limit // 4 or len(value.encode()) <= limit:
+            continue
+        bounded = bounded if bounded is not None else dict(first)
+        if name == H_REASON:
+            bounded[name] = value.encode()[:limit].decode("utf-8", "ignore")
+            notes.append(f"{name.title()} is longer than {limit} bytes: its start is kept (the headers keep it whole).")
+        else:
+            del bounded[name]
+            notes.append(f"{name.title()} is longer than {limit:,} bytes: not kept as a field (the headers keep it)"
+                         + (", so it cannot be republished." if name == H_ORIGINAL_SUBJECT else "."))
+    return first if bounded is None else bounded
+
+
 def _without_nul(first: dict[str, str], notes: list[str]) -> dict[str, str]:
     # PostgreSQL's text holds no NUL: a value with one would fail its batch's write for ever.
     found = sorted(name.title() for name, value in first.items() if "\x00" in value)
@@ -183,10 +210,11 @@ def entry_from_dlq_message(
     headers_json = orjson.dumps(normalized).decode()
     if "\\u0000" in headers_json:  # a NUL (JSON escapes it): one search, not a look at each value
         first = _without_nul(first, notes)
+    given, first = first, within_columns(first, notes)
     subject = first.get(H_ORIGINAL_SUBJECT)
     if subject is not None and subject.strip() == "":
         subject = None
-    if subject is None:
+    if subject is None and (first is given or H_ORIGINAL_SUBJECT not in given):  # not one too long: said
         notes.append(f"No {contract.ORIGINAL_SUBJECT} header: it cannot be republished.")
     reason = first.get(H_REASON)
     reason = reason.strip() if reason and reason.strip() else None
@@ -276,14 +304,17 @@ def parse_advisory(subject: str, data: bytes, fallback_id: str, received_at: dat
     deliveries = body.get("deliveries")
     if type(deliveries) is not int or not 0 <= deliveries <= COUNT_MAX:
         deliveries = None
-    if "\x00" in body["stream"]:
-        return None  # names no stream (a stream's name holds no NUL)
+    if "\x00" in body["stream"] or len(body["stream"].encode()) > 255:
+        return None  # names no stream (a stream's name holds no NUL, and is short)
+    consumer = body.get("consumer")
+    if not isinstance(consumer, str) or len(consumer.encode()) > 255:
+        consumer = None
     return Advisory(
         kind=kind,
         id=_text(str(body.get("id") or fallback_id)),
         at=parse_time(body.get("timestamp")) or received_at,
         stream=body["stream"],
-        consumer=_text(body["consumer"]) if isinstance(body.get("consumer"), str) else None,
+        consumer=_text(consumer) if consumer is not None else None,
         stream_seq=stream_seq,
         deliveries=deliveries,
         reason=_text(body["reason"]) if isinstance(body.get("reason"), str) else None,

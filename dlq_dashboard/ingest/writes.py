@@ -24,7 +24,8 @@ from ..times import utcnow
 from .grouping import error_group
 from .key_fields import fill_key_fields
 from .search_index import index_new_entries
-from .parse import H_NATS_MSG_ID, H_REPLAY_OF, Advisory, entry_from_dlq_message, normalize_headers
+from .parse import (H_NATS_MSG_ID, H_ORIGINAL_MSG_ID, H_ORIGINAL_SUBJECT, H_REPLAY_OF, Advisory, entry_from_dlq_message,
+                    normalize_headers, within_columns)
 
 ENTRIES = Entry.__table__
 EVENTS = Event.__table__
@@ -322,22 +323,26 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
     now = utcnow()
     notes = []
     error = _advisory_error(advisory)
-    group = group_of(fetched.subject if fetched else None, advisory.kind, error_group(error, None))
     headers = normalize_headers(fetched.headers if fetched else None)
     if fetched is None:
         notes.append(missing_reason or "The source stream no longer has this message.")
-    replay_of = next((v[0] for k, v in headers.items() if k.lower() == H_REPLAY_OF and v), None)
+    # The fetched message's subject and headers are as its producer wrote them: each kept as
+    # its column holds it (parse.within_columns), the group named as it is stored.
+    named = within_columns({H_ORIGINAL_SUBJECT: fetched.subject if fetched else None, H_REPLAY_OF: next(
+        (v[0] for k, v in headers.items() if k.lower() == H_REPLAY_OF and v), None), H_ORIGINAL_MSG_ID: next(
+        (v[0] for k, v in headers.items() if k.lower() == H_NATS_MSG_ID and v), None)}, notes)
+    group = group_of(named.get(H_ORIGINAL_SUBJECT), advisory.kind, error_group(error, None))
     newest = conn.exec_driver_sql("SELECT COALESCE(MAX(id), 0) FROM entries").scalar()
     conn.execute(insert(ENTRIES).values(
         status="open", version=1, dlq_stream=None, dlq_epoch=None, dlq_seq=None,
-        original_subject=fetched.subject if fetched else None,
+        original_subject=named.get(H_ORIGINAL_SUBJECT),
         original_stream=advisory.stream, original_seq=advisory.stream_seq, consumer=advisory.consumer,
-        original_msg_id=next((v[0] for k, v in headers.items() if k.lower() == H_NATS_MSG_ID and v), None),
+        original_msg_id=named.get(H_ORIGINAL_MSG_ID),
         reason=advisory.kind, error=error, schema_errors=None,
         group_id=group_ids(conn, [group], made=new_groups, teams=teams, source=source)[group], source=source,
         deliveries=advisory.deliveries, failed_at=advisory.at, received_at=now,
         headers=json.dumps(headers, ensure_ascii=False), payload=fetched.data if fetched else b"",
-        payload_available=fetched is not None, replay_of=replay_of, sources="advisory",
+        payload_available=fetched is not None, replay_of=named.get(H_REPLAY_OF), sources="advisory",
         notes=json.dumps(notes), updated_at=now))
     index_new_entries(conn, newest)
     fill_key_fields(conn, newest)
