@@ -104,6 +104,9 @@ def test_assigning_takes_the_version_seen_and_a_stale_one_is_a_409_that_changes_
     ({"state": "ignored", "until": "2h", "until_count": 5}, "not both"),
     ({"state": "ignored", "until": "yesterday"}, "until 'yesterday' is not valid"),
     ({"state": "ignored", "until": "2020-01-01T00:00:00Z"}, "has passed"),
+    # Past what a date holds: OverflowError, a 500, on the group's page and in the API.
+    ({"state": "ignored", "until": "3000000d"}, "is more than 100 years away"),
+    ({"state": "ignored", "until": "99999999999d"}, "is more than 100 years away"),
     ({"state": "ignored", "until_count": 0}, "until_count"),
     ({"state": "ignored", "resolved_in": "v2"}, "resolved_in goes with state resolved"),
     ({"state": "open", "note": 5}, "note must be text"),
