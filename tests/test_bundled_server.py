@@ -31,12 +31,14 @@ ROOT = Path(__file__).resolve().parent.parent
 class Dashboard:
     """One `python app.py --port 0` in ``folder`` (its instance/ there), stderr in a file."""
 
-    def __init__(self, folder: Path, *args: str, name: str = "app", nats_port: int, scratch: Path):
+    def __init__(self, folder: Path, *args: str, name: str = "app", nats_port: int, scratch: Path,
+                 database_url: str | None = None):
         self.folder = folder
         self.stderr_path = folder / f"{name}.stderr"
         env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL") and not k.startswith("DLQ_")}
         # TMPDIR: a dashboard killed with -9 leaves its mirror's temporary directory there.
-        env.update(PYTHONUNBUFFERED="1", SECRET_KEY="bundled-server-test", TMPDIR=str(scratch))
+        env.update(PYTHONUNBUFFERED="1", SECRET_KEY="bundled-server-test", TMPDIR=str(scratch),
+                   **({"DATABASE_URL": database_url} if database_url else {}))
         with open(self.stderr_path, "wb") as stderr:
             # Its own port, not 4222: tests in the other worker start dashboards too.
             self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", "0", "--nats-port",
@@ -117,8 +119,9 @@ def dashboards(tmp_path, scratch):
     started: list[Dashboard] = []
     nats_port = free_port()
 
-    def start(*args: str, name: str = "app") -> Dashboard:
-        dashboard = Dashboard(tmp_path, *args, name=name, nats_port=nats_port, scratch=scratch)
+    def start(*args: str, name: str = "app", database_url: str | None = None) -> Dashboard:
+        dashboard = Dashboard(tmp_path, *args, name=name, nats_port=nats_port, scratch=scratch,
+                              database_url=database_url)
         started.append(dashboard)
         return dashboard
 
@@ -166,7 +169,7 @@ def test_the_bundled_server_ends_when_the_dashboard_is_killed_with_sigkill(dashb
     support.wait_for(lambda: support.gone(server), timeout=30, message="the bundled server to end with its dashboard")
 
 
-def test_a_second_start_on_the_same_instance_refuses_in_one_line_and_runs_no_second_server(dashboards):
+def test_a_second_start_on_the_same_instance_refuses_in_one_line_and_runs_no_second_server(dashboards, tmp_path):
     first = dashboards().wait_serving()
     server = support.wait_for(first.server_pid, message="the bundled server's pid file")
 
@@ -177,6 +180,13 @@ def test_a_second_start_on_the_same_instance_refuses_in_one_line_and_runs_no_sec
     assert "Traceback" not in second.stderr()
     assert servers_on(first.store) == [server]
     assert first.proc.poll() is None and first.server_pid() == server
+    # On a database of its own, the refused start made no admin: its one-time password, never
+    # shown, would have left every later start without a login to print.
+    fresh = tmp_path / "fresh.sqlite3"
+    third = dashboards(name="third", database_url=f"sqlite:///{fresh}")
+    assert third.proc.wait(60) == 2 and "another dashboard" in third.stderr()
+    with sqlite3.connect(fresh) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM users").fetchone()[0] == 0
 
 
 def test_a_port_in_use_is_refused_in_one_line_before_anything_starts_and_the_first_password_is_kept(dashboards):

@@ -165,7 +165,7 @@ def serve(args: argparse.Namespace) -> int:
     application = create_app({"SETTINGS": settings})
     runtime = runtime_of(application)
     # The address first: a port another program holds is said in one line before anything
-    # starts, and before the first admin's one-time password is made (it would never be shown).
+    # starts; the first admin's one-time password is made once all of it has (else never shown).
     try:
         server = waitress.create_server(application, host=args.host, port=args.port, threads=args.threads)
     except (OSError, ValueError) as exc:
@@ -174,9 +174,6 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     # One-time logins are printed last, framed, once the address to use them at is known.
     logins: list[str] = []
-    password = ensure_first_admin(runtime.engine)
-    if password:
-        logins.append(f"Created the first user: admin / {password}  (shown once; change it with the CLI)")
     demo = None
 
     def stop(signum, _frame):
@@ -192,6 +189,11 @@ def serve(args: argparse.Namespace) -> int:
         except StoreInUse as exc:  # another server runs on instance/nats: never a second one
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2
+        # Only once this process is the one that serves: a start refused above made the admin
+        # and never showed its one-time password, so no later start had a login to print.
+        password = ensure_first_admin(runtime.engine)
+        if password:
+            logins.append(f"Created the first user: admin / {password}  (shown once; change it with the CLI)")
         if settings.sources:
             for feed in runtime.feeds.values():
                 print(f"Source {feed.name}: stream {feed.source.describe()}", flush=True)
