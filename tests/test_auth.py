@@ -50,10 +50,14 @@ def test_a_failed_login_says_the_same_for_an_unknown_name_a_wrong_password_and_a
     assert answers[0] == answers[1] == answers[2]
 
 
-def test_the_login_page_keeps_the_name_out_of_its_answer(probe_app, auth):
+def test_a_refused_login_keeps_the_name_in_its_box_as_text_and_never_the_password(probe_app, auth):
+    """A wrong password emptied the name too: typed again under pressure, on a phone."""
     client = probe_app.test_client()
     body = auth.login(client, "someone-unknown", "whatever1").get_data(as_text=True)
-    assert "someone-unknown" not in body
+    assert 'name="username" value="someone-unknown"' in body and "whatever1" not in body
+    assert re.search(r'name="password"[^>]* autofocus', body)  # the password is what to type again
+    hostile = auth.login(client, '"><img src=x onerror=alert(1)>', "whatever1").get_data(as_text=True)
+    assert "<img" not in hostile and 'value="&#34;&gt;&lt;img src=x onerror=alert(1)&gt;"' in hostile
 
 
 def test_a_login_renews_the_session_so_a_token_from_before_is_refused(probe_app, engine):

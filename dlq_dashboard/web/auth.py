@@ -260,11 +260,12 @@ def _is_page(path: str) -> bool:
             and not getattr(view, "fragment", False))
 
 
-def login_page(error: str | None = None, status: int = 200):
+def login_page(error: str | None = None, status: int = 200, username: str = ""):
     """The login page: the password form (unless DLQ_LOCAL_LOGIN=false), the single sign-on
-    button where configured, and ``error``'s one sentence."""
+    button where configured, and ``error``'s one sentence; ``username`` stays in its box after
+    a refused try (the password does not)."""
     sso = current_app.extensions.get(SINGLE_SIGN_ON)
-    return render_template("login.html", error=error, sso=sso.offer() if sso else None,
+    return render_template("login.html", error=error, sso=sso.offer() if sso else None, username=username[:200],
                            local_login=current_runtime().settings.local_login), status
 
 
@@ -283,11 +284,11 @@ def login():
     if refused:
         # Checked before the password: while throttled, guessing learns nothing.
         message = f"{refused.message} Try again in {wait_in_words(refused.seconds)}."
-        return *login_page(message, 429), {"Retry-After": str(refused.seconds)}
+        return *login_page(message, 429, name), {"Retry-After": str(refused.seconds)}
     user = verify_password(current_runtime().engine, name, request.form.get("password", ""))
     if user is None:
         throttle.failed(name, address)
-        return login_page(LOGIN_FAILED, 401)
+        return login_page(LOGIN_FAILED, 401, name)
     throttle.succeeded(name, address)
     session.clear()  # a fresh session (and CSRF token) at login: nothing carries over
     key = start_session(current_runtime().engine, user.id, hours=current_runtime().settings.session_hours)
