@@ -159,3 +159,18 @@ def test_a_payload_that_passes_is_unchanged(document):
     if SHAPES.is_valid(document):
         result = repair_payload(SHAPES, payload)
         assert (result.outcome, result.payload, result.changes) == (VALID, payload, ())
+
+
+def test_an_order_of_thousands_of_failing_items_is_repaired_whole_each_value_where_it_was_written():
+    """A 1.3 MB order of 8,000 items took 67 s on its entry page (the text was read from its
+    start for every failing value); each repair lands on its own item, in the text's order."""
+    items = [{"sku": f"SKU-{i}", "qty": 2, "price": f'"{i}.50"' if i % 3 else f"{i}.5"} for i in range(3000)]
+    text = '{"order_id": "ORD-1", "items": [' + ", ".join(
+        f'{{"sku": "{it["sku"]}", "qty": {it["qty"]}, "price": {it["price"]}}}' for it in items) + "]}"
+    repaired = repair_payload(schema_validator({"type": "object", "properties": {"items": {
+        "type": "array", "items": {"type": "object", "properties": {"price": {"type": "number"}}}}}}), text.encode())
+    assert repaired.outcome == REPAIRED
+    assert [c.to_dict()["path"] for c in repaired.changes] == [f"/items/{i}/price" for i in range(3000) if i % 3]
+    prices = json.loads(repaired.payload)["items"]
+    assert all(p["price"] == float(f"{i}.5") and p["sku"] == f"SKU-{i}" for i, p in enumerate(prices))
+    assert f'"price": {2}.50}}' in repaired.payload.decode()  # the digits as written
