@@ -238,3 +238,21 @@ def test_a_gzip_payloads_page_says_what_the_schema_makes_of_it_decompressed(make
     doc = operator.get("/api/openapi.json").get_json()
     jsonschema.Draft202012Validator({**doc, "$ref": "#/components/schemas/EntryDetail"}).validate(
         operator.get(f"/api/entries/{fails}").get_json())
+
+
+def test_a_large_payloads_page_lists_its_first_100_errors_and_never_says_a_field_is_not_there(make_app, tmp_path):
+    """A 1.3 MB order of 8,000 failing items: its page listed 15,101 errors (3 MB of HTML), each
+    "(not in the payload)" while the truncated view beside it showed the field."""
+    schema = {"x-subjects": ["orders.*"], "type": "object", "properties": {"items": {"type": "array", "items": {
+        "type": "object", "properties": {"price": {"type": "number"}}}}}}
+    app = make_app(schemas_dir=support.orders_schema_folder(tmp_path, schema))
+    items = [{"sku": f"SKU-{i:05}", "note": "x" * 200, "price": "12.50"} for i in range(1500)]
+    payload = json.dumps({"order_id": "ORD-1", "items": items}).encode()
+    assert len(payload) > 256 * 1024
+    entry_id = support.dead_letter(app, 1, payload=payload, Dlq_Reason="schema_invalid")
+    page = unescape(support.logged_in(app, "operator").get(f"/entries/{entry_id}").get_data(as_text=True))
+    current = page.split("Against the current schema")[1]
+    assert current.count("is not of type 'number'") == 100
+    assert "And 1,400 more; the entry's JSON lists them all." in re.sub(r"<[^>]+>", "", current)
+    assert "(not in the payload)" not in page
+    assert "The payload is large; the fields are not marked in a truncated view." in page
