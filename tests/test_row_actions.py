@@ -73,6 +73,16 @@ def test_a_row_republish_publishes_once_even_when_submitted_twice(app, rt, nats_
     assert answers[1].status_code == 409
     assert len(support.stream_messages(nats_server.url)) == 2
 
+    # Once republished, a second send is asked as one: by the row, the confirmation and the editor.
+    again_asked = unescape(row)
+    assert f"Republish entry {entry_id} (orders.created) again? It was republished before" in again_asked
+    for path in ("republish", "edit"):
+        page = unescape(operator.get(f"/entries/{entry_id}/{path}").get_data(as_text=True))
+        assert re.search(r"Already republished by operator-user at .+ as dlq-dashboard:DLQ:\d+:e\d+:v1: "
+                         r"this sends it again, with a new msgId\.", re.sub(r"<[^>]+>", "", page)), path
+    [fresh] = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-3"}'])
+    assert "Already republished" not in operator.get(f"/entries/{fresh}/republish").get_data(as_text=True)
+
 
 def test_a_row_close_swaps_the_row_and_needs_the_csrf_token(offline_app, rt, auth):
     entry_id = support.dead_letter(offline_app, 1, payload=b'{"n": 1}')

@@ -87,8 +87,10 @@ def _editor(entry: EntryView, *, editing: bool, payload_text: str | None = None,
     # with the sentence): the page's own button is disabled with it, not refused after a try.
     refusal = republish_refusal(entry, status=True, edit=editing) or source_verdict(
         rt, entry.source, entry.id, entry.original_subject)
+    # Sent before (by hand or a job): said above the button, as a second send is what it does.
+    sent = [r for r in rt.store.republishes_of(entry.id) if r["state"] == "published"]
     return render_template("edit.html", entry=entry, version=version, editing=editing, encoding=encoding,
-                           unpacked=unpacked, original=original, payload=current,
+                           unpacked=unpacked, original=original, payload=current, sent_before=sent[-1] if sent else None,
                            check=check_payload(entry, current, encoding), force=force, targets=republish_targets(rt, entry.original_subject, entry.source),
                            error=error, refusal=refusal), status
 

@@ -129,6 +129,10 @@ def row_actions(entry: Any, close_needs_nats: bool) -> tuple[RowAction, ...]:
 
 
 def row_confirm(action: str, entry: Any) -> str:
-    """The question a row's action asks, naming the entry by its id and subject."""
+    """The question a row's action asks, naming the entry by its id and subject (and, for one
+    republished already, that it would go out again)."""
     verb = {"republish": "Republish", "close": "Close"}[action]
-    return f"{verb} entry {entry.id} ({entry.original_subject or 'no subject'})?"
+    question = f"{verb} entry {entry.id} ({entry.original_subject or 'no subject'})"
+    if action == "republish" and entry.status == "republished":
+        return f"{question} again? It was republished before; this sends it once more."
+    return f"{question}?"
