@@ -98,6 +98,25 @@ def test_an_unchanged_edit_republishes_the_original_bytes_and_an_edit_what_was_s
         (same_id, False, ORIGINAL), (edited_id, True, edited.encode())]
 
 
+def test_an_edit_of_a_json_payload_that_no_longer_parses_is_refused_even_with_the_override(app, nats_server):
+    """A stray comma with the schema's override ticked went out, and came straight back as a dead
+    letter ("payload is not valid JSON"). Text that was not JSON is still edited as text."""
+    support.make_orders_stream(nats_server.url)
+    operator = support.logged_in(app, "operator")
+    entry_id = support.dead_letter(app, 1, payload=ORIGINAL)
+    form = {"version": "1", "force": "on", "payload": '{"order_id": "o-1", "customer_id": "c-42",,}',
+            "encoding": "text", "csrf_token": support.csrf_token(operator, f"/entries/{entry_id}/edit")}
+    refused = operator.post(f"/entries/{entry_id}/republish", data=form)
+    assert refused.status_code == 400
+    said = html.unescape(refused.get_data(as_text=True))
+    assert "The edited payload is not JSON (Expecting property name enclosed in double quotes: line 1 column" \
+        in said and "the original was. Nothing was republished" in said
+    assert support.stream_messages(nats_server.url) == []
+    text_id = support.dead_letter(app, 2, payload=b"order o-1 for c-42")
+    _republish(operator, text_id, "order o-1 for c-43", force=True)
+    assert [m.data for m in support.stream_messages(nats_server.url)] == [b"order o-1 for c-43"]
+
+
 @pytest.mark.both_databases
 def test_the_entry_page_tells_the_edit_and_validates_the_payload_last_sent(app, nats_server):
     support.make_orders_stream(nats_server.url)

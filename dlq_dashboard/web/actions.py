@@ -8,6 +8,8 @@ again.
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 from flask import Blueprint, flash, jsonify, render_template, request, url_for
@@ -114,7 +116,27 @@ def _form_payload(entry: EntryView) -> bytes | None:
         return None
     encoding = "base64" if request.form.get("encoding") == "base64" else "text"
     body = _edited_body(entry, request.form["payload"], encoding)
+    if encoding == "text":
+        _still_json(edited_from(entry)[0], body)
     return None if body == entry.payload else body
+
+
+def _still_json(base: bytes, body: bytes) -> None:
+    """An edit of a JSON payload that no longer parses is a slip of the keyboard, not a fix: the
+    consumer would fail it at once (the schema override is for values a schema refuses, not
+    for a syntax error). InvalidRequest, the form again with where it stops."""
+    try:
+        json.loads(base)
+    except (ValueError, RecursionError):
+        return  # the original is not JSON either: text is edited as text
+    try:
+        json.loads(body)
+    except ValueError as exc:
+        raise InvalidRequest(f"The edited payload is not JSON ({exc}); the original was. Nothing was "
+                             "republished: correct it (the check beside the editor shows where).") from None
+    except RecursionError:
+        raise InvalidRequest("The edited payload nests too deeply to be read as JSON; nothing was republished.") \
+            from None
 
 
 def done(sentence: str, link_text: str, anchor: str = "timeline-title") -> None:
