@@ -62,13 +62,16 @@ def test_the_preview_counts_republishes_no_stream_would_store_and_disables_start
     support.make_orders_stream(nats_server.url)  # stores orders.>, not payments.>
     ids = [support.dead_letter(app, seq, subject="payments.settled", payload=b'{"id": %d}' % seq)
            for seq in range(1, 6)]
-    page = preview(auth.client("operator"), ids)
-    assert "<strong>5</strong> of these 5\n     would not be republished" in page
+    page = preview(auth.client("operator"), ids + [support.dead_letter(app, 6, subject=None)])
+    # The headline counts what is selected, not "will be republished" above "6 of these 6 would not be".
+    assert "<strong>6</strong> entries selected to be republished" in page and "will be republished" not in page
+    assert "<strong>6</strong> of these 6\n     would not be republished" in page
+    assert "more subject" not in page  # the entry with no subject is no subject of "Where they go"
     assert "<li>5: No stream stores subject payments.settled: a republish would be refused.</li>" in page
     buttons = start_buttons(page)
     assert "disabled" in buttons["Start"] and "data-needs-nats" not in buttons["Start"]
     assert "Republish with the override" not in buttons  # no payload here fails a schema
-    assert "Start is unavailable: every one of the 5 would be refused" in page
+    assert "Start is unavailable: every one of the 6 would be refused" in page
 
 
 def test_the_preview_counts_what_the_schema_and_the_contract_refuse_and_offers_the_override(

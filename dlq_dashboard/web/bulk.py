@@ -113,13 +113,15 @@ def bulk_preview():
         items, summary, selection, error = Selection(), {}, {}, str(exc)
     # A republish reaches every consumer of its subject: show them before the job starts; and
     # what the job would refuse (no stream, the schema without the override), before Start.
+    # (The entries with no subject go nowhere: the refusals below count them.)
+    subjects = [(source, subject, n) for source, subject, n in summary.get("source_subjects", []) if subject]
     targets = [{"source": source, "subject": subject, "count": n, **republish_targets(rt, subject, source)}
-               for source, subject, n in summary.get("source_subjects", [])[:5] if subject] \
-        if action == "republish" else []
+               for source, subject, n in subjects[:5]] if action == "republish" else []
     refusals = republish_refusals(rt, items.ids, only_valid=bool(selection.get("only_valid"))) \
         if action == "republish" and items else None
     return render_template("job.html", preview=True, action=action, items=items.ids[:PREVIEW_ROWS].tolist(),
-                           summary=summary, targets=targets, refusals=refusals, selection=selection, form=request.form,
+                           summary=summary, targets=targets, more_subjects=max(len(subjects) - len(targets), 0),
+                           refusals=refusals, selection=selection, form=request.form,
                            error=error, job=None), \
         (400 if error else 200)
 
