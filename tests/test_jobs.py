@@ -336,7 +336,7 @@ def test_beyond_the_payloads_judged_now_the_job_leaves_out_those_that_fail_as_it
     form = {"csrf_token": support.csrf_token(client, "/"), "by": "filter", "action": "republish",
             "subject": "orders.*", "only_valid": "on"}
     page = client.post("/bulk/preview", data=form).get_data(as_text=True)
-    assert "Up to <strong>6</strong> entries will be republished" in page
+    assert "Up to <strong>6</strong> entries selected to be republished" in page
     assert "2 left out: they do not pass the current schema" in page
     assert "5 older ones not judged yet: the job leaves out those that do not pass" in page
     # What the job would refuse says they are left out, and no override is offered against the ask.
