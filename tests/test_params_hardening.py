@@ -173,6 +173,20 @@ def test_a_key_field_filter_written_otherwise_is_a_400_that_names_the_one_meant(
     assert app.test_client().get("/api/summary?field.Customer=C-9", headers=support.bearer(token)).status_code == 200
 
 
+@pytest.mark.parametrize("path, query, meant", [("/audit", "actr=admin", "actor"), ("/api/audit", "acton=close", "action"),
+                                                ("/jobs", "stat=running", "state"), ("/api/jobs", "limt=5", "limit"),
+                                                ("/entries/{entry}", "staus=open", "status")])
+def test_a_misspelt_parameter_of_the_audit_the_jobs_or_an_entry_page_is_a_400_that_names_the_one_meant(
+        site, path, query, meant):
+    """Left out, "/audit?actr=admin" showed every record as if filtered, and an entry page's
+    "?staus=open" led Previous and Next through every entry."""
+    entry = support.dead_letter(runtime_of(site["app"]).engine, 9, Dlq_Reason="fatal")
+    response = site["viewer"].get(f"{path.format(entry=entry)}?{query}")
+    assert response.status_code == 400
+    assert f"{query.split('=')[0]!r} is not a parameter of this request: did you mean {meant!r}?" in unescape(
+        response.get_data(as_text=True))
+
+
 @pytest.mark.parametrize("path", ["/api/entries?_=1733390000&format=json", "/api/groups?team=payments&state=open",
                                   "/api/export.ndjson?page=2", "/api/summary?v=2"])
 def test_a_parameter_that_is_no_misspelling_is_left_out_as_before(site, path):

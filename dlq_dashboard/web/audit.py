@@ -7,7 +7,7 @@ from flask import Blueprint, jsonify, render_template, request
 
 from ..entries.audit import is_folded
 from ..errors import InvalidRequest
-from . import current_runtime
+from . import current_runtime, params
 from .auth import requires
 from ..access import visible
 from .data import current_reader, list_fields
@@ -49,4 +49,5 @@ def api_audit():
 
 def seen_audit(args, *, fold: bool = False) -> dict:
     """One page of the audit (audit_page) as this request's reader sees it."""
+    params.refuse_misspelt(args, params.AUDIT_PARAMETERS, fields=False)
     return visible.read_audit(current_reader(), current_runtime().store, args, fold=fold, fields=list_fields())

@@ -239,6 +239,7 @@ def _entry_context(detail):
     the URL) with the entries before and after it there, and why Republish or Edit cannot work,
     if they cannot."""
     rt = current_runtime()
+    params.refuse_misspelt(request.args, params.LIST_PARAMETERS)  # "staus": its neighbours would be any entry's
     flt = request_filter(request.args)  # a bad one is a 400, as on the list itself
     list_args = flt.to_args()
     entry = detail.entry

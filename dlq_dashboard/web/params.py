@@ -14,10 +14,11 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
+import json
+import re
 from typing import Any, Iterable, Mapping
 from urllib.parse import unquote_to_bytes
 
-import orjson
 from flask import Flask, request
 
 from ..actions.triage import STATE_FIELDS
@@ -117,18 +118,19 @@ LIST_PARAMETERS = (*(declared.name for declared in FILTERS if not declared.famil
 GROUPS_PARAMETERS = (*LIST_PARAMETERS, *GroupStateFilter.PARAMETERS)
 
 
-def refuse_misspelt(args: Mapping[str, str], known: Iterable[str]) -> None:
+def refuse_misspelt(args: Mapping[str, str], known: Iterable[str], *, fields: bool = True) -> None:
     """A query parameter a request does not take is left out (a cache-buster, a client's own),
     unless it reads as a misspelling of one it takes: "subjet" would answer every entry as if
     filtered, and a script acting on those ids would act on all of them. A 400 that names it (a
-    FilterError: a page shows it where its list would be, as a filter's bad value)."""
+    FilterError: a page shows it where its list would be, as a filter's bad value). ``fields``:
+    the request takes key fields' filters (``field.<label>``), so "Customer" means one of them."""
     known = tuple(known)
     labels: dict[str, str] | None = None
     for name in args:
         if name in known or name.startswith("field."):
             continue
         close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.8)
-        if not close:
+        if not close and fields:
             # A key field's filter written otherwise ("Field.Customer", "fields.Customer",
             # "Customer"): left out, the answer would be every entry.
             if labels is None:
@@ -142,6 +144,10 @@ def refuse_misspelt(args: Mapping[str, str], known: Iterable[str]) -> None:
             raise FilterError(f"{name[:40]!r} is not a parameter of this request: did you mean {close[0]!r}? "
                                  "(one it does not take is left out, and the answer would not be filtered by it)")
 
+
+#: What the audit (page and JSON) and the jobs take.
+AUDIT_PARAMETERS = ("entry", "job", "actor", "action", "items", "fold", "limit", "cursor")
+JOBS_PARAMETERS = ("state", "limit", "cursor")
 
 #: The filters a bulk request's ``filter`` may name, as its 400 lists them.
 FILTER_NAMES = ", ".join(declared.name for declared in FILTERS)
@@ -166,30 +172,39 @@ def json_body(*fields: str) -> dict:
 #: How deep a request's JSON may nest: every body the API takes is a few levels deep (a patch's
 #: values the deepest), and a deeper one would be walked by recursive code further on.
 BODY_DEPTH = 64
+# Half of a UTF-16 pair, as JSON's "\ud800" reads: no text a database stores or compares.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _read_json(data: bytes) -> Any:
-    """A request body's JSON. orjson refuses what cannot be stored or compared later (bytes that
-    are not UTF-8, a lone surrogate such as "\\ud800"), each with where it is."""
+    """A request body's JSON, read by the standard library (numbers of any size stay exact: a
+    patch's value is republished as sent); refused with where and why when it is empty, not
+    UTF-8, not JSON, deeper than BODY_DEPTH or holds a lone surrogate."""
     if not data.strip():
         raise InvalidRequest("Send a JSON object as the request body (it is empty).")
     try:
-        body = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as bad:
-            raise InvalidRequest(f"The request body is not UTF-8 (byte {bad.start:,} is not): send JSON.") from None
+        body = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as bad:
+        raise InvalidRequest(f"The request body is not UTF-8 (byte {bad.start:,} is not): send JSON.") from None
+    except RecursionError:
+        raise InvalidRequest(f"The request body nests deeper than {BODY_DEPTH} levels.") from None
+    except ValueError as exc:
         raise InvalidRequest(f"The request body is not JSON: {exc}.") from None
-    stack, depth = [(body, 1)], 0
+    stack = [(body, 1)]
     while stack:
         value, depth = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                raise InvalidRequest(f"The request body holds a lone surrogate escape in {ascii(value)[:60]}: "
+                                     "send the text itself, as UTF-8.")
+            continue
         if depth > BODY_DEPTH:
             raise InvalidRequest(f"The request body nests deeper than {BODY_DEPTH} levels.")
         if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values() if isinstance(v, (dict, list)))
+            stack.extend((k, depth) for k in value)
+            stack.extend((v, depth + 1) for v in value.values() if isinstance(v, (str, dict, list)))
         elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+            stack.extend((v, depth + 1) for v in value if isinstance(v, (str, dict, list)))
     return body
 
 
