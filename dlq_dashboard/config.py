@@ -18,7 +18,7 @@ from .sign_in import (GroupRule, SettingError, button_words, check_single_sign_o
 from .redaction import scrub
 from .sources import Source, SourcesError, load_sources, nats_url_problem
 from .teams import Team, TeamsError, load_teams
-from .times import format_duration, parse_duration
+from .times import LONGEST, format_duration, parse_duration
 
 
 class ConfigError(ValueError):
@@ -48,14 +48,10 @@ def _positive_int(name: str, raw: str, allow_zero: bool = False, highest: int | 
     return value
 
 
-#: The longest retention or purge age: a longer one would put the cut-off before the year 1.
-RETENTION_MAX = 36500 * 86400  # 100 years
-
-
 def _retention(name: str, raw: str) -> int:
     seconds = parse_duration(raw)
-    # At most 100 years (use 0: forever).
-    if seconds is None or seconds > RETENTION_MAX:
+    # At most 100 years: a longer one would put the cut-off before the year 1 (use 0: forever).
+    if seconds is None or seconds > LONGEST:
         raise ConfigError(f"{name}={raw!r} is not valid: use a duration such as 30d, 12h or 90s, "
                           "or 0 to keep resolved entries forever")
     return seconds

@@ -46,6 +46,11 @@ def as_time(value) -> datetime | None:
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+#: The longest duration a setting or a request may give (100 years): a retention, a purge's age,
+#: an ignore. Further, a time from now or before it leaves the years a date holds.
+LONGEST = 36500 * 86400
+
+
 def parse_duration(raw: str) -> int | None:
     """Seconds in a duration such as ``90s`` or ``30d`` (SPEC section 3; ``0`` alone is zero),
     or None when it does not parse."""

@@ -18,13 +18,12 @@ from typing import Any, Callable
 from sqlalchemy import Connection, Engine, insert, select, update
 
 from ..alerts.outbox import AlertRule, raise_state_alerts
-from ..times import parse_duration
 from ..db.engine import write_transaction
 from ..db.models import Action, FailureGroup
 from ..db.triage import IGNORED, INVESTIGATING, OPEN, REGRESSED, RESOLVED, STATE_COLUMNS, record_activity, reopen_due
 from ..errors import InvalidRequest, NotFound
 from ..numbers import whole_number
-from ..times import format_time, parse_time, utcnow
+from ..times import LONGEST, format_time, parse_duration, parse_time, utcnow
 from .close import close_note
 from .errors import Conflict
 
@@ -70,17 +69,13 @@ def _text(raw: Any, name: str, *, required: bool = False) -> str | None:
     return value
 
 
-#: The furthest an ignore's duration reaches (100 years).
-UNTIL_MAX = 36500 * 86400
-
-
 def parse_until(raw: Any, now: datetime) -> datetime:
     """``until`` as a stored time: an RFC 3339 time or a duration from now (``2h``, ``30m``, ``7d``),
     in the future; InvalidRequest (a 400) otherwise."""
     if not isinstance(raw, str) or not raw.strip():
         raise InvalidRequest("until must be an RFC 3339 time or a duration such as 2h.")
     seconds = parse_duration(raw)
-    if seconds is not None and seconds > UNTIL_MAX:  # past what a date holds, or meant "for good"
+    if seconds is not None and seconds > LONGEST:  # past what a date holds, or meant "for good"
         raise InvalidRequest(f"until {raw[:40]!r} is more than 100 years away: ignore it for good instead "
                              "(no until), or give a shorter duration.")
     at = now + timedelta(seconds=seconds) if seconds is not None else parse_time(raw)

@@ -7,8 +7,7 @@ from flask import current_app
 from flask.cli import with_appcontext
 
 from ..actions.purge import RESOLVED, purge_entries
-from ..config import RETENTION_MAX
-from ..times import format_duration, parse_duration
+from ..times import LONGEST, format_duration, parse_duration
 from ..runtime import runtime_of
 from .output import BAD_INPUT, CommandError, cli_actor, nats_connected
 
@@ -38,7 +37,7 @@ def purge(older_than: str | None, statuses: tuple[str, ...], dry_run: bool) -> N
             return
     else:
         seconds = parse_duration(older_than)
-        if not seconds or seconds > RETENTION_MAX:
+        if not seconds or seconds > LONGEST:
             raise CommandError(f"--older-than {older_than!r} is not valid: use a duration above zero "
                                "such as 90s, 12h or 7d, at most 100 years", BAD_INPUT)
     chosen = tuple(s for s in RESOLVED if s in statuses) or RESOLVED
