@@ -5,6 +5,8 @@ stays ok, so a load balancer keeps it in rotation."""
 
 from __future__ import annotations
 
+import re
+
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 
@@ -64,6 +66,9 @@ def replica_tells_and_stays_in_rotation(app, other, nats_server, monkeypatch) ->
 
     text = support.wait_for(stuck_banner, timeout=20, message="the other replica's banner to tell the mirror is stuck")
     assert "database or disk is full" in text
+    # One sentence after the error, whether or not it counts the messages waiting ("... it retries").
+    assert re.search(r"database or disk is full\.\s+(\S+ messages? of the stream not mirrored yet; it|It) tries again "
+                     r"until the batch is stored\.", re.sub(r"<[^>]+>", "", text)), text
     page = viewer.get("/").get_data(as_text=True)
     assert STUCK in page and "database or disk is full" in page
     sources = viewer.get("/sources").get_data(as_text=True)
