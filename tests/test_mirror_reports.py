@@ -6,7 +6,6 @@ stays ok, so a load balancer keeps it in rotation."""
 from __future__ import annotations
 
 import re
-
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 
