@@ -256,3 +256,28 @@ def test_a_large_payloads_page_lists_its_first_100_errors_and_never_says_a_field
     assert "And 1,400 more; the entry's JSON lists them all." in re.sub(r"<[^>]+>", "", current)
     assert "(not in the payload)" not in page
     assert "The payload is large; the fields are not marked in a truncated view." in page
+
+
+def test_an_action_on_an_entry_keeps_the_list_it_was_opened_from(make_app):
+    """Closing one of a customer's failures led back to the entry without its list: Previous and
+    Next walked every entry, and Back to the list went to all of them."""
+    app = make_app()
+    ids = [support.dead_letter(app, seq, subject=subject, Dlq_Reason="fatal")
+           for seq, subject in enumerate(("orders.created", "payments.made", "orders.created", "orders.created"), 1)]
+    operator = support.logged_in(app, "operator")
+    listed = "status=open&subject=orders.created"
+    page = operator.get(f"/entries/{ids[2]}?{listed}").get_data(as_text=True)
+    assert f'action="/entries/{ids[2]}/close?status=open&amp;subject=orders.created"' in page
+    # A GET form (Edit and republish) carries them as its fields, and its own form posts them on.
+    assert '<input type="hidden" name="subject" value="orders.created">' in page
+    edit = operator.get(f"/entries/{ids[2]}/edit?{listed}").get_data(as_text=True)
+    assert f'action="/entries/{ids[2]}/republish?status=open&amp;subject=orders.created"' in edit
+    token = support.csrf_token(operator, f"/entries/{ids[2]}")
+    closed = operator.post(f"/entries/{ids[2]}/close?{listed}", data={"version": "1", "csrf_token": token})
+    assert closed.status_code == 303 and closed.headers["Location"] == f"/entries/{ids[2]}?status=open&subject=orders.created"
+    after = operator.get(closed.headers["Location"]).get_data(as_text=True)
+    # Its neighbours are those of the list: entries 1 and 4, never the payment (entry 2).
+    assert f'href="/entries/{ids[3]}?status=open&amp;subject=orders.created" data-neighbour="prev"' in after
+    assert f'href="/entries/{ids[0]}?status=open&amp;subject=orders.created" data-neighbour="next"' in after
+    reopened = operator.post(f"/entries/{ids[2]}/reopen?{listed}", data={"version": "2", "csrf_token": token})
+    assert reopened.headers["Location"] == f"/entries/{ids[2]}?status=open&subject=orders.created"

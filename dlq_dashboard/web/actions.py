@@ -18,12 +18,13 @@ from ..actions.close import close_entry, reopen_entry
 from ..actions.decisions import edited_from, republish_refusal, source_verdict
 from ..actions.errors import NatsDown, Refused
 from ..actions.republish import republish_entry, republish_targets
+from ..entries.filters import FilterError
 from ..entries.view import EntryView
 from ..errors import InvalidRequest
 from ..flags import flag
 from . import current_runtime, params
 from .auth import actor_name, requires
-from .data import entry_to_act_on, get_entry_or_404
+from .data import entry_to_act_on, get_entry_or_404, request_filter
 from .errors import status_of
 from .presenters.lines import failing_lines
 from .presenters.payloads import editable, line_diff, same_document
@@ -94,6 +95,7 @@ def _editor(entry: EntryView, *, editing: bool, payload_text: str | None = None,
     return render_template("edit.html", entry=entry, version=version, editing=editing, encoding=encoding,
                            unpacked=unpacked, original=original, payload=current, sent_before=sent[-1] if sent else None,
                            check=check_payload(entry, current, encoding), force=force, targets=republish_targets(rt, entry.original_subject, entry.source),
+                           list_args=kept_list_args(),
                            error=error, refusal=refusal), status
 
 
@@ -137,6 +139,16 @@ def _still_json(base: bytes, body: bytes) -> None:
     except RecursionError:
         raise InvalidRequest("The edited payload nests too deeply to be read as JSON; nothing was republished.") \
             from None
+
+
+def kept_list_args() -> dict[str, str]:
+    """The filters of the list the entry was opened from, carried by an action's address so that
+    the entry page it leads back to walks that list still (Previous, Next, Back to the list);
+    none when they do not parse (the page would refuse them)."""
+    try:
+        return request_filter(request.args).to_args()
+    except FilterError:
+        return {}
 
 
 def done(sentence: str, link_text: str, anchor: str = "timeline-title") -> None:
@@ -224,7 +236,7 @@ def republish(entry_id: int):
         return _editor(entry, editing="payload" in request.form, payload_text=request.form.get("payload"),
                        error=exc, force=force, status=status_of(exc))
     done(republished_sentence(entry, outcome.publish, edited is not None), "See it in the timeline")
-    return after_post(url_for("pages.entry", entry_id=entry_id))
+    return after_post(url_for("pages.entry", entry_id=entry_id, **kept_list_args()))
 
 
 @bp.route("/entries/<int:entry_id>/close", methods=["POST"])
@@ -235,7 +247,7 @@ def close(entry_id: int):
     close_entry(current_runtime(), entry_id, params.version(request.form.get("version")), actor=actor_name(),
                 note=request.form.get("note"))
     done(f"Closed entry {entry_id}: it is acknowledged and no longer open.", "See it in the timeline")
-    return after_post(url_for("pages.entry", entry_id=entry_id))
+    return after_post(url_for("pages.entry", entry_id=entry_id, **kept_list_args()))
 
 
 @bp.route("/entries/<int:entry_id>/reopen", methods=["POST"])
@@ -245,5 +257,5 @@ def reopen(entry_id: int):
     entry_to_act_on(entry_id, with_history=False)
     reopen_entry(current_runtime(), entry_id, params.version(request.form.get("version")), actor=actor_name())
     done(f"Reopened entry {entry_id}: it is open again.", "See it in the timeline")
-    return after_post(url_for("pages.entry", entry_id=entry_id))
+    return after_post(url_for("pages.entry", entry_id=entry_id, **kept_list_args()))
 
