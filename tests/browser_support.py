@@ -22,7 +22,7 @@ from dlq_dashboard.runtime import runtime_of
 from . import support
 
 # Loaded parts replace themselves (hx-trigger="load"); no request of htmx is still running.
-SETTLED = "() => !document.querySelector('[hx-trigger=\"load\"], .htmx-request')"
+SETTLED = "() => !document.querySelector('[hx-trigger^=\"load\"], .htmx-request')"
 #: How wide the page is, the window's width, and the first five parts reaching past its right edge.
 MEASURE_WIDTH = """() => {
   const width = window.innerWidth;
@@ -99,7 +99,7 @@ def loose_cells(page) -> list[str]:
 
 
 # The list's summary once its counts have arrived (until then it stands in their place, pending).
-COUNTED_SUMMARY = ".summary:not([hx-trigger])"
+COUNTED_SUMMARY = ".summary:not([aria-busy])"
 #: The list's first row's top at every frame the page draws once it has loaded, in
 #: ``window.firstRowTops`` (installed before a page loads, ``page.add_init_script``): from then on
 #: a person may aim at a row. Before, static/app.js folds the parts as they were left, at

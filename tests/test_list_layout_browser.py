@@ -171,7 +171,7 @@ def _first_row_while_the_counts_arrive(page, url: str) -> list[float]:
     try:
         with page.expect_request("**/summary*"):
             page.goto(url)
-        expect(page.locator(".summary[hx-trigger=load]")).to_have_count(1)
+        expect(page.locator(".summary[aria-busy]")).to_have_count(1)
         page.wait_for_function("() => window.firstRowTops.length > 0")
         for route in held:
             route.continue_()

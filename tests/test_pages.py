@@ -177,14 +177,22 @@ def test_the_summary_counts_by_status_and_draws_failures_over_time(web, client):
     assert "the tallest bar is 3" in html
 
 
+def test_the_counted_summary_counts_again_after_a_rows_action(web, client):
+    """A row closed in place read "closed" under counts that still said "open 7 · closed 0"."""
+    support.dead_letter(web, 1, "orders.created")
+    html = html_of(client.get("/summary?subject=orders.*"))
+    assert re.search(r'<div class="summary" hx-get="/summary\?subject=orders\.\*" '
+                     r'hx-trigger="entries-changed from:body" hx-swap="outerHTML">', html.replace("%2A", "*")), html[:500]
+
+
 def test_the_list_holds_the_summarys_place_until_its_counts_arrive(web, client):
     for seq in range(1, 4):
         support.dead_letter(web, seq, "orders.created")
     for path in ("/?subject=orders.*", "/?subject=orders.*&since=7d"):
         for headers in ({}, {"HX-Request": "true"}):  # the page, and its results after a filter changes
             html = html_of(client.get(path, headers=headers))
-            pending = re.search(r'<div class="summary" hx-get="([^"]+)" hx-trigger="load" hx-swap="outerHTML" '
-                                r'aria-busy="true">(.*?)<figcaption', html, re.S)
+            pending = re.search(r'<div class="summary" hx-get="([^"]+)" hx-trigger="load, entries-changed from:body" '
+                                r'hx-swap="outerHTML" aria-busy="true">(.*?)<figcaption', html, re.S)
             assert pending, html
             assert unquote(pending.group(1).replace("&amp;", "&")) == "/summary?" + path.split("?")[1]
             # The counted summary's parts, their numbers pending: the same place and size.
@@ -194,7 +202,9 @@ def test_the_list_holds_the_summarys_place_until_its_counts_arrive(web, client):
             assert ('class="note"' in pending.group(2)) == ("since" in path)  # counted entry by entry
             assert "<rect" not in pending.group(2)
     counted = html_of(client.get("/summary?subject=orders.*"))
-    assert "hx-trigger" not in counted and "aria-busy" not in counted and "<strong>–</strong>" not in counted
+    # Counted: not fetched again on its own (only after a row's action: entries-changed).
+    assert 'hx-trigger="entries-changed from:body"' in counted and "load" not in counted.split(">")[0]
+    assert "aria-busy" not in counted and "<strong>–</strong>" not in counted
 
 
 # --- groups -----------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ def test_a_row_republish_publishes_once_even_when_submitted_twice(app, rt, nats_
     first = operator.post(f"/entries/{entry_id}/row/republish", data=form, headers=HTMX)
     second = operator.post(f"/entries/{entry_id}/row/republish", data=form, headers=HTMX)
     assert first.status_code == 200 and second.status_code == 200
+    assert first.headers["HX-Trigger"] == "entries-changed"  # the counts above the list count again
     row = first.get_data(as_text=True)
     assert row.strip().startswith(f'<tr hx-disable data-id="{entry_id}"') and "status-republished" in row
     assert f"Republished entry {entry_id} to ORDERS seq 1." in row

@@ -21,6 +21,8 @@ from .responses import after_post, htmx, render_block
 bp = Blueprint("row_actions", __name__)
 #: The actions a row offers (web/presenters/actions.py row_actions).
 ROW_ACTIONS = ("republish", "close")
+#: The event a row's action raises in the page (HX-Trigger): index.html's summary listens for it.
+ENTRIES_CHANGED = "entries-changed"
 
 
 def _action(action: str) -> str:
@@ -70,7 +72,8 @@ def act(entry_id: int, action: str):
         return _row(entry_id, {"text": str(exc), "error": True}), 422 if isinstance(exc, Refused) else 200
     if not htmx:
         return after_post(_back())
-    return _row(entry_id, message)
+    # The counts above the list (its summary block) fetch themselves again: an entry changed status.
+    return _row(entry_id, message), 200, {"HX-Trigger": ENTRIES_CHANGED}
 
 
 def _row(entry_id: int, message: dict) -> str:
