@@ -37,9 +37,10 @@ def test_a_new_user_is_stored_with_a_slow_hash_and_never_the_password(engine):
     assert PASSWORD not in row.password_hash
 
 
-@pytest.mark.parametrize("name", ["", "   ", "bad name", "token:ci", "<b>x</b>", "-dash", "x" * 65, "a\nb"])
+@pytest.mark.parametrize("name", ["", "   ", "bad name", "token:ci", "<b>x</b>", "-dash", "x" * 65, "a\nb", "zoë"])
 def test_a_user_name_that_could_mislead_the_audit_or_the_markup_is_refused(engine, name):
-    with pytest.raises(AccountError, match="not valid"):
+    # "zoë" is refused as "letters" said it was not: the sentence says which letters.
+    with pytest.raises(AccountError, match=r"not valid: use 1-64 ASCII letters \(a-z, A-Z\)"):
         accounts.create_user(engine, name, PASSWORD, "viewer")
 
 

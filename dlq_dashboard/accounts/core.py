@@ -73,10 +73,10 @@ def check_role(role: str) -> str:
 
 
 def check_name(name: str, what: str = "user") -> str:
-    """The name, stripped, if it is 1-64 letters, digits or . _ @ + - ; otherwise AccountError."""
+    """The name, stripped, if it is 1-64 ASCII letters, digits or . _ @ + - ; otherwise AccountError."""
     name = (name or "").strip()
     if not _NAME.fullmatch(name):
-        raise AccountError(f"{what} name {name!r} is not valid: use 1-64 letters, digits or . _ @ + -, "
+        raise AccountError(f"{what} name {name!r} is not valid: use 1-64 ASCII letters (a-z, A-Z), digits or . _ @ + -, "
                            "starting with a letter or digit")
     return name
 
