@@ -169,3 +169,19 @@ def test_the_views_each_person_sees_are_theirs_and_the_shared_ones_whoever_asked
         assert [v.name for v in views_for(engine, "ann")] == ["grouped", "mine", "team"]
         assert [v.name for v in views_for(engine, "ann", "groups")] == ["grouped"]
         assert [v.name for v in views_for(engine, "carl", "groups")] == []
+
+
+def test_a_name_refused_leads_back_to_the_page_it_was_saved_from(offline_app, auth):
+    """A name of spaces ended on an error page whose only way on was the unfiltered list."""
+    viewer = auth.client("viewer")
+    token = support.csrf_token(viewer, "/?status=open&subject=orders.*")
+    refused = viewer.post("/views", data={"csrf_token": token, "name": "   ", "page": "list", "status": "open",
+                                          "subject": "orders.*"},
+                          headers={"Referer": "http://localhost/?status=open&subject=orders.*"})
+    assert refused.status_code == 400
+    page = refused.get_data(as_text=True)
+    assert '<a href="/?status=open&amp;subject=orders.*">Back to the page you were on</a>' in page
+    # Never another site's address.
+    elsewhere = viewer.post("/views", data={"csrf_token": token, "name": "   ", "page": "list"},
+                            headers={"Referer": "https://elsewhere.example/phish"})
+    assert "Back to the page you were on" not in elsewhere.get_data(as_text=True)

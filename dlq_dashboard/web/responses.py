@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import weakref
 from typing import Callable
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from flask import Response, current_app, has_request_context, make_response, redirect, render_template, request, url_for
 from flask_htmx import HTMX
@@ -91,6 +91,16 @@ def after_post(url: str) -> Response:
         response.headers["HX-Redirect"] = url
         return response
     return redirect(url, 303)
+
+
+def came_from() -> str | None:
+    """The page of this site the request came from (its Referer), as a path to link back to: an
+    error page's way back to the form it was sent from; None when another site or none."""
+    parts = urlsplit(request.referrer or "")
+    if parts.netloc != request.host or not parts.path.startswith("/") or parts.path.startswith("//"):
+        return None
+    back = parts.path + (f"?{parts.query}" if parts.query else "")
+    return None if back == request.full_path.rstrip("?") else back
 
 
 def list_url(endpoint: str = "pages.index", **args) -> str:

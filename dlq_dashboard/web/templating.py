@@ -22,7 +22,7 @@ from .params import form_filter
 from .presenters.actions import bulk_choices, entry_action_bar, row_actions, row_confirm
 from .presenters.nav import main_nav
 from .presenters.rows import list_columns, shown_sources
-from .responses import list_url, url_once
+from .responses import came_from, list_url, url_once
 from .status import service_status
 
 
@@ -103,6 +103,7 @@ def init_app(app: Flask) -> None:
     app.add_template_global(list_columns)
     app.add_template_global(lambda: shown_sources(current_runtime()), "shown_sources")
     app.add_template_global(reader_scopes)
+    app.add_template_global(came_from)
     # Flask's url_for, each URL built once for the app (responses.url_once).
     app.add_template_global(url_once, "url_for")
 
