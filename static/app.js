@@ -283,6 +283,9 @@
     var row = form.closest("tr");
     var values = {};
     new FormData(form).forEach(function (value, name) { values[name] = value; });
+    if (row.contains(document.activeElement)) {
+      row.setAttribute("data-focus-back", "");  // the focus, lost as its button is disabled, returns to the row
+    }
     form.querySelectorAll("button").forEach(function (button) { button.disabled = true; });
     window.htmx.ajax("POST", form.getAttribute("data-post"),
                      { source: form, target: row, swap: "outerHTML", values: values });
@@ -494,5 +497,42 @@ document.addEventListener("DOMContentLoaded", function () {
     editor.setSelectionRange(at, at + (lines[line - 1] || "").length);
     var height = parseFloat(getComputedStyle(editor).lineHeight) || 19;
     editor.scrollTop = Math.max(0, (line - 3) * height);
+  });
+})();
+
+// --- Focus across a swap --------------------------------------------------------------------------
+// A part swapped in place of the one that held the keyboard's focus (a row after its Close, the
+// older rows after "Show older entries") takes the focus on its first control, so a keyboard
+// user goes on from there rather than from the top of the page.
+(function () {
+  "use strict";
+
+  var FOCUSABLE = "a[href], button:not([disabled]), input:not([type=hidden]):not([disabled]), select, textarea";
+  var lost = null;  // where the focused part was: its parent and its place among its siblings
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail && event.detail.target;
+    var focused = document.activeElement;
+    if (target && target.parentNode && (target.hasAttribute("data-focus-back") ||
+                                        (focused && focused !== document.body && target.contains(focused)))) {
+      lost = { target: target, parent: target.parentNode,
+               index: Array.prototype.indexOf.call(target.parentNode.children, target) };
+    }
+  });
+
+  // (htmx swaps in the task of beforeSwap and settles 20 ms later: whichever part settles first
+  // finds the swap done.)
+  document.addEventListener("htmx:afterSettle", function () {
+    var was = lost;
+    lost = null;
+    if (!was || (document.activeElement && document.activeElement !== document.body)) {
+      return;  // nothing was lost: the focus stayed, or the page moved it itself
+    }
+    // Swapped inside (innerHTML) the part is still there; in its place (outerHTML), what came.
+    var part = was.target.isConnected ? was.target : was.parent.children[was.index];
+    var control = part && (part.matches(FOCUSABLE) ? part : part.querySelector(FOCUSABLE));
+    if (control) {
+      control.focus();
+    }
   });
 })();

@@ -49,5 +49,7 @@ def test_a_row_is_closed_after_its_question_and_swapped_in_place(app, live_serve
     assert page.url == f"{live_server}/"  # the list stayed
     assert runtime_of(app).store.get_entry(entry_id, with_history=False).status == "closed"
     expect(page.locator("#entry-rows tr[data-id]")).to_have_count(2)
+    # The keyboard's focus was on the row's Close: it is in the row swapped in, not back at the top.
+    page.wait_for_function(f"() => document.activeElement.closest('tr[data-id=\"{entry_id}\"]') !== null")
     # The counts above the list count again: one closed now (they read "closed 0" until a reload).
     expect(page.locator(".summary .counts li").filter(has_text="closed")).to_contain_text("closed 1")
