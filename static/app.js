@@ -17,9 +17,10 @@
       return;
     }
     var name = box.getAttribute("data-select-all");
+    var wanted = box.checked;  // read once: each tick below counts again, and sets the box as it goes
     document.querySelectorAll('input[type=checkbox][name="' + CSS.escape(name) + '"]').forEach(function (other) {
-      if (other.checked !== box.checked) {
-        other.checked = box.checked;
+      if (other.checked !== wanted) {
+        other.checked = wanted;
         other.dispatchEvent(new Event("change", { bubbles: true }));
       }
     });
@@ -32,6 +33,13 @@
       var results = count.closest(".results") || document;
       var ticked = results.querySelectorAll("input[type=checkbox][name=ids]:checked").length;
       count.textContent = ticked ? " (" + ticked + ")" : "";
+    });
+    // "Select all" says what is ticked: all, none, or some (mixed), as rows come and go.
+    document.querySelectorAll("input[type=checkbox][data-select-all]").forEach(function (box) {
+      var all = document.querySelectorAll('input[type=checkbox][name="' + CSS.escape(box.getAttribute("data-select-all")) + '"]');
+      var ticked = Array.prototype.filter.call(all, function (one) { return one.checked; }).length;
+      box.checked = all.length > 0 && ticked === all.length;
+      box.indeterminate = ticked > 0 && ticked < all.length;
     });
   }
   document.addEventListener("change", function (event) {

@@ -220,8 +220,16 @@ def test_the_bulk_bar_shows_once_an_entry_is_ticked_or_a_filter_is_set(app, live
     expect(page.get_by_label("Selected entries (3)")).to_be_visible()
     page.locator("#entry-rows input[name=ids]").nth(2).uncheck()
     expect(page.get_by_label("Selected entries (2)")).to_be_visible()
-    for box in (0, 3):
-        page.locator("#entry-rows input[name=ids]").nth(box).uncheck()
+    # "Select every entry" says some are ticked (mixed), then all, then none.
+    every = page.get_by_label("Select every entry on this page")
+    assert every.evaluate("box => [box.checked, box.indeterminate]") == [False, True]
+    every.check()
+    assert every.evaluate("box => [box.checked, box.indeterminate]") == [True, False]
+    page.locator("#entry-rows input[name=ids]").nth(1).uncheck()
+    assert every.evaluate("box => [box.checked, box.indeterminate]") == [False, True]  # it read "all" still
+    every.check()
+    every.uncheck()
+    assert every.evaluate("box => [box.checked, box.indeterminate]") == [False, False]
     expect(selected).to_be_hidden()
 
     _open(page, live_server, "/?status=open", DESKTOP)
