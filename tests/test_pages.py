@@ -185,6 +185,15 @@ def test_the_counted_summary_counts_again_after_a_rows_action(web, client):
                      r'hx-trigger="entries-changed from:body" hx-swap="outerHTML">', html.replace("%2A", "*")), html[:500]
 
 
+def test_the_group_filters_chip_reads_as_the_group_not_as_its_number(web, client):
+    """"Group: 4" told a person nothing of which failures the list was narrowed to."""
+    entry = support.dead_letter(web, 1, "orders.created", Dlq_Reason="fatal", Dlq_Error="order <7> not found")
+    group = runtime_of(web).store.group_of(entry)[0]
+    html = html_of(client.get(f"/?group={group}"))
+    chip = re.search(r'<p class="chip" hx-disable>(.*?)<input', html, re.S).group(1)
+    assert " ".join(chip.split()) == f"Group {group}: <span>order &lt;&lt;n&gt;&gt; not found</span>", chip
+
+
 def test_the_list_holds_the_summarys_place_until_its_counts_arrive(web, client):
     for seq in range(1, 4):
         support.dead_letter(web, seq, "orders.created")

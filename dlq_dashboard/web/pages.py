@@ -75,9 +75,13 @@ def index():
         flt, page, filter_error = EntryFilter(), None, str(exc)
     top_id = page.entries[0].id if page and page.entries and not flt.cursor else None
     msg_id_hint = _msg_id_hint(flt) if page else None
+    # The group filter's chip reads as the group does on its own page, not as its number.
+    group_label = visible.group(current_reader(), current_runtime().store, int(flt.group)).label \
+        if page and flt.group and flt.group.isascii() and flt.group.isdigit() else None
     response = page_or_fragment(
         "index.html", "results", 400 if filter_error else 200,
         page=page, flt=flt, args=request.args, filter_error=filter_error, top_id=top_id, msg_id_hint=msg_id_hint,
+        group_label=group_label,
         filter_args=flt.to_args(), example_command=example_command(), saved=saved_views("list"), view_url=view_url,
         paging={"limit": flt.limit} if flt.limit != DEFAULT_LIMIT else {},
         presets=TIME_PRESETS, **row_context(page.entries if page else []), **pending_summary(flt))
