@@ -62,10 +62,10 @@ def compression_of(headers: Mapping[str, Any] | str | None, payload: bytes) -> s
 READABLE = ("gzip", "x-gzip", "deflate")
 
 
-def declared_readable(headers: Mapping[str, Any] | str | None, payload: bytes) -> bytes | None:
-    """A payload its Content-Encoding declares gzip or deflate, decompressed (whole, within
-    UNPACK_LIMIT), as its consumer reads it; None for any other."""
-    how = compression_of(headers, payload)
+def read_as_declared(how: str | None, payload: bytes) -> bytes | None:
+    """A payload whose compression (compression_of) is ``how``, decompressed (whole, within
+    UNPACK_LIMIT) when its Content-Encoding declares gzip or deflate, as its consumer reads it;
+    None for any other."""
     if how and how != GZIP_BYTES and how.split(": ", 1)[1].lower() in READABLE:
         return decompressed_whole(payload)
     return None
@@ -75,5 +75,5 @@ def judged(headers: Mapping[str, Any] | str | None, payload: bytes) -> bytes:
     """What the schema judges of a payload republished as stored: a declared compressed one
     decompressed (its header goes with the republish), any other as it is (undeclared gzip
     bytes fail as the consumer failed them)."""
-    unpacked = declared_readable(headers, payload)
+    unpacked = read_as_declared(compression_of(headers, payload), payload)
     return payload if unpacked is None else unpacked

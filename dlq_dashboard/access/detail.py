@@ -25,7 +25,7 @@ from ..entries.store import Store
 from ..entries.view import EntryView
 from ..masking import Mask
 from ..times import format_time
-from ..unpacking import GZIP_BYTES, compression_of, declared_readable, decompressed_whole, judged
+from ..unpacking import GZIP_BYTES, compression_of, decompressed_whole, read_as_declared
 from . import visible
 from .reader import Reader
 
@@ -33,7 +33,7 @@ from .reader import Reader
 NOT_AVAILABLE = "Not validated: the payload is not available."
 HIDDEN = "Not validated: the payload is hidden from viewers (DLQ_MASK)."
 TOO_DEEP = "The payload nests too deeply to be validated."
-#: Why a payload its Content-Encoding declares is not validated (unpacking.declared_readable).
+#: Why a payload its Content-Encoding declares is not validated (unpacking.read_as_declared).
 UNREAD = "does not decompress here (an encoding other than gzip or deflate, more than 256 KiB, or cut short)"
 
 
@@ -188,26 +188,25 @@ def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Sch
         return SchemaVerdict(error=HIDDEN)
     if not seen.payload_available:
         return SchemaVerdict(error=NOT_AVAILABLE)
-    how = compression_of(stored.headers, stored.payload)
-    if how and how != GZIP_BYTES and declared_readable(stored.headers, stored.payload) is None \
-            and schemas.for_subject(stored.original_subject) is not None:
+    how = compression_of(stored.headers, stored.payload)  # once: each ask below reads the headers' JSON
+    declared = read_as_declared(how, stored.payload)
+    if how and how != GZIP_BYTES and declared is None and schemas.for_subject(stored.original_subject) is not None:
         # Its bytes are not what its consumer reads, and what it reads cannot be had here.
         return SchemaVerdict(error=f"Not validated: the payload is compressed ({how}) and {UNREAD}.")
     try:
         # Declared compressed (Content-Encoding: gzip), as its consumer reads it and a republish
         # judges it; gzip bytes no header declares fail on their bytes, with the verdict on
         # what they hold beside it (``decompressed``).
-        result = schemas.validate(stored.original_subject, judged(stored.headers, stored.payload))
+        result = schemas.validate(stored.original_subject, stored.payload if declared is None else declared)
     except RecursionError:
         return SchemaVerdict(error=TOO_DEEP)
     return SchemaVerdict(result.schema, _messages(result.errors, seen), read=result.read,
                          unpacks=not result.read and edited_from(stored)[1],
-                         decompressed=_decompressed(schemas, stored, seen) if result.errors else None)
+                         decompressed=_decompressed(schemas, stored, seen, how) if result.errors else None)
 
 
-def _decompressed(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Decompressed | None:
-    # A compressed payload the schema fails on its bytes, read whole within UNPACK_LIMIT.
-    how = compression_of(stored.headers, stored.payload)
+def _decompressed(schemas: SchemaRegistry, stored: EntryView, seen: EntryView, how: str | None) -> Decompressed | None:
+    # Gzip bytes no header declares that the schema fails on their bytes, read whole within UNPACK_LIMIT.
     unpacked = decompressed_whole(stored.payload) if how == GZIP_BYTES else None
     if unpacked is None:
         return None

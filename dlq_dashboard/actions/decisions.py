@@ -21,7 +21,7 @@ from ..entries.view import EntryView
 from ..errors import EntryNotFound
 from ..scopes import DEFAULT_SOURCE, subject_matches
 from ..times import utcnow
-from ..unpacking import GZIP_BYTES, GZIP_MAGIC, compression_of, declared_readable, decompressed_whole, judged
+from ..unpacking import GZIP_BYTES, GZIP_MAGIC, compression_of, decompressed_whole, judged, read_as_declared
 from .context import ActionContext
 from .errors import AlreadyRepublished, Conflict, InFlight, Refused, SchemaRefused
 from .intents import INTENTS, Intent, Published, entry_ref, republish_headers, republish_msg_id
@@ -192,8 +192,7 @@ def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = Non
                 return None
             return (f"The payload of {owner} is compressed ({how}), which its consumer cannot read: it is "
                     "not republished as it is. Edit and republish (or Repair by schema, for many) sends it decompressed.")
-        if payload is None and declared_readable(_field(entry, "headers") if headers is None else headers,
-                                                 stored) is not None:
+        if payload is None and read_as_declared(how, stored) is not None:
             # Declared (gzip, deflate) and readable: republished as stored with its header,
             # judged decompressed; an edit would have to compress it again.
             if not edit:

@@ -22,13 +22,12 @@ from urllib.parse import unquote_to_bytes
 from flask import Flask, request
 
 from ..actions.triage import STATE_FIELDS
-from ..entries.fields import key_fields
 from ..entries.filters import FILTERS, FilterError, filter_of
 from ..entries.triage import GroupStateFilter
 from ..errors import InvalidRequest
 from ..flags import flag
 from ..numbers import VERSION_MAX, whole_number
-from . import current_runtime
+from .data import list_fields
 
 
 def single_values(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
@@ -134,7 +133,7 @@ def refuse_misspelt(args: Mapping[str, str], known: Iterable[str], *, fields: bo
             # A key field's filter written otherwise ("Field.Customer", "fields.Customer",
             # "Customer"): left out, the answer would be every entry.
             if labels is None:
-                labels = {f.label.lower(): f.label for f in key_fields(current_runtime().settings.list_fields)}
+                labels = {f.label.lower(): f.label for f in list_fields()}
             stem, dot, rest = name.partition(".")
             if dot and stem.lower() in ("field", "fields"):
                 close = [f"field.{labels.get(rest.lower(), rest)[:40]}"]
