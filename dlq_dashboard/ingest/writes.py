@@ -4,11 +4,13 @@ stream position committed in the same transaction (commit first, then move on)."
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from operator import itemgetter
-from typing import Iterable
+from typing import Callable, Iterable
 
 from sqlalchemy import Connection, Engine, func, insert, or_, select, update
 
@@ -21,11 +23,14 @@ from ..db.triage import apply_arrivals
 from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
 from ..times import utcnow
+from .apart import kept_apart, reason_of, transient
 from .grouping import error_group
 from .key_fields import fill_key_fields
 from .search_index import index_new_entries
 from .parse import (H_NATS_MSG_ID, H_ORIGINAL_MSG_ID, H_ORIGINAL_SUBJECT, H_REPLAY_OF, Advisory, entry_from_dlq_message,
                     normalize_headers, within_columns)
+
+log = logging.getLogger(__name__)
 
 ENTRIES = Entry.__table__
 EVENTS = Event.__table__
@@ -138,33 +143,118 @@ def ingest_dlq_rows(engine: Engine, stream: str, epoch: str, rows: list[dict], l
     one interpreter only writes."""
     if not rows:
         return 0
+    return _apart_if_refused(partial(_write_dlq_rows, engine, stream, epoch, rows, last_seq, after, alerts, teams,
+                                     source), stream, last_seq)
+
+
+def _apart_if_refused(write: Callable[..., int], stream: str, last_seq: int) -> int:
+    """``write(apart=False)``; if the database refuses what it writes (apart.py), ``write(apart=True)``:
+    the batch again, a message at a time."""
+    try:
+        return write(apart=False)
+    except Exception as exc:
+        if isinstance(exc, OutOfOrder) or transient(exc):
+            raise
+        log.warning("%s: a batch up to sequence %s could not be written (%s); writing it message by message",
+                    stream, last_seq, reason_of(exc))
+        return write(apart=True)
+
+
+def _write_dlq_rows(engine: Engine, stream: str, epoch: str, rows: list[dict], last_seq: int, after: int | None,
+                    alerts: AlertRule | None, teams: tuple[Team, ...], source: str, *, apart: bool) -> int:
     now = utcnow()
     with write_transaction(engine) as conn:
         _check_position(conn, source, stream, epoch, after)
         # The groups this batch makes, when alerts are on (finding them costs a query).
         new_groups: set[int] | None = set() if alerts is not None else None
-        ids = group_ids(conn, {_group_of(r) for r in rows}, made=new_groups, teams=teams, source=source)
-        for row in rows:
-            row["group_id"] = ids[_group_of(row)]
-        rows = _merge_into_advisory_entries(conn, rows, new_groups, teams, source)
-        made, arrived = 0, {}
-        if rows:
-            newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
-            made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS, skip_duplicates=True)
-            index_new_entries(conn, newest)  # in the writer process the search pass does it, behind
-            fill_key_fields(conn, newest)
-            if made == len(rows):  # every row is a new entry: counted as they are
-                arrived = count_changes(conn, [Change(None, group_id, received_at, None, status, n) for
-                                               (group_id, received_at, status), n in Counter(
-                                                   (r["group_id"], r["received_at"], r["status"]) for r in rows).items()])
-            else:
-                arrived = count_new_entries(conn, newest)
+        if apart:
+            made, arrived = _rows_one_by_one(conn, rows, new_groups, teams, source)
+        else:
+            made, arrived = _write_rows(conn, rows, new_groups, teams, source)
         # Triage: a resolved group failing again regresses, an ignored one counts (db/triage.py).
         moved = apply_arrivals(conn, arrived, now)
         if alerts is not None:
             raise_alerts(conn, alerts, new_groups, arrived, now, moved)
         _save_position(conn, source, stream, epoch, last_seq)
     return max(made, 0)
+
+
+def _write_rows(conn: Connection, rows: list[dict], new_groups: set[int] | None, teams: tuple[Team, ...],
+                source: str) -> tuple[int, dict[int, int]]:
+    """Insert (or merge) ``rows`` in ``conn``'s transaction: (entries made, arrivals by group)."""
+    ids = group_ids(conn, {_group_of(r) for r in rows}, made=new_groups, teams=teams, source=source)
+    for row in rows:
+        row["group_id"] = ids[_group_of(row)]
+    rows = _merge_into_advisory_entries(conn, rows, new_groups, teams, source)
+    if not rows:
+        return 0, {}
+    newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
+    made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS, skip_duplicates=True)
+    index_new_entries(conn, newest)  # in the writer process the search pass does it, behind
+    fill_key_fields(conn, newest)
+    if made == len(rows):  # every row is a new entry: counted as they are
+        return made, count_changes(conn, [Change(None, group_id, received_at, None, status, n) for
+                                          (group_id, received_at, status), n in Counter(
+                                              (r["group_id"], r["received_at"], r["status"]) for r in rows).items()])
+    return made, count_new_entries(conn, newest)
+
+
+def _rows_one_by_one(conn: Connection, rows: list[dict], new_groups: set[int] | None, teams: tuple[Team, ...],
+                     source: str) -> tuple[int, Counter]:
+    """``_write_rows`` a row at a time, each in a savepoint: a row the database refuses is written
+    kept apart (apart.py), then bare; one refused even so raises, and its batch stays unwritten."""
+    made, arrived = 0, Counter()
+    for row in rows:
+        one, counts = _row_or_kept_apart(conn, row, new_groups, teams, source)
+        made += one
+        arrived.update(counts)
+    return made, arrived
+
+
+def _row_or_kept_apart(conn: Connection, row: dict, new_groups: set[int] | None, teams: tuple[Team, ...],
+                       source: str) -> tuple[int, dict[int, int]]:
+    def write(attempt: Callable[[BaseException | None], dict]):
+        return lambda groups, refusal: _write_rows(conn, [attempt(refusal)], groups, teams, source)
+
+    try:
+        written, refusal = _first_accepted(conn, new_groups, [
+            write(lambda _: row), write(lambda refusal: kept_apart(row, refusal)),
+            write(lambda refusal: kept_apart(row, refusal, bare=True))])
+    except Refused as refused:
+        raise refused.first
+    if refusal is not None:
+        log.warning("%s sequence %s kept apart: %s", row["dlq_stream"], row["dlq_seq"], reason_of(refusal))
+    return written
+
+
+class Refused(Exception):
+    """Every try of ``_first_accepted`` was refused; ``first`` is the first refusal."""
+
+    def __init__(self, first: BaseException):
+        super().__init__(str(first))
+        self.first = first
+
+
+def _first_accepted(conn: Connection, new_groups: set[int] | None, tries: list[Callable]) -> tuple:
+    """Each of ``tries`` in turn, in a savepoint, until the database accepts one: (its result, the
+    first refusal or None). A try is given the set of groups it may fill (merged into
+    ``new_groups`` only if accepted: a savepoint rolled back makes no group) and the first
+    refusal. A refusal for the database's state raises at once; every try refused raises Refused."""
+    refusal = None
+    for attempt in tries:
+        groups = set() if new_groups is not None else None
+        try:
+            with conn.begin_nested():
+                result = attempt(groups, refusal)
+        except Exception as exc:
+            if transient(exc):
+                raise
+            refusal = refusal or exc
+            continue
+        if new_groups is not None:
+            new_groups |= groups
+        return result, refusal
+    raise Refused(refusal)
 
 
 def _group_of(row: dict) -> tuple[str, str, str]:
@@ -266,29 +356,60 @@ def ingest_advisory_batch(engine: Engine, stream: str, epoch: str,
     ``items`` pairs each advisory with the failed message fetched from its stream (or None
     and a sentence saying why it could not be). Returns how many new entries were made.
     """
+    return _apart_if_refused(partial(_write_advisories, engine, stream, epoch, list(items), last_seq, after, alerts,
+                                     teams, source), stream, last_seq)
+
+
+def _write_advisories(engine: Engine, stream: str, epoch: str, items: list, last_seq: int, after: int | None,
+                      alerts: AlertRule | None, teams: tuple[Team, ...], source: str, *, apart: bool) -> int:
     made = 0
     new_groups: set[int] | None = set() if alerts is not None else None
     arrived: Counter[int] = Counter()
     with write_transaction(engine) as conn:
         _check_position(conn, source, stream, epoch, after)
         for advisory, fetched, missing_reason in items:
-            stored = insert_rows(conn, EVENTS, [{
-                "original_stream": advisory.stream, "original_seq": advisory.stream_seq,
-                "consumer": advisory.consumer, "kind": advisory.kind, "deliveries": advisory.deliveries,
-                "at": advisory.at, "source_key": f"advisory:{advisory.id}", "source": source,
-                "detail": json.dumps({"reason": advisory.reason} if advisory.reason else {})}],
-                skip_duplicates=True)
-            if not stored:
-                continue  # this advisory was stored before: a replay after a crash
-            if advisory.kind != "nak":
-                made += _entry_from_advisory(conn, advisory, fetched, missing_reason, new_groups, arrived, teams,
-                                             source)
+            if not apart:
+                made += _advisory(conn, advisory, fetched, missing_reason, new_groups, arrived, teams, source)
+                continue
+            # As _rows_one_by_one: each in a savepoint; the failed message read again from its
+            # stream is the likely cause, so it is left there, then the advisory is skipped.
+            def store(message: FetchedMessage | None):
+                def attempt(groups, refusal):
+                    why = missing_reason if refusal is None else (
+                        f"The database refused the failed message as read from {advisory.stream} "
+                        f"({reason_of(refusal)}): it is there at sequence {advisory.stream_seq}.")
+                    counts: Counter[int] = Counter()
+                    return _advisory(conn, advisory, message, why, groups, counts, teams, source), counts
+                return attempt
+
+            try:
+                (one, counts), _ = _first_accepted(conn, new_groups, [store(fetched), store(None)])
+            except Refused as refused:
+                log.warning("%s: advisory %s (%s sequence %s) skipped, the database refused it: %s", stream,
+                            advisory.id, advisory.stream, advisory.stream_seq, reason_of(refused.first))
+                continue
+            made += one
+            arrived.update(counts)
         now = utcnow()
         moved = apply_arrivals(conn, arrived, now)
         if alerts is not None:
             raise_alerts(conn, alerts, new_groups, arrived, now, moved)
         _save_position(conn, source, stream, epoch, last_seq)
     return made
+
+
+def _advisory(conn: Connection, advisory: Advisory, fetched: FetchedMessage | None, missing_reason: str | None,
+              new_groups: set[int] | None, arrived: Counter, teams: tuple[Team, ...], source: str) -> int:
+    """Store one advisory's history and, for a terminal one, its entry; how many entries it made."""
+    stored = insert_rows(conn, EVENTS, [{
+        "original_stream": advisory.stream, "original_seq": advisory.stream_seq,
+        "consumer": advisory.consumer, "kind": advisory.kind, "deliveries": advisory.deliveries,
+        "at": advisory.at, "source_key": f"advisory:{advisory.id}", "source": source,
+        "detail": json.dumps({"reason": advisory.reason} if advisory.reason else {})}],
+        skip_duplicates=True)
+    if not stored or advisory.kind == "nak":
+        return 0  # stored before (a replay after a crash), or history only
+    return _entry_from_advisory(conn, advisory, fetched, missing_reason, new_groups, arrived, teams, source)
 
 
 def _advisory_error(advisory: Advisory) -> str:
