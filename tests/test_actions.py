@@ -333,7 +333,11 @@ LONE_SURROGATE = b'"\\ud800"'  # JSON's escape of half a UTF-16 pair: no text a 
     ("bulk", b'{"action": "close", "ids": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nests deeper than 64 levels"),
     ("entries/{id}/close", b"", "it is empty"),
     ("entries/{id}/close", b'{"version": 1,', "The request body is not JSON: Expecting property name enclosed in double quotes: line 1"),
-], ids=["close-note", "bulk-note", "bulk-filter", "patch-value", "group-note", "not-utf8", "deep", "empty", "cut"])
+    # Which of two values counts JSON leaves to the reader: "version" 1 then 7 closed with 7.
+    ("entries/{id}/close", b'{"version": 7, "note": "a", "version": 1}', "names 'version' twice in one object"),
+    ("bulk", b'{"action": "close", "filter": {"subject": "a.*", "subject": "orders.*"}}', "names 'subject' twice"),
+], ids=["close-note", "bulk-note", "bulk-filter", "patch-value", "group-note", "not-utf8", "deep", "empty", "cut",
+        "twice", "twice-nested"])
 def test_a_body_that_cannot_be_read_or_stored_is_a_400_sentence_and_nothing_changes(app, rt, nats_server, tokens,
                                                                                     path, body, words):
     """Each was a 500 (UnicodeEncodeError when the text was written, RecursionError while the

@@ -175,6 +175,21 @@ BODY_DEPTH = 64
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+class _NamedTwice(Exception):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict:
+    # A name given twice ({"note": "a", "note": "b"}): JSON leaves which counts to the reader.
+    body = dict(pairs)
+    if len(body) != len(pairs):
+        seen: set[str] = set()
+        raise _NamedTwice(next(name for name, _ in pairs if name in seen or seen.add(name)))
+    return body
+
+
 def _read_json(data: bytes) -> Any:
     """A request body's JSON, read by the standard library (numbers of any size stay exact: a
     patch's value is republished as sent); refused with where and why when it is empty, not
@@ -182,7 +197,10 @@ def _read_json(data: bytes) -> Any:
     if not data.strip():
         raise InvalidRequest("Send a JSON object as the request body (it is empty).")
     try:
-        body = json.loads(data.decode("utf-8"))
+        body = json.loads(data.decode("utf-8"), object_pairs_hook=_once_each)
+    except _NamedTwice as twice:
+        raise InvalidRequest(f"The request body names {twice.name[:60]!r} twice in one object: send each once "
+                             "(which one would count is not said by JSON).") from None
     except UnicodeDecodeError as bad:
         raise InvalidRequest(f"The request body is not UTF-8 (byte {bad.start:,} is not): send JSON.") from None
     except RecursionError:
