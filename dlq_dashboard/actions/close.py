@@ -17,7 +17,7 @@ from ..nats.streams import NotDeleted, delete_message, stream_epoch
 from ..times import utcnow
 from .context import ActionContext
 from .decisions import (Outcome, close_values, decide_close, decide_reopen, load_entry, pending_intents,
-                        source_of)
+                        reopen_values, source_of)
 from .errors import NatsDown
 from .publishing import nats_unreachable, of_source
 
@@ -115,7 +115,7 @@ def reopen_entry(rt: ActionContext, entry_id: int, version: int, *, actor: str) 
         decide_reopen(entry, version, pending_intents(conn, [entry_id]).get(entry_id, []))
         now = utcnow()
         conn.execute(update(ENTRIES).where(ENTRIES.c.id == entry_id, ENTRIES.c.version == version).values(
-            status="open", version=version + 1, closed_by=None, closed_at=None, close_note=None, updated_at=now))
+            version=version + 1, **reopen_values(now)))
         count_changes(conn, [_moved(entry, "open")])
         conn.execute(insert(ACTIONS).values(entry_id=entry_id, action="reopen", actor=actor, at=now,
                                             version=version, detail=json.dumps({"was": entry["status"]})))

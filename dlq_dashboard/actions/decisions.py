@@ -290,6 +290,11 @@ def close_values(actor: str, note: str | None, now: datetime) -> dict[str, Any]:
     return {"status": "closed", "closed_by": actor, "closed_at": now, "close_note": note, "updated_at": now}
 
 
+def reopen_values(now: datetime) -> dict[str, Any]:
+    """The columns a reopen sets (the version is raised by the caller's WHERE)."""
+    return {"status": "open", "closed_by": None, "closed_at": None, "close_note": None, "updated_at": now}
+
+
 def decide_reopen(entry: Mapping, version: int, pending: list[Intent]) -> None:
     """Raise unless the entry can be reopened at ``version``."""
     _check_nothing_pending(pending, entry["id"], version)

@@ -11,6 +11,7 @@ says what it would take, as a page's preview does, and makes nothing.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import click
 from flask import current_app
@@ -118,7 +119,8 @@ def _selection(ids: tuple[int, ...], options: dict) -> dict:
 def start(action: str, ids: tuple[int, ...], only_valid: bool, all_patched: bool, patch_file, note: str | None,
           force: bool, dry_run: bool, wait: bool, as_json: bool, **options) -> None:
     """Start a bulk job over the entries the filters select (open ones unless --status says
-    otherwise) or the entries --id names: republish, close, patch (--patch-file) or repair."""
+    otherwise; closed ones to reopen) or the entries --id names: republish, close, patch
+    (--patch-file), repair or reopen."""
     rt = runtime_of(current_app)
     selection = _selection(ids, options)
     if action == "patch":
@@ -147,7 +149,9 @@ def start(action: str, ids: tuple[int, ...], only_valid: bool, all_patched: bool
                    f"dashboard runs it; follow it with: jobs show {job['id']}")
         return
     # NATS first, for a job that needs it: without it the job is not made (nothing to leave behind).
-    with nats_connected(rt, required=action in REPUBLISHING or rt.settings.delete_on_close):
+    # One that does not (a close that deletes nothing, a reopen) never asks for it.
+    needs_nats = action in REPUBLISHING or (action == "close" and rt.settings.delete_on_close)
+    with nats_connected(rt) if needs_nats else nullcontext():
         job_id = make()
         job = _follow(rt, job_id, quiet=as_json)
     if as_json:
@@ -178,7 +182,7 @@ def _follow(rt, job_id: int, *, quiet: bool) -> dict:
 
 def _dry_run(rt, action: str, selection: dict, only_valid: bool) -> None:
     """What a job would take (select_items' summary), and for a republish what it would refuse."""
-    items, summary = select_items(rt, only_valid=only_valid, **selection)
+    items, summary = select_items(rt, only_valid=only_valid, action=action, **selection)
     if not items:
         raise CommandError("No entries match; nothing to do.")
     upto = "up to " if summary.get("unjudged") else ""

@@ -53,8 +53,9 @@ def api_jobs():
 @bp.route("/api/bulk", methods=["POST"])
 @requires("operator")
 def api_bulk():
-    """Start a bulk republish, close, patch (one JSON Patch, then republish) or repair (each payload
-    by its current schema, then republish those that pass) over ids or a filter; 202 with the job's id."""
+    """Start a bulk republish, close, patch (one JSON Patch, then republish), repair (each payload
+    by its current schema, then republish those that pass) or reopen over ids or a filter; 202
+    with the job's id."""
     body = params.json_body(*params.BULK_FIELDS)
     action, selection = str(body.get("action")), params.bulk_selection(body)
     if action == "patch":  # only those that pass the schema once patched, unless told otherwise
@@ -108,7 +109,7 @@ def bulk_preview():
         return bulk_repair_page()
     try:
         selection = params.form_selection()
-        items, summary = select_items(rt, scopes=current_reader().acts, **selection)
+        items, summary = select_items(rt, scopes=current_reader().acts, action=action, **selection)
         error = None if items else "No entries match; nothing to do."
     except DashboardError as exc:
         items, summary, selection, error = Selection(), {}, {}, str(exc)

@@ -12,6 +12,7 @@ from typing import Any, Iterable
 
 from flask import Blueprint, Flask, current_app, jsonify
 
+from ..actions.bulk.jobs import JOB_ACTIONS
 from ..actions.close import NOTE_MAX
 from ..access.detail import detail_schemas
 from ..entries.filters import FILTERS, MAX_LIMIT
@@ -160,14 +161,14 @@ SCHEMAS: dict[str, dict] = {
     },
     "BulkRequest": {
         "type": "object", "required": ["action"],
-        "description": ("Select entries either by ids or by filter (a filter without status takes open "
-                        "entries only). Each entry is taken at the version it has now, or at the version "
-                        "given with its id."),
+        "description": ("Select entries by ids or by filter (a filter without status takes open entries only; "
+                        "closed ones for reopen). Each is taken at its version now, or at the one given with its id."),
         "properties": {
-            "action": {"type": "string", "enum": ["republish", "close", "patch", "repair"],
+            "action": {"type": "string", "enum": list(JOB_ACTIONS),
                        "description": ("patch: apply ``patch`` to each payload, then republish the result; "
                                        "repair: coerce each payload by its current schema (docs/repair.md), then "
-                                       "republish those that pass (the others are skipped with the reason).")},
+                                       "republish those that pass (the others skipped with the reason); reopen: "
+                                       "open again closed or republished entries (open ones are skipped).")},
             "patch": {"type": "array", "items": {"type": "object", "required": ["op", "path"]},
                       "description": ("A JSON Patch (RFC 6902) for action patch. An entry it cannot apply to "
                                       "(not JSON, a path missing, a test failing) is skipped with the reason.")},
@@ -195,7 +196,7 @@ SCHEMAS: dict[str, dict] = {
         "type": "object", "required": ["id", "action", "state", "total", "done", "failed"],
         "description": "A bulk job, its progress and (some of) its items' results.",
         "properties": {
-            "id": INT, "action": {"type": "string", "enum": ["republish", "close", "patch", "repair"]},
+            "id": INT, "action": {"type": "string", "enum": list(JOB_ACTIONS)},
             "actor": STR,
             "state": STR, "note": _nullable(STR), "selection": {"type": "object"},
             "patch": {**_nullable({"type": "array", "items": {"type": "object"}}),

@@ -1,4 +1,4 @@
-"""A bulk job's items' results, and a close job's window: each window's outcome is written with
+"""A bulk job's items' results, and a close or reopen job's window: each window's outcome is written with
 its items' results in one transaction (work.py runs the windows)."""
 
 from __future__ import annotations
@@ -13,14 +13,17 @@ from ...db.rows import UNCACHED, among, update_rows
 from ...times import utcnow
 from ..close import delete_from_dlq
 from ..context import ActionContext
-from ..decisions import close_values, decide_close, pending_intents
+from ..decisions import close_values, decide_close, decide_reopen, pending_intents, reopen_values
 from ..errors import Conflict
 from ..intents import ACTIONS, ENTRIES
 from .jobs import ITEMS, JOBS
 
 
 def close_window(rt: ActionContext, job_id: int, job, items) -> None:
-    """Close a window of a close job's items, each as a single close would, in one transaction."""
+    """Close a window of a close job's items, or reopen a reopen job's, each as a single close or
+    reopen would, in one transaction."""
+    reopening = job["action"] == "reopen"
+    decide = decide_reopen if reopening else decide_close
     now = utcnow()
     results: dict[int, tuple[str, str]] = {}
     with write_transaction(rt.engine) as conn:
@@ -30,36 +33,38 @@ def close_window(rt: ActionContext, job_id: int, job, items) -> None:
             query = query.with_for_update()  # decided and changed in this transaction only
         rows = {r.id: r._mapping for r in conn.execute(query)}
         pending = pending_intents(conn, ids)
-        closing = []
+        changing = []
         for entry_id, version in items:
             row = rows.get(entry_id)
             if row is None:
                 results[entry_id] = ("failed", "The entry no longer exists.")
                 continue
             try:
-                decide_close(row, version, pending.get(entry_id, []))
-                closing.append(((entry_id, version), row))
+                decide(row, version, pending.get(entry_id, []))
+                changing.append(((entry_id, version), row))
             except Conflict as exc:
                 results[entry_id] = ("skipped", str(exc))
         deleted: dict[int, str] = {}
-        to_delete = [row for _, row in closing if row["dlq_stream"] and row["dlq_seq"]]
-        if rt.settings.delete_on_close and to_delete:
+        to_delete = [row for _, row in changing if row["dlq_stream"] and row["dlq_seq"]]
+        if rt.settings.delete_on_close and to_delete and not reopening:
             deleted = delete_from_dlq(rt, to_delete)
-        if closing:
+        if changing:
+            values = reopen_values(now) if reopening else close_values(job["actor"], job["note"], now)
             conn.execute(update(ENTRIES).where(ENTRIES.c.id == bindparam("b_id"),
                                                ENTRIES.c.version == bindparam("b_version"))
-                         .values(version=ENTRIES.c.version + 1, **close_values(job["actor"], job["note"], now)),
-                         [{"b_id": entry_id, "b_version": version} for (entry_id, version), _ in closing])
+                         .values(version=ENTRIES.c.version + 1, **values),
+                         [{"b_id": entry_id, "b_version": version} for (entry_id, version), _ in changing])
             count_changes(conn, [Change(row["group_id"], row["group_id"], row["received_at"], row["status"],
-                                        "closed") for _, row in closing])
+                                        values["status"]) for _, row in changing])
             conn.execute(insert(ACTIONS), [{
-                "entry_id": entry_id, "job_id": job_id, "action": "close", "actor": job["actor"],
-                "at": now, "note": job["note"], "version": version,
-                "detail": json.dumps({"dlq_delete": deleted[entry_id]} if entry_id in deleted else {}),
-            } for (entry_id, version), _ in closing])
-            for (entry_id, _), _ in closing:
-                results[entry_id] = ("done", "Closed." + (f" DLQ message {deleted[entry_id]}."
-                                                          if entry_id in deleted else ""))
+                "entry_id": entry_id, "job_id": job_id, "action": job["action"], "actor": job["actor"],
+                "at": now, "note": job["note"], "version": version, "detail": json.dumps(
+                    {"was": row["status"]} if reopening else
+                    {"dlq_delete": deleted[entry_id]} if entry_id in deleted else {}),
+            } for (entry_id, version), row in changing])
+            for (entry_id, _), row in changing:
+                results[entry_id] = ("done", f"Reopened (was {row['status']})." if reopening else "Closed." + (
+                    f" DLQ message {deleted[entry_id]}." if entry_id in deleted else ""))
         write_results(conn, job_id, results)
 
 

@@ -1,4 +1,4 @@
-"""Bulk jobs: republish or close a set of entries fixed at creation, paced, cancellable, resumable.
+"""Bulk jobs: republish, close or reopen a set of entries fixed at creation, paced, cancellable, resumable.
 
 The set is written as JobItems (entry and the version it was selected at) when the job is
 made, so entries that arrive later are never swept in and every item is judged by the same
@@ -43,10 +43,13 @@ from .refusals import PREVIEW_BOUND
 JOBS, ITEMS = Job.__table__, JobItem.__table__
 ENTRIES, INTENTS, ACTIONS = Entry.__table__, Republish.__table__, Action.__table__
 #: patch: apply one JSON Patch to each entry's payload and republish the result (patching.py);
-#: repair: coerce each payload by its current schema and republish those that then pass (repairing.py).
-JOB_ACTIONS = ("republish", "close", "patch", "repair")
+#: repair: coerce each payload by its current schema and republish those that then pass (repairing.py);
+#: reopen: open again what was closed or republished (a mistaken bulk close undone at once).
+JOB_ACTIONS = ("republish", "close", "patch", "repair", "reopen")
 #: The actions whose items are republished.
 REPUBLISHING = ("republish", "patch", "repair")
+#: The status a job by filter takes when the filter names none: what its action can change.
+DEFAULT_STATUS = {"reopen": "closed"}
 #: A job in one of these states has ended; its items are settled.
 FINISHED = ("done", "cancelled")
 
@@ -104,11 +107,11 @@ def _passes(rt: ActionContext, subject: str | None, payload, available: bool, he
 
 
 def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None, only_valid: bool = False,
-                 upto: int | None = None,
-                 scopes: tuple[Scope, ...] | None = None) -> tuple[Selection, dict[str, Any]]:
+                 upto: int | None = None, scopes: tuple[Scope, ...] | None = None,
+                 action: str = "republish") -> tuple[Selection, dict[str, Any]]:
     """The entries a job would take (a Selection, by id), and a summary of the choice.
 
-    By filter without a status, only open entries are taken. ``upto`` (the newest id a preview
+    By filter without a status, only open entries are taken (closed ones to ``reopen``: DEFAULT_STATUS). ``upto`` (the newest id a preview
     showed) keeps entries that arrived after the preview out of the job. ``scopes`` (what a
     scoped operator may act on; None: everything): by filter only the entries they cover are
     taken; by ids one they do not cover is left out as an id that names no entry is (``missing``).
@@ -155,7 +158,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
     else:
         args = {k: v for k, v in filter_args.items() if k not in ("limit", "cursor")}
         if not str(args.get("status") or "").strip():
-            args["status"] = "open"
+            args["status"] = DEFAULT_STATUS.get(action, "open")
         flt = replace(EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields),
                                             sources=tuple(rt.feeds)), scopes=scopes)
         rt.store.check_group(flt)
@@ -211,11 +214,12 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     reason (the patch is kept in the job's selection, and so in its audit record). ``scopes``:
     what the operator may act on (select_items)."""
     if action not in JOB_ACTIONS:
-        raise JobError(f"action {action!r} is not valid: use republish, close, patch or repair")
+        raise JobError(f"action {action[:40]!r} is not valid: use {', '.join(JOB_ACTIONS[:-1])} or {JOB_ACTIONS[-1]}")
     note = close_note(note)
     ops = parse_patch(patch) if action == "patch" else None
     items, summary = select_items(rt, ids=ids, filter_args=filter_args,
-                                  only_valid=only_valid and ops is None and action != "repair", upto=upto, scopes=scopes)
+                                  only_valid=only_valid and action in ("republish", "close"), upto=upto, scopes=scopes,
+                                  action=action)
     if not items:
         raise JobError("No entries match; nothing to do.")
     if ops is not None:

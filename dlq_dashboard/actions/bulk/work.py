@@ -198,7 +198,7 @@ class JobWork:
 
     def _turn(self, job, items) -> Turn:
         """What next_step decides on, as this turn sees it."""
-        needs_nats = job["action"] in REPUBLISHING or self.rt.settings.delete_on_close
+        needs_nats = job["action"] in REPUBLISHING or (job["action"] == "close" and self.rt.settings.delete_on_close)
         lane, lanes = self.lane, self.lanes
         if lanes.several:
             # NATS is down for this job when every lane left waits for its source's; it is done

@@ -98,13 +98,14 @@ class BulkChoice:
 
 
 BULK_LABELS = {"republish": "republish", "close": "close", "patch": "patch and republish",
-               "repair": "repair by schema and republish"}
+               "repair": "repair by schema and republish", "reopen": "reopen"}
 
 
 def bulk_choices(close_needs_nats: bool) -> tuple[BulkChoice, ...]:
     """Every bulk job's action, in the order of JOB_ACTIONS; those that publish need NATS, and
     closing does when it deletes the DLQ message (DLQ_DELETE_ON_CLOSE)."""
-    return tuple(BulkChoice(action, BULK_LABELS[action], action in REPUBLISHING or bool(close_needs_nats))
+    return tuple(BulkChoice(action, BULK_LABELS[action],
+                            action in REPUBLISHING or (action == "close" and bool(close_needs_nats)))
                  for action in JOB_ACTIONS)
 
 
