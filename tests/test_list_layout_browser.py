@@ -204,6 +204,34 @@ def test_the_rows_do_not_move_when_the_summarys_counts_arrive(app, live_server, 
     assert max(tops) - min(tops) < 0.5, f"with the chart folded the first row moved: {sorted(set(tops))} px"
 
 
+#: The most of a phone's height the bulk bar may cover while rows are ticked (it took 310 px).
+MAX_PHONE_BAR = 100
+
+
+def test_on_a_phone_the_bulk_bar_keeps_the_rows_in_view(app, live_server, page):
+    store_demo_entries(runtime_of(app).engine, 30)
+    support.sign_in(page, live_server, app, "operator")
+    _open(page, live_server, "/?subject=orders.*", PHONE)
+    bar = page.locator("section.bulk-actions")
+    matching = page.get_by_role("button", name="Preview for all matching")
+    # Nothing ticked: "everything matching" waits below the rows, not over them.
+    assert bar.evaluate("el => getComputedStyle(el).position") == "static"
+    rows_end = page.evaluate("document.querySelector('#entry-rows').getBoundingClientRect().bottom")
+    assert bar.bounding_box()["y"] >= rows_end - 1
+    page.locator("#entry-rows input[name=ids]").nth(0).check()
+    page.locator("#entry-rows input[name=ids]").nth(1).check()
+    # Ticked: only the ticked rows' part follows them, in one or two lines.
+    expect(page.get_by_role("button", name="Preview bulk action")).to_be_in_viewport()
+    expect(matching).to_be_hidden()
+    box = bar.bounding_box()
+    assert box["height"] <= MAX_PHONE_BAR, f"the bar covers {box['height']:.0f} of {PHONE[1]} px"
+    assert box["x"] + box["width"] <= PHONE[0] and page.evaluate("document.documentElement.scrollWidth") <= PHONE[0]
+    page.locator("#entry-rows input[name=ids]").nth(0).uncheck()
+    page.locator("#entry-rows input[name=ids]").nth(1).uncheck()
+    expect(matching).to_be_attached()
+    assert bar.evaluate("el => getComputedStyle(el).position") == "static"
+
+
 def test_the_bulk_bar_shows_once_an_entry_is_ticked_or_a_filter_is_set(app, live_server, page):
     store_demo_entries(runtime_of(app).engine, 30)
     support.sign_in(page, live_server, app, "operator")
