@@ -354,7 +354,9 @@ def test_a_writer_process_that_cannot_be_started_is_told_as_stuck_while_the_stre
                             message="/healthz to say the mirror is stuck on a quiet stream, with the writer's error")
     assert body["mirror"]["streams"]["DLQ"]["lag"] == 0
     viewer = support.logged_in(app, "viewer")
-    assert "The mirror is stuck on stream DLQ" in viewer.get("/status/banner").get_data(as_text=True)
+    # Every stream stuck with the writer's one error: one line names them all.
+    support.wait_for(lambda: "The mirror is stuck on streams DLQ and DLQ_ADVISORIES" in viewer.get(
+        "/status/banner").get_data(as_text=True), message="the banner to name both streams in one line")
 
     refusing.clear()  # the next retry starts it, though nothing has arrived
     support.wait_for(lambda: well(app), timeout=20, message="/healthz to be ok once the writer starts")
