@@ -54,7 +54,12 @@ def world(app):
     ingest_dlq_batch(rt.engine, "DLQ", "e1", [
         *(_message(seq, INSIDE, "inside refused", b'{"side": "in"}') for seq in (1, 2, 3, 4, 5)),
         *(_message(seq, OUTSIDE, f"{MARK} refused", f'{{"side": "{MARK}-payload"}}'.encode())
-          for seq in (11, 12, 13, 14))])
+          for seq in (11, 12, 13, 14)),
+        # An inside entry's republish that failed again on an outside subject: its page, JSON and
+        # list row named the outside entry ("failed again: entry N", its error) to inside readers.
+        StreamMessage(15, f"dlq.{OUTSIDE}", {**support.dlq_headers(OUTSIDE, Dlq_Reason="fatal",
+                                                                   Dlq_Error=f"{MARK} replay refused"),
+                                             "Dlq-Replay-Of": "DLQ:1"}, b"{}", utcnow())])
     with rt.engine.connect() as conn:
         ids = dict(conn.execute(select(Entry.dlq_seq, Entry.id)).all())
         groups = dict(conn.execute(select(FailureGroup.subject, FailureGroup.id)).all())

@@ -134,10 +134,19 @@ def republishes(reader: Reader, stored: list[dict]) -> list[dict]:
 
 def replays(reader: Reader, stored: list[EntryView], of: EntryView | None = None) -> list[EntryView]:
     """Entries whose message was a republish of ``of`` (store.replays_of; ``of`` as the reader
-    sees it), as the reader sees them: each masked as an entry, and what ``of`` hides hidden in
-    their texts too (a republish that failed again quotes what it sent)."""
+    sees it), as the reader sees them: only those the reader may read (a republish whose replay
+    went to another team's subject names no entry of theirs), each masked as an entry, and what
+    ``of`` hides hidden in their texts too (a republish that failed again quotes what it sent)."""
     also = of.hidden_values if of is not None else ()
-    return [entry(reader, replay, also=also) for replay in stored]
+    return [entry(reader, replay, also=also) for replay in stored if covered(reader.reads, replay)]
+
+
+def failed_again(reader: Reader, store: Store, entries: list[EntryView]) -> dict[int, int]:
+    """{entry id: the newest entry the reader may read whose message was a republish of it}, for
+    those of ``entries`` whose republish failed again (whatever their status now; within each
+    one's source), in one query: the list's "failed again" marker."""
+    refs = {(e.source, e.dlq_ref): e.id for e in entries if e.dlq_ref}
+    return {refs[key]: newest for key, newest in store.failed_again(list(refs), reader.reads).items()}
 
 
 def check_filter(reader: Reader, flt: EntryFilter) -> EntryFilter:

@@ -15,6 +15,7 @@ from ..db.models import Action, Entry, Event, FailureGroup, Republish
 from ..ingest.key_fields import ENTRY_FIELDS
 from ..ingest.search_index import SearchLag, lag_of
 from ..numbers import ID_MAX
+from ..scopes import Scope
 from ..times import format_time
 from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value, stored_lookup
@@ -441,14 +442,18 @@ class Store:
             rows = [r for r in rows if r.source == source]
         return [self._view(r) for r in rows]
 
-    def failed_again(self, refs: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    def failed_again(self, refs: list[tuple[str, str]],
+                     scopes: tuple[Scope, ...] | None = None) -> dict[tuple[str, str], int]:
         """For each (source, ``<stream>:<seq>``) of an entry, the newest entry of that source whose
-        message was a republish of it (its republish failed again), in one query."""
+        message was a republish of it (its republish failed again), in one query; only those
+        ``scopes`` cover (a replay to another team's subject is not told to this one)."""
         wanted = {(source, ref) for source, ref in refs if ref}
         if not wanted:
             return {}
+        query = _FAILED_AGAIN if scopes is None else _FAILED_AGAIN.where(scope_condition(Entry.original_subject,
+                                                                                         scopes))
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(_FAILED_AGAIN, {"refs": sorted({ref for _, ref in wanted})}).all()
+            rows = conn.execute(query, {"refs": sorted({ref for _, ref in wanted})}).all()
         return {(source, ref): newest for source, ref, newest in rows if (source, ref) in wanted}
 
     def republishes_of(self, entry_id: int) -> list[dict]:

@@ -43,10 +43,9 @@ def entry_detail(entry_id: int, reader: Reader | None = None) -> EntryDetail:
 
 
 def failed_again(entries: list[EntryView]) -> dict[int, int]:
-    """{entry id: the newest entry whose message was a republish of it}, for those of ``entries``
-    whose republish failed again (whatever their status now; within each one's source), in one query."""
-    refs = {(e.source, e.dlq_ref): e.id for e in entries if e.dlq_ref}
-    return {refs[key]: newest for key, newest in current_runtime().store.failed_again(list(refs)).items()}
+    """The list's "failed again" marker of ``entries``, as this request's reader may see it
+    (access/visible.py ``failed_again``)."""
+    return visible.failed_again(current_reader(), current_runtime().store, entries)
 
 
 def row_context(entries: list[EntryView]) -> dict:
