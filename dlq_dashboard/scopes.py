@@ -101,10 +101,16 @@ class Scope:
 
 def parse_scopes(texts: Iterable[str] | None) -> tuple[Scope, ...] | None:
     """The scopes written in ``texts`` (each may hold several, separated by ','), sorted and
-    without duplicates; None (everything) for no text at all. ScopeError for a bad one."""
+    without duplicates; None (everything) for no texts at all. ScopeError for a bad one, and for
+    texts that name no pattern (``--scope ""``, a script's empty variable): read as everything,
+    they would widen a grant that was meant to narrow it."""
     if texts is None:
         return None
+    texts = list(texts)
     found = {Scope.parse(part) for text in texts for part in str(text).split(",") if part.strip()}
+    if not found and texts:
+        raise ScopeError(f"{', '.join(repr(str(t)) for t in texts)[:60]} names no subject pattern (such as "
+                         "orders.>); every subject is given by leaving the scopes out")
     return tuple(sorted(found)) or None
 
 

@@ -55,8 +55,6 @@ def parse_rules(text: str) -> tuple[GroupRule, ...]:
         role = role.strip()
         try:
             scopes = parse_scopes([patterns]) if colon else None
-            if colon and scopes is None:
-                raise ScopeError("it names no subject pattern after ':'")
             grant = Grant(role, scopes)
         except ScopeError as exc:
             raise RuleError(f"rule {rule!r}: {exc}") from None

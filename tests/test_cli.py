@@ -159,7 +159,9 @@ def test_users_create_takes_scopes_and_users_list_shows_them(cli, engine):
 @pytest.mark.parametrize("args", [("users", "create", "bad", "--role", "viewer", "--scope", "orders..x",
                                    "--password-stdin"),
                                   ("users", "create", "bad", "--role", "admin", "--scope", "orders.>", "--password-stdin"),
-                                  ("tokens", "create", "bad", "--role", "viewer", "--scope", "orders.>.x")])
+                                  ("tokens", "create", "bad", "--role", "viewer", "--scope", "orders.>.x"),
+                                  ("tokens", "create", "bad", "--role", "viewer", "--scope", ""),
+                                  ("users", "create", "bad", "--role", "operator", "--scope", " , ", "--password-stdin")])
 def test_a_bad_pattern_or_a_scoped_admin_is_one_line_a_non_zero_exit_and_nothing_stored(cli, engine, args):
     result = cli(*args, input=support.PASSWORD)
     assert result.exit_code != 0
@@ -185,6 +187,9 @@ def test_users_scope_refuses_nothing_to_change_both_options_a_bad_pattern_and_an
     for args, words in ((("users", "scope", "lee"), "say what to change"),
                         (("users", "scope", "lee", "--all", "--scope", "x.>"), "not both"),
                         (("users", "scope", "lee", "--scope", "a b"), "has a space"),
+                        # A script's empty variable (--scope "$TEAM") read as every subject widened the grant.
+                        (("users", "scope", "lee", "--scope", ""), "names no subject pattern"),
+                        (("users", "scope", "lee", "--scope", ","), "names no subject pattern"),
                         (("users", "scope", "lee", "--role", "admin"), "an admin is never scoped"),
                         (("users", "scope", "ghost", "--all"), "no user named 'ghost'")):
         result = cli(*args)

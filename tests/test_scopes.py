@@ -85,6 +85,9 @@ def test_scopes_are_parsed_sorted_without_duplicates_and_survive_their_json():
     assert [str(s) for s in scopes] == ["billing.>", "orders.>"]
     assert scopes_from_json(scopes_to_json(scopes)) == scopes
     assert parse_scopes(None) is None and parse_scopes([]) is None
+    for empty in ([""], [" , "], ["", ","]):  # given, but naming nothing: never "every subject"
+        with pytest.raises(ScopeError, match="names no subject pattern"):
+            parse_scopes(empty)
     assert scopes_from_json(None) is None and scopes_to_json(None) is None
 
 
