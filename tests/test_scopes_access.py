@@ -160,3 +160,26 @@ def test_a_scoped_readers_empty_list_and_groups_name_its_subjects_not_how_to_sta
     assert "nats pub" not in html and "nothing has failed, or nothing has been mirrored yet.</strong>" not in html
     groups = client.get("/groups").get_data(as_text=True)
     assert "<strong>No failures to group among open entries on your subjects.</strong> (payments.&gt;, refunds.*)" in groups
+
+
+@pytest.mark.both_databases
+def test_a_groups_triage_records_are_in_the_audit_of_the_readers_who_may_read_the_group(offline_app, three):
+    """A scoped reader saw none of them, not even their own (the group's page shows them as its
+    activity; the audit hid every record of no entry and no job)."""
+    from dlq_dashboard.actions.triage import add_note, change_state, parse_state_change
+    from dlq_dashboard.entries.audit import audit_page
+
+    rt = runtime_of(offline_app)
+    with rt.engine.connect() as conn:
+        groups = dict(conn.execute(select(FailureGroup.subject, FailureGroup.id)).all())
+    change_state(rt.engine, groups["billing.paid"], 1, parse_state_change({"state": "investigating", "assignee": "kim"}, utcnow()),
+                 actor="token:billing-op")
+    add_note(rt.engine, groups["billing.paid"], "card processor down", actor="token:billing-op")
+    add_note(rt.engine, groups["orders.created"], "orders note", actor="admin")
+
+    def seen(scopes):
+        return sorted((r["action"], r["note"]) for r in audit_page(rt.engine, {}, scopes=scopes)["actions"])
+
+    assert seen(BILLING) == [("group_note", "card processor down"), ("group_state", None)]
+    assert seen(ORDERS) == [("group_note", "orders note")]
+    assert len(seen(None)) == 3

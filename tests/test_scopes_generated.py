@@ -254,6 +254,12 @@ def test_no_get_route_tells_a_scoped_reader_of_an_outside_entry(app, world, who)
                                             f"({unknown.status_code})")
         if role in (None, "viewer", "operator"):
             assert answered[rule.rule] & {200, 503}, f"{rule.rule} answered {answered[rule.rule]} to {who}"
+    # An inside entry that a job over both sides closed: its page named that job ("job 3", a 404).
+    both, closed = world["jobs"]["both"], world["inside"][3]
+    for url in (f"/api/entries/{closed}", f"/entries/{closed}"):
+        body = _get(reader, url).get_data()
+        if outside_ids_in(body, world) or f"/jobs/{both}\"".encode() in body:
+            problems.append(f"{url}: names job {both}")
     assert not problems, f"what {who} is told of entries outside its scopes:\n" + "\n".join(problems)
 
 

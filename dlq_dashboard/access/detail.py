@@ -161,7 +161,8 @@ def replay_dict(replay: EntryView) -> dict[str, Any]:
 def build_entry_detail(store: Store, schemas: SchemaRegistry, entry_id: int, reader: Reader) -> EntryDetail:
     """The entry with this id as ``reader`` may see it, with its verdict, group, replays and
     republishes; EntryNotFound, a 404, when there is none."""
-    stored = visible.lookup(reader, store, entry_id)
+    stored, republishes = visible.jobs_shown(reader, store, visible.lookup(reader, store, entry_id),
+                                             store.republishes_of(entry_id))
     seen = visible.entry(reader, stored)
     # Within the entry's source: another source may have a DLQ stream of the same name.
     replays = visible.replays(reader, store.replays_of(stored.dlq_ref, stored.source), of=seen) \
@@ -169,7 +170,6 @@ def build_entry_detail(store: Store, schemas: SchemaRegistry, entry_id: int, rea
     original = store.entry_by_dlq_ref(stored.replay_of, stored.source) if stored.replay_of else None
     if original is not None and not visible.covered(reader.reads, original):
         original = None  # as if this database did not hold it
-    republishes = store.republishes_of(stored.id)
     republishes_seen = visible.republishes(reader, republishes)
     group = visible.group_of(reader, store, seen)
     return EntryDetail(

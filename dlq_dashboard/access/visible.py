@@ -30,15 +30,18 @@ import itertools
 from dataclasses import replace
 from typing import Any, Iterable, Iterator, Mapping
 
+from sqlalchemy import select
+
 from ..actions.bulk.jobs import check_job as jobs_check, job_status
 from ..actions.bulk.listing import describe_selection, failure_reasons, list_jobs
 from ..actions.triage import GroupNotFound
-from ..db.models import Entry
+from ..db.models import Entry, Job
 from ..entries import triage
 from ..entries.audit import audit_page
 from ..entries.fields import KeyField, hidden_by
 from ..entries.filters import EntryFilter, FilterError
 from ..entries.groups import Group, group_label
+from ..entries.scoping import jobs_within
 from ..entries.sources import SourceCounts, source_counts
 from ..entries.store import Store
 from ..entries.tallies import Tallies
@@ -47,6 +50,8 @@ from ..errors import EntryNotFound, Forbidden
 from ..masking import MASKED, Mask
 from ..scopes import Scope, pattern_within
 from .reader import Reader
+
+JOBS = Job.__table__
 
 #: What a viewer reads for a job's search (``q``) while DLQ_MASK is set: the words searched for
 #: are a masked value as often as not ("alice@example.com"), and beside the ids they matched.
@@ -139,6 +144,28 @@ def replays(reader: Reader, stored: list[EntryView], of: EntryView | None = None
     ``of`` hides hidden in their texts too (a republish that failed again quotes what it sent)."""
     also = of.hidden_values if of is not None else ()
     return [entry(reader, replay, also=also) for replay in stored if covered(reader.reads, replay)]
+
+
+def jobs_shown(reader: Reader, store: Store, stored: EntryView,
+               republishes: list[dict]) -> tuple[EntryView, list[dict]]:
+    """An entry's actions and republishes (stored, before masking) with the job each came from
+    only where the reader may see that job: a job that also took entries outside the reader's
+    scopes is no job of theirs (its page is a 404, its audit record left out), so the entry's
+    page names no such job; the action itself is the entry's, and stays."""
+    ids = {a.get("job_id") for a in itertools.chain(stored.actions or [], republishes)} - {None}
+    if reader.reads is None or not ids:
+        return stored, republishes
+    with store.engine.connect() as conn:
+        hidden = ids - set(conn.execute(select(JOBS.c.id).where(JOBS.c.id.in_(sorted(ids)),
+                                                                   jobs_within(reader.reads))).scalars())
+    if not hidden:
+        return stored, republishes
+
+    def without(record: dict) -> dict:
+        return {**record, "job_id": None} if record.get("job_id") in hidden else record
+
+    actions = None if stored.actions is None else [without(a) for a in stored.actions]
+    return replace(stored, actions=actions), [without(r) for r in republishes]
 
 
 def failed_again(reader: Reader, store: Store, entries: list[EntryView]) -> dict[int, int]:

@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from sqlalchemy import Engine, and_, func, not_, or_, select
+from sqlalchemy import BigInteger, Engine, and_, func, not_, or_, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
 from ..db.engine import read_transaction
-from ..db.models import Action, Job, JobItem
+from ..db.models import Action, FailureGroup, Job, JobItem
 from ..flags import flag
 from ..numbers import whole_number
 from ..times import format_time
 from ..scopes import Scope
 from .filters import decode_cursor, encode_cursor
-from .scoping import entries_within, jobs_within
+from .scoping import entries_within, jobs_within, scope_condition
 
-ACTIONS, JOBS, ITEMS = Action.__table__, Job.__table__, JobItem.__table__
+ACTIONS, JOBS, ITEMS, GROUPS = Action.__table__, Job.__table__, JobItem.__table__, FailureGroup.__table__
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 
@@ -57,16 +59,42 @@ def is_folded(args: Mapping[str, str], default: bool) -> bool:
     return flag(args.get("fold"), "fold", default)
 
 
+#: The records of a failure group's triage (actions/triage.py): no entry, no job, the group's id
+#: in their detail.
+GROUP_RECORDS = ("group_state", "group_note")
+
+
+class _GroupOf(FunctionElement):
+    """The ``group`` of an audit record's detail (JSON text) as a number, in each database's words."""
+
+    type = BigInteger()
+    inherit_cache = True
+
+
+@compiles(_GroupOf, "sqlite")
+def _group_of_sqlite(element, compiler, **kw):
+    return f"CAST(json_extract({compiler.process(element.clauses, **kw)}, '$.group') AS INTEGER)"
+
+
+@compiles(_GroupOf, "postgresql")
+def _group_of_postgresql(element, compiler, **kw):
+    return f"CAST(CAST({compiler.process(element.clauses, **kw)} AS JSONB) ->> 'group' AS BIGINT)"
+
+
 def records_within(scopes: tuple[Scope, ...] | None):
     """The condition on audit records a scoped reader may read (None: every one): those of an
-    entry the scopes cover (by a job: of a job they may see), and the records of a job whose every
-    entry they cover (jobs_within); a record of neither (none is written today) is not theirs."""
+    entry the scopes cover (by a job: of a job they may see), the records of a job whose every
+    entry they cover (jobs_within), and a group's triage records of a group they cover (its page
+    shows them as its activity); a record of none of these (an alert sent again) is not theirs."""
     if scopes is None:
         return None
     jobs_seen = ACTIONS.c.job_id.in_(select(JOBS.c.id).where(jobs_within(scopes)))
     return or_(and_(ACTIONS.c.entry_id.is_not(None), ACTIONS.c.entry_id.in_(entries_within(scopes)),
                     or_(ACTIONS.c.job_id.is_(None), jobs_seen)),
-               and_(ACTIONS.c.entry_id.is_(None), ACTIONS.c.job_id.is_not(None), jobs_seen))
+               and_(ACTIONS.c.entry_id.is_(None), ACTIONS.c.job_id.is_not(None), jobs_seen),
+               and_(ACTIONS.c.entry_id.is_(None), ACTIONS.c.job_id.is_(None), ACTIONS.c.action.in_(GROUP_RECORDS),
+                    _GroupOf(ACTIONS.c.detail).in_(select(GROUPS.c.id).where(scope_condition(GROUPS.c.subject,
+                                                                                             scopes)))))
 
 
 def audit_page(engine: Engine, args: Mapping[str, str], *, fold: bool = False,
