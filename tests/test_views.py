@@ -110,6 +110,10 @@ def test_the_owner_deletes_their_view(offline_app, auth):
     ("x", {"since": "yesterday"}, "since 'yesterday' is not valid"),
     ("", {}, "1 to 100 printable characters"),
     ("n" * 101, {}, "1 to 100 printable characters"),
+    # Left out, each saved a view of every entry (or one that is a 400 to whoever opens it).
+    ("x", {"subjet": "payments.>"}, "'subjet' is not a parameter of this request: did you mean 'subject'?"),
+    ("x", {"group": "99999"}, "group '99999' is not a failure group"),
+    ("x", {"group": "abc"}, "group 'abc' is not a failure group"),
 ])
 def test_a_bad_name_or_filter_is_a_400_with_a_sentence(offline_app, auth, name, filters, sentence):
     viewer = auth.client("viewer")

@@ -13,11 +13,12 @@ from urllib.parse import parse_qsl
 from flask import Blueprint, render_template, request, url_for
 from sqlalchemy.exc import IntegrityError
 
+from ..entries.filters import EntryFilter
 from ..entries.saved_views import clean_view, delete_view, get_view, save_view, share_view, views_for
 from ..errors import Forbidden, NotFound, NotSaved
 from ..flags import flag
 from ..times import utcnow
-from . import current_runtime
+from . import current_runtime, params
 from .auth import current_identity, requires
 from ..access import visible
 from .data import current_reader, list_fields
@@ -71,12 +72,18 @@ def index():
 @requires("viewer")
 def save():
     """Save the filters sent with a name and a page; then open the view."""
-    form = request.form
+    form, rt = request.form, current_runtime()
     filters = {k: v for k, v in form.items() if k not in ("name", "page", "csrf_token")}
+    # Saved with a misspelt filter left out ("subjet") or a group that is none (or not theirs), the
+    # view would open as every entry, or as a 400, to everyone it is shared with.
+    params.refuse_misspelt(filters, (*params.GROUPS_PARAMETERS, "window") if form.get("page") == "groups"
+                           else params.LIST_PARAMETERS)
     name, page, query = clean_view(form.get("name", ""), form.get("page", "list"), filters, list_fields(),
-                                   tuple(current_runtime().feeds))
+                                   tuple(rt.feeds))
+    rt.store.check_group(visible.scoped(current_reader(), EntryFilter.from_args(
+        filters, key_fields=list_fields(), sources=tuple(rt.feeds))))
     try:
-        view = save_view(current_runtime().engine, current_identity().name, name, page, query, utcnow())
+        view = save_view(rt.engine, current_identity().name, name, page, query, utcnow())
     except IntegrityError:
         raise NotSaved(f"A view named {name!r} was saved at the same moment; save it again.") from None
     return after_post(view_url(view))
