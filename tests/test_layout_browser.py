@@ -36,6 +36,7 @@ PAGES = [
     "/",
     "/?status=",
     "/?q=zzzzzzzz",  # nothing found: the empty list
+    "/summary?status=open",  # the counts as a page of their own (followed without script)
     "/groups",
     "/groups?status=",
     "/groups/{group}",

@@ -216,6 +216,22 @@ def test_the_list_holds_the_summarys_place_until_its_counts_arrive(web, client):
     assert "aria-busy" not in counted and "<strong>–</strong>" not in counted
 
 
+def test_without_script_the_list_links_its_counts_on_a_page_of_their_own(web, client):
+    """The counts come after the page, by script: without it they never arrived (a "–" each)."""
+    for seq in range(1, 4):
+        support.dead_letter(web, seq, "orders.created")
+    html = html_of(client.get("/?subject=orders.*"))
+    link = re.search(r'<noscript><p class="noscript-counts">.*?<a href="([^"]+)">count these entries</a>', html)
+    assert link and unquote(link.group(1).replace("&amp;", "&")) == "/summary?subject=orders.*"
+    page = html_of(client.get("/summary?subject=orders.*"))  # followed: a page, with the counts
+    assert "<h1>Counts of these entries</h1>" in page and "<nav" in page
+    assert re.search(r"status-open\">open</span> <strong>3</strong>", page)
+    assert '<a href="/?subject=orders.*">Dead letters</a>' in page.replace("%2A", "*")
+    # Asked by the list's script, the counts alone.
+    fragment = html_of(client.get("/summary?subject=orders.*", headers={"HX-Request": "true"}))
+    assert fragment.lstrip().startswith('<div class="summary"') and "<h1>" not in fragment
+
+
 # --- groups -----------------------------------------------------------------------------------
 
 def test_groups_count_failures_by_subject_reason_and_rule_and_open_the_list(web, client):

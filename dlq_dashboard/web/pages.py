@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import Blueprint, current_app, make_response, render_template, request, send_from_directory, url_for
+from markupsafe import Markup
 
 from dlq_consumer import headers as contract
 
@@ -127,10 +128,14 @@ def summary():
         chart = build_chart(bounds, totals)
         # Every entry stored, whatever the filters: what the retention line speaks of.
         stored = sum((counts if not flt.filtered else tallies.counts_by_status(EntryFilter())[0]).values())
-    return make_response(render_block(
-        "index.html", "summary", flt=flt, counts=counts, chart=chart, tally=tally,
-        filter_error=filter_error, filter_args=flt.to_args(), stored=stored, kept_for=kept_for(),
-        bar_size=describe_size(chart.bar_size) if chart else ""), 400 if filter_error else 200)
+    block = render_block("index.html", "summary", flt=flt, counts=counts, chart=chart, tally=tally,
+                         filter_error=filter_error, filter_args=flt.to_args(), stored=stored, kept_for=kept_for(),
+                         bar_size=describe_size(chart.bar_size) if chart else "")
+    if not request.headers.get("HX-Request"):  # followed without script (the list's <noscript> link): a page
+        block = render_template("summary.html", summary=Markup(block), filter_args=flt.to_args())
+    response = make_response(block, 400 if filter_error else 200)
+    response.vary.add("HX-Request")
+    return response
 
 
 @bp.route("/entries/new")
