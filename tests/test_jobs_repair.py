@@ -246,7 +246,10 @@ def test_gzip_bytes_no_header_declares_are_repaired_decompressed_one_by_one_and_
             "group": group}
     preview = operator.post("/bulk/preview", data=form).get_data(as_text=True)
     assert (count_of(preview, "pass"), count_of(preview, "cannot")) == (2, 0)
-    assert '<p class="note diff-none">No line differs.</p>' in preview  # the fine one: decompressed alone
+    # The fine one, decompressed alone: "No line differs." said nothing of why it was counted repaired.
+    assert ('<p class="note diff-none">No line differs from the decompressed payload: decompressing it is the '
+            'repair, and it goes out decompressed.</p>') in preview
+    assert "--- stored, decompressed" in preview  # the other one's diff, from what it holds
     job = jobs.create_job(rt, "repair", actor="ann", filter_args={"group": group}, start=False)
     rt.jobs.submit(job)
     support.wait_for(lambda: jobs.job_status(rt, job, limit=0)["state"] == "done", message="the repair job")

@@ -99,7 +99,8 @@ DESK_SCHEMAS: dict[str, dict] = {
             "cannot_reasons": {"type": "array", "items": _ref("RepairReason")},
             "examples": {"type": "array", "items": {
                 "type": "object", "required": ["id", "changes", "diff"],
-                "properties": {"id": INT, "diff": {"type": "array", "items": STR},
+                "properties": {"id": INT, "diff": {"type": "array", "items": STR}, "decompressed": {
+                    **BOOL, "description": "gzip bytes no header declares: the diff is from what they hold."},
                                "changes": {"type": "array", "items": {
                                    "type": "object", "properties": {"path": STR, "rule": STR}}}}}},
             "no_stream": {"type": "object", "additionalProperties": INT},

@@ -88,7 +88,8 @@ def _preview(selection: dict) -> tuple[dict, dict]:
         raise JobError("No entries match; nothing to do.")
     preview = preview_repair(rt, items.ids)
     for example in preview["examples"]:  # the editor's line diff of the pretty forms, numbers as written
-        example["diff"] = line_diff(example.pop("before"), example.pop("after"), ("stored", "repaired"))
+        example["diff"] = line_diff(example.pop("before"), example.pop("after"),
+                                    ("stored, decompressed" if example["decompressed"] else "stored", "repaired"))
     return summary, preview
 
 

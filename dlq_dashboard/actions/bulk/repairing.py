@@ -113,7 +113,8 @@ def preview_repair(rt: ActionContext, ids: Sequence[int], *, diffs: int = PREVIE
             if result.outcome == REPAIRED:
                 passing[subject_key(rt, row)] += 1
                 if len(examples) < diffs:
-                    examples.append({"id": row.id, "before": edited_from(row._mapping)[0], "after": result.payload,
+                    before, unpacked = edited_from(row._mapping)
+                    examples.append({"id": row.id, "before": before, "after": result.payload, "decompressed": unpacked,
                                      "changes": [c.to_dict() for c in result.changes]})
     no_stream, note = subjects_without_stream(rt, [s for s, _ in passing.most_common()])
     refused = {sentence: passing[subject] for subject, sentence in no_stream.items()}
