@@ -33,8 +33,8 @@ class NavItem:
 
 MAIN_NAV = (
     # An entry's page and its confirmations (republish, edit) are reached from the list.
-    NavItem("Dead letters", "pages.index", ("pages.entry", "pages.newer", "pages.payload_download", "actions.*",
-                                            "repair.*", "row_actions.*")),
+    NavItem("Dead letters", "pages.index", ("pages.entry", "pages.newer", "pages.payload_download", "pages.summary",
+                                            "actions.*", "repair.*", "row_actions.*")),
     # A group's own page (and its triage forms) belong with the groups.
     NavItem("Groups", "pages.groups", ("groups.*",)),
     NavItem("Views", "views.index", ("views.*",)),
