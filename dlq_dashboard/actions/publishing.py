@@ -18,6 +18,7 @@ from ..redaction import scrub
 from .context import ActionContext
 from .errors import ActionError, NatsDown, Refused
 from .intents import Intent, Published, mark_in_doubt, record_failed, record_published
+from .stored import SEARCH_SECONDS, find_stored
 
 
 def fault_point(stage: str, intent: Intent) -> None:
@@ -108,9 +109,28 @@ def _classify(exc: BaseException, subject: str) -> tuple[bool, ActionError]:
                            "msgId once NATS answers, and nothing is published twice.")
 
 
-def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False) -> Published:
+def _already_stored(rt: ActionContext, bridge, intent: Intent) -> Published | None:
+    """A resumed intent's message found in its stream, recorded as published (the broker's
+    duplicate answer, as a publish within the window would have had); None when it is not there."""
+    try:
+        stored = bridge.call(lambda: find_stored(bridge.js, intent), rt.settings.request_timeout + SEARCH_SECONDS)
+    except Exception as exc:  # NATS went away while asked: completed later, with its msgId
+        raise NatsDown(f"NATS did not answer whether the republish (msgId {intent.msg_id}) was stored "
+                       f"({type(exc).__name__}); it is completed with that msgId when NATS answers, and "
+                       "nothing is published twice.", entry_id=intent.entry_id) from None
+    if stored is None:
+        return None
+    with write_transaction(rt.engine) as conn:
+        record_published(conn, [(intent, stored)], recovered=True)
+    return Published(intent.msg_id, stored.stream, stored.seq, True)
+
+
+def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False, searched: bool = False) -> Published:
     """Publish a committed intent with its msgId through its source's NATS and record the
-    outcome; raise Refused or NatsDown."""
+    outcome; raise Refused or NatsDown. A resumed intent (one that may have been sent: a crash,
+    an unanswered publish) is looked for in its stream first, past half its duplicate window
+    (stored.py), unless the caller has (``searched``): published again there, it would be stored
+    twice."""
     rt.flights.start([intent])
     try:
         fault_point("after_intent", intent)
@@ -137,6 +157,10 @@ def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False
                            "Try again when NATS is back.", entry_id=intent.entry_id)
         bridge = rt.bridge_for(source)
         timeout = rt.settings.request_timeout
+        if intent.resumed and not searched:
+            found = _already_stored(rt, bridge, intent)
+            if found is not None:
+                return found
         try:
             ack = bridge.call(lambda: bridge.js.publish(intent.subject, intent.payload,
                                                         headers=dict(intent.headers), timeout=timeout),

@@ -25,6 +25,7 @@ from ...children import without_main
 from ...config import Settings
 from ...nats.bridge import NatsUnavailable, auth_options
 from ...redaction import scrub
+from ..stored import find_stored_many
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,15 @@ async def publish_window(js, messages: Iterable[Any], timeout: float) -> list[An
         else:
             results.append(f.exception() or f.result())
     return results
+
+
+async def publish_searched(js, intents: list, timeout: float) -> list[Any]:
+    """``publish_window`` of a window holding resumed intents (a crash left them pending; they may
+    have been sent): those its stream holds already, past half its duplicate window, are answered
+    by what was found (a duplicate's PubAck) and not sent again (actions/stored.py)."""
+    found = await find_stored_many(js, [i for i in intents if i.resumed])
+    answers = iter(await publish_window(js, [i for i in intents if i.msg_id not in found], timeout))
+    return [found[i.msg_id] if i.msg_id in found else next(answers) for i in intents]
 
 
 class Ack(NamedTuple):

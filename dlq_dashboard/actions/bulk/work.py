@@ -47,7 +47,8 @@ from .pacing import window_size
 from .patching import Unpatchable, patch_for_job
 from .refusals import schema_sentence
 from .repairing import repair_for_job
-from .publisher import Publisher, publish_window
+from ..stored import SEARCH_SECONDS
+from .publisher import Publisher, publish_searched, publish_window
 from .recorders import Recorders
 from .steps import Turn, next_step
 
@@ -432,7 +433,9 @@ class JobWork:
         try:
             for intent in intents:
                 publishing.fault_point("after_intent", intent)
-            if lane.publisher and lane.publisher.ready:
+            # One that may have been sent before a crash is looked for in its stream first: not in a child.
+            searched = any(i.resumed for i in intents)
+            if lane.publisher and lane.publisher.ready and not searched:
                 try:
                     return intents, lane.publisher.publish([(i.subject, i.payload, i.headers) for i in intents]), lane
                 except NatsUnavailable:  # the child has ended: the bridge publishes the rest
@@ -440,14 +443,16 @@ class JobWork:
             bridge = self.rt.bridge if lane.source is None else self.rt.bridge_for(intents[0].source)
             if lane.source is not None and (bridge is None or bridge.js is None):
                 raise NatsUnavailable(f"the NATS of source {lane.source} is not connected")
-            return intents, bridge.spawn(publish_window(bridge.js, intents, self.rt.settings.request_timeout)), lane
+            publish = publish_searched if searched else publish_window
+            return intents, bridge.spawn(publish(bridge.js, intents, self.rt.settings.request_timeout)), lane
         except BaseException:
             self.rt.flights.end(intents)
             raise
 
     def _answers(self, intents: list[Intent], future) -> list[Any]:
         try:
-            answers = future.result(self.rt.settings.request_timeout + 5)
+            searched = SEARCH_SECONDS if any(i.resumed for i in intents) else 0  # publish_searched looks first
+            answers = future.result(self.rt.settings.request_timeout + 5 + searched)
         except Exception as exc:  # the loop stopped, or no answer in time: classified per intent
             answers = [exc] * len(intents)
         for intent in intents:
