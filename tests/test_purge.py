@@ -161,6 +161,35 @@ def test_a_purged_entry_leaves_no_intent_or_bulk_item_naming_it(app):
 
 
 @pytest.mark.both_databases
+def test_a_finished_job_still_says_how_it_went_once_its_entries_are_purged(app, auth, tokens):
+    """Its items went with their entries, and its page read "0 done, 0 failed ... of 3"."""
+    from dlq_dashboard.actions.bulk import jobs
+
+    rt = runtime_of(app)
+    ids = [support.dead_letter(rt.engine, seq) for seq in (1, 2, 3)]
+    close_entry(rt, ids[2], 1, actor="test")  # closed already: the job skips it
+    job_id = jobs.create_job(rt, "close", actor="alice", ids=ids)
+    support.wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["state"] == "done", message="the close job")
+    before = jobs.job_status(rt, job_id, limit=0)
+    age(rt.engine, ids[:2], 40)
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").total == 2
+    after = jobs.job_status(rt, job_id)
+    assert (after["done"], after["skipped"], after["percent"], after["purged"]) == (2, 1, 100.0, 2)
+    assert {k: after[k] for k in ("done", "failed", "skipped", "pending", "percent")} == \
+        {k: before[k] for k in ("done", "failed", "skipped", "pending", "percent")}
+    assert [item["entry_id"] for item in after["items"]] == [ids[2]]  # only what is stored is listed
+    page = auth.client("viewer").get(f"/jobs/{job_id}").get_data(as_text=True)
+    assert "2 done, 0 failed, 1 skipped" in page and "2 of its items went with their entries" in page
+    listed = app.test_client().get("/api/jobs", headers=support.bearer(tokens["viewer"])).get_json()["jobs"]
+    assert [(j["done"], j["purged"]) for j in listed if j["id"] == job_id] == [(2, 2)]
+    # A second purge adds to what the first kept.
+    age(rt.engine, ids[2:], 40)
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").total == 1
+    assert {k: jobs.job_status(rt, job_id, limit=0)[k] for k in ("done", "skipped", "purged")} == \
+        {"done": 2, "skipped": 1, "purged": 3}
+
+
+@pytest.mark.both_databases
 def test_an_entry_is_aged_from_when_it_was_resolved_not_received(app):
     rt = runtime_of(app)
     entry = support.dead_letter(rt.engine, 1, stored_at=utcnow() - timedelta(days=90))

@@ -230,6 +230,7 @@ def _remove(rt: ActionContext, ids: list[int], status: str, cutoff: datetime, pu
         rows = conn.execute(query).all()
         if rows:
             gone = [r.id for r in rows]
+            _keep_job_counts(conn, gone)
             conn.execute(delete(ITEMS).where(among(conn, ITEMS.c.entry_id, gone)))
             conn.execute(delete(INTENTS).where(among(conn, INTENTS.c.entry_id, gone)))
             # On SQLite a trigger takes each entry out of the search index too.
@@ -250,6 +251,20 @@ def _remove(rt: ActionContext, ids: list[int], status: str, cutoff: datetime, pu
                 **{name: PURGES.c[name] + n for name, n in counts.items()}))
     report.purged[status] += len(rows)
     return purge_id
+
+
+def _keep_job_counts(conn: Connection, gone: list[int]) -> None:
+    """Before the job items of purged entries go with them, add their counts by state to their
+    jobs' ``purged``: a finished job still says how it went (it read "0 done ... of 2,999")."""
+    found: dict[int, Counter] = {}
+    for job_id, state, n in conn.execute(select(ITEMS.c.job_id, ITEMS.c.state, func.count())
+                                         .where(among(conn, ITEMS.c.entry_id, gone))
+                                         .group_by(ITEMS.c.job_id, ITEMS.c.state)):
+        found.setdefault(job_id, Counter())[state] += n
+    for job_id, counts in found.items():
+        kept = conn.execute(select(JOBS.c.purged).where(JOBS.c.id == job_id)).scalar()
+        counts.update(json.loads(kept or "{}"))
+        conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(purged=json.dumps(dict(sorted(counts.items())))))
 
 
 def _remove_history(conn: Connection, rows: list) -> None:

@@ -182,6 +182,8 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
     cancelled_by: Mapped[str | None] = mapped_column(String(255))
     cancelled_at: Mapped[datetime | None] = mapped_column(DateTime)
+    # The counts by state of its items a purge took with their entries (JSON; revision 0023).
+    purged: Mapped[str | None] = mapped_column(Text)
 
 
 #: The states of a job's items (``state`` on a job's page and its JSON, and the list's ``job``

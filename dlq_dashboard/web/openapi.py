@@ -202,8 +202,8 @@ SCHEMAS: dict[str, dict] = {
             "patch": {**_nullable({"type": "array", "items": {"type": "object"}}),
                       "description": "The JSON Patch a patch job applies (null for other jobs)."},
             "total": INT, "done": INT, "failed": INT, "skipped": INT, "cancelled": INT, "pending": INT,
-            "percent": {"type": "number"}, "cancel_requested": BOOL,
-            "created_at": TIME, "finished_at": _nullable(TIME),
+            "purged": {**INT, "description": "Items gone with their entries (retention): counted, not listed."},
+            "percent": {"type": "number"}, "cancel_requested": BOOL, "created_at": TIME, "finished_at": _nullable(TIME),
             "started_at": _nullable(TIME), "cancelled_by": _nullable(STR), "cancelled_at": _nullable(TIME),
             "selection_text": {**STR, "description": "The selection in words: '3 selected entries', "
                                                      "'filter status=open', 'group <label>'."},

@@ -67,8 +67,12 @@ def _rate_and_eta(m: Mapping[str, Any], worked: int, pending: int,
 
 def job_summary(m: Mapping[str, Any], counts: Mapping[str, int], labels: Mapping[int, str] | None = None,
                 now: datetime | None = None) -> dict[str, Any]:
-    """A job's row and its items' counts by state as JSON (everything but its items)."""
+    """A job's row and its items' counts by state as JSON (everything but its items); the items a
+    purge took with their entries (``purged``, revision 0023) are counted in, and said."""
     now = now or utcnow()
+    purged = json.loads(m.get("purged") or "{}")
+    if purged:
+        counts = {s: counts.get(s, 0) + purged.get(s, 0) for s in {*counts, *purged}}
     worked = sum(counts.get(s, 0) for s in WORKED)
     pending = counts.get("pending", 0)
     rate, eta_seconds, eta_at = _rate_and_eta(m, worked, pending, now)
@@ -85,6 +89,7 @@ def job_summary(m: Mapping[str, Any], counts: Mapping[str, int], labels: Mapping
         "started_at": format_time(m.get("started_at")), "finished_at": format_time(m["finished_at"]),
         "cancelled_by": m.get("cancelled_by"), "cancelled_at": format_time(m.get("cancelled_at")),
         "rate": rate, "eta_seconds": eta_seconds, "eta_at": format_time(eta_at),
+        "purged": sum(purged.values()),
     }
 
 
