@@ -387,6 +387,26 @@ def test_alerts_delivered_before_the_cutoff_go_and_pending_ones_stay_however_old
     assert report.alerts_removed == 1 and report.to_dict()["alerts_removed"] == 1
 
 
+@pytest.mark.both_databases
+def test_the_failed_attempts_of_forgotten_alerts_are_still_counted_by_metrics(app):
+    """dlq_alert_failed_attempts_total added up the alerts stored: a purge made it go down (93 to
+    6, from outside), and a counter that goes down reads as a restart to Prometheus."""
+    rt, client = runtime_of(app), app.test_client()
+    now = utcnow()
+    with write_transaction(rt.engine) as conn:
+        for event_id, attempts, sent in (("old_sent", 5, now - timedelta(days=40)), ("young_sent", 3, now),
+                                         ("pending", 2, None)):
+            conn.execute(insert(Alert).values(event_id=event_id, url="http://127.0.0.1:9/hook", event="group.new",
+                                              group_id=1, body="{}", created_at=now - timedelta(days=40),
+                                              attempts=attempts, next_attempt_at=now, sent_at=sent))
+    before = value(scrape(client), "dlq_alert_failed_attempts_total")
+    assert before == 4 + 2 + 2  # every attempt but the answered one; all of a pending one's
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").alerts_removed == 1
+    assert value(scrape(client), "dlq_alert_failed_attempts_total") == before
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").alerts_removed == 0  # nothing more to forget
+    assert value(scrape(client), "dlq_alert_failed_attempts_total") == before
+
+
 def test_deleting_a_dlq_message_says_deleted_already_gone_or_why_not(nats_server):
     import nats as nats_client
 

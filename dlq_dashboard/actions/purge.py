@@ -116,7 +116,7 @@ def purge_entries(rt: ActionContext, *, older_than: int, actor: str, statuses: t
                                                .where(_purgeable(status, cutoff))).one()
                 report.purged[status] += count
                 report.with_messages += messages
-            report.alerts_removed = forget_sent(conn, cutoff, dry_run=True)
+            report.alerts_removed = forget_sent(conn, cutoff, dry_run=True).count
         return report
 
     purge_id: int | None = None
@@ -145,7 +145,16 @@ def purge_entries(rt: ActionContext, *, older_than: int, actor: str, statuses: t
                 purge_id = _remove(rt, ids, status, cutoff, purge_id, actor, older_than, deleted, len(kept), report)
     if not stopping():
         with write_transaction(rt.engine) as conn:
-            report.alerts_removed = forget_sent(conn, cutoff)
+            forgotten = forget_sent(conn, cutoff)
+            report.alerts_removed = forgotten.count
+            if forgotten.failed_attempts:  # still counted by /metrics (a counter never goes down)
+                if purge_id is None:
+                    purge_id = conn.execute(insert(PURGES).values(
+                        started_at=utcnow(), actor=actor, older_than=older_than,
+                        alert_attempts=forgotten.failed_attempts).returning(PURGES.c.id)).scalar_one()
+                else:
+                    conn.execute(update(PURGES).where(PURGES.c.id == purge_id).values(
+                        alert_attempts=PURGES.c.alert_attempts + forgotten.failed_attempts))
     if purge_id is not None:
         _finish(rt, purge_id, actor, report)
     return report

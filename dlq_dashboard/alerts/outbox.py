@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from datetime import datetime, timedelta
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from sqlalchemy import Connection, delete, func, select
 
@@ -252,11 +252,21 @@ def _entries(n: int | None) -> str:
     return "entry" if n == 1 else "entries"
 
 
-def forget_sent(conn: Connection, before: datetime, *, dry_run: bool = False) -> int:
+class Forgotten(NamedTuple):
+    """What forget_sent deleted: how many alerts, and their failed attempts."""
+
+    count: int
+    failed_attempts: int
+
+
+def forget_sent(conn: Connection, before: datetime, *, dry_run: bool = False) -> Forgotten:
     """Delete the alerts delivered before ``before`` (history once sent; the retention purge
-    calls it with its cutoff); an alert still pending stays however old. Returns how many
-    (with ``dry_run``, how many it would delete)."""
+    calls it with its cutoff); an alert still pending stays however old. Returns how many (with
+    ``dry_run``, how many it would delete) and their failed attempts (every attempt but the one
+    answered), which the purge keeps counted."""
     sent_before = (ALERTS.c.sent_at.is_not(None), ALERTS.c.sent_at < before)
-    if dry_run:
-        return conn.execute(select(func.count()).select_from(ALERTS).where(*sent_before)).scalar_one()
-    return conn.execute(delete(ALERTS).where(*sent_before)).rowcount
+    count, attempts = conn.execute(select(func.count(), func.coalesce(func.sum(ALERTS.c.attempts), 0))
+                                   .where(*sent_before)).one()
+    if not dry_run and count:
+        conn.execute(delete(ALERTS).where(*sent_before))
+    return Forgotten(count, int(attempts) - count)

@@ -33,14 +33,14 @@ from sqlalchemy import Engine, func, select, update
 from ..config import Settings
 from ..db.engine import read_transaction, write_transaction
 from ..db.leases import acquire_lease, new_holder, release_lease
-from ..db.models import Alert
+from ..db.models import Alert, Purge
 from ..times import as_time, utcnow
 from .mail import alert_message, send_message
 from .outbox import MAILTO
 
 log = logging.getLogger(__name__)
 
-ALERTS = Alert.__table__
+ALERTS, PURGES = Alert.__table__, Purge.__table__
 LEASE_NAME = "alerts"
 LEASE_SECONDS = 15.0
 #: Rows taken at a time; the lease is renewed between them.
@@ -130,7 +130,9 @@ def outbox_summary(engine: Engine) -> Outbox:
         rows = conn.execute(select(ALERTS.c.event, ALERTS.c.sent_at.is_(None), func.count(),
                                    func.coalesce(func.sum(ALERTS.c.attempts), 0), func.min(ALERTS.c.created_at))
                             .group_by(ALERTS.c.event, ALERTS.c.sent_at.is_(None))).all()
-    pending, sent, failed, oldest = {}, {}, 0, None
+        # Those of the delivered alerts the purges forgot: the total is a counter, never lower.
+        forgotten = conn.execute(select(func.coalesce(func.sum(PURGES.c.alert_attempts), 0))).scalar()
+    pending, sent, failed, oldest = {}, {}, int(forgotten), None
     for event, unsent, count, attempts, first in rows:
         if unsent:
             pending[event] = count

@@ -444,6 +444,9 @@ class Purge(Base):
     messages_deleted: Mapped[int] = mapped_column(BigInt, default=0)
     # Entries left for the next run because their DLQ message could not be deleted (NATS down).
     deferred: Mapped[int] = mapped_column(BigInt, default=0)
+    # The failed attempts of the delivered alerts it forgot: dlq_alert_failed_attempts_total
+    # counts them still (revision 0023).
+    alert_attempts: Mapped[int] = mapped_column(BigInt, default=0, server_default="0")
 
 
 class SavedView(Base):
