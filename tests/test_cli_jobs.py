@@ -138,3 +138,19 @@ def test_a_command_of_its_own_runs_the_job_through_nats_by_itself(tmp_path, nats
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(Job)).scalar_one() == 1  # none made without NATS
     engine.dispose()
+
+
+def test_start_wait_leaves_the_job_to_a_running_dashboard_which_runs_it_with_its_own_settings(
+        app, make_app, settings, nats_server):
+    """--wait took the job at once in the command's own process, with the command's settings: a
+    repair there found no schema (the demo's live in the dashboard's process) and skipped every
+    item the dashboard would have repaired. Here the command knows no schema; the dashboard's
+    refuses the payload."""
+    support.make_orders_stream(nats_server.url)
+    [invalid] = support.dead_letter_orders(app, nats_server.url, [INVALID])
+    command = make_app(settings=settings, schemas_dir=None)  # the same database and NATS, no schemas
+    ran = command.test_cli_runner().invoke(args=["jobs", "start", "republish", "--id", str(invalid), "--wait"])
+    assert ran.exit_code == 1, ran.output
+    assert "finished: 0 done, 1 failed" in ran.output  # the dashboard's schema refused it
+    assert support.stream_messages(nats_server.url) == []
+    assert runtime_of(command).jobs._threads == {}  # the command ran nothing itself

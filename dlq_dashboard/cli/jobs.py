@@ -21,7 +21,9 @@ from ..access import visible
 from ..actions.bulk.jobs import FINISHED, JOB_ACTIONS, REPUBLISHING, cancel_job, create_job, select_items
 from ..actions.bulk.listing import JOB_STATES, JOBS_LIMIT, JOBS_MAX
 from ..actions.bulk.refusals import republish_refusals
+from ..db.leases import held
 from ..db.models import ITEM_STATES
+from ..ingest.mirror import LEASE_NAME
 from ..errors import InvalidRequest
 from ..runtime import runtime_of
 from ..web.data import list_fields
@@ -33,6 +35,9 @@ jobs = AppGroup("jobs", help="List, show, start and cancel bulk jobs: republish,
 
 #: How often ``jobs start --wait`` reads the job's progress.
 POLL_SECONDS = 1.0
+#: How long --wait leaves a queued job to a running dashboard before it runs the job itself (the
+#: dashboard takes queued jobs at its recovery pass, every 5 seconds).
+DASHBOARD_GRACE = 15.0
 
 
 def _progress(job: dict) -> str:
@@ -164,12 +169,19 @@ def start(action: str, ids: tuple[int, ...], only_valid: bool, all_patched: bool
 
 
 def _follow(rt, job_id: int, *, quiet: bool) -> dict:
-    """Run the job here (a dashboard already running it keeps it: its lease) and read its
-    progress until it ends; a line each time it moves, unless ``quiet``."""
-    reader, last = _reader("admin"), None
-    rt.jobs.submit(job_id)
+    """Read the job's progress until it ends, a line each time it moves unless ``quiet``. A
+    running dashboard (one holds the mirror's lease) runs it, with its own settings (its schemas,
+    its sources), within seconds; without one, or when it has not taken the job after
+    DASHBOARD_GRACE seconds, it runs here (a dashboard taking it meanwhile keeps it: its lease)."""
+    reader, last, queued_since = _reader("admin"), None, time.monotonic()
+    here = not held(rt.engine, LEASE_NAME)
+    if here:
+        rt.jobs.submit(job_id)
     while True:
         job = visible.read_job(reader, rt, job_id, limit=0)
+        if not here and job["state"] == "queued" and time.monotonic() - queued_since > DASHBOARD_GRACE:
+            here = True
+            rt.jobs.submit(job_id)
         line = _progress(job)
         if line != last and not quiet:
             click.echo(f"Job {job_id}: {line}", err=True)

@@ -64,6 +64,15 @@ def holder_alive(holder: str) -> bool:
     return True
 
 
+def held(engine: Engine, name: str) -> bool:
+    """Whether a live holder has lease ``name`` (or one of ``name:<part>``) now: a dashboard that
+    mirrors holds ``mirror``, so the command line can tell it runs."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(LEASES.c.holder).where(
+            (LEASES.c.name == name) | LEASES.c.name.startswith(f"{name}:"), LEASES.c.expires_at > utcnow())).all()
+    return any(holder_alive(r.holder) for r in rows)
+
+
 def release_lease(engine: Engine, name: str, holder: str) -> None:
     """Give a lease up so that another process can take it at once."""
     with write_transaction(engine) as conn:

@@ -182,8 +182,7 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
     cancelled_by: Mapped[str | None] = mapped_column(String(255))
     cancelled_at: Mapped[datetime | None] = mapped_column(DateTime)
-    # The counts by state of its items a purge took with their entries (JSON; revision 0023).
-    purged: Mapped[str | None] = mapped_column(Text)
+    purged: Mapped[str | None] = mapped_column(Text)  # its items' counts a purge took, by state (JSON; 0023)
 
 
 #: The states of a job's items (``state`` on a job's page and its JSON, and the list's ``job``
@@ -444,8 +443,7 @@ class Purge(Base):
     messages_deleted: Mapped[int] = mapped_column(BigInt, default=0)
     # Entries left for the next run because their DLQ message could not be deleted (NATS down).
     deferred: Mapped[int] = mapped_column(BigInt, default=0)
-    # The failed attempts of the delivered alerts it forgot: dlq_alert_failed_attempts_total
-    # counts them still (revision 0023).
+    # The failed attempts of the delivered alerts it forgot, still counted by /metrics (0023).
     alert_attempts: Mapped[int] = mapped_column(BigInt, default=0, server_default="0")
 
 
