@@ -208,7 +208,9 @@ def mirror_health(rt, heads: dict[str, int] | None, positions: dict[str, int] | 
     streams = mirrored_streams(feed.settings)
     leader = mirror is not None and mirror.leader
     if leader:
-        committed = {name: mirror.progress[name].last_seq for name in streams}
+        # From memory, which knows a commit first; until the mirror has read its position (NATS
+        # away since the start) memory says 0, the database what is committed (as /metrics).
+        committed = {name: max(mirror.progress[name].last_seq, (positions or {}).get(name) or 0) for name in streams}
     else:
         committed = {name: (positions or {}).get(name) for name in streams}
     now, well, report = utcnow(), True, {}

@@ -98,26 +98,31 @@ class DashboardCollector(Collector):
         labels = [*by, "stream"]
         ingested = CounterMetricFamily("dlq_mirror_ingested",
                                        "Messages this process has mirrored since it started.", labels=labels)
-        lag = GaugeMetricFamily("dlq_mirror_lag_messages",
-                                "Messages in the stream not yet mirrored (from the process that mirrors).",
-                                labels=labels)
+        lag = GaugeMetricFamily("dlq_mirror_lag_messages", "Messages in the stream not yet mirrored (from the "
+                                "process that mirrors; absent while its NATS does not answer).", labels=labels)
         stuck = GaugeMetricFamily("dlq_mirror_stuck", "1 while writing the stream's messages fails (retried "
                                   "until it succeeds; from the process that mirrors).", labels=labels)
         behind = GaugeMetricFamily("dlq_mirror_behind_seconds", "How long the oldest message not yet mirrored "
-                                   "has waited (0 when caught up; from the process that mirrors).", labels=labels)
+                                   "has waited (0 when caught up; from the process that mirrors; absent while its "
+                                   "NATS does not answer).", labels=labels)
         now = utcnow()
-        for source, _, mirror in parts:
+        for source, bridge, mirror in parts:
             if mirror is None:
                 continue
+            # What the stream holds is known only while its NATS answers: during an outage the lag
+            # last seen would read as caught up (0), so the lag and the wait are left out then, as
+            # /healthz says null (dlq_nats_connected says why).
+            known = bridge is not None and bridge.state.connected
             for name, progress in sorted(mirror.progress.items()):
                 values = [source, name] if several else [name]
                 ingested.add_metric(values, progress.ingested)
                 # Only the lease holder follows the streams; another replica's figures are stale.
                 if mirror.leader:
-                    lag.add_metric(values, progress.lag)
                     stuck.add_metric(values, 1 if progress.error is not None else 0)
-                    since = progress.behind_since()
-                    behind.add_metric(values, max((now - since).total_seconds(), 0) if since else 0)
+                    if known:
+                        lag.add_metric(values, progress.lag)
+                        since = progress.behind_since()
+                        behind.add_metric(values, max((now - since).total_seconds(), 0) if since else 0)
         yield ingested
         yield lag
         yield stuck
