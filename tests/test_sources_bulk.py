@@ -171,7 +171,7 @@ def test_a_source_killed_mid_job_waits_and_its_items_finish_once_it_is_back(make
     assert status["state"] == "running" and status["pending"] > 0
     assert status["waits_for"] == ["shipping"]
     page = support.logged_in(app, "viewer").get(f"/jobs/{job_id}").get_data(as_text=True)
-    assert '<dt>Waits for</dt><dd class="job-waits-for">NATS of shipping</dd>' in page
+    assert '<dt>Waits for</dt><dd class="job-waits-for">NATS of shipping: its items wait, nothing is lost</dd>' in page
     assert arrived(urls["orders"]) == payloads_of(rt, orders)
     nats_server.start()
     status = job_finished(rt, job_id, timeout=90)

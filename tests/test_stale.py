@@ -309,3 +309,28 @@ def test_the_banner_says_how_far_the_mirror_is_behind_while_its_writer_is_held(t
         assert support.entry_count(rt.engine) == 21
     finally:
         rt.stop()
+
+
+def test_a_job_that_waits_for_nats_says_so_instead_of_an_eta_from_its_past_rate(app, nats_server, auth):
+    """Its page said "Running" with "about 53 s" left, worked out from before the outage: only the
+    banner said that nothing could move."""
+    from dlq_dashboard.actions.bulk import jobs
+
+    rt = runtime_of(app)
+    support.make_orders_stream(nats_server.url)
+    ids = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-%d"}' % i for i in range(5)])
+    viewer = auth.client("viewer")
+    with frozen(nats_server):
+        declared_unreachable(rt)
+        job_id = jobs.create_job(rt, "republish", actor="alice", ids=ids)
+        support.wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["state"] == "running", message="the job to run")
+        status = jobs.job_status(rt, job_id, limit=0)
+        assert (status["waits_for"], status["pending"]) == (["default"], 5)
+        page = re.sub(r"\s+", " ", viewer.get(f"/jobs/{job_id}").get_data(as_text=True))
+        assert '<dd class="job-waits-for">NATS: its items wait, nothing is lost</dd>' in page
+        assert '<dd class="job-eta">when NATS answers again</dd>' in page
+    usable_again(rt)
+    done = support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=0))["state"] == "done" and s, timeout=30,
+                            message="the job to finish once NATS answers")
+    assert (done["done"], done["waits_for"]) == (5, [])
+    assert len(support.stream_messages(nats_server.url)) == 5

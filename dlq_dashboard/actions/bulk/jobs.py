@@ -290,14 +290,18 @@ def _within(scopes: tuple[Scope, ...] | None) -> list:
 
 
 def _source_facts(rt: ActionContext, conn, job) -> dict[str, Any]:
-    """With several sources, a republish job's facts about them: ``waits_for``, the sources
-    whose NATS is unreachable while the job has items of them to go (the others go on), and
-    ``rate_per_source``, DLQ_REPUBLISH_RATE, which applies to each source (None: no limit).
-    Nothing with one source."""
-    if job.action not in REPUBLISHING or not several_sources(rt):
+    """A job's facts about its sources' NATS: ``waits_for``, the sources whose NATS is unreachable
+    while the job has items of them to go and needs it (a republish, a close that deletes the DLQ
+    message); with several sources the others go on, and ``rate_per_source`` is
+    DLQ_REPUBLISH_RATE, which applies to each source (None: no limit)."""
+    needs_nats = job.action in REPUBLISHING or (job.action == "close" and rt.settings.delete_on_close)
+    if not needs_nats:
         return {}
     down = [] if job.state in FINISHED else [name for name in source_names(rt) if not connected(rt, name)]
-    return {"waits_for": pending_sources(conn, job.id, down), "rate_per_source": rt.settings.republish_rate or None}
+    facts: dict[str, Any] = {"waits_for": pending_sources(conn, job.id, down)}
+    if several_sources(rt) and job.action in REPUBLISHING:
+        facts["rate_per_source"] = rt.settings.republish_rate or None
+    return facts
 
 
 def job_status(rt: ActionContext, job_id: int, *, item_state: str | None = None, limit: int = 200,
