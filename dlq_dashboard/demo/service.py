@@ -250,7 +250,7 @@ class Demo:
             try:
                 return attempt.result()
             except Exception as exc:  # noqa: BLE001 - retried until stopped
-                log.warning("demo: cannot connect to NATS (%s); retrying in %.1f s", scrub(str(exc)), delay)
+                log.warning("demo: cannot connect to NATS (%s); retrying in %.1f s", scrub(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__), delay)
             if await self._stopped_within(delay):
                 return None
             delay = min(delay * 2, 10)
