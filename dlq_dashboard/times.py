@@ -11,8 +11,9 @@ def utcnow() -> datetime:
 
 
 def parse_time(raw: str | None) -> datetime | None:
-    """Parse an RFC 3339 time to naive UTC; None if absent or unparseable."""
-    if not raw:
+    """Parse an RFC 3339 time to naive UTC; None if absent, not text (an advisory's JSON may hold
+    a number) or unparseable."""
+    if not raw or not isinstance(raw, str):
         return None
     try:
         if raw[-1:] == "Z" and raw[-2:-1].isdigit() and raw[10:11] == "T":

@@ -111,8 +111,44 @@ def test_unreadable_advisories_are_skipped_not_raised():
                           ("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.C", b"[" * 100_000 + b"]" * 100_000),
                           ("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.C", b'{"stream":"S"}'),
                           ("$JS.EVENT.ADVISORY.CONSUMER.OTHER.S.C", b'{"stream":"S","stream_seq":1}'),
+                          ("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.C", b'{"stream":"S","stream_seq":Infinity}'),
+                          ("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.C", b'{"stream":"S\\udcff","stream_seq":1}'),
                           ("elsewhere", b"{}")):
         assert parse_advisory(subject, body, "fb", NOW) is None
+
+
+def test_an_advisory_of_odd_types_is_read_as_far_as_it_can_be_never_raised():
+    """A timestamp that is a number (TypeError) and half a UTF-16 pair in its texts
+    (UnicodeEncodeError) stopped the advisories' mirror for good, every later one behind it."""
+    for timestamp in (b"123", b"[1]", b'{"a": 1}', b"null"):
+        adv = parse_advisory("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.ORDERS.C",
+                             b'{"stream":"ORDERS","stream_seq":1,"timestamp":' + timestamp + b"}", "fb", NOW)
+        assert adv.at == NOW and adv.stream_seq == 1
+    odd = parse_advisory("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.ORDERS.C",
+                         b'{"stream":"ORDERS","stream_seq":1,"consumer":"C\\udcff","reason":"r\\ud800","id":"i\\udfff"}',
+                         "fb", NOW)
+    assert (odd.consumer, odd.reason, odd.id) == ("C\ufffd", "r\ufffd", "i\ufffd")
+
+
+def test_schema_errors_the_database_cannot_hold_or_json_cannot_write_are_read_with_a_note():
+    """Half a UTF-16 pair ("\\udcff", which a producer decoding with surrogateescape writes) and a
+    5,000-deep array stopped the mirror for good (TypeError, RecursionError); a NUL written as
+    JSON's escape stripped the entry on PostgreSQL, whose text holds no NUL."""
+    def parsed(raw: str) -> dict:
+        return entry_from_dlq_message(stream="DLQ", epoch="e", seq=1, payload=b"{}", stored_at=None, received_at=NOW,
+                                      headers={"Dlq-Original-Subject": "orders.created", "Dlq-Schema-Errors": raw})
+
+    surrogate = parsed('[{"path": "/price", "message": "\'\\udcff\' is not of type \'number\'"}]')
+    assert json.loads(surrogate["schema_errors"]) == [{"path": "/price", "message": "'\ufffd' is not of type 'number'"}]
+    assert any("half a UTF-16 pair" in n for n in json.loads(surrogate["notes"]))
+    assert surrogate["original_subject"] == "orders.created"
+    nul = parsed('[{"path": "/a\\u0000b", "message": "x\\u0000y"}]')
+    assert json.loads(nul["schema_errors"]) == [{"path": "/a\ufffdb", "message": "x\ufffdy"}]
+    assert "\x00" not in nul["group_key"]
+    for depth in (5_000, 100_000):
+        deep = parsed("[" * depth + "]" * depth)
+        assert deep["original_subject"] == "orders.created"
+        assert json.loads(deep["schema_errors"]) == [{"path": "", "message": "(nested too deep to show)"}]
 
 
 _TIME_PIECES = ["2026-11-29", "T", "10:00:00", ".123456", ".123456789", "Z", "+01:00", "-00:00", " ", "0", "9",

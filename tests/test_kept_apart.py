@@ -194,3 +194,28 @@ def test_an_advisory_refused_even_without_its_message_is_skipped_and_the_rest_wr
         assert conn.execute(select(Event.original_seq)).scalars().all() == [10]  # its history went with it
     assert "advisory adv-9 (ORDERS sequence 9) skipped" in caplog.text and REFUSAL in caplog.text
     counts_match_entries(engine)
+
+
+@pytest.mark.both_databases
+def test_a_message_the_parse_cannot_read_is_kept_apart_before_any_write(engine, monkeypatch, caplog):
+    """The parse never raises for what it foresees; for anything else (an error of its own) the
+    message is kept apart too, instead of failing its batch before the database is asked."""
+    from dlq_dashboard.ingest import writes
+
+    real = writes.entry_from_dlq_message
+
+    def parse(**fields):
+        if fields["seq"] == 2 and fields["headers"] is not None:
+            raise TypeError("an error the parse did not foresee")
+        return real(**fields)
+
+    monkeypatch.setattr(writes, "entry_from_dlq_message", parse)
+    with caplog.at_level(logging.WARNING, "dlq_dashboard.ingest.writes"):
+        assert ingest_dlq_batch(engine, "DLQ", "e1", batch(["orders.a", "orders.b", "orders.c"]), after=0) == 3
+    kept = entries(engine)[2]
+    assert (kept.original_subject, kept.payload) == (None, b'{"n": 2}')
+    assert json.loads(kept.headers)["Dlq-Original-Subject"] == ["orders.b"]
+    notes = json.loads(kept.notes)
+    assert notes[0].startswith("The dashboard could not read this message as it came (TypeError: an error the parse")
+    assert entries(engine)[3].original_subject == "orders.c"
+    assert "DLQ sequence 2 kept apart: its headers could not be read" in caplog.text

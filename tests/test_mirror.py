@@ -82,6 +82,14 @@ BAD_INPUTS = [
     ("long contract headers", {"Dlq-Original-Subject": "a." + "s" * 6_000, "Dlq-Original-Msg-Id": "m" * 6_000,
                                "Dlq-Consumer": "c" * 6_000, "Dlq-Reason": "r" * 6_000, "Dlq-Error": "e " * 3_000,
                                "Dlq-Original-Stream": "S" * 6_000, "Dlq-Replay-Of": "D" * 6_000 + ":1"}, b"{}"),
+    # Schema errors JSON reads and no column keeps or JSON cannot write again: half a UTF-16 pair
+    # (TypeError), a 5,000-deep array (RecursionError), each stopped the mirror for good; a NUL
+    # written as JSON's escape stripped the entry on PostgreSQL.
+    ("schema errors no column keeps", {"Dlq-Original-Subject": "a.b", "Dlq-Schema-Errors":
+                                       '[{"path": "/price", "message": "\'\\udcff\' is not of type \'number\'"}, '
+                                       '{"path": "/a", "message": "x\\u0000y"}]'}, b"{}"),
+    ("schema errors nested deep", {"Dlq-Original-Subject": "a.b", "Dlq-Schema-Errors": "[" * 5000 + "]" * 5000},
+     b"{}"),
 ]
 
 
@@ -124,6 +132,12 @@ def test_bad_input_is_stored_and_served_and_never_stalls_the_mirror(app, nats_se
     # Its failure group is the one the list's group filter finds it by.
     group = client.get(f"/api/entries/{long['id']}", headers=support.bearer(tokens["viewer"])).get_json()["group"]
     assert [e["id"] for e in api_entries(client, tokens["viewer"], group=group["id"])] == [long["id"]]
+    odd = by_seq[12]
+    assert odd["original_subject"] == "a.b" and [e["message"] for e in odd["schema_errors"]] == [
+        "'\ufffd' is not of type 'number'", "x\ufffdy"]
+    assert any("half a UTF-16 pair" in n for n in odd["notes"])
+    assert by_seq[13]["original_subject"] == "a.b" and by_seq[13]["schema_errors"] == [
+        {"path": "", "message": "(nested too deep to show)"}]
     assert by_seq[len(BAD_INPUTS) + 1]["original_subject"] == "good.one"
 
 
@@ -261,6 +275,25 @@ def test_terminated_messages_of_a_workqueue_stream_are_entries_without_payload(a
     assert entry["reason"] == "terminated" and entry["error"] == "customer does not exist"
     assert entry["payload_available"] is False
     assert any("no longer holds" in n for n in entry["notes"])
+
+
+def test_an_advisory_the_parse_cannot_read_is_skipped_and_the_advisories_behind_it_arrive(app, nats_server):
+    """An advisory-shaped message with a number for its timestamp stopped the advisories' mirror
+    for good (TypeError), every real termination behind it waiting."""
+    async def hostile():
+        nc = await nats.connect(nats_server.url)
+        for timestamp in (123, [1]):
+            await nc.publish("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.ORDERS.c_x", json.dumps(
+                {"id": f"hostile-{timestamp}", "timestamp": timestamp, "stream": "ORDERS", "consumer": "c_x",
+                 "stream_seq": 1, "deliveries": 1, "reason": "hostile"}).encode())
+        await nc.flush()
+        await nc.close()
+
+    support.run(hostile())
+    support.run(_fail_messages(nats_server.url, "JOBS", RetentionPolicy.WORK_QUEUE, 1, term=True))
+    rows = support.wait_for(lambda: _entries_of(app, "JOBS"), timeout=20, message="the real termination's entry")
+    assert len(rows) == 1
+    assert runtime_of(app).mirror.progress["DLQ_ADVISORIES"].error is None
 
 
 def test_a_failure_reported_by_a_dlq_copy_and_an_advisory_is_one_entry(app, nats_server, tokens):

@@ -1,4 +1,5 @@
-"""A message the database refuses, kept apart instead of holding its batch for ever.
+"""A message the database refuses (or the parse cannot read), kept apart instead of holding its
+batch for ever.
 
 The parse foresees what it can (numbers past their column, a NUL, values longer than their
 column: parse.py). Whatever it does not foresee would fail the write of its whole batch, and
@@ -9,7 +10,8 @@ savepoint, and a message that still fails is stored kept apart: as what the DLQ 
 (its sequence, headers and payload) without the columns read from its headers, which are the
 likely cause, and with a note saying why (``kept_apart``). Should that fail too, the headers and
 the payload are left in the stream and the note says where (the second step). Only a message
-even that cannot store holds the batch, as before.
+even that cannot store holds the batch, as before. A message whose headers the parse itself
+cannot read (an error it did not foresee) is kept apart the same way, before any write.
 """
 
 from __future__ import annotations
@@ -52,17 +54,19 @@ def reason_of(exc: BaseException) -> str:
     return f"{type(getattr(exc, 'orig', None) or exc).__name__}: {first}"[:500]
 
 
-def kept_apart(row: dict, exc: BaseException, *, bare: bool = False) -> dict:
-    """``row`` (an entry's column values, parse.py) as the entry of a message the database refused:
-    the columns read from its headers left empty, a note saying why. ``bare``: its headers and
-    payload left in the stream too (the second step)."""
+def kept_apart(row: dict, exc: BaseException, *, bare: bool = False, unread: bool = False) -> dict:
+    """``row`` (an entry's column values, parse.py) as the entry of a message the database refused
+    (``unread``: that the parse could not read, writes.dlq_rows): the columns read from its headers
+    left empty, a note saying why. ``bare``: its headers and payload left in the stream too (the
+    second step)."""
     kept = dict(row)
     for name in FROM_HEADERS:
         kept[name] = None
     kept["failed_at"] = row["received_at"]
     kept["group_key"] = group_key(None, None)
     where = f"{row['dlq_stream']} sequence {row['dlq_seq']}"
-    notes = [f"The database refused this message as it came ({reason_of(exc)}): it is stored without the "
+    who = "The dashboard could not read" if unread else "The database refused"
+    notes = [f"{who} this message as it came ({reason_of(exc)}): it is stored without the "
              "fields read from its headers (subject, reason, error, ...), so it cannot be republished from here."]
     if bare:
         kept["headers"] = "{}"

@@ -364,7 +364,12 @@ class Mirror:
         now = utcnow()
         items = []
         for seq, _, m in batch:
-            advisory = parse_advisory(m.subject, m.data, f"{stream}:{epoch}:{seq}", now)
+            try:
+                advisory = parse_advisory(m.subject, m.data, f"{stream}:{epoch}:{seq}", now)
+            except Exception as exc:  # one the parse did not foresee: skipped, never a stuck stream
+                log.warning("%s sequence %s skipped: not an advisory this dashboard can read (%s: %s)", stream, seq,
+                            type(exc).__name__, exc)
+                continue
             if advisory is None or advisory.stream in (self.settings.dlq_stream, self.settings.advisory_stream):
                 continue
             fetched, missing = None, None

@@ -8,6 +8,7 @@ Parsing never raises: a malformed field is kept raw in the headers and explained
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from datetime import datetime
@@ -106,8 +107,11 @@ def _read_schema_errors(raw: str, notes: list[str]) -> list[dict] | None:
     try:
         value = orjson.loads(raw)
     except ValueError:
-        try:  # what orjson refuses and Python's json reads: NaN, numbers past 64 bits
+        try:  # what orjson refuses and Python's json reads: NaN, numbers past 64 bits, "\udcff"
             value = json.loads(raw)
+        except RecursionError:
+            notes.append(f"{contract.SCHEMA_ERRORS} nests too deep to read; kept as given in the headers.")
+            return None
         except ValueError:
             notes.append(f"{contract.SCHEMA_ERRORS} is not valid JSON; kept as given in the headers.")
             return None
@@ -118,12 +122,33 @@ def _read_schema_errors(raw: str, notes: list[str]) -> list[dict] | None:
     for item in value:
         if isinstance(item, dict) and isinstance(item.get("message"), str):
             path = item.get("path", "")
-            errors.append({"path": path if isinstance(path, str) else json.dumps(path),
-                           "message": item["message"]})
+            errors.append({"path": _shown(path if isinstance(path, str) else _json_text(path), notes),
+                           "message": _shown(item["message"], notes)})
         else:
-            errors.append({"path": "", "message": json.dumps(item)})
+            errors.append({"path": "", "message": _json_text(item)})
             notes.append(f"A {contract.SCHEMA_ERRORS} item is not {{\"path\", \"message\"}}; shown as given.")
     return errors
+
+
+def _json_text(value: Any) -> str:
+    """A value of the header's JSON as JSON text (ASCII: its escapes say what no column keeps)."""
+    try:
+        return json.dumps(value)
+    except RecursionError:
+        return "(nested too deep to show)"
+
+
+def _shown(text: str, notes: list[str]) -> str:
+    """A schema error's text as a column keeps it on every database: a NUL or half a UTF-16 pair
+    (JSON's "\\u0000", "\\udcff") as U+FFFD, said once; the header keeps them as given. Neither
+    could be stored (PostgreSQL's text holds no NUL; no database stores half a pair)."""
+    if "\x00" not in text and not _SURROGATE.search(text):
+        return text
+    told = (f"{contract.SCHEMA_ERRORS} held characters no text column keeps (a NUL, half a UTF-16 pair): "
+            "shown as U+FFFD; kept as given in the headers.")
+    if told not in notes:
+        notes.append(told)
+    return _SURROGATE.sub("\ufffd", text.replace("\x00", "\ufffd"))
 
 
 _CONTRACT_NAMES = frozenset({H_ORIGINAL_SUBJECT, H_ORIGINAL_STREAM, H_ORIGINAL_SEQ, H_CONSUMER, H_ORIGINAL_MSG_ID,
@@ -297,17 +322,17 @@ def parse_advisory(subject: str, data: bytes, fallback_id: str, received_at: dat
         return None
     try:
         stream_seq = int(body.get("stream_seq"))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity
         return None
     if not 0 <= stream_seq <= SEQ_MAX:  # not a sequence of a stream: no entry it could name
         return None
     deliveries = body.get("deliveries")
     if type(deliveries) is not int or not 0 <= deliveries <= COUNT_MAX:
         deliveries = None
-    if "\x00" in body["stream"] or len(body["stream"].encode()) > 255:
-        return None  # names no stream (a stream's name holds no NUL, and is short)
+    if "\x00" in body["stream"] or _SURROGATE.search(body["stream"]) or len(body["stream"].encode()) > 255:
+        return None  # names no stream (a stream's name holds no NUL nor half a character, and is short)
     consumer = body.get("consumer")
-    if not isinstance(consumer, str) or len(consumer.encode()) > 255:
+    if not isinstance(consumer, str) or len(consumer.encode("utf-8", "replace")) > 255:
         consumer = None
     return Advisory(
         kind=kind,
@@ -323,5 +348,12 @@ def parse_advisory(subject: str, data: bytes, fallback_id: str, received_at: dat
 
 
 def _text(value: str) -> str:
-    """A text an advisory gives, as a column holds it on every database (no NUL)."""
-    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    """A text an advisory gives, as a column holds it on every database: no NUL, and no half of a
+    UTF-16 pair (JSON's "\\udcff" reads as one, and no database stores it), each as U+FFFD."""
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
+    return _SURROGATE.sub("\ufffd", value)
+
+
+# Half of a UTF-16 pair, as JSON's "\udcff" reads: text no database stores, nor UTF-8 encodes.
+_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -99,12 +99,25 @@ def dlq_rows(stream: str, epoch: str, messages: list[StreamMessage], source: str
     """The entries' column values of a batch of DLQ messages (parsing never raises): the part of a
     write that needs no database, done before its transaction."""
     now = utcnow()
-    rows = [entry_from_dlq_message(stream=stream, epoch=epoch, seq=m.seq, headers=m.headers,
-                                   payload=m.data, stored_at=m.stored_at, received_at=now)
-            for m in messages]
+    rows = [_parsed(stream, epoch, m, now) for m in messages]
     for row in rows:
         row["source"] = source
     return rows
+
+
+def _parsed(stream: str, epoch: str, m: StreamMessage, now: datetime) -> dict:
+    try:
+        return entry_from_dlq_message(stream=stream, epoch=epoch, seq=m.seq, headers=m.headers, payload=m.data,
+                                      stored_at=m.stored_at, received_at=now)
+    except Exception as exc:  # what the parse did not foresee must not stop the mirror: kept apart
+        log.warning("%s sequence %s kept apart: its headers could not be read (%s)", stream, m.seq, reason_of(exc))
+        row = entry_from_dlq_message(stream=stream, epoch=epoch, seq=m.seq, headers=None, payload=m.data,
+                                     stored_at=m.stored_at, received_at=now)
+        try:
+            row["headers"] = json.dumps(normalize_headers(m.headers))
+        except Exception:  # noqa: BLE001 - the headers are in the stream; the note says where
+            pass
+        return kept_apart(row, exc, unread=True)
 
 
 def dlq_values(stream: str, epoch: str, messages: list[StreamMessage],
