@@ -7,7 +7,7 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from operator import itemgetter
 from typing import Callable, Iterable
@@ -320,7 +320,8 @@ def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups:
     for row in rows:
         match = next((c for c in candidates if c.id not in taken
                       and (c.original_stream, c.original_seq) == (row["original_stream"], row["original_seq"])
-                      and (c.consumer is None or row["consumer"] is None or c.consumer == row["consumer"])),
+                      and (c.consumer is None or row["consumer"] is None or c.consumer == row["consumer"])
+                      and same_failure(c.failed_at, row["failed_at"])),
                      None)
         if match is None:
             remaining.append(row)
@@ -346,6 +347,18 @@ def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups:
     count_changes(conn, [Change(match.group_id, ids[group], match.received_at, match.status, match.status)
                          for match, _, group in merged])
     return remaining
+
+
+#: How far apart a DLQ copy and an advisory of one message may say it failed and still be one
+#: failure: the consumer dead-letters and terminates a message in one handling, seconds apart. A
+#: message that fails again later (redelivered, or a stream recreated since, its sequences
+#: starting again) is a new failure, and a new entry.
+SAME_FAILURE = timedelta(hours=1)
+
+
+def same_failure(first: datetime | None, second: datetime | None) -> bool:
+    """Whether two reports of one message (a DLQ copy, an advisory) tell one failure by when."""
+    return first is None or second is None or abs(first - second) <= SAME_FAILURE
 
 
 # --- advisories -------------------------------------------------------------------------------
@@ -438,12 +451,16 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
                          teams: tuple[Team, ...] = (), source: str = DEFAULT_SOURCE) -> int:
     """Merge a terminal advisory into the entry of its DLQ copy, or make an entry of it."""
     existing = conn.execute(
-        select(Entry.id, Entry.consumer, Entry.deliveries, Entry.sources)
+        select(Entry.id, Entry.consumer, Entry.deliveries, Entry.sources, Entry.failed_at)
         .where(Entry.original_stream == advisory.stream, Entry.original_seq == advisory.stream_seq,
                Entry.source == source, or_(Entry.consumer.is_(None), Entry.consumer == advisory.consumer))
         .order_by(Entry.id.desc())
     ).all()
-    match = next((e for e in existing if "advisory" not in e.sources.split(",")), None)
+    # The DLQ copy of this failure (one no advisory has confirmed yet, failed about when this did).
+    # An entry an advisory made or confirmed is of an earlier failure of the message (after a
+    # redelivery, or of a stream since recreated whose sequences start again): this is a new one.
+    match = next((e for e in existing if "advisory" not in e.sources.split(",")
+                  and same_failure(e.failed_at, advisory.at)), None)
     if match is not None:
         # The advisory only confirms a failure its DLQ copy already told: it adds provenance,
         # not something an operator must have seen, so the version (and any open form) stays.
@@ -452,8 +469,6 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
             deliveries=match.deliveries if match.deliveries is not None else advisory.deliveries,
             sources="dlq,advisory", updated_at=utcnow()))
         return 0
-    if existing:
-        return 0  # this failure already has an entry from an advisory of its own
     now = utcnow()
     notes = []
     error = _advisory_error(advisory)
