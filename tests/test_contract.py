@@ -3,6 +3,7 @@
 import json
 from datetime import datetime, timezone
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -62,6 +63,15 @@ def test_malformed_fields_are_kept_raw_with_a_note():
     for fragment in ("Dlq-Schema-Errors", "Dlq-Deliveries 'many'", "Dlq-Original-Seq '-1'", "Dlq-Failed-At 'yesterday'"):
         assert fragment in notes
     assert json.loads(row["headers"])["Dlq-Deliveries"] == ["many"]
+
+
+@pytest.mark.parametrize("written", ["٣", "1_000", "+5", "3.0", " 1 2 ", "9" * 5000])
+def test_a_count_not_written_in_ascii_digits_is_kept_raw_with_a_note(written):
+    """Python's int() read "٣" as 3, "1_000" as 1000 and "+5" as 5, without a word."""
+    row = entry({"Dlq-Original-Subject": "a", "Dlq-Deliveries": written, "Dlq-Original-Seq": written})
+    assert (row["deliveries"], row["original_seq"]) == (None, None)
+    assert "Dlq-Deliveries" in row["notes"] and "is not a whole number" in row["notes"]
+    assert entry({"Dlq-Original-Subject": "a", "Dlq-Deliveries": " 7 "})["deliveries"] == 7
 
 
 def test_schema_errors_that_are_not_objects_are_shown_as_given():

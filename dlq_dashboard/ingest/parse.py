@@ -56,10 +56,16 @@ def _int_field(first: Mapping[str, str], name: str, label: str, notes: list[str]
     raw = first.get(name)
     if raw is None or raw.strip() == "":
         return None
+    text = raw.strip()
+    digits = text[1:] if text[:1] == "-" else text
+    # ASCII digits only: Python's int() also reads "٣", "1_000" and "+5", none of which the
+    # contract's producers write (a header so written is kept as given, with a note).
     try:
-        value = int(raw.strip())
-    except ValueError:
-        notes.append(f"{label} {raw!r} is not a whole number; kept as given in the headers.")
+        value = int(text) if digits.isascii() and digits.isdigit() else None
+    except ValueError:  # more digits than int() reads
+        value = None
+    if value is None:
+        notes.append(f"{label} {raw[:40]!r} is not a whole number; kept as given in the headers.")
         return None
     if value < 0:
         notes.append(f"{label} {raw!r} is negative; kept as given in the headers.")
