@@ -161,3 +161,31 @@ def test_changing_the_status_sends_one_request_and_adds_one_history_entry(app, n
                 page.go_back()
             page.wait_for_url(lambda url: parse_qs(urlsplit(url).query).get("status", [""])[0] == "open")
             page.wait_for_load_state("networkidle")
+
+
+def test_a_filter_typed_and_entered_adds_one_history_entry_and_the_exports_follow_it(app, nats_server, live_server,
+                                                                                     page):
+    """Typing a reason and pressing Enter sent two requests and pushed two history entries (the
+    field's change and the form's submit): Back stayed on the same list. And the exports' links,
+    outside the results htmx swaps, still exported every entry."""
+    dead_letter_and_wait(app, nats_server, [
+        ("dlq.orders.created", b"{}", support.dlq_headers("orders.created", Dlq_Reason="fatal")),
+        ("dlq.orders.created", b"{}", support.dlq_headers("orders.created", Dlq_Reason="schema_invalid"))])
+    support.sign_in(page, live_server, app, "viewer")
+    page.goto(f"{live_server}/")
+    page.wait_for_load_state("networkidle")
+    length = page.evaluate("history.length")
+    page.fill("input[name=reason]", "fatal")
+    page.press("input[name=reason]", "Enter")
+    page.wait_for_url(lambda url: parse_qs(urlsplit(url).query).get("reason") == ["fatal"])
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate("history.length") == length + 1
+    expect(rows(page)).to_have_count(1)
+    href = page.get_by_role("link", name="CSV").get_attribute("href")
+    assert parse_qs(urlsplit(href).query).get("reason") == ["fatal"], href
+    expect(page.get_by_role("link", name="Clear filters")).to_be_visible()
+    with page.expect_download() as download:
+        page.get_by_role("link", name="CSV").click()
+    assert download.value.path().read_text().count("\n") == 2  # the header and the one entry
+    page.go_back()
+    page.wait_for_url(lambda url: "reason" not in url)

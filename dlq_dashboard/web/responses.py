@@ -37,7 +37,7 @@ def wants_json() -> bool:
 
 
 #: What a template binds outside its blocks ({% import %}, {% from ... import %}, {% set %}).
-_TOP_LEVEL = (nodes.Import, nodes.FromImport, nodes.Assign, nodes.AssignBlock)
+_TOP_LEVEL = (nodes.Import, nodes.FromImport, nodes.Assign, nodes.AssignBlock, nodes.Macro)
 _preludes: "weakref.WeakKeyDictionary[Template, Template]" = weakref.WeakKeyDictionary()
 
 
