@@ -111,6 +111,8 @@ def test_an_edit_of_a_json_payload_that_no_longer_parses_is_refused_even_with_th
     said = html.unescape(refused.get_data(as_text=True))
     assert "The edited payload is not JSON (Expecting property name enclosed in double quotes: line 1 column" \
         in said and "the original was. Nothing was republished" in said
+    # The editor again, with the text as typed: a page of its own dropped the edit.
+    assert '<textarea' in said and '{"order_id": "o-1", "customer_id": "c-42",,}</textarea>' in said
     assert support.stream_messages(nats_server.url) == []
     text_id = support.dead_letter(app, 2, payload=b"order o-1 for c-42")
     _republish(operator, text_id, "order o-1 for c-43", force=True)

@@ -225,8 +225,10 @@ def republish(entry_id: int):
     """
     entry = entry_to_act_on(entry_id)
     force = flag(request.form.get("force"), "force")
-    edited = _form_payload(entry)
     try:
+        # In the try: an edit refused as read (not JSON, not base64) is the editor again with the
+        # text as typed, not a page of its own that drops it.
+        edited = _form_payload(entry)
         outcome = republish_entry(current_runtime(), entry_id, params.version(request.form.get("version")),
                                   actor=actor_name(), payload=edited, force=force)
     except InvalidRequest as exc:
