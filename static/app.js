@@ -427,17 +427,17 @@
 })();
 
 // --- What was just done --------------------------------------------------------------------------
-// The sentence an action leaves for the page it leads to (base.html) is put into its status
-// region after the page has loaded: a screen reader announces a region's change, not its first
-// content.
+// The sentence an action leaves for the page it leads to (base.html) is shown as the page comes;
+// its words go into the region's status element after the page has loaded: a screen reader
+// announces a region's change, not its first content.
 document.addEventListener("DOMContentLoaded", function () {
   "use strict";
   document.querySelectorAll("[data-done]").forEach(function (region) {
+    var announce = region.querySelector("[data-done-announce]");
+    if (!announce) { return; }
     window.setTimeout(function () {
-      region.querySelectorAll("template").forEach(function (template) {
-        region.appendChild(template.content.cloneNode(true));
-        template.remove();
-      });
+      announce.textContent = Array.prototype.map.call(region.querySelectorAll("p:not([data-done-announce])"),
+        function (p) { return p.textContent.trim(); }).join(" ");
     }, 100);
   });
 });

@@ -90,5 +90,8 @@ def test_after_an_edited_republish_the_page_announces_what_was_done_with_a_link(
     expect(status).to_have_text(f"Republished entry {entry_id} with the edited payload to orders.created, "
                                 "stored by stream ORDERS as message 1. See it in the timeline")
     assert status.get_attribute("aria-live") == "polite"
-    status.get_by_role("link", name="See it in the timeline").click()
+    # Shown as the page came (without script too), the link beside the words.
+    shown = page.locator("[data-done] p").first
+    expect(shown).to_be_visible()
+    shown.get_by_role("link", name="See it in the timeline").click()
     expect(page.locator("#timeline-title")).to_be_in_viewport()
