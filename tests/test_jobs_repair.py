@@ -114,8 +114,13 @@ def test_one_entry_is_repaired_from_its_page_and_republished_once_even_when_sent
     digest = re.search(r'name="digest" value="([0-9a-f]+)"', page).group(1)
     form = {"csrf_token": support.csrf_token(client, f"/entries/{entry_id}/repair"), "version": "1",
             "digest": digest}
-    answers = [client.post(f"/entries/{entry_id}/repair", data=form) for _ in range(2)]
-    assert answers[0].status_code == 303 and answers[1].status_code == 409
+    first = client.post(f"/entries/{entry_id}/repair", data=form)
+    # Its entry's page says what was sent (it said nothing), as after an edit.
+    after = client.get(first.headers["Location"]).get_data(as_text=True)
+    assert (f"Republished entry {entry_id} with the repaired payload to orders.created, stored by stream ORDERS "
+            "as message 1.") in after
+    again = client.post(f"/entries/{entry_id}/repair", data=form)
+    assert first.status_code == 303 and again.status_code == 409
     [message] = support.stream_messages(nats_server.url)
     assert message.data == repaired(payload)
 
@@ -123,6 +128,20 @@ def test_one_entry_is_repaired_from_its_page_and_republished_once_even_when_sent
     other = client.post(f"/entries/{entry_id}/repair", data={**form, "version": "2", "digest": "0" * 32})
     assert other.status_code == 409 and len(support.stream_messages(nats_server.url)) == 1
     assert client.post(f"/entries/{entry_id}/repair", data={"version": "2", "digest": digest}).status_code == 400
+
+
+def test_a_repair_opened_from_a_filtered_list_leads_back_to_that_list(app, rt, nats_server, auth):
+    """Its form and Cancel dropped the list's filters: the entry's page after it walked every entry."""
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, demo_orders("price_as_string", 1, seed=12))
+    client = auth.client("operator")
+    page = client.get(f"/entries/{entry_id}/repair?status=open&version=1").get_data(as_text=True)
+    assert f'action="/entries/{entry_id}/repair?status=open"' in page
+    assert f'<a href="/entries/{entry_id}?status=open">Cancel</a>' in page
+    digest = re.search(r'name="digest" value="([0-9a-f]+)"', page).group(1)
+    answer = client.post(f"/entries/{entry_id}/repair?status=open", data={
+        "csrf_token": support.csrf_token(client, f"/entries/{entry_id}/repair"), "version": "1", "digest": digest})
+    assert answer.status_code == 303 and answer.headers["Location"] == f"/entries/{entry_id}?status=open"
 
 
 def test_a_viewer_gets_no_repair_and_a_payload_without_schema_says_why(offline_app, auth, tokens):

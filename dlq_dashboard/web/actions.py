@@ -157,9 +157,10 @@ def done(sentence: str, link_text: str, anchor: str = "timeline-title") -> None:
     flash({"text": sentence, "link": link_text, "anchor": anchor}, "done")
 
 
-def republished_sentence(entry: EntryView, published, edited: bool) -> str:
-    """What a republish from the pages did: which payload went where, and what the broker said."""
-    what = f"Republished entry {entry.id}" + (" with the edited payload" if edited else "")
+def republished_sentence(entry: EntryView, published, changed: str | None = None) -> str:
+    """What a republish from the pages did: which payload went where (``changed``: how it was,
+    "edited" or "repaired"), and what the broker said."""
+    what = f"Republished entry {entry.id}" + (f" with the {changed} payload" if changed else "")
     where = f" to {entry.original_subject}" if entry.original_subject else ""
     if published is None:
         return f"{what}{where}."
@@ -237,7 +238,7 @@ def republish(entry_id: int):
     except (Refused, NatsDown) as exc:
         return _editor(entry, editing="payload" in request.form, payload_text=request.form.get("payload"),
                        error=exc, force=force, status=status_of(exc))
-    done(republished_sentence(entry, outcome.publish, edited is not None), "See it in the timeline")
+    done(republished_sentence(entry, outcome.publish, "edited" if edited is not None else None), "See it in the timeline")
     return after_post(url_for("pages.entry", entry_id=entry_id, **kept_list_args()))
 
 

@@ -17,6 +17,7 @@ from ..entries.repair import REPAIRED, VALID
 from ..errors import DashboardError, InvalidRequest
 from . import current_runtime, params
 from .auth import actor_name, requires
+from .actions import done, kept_list_args, republished_sentence
 from .data import current_reader, entry_to_act_on
 from .errors import status_of
 from .presenters.payloads import line_diff
@@ -47,7 +48,8 @@ def _entry_page(entry, *, error: Exception | str | None = None, status: int = 20
         "repair.html", entry=entry, version=params.version(seen) if seen else entry.version, result=result,
         repaired=result.outcome == REPAIRED, already=ALREADY_PASSES if result.outcome == VALID else None,
         diff=_diff(entry, result.payload) if result.outcome == REPAIRED else [],
-        digest=digest(result.payload), targets=republish_targets(rt, entry.original_subject, entry.source), error=error), status
+        digest=digest(result.payload), targets=republish_targets(rt, entry.original_subject, entry.source), error=error,
+        list_args=kept_list_args()), status
 
 
 @bp.route("/entries/<int:entry_id>/repair")
@@ -71,10 +73,12 @@ def entry_repair_republish(entry_id: int):
         raise Conflict("The repair changed since the page was shown (the schema or the entry changed): "
                        "look at it again before republishing.", entry_id=entry_id, seen_version=version)
     try:
-        republish_entry(current_runtime(), entry_id, version, actor=actor_name(), payload=result.payload)
+        outcome = republish_entry(current_runtime(), entry_id, version, actor=actor_name(), payload=result.payload)
     except (InvalidRequest, Refused, NatsDown) as exc:
         return _entry_page(entry, error=exc, status=status_of(exc))
-    return after_post(url_for("pages.entry", entry_id=entry_id))
+    # As the editor's: what was sent where, said on the entry's page, which walks the list still.
+    done(republished_sentence(entry, outcome.publish, "repaired"), "See it in the timeline")
+    return after_post(url_for("pages.entry", entry_id=entry_id, **kept_list_args()))
 
 
 # --- many entries --------------------------------------------------------------------------------
