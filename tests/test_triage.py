@@ -141,6 +141,14 @@ def test_a_note_is_201_counted_audited_and_in_the_activity_without_raising_the_v
     with world["engine"].connect() as conn:
         assert conn.execute(select(Action.note).where(Action.action == "group_note")).scalar_one() == \
             "looks like the v1 parser"
+    # The audit page names the group it was about (its Entry column is empty), and offers the
+    # group records among its actions.
+    assert post_state(client, tokens["operator"], group, version=1, state="investigating",
+                      assignee="kim").status_code == 200
+    page = client.get("/audit", headers=support.bearer(tokens["viewer"])).get_data(as_text=True)
+    assert f'group_note: <a href="/groups/{group}">group {group}</a>' in page
+    assert f'group_state: <a href="/groups/{group}">group {group}</a>, investigating (kim)' in page
+    assert '<option value="group_state">group_state</option>' in page
 
 
 @pytest.mark.both_databases
