@@ -130,3 +130,20 @@ def test_the_command_line_starts_a_reopen_job(app, rt, nats_server, tokens):
     made = runner.invoke(args=["jobs", "start", "reopen", "--id", str(ids[0]), "--wait"])
     assert made.exit_code == 0, made.output
     assert statuses(rt, ids) == ["open", "closed"]
+
+
+def test_a_preview_says_which_of_the_selected_are_skipped_as_closed_or_open_already(app, rt, nats_server, auth):
+    """"3 entries will be closed" stood beside "1 closed": the job then skipped it."""
+    ids = support.dead_letter_orders(app, nats_server.url, [b"{}"] * 3)
+    client = auth.client("operator")
+    token = support.csrf_token(client, "/")
+    client.post(f"/entries/{ids[2]}/close", data={"version": "1", "csrf_token": token})
+    page = client.post("/bulk/preview", data={"csrf_token": token, "by": "ids", "action": "close",
+                                              "ids": [f"{i}:{1 if i != ids[2] else 2}" for i in ids]})
+    text = " ".join(page.get_data(as_text=True).split())
+    assert "<strong>3</strong> entries selected to be closed" in text
+    assert "<li>1 closed: skipped, closed already</li>" in text and "<li>2 open</li>" in text
+    reopen = client.post("/bulk/preview", data={"csrf_token": token, "by": "ids", "action": "reopen",
+                                                "ids": [f"{i}:{1 if i != ids[2] else 2}" for i in ids]})
+    text = " ".join(reopen.get_data(as_text=True).split())
+    assert "<strong>3</strong> entries selected to be reopened" in text and "<li>2 open: skipped, open already</li>" in text
