@@ -147,3 +147,21 @@ def test_a_preview_says_which_of_the_selected_are_skipped_as_closed_or_open_alre
                                                 "ids": [f"{i}:{1 if i != ids[2] else 2}" for i in ids]})
     text = " ".join(reopen.get_data(as_text=True).split())
     assert "<strong>3</strong> entries selected to be reopened" in text and "<li>2 open: skipped, open already</li>" in text
+
+
+def test_a_close_undone_already_leads_back_from_its_empty_preview(app, rt, nats_server, auth, tokens):
+    """"Reopen what it closed", once reopened, led to "No entries match; nothing to do." on a page
+    without a link."""
+    ids = support.dead_letter_orders(app, nats_server.url, [b"{}"] * 2)
+    api = app.test_client()
+    closing = bulk(api, tokens["operator"], action="close", ids=ids)
+    support.wait_for(lambda: job_done(api, closing, tokens["viewer"]))
+    reopening = bulk(api, tokens["operator"], action="reopen", filter={"job": f"{closing}:done"})
+    support.wait_for(lambda: job_done(api, reopening, tokens["viewer"]))
+    client = auth.client("operator")
+    form = {"csrf_token": support.csrf_token(client, f"/jobs/{closing}"), "action": "reopen", "by": "filter",
+            "job": f"{closing}:done", "status": "closed"}
+    page = client.post("/bulk/preview", data=form, headers={"Referer": f"http://localhost/jobs/{closing}"})
+    text = page.get_data(as_text=True)
+    assert page.status_code == 400 and "No entries match; nothing to do." in text
+    assert f'<a href="/jobs/{closing}">Back to the page you were on</a>' in text
