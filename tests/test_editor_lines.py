@@ -75,6 +75,15 @@ def test_the_editor_marks_the_failing_line_in_its_gutter_and_lists_it_beside(app
     assert 'data-failing-lines=""' in fragment and "data-goto-line" not in fragment
 
 
+
+def test_the_confirmation_names_the_failing_line_without_a_button_that_does_nothing(app, nats_server):
+    """"Line 11" on the plain Republish confirmation was a button with no editor to put a cursor in."""
+    operator = support.logged_in(app, "operator")
+    entry_id = support.dead_letter(app, 1, payload=ORIGINAL)
+    page = operator.get(f"/entries/{entry_id}/republish?version=1").get_data(as_text=True)
+    assert "data-goto-line" not in page and re.search(r"<li>Line \d+:", page)
+
+
 def _done(response) -> str:
     """The sentence the page shows in its status region."""
     page = html.unescape(response.get_data(as_text=True))

@@ -212,7 +212,7 @@ def validate(entry_id: int):
     """The editor's live check (an htmx fragment): schema errors and the diff from the original."""
     entry = entry_to_act_on(entry_id)
     encoding = "base64" if request.form.get("encoding") == "base64" else "text"
-    return render_block("edit.html", "check", entry=entry,
+    return render_block("edit.html", "check", entry=entry, editing=True,
                         check=check_payload(entry, request.form.get("payload", ""), encoding))
 
 
