@@ -287,6 +287,17 @@ def test_the_group_page_shows_state_actions_notes_activity_counts_and_newest_ent
     # Without the CSRF token nothing changes.
     refused = operator.post(f"/groups/{group}/state", data={"version": "2", "state": "open"})
     assert refused.status_code in (400, 403) and group_row(engine, group).state == "investigating"
+    # A change refused is the group's page again, with why and what was typed (a page of its own
+    # lost both): a stale version, and a duration that is none.
+    stale = operator.post(f"/groups/{group}/state", data={"csrf_token": token, "version": "1", "state": "resolved",
+                                                          "resolved_in": "v2.4.1"})
+    text = stale.get_data(as_text=True)
+    assert stale.status_code == 409 and "The group changed since you saw it" in text
+    assert 'value="v2.4.1"' in text and "operator-user" in text  # who changed it, in its activity
+    bad = operator.post(f"/groups/{group}/state", data={"csrf_token": token, "version": "2", "state": "ignored",
+                                                        "until": "tomorrow"})
+    assert bad.status_code == 400 and 'name="until"' in bad.get_data(as_text=True)
+    assert 'value="tomorrow"' in bad.get_data(as_text=True) and group_row(engine, group).state == "investigating"
     viewer = support.logged_in(offline_app, "viewer")
     seen = viewer.get(f"/groups/{group}").get_data(as_text=True)
     assert "Assign to me" not in seen and "bold" in seen

@@ -13,7 +13,7 @@ from typing import Any
 from flask import Blueprint, jsonify, render_template, request, url_for
 
 from ..access import visible
-from ..actions.triage import add_note, change_state, parse_state_change
+from ..actions.triage import GroupConflict, add_note, change_state, parse_state_change
 from ..entries.filters import EntryFilter
 from ..entries.groups import Group
 from ..errors import InvalidRequest
@@ -22,6 +22,7 @@ from ..times import utcnow
 from . import current_runtime, params
 from .auth import actor_name, requires
 from .data import current_reader, list_fields
+from .errors import status_of
 from .presenters.charts import build_chart, chart_bounds, describe_size
 from .presenters.rows import snippet
 from .responses import after_post
@@ -68,6 +69,11 @@ def group_json(found: Group, activity: list[dict] | None = None) -> dict[str, An
 def group_page(group_id: int):
     """A failure group: its label and key, state with its actions, notes and activity, the trend
     at a resolution that fits its span, its counts, who is involved, its newest entries."""
+    return _group_page(group_id)
+
+
+def _group_page(group_id: int, *, state_error: str | None = None, kept: Any = None, status: int = 200):
+    """The group's page; with ``state_error``, a state change refused, the form's values ``kept``."""
     rt, reader = current_runtime(), current_reader()
     data = group_data(group_id)
     found: Group = data["group"]
@@ -82,7 +88,7 @@ def group_page(group_id: int):
         bar_size=describe_size(chart.bar_size) if chart.bars else "",
         involved=visible.group_involved(reader, rt.store, group_id), newest=newest.entries,
         more=newest.next_cursor is not None, filter_args=found.filter_args(), snippet=snippet,
-        notes=[a for a in data["activity"] if a["text"]])
+        notes=[a for a in data["activity"] if a["text"]], state_error=state_error, kept=kept or {}), status
 
 
 def group_version(raw: Any) -> int:
@@ -105,9 +111,14 @@ def _form_body() -> dict[str, Any]:
 def group_state_form(group_id: int):
     """A state change from the group's page (the version seen rides in the form)."""
     visible.group_to_change(current_reader(), current_runtime().store, group_id)
-    change = parse_state_change(_form_body(), utcnow())
-    change_state(current_runtime().engine, group_id, group_version(request.form.get("version")), change,
-                 actor=actor_name())
+    try:
+        change = parse_state_change(_form_body(), utcnow())
+        change_state(current_runtime().engine, group_id, group_version(request.form.get("version")), change,
+                     actor=actor_name())
+    except (InvalidRequest, GroupConflict) as exc:
+        # The group's page again, as it is now (who changed it shows in its activity), with why
+        # and what was typed: a page of its own lost both ("tomorrow", a release's name).
+        return _group_page(group_id, state_error=str(exc), kept=request.form, status=status_of(exc))
     return after_post(url_for("groups.group_page", group_id=group_id))
 
 
