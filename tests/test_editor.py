@@ -263,3 +263,18 @@ def test_a_declared_compressed_payload_not_read_here_is_not_validated_rather_tha
     verdict = support.logged_in(app, "operator").get(f"/api/entries/{entry_id}").get_json()["current_schema"]
     assert verdict["valid"] is None and verdict["errors"] == []
     assert verdict["error"].startswith(f"Not validated: the payload is compressed (Content-Encoding: {encoding})")
+
+
+def test_an_edit_refused_because_the_entry_changed_shows_the_edit_not_sent(app, nats_server):
+    """The conflict page offered only "Back to entry N as it is now": the edit was lost."""
+    operator = support.logged_in(app, "operator")
+    entry_id = support.dead_letter(app, 1, payload=ORIGINAL)
+    token = support.csrf_token(operator, f"/entries/{entry_id}/edit")
+    assert operator.post(f"/entries/{entry_id}/close", data={"version": "1", "csrf_token": token}).status_code == 303
+    edit = '{"order_id": "o-1", "customer_id": "c-43 <b>"}'
+    refused = operator.post(f"/entries/{entry_id}/republish", data={"version": "1", "payload": edit, "encoding": "text",
+                                                                    "csrf_token": token})
+    text = refused.get_data(as_text=True)
+    assert refused.status_code == 409 and "<h2>Your edit, not sent</h2>" in text
+    assert edit in html.unescape(text) and "c-43 <b>" not in text  # shown, as text
+    assert f'href="/entries/{entry_id}/edit">Edit entry {entry_id} as it is now</a>' in text
