@@ -219,3 +219,24 @@ def test_a_message_the_parse_cannot_read_is_kept_apart_before_any_write(engine, 
     assert notes[0].startswith("The dashboard could not read this message as it came (TypeError: an error the parse")
     assert entries(engine)[3].original_subject == "orders.c"
     assert "DLQ sequence 2 kept apart: its headers could not be read" in caplog.text
+
+
+@pytest.mark.both_databases
+def test_a_message_whose_headers_cannot_be_written_out_either_says_where_they_are(engine, monkeypatch):
+    from dlq_dashboard.ingest import writes
+
+    def unreadable(**fields):
+        if fields["headers"] is not None:
+            raise TypeError("an error the parse did not foresee")
+        return real(**fields)
+
+    def unwritable(headers):
+        raise ValueError("not written out")
+
+    real = writes.entry_from_dlq_message
+    monkeypatch.setattr(writes, "entry_from_dlq_message", unreadable)
+    monkeypatch.setattr(writes, "normalize_headers", unwritable)
+    assert ingest_dlq_batch(engine, "DLQ", "e1", batch(["orders.a"]), after=0) == 1
+    kept = entries(engine)[1]
+    assert (kept.headers, kept.payload) == ("{}", b'{"n": 1}')
+    assert json.loads(kept.notes)[1] == "Its headers could not be stored: they are in the DLQ stream, DLQ sequence 1."

@@ -7,7 +7,6 @@ msgId, so the stream is searched for it first (stored.py).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import timedelta
 
@@ -65,7 +64,7 @@ def recover_pending(rt: ActionContext, *, older_than: float = 0.0, first: bool =
             try:
                 found = bridge.call(lambda: find_stored_many(bridge.js, intents),
                                     rt.settings.request_timeout + SEARCH_SECONDS)
-            except (NatsUnavailable, nats.errors.Error, asyncio.TimeoutError, TimeoutError) as exc:
+            except (NatsUnavailable, nats.errors.Error, TimeoutError) as exc:  # asyncio's is this one
                 log.warning("%d republishes are still waiting for NATS: %s", len(intents), exc)
                 continue
             stored = [(intent, found[intent.msg_id]) for intent in intents if intent.msg_id in found]

@@ -54,11 +54,12 @@ def reason_of(exc: BaseException) -> str:
     return f"{type(getattr(exc, 'orig', None) or exc).__name__}: {first}"[:500]
 
 
-def kept_apart(row: dict, exc: BaseException, *, bare: bool = False, unread: bool = False) -> dict:
+def kept_apart(row: dict, exc: BaseException, *, bare: bool = False, unread: bool = False,
+               headers_lost: bool = False) -> dict:
     """``row`` (an entry's column values, parse.py) as the entry of a message the database refused
     (``unread``: that the parse could not read, writes.dlq_rows): the columns read from its headers
     left empty, a note saying why. ``bare``: its headers and payload left in the stream too (the
-    second step)."""
+    second step; ``headers_lost``: its headers could not be written out, its payload is kept)."""
     kept = dict(row)
     for name in FROM_HEADERS:
         kept[name] = None
@@ -73,6 +74,9 @@ def kept_apart(row: dict, exc: BaseException, *, bare: bool = False, unread: boo
         kept["payload"] = b""
         kept["payload_available"] = False
         notes.append(f"Its headers and payload could not be stored either: they are in the DLQ stream, {where}.")
+    elif headers_lost:
+        kept["headers"] = "{}"
+        notes.append(f"Its headers could not be stored: they are in the DLQ stream, {where}.")
     else:
         notes.append(f"Its headers, as stored below, are as it came; the DLQ stream holds it at {where}.")
     kept["notes"] = json.dumps(notes, ensure_ascii=False)

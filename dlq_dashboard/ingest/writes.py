@@ -116,7 +116,7 @@ def _parsed(stream: str, epoch: str, m: StreamMessage, now: datetime) -> dict:
         try:
             row["headers"] = json.dumps(normalize_headers(m.headers))
         except Exception:  # noqa: BLE001 - the headers are in the stream; the note says where
-            pass
+            return kept_apart(row, exc, unread=True, headers_lost=True)
         return kept_apart(row, exc, unread=True)
 
 
@@ -233,15 +233,15 @@ def _row_or_kept_apart(conn: Connection, row: dict, new_groups: set[int] | None,
         written, refusal = _first_accepted(conn, new_groups, [
             write(lambda _: row), write(lambda refusal: kept_apart(row, refusal)),
             write(lambda refusal: kept_apart(row, refusal, bare=True))])
-    except Refused as refused:
+    except AllRefused as refused:
         raise refused.first
     if refusal is not None:
         log.warning("%s sequence %s kept apart: %s", row["dlq_stream"], row["dlq_seq"], reason_of(refusal))
     return written
 
 
-class Refused(Exception):
-    """Every try of ``_first_accepted`` was refused; ``first`` is the first refusal."""
+class AllRefused(Exception):
+    """Every try of ``_first_accepted`` was refused by the database; ``first`` is the first refusal."""
 
     def __init__(self, first: BaseException):
         super().__init__(str(first))
@@ -252,7 +252,7 @@ def _first_accepted(conn: Connection, new_groups: set[int] | None, tries: list[C
     """Each of ``tries`` in turn, in a savepoint, until the database accepts one: (its result, the
     first refusal or None). A try is given the set of groups it may fill (merged into
     ``new_groups`` only if accepted: a savepoint rolled back makes no group) and the first
-    refusal. A refusal for the database's state raises at once; every try refused raises Refused."""
+    refusal. A refusal for the database's state raises at once; every try refused raises AllRefused."""
     refusal = None
     for attempt in tries:
         groups = set() if new_groups is not None else None
@@ -267,7 +267,7 @@ def _first_accepted(conn: Connection, new_groups: set[int] | None, tries: list[C
         if new_groups is not None:
             new_groups |= groups
         return result, refusal
-    raise Refused(refusal)
+    raise AllRefused(refusal)
 
 
 def _group_of(row: dict) -> tuple[str, str, str]:
@@ -410,7 +410,7 @@ def _write_advisories(engine: Engine, stream: str, epoch: str, items: list, last
 
             try:
                 (one, counts), _ = _first_accepted(conn, new_groups, [store(fetched), store(None)])
-            except Refused as refused:
+            except AllRefused as refused:
                 log.warning("%s: advisory %s (%s sequence %s) skipped, the database refused it: %s", stream,
                             advisory.id, advisory.stream, advisory.stream_seq, reason_of(refused.first))
                 continue
