@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 
@@ -18,15 +19,32 @@ def parse_time(raw: str | None) -> datetime | None:
     try:
         if raw[-1:] == "Z" and raw[-2:-1].isdigit() and raw[10:11] == "T":
             # The usual form (UTC, "Z"), read without the aware value and its conversion.
-            parsed = datetime.fromisoformat(raw[:-1])
+            parsed = _iso(raw[:-1])
             if parsed.tzinfo is None:
                 return parsed
-        parsed = datetime.fromisoformat(raw.strip())
+        parsed = _iso(raw.strip())
         if parsed.tzinfo is None:
             return parsed
         return parsed.astimezone(timezone.utc).replace(tzinfo=None)
     except (ValueError, OverflowError):  # OverflowError: year 1 or 9999 moved across midnight
         return None
+
+
+#: A leap second's seconds field (RFC 3339 section 5.7: "23:59:60Z").
+_LEAP = re.compile(r"(?<=[Tt ]\d\d:\d\d:)60(?=[.,Zz+-]|$)")
+
+
+def _iso(raw: str) -> datetime:
+    """``datetime.fromisoformat`` with what RFC 3339 also allows: a lowercase ``t`` and ``z``
+    (section 5.6's note) and a leap second, read as the last microsecond of its minute (Python's
+    times have no 60th second; the order among the minute's times is kept)."""
+    try:
+        return datetime.fromisoformat(raw)
+    except ValueError:
+        fixed = raw.upper()
+        leap = _LEAP.search(fixed) is not None
+        parsed = datetime.fromisoformat(_LEAP.sub("59", fixed) if leap else fixed)
+        return parsed.replace(microsecond=999_999) if leap else parsed
 
 
 def format_time(value: datetime | None) -> str | None:

@@ -186,6 +186,17 @@ def test_a_failed_at_time_reads_as_the_general_rfc_3339_reading(raw):
     assert parse_time(raw) == general(raw)
 
 
+def test_a_failed_at_time_in_lowercase_or_on_a_leap_second_is_read():
+    """RFC 3339 allows a lowercase "t" and "z" (section 5.6) and a 60th second (5.7): both are read,
+    the leap second as the last microsecond of its minute."""
+    assert parse_time("2026-11-29t10:00:00.5z") == datetime(2026, 11, 29, 10, 0, 0, 500000)
+    assert parse_time("2026-12-31T23:59:60Z") == datetime(2026, 12, 31, 23, 59, 59, 999999)
+    assert parse_time("2016-12-31t23:59:60.5+00:00") == datetime(2016, 12, 31, 23, 59, 59, 999999)
+    assert entry({"Dlq-Failed-At": "2026-11-29t10:00:00z"})["failed_at"] == datetime(2026, 11, 29, 10)
+    for wrong in ("2026-12-31T23:60:00Z", "2026-12-31T23:59:61Z", "2026-12-31T24:00:60Z"):
+        assert parse_time(wrong) is None, wrong
+
+
 def _entry(headers):
     now = datetime(2026, 12, 1)
     return entry_from_dlq_message(stream="DLQ", epoch="e", seq=1, headers=headers, payload=b"{}", stored_at=now,
