@@ -98,7 +98,9 @@ def test_a_compressed_payload_is_shown_decompressed_with_its_fields_marked():
         assert view.note == f"The payload is compressed ({compressed}); shown decompressed, 41 bytes."
     # Not asked (no header, no gzip bytes), or not decompressing: the bytes as they are.
     assert view_payload(gzip.compress(document)).kind == "hex"
-    assert view_payload(b"\x1f\x8b not gzip", True, (), "gzip bytes").note == "The payload is not UTF-8 text; shown as bytes."
+    assert view_payload(b"\x1f\x8b not gzip", True, (), "gzip bytes").note == (
+        "The payload starts as gzip data does but does not decompress: shown as stored. "
+        "The payload is not UTF-8 text; shown as bytes.")
 
 
 def test_a_decompressed_payload_stops_at_the_text_limit_and_says_where_its_data_ends_early():
@@ -109,3 +111,16 @@ def test_a_decompressed_payload_stops_at_the_text_limit_and_says_where_its_data_
     cut = view_payload(gzip.compress(b'{"order_id": "o-1"}')[:20], True, (), "gzip bytes")
     assert cut.kind == "text" and cut.text and not cut.truncated
     assert cut.note == f"The payload is compressed (gzip bytes); shown decompressed, {len(cut.text)} bytes before its compressed data ends early."
+
+
+def test_a_payload_said_to_be_compressed_that_does_not_decompress_is_shown_as_stored_saying_so():
+    """A Content-Encoding header the bytes do not bear out is flagged: the payload is shown as it is
+    stored, saying so (gzip's first bytes on data that is not gzip: the test above)."""
+    plain = b'{"order_id": "o-1"}'
+    view = view_payload(plain, True, ["/order_id"], "Content-Encoding: gzip")
+    assert view.kind == "json" and view.found == {"/order_id"}
+    assert view.note == ("The payload is said to be compressed (Content-Encoding: gzip) but does not decompress "
+                         "as gzip or zlib data: shown as stored.")
+    brotli = view_payload(b"\x8b\x02\x80", True, (), "Content-Encoding: br")
+    assert brotli.kind == "hex" and brotli.note.startswith(
+        "The payload is compressed (Content-Encoding: br), which is not decompressed here: shown as stored.")

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ...unpacking import UNPACK_LIMIT, decompress
+from ...unpacking import GZIP_BYTES, READABLE, UNPACK_LIMIT, decompress
 
 # Beyond these the page shows the start and offers the whole payload as a download.
 TEXT_LIMIT = 256 * 1024
@@ -74,6 +74,12 @@ def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str]
         shown.size = size
         shown.note = f"{said} {shown.note}" if shown.note else said
         return shown
+    if compressed:
+        # Declared compressed, but not gzip or zlib data: the header and the bytes disagree (or
+        # the encoding is one not read here). Shown as stored, saying so.
+        shown, said = view_payload(payload, pointers=pointers), _undecompressed(compressed)
+        shown.note = f"{said} {shown.note}" if shown.note else said
+        return shown
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError:
@@ -94,6 +100,16 @@ def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str]
         return PayloadView("text", size, text=text, note="The payload nests too deeply to be laid out.")
     found = {p for p, i in order.items() if any(s.mark == i for s in segments)}
     return PayloadView("json", size, segments=_merge(segments), found=found)
+
+
+def _undecompressed(compressed: str) -> str:
+    """Why a payload said to be compressed (compression_of) is shown as stored."""
+    if compressed == GZIP_BYTES:
+        return "The payload starts as gzip data does but does not decompress: shown as stored."
+    if compressed.split(": ", 1)[-1].lower() in READABLE:
+        return (f"The payload is said to be compressed ({compressed}) but does not decompress as gzip or zlib "
+                "data: shown as stored.")
+    return f"The payload is compressed ({compressed}), which is not decompressed here: shown as stored."
 
 
 class _Printer:
