@@ -204,11 +204,16 @@ def filled(rule, world, which: str) -> str | None:
     return path
 
 
-def variants(world) -> list[dict]:
-    """The query strings every URL is read with: none, and every filter that could reach outside."""
-    return [{}, {"status": ""}, {"subject": "billing.>"}, {"q": "refused"}, {"group": world["groups"]["outside"]},
-            {"group": world["groups"]["inside"]}, {"entry": world["outside"][1]}, {"job": world["jobs"]["outside"]},
-            {"fold": "0"}, {"state": "done"}]
+def variants(world, rule) -> list[dict]:
+    """The query strings every URL is read with: none, and every filter that could reach outside
+    (a bulk preview's too: it selects by them, by=filter)."""
+    found = [{}, {"status": ""}, {"subject": "billing.>"}, {"q": "refused"}, {"group": world["groups"]["outside"]},
+             {"group": world["groups"]["inside"]}, {"entry": world["outside"][1]}, {"job": world["jobs"]["outside"]},
+             {"fold": "0"}, {"state": "done"}]
+    if rule.rule == "/bulk/preview":  # each filter as the selection of a close, then of a republish
+        return [{"by": "filter", "action": "close", **args} for args in found] + \
+            [{"by": "filter", "action": "republish", "status": ""}, {"ids": f"{world['outside'][0]}:1"}]
+    return found
 
 
 def _get(reader, url: str, htmx: bool = False):
@@ -233,7 +238,7 @@ def test_no_get_route_tells_a_scoped_reader_of_an_outside_entry(app, world, who)
             continue
         for which in ("inside", "outside") if rule.arguments else ("",):
             path = filled(rule, world, which) if which else rule.rule
-            for args in variants(world):
+            for args in variants(world, rule):
                 url = f"{path}?{urlencode(args)}" if args else path
                 for htmx in (False, True):
                     response = _get(reader, url, htmx)

@@ -97,12 +97,14 @@ def api_cancel_job(job_id: int):
 
 # --- pages ---------------------------------------------------------------------------------------
 
-@bp.route("/bulk/preview", methods=["POST"])
+@bp.route("/bulk/preview", methods=["GET", "POST"])
 @requires("operator")
 def bulk_preview():
-    """How many entries a bulk action would take, before it starts."""
+    """How many entries a bulk action would take, before it starts. The list's and the groups'
+    forms ask by GET (params.bulk_form); a POST is answered the same."""
     rt = current_runtime()
-    action = request.form.get("action", "republish")
+    form = params.bulk_form()
+    action = form.get("action", "republish")
     if action == "patch":
         return _patch_preview()
     if action == "repair":
@@ -123,7 +125,7 @@ def bulk_preview():
         if action == "republish" and items else None
     return render_template("job.html", preview=True, action=action, items=items.ids[:PREVIEW_ROWS].tolist(),
                            summary=summary, targets=targets, more_subjects=max(len(subjects) - len(targets), 0),
-                           refusals=refusals, selection=selection, form=request.form,
+                           refusals=refusals, selection=selection, form=form,
                            error=error, job=None), \
         (400 if error else 200)
 
@@ -156,7 +158,7 @@ def bulk_create():
 def _patch_page(*, error: str | None = None, status: int = 200, summary: dict | None = None,
                 preview: dict | None = None):
     """The patch form: the selection, the patch and the option; with the preview once a patch is given."""
-    form = request.form
+    form = params.bulk_form()
     # The option is on unless the form that brought the patch said otherwise.
     only_valid = flag(form.get("only_valid"), "only_valid") if "patch" in form else True
     return render_template("bulk_patch.html", form=form, error=error, summary=summary or {}, preview=preview,
@@ -171,9 +173,10 @@ def _patch_preview():
                                       **{**params.form_selection(), "only_valid": False})
         if not items:
             raise JobError("No entries match; nothing to do.")
-        if "patch" not in request.form:  # arrived from the list or a group: the form first
+        form = params.bulk_form()
+        if "patch" not in form:  # arrived from the list or a group: the form first
             return _patch_page(summary=summary)
-        ops = parse_patch(request.form.get("patch"))
+        ops = parse_patch(form.get("patch"))
     except DashboardError as exc:
         return _patch_page(error=str(exc), status=status_of(exc), summary=summary)
     preview = preview_patch(rt, ops, items.ids)

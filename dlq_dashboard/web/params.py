@@ -292,9 +292,15 @@ def form_filter(form: Mapping[str, str]) -> dict[str, str]:
     return {k: form[k] for k in form if form.get(k) and filter_of(k) is not None}
 
 
+def bulk_form() -> Mapping[str, str]:
+    """What a bulk form sent: a preview arrives by GET (nothing is written until Start, and Back
+    from the job's page opens it again), the job's Start by POST."""
+    return request.form if request.method == "POST" else request.args
+
+
 def form_selection() -> dict[str, Any]:
     """A bulk form's selection: the checked rows (``ids``) or the list's filters (``by=filter``)."""
-    form = request.form
+    form = bulk_form()
     if form.get("by") == "filter":
         return bulk_selection({"filter": form_filter(form), "only_valid": form.get("only_valid"),
                                "upto": form.get("upto")})

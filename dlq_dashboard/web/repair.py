@@ -98,15 +98,15 @@ def _preview(selection: dict) -> tuple[dict, dict]:
 
 
 def bulk_repair_page(*, error: str | None = None, status: int | None = None):
-    """The preview page of a repair job (POST /bulk/preview with action=repair), and the page
-    again with the reason when its job cannot start."""
+    """The preview page of a repair job (/bulk/preview with action=repair), and the page again
+    with the reason when its job cannot start."""
     summary, preview = {}, None
     if error is None:
         try:
             summary, preview = _preview(params.form_selection())
         except DashboardError as exc:
             error, status = str(exc), status_of(exc)
-    return render_template("bulk_repair.html", form=request.form, error=error, summary=summary,
+    return render_template("bulk_repair.html", form=params.bulk_form(), error=error, summary=summary,
                            preview=preview), status or (400 if error else 200)
 
 

@@ -1,0 +1,36 @@
+"""In Debian's Chromium: Back from a bulk job's page to its preview, the way a person checks what
+they started."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import expect
+
+from dlq_dashboard.runtime import runtime_of
+
+from .demo_entries import store_demo_entries
+from . import support
+
+
+def test_back_from_a_started_job_shows_its_preview_again_not_a_resubmission_error(app, live_server, page):
+    store_demo_entries(runtime_of(app).engine, 12)
+    support.sign_in(page, live_server, app, "operator")
+    page.goto(f"{live_server}/?subject=orders.*")
+    matching = page.locator("form.bulk-matching")
+    matching.get_by_role("combobox").select_option("close")
+    matching.get_by_role("button", name="Preview for all matching").click()
+    expect(page.get_by_role("button", name="Start")).to_be_visible()
+    closing = int(page.locator("main p strong").first.inner_text().replace(",", ""))
+    assert closing > 0
+    preview_url = page.url
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_url(re.compile(r"/jobs/\d+"))
+    expect(page.locator(".job-state")).to_contain_text(f"Finished: {closing} done", timeout=20_000)
+    page.go_back()  # Chromium refused with ERR_CACHE_MISS while the preview was a POST's answer
+    assert page.url == preview_url
+    # The preview asked again: what the filters take now (the job closed them all).
+    expect(page.locator("h1")).to_have_text("Bulk close: preview")
+    expect(page.get_by_role("alert")).to_have_text("No entries match; nothing to do.")
+    page.go_forward()
+    expect(page.locator(".job-state")).to_contain_text(f"Finished: {closing} done")
