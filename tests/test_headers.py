@@ -28,8 +28,35 @@ blocks = st.lists(st.sampled_from(PIECES), max_size=40).map(b"".join)
 @example(b"caf\xc3\xa9: name not ASCII\r\nv: caf\xc3\xa9\r\nbad: \xff\r\n")
 @example(b"lone: cr\rx: y\r\nlone: lf\nz: w\r\n")
 @example(b"sep\x1c: x\r\nnul\x00: y\r\n")
-def test_any_block_reads_as_nats_py_reads_it(block):
-    assert headers.parse_header_lines(block) == NatsClient._parse_header_lines(block)
+def test_any_block_reads_as_nats_py_reads_it_and_what_it_leaves_out_is_said(block):
+    ours = headers.parse_header_lines(block)
+    unread = ours.pop(headers.UNREAD, None)
+    assert ours == NatsClient._parse_header_lines(block)
+    # What nats-py leaves out: each line it reads as no header on its own; what it changes: a
+    # value it kept that is not UTF-8. Each is said, and nothing when there is neither.
+    lines = [line for line in block.split(b"\r\n") if line]
+    left_out = [line for line in lines if not NatsClient._parse_header_lines(line)]
+    changed = any(not _utf8(line.partition(b":")[2]) for line in lines if NatsClient._parse_header_lines(line))
+    said = unread.split("; ") if unread else []
+    assert len(said) == len(left_out) + changed, (said, left_out, changed)
+    assert ("bytes of values that are not UTF-8 were read as U+FFFD" in said) == changed
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_a_block_off_the_usual_form_says_which_lines_were_not_read():
+    block = b"A: 1\r\ngarbage line\r\nZo\xc3\xab: x\r\nBad Name: y\r\nC: \xff\r\n" + b"x" * 200 + b"\r\n"
+    assert headers.parse_header_lines(block) == {"A": "1", "C": "\ufffd", headers.UNREAD: (
+        "line 2 has no colon ('garbage line'); line 3's name is not ASCII ('Zoë: x'); line 4's name holds a "
+        f"blank ('Bad Name: y'); line 6 has no colon ('{'x' * 80}'…); bytes of values that are not UTF-8 were "
+        "read as U+FFFD")}
+    assert headers.UNREAD not in headers.parse_header_lines(b"A: 1\r\nB:2\r\n C :\t3 \r\n")
 
 
 def test_the_bridge_and_a_real_server_deliver_the_headers_nats_py_delivers(nats_server, settings):

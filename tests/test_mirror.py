@@ -141,6 +141,42 @@ def test_bad_input_is_stored_and_served_and_never_stalls_the_mirror(app, nats_se
     assert by_seq[len(BAD_INPUTS) + 1]["original_subject"] == "good.one"
 
 
+async def _publish_raw_blocks(url: str, messages: list[tuple[str, bytes, bytes]]) -> None:
+    """Each (subject, header block, payload) as the NATS protocol's HPUB sends it, byte for byte:
+    blocks no client library writes (a line without a colon, a name that is not ASCII)."""
+    host, port = url.removeprefix("nats://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    await reader.readline()  # INFO
+    writer.write(b'CONNECT {"verbose":false,"headers":true,"pedantic":false}\r\n')
+    for subject, block, payload in messages:
+        writer.write(b"HPUB %s %d %d\r\n%s%s\r\n" % (subject.encode(), len(block), len(block) + len(payload),
+                                                      block, payload))
+    writer.write(b"PING\r\n")
+    await writer.drain()
+    while (line := await asyncio.wait_for(reader.readline(), 10)) != b"PONG\r\n":
+        assert not line.startswith(b"-ERR"), line
+    writer.close()
+
+
+def test_header_lines_that_cannot_be_read_are_said_on_the_entry_not_dropped_without_a_word(app, nats_server, tokens):
+    contract = b"Dlq-Original-Subject: orders.created\r\nDlq-Reason: fatal\r\n"
+    blocks = [b"NATS/1.0\r\n" + contract + b"no colon at all\r\nZo\xc3\xab: name\r\nX-Bytes: \xff\r\n\r\n",
+              b"NATS/1.0\r\n" + contract + b"\r\n"]
+    support.run(_publish_raw_blocks(nats_server.url, [("dlq.raw", block, b"{}") for block in blocks]))
+    client = app.test_client()
+    entries = support.wait_for(lambda: (lambda e: e if len(e) == 2 else None)(api_entries(client, tokens["viewer"])),
+                               message="both messages as entries")
+    odd, plain = sorted(entries, key=lambda e: e["dlq_seq"])
+    assert (odd["original_subject"], odd["reason"]) == ("orders.created", "fatal")
+    assert odd["headers"] == {"Dlq-Original-Subject": ["orders.created"], "Dlq-Reason": ["fatal"],
+                              "X-Bytes": ["\ufffd"]}
+    assert odd["notes"] == ["Some header lines could not be read as they came (line 3 has no colon ('no colon at "
+                            "all'); line 4's name is not ASCII ('Zoë: name'); bytes of values that are not UTF-8 "
+                            "were read as U+FFFD); the stream holds the message as it came."]
+    assert plain["notes"] == [] and plain["headers"] == {"Dlq-Original-Subject": ["orders.created"],
+                                                         "Dlq-Reason": ["fatal"]}
+
+
 @pytest.mark.slow
 def test_ten_thousand_messages_become_ten_thousand_entries(app, nats_server):
     support.run(support.publish_fast(nats_server.url, "dlq.bulk", 10_000,

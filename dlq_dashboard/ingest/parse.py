@@ -18,6 +18,7 @@ import orjson
 
 from dlq_consumer import headers as contract
 
+from ..nats.headers import UNREAD
 from ..nats.streams import ADVISORY_PREFIX
 from ..times import parse_time
 from .grouping import group_key, schema_key
@@ -37,10 +38,17 @@ H_REPLAY_OF = contract.REPLAY_OF.lower()
 H_NATS_MSG_ID = contract.NATS_MSG_ID.lower()
 
 
-def normalize_headers(headers: Mapping[str, Any] | None) -> dict[str, list[str]]:
-    """Headers as name -> list of values, names as given (nats-py keeps one value a name)."""
+def normalize_headers(headers: Mapping[str, Any] | None, notes: list[str] | None = None) -> dict[str, list[str]]:
+    """Headers as name -> list of values, names as given (nats-py keeps one value a name). What
+    reading the header block left out or changed (nats/headers.py UNREAD) is not a header: it is
+    a note, added to ``notes``."""
     result: dict[str, list[str]] = {}
     for name, value in (headers or {}).items():
+        if name == UNREAD:
+            if notes is not None:
+                notes.append(f"Some header lines could not be read as they came ({value}); the stream holds the "
+                             "message as it came.")
+            continue
         values = value if isinstance(value, list) else [value]
         result.setdefault(str(name), []).extend(str(v) for v in values)
     return result
@@ -223,6 +231,9 @@ def entry_from_dlq_message(
     stored_at: datetime | None, received_at: datetime,
 ) -> dict[str, Any]:
     """Turn one DLQ-stream message into the column values of an entry."""
+    notes: list[str] = []
+    if headers and UNREAD in headers:  # lines the block's reading left out: said, not kept as a header
+        headers = normalize_headers(headers, notes)
     # This runs for every mirrored message: nats-py hands over one string a name, so the
     # common case skips the general normalisation.
     if headers and all(type(v) is str for v in headers.values()):
@@ -235,7 +246,6 @@ def entry_from_dlq_message(
         for name, values in normalized.items():
             if values:
                 first.setdefault(name.lower(), values[0])
-    notes: list[str] = []
     if not normalized:
         notes.append("The message has no headers: it was not dead-lettered by the contract.")
     headers_json = orjson.dumps(normalized).decode()

@@ -472,7 +472,7 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
     now = utcnow()
     notes = []
     error = _advisory_error(advisory)
-    headers = normalize_headers(fetched.headers if fetched else None)
+    headers = normalize_headers(fetched.headers if fetched else None, notes)
     if fetched is None:
         notes.append(missing_reason or "The source stream no longer has this message.")
     # The fetched message's subject and headers are as its producer wrote them: each kept as

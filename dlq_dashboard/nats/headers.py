@@ -13,6 +13,11 @@ answer; nats-py's ``js.get_msg`` reads that block with ``email.parser``, which t
 as ASCII and turns each byte of a non-ASCII value into U+FFFD (``Zoë 😀`` came back as
 ``Zo�� ����``). :func:`parse_header_block` reads it with :func:`parse_header_lines` instead, so a
 message read back has the headers a live delivery of it has, byte for byte.
+
+What nats-py's reading leaves out or changes without a word (a line without a colon, a name that
+is not ASCII or holds a blank, bytes that are not UTF-8, read as U+FFFD) is said under the name
+:data:`UNREAD`, which no header can have (a name holds no blank): the mirror turns it into a note
+on the entry (ingest/parse.py). Only blocks off the usual form are looked at for it.
 """
 
 from __future__ import annotations
@@ -23,15 +28,22 @@ from typing import Callable
 from nats.aio.client import Client as NatsClient
 
 
+#: The name under which a block's lines that were not read as they came are described.
+UNREAD = " unread"
+#: The most of a line that is not read that its description quotes.
+QUOTED = 80
+
+
 def parse_header_lines(raw: bytes) -> dict[str, str]:
-    """The headers of a block (the lines after ``NATS/1.0``), as nats-py's parser gives them."""
+    """The headers of a block (the lines after ``NATS/1.0``), as nats-py's parser gives them;
+    with what it left out or changed under :data:`UNREAD`."""
     try:
         text = raw.decode()
     except UnicodeDecodeError:
-        return NatsClient._parse_header_lines(raw)  # it decodes values with U+FFFD for bad bytes
+        return _noting(NatsClient._parse_header_lines(raw), raw)  # values decoded with U+FFFD for bad bytes
     lines = text.split("\r\n")
     if not "".join(lines).isprintable():
-        return NatsClient._parse_header_lines(raw)
+        return _noting(NatsClient._parse_header_lines(raw), raw)
     # The usual block ("Name: value" lines, names without blanks or colons, values not padded)
     # is split by C-level calls alone; the checks on the whole text and on the names joined say
     # that reading it line by line below would give the same.
@@ -49,6 +61,33 @@ def parse_header_lines(raw: bytes) -> dict[str, str]:
             # nats-py skips a name that is not ASCII or has whitespace inside (here: a space).
             if name.isascii() and " " not in name:
                 headers[name] = value.strip(" ")
+    return _noting(headers, raw)
+
+
+def _noting(headers: dict[str, str], raw: bytes) -> dict[str, str]:
+    """``headers`` with what reading ``raw`` left out or changed said under UNREAD (nothing
+    added when every line was read as it came). The rules are nats-py's ``_parse_header_lines``'."""
+    said, replaced = [], False
+    for number, line in enumerate(raw.split(b"\r\n"), start=1):
+        if not line:
+            continue
+        name, colon, value = line.partition(b":")
+        shown = repr(line[:QUOTED].decode(errors="replace")) + ("…" if len(line) > QUOTED else "")
+        if not colon:
+            said.append(f"line {number} has no colon ({shown})")
+        elif not name.strip().isascii():
+            said.append(f"line {number}'s name is not ASCII ({shown})")
+        elif any(c.isspace() for c in name.strip().decode()):
+            said.append(f"line {number}'s name holds a blank ({shown})")
+        elif not replaced:
+            try:
+                value.decode()
+            except UnicodeDecodeError:
+                replaced = True
+    if replaced:
+        said.append("bytes of values that are not UTF-8 were read as U+FFFD")
+    if said:
+        headers[UNREAD] = "; ".join(said)
     return headers
 
 
