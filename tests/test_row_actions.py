@@ -43,9 +43,14 @@ def test_an_operators_row_asks_first_naming_the_entry(offline_app, auth):
     text = confirm.get_data(as_text=True)
     assert confirm.status_code == 200 and f"<h1>Close entry {entry_id} (orders.created)?</h1>" in text
     assert 'name="back" value="/?status=open"' in text and 'name="csrf_token"' in text
-    # A confirmation that would lead off the site leads to the list instead.
-    text = operator.get(f"/entries/{entry_id}/row/close?back=//evil.example/").get_data(as_text=True)
-    assert 'name="back" value="/"' in text
+    # A confirmation that would lead off the site leads to the list instead, however it is spelt
+    # (a browser drops a tab and reads "\\" as "/"), both its Cancel link and where it goes after.
+    for away in ("//evil.example/", "/%09/evil.example/", "/%5C/evil.example", "/\t/evil.example", "https://evil.example/"):
+        text = operator.get(f"/entries/{entry_id}/row/close?back={away}").get_data(as_text=True)
+        assert 'name="back" value="/"' in text and "evil" not in text, away
+    form = {"csrf_token": support.csrf_token(operator, "/"), "version": "1", "back": "/\t/evil.example/x"}
+    closed_now = operator.post(f"/entries/{entry_id}/row/close", data=form)
+    assert closed_now.status_code == 303 and closed_now.headers["Location"] == "/"
     assert operator.get(f"/entries/{entry_id}/row/explode").status_code == 400
 
 

@@ -5,7 +5,7 @@ confirmation page posts and the answer leads back to the list."""
 
 from __future__ import annotations
 
-from flask import Blueprint, render_template, request, url_for
+from flask import Blueprint, render_template, request
 
 from ..access import visible
 from ..actions.close import close_entry
@@ -14,7 +14,7 @@ from ..actions.republish import republish_entry
 from ..entries.filters import EntryFilter, encode_cursor
 from ..errors import EntryNotFound, InvalidRequest
 from . import current_runtime, params
-from .auth import actor_name, requires
+from .auth import actor_name, requires, safe_next
 from .data import current_reader, entry_to_act_on, list_fields, row_context
 from .responses import after_post, htmx, render_block
 
@@ -32,9 +32,9 @@ def _action(action: str) -> str:
 
 
 def _back() -> str:
-    """Where the list was: a path of this site (the list's URL with its filters), else the list."""
-    back = (request.values.get("back") or "").strip()
-    return back if back.startswith("/") and not back.startswith(("//", "/\\")) else url_for("pages.index")
+    """Where the list was: a page of this site (the list's URL with its filters), else the list;
+    checked as a sign-in's ``next`` is (auth.safe_next: "/\t/evil" is "//evil" to a browser)."""
+    return safe_next((request.values.get("back") or "").strip())
 
 
 @bp.route("/entries/<int:entry_id>/row/<action>")
