@@ -35,9 +35,13 @@ def _entry(entry_id: int = 7, **changes) -> EntryView:
 class FakeStore:
     """The two lookups the layer makes of the store for jobs, the audit and groups."""
 
-    def __init__(self, *entries: EntryView, groups: dict | None = None):
+    def __init__(self, *entries: EntryView, groups: dict | None = None, jobs: dict | None = None):
         self.entries = {e.id: e for e in entries}
         self.groups = groups or {}
+        self.jobs = jobs or {}
+
+    def job_entry_ids(self, job_ids, per_job):
+        return {j: self.jobs[j][:per_job] for j in job_ids if j in self.jobs}
 
     def entries_by_id(self, ids):
         return {i: self.entries[i] for i in ids if i in self.entries}
@@ -70,11 +74,26 @@ def test_a_jobs_search_and_a_hidden_key_field_read_dots_to_a_viewer_in_its_json_
     job = {"id": 1, "note": "n", "patch": None, "selection_text": f"filter q={EMAIL}",
            "selection": {"filter": {"q": EMAIL, "field.Email": EMAIL, "status": "open"}}}
     before = copy.deepcopy(job)
-    shown = visible.jobs(VIEWER, [job], FIELDS)[0]
+    shown = visible.jobs(VIEWER, FakeStore(), [job], FIELDS)[0]
     assert shown["selection"]["filter"] == {"q": MASKED, "field.Email": MASKED, "status": "open"}
     assert shown["selection_text"] == f"filter q={MASKED} field.Email={MASKED} status=open"
     assert job == before
-    assert visible.jobs(Reader.of("operator", MASK), [job], FIELDS)[0]["selection"]["filter"]["q"] == EMAIL
+    assert visible.jobs(Reader.of("operator", MASK), FakeStore(), [job], FIELDS)[0]["selection"]["filter"]["q"] == EMAIL
+
+
+def test_a_jobs_note_is_masked_with_the_values_its_entries_hide_in_the_job_and_its_audit_record():
+    """The note a bulk job was started with is each entry's close note too (masked there with the
+    entry's values): the job's page, its JSON, the jobs' list and its own audit record mask it so."""
+    job = {"id": 3, "note": f"asked by {EMAIL} about card 4111", "patch": None, "selection_text": "1 selected entry",
+           "selection": {"ids": 1}}
+    store = FakeStore(_entry(), jobs={3: [7]})
+    assert visible.jobs(VIEWER, store, [job], FIELDS)[0]["note"] == f"asked by {MASKED} about card {MASKED}"
+    assert visible.job(VIEWER, store, {**job, "items": []}, FIELDS)["note"] == f"asked by {MASKED} about card {MASKED}"
+    record = {"id": 2, "entry_id": None, "job_id": 3, "action": "bulk_close", "note": job["note"], "error": None,
+              "detail": {"ids": 1}}
+    assert visible.audit(VIEWER, store, {"actions": [record], "next_cursor": None}, FIELDS)["actions"][0]["note"] == \
+        f"asked by {MASKED} about card {MASKED}"
+    assert visible.jobs(Reader.of("operator", MASK), store, [job], FIELDS)[0]["note"] == job["note"]
 
 
 def test_a_job_items_result_is_masked_with_its_entrys_values_and_the_patchs():

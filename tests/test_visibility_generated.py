@@ -21,6 +21,7 @@ from sqlalchemy import select
 from dlq_dashboard.accounts import create_token
 from dlq_dashboard.alerts.outbox import AlertRule
 from dlq_dashboard.db.models import Alert, Entry
+from dlq_dashboard.entries.saved_views import save_view, share_view
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
@@ -108,8 +109,8 @@ def world(app, nats_server):
                        {"op": "replace", "path": "/shipping/city", "value": "x"}]},
             # A republish the schema refuses: the refusal quotes the card.
             {"action": "republish", "ids": [ids[1]]},
-            # A close by a search for the email.
-            {"action": "close", "filter": {"q": EMAIL}, "note": "tidied"},
+            # A close by a search for the email, its note quoting it (the job's and its audit record's).
+            {"action": "close", "filter": {"q": EMAIL}, "note": f"tidied: {EMAIL} called"},
             # A repair by the schema of the entries by the masked field (its reasons name places).
             {"action": "repair", "filter": {"field.Email": EMAIL, "status": "any"}}):
         answer = operator.post("/api/bulk", json=body, headers=auth)
@@ -125,6 +126,11 @@ def world(app, nats_server):
         answer = operator.post(f"/api/groups/{group_id}/state", headers=auth, json={
             "version": 1, "state": "investigating", "assignee": "ops", "note": f"card {CARD} via {HEADER}"})
         assert answer.status_code == 200, answer.get_data(as_text=True)
+    # Shared views an admin saved by a search for the email and by the hidden key field's value:
+    # their links and filters would name them on /views and each page's views bar.
+    for name, query in (("by search", f"q={EMAIL}"), ("by key field", f"field.Email={EMAIL}")):
+        share_view(rt.engine, save_view(rt.engine, "world-admin", name, "list", urlencode(dict([query.split("=")])),
+                                        utcnow()).id, True)
     # A list row's actions (/entries/<id>/row/<action>): the confirmation of each.
     return {"entry_id": sorted(ids.values()), "job_id": jobs, "group_id": groups, "action": ["republish", "close"]}
 

@@ -346,19 +346,33 @@ def selection(reader: Reader, chosen: Mapping[str, Any], fields: tuple[KeyField,
     return shown
 
 
-def jobs(reader: Reader, found: list[dict], fields: tuple[KeyField, ...] = ()) -> list[dict]:
+def jobs(reader: Reader, store: Store, found: list[dict], fields: tuple[KeyField, ...] = ()) -> list[dict]:
     """Jobs (actions/bulk/listing.py job_summary) as the reader sees them: for a viewer the
     selection as ``selection`` shows it, and in words without a group's label (a group's label is
-    its entries' error, which may quote a masked value: the group's id instead)."""
+    its entries' error, which may quote a masked value: the group's id instead); its note with
+    the values the mask hides in its patch and in its entries (job_values)."""
     if not reader.mask:
         return found
-    shown = []
+    shown, quoted = [], job_values(reader, store, [job["id"] for job in found if job.get("note")])
     for job in found:
         chosen = selection(reader, job["selection"], fields)
         shown.append({**job, "selection": chosen, "patch": chosen.get("patch"),
                       "selection_text": describe_selection(chosen),
-                      "note": reader.mask.mask_text(job.get("note"), reader.mask.patch_values(job.get("patch")))})
+                      "note": reader.mask.mask_text(job.get("note"), reader.mask.patch_values(job.get("patch"))
+                                                    + quoted.get(job["id"], ()))})
     return shown
+
+
+def job_values(reader: Reader, store: Store, job_ids: list[int]) -> dict[int, tuple[str, ...]]:
+    """What the reader's mask hides in each job's entries (its first NOTE_MASK_SCAN, by id): what
+    the note written with it, which each entry keeps as its own, may quote."""
+    if not reader.mask or not job_ids:
+        return {}
+    taken = store.job_entry_ids(job_ids, triage.NOTE_MASK_SCAN)
+    stored = store.entries_by_id(itertools.chain.from_iterable(taken.values()))
+    return {job_id: _values_of(reader.mask, None, tuple(
+        v for entry_id in ids if entry_id in stored for v in reader.mask.values_of(stored[entry_id])))
+        for job_id, ids in taken.items()}
 
 
 def job(reader: Reader, store: Store, status: dict, fields: tuple[KeyField, ...] = ()) -> dict:
@@ -370,7 +384,7 @@ def job(reader: Reader, store: Store, status: dict, fields: tuple[KeyField, ...]
     texts = status.get("failure_reasons") or []
     if not reader.mask:
         return {**status, "failure_reasons": failure_reasons(texts)}
-    shown = jobs(reader, [status], fields)[0]
+    shown = jobs(reader, store, [status], fields)[0]
     items = status.get("items")
     patched = reader.mask.patch_values(status.get("patch"))
     stored = store.entries_by_id(itertools.chain((i["entry_id"] for i in items or () if i.get("result")),
@@ -395,12 +409,15 @@ def audit(reader: Reader, store: Store, found: dict, fields: tuple[KeyField, ...
         return found
     stored = store.entries_by_id(r["entry_id"] for r in found["actions"] if r.get("entry_id"))
     of_groups = {g: group_values(reader, store, g) for g in {_group_of_record(r) for r in found["actions"]} if g}
+    # A job's own record (no entry): its note, with what the mask hides in the job's entries.
+    of_jobs = job_values(reader, store, [r["job_id"] for r in found["actions"]
+                                         if r.get("job_id") and not r.get("entry_id") and r.get("note")])
     records = []
     for record in found["actions"]:
         detail = record.get("detail")
         values = _values_of(mask, stored.get(record.get("entry_id")),
                             mask.patch_values(detail.get("patch")) if isinstance(detail, dict) else ())
-        values += of_groups.get(_group_of_record(record), ())
+        values += of_groups.get(_group_of_record(record), ()) + of_jobs.get(record.get("job_id"), ())
         shown = mask.texts({k: v for k, v in record.items() if k in ("note", "error", "detail")}, values)
         if isinstance(shown.get("detail"), dict):
             shown["detail"] = selection(reader, shown["detail"], fields)
@@ -424,11 +441,11 @@ def _group_of_record(record: dict) -> int | None:
 
 # --- reads of jobs, the audit and saved views, within the reader's scopes ------------------------
 
-def read_jobs(reader: Reader, engine, fields: tuple[KeyField, ...] = (), **options) -> dict:
+def read_jobs(reader: Reader, store: Store, fields: tuple[KeyField, ...] = (), **options) -> dict:
     """One page of jobs (listing.list_jobs) as the reader sees it: a scoped reader's holds the
     jobs whose every entry they may read, each as ``jobs`` shows it."""
-    found = list_jobs(engine, scopes=reader.reads, **options)
-    return {**found, "jobs": jobs(reader, found["jobs"], fields)}
+    found = list_jobs(store.engine, scopes=reader.reads, **options)
+    return {**found, "jobs": jobs(reader, store, found["jobs"], fields)}
 
 
 def read_job(reader: Reader, rt, job_id: int, fields: tuple[KeyField, ...] = (), **options) -> dict:
@@ -467,7 +484,16 @@ def view_within(reader: Reader, store: Store, view) -> bool:
     return False
 
 
-def views(reader: Reader, store: Store, found: list, owner: str | None) -> list:
+def views(reader: Reader, store: Store, found: list, owner: str | None, fields: tuple[KeyField, ...] = ()) -> list:
     """Saved views as the reader sees them: their own, and the shared ones that select only what
-    they may read (view_within); a shared view of other scopes is not shown."""
-    return [v for v in found if v.owner == owner or view_within(reader, store, v)]
+    they may read (view_within); a shared view of other scopes is not shown, nor, to a reader
+    with a mask, one whose filters name what it hides (a search's words, a hidden key field's
+    value: its link and its filters would show them, as a job's selection would)."""
+    return [v for v in found if v.owner == owner or view_within(reader, store, v) and not _names_hidden(reader, v, fields)]
+
+
+def _names_hidden(reader: Reader, view, fields: tuple[KeyField, ...]) -> bool:
+    if not reader.mask:
+        return False
+    hidden = {"q"} | {f.param for f in fields if hidden_by(reader.mask, f)}
+    return any(view.args.get(name) for name in hidden)

@@ -57,7 +57,7 @@ def _progress(job: dict) -> str:
 @_refusals
 def list_jobs(state: str | None, limit: int, as_json: bool, as_role: str, scopes: tuple[str, ...]) -> None:
     """Bulk jobs, newest first: who started which action on what, and how far it is."""
-    page = visible.read_jobs(_reader(as_role, scopes), runtime_of(current_app).engine, list_fields(),
+    page = visible.read_jobs(_reader(as_role, scopes), runtime_of(current_app).store, list_fields(),
                              cursor=None, limit=limit, state=state)
     if as_json:
         echo_json(page)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 from sqlalchemy import Connection, Engine, Integer, Select, and_, bindparam, func, literal, or_, select
 
 from ..db.engine import is_sqlite, read_transaction, serial_plans
-from ..db.models import Action, Entry, Event, FailureGroup, Republish
+from ..db.models import Action, Entry, Event, FailureGroup, JobItem, Republish
 from ..ingest.key_fields import ENTRY_FIELDS
 from ..ingest.search_index import SearchLag, lag_of
 from ..numbers import ID_MAX
@@ -385,6 +385,19 @@ class Store:
                 entry.history = self._history(conn, entry)
                 entry.actions = [audit_record(r) for r in conn.execute(_ACTIONS, {"entry_id": entry_id})]
         return entry
+
+    def job_entry_ids(self, job_ids, per_job: int) -> dict[int, list[int]]:
+        """The first ``per_job`` entries (by id) of each of these bulk jobs, by job id."""
+        items = JobItem.__table__
+        ranked = select(items.c.job_id, items.c.entry_id, func.row_number().over(
+            partition_by=items.c.job_id, order_by=items.c.entry_id).label("n")).where(
+            items.c.job_id.in_(sorted({int(j) for j in job_ids}))).subquery()
+        found: dict[int, list[int]] = {}
+        with read_transaction(self.engine) as conn:
+            for job_id, entry_id in conn.execute(select(ranked.c.job_id, ranked.c.entry_id)
+                                                 .where(ranked.c.n <= per_job)):
+                found.setdefault(job_id, []).append(entry_id)
+        return found
 
     def entries_by_id(self, entry_ids) -> dict[int, EntryView]:
         """The entries with these ids (without history), by id; a purged one is left out."""

@@ -34,7 +34,7 @@ def jobs_page(args) -> tuple[dict, dict[str, str]]:
     state = params.one_of(args.get("state"), "state", JOB_STATES)
     raw = (args.get("limit") or "").strip()
     limit = whole_number(raw, "limit", low=1, high=JOBS_MAX, what="jobs a page") if raw else JOBS_LIMIT
-    page = visible.read_jobs(current_reader(), current_runtime().engine, list_fields(),
+    page = visible.read_jobs(current_reader(), current_runtime().store, list_fields(),
                              cursor=(args.get("cursor") or "").strip() or None, limit=limit, state=state)
     kept = {k: v for k, v in (("state", state), ("limit", raw)) if v}
     return page, kept

@@ -45,7 +45,8 @@ def saved_views(page: str) -> list:
     if identity is None:
         return []
     rt = current_runtime()
-    return visible.views(current_reader(), rt.store, views_for(rt.engine, identity.name, page), identity.name)
+    return visible.views(current_reader(), rt.store, views_for(rt.engine, identity.name, page), identity.name,
+                         list_fields())
 
 
 def _owned_view_or_404(view_id: int):
@@ -53,7 +54,7 @@ def _owned_view_or_404(view_id: int):
     identity = current_identity()
     # Another person's unshared view is as unknown as a missing one.
     if view is None or (view.owner != identity.name and not view.shared and not identity.may("admin")) or \
-            not visible.views(current_reader(), current_runtime().store, [view], identity.name):
+            not visible.views(current_reader(), current_runtime().store, [view], identity.name, list_fields()):
         raise NotFound(f"There is no saved view {view_id}.")
     return view
 
@@ -64,7 +65,8 @@ def index():
     """One's own saved views and the shared ones."""
     identity = current_identity()
     rt = current_runtime()
-    views = visible.views(current_reader(), rt.store, views_for(rt.engine, identity.name), identity.name)
+    views = visible.views(current_reader(), rt.store, views_for(rt.engine, identity.name), identity.name,
+                          list_fields())
     return render_template("views.html", views=views, view_url=view_url, view_filters=view_filters)
 
 
