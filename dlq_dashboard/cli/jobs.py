@@ -30,7 +30,7 @@ from ..web.data import list_fields
 from .entries import _args, _filter_options, _reader, _reader_option, _refusals
 from .output import FAILED, ID, CommandError, cli_actor, echo_json, nats_connected, table
 
-jobs = AppGroup("jobs", help="List, show, start and cancel bulk jobs: republish, close, patch or repair many "
+jobs = AppGroup("jobs", help="List, show, start and cancel bulk jobs: republish, close, patch, repair or reopen many "
                              "entries at once.")
 
 #: How often ``jobs start --wait`` reads the job's progress.
