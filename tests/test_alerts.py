@@ -334,3 +334,89 @@ def test_a_webhook_urls_user_and_password_are_sent_as_basic_authentication(tmp_p
     finally:
         sender.stop()
         dispose_quietly(engine)
+
+
+@pytest.mark.both_databases
+def test_a_failure_an_advisory_reported_first_is_announced_once_from_the_group_its_dlq_copy_joins(database_url):
+    """An advisory's write holds its alerts ADVISORY_HOLD; the DLQ copy that arrives after it moves
+    the entry to its own error's group and withdraws the alert of the group it left empty. A
+    failure no copy follows keeps its (held) alert."""
+    from datetime import timedelta
+
+    from dlq_dashboard.alerts.outbox import ADVISORY_HOLD
+    from dlq_dashboard.ingest.parse import Advisory
+    from dlq_dashboard.ingest.writes import FetchedMessage, ingest_advisory_batch
+
+    engine = create_db_engine(database_url)
+    migrate(engine)
+    rule = AlertRule(urls=("http://a.example/hook",), threshold=1000)
+    now = utcnow()
+
+    def terminated(seq: int) -> tuple:
+        advisory = Advisory("terminated", f"adv-{seq}", now, "PAY", "payer", seq, 1, "schema_invalid: bad", {})
+        return advisory, FetchedMessage("pay.captured", None, b'{"amount": "ten"}'), None
+
+    try:
+        ingest_advisory_batch(engine, "DLQ_ADVISORIES", "e1", [terminated(1), terminated(2)], 2, alerts=rule)
+        [held] = outbox(engine)
+        assert held.event == "group.new" and held.sent_at is None
+        assert held.next_attempt_at - held.created_at == ADVISORY_HOLD
+        advisory_group = held.group_id
+        # The DLQ copy of the first message: the entry moves to the copy's error's group.
+        copy = StreamMessage(1, "dlq.pay.captured", support.dlq_headers(
+            "pay.captured", Dlq_Original_Stream="PAY", Dlq_Original_Seq="1", Dlq_Consumer="payer",
+            Dlq_Reason="schema_invalid", Dlq_Error="amount is a string"), b'{"amount": "ten"}', now)
+        ingest_dlq_batch(engine, "DLQ", "e1", [copy], alerts=rule)
+        alerts = outbox(engine)
+        # The advisory's group still holds the second failure: its alert stays, as held.
+        assert [(a.event, a.group_id) for a in alerts][0] == ("group.new", advisory_group)
+        [joined] = [a for a in alerts if a.group_id != advisory_group]
+        assert joined.event == "group.new" and joined.next_attempt_at == joined.created_at
+        # The second's copy empties the advisory's group: its alert, not sent yet, is withdrawn.
+        ingest_dlq_batch(engine, "DLQ", "e1", [StreamMessage(2, copy.subject, {**copy.headers, "Dlq-Original-Seq": "2"},
+                                                             copy.data, now + timedelta(seconds=1))], alerts=rule)
+        assert [(a.event, a.group_id) for a in outbox(engine)] == [("group.new", joined.group_id)]
+        with engine.connect() as conn:
+            counts = conn.execute(select(FailureGroup.open_count).where(FailureGroup.id == advisory_group)).scalar()
+        assert counts == 0
+    finally:
+        dispose_quietly(engine)
+
+
+def test_a_terminated_message_and_its_dlq_copy_on_a_real_server_raise_one_group_new(tmp_path, nats_server):
+    """The consumer dead-letters then terminates: whichever of the copy and the advisory the mirror
+    reads first, the outbox ends with one group.new, for the group of the copy's error."""
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    from dlq_dashboard.db.models import Entry
+
+    app = start_app(tmp_path, nats_server, None, ["http://127.0.0.1:9/hook"])
+    engine = runtime_of(app).engine
+
+    async def dead_letter_then_terminate():
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        await js.add_stream(name="SHIP", subjects=["ship.>"])
+        await js.publish("ship.sent", b'{"parcel": "p-1"}')
+        await js.add_consumer("SHIP", ConsumerConfig(durable_name="shipper", ack_policy=AckPolicy.EXPLICIT))
+        sub = await js.pull_subscribe("ship.>", durable="shipper", stream="SHIP")
+        msg = (await sub.fetch(1, timeout=2))[0]
+        await nc.request(msg.reply, b"+TERM fatal: carrier refused", timeout=2)
+        await js.publish("dlq.ship.sent", msg.data, headers=support.dlq_headers(
+            "ship.sent", Dlq_Original_Stream="SHIP", Dlq_Original_Seq="1", Dlq_Consumer="shipper",
+            Dlq_Reason="fatal", Dlq_Error="carrier refused the parcel"))
+        await nc.close()
+
+    try:
+        support.run(dead_letter_then_terminate())
+
+        def merged():
+            with engine.connect() as conn:
+                rows = conn.execute(select(Entry.group_id, Entry.sources).where(Entry.original_stream == "SHIP")).all()
+            return rows if len(rows) == 1 and rows[0].sources == "dlq,advisory" else None
+
+        [(group_id, _)] = support.wait_for(merged, timeout=20, message="one entry from both sources")
+        assert [(a.event, a.group_id) for a in outbox(engine)] == [("group.new", group_id)]
+    finally:
+        runtime_of(app).stop()

@@ -15,6 +15,12 @@ back alerts again, at most once every 5 minutes.
 
 The body names the group's ``source`` (SPEC section 12); with DLQ_CONFIG's sources its text does too.
 
+A failure reported by an advisory before its DLQ copy arrives is an entry of the advisory's group
+first (its reason "terminated" or "max_deliveries"); the copy moves it to the group of its own
+error (ingest/writes.py). So the alerts an advisory's write raises wait ADVISORY_HOLD before they
+are sent, and a move that leaves a group empty withdraws its alerts not sent yet
+(:func:`withdraw_emptied`): a cause announces itself once, from the group it stays in.
+
 Triage (db/triage.py): a write that makes a resolved group ``regressed`` raises ``group.regressed``,
 one that opens an ignored group again ``group.reopened`` (so does the periodic pass,
 ``raise_state_alerts``); a group still ignored raises nothing, not even a spike.
@@ -42,6 +48,9 @@ from ..times import format_time
 
 ALERTS, ARRIVALS, ENTRIES, GROUPS = Alert.__table__, Arrival.__table__, Entry.__table__, FailureGroup.__table__
 WINDOW = timedelta(minutes=5)
+#: How long the alerts of an advisory's write wait before they are sent: its DLQ copy, written by
+#: the consumer before it terminated the message, usually reaches the mirror within seconds.
+ADVISORY_HOLD = timedelta(seconds=60)
 NEW, SPIKE, REGRESSED, REOPENED = "group.new", "group.spike", "group.regressed", "group.reopened"
 # Group keys are normalised error texts of up to 300 characters; a chat line shows the start.
 _TEXT_KEY = 160
@@ -80,10 +89,11 @@ class AlertRule:
 
 
 def raise_alerts(conn: Connection, rule: AlertRule, made: Iterable[int], arrived: dict[int, int],
-                 now: datetime, transitions: Transitions | None = None) -> int:
+                 now: datetime, transitions: Transitions | None = None, hold: timedelta = timedelta(0)) -> int:
     """Write the alerts of a write, in its transaction: ``made`` are the groups it made,
     ``arrived`` the new entries it gave each group, ``transitions`` what it did to their states
-    (db/triage.py apply_arrivals). Returns how many rows were written."""
+    (db/triage.py apply_arrivals); each is sent ``hold`` after ``now`` at the soonest. Returns how
+    many rows were written."""
     moved = transitions or Transitions()
     silent = moved.silenced
     made = set(made) - silent
@@ -98,7 +108,15 @@ def raise_alerts(conn: Connection, rule: AlertRule, made: Iterable[int], arrived
             events.setdefault(group_id, []).append((REOPENED, str(uuid.uuid4()), None))
         if group_id in spikes:
             events.setdefault(group_id, []).append((SPIKE, str(uuid.uuid4()), spikes[group_id]))
-    return _write(conn, rule, events, now)
+    return _write(conn, rule, events, now, now + hold)
+
+
+def withdraw_emptied(conn: Connection, group_ids: Iterable[int]) -> int:
+    """Delete the unsent alerts of those of ``group_ids`` that hold no entry any more (their
+    entries moved to another group: a DLQ copy joined its advisory's entry); how many."""
+    emptied = select(GROUPS.c.id).where(GROUPS.c.id.in_(sorted(set(group_ids))), GROUPS.c.open_count == 0,
+                                        GROUPS.c.republished_count == 0, GROUPS.c.closed_count == 0)
+    return conn.execute(delete(ALERTS).where(ALERTS.c.group_id.in_(emptied), ALERTS.c.sent_at.is_(None))).rowcount
 
 
 def raise_state_alerts(conn: Connection, rule: AlertRule, reopened: Iterable[int], now: datetime) -> int:
@@ -108,7 +126,7 @@ def raise_state_alerts(conn: Connection, rule: AlertRule, reopened: Iterable[int
 
 
 def _write(conn: Connection, rule: AlertRule, events: dict[int, list[tuple[str, str, int | None]]],
-           now: datetime) -> int:
+           now: datetime, due: datetime | None = None) -> int:
     """One outbox row a URL for each (event, id, recent) of each group; a group.new's id is its own."""
     if not events:
         return 0
@@ -124,7 +142,7 @@ def _write(conn: Connection, rule: AlertRule, events: dict[int, list[tuple[str, 
         for event, event_id, recent in raised:
             if event == NEW:
                 event_id = str(uuid.uuid5(_NAMESPACE, f"{NEW}:{group_id}:{group.subject}\0{group.reason}\0{group.key}"))
-            rows += _rows(rule, event, event_id, group, now, recent=recent, key=shown.get(group_id))
+            rows += _rows(rule, event, event_id, group, now, recent=recent, key=shown.get(group_id), due=due)
     return insert_rows(conn, ALERTS, rows, skip_duplicates=True)
 
 
@@ -195,10 +213,10 @@ def targets_for(rule: AlertRule, group) -> tuple[str, ...]:
 
 
 def _rows(rule: AlertRule, event: str, event_id: str, group, now: datetime, recent: int | None = None,
-          key: str | None = None) -> list[dict]:
+          key: str | None = None, due: datetime | None = None) -> list[dict]:
     body = alert_body(rule, event, event_id, group, recent, key)
     return [{"event_id": event_id, "url": url, "event": event, "group_id": group.id, "body": body,
-             "created_at": now, "attempts": 0, "next_attempt_at": now, "sent_at": None, "last_error": None}
+             "created_at": now, "attempts": 0, "next_attempt_at": due or now, "sent_at": None, "last_error": None}
             for url in targets_for(rule, group)]
 
 

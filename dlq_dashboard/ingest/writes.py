@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 
 from sqlalchemy import Connection, Engine, func, insert, or_, select, update
 
-from ..alerts.outbox import AlertRule, raise_alerts
+from ..alerts.outbox import ADVISORY_HOLD, AlertRule, raise_alerts, withdraw_emptied
 from ..db.counts import Change, count_changes, group_ids, group_of
 from ..db.engine import write_transaction
 from ..db.models import Entry, Event, MirrorState
@@ -346,6 +346,7 @@ def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups:
     fill_key_fields(conn, ids=[match.id for match, _, _ in merged])  # their payload is the DLQ copy's
     count_changes(conn, [Change(match.group_id, ids[group], match.received_at, match.status, match.status)
                          for match, _, group in merged])
+    withdraw_emptied(conn, [match.group_id for match, _, _ in merged])  # announced from the group it joined
     return remaining
 
 
@@ -419,7 +420,7 @@ def _write_advisories(engine: Engine, stream: str, epoch: str, items: list, last
         now = utcnow()
         moved = apply_arrivals(conn, arrived, now)
         if alerts is not None:
-            raise_alerts(conn, alerts, new_groups, arrived, now, moved)
+            raise_alerts(conn, alerts, new_groups, arrived, now, moved, hold=ADVISORY_HOLD)
         _save_position(conn, source, stream, epoch, last_seq)
     return made
 
