@@ -88,9 +88,10 @@ def test_payload_is_kept_byte_for_byte():
 
 def test_republish_headers_drop_dlq_and_server_headers_and_add_a_fresh_id():
     headers = {"Dlq-Reason": ["fatal"], "Nats-Msg-Id": ["old"], "Nats-Stream-Source": ["X 1"],
-               "traceparent": ["00-1"], "X-Tenant": ["acme"]}
+               "traceparent": ["00-1"], "X-Tenant": ["acme"], "X-Multi": ["a", "b"]}
     result = republish_headers(headers, "new-id", "DLQ:5")
-    assert result == {"traceparent": "00-1", "X-Tenant": "acme", "Nats-Msg-Id": "new-id", "Dlq-Replay-Of": "DLQ:5"}
+    assert result == {"traceparent": "00-1", "X-Tenant": "acme", "X-Multi": ["a", "b"], "Nats-Msg-Id": "new-id",
+                      "Dlq-Replay-Of": "DLQ:5"}
 
 
 def test_advisories_are_parsed():

@@ -3,6 +3,8 @@ NATS connections use it."""
 
 from __future__ import annotations
 
+import json
+
 import nats
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -30,8 +32,14 @@ blocks = st.lists(st.sampled_from(PIECES), max_size=40).map(b"".join)
 @example(b"sep\x1c: x\r\nnul\x00: y\r\n")
 def test_any_block_reads_as_nats_py_reads_it_and_what_it_leaves_out_is_said(block):
     ours = headers.parse_header_lines(block)
-    unread = ours.pop(headers.UNREAD, None)
+    unread, more = ours.pop(headers.UNREAD, None), ours.pop(headers.MORE, None)
     assert ours == NatsClient._parse_header_lines(block)
+    # Every value of a name given more than once, in order: what nats-py reads of each line alone.
+    values: dict[str, list[str]] = {}
+    for line in block.split(b"\r\n"):
+        for name, value in NatsClient._parse_header_lines(line).items():
+            values.setdefault(name, []).append(value)
+    assert (json.loads(more) if more else {}) == {name: found for name, found in values.items() if len(found) > 1}
     # What nats-py leaves out: each line it reads as no header on its own; what it changes: a
     # value it kept that is not UTF-8. Each is said, and nothing when there is neither.
     lines = [line for line in block.split(b"\r\n") if line]
@@ -48,6 +56,15 @@ def _utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def test_a_name_given_more_than_once_keeps_every_value_and_goes_out_a_line_each():
+    block = b"A: 1\r\nX-Multi: a\r\nX-Multi: b\r\nx-multi: c\r\n"
+    assert headers.parse_header_lines(block) == {"A": "1", "X-Multi": "b", "x-multi": "c",
+                                                 headers.MORE: '{"X-Multi": ["a", "b"]}'}
+    sent = headers.outgoing({"X-Multi": ["a", "b"], "A": "1"})
+    assert list(sent.items()) == [("X-Multi", "a"), ("X-Multi", "b"), ("A", "1")]
+    assert type(headers.outgoing({"A": "1"})) is dict
 
 
 def test_a_block_off_the_usual_form_says_which_lines_were_not_read():

@@ -177,6 +177,39 @@ def test_header_lines_that_cannot_be_read_are_said_on_the_entry_not_dropped_with
                                                          "Dlq-Reason": ["fatal"]}
 
 
+def test_a_header_given_more_than_once_keeps_every_value_stored_and_republished(app, nats_server, tokens):
+    """nats-py keeps a name's last value; the entry keeps them all (SPEC: headers name -> list of
+    values), and the republish sends each again, a line each."""
+    support.make_orders_stream(nats_server.url)
+    block = (b"NATS/1.0\r\nDlq-Original-Subject: orders.created\r\nDlq-Reason: fatal\r\nX-Multi: a\r\n"
+             b"X-Multi: b\r\nx-multi: c\r\nDlq-Reason: again\r\n\r\n")
+    support.run(_publish_raw_blocks(nats_server.url, [("dlq.orders.created", block, b'{"order_id": "o-1"}')]))
+    client = app.test_client()
+    [entry] = support.wait_for(lambda: api_entries(client, tokens["viewer"]) or None, message="the entry")
+    assert entry["headers"] == {"Dlq-Original-Subject": ["orders.created"], "Dlq-Reason": ["fatal", "again"],
+                                "X-Multi": ["a", "b"], "x-multi": ["c"]}
+    assert entry["reason"] == "fatal" and entry["notes"] == []  # the first value counts, as for any header
+
+    async def republished() -> bytes:
+        reader, writer = await asyncio.open_connection(*nats_server.url.removeprefix("nats://").rsplit(":", 1))
+        await reader.readline()
+        writer.write(b'CONNECT {"verbose":false,"headers":true}\r\nSUB orders.created 1\r\nPING\r\n')
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readline(), 10) == b"PONG\r\n"
+        answer = await asyncio.to_thread(client.post, f"/api/entries/{entry['id']}/republish", json={"version": 1},
+                                         headers=support.bearer(tokens["operator"]))
+        assert answer.status_code == 200, answer.get_data(as_text=True)
+        frame = await asyncio.wait_for(reader.readline(), 10)
+        header_size = int(frame.split()[-2])
+        got = await asyncio.wait_for(reader.readexactly(header_size), 10)
+        writer.close()
+        return got
+
+    block_sent = support.run(republished())
+    assert b"\r\nX-Multi: a\r\nX-Multi: b\r\nx-multi: c\r\n" in block_sent
+    assert b"Dlq-Reason" not in block_sent and b"Nats-Msg-Id: " in block_sent
+
+
 @pytest.mark.slow
 def test_ten_thousand_messages_become_ten_thousand_entries(app, nats_server):
     support.run(support.publish_fast(nats_server.url, "dlq.bulk", 10_000,

@@ -54,7 +54,7 @@ class Intent:
     msg_id: str
     subject: str
     payload: bytes
-    headers: dict[str, str]
+    headers: dict[str, str | list[str]]  # a list: a name given more than once
     edited: bool
     actor: str
     job_id: int | None
@@ -98,17 +98,18 @@ def republish_msg_id(entry: Mapping[str, Any], version: int) -> str:
     return f"dlq-dashboard:{entry_ref(entry)}:e{entry['id']}:v{version}"
 
 
-def republish_headers(headers: Mapping[str, list[str]], msg_id: str, replay_of: str) -> dict[str, str]:
-    """Original headers minus Dlq-* and Nats-*, plus a fresh Nats-Msg-Id and Dlq-Replay-Of.
+def republish_headers(headers: Mapping[str, list[str]], msg_id: str,
+                      replay_of: str) -> dict[str, str | list[str]]:
+    """Original headers minus Dlq-* and Nats-*, plus a fresh Nats-Msg-Id and Dlq-Replay-Of; a name
+    given more than once keeps all of its values (a list, sent a line each: nats/headers.py outgoing).
 
     A leftover Nats-Msg-Id would make the republish a silent duplicate and Nats-Stream-Source is
     refused (err 10227); the Dlq-* headers describe the failure, not the message.
     """
-    result: dict[str, str] = {}
+    result: dict[str, str | list[str]] = {}
     for name, values in headers.items():
         if values and _kept(name):
-            # nats-py sends one value a header name; the last one wins as it did on receipt.
-            result[name] = values[-1]
+            result[name] = values[0] if len(values) == 1 else list(values)
     result[contract.NATS_MSG_ID] = msg_id
     result[contract.REPLAY_OF] = replay_of
     return result

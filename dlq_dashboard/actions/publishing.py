@@ -14,6 +14,7 @@ from dlq_consumer import headers as contract
 
 from ..db.engine import write_transaction
 from ..nats.bridge import NatsUnavailable
+from ..nats.headers import outgoing
 from ..redaction import scrub
 from .context import ActionContext
 from .errors import ActionError, NatsDown, Refused
@@ -163,7 +164,7 @@ def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False
                 return found
         try:
             ack = bridge.call(lambda: bridge.js.publish(intent.subject, intent.payload,
-                                                        headers=dict(intent.headers), timeout=timeout),
+                                                        headers=outgoing(intent.headers), timeout=timeout),
                               timeout + 1.0)
         except Exception as exc:
             nothing_stored, error = classify_failure(exc, intent)

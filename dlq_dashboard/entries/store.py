@@ -479,5 +479,6 @@ class Store:
                  "seq": r.seq, "duplicate": r.duplicate, "error": r.error, "actor": r.actor,
                  "payload": bytes(r.payload or b""), "edited": bool(r.edited), "job_id": r.job_id,
                  "created_at": format_time(r.created_at), "published_at": format_time(r.published_at),
-                 "headers": {name: [value] for name, value in json.loads(r.headers or "{}").items()}}
+                 "headers": {name: value if isinstance(value, list) else [value]  # a list: sent a line each
+                             for name, value in json.loads(r.headers or "{}").items()}}
                 for r in rows]

@@ -18,7 +18,7 @@ import orjson
 
 from dlq_consumer import headers as contract
 
-from ..nats.headers import UNREAD
+from ..nats.headers import MORE, UNREAD
 from ..nats.streams import ADVISORY_PREFIX
 from ..times import parse_time
 from .grouping import group_key, schema_key
@@ -39,18 +39,26 @@ H_NATS_MSG_ID = contract.NATS_MSG_ID.lower()
 
 
 def normalize_headers(headers: Mapping[str, Any] | None, notes: list[str] | None = None) -> dict[str, list[str]]:
-    """Headers as name -> list of values, names as given (nats-py keeps one value a name). What
-    reading the header block left out or changed (nats/headers.py UNREAD) is not a header: it is
-    a note, added to ``notes``."""
+    """Headers as name -> list of values, names as given (nats-py keeps one value a name: the
+    others of a name given more than once come under nats/headers.py MORE). What reading the
+    header block left out or changed (nats/headers.py UNREAD) is not a header: it is a note,
+    added to ``notes``."""
     result: dict[str, list[str]] = {}
+    more: dict[str, list[str]] = {}
     for name, value in (headers or {}).items():
         if name == UNREAD:
             if notes is not None:
                 notes.append(f"Some header lines could not be read as they came ({value}); the stream holds the "
                              "message as it came.")
             continue
+        if name == MORE:
+            more = json.loads(value)
+            continue
         values = value if isinstance(value, list) else [value]
         result.setdefault(str(name), []).extend(str(v) for v in values)
+    for name, values in more.items():
+        if name in result:
+            result[name] = values
     return result
 
 
@@ -232,7 +240,7 @@ def entry_from_dlq_message(
 ) -> dict[str, Any]:
     """Turn one DLQ-stream message into the column values of an entry."""
     notes: list[str] = []
-    if headers and UNREAD in headers:  # lines the block's reading left out: said, not kept as a header
+    if headers and (UNREAD in headers or MORE in headers):  # what the block's reading set apart
         headers = normalize_headers(headers, notes)
     # This runs for every mirrored message: nats-py hands over one string a name, so the
     # common case skips the general normalisation.

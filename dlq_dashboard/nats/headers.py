@@ -17,19 +17,24 @@ message read back has the headers a live delivery of it has, byte for byte.
 What nats-py's reading leaves out or changes without a word (a line without a colon, a name that
 is not ASCII or holds a blank, bytes that are not UTF-8, read as U+FFFD) is said under the name
 :data:`UNREAD`, which no header can have (a name holds no blank): the mirror turns it into a note
-on the entry (ingest/parse.py). Only blocks off the usual form are looked at for it.
+on the entry (ingest/parse.py). A name given more than once keeps its last value, as nats-py
+gives it, and all of its values under :data:`MORE` (JSON), which the mirror keeps and a
+republish sends again (:func:`outgoing`). Only blocks off the usual form are looked at for either.
 """
 
 from __future__ import annotations
 
+import json
 from itertools import repeat
-from typing import Callable
+from typing import Callable, Iterator, Mapping
 
 from nats.aio.client import Client as NatsClient
 
 
 #: The name under which a block's lines that were not read as they came are described.
 UNREAD = " unread"
+#: The name under which every value of a name given more than once is kept (JSON: name -> values).
+MORE = " more"
 #: The most of a line that is not read that its description quotes.
 QUOTED = 80
 
@@ -52,7 +57,7 @@ def parse_header_lines(raw: bytes) -> dict[str, str]:
         if pairs and min(map(len, pairs)) == 2:
             headers = dict(pairs)
             names = "".join(headers)
-            if names.isascii() and " " not in names and ":" not in names:
+            if names.isascii() and " " not in names and ":" not in names and len(headers) == len(pairs):
                 return headers
     headers = {}
     for name, colon, value in map(str.partition, lines, [":"] * len(lines)):
@@ -66,8 +71,9 @@ def parse_header_lines(raw: bytes) -> dict[str, str]:
 
 def _noting(headers: dict[str, str], raw: bytes) -> dict[str, str]:
     """``headers`` with what reading ``raw`` left out or changed said under UNREAD (nothing
-    added when every line was read as it came). The rules are nats-py's ``_parse_header_lines``'."""
-    said, replaced = [], False
+    added when every line was read as it came), and every value of a name given more than once
+    under MORE. The rules are nats-py's ``_parse_header_lines``'."""
+    said, replaced, values = [], False, {}
     for number, line in enumerate(raw.split(b"\r\n"), start=1):
         if not line:
             continue
@@ -79,16 +85,40 @@ def _noting(headers: dict[str, str], raw: bytes) -> dict[str, str]:
             said.append(f"line {number}'s name is not ASCII ({shown})")
         elif any(c.isspace() for c in name.strip().decode()):
             said.append(f"line {number}'s name holds a blank ({shown})")
-        elif not replaced:
-            try:
-                value.decode()
-            except UnicodeDecodeError:
-                replaced = True
+        else:
+            values.setdefault(name.strip().decode(), []).append(value.strip().decode("utf-8", "replace"))
+            if not replaced:
+                try:
+                    value.decode()
+                except UnicodeDecodeError:
+                    replaced = True
     if replaced:
         said.append("bytes of values that are not UTF-8 were read as U+FFFD")
     if said:
         headers[UNREAD] = "; ".join(said)
+    repeated = {name: found for name, found in values.items() if len(found) > 1}
+    if repeated:
+        headers[MORE] = json.dumps(repeated, ensure_ascii=False)
     return headers
+
+
+class _Repeated(dict):
+    """Headers whose ``items()`` gives a name once a value: nats-py writes a block line by line
+    from ``items()``, so a name with several values goes out on several lines."""
+
+    def items(self) -> Iterator[tuple[str, str]]:  # type: ignore[override]
+        for name, value in super().items():
+            if isinstance(value, list):
+                yield from ((name, one) for one in value)
+            else:
+                yield name, value
+
+
+def outgoing(headers: Mapping[str, str | list[str]]) -> dict:
+    """Headers to publish with nats-py: a name with a list of values is sent once a value."""
+    if any(isinstance(value, list) for value in headers.values()):
+        return _Repeated(headers)
+    return dict(headers)
 
 
 _SEPARATOR, _ONCE = repeat(": "), repeat(1)

@@ -24,6 +24,7 @@ from typing import Any, Iterable, NamedTuple
 from ...children import without_main
 from ...config import Settings
 from ...nats.bridge import NatsUnavailable, auth_options
+from ...nats.headers import outgoing
 from ...redaction import scrub
 from ..stored import find_stored_many
 
@@ -38,7 +39,7 @@ async def publish_window(js, messages: Iterable[Any], timeout: float) -> list[An
         try:
             # No wait_stall: with a timeout, asyncio.wait_for makes a task per message (a third
             # of the throughput); two windows in flight stay under the client's pending limit.
-            futures.append(await js.publish_async(message.subject, message.payload, headers=dict(message.headers)))
+            futures.append(await js.publish_async(message.subject, message.payload, headers=outgoing(message.headers)))
         except Exception as exc:  # not sent: classified by the caller
             futures.append(exc)
     waiting = [f for f in futures if isinstance(f, asyncio.Future)]
