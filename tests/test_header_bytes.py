@@ -14,7 +14,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy
 from sqlalchemy import select
 
 from dlq_dashboard.db.models import Entry
-from dlq_dashboard.nats.headers import parse_header_block, parse_header_lines
+from dlq_dashboard.nats.headers import UNREAD, parse_header_block, parse_header_lines
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
@@ -129,6 +129,7 @@ def test_a_non_ascii_header_value_is_stored_and_republished_byte_for_byte_on_bot
 def test_a_stored_header_block_reads_as_a_live_delivery_of_it_reads():
     lines = b"X-Customer-Name: " + NAME_BYTES + b"\r\nbad: \xff\r\nDlq-Reason: fatal\r\n\r\n"
     assert parse_header_block(b"NATS/1.0\r\n" + lines) == parse_header_lines(lines) == {
-        "X-Customer-Name": NAME, "bad": "\ufffd", "Dlq-Reason": "fatal"}
+        "X-Customer-Name": NAME, "bad": "\ufffd", "Dlq-Reason": "fatal",
+        UNREAD: "bytes of values that are not UTF-8 were read as U+FFFD"}
     assert parse_header_block(b"NATS/1.0\r\n\r\n") is None
     assert parse_header_block(b"") is None

@@ -217,6 +217,41 @@ def test_a_name_a_local_user_holds_is_not_taken_over(sso_app, idp):
         reason="the name 'alice@example.com' belongs to another user of this dashboard"), sso_app)
 
 
+def test_a_name_differing_from_a_local_users_only_in_case_is_not_taken(sso_app, idp):
+    create_user(runtime_of(sso_app).engine, "Alice@Example.com", support.PASSWORD, "admin")
+    answer = idp.sign_in(sso_app.test_client(), "alice")
+    refused_with(answer, oidc.ACCOUNT_REFUSED.format(
+        reason="the name 'alice@example.com' belongs to another user of this dashboard"), sso_app)
+
+
+def test_a_renamed_user_takes_their_views_and_groups_and_the_next_holder_of_the_name_finds_none(sso_app, idp):
+    from dlq_dashboard.db.models import FailureGroup, SavedView
+    from dlq_dashboard.entries.saved_views import save_view, views_for
+
+    engine = runtime_of(sso_app).engine
+    idp.sign_in(sso_app.test_client(), "alice")
+    save_view(engine, "alice@example.com", "my incident", "list", "status=open", utcnow())
+    support.dead_letter(sso_app, 1, "orders.created")
+    with engine.begin() as conn:
+        conn.execute(update(FailureGroup).values(state="investigating", assignee="alice@example.com"))
+    # The provider gives Alice another address, then the old one to someone else.
+    idp.set_account("alice", **{**ALICE, "email": "alice.smith@example.com"})
+    assert idp.sign_in(sso_app.test_client(), "alice").status_code == 302
+    idp.set_account("bob", email="alice@example.com", email_verified=True, groups=["team-orders"])
+    idp.browser.cookies.clear()  # another person at the provider
+    bobs = idp.sign_in(sso_app.test_client(), "bob")
+    assert bobs.status_code == 302, bobs.get_data(as_text=True)
+    assert sorted(u.name for u in user_rows(sso_app)) == ["alice.smith@example.com", "alice@example.com"]
+    assert [v.name for v in views_for(engine, "alice.smith@example.com")] == ["my incident"]
+    assert views_for(engine, "alice@example.com") == []
+    with engine.connect() as conn:
+        assert conn.execute(select(FailureGroup.assignee)).scalars().all() == ["alice.smith@example.com"]
+        assert conn.execute(select(func.count()).select_from(SavedView)).scalar() == 1
+        renamed = conn.execute(select(Action.note).where(Action.action == "user_rename")).scalars().all()
+    assert renamed == ["alice@example.com is now alice.smith@example.com (the identity provider's name; 1 saved "
+                       "views and 1 assigned groups follow)"]
+
+
 def test_a_disabled_single_sign_on_user_cannot_sign_in(sso_app, idp):
     idp.sign_in(sso_app.test_client(), "alice")
     set_disabled(runtime_of(sso_app).engine, "alice@example.com", True)

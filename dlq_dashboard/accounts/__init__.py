@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from ..db.engine import read_transaction, write_transaction
-from ..db.models import LoginSession, User
+from ..db.models import FailureGroup, LoginSession, SavedView, User
 from ..scopes import ROLES, Grant, Scope, grants_from_json, grants_to_json, highest_role, scopes_for, scopes_from_json, scopes_to_json
 from ..times import utcnow
 from .core import (MIN_PASSWORD_LENGTH, AccountError, TokenInfo, UserInfo, audit, check_grant, check_name,
@@ -204,7 +204,8 @@ def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Gra
     """The user a single sign-on identifies by ``subject`` (issuer + sub), made at its first
     sign-in and brought up to date at every one: name, role (the highest grant), the scopes of
     that role's grants, and the time. AccountError for a disabled user, a name that cannot be
-    used, or one a local user holds already."""
+    used, or one another user holds already, in any case ("ADMIN" beside "admin"). A name that
+    changed at the provider takes what was kept under the old one (rename_holdings)."""
     role = highest_role(grants)
     if role is None:
         raise AccountError("no grant to sign in with")
@@ -218,8 +219,9 @@ def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Gra
     try:
         with write_transaction(engine) as conn:
             row = conn.execute(select(User.__table__).where(User.oidc_subject == subject)).first()
-            holder = conn.execute(select(User.oidc_subject).where(User.name == name)).first()
-            if holder is not None and holder.oidc_subject != subject:
+            # Names differing only in case would be told apart by nobody reading the audit.
+            holders = conn.execute(select(User.oidc_subject).where(func.lower(User.name) == name.lower())).all()
+            if any(holder.oidc_subject != subject for holder in holders):
                 raise AccountError(f"the name {name!r} belongs to another user of this dashboard")
             # Made, or given another role or scopes, by the identity provider's groups: in the
             # audit as the user's own doing (they signed in), as every change of a user is.
@@ -234,6 +236,8 @@ def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Gra
                 user_id, disabled = row.id, bool(row.disabled)
                 if not disabled:
                     conn.execute(update(User.__table__).where(User.id == row.id).values(**values))
+                    if row.name != name:
+                        rename_holdings(conn, row.name, name)
                     if (row.role, row.scopes) != (role, values["scopes"]):
                         was = scopes_from_json(row.scopes)
                         audit(conn, name, "user_grant", f"{name}: {describe_grant(role, scopes)} (was "
@@ -244,6 +248,17 @@ def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Gra
     if disabled:
         raise AccountError("this account is disabled on this dashboard")
     return UserInfo(user_id, name, role, False, scopes, "oidc")
+
+
+def rename_holdings(conn, old: str, new: str) -> None:
+    """What is kept under a user's name (their saved views, the failure groups assigned to them)
+    follows the user to ``new``: the next holder of ``old`` (another person, once the provider
+    gives it out again) finds none of it. The audit keeps the names as they were."""
+    moved_views = conn.execute(update(SavedView.__table__).where(SavedView.owner == old).values(owner=new)).rowcount
+    moved_groups = conn.execute(update(FailureGroup.__table__).where(FailureGroup.assignee == old)
+                                .values(assignee=new)).rowcount
+    audit(conn, new, "user_rename", f"{old} is now {new} (the identity provider's name; {moved_views} saved views "
+          f"and {moved_groups} assigned groups follow)", user=new, was=old)
 
 
 # --- passwords and disabling -------------------------------------------------------------------

@@ -70,9 +70,11 @@ class SourceView:
                 "groups_url": url_for("pages.groups", source=s.name)}
 
 
-def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool, now: datetime | None = None) -> list[dict]:
+def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool, now: datetime | None = None,
+                  nats_usable: bool = True) -> list[dict]:
     """Each stream the source's mirror follows: its committed sequence, the stream's last one, the
-    lag and why it is stuck, from the mirror's memory where this process mirrors the source.
+    lag and why it is stuck, from the mirror's memory where this process mirrors the source (the
+    stream's last sequence and the lag unknown, null, while its NATS is not usable, as /healthz says).
     Elsewhere the committed sequence is read from the database, and the rest is what the process
     that mirrors the source reported last (db/mirror_reports.py; null without a recent report)."""
     mirror = rt.mirror if feed.name == rt.main_source else feed.mirror
@@ -81,8 +83,9 @@ def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool, now: datetime | 
     for name in mirrored_streams(feed.settings):
         if mirrored_here:
             p = mirror.progress[name]
-            found.append({"name": name, "last_seq": p.last_seq, "stream_last_seq": p.stream_last_seq,
-                          "lag": p.lag, "error": p.error, "stuck_since": format_time(p.stuck_since),
+            found.append({"name": name, "last_seq": p.last_seq,
+                          "stream_last_seq": p.stream_last_seq if nats_usable else None,
+                          "lag": p.lag if nats_usable else None, "error": p.error, "stuck_since": format_time(p.stuck_since),
                           "behind_since": format_time(p.behind_since())})
             continue
         try:
@@ -110,7 +113,8 @@ def source_overview(reader: Reader) -> list[SourceView]:
         if name not in counts:
             continue  # no scope of the reader's reaches it: not even its counts are told
         status = feed_status(rt, feed, now)
-        views.append(SourceView(status, counts[name], stream_states(rt, feed, status.mirrored_here, now)))
+        views.append(SourceView(status, counts[name], stream_states(rt, feed, status.mirrored_here, now,
+                                                                    status.nats_usable)))
     return views
 
 
