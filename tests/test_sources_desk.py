@@ -296,6 +296,11 @@ def test_one_sources_server_killed_is_named_unreachable_while_the_others_stay_ok
     assert body["sources"]["orders"]["status"] == body["sources"]["billing"]["status"] == "ok"
     assert body["nats"]["connected"] is True  # the top fields are the main source's (orders)
     assert 'dlq_nats_connected{source="shipping"} 0.0' in app.test_client().get("/metrics").get_data(as_text=True)
+    # How far behind it is cannot be known while its NATS is away: null, as /healthz says.
+    shipping = sources_of(viewer)["shipping"]
+    assert body["sources"]["shipping"]["mirror_lag"] is None and shipping["mirror_lag"] is None
+    assert [(s["lag"], s["stream_last_seq"]) for s in shipping["streams"]] == [(None, None)] * len(shipping["streams"])
+    assert sources_of(viewer)["orders"]["mirror_lag"] == 0
 
     # The others go on mirroring.
     publish(a, "orders.paid")
