@@ -219,3 +219,30 @@ def test_demo_settings_use_the_packaged_schemas_unless_dlq_schemas_is_set(tmp_pa
     assert registry.problems == [] and registry.for_subject("orders.created").name == "orders.json"
     own = support.make_settings(tmp_path, schemas_dir=str(tmp_path))
     assert demo_settings(own).schemas_dir == str(tmp_path)
+
+
+def test_the_admin_commands_beside_a_running_demo_read_its_schemas_and_key_fields(tmp_path, monkeypatch):
+    """``python app.py --demo`` leaves a mark in its instance folder; the admin commands' app
+    (``flask --app app``) then reads the demo's settings, and answers what the pages answer."""
+    from dlq_dashboard.cli import main as cli_main
+    from dlq_dashboard.demo.service import DEMO_LIST_FIELDS
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'dlq.sqlite3'}")
+    for name in ("DLQ_SCHEMAS", "DLQ_LIST_FIELDS", "DLQ_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+
+    def settings():
+        app = cli_main.create_app()
+        try:
+            return runtime_of(app).settings
+        finally:
+            runtime_of(app).stop()
+
+    plain = settings()
+    assert (plain.schemas_dir, plain.list_fields) == (None, ())
+    cli_main.mark_demo(plain, True)
+    beside = settings()
+    assert beside.schemas_dir == str(DEMO_SCHEMAS) and beside.list_fields == DEMO_LIST_FIELDS
+    cli_main.mark_demo(plain, False)  # a start without --demo takes the mark away
+    assert settings().list_fields == () and not (tmp_path / "instance" / cli_main.DEMO_MARK).exists()

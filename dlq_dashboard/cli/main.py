@@ -15,12 +15,14 @@ import gc
 import logging
 import signal
 import sys
+from pathlib import Path
 
 import click
 from flask.cli import ScriptInfo
 
 from .. import create_app as _create_app
 from ..config import ConfigError, Settings, load_settings, log_level
+from ..files import private_folder
 from ..errors import InvalidRequest
 from ..nats.bundled import StoreInUse
 from ..nats.client_log import quiet_nats_tracebacks
@@ -60,10 +62,35 @@ def framed(lines: list[str]) -> str:
     return "\n".join([rule, *(f"| {line.ljust(width)} |" for line in lines), rule])
 
 
+#: Left in the instance folder while the dashboard there runs the demo (``--demo``): the admin
+#: commands beside it then read the demo's settings too (its schemas and key fields), so that they
+#: answer what its pages answer.
+DEMO_MARK = "demo-running"
+
+
+def mark_demo(settings: Settings, demo: bool) -> None:
+    """Leave DEMO_MARK in the instance folder of a dashboard that runs the demo; take it away
+    when one starts there without it."""
+    mark = Path(settings.instance_path) / DEMO_MARK
+    if demo:
+        private_folder(settings.instance_path)
+        mark.write_text("python app.py --demo runs on this folder: the admin commands read its settings\n")
+    else:
+        mark.unlink(missing_ok=True)
+
+
 def create_app(config=None):
     """The factory the admin commands (and ``flask --app app``) use: a bad setting ends it with
-    the same one line the server prints, not a traceback."""
+    the same one line the server prints, not a traceback. Beside a dashboard that runs the demo
+    (DEMO_MARK), with the demo's settings."""
     try:
+        if config is None or "SETTINGS" not in config:
+            settings = load_settings()
+            if (Path(settings.instance_path) / DEMO_MARK).exists():
+                from ..demo import demo_settings
+
+                settings = demo_settings(settings)
+            config = {**(config or {}), "SETTINGS": settings}
         return _create_app(config)
     except ConfigError as exc:
         raise SystemExit(f"error: {exc}") from None
@@ -147,6 +174,7 @@ def serve(args: argparse.Namespace) -> int:
             from ..demo import demo_settings
 
             settings = demo_settings(settings)
+        mark_demo(settings, args.demo)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
