@@ -20,7 +20,7 @@ from . import support
 PAGES = {
     "pages.index": "Dead letters", "pages.entry": "Dead letters", "actions.confirm_republish": "Dead letters",
     "actions.edit": "Dead letters", "pages.groups": "Groups", "groups.group_page": "Groups", "views.index": "Views",
-    "bulk.jobs": "Jobs", "bulk.job_page": "Jobs", "audit.audit": "Audit", "admin.users": "Users",
+    "bulk.jobs": "Jobs", "bulk.job_page": "Jobs", "bulk.bulk_preview": "Jobs", "audit.audit": "Audit", "admin.users": "Users",
     "repair.entry_repair": "Dead letters", "row_actions.confirm": "Dead letters", "pages.summary": "Dead letters", "alert_outbox.alerts": "Alerts",
     "auth.login": None,  # signed in already: the form again, under no item
     "sources.sources_page": None,  # one source: no Sources item (tests/test_sources_desk.py: several)

@@ -109,12 +109,18 @@ def bulk_preview():
         return _patch_preview()
     if action == "repair":
         return bulk_repair_page()
+    # The address alone (a bookmark, a link): a page saying how to choose, not a bad request.
+    bare = request.method == "GET" and not (form.get("by") or form.get("ids"))
     try:
+        if bare:
+            raise JobError("Nothing is selected: tick entries on the list, or set filters and preview "
+                           "everything matching them.")
         selection = params.form_selection()
         items, summary = select_items(rt, scopes=current_reader().acts, action=action, **selection)
         error = None if items else "No entries match; nothing to do."
     except DashboardError as exc:
         items, summary, selection, error = Selection(), {}, {}, str(exc)
+    status = 400 if error and not bare else 200
     # A republish reaches every consumer of its subject: show them before the job starts; and
     # what the job would refuse (no stream, the schema without the override), before Start.
     # (The entries with no subject go nowhere: the refusals below count them.)
@@ -126,8 +132,7 @@ def bulk_preview():
     return render_template("job.html", preview=True, action=action, items=items.ids[:PREVIEW_ROWS].tolist(),
                            summary=summary, targets=targets, more_subjects=max(len(subjects) - len(targets), 0),
                            refusals=refusals, selection=selection, form=form,
-                           error=error, job=None), \
-        (400 if error else 200)
+                           error=error, job=None), status
 
 
 @bp.route("/bulk", methods=["POST"])
