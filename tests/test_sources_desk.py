@@ -278,6 +278,7 @@ def test_one_sources_server_killed_is_named_unreachable_while_the_others_stay_ok
     assert 'dlq_nats_connected{source="shipping"} 1.0' in metrics
     health = admin.get("/healthz")
     assert health.status_code == 200 and set(health.get_json()["sources"]) == set(NAMES)
+    assert health.get_json()["mirror_lag"] == 0
 
     nats_server.kill()
     support.wait_for(lambda: sources_of(viewer)["shipping"]["status"] == "unreachable", timeout=10,
@@ -296,9 +297,11 @@ def test_one_sources_server_killed_is_named_unreachable_while_the_others_stay_ok
     assert body["sources"]["orders"]["status"] == body["sources"]["billing"]["status"] == "ok"
     assert body["nats"]["connected"] is True  # the top fields are the main source's (orders)
     assert 'dlq_nats_connected{source="shipping"} 0.0' in app.test_client().get("/metrics").get_data(as_text=True)
-    # How far behind it is cannot be known while its NATS is away: null, as /healthz says.
+    # How far behind it is cannot be known while its NATS is away: null, as /healthz says, and so
+    # is the lag over every source's streams at the top (the SPEC's mirror_lag), not the main one's.
     shipping = sources_of(viewer)["shipping"]
     assert body["sources"]["shipping"]["mirror_lag"] is None and shipping["mirror_lag"] is None
+    assert body["sources"]["orders"]["mirror_lag"] == 0 and body["mirror_lag"] is None
     assert [(s["lag"], s["stream_last_seq"]) for s in shipping["streams"]] == [(None, None)] * len(shipping["streams"])
     assert sources_of(viewer)["orders"]["mirror_lag"] == 0
 

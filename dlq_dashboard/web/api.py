@@ -100,8 +100,9 @@ def who_is_asking(identity: Identity) -> dict:
 
 def health() -> tuple[dict, int]:
     """The NATS connection, the database and the mirror's lag; 'degraded' while any is not well.
-    The top fields are the main source's; with several sources ``sources`` holds each one's
-    (its NATS state, mirror streams and lag), and one source not well degrades the whole."""
+    The top ``nats`` and ``mirror`` are the main source's, ``mirror_lag`` counts every stream of
+    every source (SPEC section 6; null while one is unknown); with several sources ``sources``
+    holds each one's (its NATS state, mirror streams and lag), and one not well degrades the whole."""
     rt = current_runtime()
     # From memory (the database probe): while it knows the database unreachable nothing here
     # waits on it; otherwise the positions are read under the request's bounds.
@@ -129,8 +130,9 @@ def health() -> tuple[dict, int]:
                               "mirror": mirror}
     main = reports[rt.main_source]
     ok = database["connected"] and all(report["status"] == "ok" for report in reports.values())
+    lags = [report["mirror_lag"] for report in reports.values()]
     body = {"status": "ok" if ok else "degraded", "nats": main["nats"], "database": database,
-            "mirror_lag": main["mirror_lag"], "mirror": main["mirror"], "search_lag": None}
+            "mirror_lag": None if None in lags else sum(lags), "mirror": main["mirror"], "search_lag": None}
     if database["connected"]:
         # Search lags the list by design (ingest/search_index.py): told, not a degradation.
         try:
