@@ -179,14 +179,20 @@ class Runtime:
         the main source's did not connect within the connect timeout (each action asks its own)."""
         bundled = None
         if self.settings.bundled_nats:
-            path = self._bundled_url_file()
-            if not path.exists():
+            url = self.bundled_nats_url()
+            if url is None:
                 return False
-            bundled = [path.read_text().strip()]
+            bundled = [url]
         for feed in self.feeds.values():
             feed.bridge = Bridge(feed.settings, bundled or list(feed.settings.nats_urls), feed.name).start()
         self.bridge = self.feeds[self.main_source].bridge
         return self.bridge.wait_connected(self.settings.connect_timeout)
+
+    def bundled_nats_url(self) -> str | None:
+        """The URL of the bundled nats-server a dashboard running on this instance folder started;
+        None when none runs there."""
+        path = self._bundled_url_file()
+        return path.read_text().strip() if path.exists() else None
 
     def _bundled_url_file(self) -> Path:
         return Path(self.settings.instance_path) / "nats-server.url"

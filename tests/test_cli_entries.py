@@ -253,3 +253,32 @@ def test_the_command_connects_to_nats_by_itself_and_acts(tmp_path, nats_server):
             down.kill()
             down.communicate()
     assert down.returncode == 1 and "NATS is not reachable" in down_stderr
+
+
+def test_the_cli_says_whether_no_dashboard_runs_or_its_bundled_nats_server_does_not_answer(tmp_path):
+    """Without NATS_URL the admin commands reach the bundled nats-server of the dashboard running
+    on the instance folder: the sentence tells a dashboard that is not running from a server that
+    does not answer (one stopped or frozen under a running dashboard)."""
+    from dlq_dashboard import create_app
+    from dlq_dashboard.cli.output import CommandError, nats_connected
+
+    from dataclasses import replace
+
+    settings = replace(support.make_settings(tmp_path, connect_timeout=0.5), nats_urls=())
+    app = create_app({"SETTINGS": settings, "TESTING": True})
+    rt = runtime_of(app)
+    try:
+        with pytest.raises(CommandError) as none:
+            with nats_connected(rt):
+                pass
+        assert str(none.value) == ("NATS is not reachable at the bundled nats-server: no dashboard runs on this "
+                                   "instance folder (start it, or set NATS_URL); nothing was done.")
+        (tmp_path / "instance").mkdir(exist_ok=True)
+        (tmp_path / "instance" / "nats-server.url").write_text("nats://127.0.0.1:1\n")
+        with pytest.raises(CommandError) as silent:
+            with nats_connected(rt):
+                pass
+        assert str(silent.value) == ("NATS is not reachable at nats://127.0.0.1:1, the running dashboard's bundled "
+                                     "nats-server, which does not answer; nothing was done.")
+    finally:
+        rt.stop()

@@ -87,8 +87,11 @@ def nats_connected(rt: Runtime, *, required: bool = True) -> Iterator[bool]:
     connected = rt.connect_nats()
     try:
         if required and not connected:
+            bundled = rt.bundled_nats_url() if rt.settings.bundled_nats else None
             where = (", ".join(without_userinfo(u) for u in rt.settings.nats_urls) if not rt.settings.bundled_nats
-                     else "the bundled nats-server (start the dashboard, or set NATS_URL)")
+                     else f"{bundled}, the running dashboard's bundled nats-server, which does not answer" if bundled
+                     else "the bundled nats-server: no dashboard runs on this instance folder (start it, or set "
+                          "NATS_URL)")
             raise CommandError(f"NATS is not reachable at {where}; nothing was done.")
         yield connected
     finally:
