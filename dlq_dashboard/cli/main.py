@@ -174,7 +174,6 @@ def serve(args: argparse.Namespace) -> int:
             from ..demo import demo_settings
 
             settings = demo_settings(settings)
-        mark_demo(settings, args.demo)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -217,6 +216,7 @@ def serve(args: argparse.Namespace) -> int:
         except StoreInUse as exc:  # another server runs on instance/nats: never a second one
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2
+        mark_demo(settings, args.demo)  # the one that serves: a start refused above leaves the mark as it was
         # Only once this process is the one that serves: a start refused above made the admin
         # and never showed its one-time password, so no later start had a login to print.
         password = ensure_first_admin(runtime.engine)
