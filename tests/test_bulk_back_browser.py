@@ -34,3 +34,29 @@ def test_back_from_a_started_job_shows_its_preview_again_not_a_resubmission_erro
     expect(page.get_by_role("alert")).to_have_text("No entries match; nothing to do.")
     page.go_forward()
     expect(page.locator(".job-state")).to_contain_text(f"Finished: {closing} done")
+
+
+def test_ticked_rows_preview_start_and_come_back(app, live_server, page):
+    """The list's ticked rows go to the preview by GET, an ``ids`` a row: two or more of them
+    too (the query's parameters are otherwise given once)."""
+    store_demo_entries(runtime_of(app).engine, 12)
+    support.sign_in(page, live_server, app, "operator")
+    page.goto(f"{live_server}/?subject=orders.*")
+    ticks = page.locator("#entry-rows input[name=ids]")
+    for i in range(3):
+        ticks.nth(i).check()
+    selected = page.locator("form.bulk-selected")
+    selected.get_by_role("combobox").select_option("close")
+    selected.get_by_role("button", name="Preview bulk action").click()
+    expect(page.locator("h1")).to_have_text("Bulk close: preview")
+    assert page.url.count("ids=") == 3
+    expect(page.locator("main p strong").first).to_have_text("3")
+    preview_url = page.url
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_url(re.compile(r"/jobs/\d+"))
+    expect(page.locator(".job-state")).to_contain_text("Finished: 3 done", timeout=20_000)
+    page.go_back()
+    assert page.url == preview_url
+    # Asked again: the three are closed now, each counted as skipped.
+    expect(page.locator("h1")).to_have_text("Bulk close: preview")
+    expect(page.locator("main")).to_contain_text("3 closed: skipped, closed already")

@@ -48,8 +48,10 @@ MULTI_VALUED = ("ids",)
 
 
 def refuse_repeated_parameters() -> None:
-    """Before every request: no query parameter, and no form field but a list's, is given twice."""
-    single_values(request.args.items(multi=True))
+    """Before every request: no query parameter, and no form field but a list's, is given twice
+    (the bulk preview's ``ids`` come once a ticked row in its query too: it is asked by GET)."""
+    listed = MULTI_VALUED if request.endpoint == "bulk.bulk_preview" else ()
+    single_values((k, v) for k, v in request.args.items(multi=True) if k not in listed)
     if request.mimetype == "application/x-www-form-urlencoded":
         single_values((k, v) for k, v in request.form.items(multi=True) if k not in MULTI_VALUED)
 
