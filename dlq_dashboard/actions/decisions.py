@@ -59,6 +59,15 @@ def load_entry(conn: Connection, entry_id: int):
     return row._mapping
 
 
+def locking(conn: Connection, query):
+    """``query`` of entries locking them until the transaction ends, in id order, on PostgreSQL
+    (SQLite's write transaction holds the lock already): a window a job decides on (closes, or
+    claims for republishing) is decided and changed in its transaction only. Another action on
+    one of them waits, then sees what it committed (a pending intent, a new version); the same
+    order keeps two jobs over the same entries from locking each other."""
+    return query.order_by(ENTRIES.c.id).with_for_update() if conn.dialect.name == "postgresql" else query
+
+
 def pending_intents(conn: Connection, entry_ids: list[int]) -> dict[int, list[Intent]]:
     """The unfinished intents of these entries."""
     found: dict[int, list[Intent]] = {}

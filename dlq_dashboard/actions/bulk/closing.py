@@ -13,7 +13,7 @@ from ...db.rows import UNCACHED, among, update_rows
 from ...times import utcnow
 from ..close import delete_from_dlq
 from ..context import ActionContext
-from ..decisions import close_values, decide_close, decide_reopen, pending_intents, reopen_values
+from ..decisions import close_values, decide_close, decide_reopen, locking, pending_intents, reopen_values
 from ..errors import Conflict
 from ..intents import ACTIONS, ENTRIES
 from .jobs import ITEMS, JOBS
@@ -28,10 +28,7 @@ def close_window(rt: ActionContext, job_id: int, job, items) -> None:
     results: dict[int, tuple[str, str]] = {}
     with write_transaction(rt.engine) as conn:
         ids = [entry_id for entry_id, _ in items]
-        query = select(ENTRIES).where(ENTRIES.c.id.in_(ids))
-        if conn.dialect.name == "postgresql":
-            query = query.with_for_update()  # decided and changed in this transaction only
-        rows = {r.id: r._mapping for r in conn.execute(query)}
+        rows = {r.id: r._mapping for r in conn.execute(locking(conn, select(ENTRIES).where(ENTRIES.c.id.in_(ids))))}
         pending = pending_intents(conn, ids)
         changing = []
         for entry_id, version in items:

@@ -28,7 +28,7 @@ from ...times import utcnow
 # fault_point is looked up on its module at each call, so that tests replacing it reach jobs too.
 from .. import publishing
 from ..context import ActionContext
-from ..decisions import decide_republish, write_claims
+from ..decisions import decide_republish, locking, write_claims
 from ..errors import AlreadyRepublished, Conflict, InFlight, NatsDown, Refused, SchemaRefused
 from ..intents import (
     ENTRIES,
@@ -374,8 +374,8 @@ class JobWork:
         claims: list[tuple[str, Intent]] = []
         ids = [entry_id for entry_id, _ in items]
         names = [c.name for c in _CLAIM_COLUMNS]
-        rows = {r[0]: dict(zip(names, r)) for r in conn.execute(
-            select(*_CLAIM_COLUMNS).where(among(conn, ENTRIES.c.id, ids)), execution_options=UNCACHED).all()}
+        rows = {r[0]: dict(zip(names, r)) for r in conn.execute(  # locked: a close meanwhile waits, then sees them
+            locking(conn, select(*_CLAIM_COLUMNS).where(among(conn, ENTRIES.c.id, ids))), execution_options=UNCACHED)}
         msg_ids = {entry_id: republish_msg_id(rows[entry_id], version)
                    for entry_id, version in items if entry_id in rows}
         # One look at these entries' intents: this decision's own (a retry, a resume) and any pending.
@@ -410,8 +410,9 @@ class JobWork:
                     now=now))
             except Unpatchable as exc:
                 results[entry_id] = ("skipped", str(exc))
-            except AlreadyRepublished as exc:
-                results[entry_id] = ("done", ack_sentence(exc.publish))
+            except AlreadyRepublished as exc:  # by this job before a crash, or by another meanwhile
+                results[entry_id] = ("done", ack_sentence(exc.publish)) if earlier.job_id == self.job_id else (
+                    "skipped", f"Republished by {earlier.actor} meanwhile: {ack_sentence(exc.publish)}")
             except InFlight:
                 pass  # recovery is publishing it: its outcome is read on a later pass
             except Conflict as exc:
