@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from dlq_dashboard.actions import publishing
 from dlq_dashboard.actions.bulk import jobs, listing, pacing, publisher, work
 from dlq_dashboard.actions.bulk.runner import JobRunner
-from dlq_dashboard.actions.close import close_entry
+from dlq_dashboard.actions.close import close_entry, reopen_entry
 from dlq_dashboard.db.models import Action, Entry, Republish
 
 from . import support
@@ -308,6 +308,31 @@ def test_failure_reasons_are_one_where_their_texts_differ_only_in_their_values()
         {"reason": "The entry no longer exists.", "count": 2},  # one text: as it is
         {"reason": "timeout after 3 s", "count": 1}]
     assert listing.failure_reasons(texts, shown=1) == [{"reason": "'…' does not match '…'", "count": 3}]
+
+
+def test_a_reason_told_in_more_texts_than_are_kept_is_counted_whole(app, rt, nats_server, monkeypatch):
+    """Each "Entry N changed since you saw it" is a text of its own: beyond the distinct texts
+    kept (REASON_TEXTS) the reason was counted short, and the page told the rest as "other
+    reasons"."""
+    from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+    from dlq_dashboard.times import utcnow
+
+    monkeypatch.setattr(listing, "REASON_TEXTS", 5)
+    ingest_dlq_batch(rt.engine, "DLQ", "e1", [StreamMessage(seq, "dlq.orders.created", support.dlq_headers(
+        "orders.created"), b"{}", utcnow()) for seq in range(1, 31)])
+    with rt.engine.connect() as conn:
+        ids = conn.execute(select(Entry.id).order_by(Entry.id)).scalars().all()
+    job_id = jobs.create_job(rt, "close", actor="ann", ids=ids, start=False)
+    for entry_id in ids[:24]:
+        close_entry(rt, entry_id, 1, actor="bob")
+    for entry_id in ids[24:]:  # closed and reopened: at version 3
+        close_entry(rt, entry_id, 1, actor="bob")
+        reopen_entry(rt, entry_id, 2, actor="bob")
+    rt.jobs.submit(job_id)
+    support.wait_for(lambda: jobs.job_status(rt, job_id, limit=0)["state"] == "done", message="the job to finish")
+    status = jobs.job_status(rt, job_id, limit=0)
+    assert status["skipped"] == 30 and listing.failure_reasons(status["failure_reasons"]) == [
+        {"reason": "Entry <n> changed since you saw it (version <n>, now <n>); nothing was done.", "count": 30}]
 
 
 def test_by_filter_only_those_that_now_pass_the_current_schema_are_taken(app, rt, nats_server):

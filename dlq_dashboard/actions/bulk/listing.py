@@ -4,6 +4,7 @@ end, how it ended and who cancelled it; and the list of every job, newest first.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
@@ -134,15 +135,25 @@ def list_jobs(engine: Engine, *, cursor: str | None = None, limit: int = JOBS_LI
 
 def failure_reason_texts(conn, job_id: int) -> list[dict[str, Any]]:
     """The results of a job's failed and skipped items (of the first REASON_ITEMS by entry), by
-    exact text, most common first (at most REASON_TEXTS): each with its count and the first entry
-    it came from, whose values a reader's mask hides in it (access/visible.py job)."""
+    text, most common first (at most REASON_TEXTS): texts that differ only in their digits ("Entry
+    17 changed since you saw it") counted as one, told by the first of them (``texts``: how many
+    it stands for), with its count and the entry it came from, whose values a reader's mask hides
+    in it (access/visible.py job)."""
     items = (select(ITEMS.c.result, ITEMS.c.entry_id)
              .where(ITEMS.c.job_id == job_id, ITEMS.c.state.in_(("failed", "skipped")), ITEMS.c.result.is_not(None))
              .order_by(ITEMS.c.entry_id).limit(REASON_ITEMS).subquery())
-    n = func.count().label("n")
-    rows = conn.execute(select(items.c.result, n, func.min(items.c.entry_id).label("entry_id"))
-                        .group_by(items.c.result).order_by(n.desc(), items.c.result).limit(REASON_TEXTS)).all()
-    return [{"reason": r.result, "count": r.n, "entry_id": r.entry_id} for r in rows]
+    rows = conn.execute(select(items.c.result, func.count().label("n"), func.min(items.c.entry_id).label("entry_id"))
+                        .group_by(items.c.result).order_by(func.min(items.c.entry_id))).all()
+    alike: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        found = alike.setdefault(_DIGITS.sub("0", r.result), {"reason": r.result, "count": 0, "entry_id": r.entry_id,
+                                                              "texts": 0})
+        found["count"] += r.n
+        found["texts"] += 1
+    return sorted(alike.values(), key=lambda t: (-t["count"], t["reason"]))[:REASON_TEXTS]
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 def failure_reasons(texts: list[dict[str, Any]], shown: int = REASONS_SHOWN) -> list[dict[str, Any]]:
@@ -152,6 +163,7 @@ def failure_reasons(texts: list[dict[str, Any]], shown: int = REASONS_SHOWN) -> 
     merged: dict[str, tuple[int, set[str]]] = {}
     for text in texts:
         count, seen = merged.get(key := normalize_error_text(text["reason"]), (0, set()))
-        merged[key] = (count + text["count"], seen | {text["reason"]})
+        # A text standing for several (differing in digits) is told by its key, as texts merged here.
+        merged[key] = (count + text["count"], seen | ({text["reason"]} if text.get("texts", 1) == 1 else {None, key}))
     ranked = sorted(merged.items(), key=lambda item: (-item[1][0], item[0]))[:shown]
     return [{"reason": next(iter(seen)) if len(seen) == 1 else key, "count": count} for key, (count, seen) in ranked]
