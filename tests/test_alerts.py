@@ -339,8 +339,9 @@ def test_a_webhook_urls_user_and_password_are_sent_as_basic_authentication(tmp_p
 @pytest.mark.both_databases
 def test_a_failure_an_advisory_reported_first_is_announced_once_from_the_group_its_dlq_copy_joins(database_url):
     """An advisory's write holds its alerts ADVISORY_HOLD; the DLQ copy that arrives after it moves
-    the entry to its own error's group and withdraws the alert of the group it left empty. A
-    failure no copy follows keeps its (held) alert."""
+    the entry to its own error's group, where it is a new failure (its times, a spike), and the
+    advisory's group, left empty and untouched, goes with its unsent alert: a later failure of its
+    kind is new again, and announced. A group that still holds a failure keeps its alert."""
     from datetime import timedelta
 
     from dlq_dashboard.alerts.outbox import ADVISORY_HOLD
@@ -349,12 +350,21 @@ def test_a_failure_an_advisory_reported_first_is_announced_once_from_the_group_i
 
     engine = create_db_engine(database_url)
     migrate(engine)
-    rule = AlertRule(urls=("http://a.example/hook",), threshold=1000)
+    rule = AlertRule(urls=("http://a.example/hook",), threshold=3)
     now = utcnow()
 
     def terminated(seq: int) -> tuple:
         advisory = Advisory("terminated", f"adv-{seq}", now, "PAY", "payer", seq, 1, "schema_invalid: bad", {})
         return advisory, FetchedMessage("pay.captured", None, b'{"amount": "ten"}'), None
+
+    def copy(seq: int) -> StreamMessage:
+        return StreamMessage(seq, "dlq.pay.captured", support.dlq_headers(
+            "pay.captured", Dlq_Original_Stream="PAY", Dlq_Original_Seq=str(seq), Dlq_Consumer="payer",
+            Dlq_Reason="schema_invalid", Dlq_Error="amount is a string"), b'{"amount": "ten"}', now)
+
+    def groups() -> dict:
+        with engine.connect() as conn:
+            return {g.id: g for g in conn.execute(select(FailureGroup))}
 
     try:
         ingest_advisory_batch(engine, "DLQ_ADVISORIES", "e1", [terminated(1), terminated(2)], 2, alerts=rule)
@@ -363,22 +373,26 @@ def test_a_failure_an_advisory_reported_first_is_announced_once_from_the_group_i
         assert held.next_attempt_at - held.created_at == ADVISORY_HOLD
         advisory_group = held.group_id
         # The DLQ copy of the first message: the entry moves to the copy's error's group.
-        copy = StreamMessage(1, "dlq.pay.captured", support.dlq_headers(
-            "pay.captured", Dlq_Original_Stream="PAY", Dlq_Original_Seq="1", Dlq_Consumer="payer",
-            Dlq_Reason="schema_invalid", Dlq_Error="amount is a string"), b'{"amount": "ten"}', now)
-        ingest_dlq_batch(engine, "DLQ", "e1", [copy], alerts=rule)
+        ingest_dlq_batch(engine, "DLQ", "e1", [copy(1)], alerts=rule)
         alerts = outbox(engine)
         # The advisory's group still holds the second failure: its alert stays, as held.
         assert [(a.event, a.group_id) for a in alerts][0] == ("group.new", advisory_group)
         [joined] = [a for a in alerts if a.group_id != advisory_group]
         assert joined.event == "group.new" and joined.next_attempt_at == joined.created_at
-        # The second's copy empties the advisory's group: its alert, not sent yet, is withdrawn.
-        ingest_dlq_batch(engine, "DLQ", "e1", [StreamMessage(2, copy.subject, {**copy.headers, "Dlq-Original-Seq": "2"},
-                                                             copy.data, now + timedelta(seconds=1))], alerts=rule)
-        assert [(a.event, a.group_id) for a in outbox(engine)] == [("group.new", joined.group_id)]
-        with engine.connect() as conn:
-            counts = conn.execute(select(FailureGroup.open_count).where(FailureGroup.id == advisory_group)).scalar()
-        assert counts == 0
+        assert json.loads(joined.body)["group"]["first_seen"] is not None  # seen there since the move
+        # The second's copy (and a third, straight) empties the advisory's group: its unsent alert is
+        # withdrawn, the group gone; three failures of the copy's group in five minutes are a spike.
+        ingest_dlq_batch(engine, "DLQ", "e1", [copy(2), StreamMessage(3, "dlq.pay.captured", {
+            **copy(1).headers, "Dlq-Original-Seq": "3"}, b"{}", now + timedelta(seconds=1))], alerts=rule)
+        assert [(a.event, a.group_id) for a in outbox(engine)] == [("group.new", joined.group_id),
+                                                                   ("group.spike", joined.group_id)]
+        assert advisory_group not in groups()
+        found = groups()[joined.group_id]
+        assert (found.open_count, found.first_seen is not None, found.last_seen is not None) == (3, True, True)
+        # A later failure of the advisory's kind, with no copy: its group is new again, and announced.
+        ingest_advisory_batch(engine, "DLQ_ADVISORIES", "e1", [terminated(4)], 4, after=2, alerts=rule)
+        again = [a for a in outbox(engine) if a.group_id not in (joined.group_id,)]
+        assert [(a.event, a.next_attempt_at - a.created_at) for a in again] == [("group.new", ADVISORY_HOLD)]
     finally:
         dispose_quietly(engine)
 

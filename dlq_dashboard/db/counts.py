@@ -122,6 +122,7 @@ def count_changes(conn: Connection, changes: Iterable[Change]) -> dict[int, int]
                 per_bucket[(width, at, ALL_GROUPS, c.old_status)] -= n
         else:
             arrived[c.new_group] += n
+        if c.new_group is not None and c.new_group != c.old_group:  # new, or moved here: seen here now
             first_last = seen.setdefault(c.new_group, [c.received_at, c.received_at])
             first_last[0], first_last[1] = min(first_last[0], c.received_at), max(first_last[1], c.received_at)
         if c.new_group is None:

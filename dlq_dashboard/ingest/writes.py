@@ -7,14 +7,14 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 from operator import itemgetter
 from typing import Callable, Iterable
 
 from sqlalchemy import Connection, Engine, func, insert, or_, select, update
 
-from ..alerts.outbox import ADVISORY_HOLD, AlertRule, raise_alerts, withdraw_emptied
+from ..alerts.outbox import ADVISORY_HOLD, AlertRule, raise_alerts
 from ..db.counts import Change, count_changes, group_ids, group_of
 from ..db.engine import write_transaction
 from ..db.models import Entry, Event, MirrorState
@@ -26,6 +26,7 @@ from ..times import utcnow
 from .apart import kept_apart, reason_of, transient
 from .grouping import error_group
 from .key_fields import fill_key_fields
+from .merge import merge_into_advisory_entries, same_failure
 from .search_index import index_new_entries
 from .parse import (H_NATS_MSG_ID, H_ORIGINAL_MSG_ID, H_ORIGINAL_SUBJECT, H_REPLAY_OF, Advisory, entry_from_dlq_message,
                     normalize_headers, within_columns)
@@ -89,11 +90,6 @@ def reset_position(engine: Engine, stream: str, epoch: str, source: str = DEFAUL
 
 
 # --- DLQ messages -----------------------------------------------------------------------------
-
-# Columns a DLQ copy brings to an entry first made from an advisory.
-_DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "original_msg_id", "reason",
-               "error", "schema_errors", "headers", "payload", "payload_available", "replay_of", "notes")
-
 
 def dlq_rows(stream: str, epoch: str, messages: list[StreamMessage], source: str = DEFAULT_SOURCE) -> list[dict]:
     """The entries' column values of a batch of DLQ messages (parsing never raises): the part of a
@@ -198,18 +194,19 @@ def _write_rows(conn: Connection, rows: list[dict], new_groups: set[int] | None,
     ids = group_ids(conn, {_group_of(r) for r in rows}, made=new_groups, teams=teams, source=source)
     for row in rows:
         row["group_id"] = ids[_group_of(row)]
-    rows = _merge_into_advisory_entries(conn, rows, new_groups, teams, source)
+    # A copy joining its advisory's entry moves it: a new failure of the group it moves to.
+    rows, moved_in = merge_into_advisory_entries(conn, rows, new_groups, teams, source)
     if not rows:
-        return 0, {}
+        return 0, dict(moved_in)
     newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
     made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS, skip_duplicates=True)
     index_new_entries(conn, newest)  # in the writer process the search pass does it, behind
     fill_key_fields(conn, newest)
     if made == len(rows):  # every row is a new entry: counted as they are
-        return made, count_changes(conn, [Change(None, group_id, received_at, None, status, n) for
-                                          (group_id, received_at, status), n in Counter(
-                                              (r["group_id"], r["received_at"], r["status"]) for r in rows).items()])
-    return made, count_new_entries(conn, newest)
+        return made, dict(moved_in + Counter(count_changes(conn, [
+            Change(None, group_id, received_at, None, status, n) for (group_id, received_at, status), n in Counter(
+                (r["group_id"], r["received_at"], r["status"]) for r in rows).items()])))
+    return made, dict(moved_in + Counter(count_new_entries(conn, newest)))
 
 
 def _rows_one_by_one(conn: Connection, rows: list[dict], new_groups: set[int] | None, teams: tuple[Team, ...],
@@ -287,79 +284,6 @@ def count_new_entries(conn: Connection, after_id: int) -> dict[int, int]:
 # The mirror's hot path: on SQLite one multi-row INSERT a chunk, which skips SQLAlchemy's
 # per-row parameter processing and gives the GIL up once a statement, not once a row.
 _COLUMNS = [c.name for c in ENTRIES.columns if c.name != "id"]
-
-
-def _merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: set[int] | None = None,
-                                 teams: tuple[Team, ...] = (), source: str = DEFAULT_SOURCE) -> list[dict]:
-    """Merge rows into entries made earlier from an advisory of the same ``source``; return the
-    rows still to insert. ``new_groups`` receives the groups made for them."""
-    keyed = [r for r in rows if r["original_stream"] and r["original_seq"] is not None]
-    if not keyed:
-        return rows
-    # Only entries made from an advisory alone can take a DLQ copy (a small partial index): most
-    # batches meet none, which one look at that index says.
-    if conn.execute(select(Entry.id).where(Entry.dlq_seq.is_(None), Entry.original_stream.is_not(None))
-                    .limit(1)).first() is None:
-        return rows
-    # One range query a source stream instead of a lookup a row.
-    seqs: dict[str, list[int]] = {}
-    for r in keyed:
-        seqs.setdefault(r["original_stream"], []).append(r["original_seq"])
-    ranges = {stream_name: (min(found), max(found)) for stream_name, found in seqs.items()}
-    candidates = []
-    for stream_name, (low, high) in ranges.items():
-        candidates.extend(conn.execute(
-            select(Entry.id, Entry.original_stream, Entry.original_seq, Entry.consumer, Entry.deliveries,
-                   Entry.failed_at, Entry.reason, Entry.group_id, Entry.received_at, Entry.status)
-            .where(Entry.dlq_seq.is_(None), Entry.original_stream == stream_name,
-                   Entry.original_seq.between(low, high), Entry.source == source)).all())
-    if not candidates:
-        return rows
-    remaining, merged = [], []
-    taken: set[int] = set()
-    for row in rows:
-        match = next((c for c in candidates if c.id not in taken
-                      and (c.original_stream, c.original_seq) == (row["original_stream"], row["original_seq"])
-                      and (c.consumer is None or row["consumer"] is None or c.consumer == row["consumer"])
-                      and same_failure(c.failed_at, row["failed_at"])),
-                     None)
-        if match is None:
-            remaining.append(row)
-            continue
-        taken.add(match.id)
-        values = {k: row[k] for k in _DLQ_FIELDS}
-        values["reason"] = row["reason"] or None
-        values["consumer"] = match.consumer or row["consumer"]
-        values["deliveries"] = row["deliveries"] if row["deliveries"] is not None else match.deliveries
-        values["failed_at"] = row["failed_at"] or match.failed_at
-        values["sources"] = "dlq,advisory"
-        values["updated_at"] = row["received_at"]
-        if values["reason"] is None:
-            values.pop("reason")
-        merged.append((match, values, group_of(row["original_subject"], values.get("reason", match.reason),
-                                               row["group_key"])))
-    # The DLQ copy's error decides the group: the entry moves from its advisory's group.
-    ids = group_ids(conn, {group for _, _, group in merged}, made=new_groups, teams=teams, source=source)
-    for match, values, group in merged:
-        conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id)
-                     .values(**values, group_id=ids[group], version=ENTRIES.c.version + 1))
-    fill_key_fields(conn, ids=[match.id for match, _, _ in merged])  # their payload is the DLQ copy's
-    count_changes(conn, [Change(match.group_id, ids[group], match.received_at, match.status, match.status)
-                         for match, _, group in merged])
-    withdraw_emptied(conn, [match.group_id for match, _, _ in merged])  # announced from the group it joined
-    return remaining
-
-
-#: How far apart a DLQ copy and an advisory of one message may say it failed and still be one
-#: failure: the consumer dead-letters and terminates a message in one handling, seconds apart. A
-#: message that fails again later (redelivered, or a stream recreated since, its sequences
-#: starting again) is a new failure, and a new entry.
-SAME_FAILURE = timedelta(hours=1)
-
-
-def same_failure(first: datetime | None, second: datetime | None) -> bool:
-    """Whether two reports of one message (a DLQ copy, an advisory) tell one failure by when."""
-    return first is None or second is None or abs(first - second) <= SAME_FAILURE
 
 
 # --- advisories -------------------------------------------------------------------------------
