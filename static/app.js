@@ -300,6 +300,50 @@
   });
 })();
 
+// --- A form is sent once -------------------------------------------------------------------
+// A plain form's second submission while the first is on its way (a double click, a slow
+// network) reached the server twice: two bulk jobs from one Start, or a "changed meanwhile" page
+// for one's own close. Once a POST form is sent, a further submit is ignored and its buttons are
+// disabled (after the submission has taken the pressed button's name and value); back on the
+// page (the browser's cache keeps it as it was), they work again. Forms htmx posts, and a row's
+// actions (above), keep their own rules.
+(function () {
+  "use strict";
+
+  var SUBMITS = "button:not([type]), button[type=submit], input[type=submit]";
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (event.defaultPrevented || !form || !form.matches || !form.matches("form[method=post i]") ||
+        form.hasAttribute("hx-post") || form.hasAttribute("data-row-action")) {
+      return;
+    }
+    if (form.hasAttribute("data-sent")) {
+      event.preventDefault();
+      return;
+    }
+    form.setAttribute("data-sent", "");
+    window.setTimeout(function () {
+      form.querySelectorAll(SUBMITS).forEach(function (button) {
+        if (!button.disabled) {
+          button.disabled = true;
+          button.setAttribute("data-sent-disabled", "");
+        }
+      });
+    }, 0);
+  });
+
+  window.addEventListener("pageshow", function () {
+    document.querySelectorAll("form[data-sent]").forEach(function (form) {
+      form.removeAttribute("data-sent");
+      form.querySelectorAll("[data-sent-disabled]").forEach(function (button) {
+        button.disabled = false;
+        button.removeAttribute("data-sent-disabled");
+      });
+    });
+  });
+})();
+
 // --- The list's columns at the window's width ------------------------------------------------
 // app.css leaves the secondary columns to the entry's page at fixed widths, which fit the list
 // with two key fields. With more columns (more key fields, the source of several), this leaves

@@ -60,3 +60,28 @@ def test_ticked_rows_preview_start_and_come_back(app, live_server, page):
     # Asked again: the three are closed now, each counted as skipped.
     expect(page.locator("h1")).to_have_text("Bulk close: preview")
     expect(page.locator("main")).to_contain_text("3 closed: skipped, closed already")
+
+
+def test_start_pressed_twice_before_its_answer_is_sent_once(app, live_server, page):
+    """A second press of Start while the first one's answer is on its way (a double click, a slow
+    network) sent a second POST: two jobs over the same entries. The form is sent once: a second
+    submission is refused in the page and its button disabled."""
+    store_demo_entries(runtime_of(app).engine, 12)
+    support.sign_in(page, live_server, app, "operator")
+    posted: list[str] = []
+
+    def answer_later(route):  # no answer that leaves the page: as one still on its way
+        posted.append(route.request.method)
+        route.fulfill(status=204)
+
+    page.route(f"{live_server}/bulk", answer_later)
+    page.goto(f"{live_server}/bulk/preview?by=filter&subject=orders.*&action=close")
+    page.evaluate("window.seen = []; window.addEventListener('submit', e => window.seen.push(e.defaultPrevented))")
+    start = page.get_by_role("button", name="Start")
+    start.click()
+    expect(start).to_be_disabled()
+    # Submitted again (a key, a script): refused in the page, before any request.
+    page.evaluate("document.querySelector('form[action=\"/bulk\"]').requestSubmit()")
+    assert page.evaluate("window.seen") == [False, True] and posted == ["POST"]
+    page.reload()  # a page shown again is usable again
+    expect(page.get_by_role("button", name="Start")).to_be_enabled()
