@@ -553,22 +553,46 @@ document.addEventListener("DOMContentLoaded", function () {
 })();
 
 // --- Focus across a swap --------------------------------------------------------------------------
-// A part swapped in place of the one that held the keyboard's focus (a row after its Close, the
-// older rows after "Show older entries") takes the focus on its first control, so a keyboard
-// user goes on from there rather than from the top of the page.
+// A part swapped in place of the one that held the keyboard's focus keeps it where it was: on the
+// same control in what came (its id, or its link and text, or its name and value), as a page that
+// polls itself (a job's progress, the jobs) swaps the same controls every second. A control that
+// is gone gives the focus to the part's first control (a row after its Close, the older rows after
+// "Show older entries"), so a keyboard user goes on from there rather than from the top of the
+// page; a part that polls itself takes it itself, never moving it onto another control (Cancel).
 (function () {
   "use strict";
 
   var FOCUSABLE = "a[href], button:not([disabled]), input:not([type=hidden]):not([disabled]), select, textarea";
-  var lost = null;  // where the focused part was: its parent and its place among its siblings
+  var lost = null;  // where the focused part was: its parent and its place among its siblings, and what had it
+
+  function described(element) {
+    return { id: element.id, tag: element.tagName, href: element.getAttribute("href"),
+             name: element.getAttribute("name"), value: element.getAttribute("value"),
+             text: (element.textContent || "").trim() };
+  }
+
+  function same(part, was) {
+    if (was.id) {
+      var named = document.getElementById(was.id);
+      return named && part.contains(named) ? named : null;
+    }
+    var candidates = [part].concat(Array.prototype.slice.call(part.querySelectorAll(was.tag)));
+    return candidates.filter(function (element) {
+      return element.tagName === was.tag && element.getAttribute("href") === was.href &&
+        element.getAttribute("name") === was.name && element.getAttribute("value") === was.value &&
+        (element.textContent || "").trim() === was.text;
+    })[0] || null;
+  }
 
   document.addEventListener("htmx:beforeSwap", function (event) {
     var target = event.detail && event.detail.target;
     var focused = document.activeElement;
-    if (target && target.parentNode && (target.hasAttribute("data-focus-back") ||
-                                        (focused && focused !== document.body && target.contains(focused)))) {
-      lost = { target: target, parent: target.parentNode,
-               index: Array.prototype.indexOf.call(target.parentNode.children, target) };
+    var inside = focused && focused !== document.body && target && target.contains(focused);
+    if (target && target.parentNode && (target.hasAttribute("data-focus-back") || inside)) {
+      var asker = (event.detail.elt || target).getAttribute("hx-trigger") || "";
+      lost = { target: target, parent: target.parentNode, polled: /\bevery\b/.test(asker),
+               index: Array.prototype.indexOf.call(target.parentNode.children, target),
+               focused: inside && !target.hasAttribute("data-focus-back") ? described(focused) : null };
     }
   });
 
@@ -582,9 +606,17 @@ document.addEventListener("DOMContentLoaded", function () {
     }
     // Swapped inside (innerHTML) the part is still there; in its place (outerHTML), what came.
     var part = was.target.isConnected ? was.target : was.parent.children[was.index];
-    var control = part && (part.matches(FOCUSABLE) ? part : part.querySelector(FOCUSABLE));
+    if (!part) {
+      return;
+    }
+    var control = (was.focused && same(part, was.focused)) ||
+      (was.polled ? null : part.matches(FOCUSABLE) ? part : part.querySelector(FOCUSABLE));
+    if (!control && was.polled) {
+      part.setAttribute("tabindex", "-1");
+      control = part;
+    }
     if (control) {
-      control.focus();
+      control.focus({ preventScroll: true });
     }
   });
 })();

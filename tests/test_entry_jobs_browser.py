@@ -87,3 +87,27 @@ def test_the_jobs_page_follows_a_job_until_it_is_done_without_a_reload(app, live
     page.wait_for_url(re.compile(rf"/jobs/{job_id}$"))
     expect(page.locator(".job-selection")).to_contain_text("20 selected entries")
     expect(page.locator(".job-rate")).to_contain_text("items/s")
+
+
+def test_the_focus_stays_on_its_control_while_a_jobs_page_polls_itself(app, live_server, page, nats_server,
+                                                                       monkeypatch):
+    """A job's page swaps its progress every second: the focus on one of its links went to
+    Cancel job (Enter would have cancelled it), then to the page. It stays on the same link."""
+    support.make_orders_stream(nats_server.url)
+    ids = support.dead_letter_orders(app, nats_server.url, [b'{"customer_id": "c-%d"}' % i for i in range(3)])
+    rt = runtime_of(app)
+    assert rt.jobs.recovered.wait(10)
+    monkeypatch.setattr(rt.jobs, "resume_unfinished", lambda: None)  # queued: its page polls on
+    job_id = jobs.create_job(rt, "republish", actor="ann", ids=ids, start=False)
+    support.sign_in(page, live_server, app, "operator")
+    page.goto(f"{live_server}/jobs/{job_id}")
+    progress = page.locator("#job-progress")
+    link = progress.get_by_role("link").first
+    href = link.get_attribute("href")
+    link.focus()
+    for swap in (1, 2):  # each poll's section is a new element
+        page.evaluate("document.getElementById('job-progress').dataset.old = 'yes'")
+        page.wait_for_function("() => !document.getElementById('job-progress').dataset.old", timeout=EXPECT_TIMEOUT)
+        page.wait_for_function("href => document.activeElement && document.activeElement.getAttribute('href') === href",
+                               arg=href, timeout=EXPECT_TIMEOUT)
+    assert page.evaluate("document.activeElement.textContent.trim()") == link.text_content().strip()
