@@ -265,6 +265,21 @@ def test_a_declared_compressed_payload_not_read_here_is_not_validated_rather_tha
     assert verdict["error"].startswith(f"Not validated: the payload is compressed (Content-Encoding: {encoding})")
 
 
+def test_a_close_refused_because_the_entry_changed_shows_the_note_not_saved(app):
+    """Two people close one entry: the second's 409 page showed the first's change and dropped the
+    note the second had typed."""
+    operator = support.logged_in(app, "operator")
+    entry_id = support.dead_letter(app, 1, payload=ORIGINAL)
+    token = support.csrf_token(operator, f"/entries/{entry_id}")
+    first = {"version": "1", "csrf_token": token, "note": "done by ann"}
+    assert operator.post(f"/entries/{entry_id}/close", data=first).status_code == 303
+    note = "customer <b>C-42</b> called: refund sent, do not republish"
+    refused = operator.post(f"/entries/{entry_id}/close", data={**first, "note": note})
+    text = refused.get_data(as_text=True)
+    assert refused.status_code == 409 and "<h2>Your note, not saved</h2>" in text
+    assert note in html.unescape(text) and "<b>C-42</b>" not in text  # shown, as text
+
+
 def test_an_edit_refused_because_the_entry_changed_shows_the_edit_not_sent(app, nats_server):
     """The conflict page offered only "Back to entry N as it is now": the edit was lost."""
     operator = support.logged_in(app, "operator")
