@@ -335,6 +335,20 @@ def start_sources(app, timeout: float = 20.0):
     return recovered_first(app)
 
 
+async def first_delivery(js, stream: str, subject: str, durable: str, payload: bytes):
+    """A stream ``stream`` of ``subject``'s first token (``ship.sent``: ``ship.>``) holding
+    ``payload``, and that message as a pull consumer ``durable`` delivers it, not acknowledged
+    (to be terminated, naked or dead-lettered by the test)."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    every = subject.split(".")[0] + ".>"
+    await js.add_stream(name=stream, subjects=[every])
+    await js.publish(subject, payload)
+    await js.add_consumer(stream, ConsumerConfig(durable_name=durable, ack_policy=AckPolicy.EXPLICIT))
+    sub = await js.pull_subscribe(every, durable=durable, stream=stream)
+    return (await sub.fetch(1, timeout=2))[0]
+
+
 async def publish_many(url: str, messages: list[tuple[str, bytes, dict | None]]) -> list:
     """Publish (subject, payload, headers) messages through JetStream; returns the PubAcks."""
     nc = await nats.connect(url)

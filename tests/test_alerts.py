@@ -401,7 +401,6 @@ def test_a_terminated_message_and_its_dlq_copy_on_a_real_server_raise_one_group_
     """The consumer dead-letters then terminates: whichever of the copy and the advisory the mirror
     reads first, the outbox ends with one group.new, for the group of the copy's error."""
     import nats
-    from nats.js.api import AckPolicy, ConsumerConfig
 
     from dlq_dashboard.db.models import Entry
 
@@ -411,11 +410,7 @@ def test_a_terminated_message_and_its_dlq_copy_on_a_real_server_raise_one_group_
     async def dead_letter_then_terminate():
         nc = await nats.connect(nats_server.url)
         js = nc.jetstream()
-        await js.add_stream(name="SHIP", subjects=["ship.>"])
-        await js.publish("ship.sent", b'{"parcel": "p-1"}')
-        await js.add_consumer("SHIP", ConsumerConfig(durable_name="shipper", ack_policy=AckPolicy.EXPLICIT))
-        sub = await js.pull_subscribe("ship.>", durable="shipper", stream="SHIP")
-        msg = (await sub.fetch(1, timeout=2))[0]
+        msg = await support.first_delivery(js, "SHIP", "ship.sent", "shipper", b'{"parcel": "p-1"}')
         await nc.request(msg.reply, b"+TERM fatal: carrier refused", timeout=2)
         await js.publish("dlq.ship.sent", msg.data, headers=support.dlq_headers(
             "ship.sent", Dlq_Original_Stream="SHIP", Dlq_Original_Seq="1", Dlq_Consumer="shipper",

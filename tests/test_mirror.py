@@ -369,11 +369,7 @@ def test_a_failure_reported_by_a_dlq_copy_and_an_advisory_is_one_entry(app, nats
     async def dead_letter_then_terminate():
         nc = await nats.connect(nats_server.url)
         js = nc.jetstream()
-        await js.add_stream(name="PAY", subjects=["pay.>"])
-        await js.publish("pay.captured", b'{"amount": "ten"}')
-        await js.add_consumer("PAY", ConsumerConfig(durable_name="payer", ack_policy=AckPolicy.EXPLICIT))
-        sub = await js.pull_subscribe("pay.>", durable="payer", stream="PAY")
-        msg = (await sub.fetch(1, timeout=2))[0]
+        msg = await support.first_delivery(js, "PAY", "pay.captured", "payer", b'{"amount": "ten"}')
         meta = msg.metadata
         await js.publish("dlq.pay.captured", msg.data, headers=support.dlq_headers(
             "pay.captured", Dlq_Original_Stream="PAY", Dlq_Original_Seq=str(meta.sequence.stream),
