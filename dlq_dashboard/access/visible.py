@@ -370,9 +370,8 @@ def job_values(reader: Reader, store: Store, job_ids: list[int]) -> dict[int, tu
         return {}
     taken = store.job_entry_ids(job_ids, triage.NOTE_MASK_SCAN)
     stored = store.entries_by_id(itertools.chain.from_iterable(taken.values()))
-    return {job_id: _values_of(reader.mask, None, tuple(
-        v for entry_id in ids if entry_id in stored for v in reader.mask.values_of(stored[entry_id])))
-        for job_id, ids in taken.items()}
+    return {job_id: tuple(v for entry_id in ids if entry_id in stored for v in reader.mask.values_of(stored[entry_id]))
+            for job_id, ids in taken.items()}
 
 
 def job(reader: Reader, store: Store, status: dict, fields: tuple[KeyField, ...] = ()) -> dict:

@@ -85,10 +85,11 @@ def merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: 
     fill_key_fields(conn, ids=[match.id for match, _, _ in merged])  # their payload is the DLQ copy's
     count_changes(conn, [Change(match.group_id, ids[group], match.received_at, match.status, match.status)
                          for match, _, group in merged])
-    left = {match.group_id for match, _, group in merged if ids[group] != match.group_id}
+    moves = [(match.group_id, ids[group]) for match, _, group in merged if ids[group] != match.group_id]
+    left = {old for old, _ in moves}
     withdraw_emptied(conn, left)  # announced from the group it joined
     forget_untouched(conn, left, new_groups)
-    return remaining, Counter(ids[group] for match, _, group in merged if ids[group] != match.group_id)
+    return remaining, Counter(new for _, new in moves)
 
 
 #: How far apart a DLQ copy and an advisory of one message may say it failed and still be one

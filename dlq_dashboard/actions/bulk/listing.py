@@ -160,10 +160,11 @@ def failure_reasons(texts: list[dict[str, Any]], shown: int = REASONS_SHOWN) -> 
     """The texts of failure_reason_texts (as the reader may see them) as reasons, most common
     first: texts that differ only in their values (an id, a number, a quoted value) are one, read
     as ingest/grouping.py normalizes them; a text alone stands as it is."""
-    merged: dict[str, tuple[int, set[str]]] = {}
+    merged: dict[str, tuple[int, set[str], bool]] = {}
     for text in texts:
-        count, seen = merged.get(key := normalize_error_text(text["reason"]), (0, set()))
-        # A text standing for several (differing in digits) is told by its key, as texts merged here.
-        merged[key] = (count + text["count"], seen | ({text["reason"]} if text.get("texts", 1) == 1 else {None, key}))
+        count, seen, several = merged.get(key := normalize_error_text(text["reason"]), (0, set(), False))
+        # A text standing for several (differing in digits: failure_reason_texts) is told by its key too.
+        merged[key] = (count + text["count"], seen | {text["reason"]}, several or text.get("texts", 1) > 1)
     ranked = sorted(merged.items(), key=lambda item: (-item[1][0], item[0]))[:shown]
-    return [{"reason": next(iter(seen)) if len(seen) == 1 else key, "count": count} for key, (count, seen) in ranked]
+    return [{"reason": key if several or len(seen) > 1 else next(iter(seen)), "count": count}
+            for key, (count, seen, several) in ranked]
