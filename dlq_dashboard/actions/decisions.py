@@ -225,7 +225,8 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
     Returns ("new", intent) to insert, ("retry", intent) to reuse a failed intent's row, or
     ("resume", intent) to publish again an intent that is pending and not in flight.
     ``resume_pending``: the caller owns the intent (a job holding its lease), so only this
-    process's publishes count as in flight.
+    process's publishes count as in flight; an intent of another job (or of a request) is its
+    publisher's while it is young, as for a request: two jobs over one entry both published it.
     """
     entry_id = entry["id"]
     if existing is not None and existing.state == "published":
@@ -235,7 +236,7 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
                                  publish=Published(existing.msg_id, existing.stream, existing.seq, existing.duplicate))
     if existing is not None and existing.state == "pending":
         if rt.flights.busy(existing, request_timeout=rt.settings.request_timeout,
-                           other_processes=not resume_pending):
+                           other_processes=not resume_pending or existing.job_id != job_id):
             raise InFlight(f"Entry {entry_id} is being republished right now (msgId {existing.msg_id}).",
                            entry_id=entry_id, seen_version=version)
         if payload is not None and payload != existing.payload:
