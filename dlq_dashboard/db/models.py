@@ -183,10 +183,11 @@ class Job(Base):
     cancelled_by: Mapped[str | None] = mapped_column(String(255))
     cancelled_at: Mapped[datetime | None] = mapped_column(DateTime)
     purged: Mapped[str | None] = mapped_column(Text)  # its items' counts a purge took, by state (JSON; 0023)
+    request_key: Mapped[str | None] = mapped_column(String(64))  # its start's key, once an actor's (0024)
+    __table_args__ = (Index("ix_jobs_request_key", "actor", "request_key", unique=True),)
 
 
-#: The states of a job's items (``state`` on a job's page and its JSON, and the list's ``job``
-#: filter, narrow them to one).
+#: The states of a job's items (``state`` on a job's page, its JSON and the list's ``job`` filter).
 ITEM_STATES = ("done", "failed", "skipped", "cancelled", "pending")
 
 
@@ -203,8 +204,7 @@ class JobItem(Base):
     state: Mapped[str] = mapped_column(String(16), default="pending")
     result: Mapped[str | None] = mapped_column(Text)
 
-    # Deleting an entry looks its items up by entry (the foreign key's check, the purge's test
-    # for a pending item): without it, a scan of every job's items for each entry.
+    # Deleting an entry looks its items up by entry (the purge's test for a pending item).
     __table_args__ = (Index("ix_job_items_entry_id", "entry_id"),)
 
 

@@ -62,7 +62,8 @@ def api_bulk():
         selection["only_valid"] = flag(body.get("only_valid"), "only_valid", default=True)
     job_id = create_job(current_runtime(), action, actor=actor_name(), note=body.get("note"),
                         force=flag(body.get("force"), "force"), patch=body.get("patch"),
-                        scopes=current_reader().acts, **selection)
+                        scopes=current_reader().acts, request_key=request.headers.get("Idempotency-Key"),
+                        **selection)
     response = jsonify(job=job_id)
     response.headers["Location"] = url_for("bulk.api_job", job_id=job_id)
     return response, 202
@@ -147,7 +148,7 @@ def bulk_create():
         job_id = create_job(current_runtime(), request.form.get("action", ""), actor=actor_name(),
                             note=request.form.get("note"), force=flag(request.form.get("force"), "force"),
                             patch=request.form.get("patch") if patching else None,
-                            scopes=current_reader().acts, **selection)
+                            scopes=current_reader().acts, request_key=request.form.get("request_key"), **selection)
     except DashboardError as exc:
         if patching:
             return _patch_page(error=str(exc), status=status_of(exc))

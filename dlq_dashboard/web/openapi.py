@@ -102,8 +102,7 @@ SCHEMAS: dict[str, dict] = {
     **openapi_groups.SCHEMAS,
     "AuditPage": {
         "type": "object", "required": ["actions", "next_cursor"],
-        "properties": {"actions": {"type": "array", "items": _ref("AuditRecord")},
-                       "next_cursor": _nullable(STR)},
+        "properties": {"actions": {"type": "array", "items": _ref("AuditRecord")}, "next_cursor": _nullable(STR)},
     },
     "Me": {
         "type": "object", "required": ["name", "role", "grants", "via"],
@@ -367,9 +366,10 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "operationId": "startBulkJob", "tags": ["actions"],
         "summary": "Republish, close, patch and republish, or repair and republish many entries as a job",
         "description": "Needs the operator role. The job runs with a rate limit; poll GET /api/jobs/{job_id}.",
+        "parameters": [{"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "maxLength": 64},
+                        "description": "Sent again with the same key by the same user: the job the first made."}],
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkRequest")}}},
-        "responses": {"202": _json(_ref("JobAccepted"), "The job was started."),
-                      **_errors(400, 401, 403, 422, 503)},
+        "responses": {"202": _json(_ref("JobAccepted"), "The job was started."), **_errors(400, 401, 403, 422, 503)},
     },
     ("get", "/api/entries/{entry_id}/targets"): {
         "operationId": "getTargets", "tags": ["entries"],

@@ -4,6 +4,7 @@ so no template spells them."""
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 
 from flask import Flask, g, request
@@ -104,6 +105,8 @@ def init_app(app: Flask) -> None:
     app.add_template_global(lambda: shown_sources(current_runtime()), "shown_sources")
     app.add_template_global(reader_scopes)
     app.add_template_global(came_from)
+    # A bulk job's Start carries a key of its own: sent twice, it is the same job (create_job).
+    app.add_template_global(lambda: secrets.token_urlsafe(16), "new_request_key")
     # Flask's url_for, each URL built once for the app (responses.url_once).
     app.add_template_global(url_once, "url_for")
 

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any, Iterator
 
 from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from ...db.engine import write_transaction
 from ...db.models import Action, Entry, Job, JobItem, Republish
@@ -206,8 +207,12 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
 
 def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_args: dict | None = None,
                only_valid: bool = False, upto: int | None = None, note: str | None = None,
-               force: bool = False, start: bool = True, patch=None, scopes: tuple[Scope, ...] | None = None) -> int:
+               force: bool = False, start: bool = True, patch=None, scopes: tuple[Scope, ...] | None = None,
+               request_key: str | None = None) -> int:
     """Make a job over the selected entries (fixed now, with their versions) and start it.
+
+    ``request_key`` names the start (the preview form's key, an API client's Idempotency-Key): the
+    same key sent again by the same actor is the job it made, returned, not a second job.
 
     A ``patch`` job takes every selected entry and judges each one when it runs: ``only_valid``
     then means "only those that pass the schema once patched", the others are skipped with the
@@ -216,6 +221,9 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     if action not in JOB_ACTIONS:
         raise JobError(f"action {action[:40]!r} is not valid: use {', '.join(JOB_ACTIONS[:-1])} or {JOB_ACTIONS[-1]}")
     note = close_note(note)
+    request_key = _request_key(request_key)
+    if request_key and (started := _started(rt.engine, actor, request_key)) is not None:
+        return started
     ops = parse_patch(patch) if action == "patch" else None
     items, summary = select_items(rt, ids=ids, filter_args=filter_args,
                                   only_valid=only_valid and action in ("republish", "close"), upto=upto, scopes=scopes,
@@ -229,21 +237,50 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     # Only those that pass, or the override: asked for both, a payload the schema fails is left out.
     summary["force"] = bool(force) and not summary.get("only_valid")
     now = utcnow()
-    with write_transaction(rt.engine) as conn:
-        job_id = conn.execute(insert(JOBS).values(
-            action=action, actor=actor, state="queued", note=note,
-            selection=json.dumps(summary), total=len(items), done=0, failed=0, cancel_requested=False,
-            created_at=now)).inserted_primary_key[0]
-        for first in range(0, len(items), ITEMS_A_STATEMENT):  # a statement's rows at a time, not all
-            insert_rows(conn, ITEMS, [{"job_id": job_id, "entry_id": entry_id, "version": version, "state": "pending"}
-                                      for entry_id, version in items.rows(first, first + ITEMS_A_STATEMENT)])
-        conn.execute(insert(ACTIONS).values(job_id=job_id, action=f"bulk_{action}", actor=actor, at=now,
-                                            note=note,
-                                            detail=json.dumps({"total": len(items), **summary})))
-        record_job(conn, filter_args, job_id, action, len(items), actor, now)  # in its group's activity
+    try:
+        with write_transaction(rt.engine) as conn:
+            job_id = _insert_job(conn, items, summary, action=action, actor=actor, note=note, now=now,
+                                 filter_args=filter_args, request_key=request_key)
+    except IntegrityError:  # the same start, made meanwhile by another request
+        if request_key and (started := _started(rt.engine, actor, request_key)) is not None:
+            return started
+        raise
     if start:
         rt.jobs.submit(job_id)
     return job_id
+
+
+def _insert_job(conn, items: "Selection", summary: dict, *, action: str, actor: str, note: str | None, now,
+                filter_args: dict | None, request_key: str | None) -> int:
+    """Write a job, its items and its audit record; a start's key already used is an IntegrityError
+    (the unique index ix_jobs_request_key)."""
+    job_id = conn.execute(insert(JOBS).values(
+        action=action, actor=actor, state="queued", note=note, request_key=request_key,
+        selection=json.dumps(summary), total=len(items), done=0, failed=0, cancel_requested=False,
+        created_at=now)).inserted_primary_key[0]
+    for first in range(0, len(items), ITEMS_A_STATEMENT):  # a statement's rows at a time, not all
+        insert_rows(conn, ITEMS, [{"job_id": job_id, "entry_id": entry_id, "version": version, "state": "pending"}
+                                  for entry_id, version in items.rows(first, first + ITEMS_A_STATEMENT)])
+    conn.execute(insert(ACTIONS).values(job_id=job_id, action=f"bulk_{action}", actor=actor, at=now,
+                                        note=note,
+                                        detail=json.dumps({"total": len(items), **summary})))
+    record_job(conn, filter_args, job_id, action, len(items), actor, now)  # in its group's activity
+    return job_id
+
+
+def _request_key(key: str | None) -> str | None:
+    """A start's key as given, or JobError: up to 64 printable ASCII characters."""
+    key = (key or "").strip()
+    if len(key) > 64 or not all("!" <= c <= "~" for c in key):
+        raise JobError("The request key (Idempotency-Key) must be up to 64 printable ASCII characters, "
+                       "without blanks.")
+    return key or None
+
+
+def _started(engine, actor: str, request_key: str) -> int | None:
+    """The job ``actor`` started with ``request_key``, if any."""
+    with engine.connect() as conn:
+        return conn.execute(select(JOBS.c.id).where(JOBS.c.actor == actor, JOBS.c.request_key == request_key)).scalar()
 
 
 def check_job(engine, job_id: int, scopes: tuple[Scope, ...] | None = None) -> None:
