@@ -88,6 +88,9 @@ def test_assigning_takes_the_version_seen_and_a_stale_one_is_a_409_that_changes_
         "state": "investigating", "assignee": "alice", "version": 2, "notes": 1}
     stale = post_state(client, operator, group, version=1, state="resolved")
     assert stale.status_code == 409 and "version 1" in stale.get_json()["error"]
+    # The answer carries the group as it is now, as an entry's 409 carries the entry: decide again from it.
+    assert {k: stale.get_json()["group"][k] for k in ("id", "state", "assignee", "version")} == {
+        "id": group, "state": "investigating", "assignee": "alice", "version": 2}
     assert group_row(world["engine"], group).state == "investigating"
     with world["engine"].connect() as conn:
         audit = conn.execute(select(Action.action, Action.actor, Action.note, Action.detail)

@@ -44,7 +44,11 @@ class GroupNotFound(NotFound):
 
 
 class GroupConflict(Conflict):
-    """The group changed since the version the person saw."""
+    """The group changed since the version the person saw (``group_id``: which)."""
+
+    def __init__(self, message: str, *, group_id: int, seen_version: int):
+        super().__init__(message, seen_version=seen_version)
+        self.group_id = group_id
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ def change_state(engine: Engine, group_id: int, version: int, change: StateChang
         row = _locked_group(conn, group_id)
         if row.version != version:
             raise GroupConflict(f"The group changed since you saw it (version {version}; it is at {row.version}, "
-                                f"{row.state}). Reload it and decide again.", seen_version=version)
+                                f"{row.state}). Reload it and decide again.", group_id=group_id, seen_version=version)
         conn.execute(update(GROUPS).where(GROUPS.c.id == group_id, GROUPS.c.version == version).values(
             state=change.state, version=version + 1, state_changed_at=now,
             note_count=GROUPS.c.note_count + (1 if change.note else 0), **change.values))

@@ -22,6 +22,7 @@ from werkzeug.exceptions import HTTPException
 from ..access import visible
 from ..access.reader import Reader
 from ..actions.errors import ActionError, Conflict, NatsDown, Refused
+from ..actions.triage import GroupConflict
 from ..db.bounds import Bounds, set_bounds
 from ..db.engine import hold_reads, release_reads
 from ..db.liveness import UNAVAILABLE, describe, sentence
@@ -40,6 +41,7 @@ from ..errors import (
 )
 from . import current_runtime
 from .auth import current_identity, identity_unknown
+from .data import current_reader
 from .responses import json_path, wants_json
 
 log = logging.getLogger(__name__)
@@ -130,6 +132,8 @@ def error_body(exc: DashboardError) -> dict[str, Any]:
         if isinstance(exc, Conflict) and exc.entry_id is not None:
             current = _readable(current_runtime().store.get_entry(exc.entry_id))
             body["entry"] = current.to_dict() if current else None
+        if isinstance(exc, GroupConflict):  # the group as it is now, as an entry's conflict has the entry
+            body["group"] = visible.group(current_reader(), current_runtime().store, exc.group_id).to_dict()
         if exc.publish is not None:
             body["publish"] = exc.publish.to_dict()
         if exc.errors:
