@@ -620,3 +620,34 @@ document.addEventListener("DOMContentLoaded", function () {
     }
   });
 })();
+
+// A table wider than its place scrolls sideways in its own box (.table-scroll, or on a phone the
+// table itself): that box then takes the keyboard's focus, so that Tab reaches it and the arrow
+// keys scroll it (a .table-scroll is named, role="region"); one that fits is no stop on the way.
+(function () {
+  "use strict";
+
+  function mark(scroller) {
+    var scrolls = /auto|scroll/.test(getComputedStyle(scroller).overflowX) &&
+      scroller.scrollWidth > scroller.clientWidth + 1;
+    if (scrolls) {
+      scroller.setAttribute("tabindex", "0");
+    } else if (scroller !== document.activeElement) {
+      scroller.removeAttribute("tabindex");
+    }
+  }
+
+  var watching = new ResizeObserver(function (changes) {
+    changes.forEach(function (change) { mark(change.target); });
+  });
+
+  function markAll() {
+    document.querySelectorAll(".table-scroll, main table").forEach(function (scroller) {
+      mark(scroller);
+      watching.observe(scroller);
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", markAll);
+  document.addEventListener("htmx:afterSwap", markAll);
+})();

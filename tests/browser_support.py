@@ -93,6 +93,25 @@ def small_fields(page) -> list[str]:
     return page.evaluate(SMALL_FIELDS)
 
 
+#: The boxes that scroll (their content wider or taller than they are, and overflow auto or scroll)
+#: that the keyboard cannot reach: no tabindex of 0 or more, not a field. Tab must stop on one for
+#: its arrow keys to scroll it (WCAG 2.1.1; axe's scrollable-region-focusable passes a box holding
+#: a link, yet the text past the link stays out of reach).
+UNREACHABLE_SCROLLERS = """() => [...document.querySelectorAll('body *')].filter(box => {
+  if (!box.getClientRects().length || box.matches('textarea, select, input')) return false;
+  const style = getComputedStyle(box);
+  const across = /auto|scroll/.test(style.overflowX) && box.scrollWidth > box.clientWidth + 1;
+  const down = /auto|scroll/.test(style.overflowY) && box.scrollHeight > box.clientHeight + 1;
+  return (across || down) && !(box.tabIndex >= 0 && box.hasAttribute('tabindex'));
+}).map(box => box.tagName.toLowerCase() + (box.id ? '#' + box.id : '') +
+          (box.className && typeof box.className === 'string' ? '.' + box.className.trim().split(/\\s+/).join('.') : ''))"""
+
+
+def unreachable_scrollers(page) -> list[str]:
+    """The boxes that scroll and that the keyboard cannot reach (UNREACHABLE_SCROLLERS)."""
+    return page.evaluate(UNREACHABLE_SCROLLERS)
+
+
 def loose_cells(page) -> list[str]:
     """The cells of rows shown as rows that are not laid out as a table's cells (LOOSE_CELLS)."""
     return page.evaluate(LOOSE_CELLS)

@@ -86,6 +86,9 @@ def _measure(page, where: str, overflows: list) -> None:
     small = browser_support.small_fields(page)
     if small:
         overflows.append(f"{where}: fields less than 24 px tall: {small}")
+    unreachable = browser_support.unreachable_scrollers(page)
+    if unreachable:
+        overflows.append(f"{where}: boxes that scroll but Tab does not reach: {unreachable}")
 
 
 def _entries(app, nats_server) -> dict[str, int]:
