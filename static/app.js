@@ -472,15 +472,15 @@
 
 // --- What was just done --------------------------------------------------------------------------
 // The sentence an action leaves for the page it leads to (base.html) is shown as the page comes;
-// its words go into the region's status element after the page has loaded: a screen reader
-// announces a region's change, not its first content.
+// its words go into the page's status region (#announcer) after the page has loaded: a screen
+// reader announces a region's change, not its first content.
 document.addEventListener("DOMContentLoaded", function () {
   "use strict";
+  var announce = document.getElementById("announcer");
   document.querySelectorAll("[data-done]").forEach(function (region) {
-    var announce = region.querySelector("[data-done-announce]");
     if (!announce) { return; }
     window.setTimeout(function () {
-      announce.textContent = Array.prototype.map.call(region.querySelectorAll("p:not([data-done-announce])"),
+      announce.textContent = Array.prototype.map.call(region.querySelectorAll("p"),
         function (p) { return p.textContent.trim(); }).join(" ");
     }, 100);
   });
@@ -650,4 +650,35 @@ document.addEventListener("DOMContentLoaded", function () {
 
   document.addEventListener("DOMContentLoaded", markAll);
   document.addEventListener("htmx:afterSwap", markAll);
+})();
+
+// --- What a replaced part says -------------------------------------------------------------------
+// A part htmx replaces whole (a polled job, the editor's check, a list row after its action)
+// cannot be a live region: a region put into the page is not read, or is read whole at each poll.
+// It carries what a person must hear in data-announce instead; when that sentence differs from the
+// one the part (by its id) said before, the page's one status region (#announcer, base.html)
+// says it. What the page said as it loaded is known, not read out.
+(function () {
+  "use strict";
+  var said = new Map();
+
+  function changed() {
+    var sentences = [];
+    document.querySelectorAll("[data-announce][id]").forEach(function (part) {
+      var sentence = part.getAttribute("data-announce").trim();
+      if (said.get(part.id) !== sentence) {
+        said.set(part.id, sentence);
+        if (sentence) { sentences.push(sentence); }
+      }
+    });
+    return sentences;
+  }
+
+  document.addEventListener("DOMContentLoaded", changed);
+  document.addEventListener("htmx:afterSettle", function () {
+    var sentences = changed(), announcer = document.getElementById("announcer");
+    if (sentences.length && announcer) {
+      announcer.textContent = sentences.join(" ");
+    }
+  });
 })();

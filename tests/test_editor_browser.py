@@ -34,6 +34,8 @@ def test_an_operator_fixes_a_field_in_the_pretty_payload_and_the_entry_tells_the
     fixed = PRETTY.replace('"12.50"', "12.50")
     editor.fill(fixed)
     expect(check).to_contain_text("It passes the current schema", timeout=EXPECT_TIMEOUT)
+    # The check is replaced at each edit: what it found is said by the page's status region.
+    expect(page.locator("#announcer")).to_have_text("It passes the current schema orders.json.")
     expect(check.locator(".diff .del")).to_have_text(['-      "price": "12.50"'])
     expect(check.locator(".diff .add")).to_have_text(['+      "price": 12.50'])
 

@@ -45,6 +45,8 @@ def test_a_row_is_closed_after_its_question_and_swapped_in_place(app, live_serve
     assert len(asked) == 2
     row = page.locator(f'#entry-rows tr[data-id="{entry_id}"]')
     expect(row.locator(".row-message")).to_have_text(f"Closed entry {entry_id}.")
+    # Said by the page's status region, which stays: the row's message came with a row put in.
+    expect(page.locator("#announcer")).to_have_text(f"Closed entry {entry_id}.")
     expect(row.locator(".status")).to_have_text("closed")
     assert page.url == f"{live_server}/"  # the list stayed
     assert runtime_of(app).store.get_entry(entry_id, with_history=False).status == "closed"

@@ -1,0 +1,42 @@
+"""In Debian's Chromium, a part htmx replaces whole is no live region: what it says when it
+changes (a job that ended, seen on its page and on the jobs list) is said by the page's one status
+region, which stays, and only when it changes; not the progress of every poll."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from dlq_dashboard.actions.bulk import jobs
+from dlq_dashboard.runtime import runtime_of
+
+from . import support
+
+
+@pytest.fixture
+def app(make_app):
+    """The app with three open entries; nothing started (a close job needs no NATS, and runs when
+    the test submits it)."""
+    application = make_app()
+    for seq in (1, 2, 3):
+        support.dead_letter(application, seq, payload=b'{"order_id": %d}' % seq, Dlq_Reason="fatal")
+    return application
+
+
+@pytest.mark.parametrize("where", ["/jobs/{job}", "/jobs"])
+def test_a_job_that_ends_is_said_by_the_pages_status_region(app, live_server, page, where):
+    rt = runtime_of(app)
+    job_id = jobs.create_job(rt, "close", actor="ann", filter_args={"reason": "fatal"}, note="known", start=False)
+    support.sign_in(page, live_server, app, "operator")
+    page.add_init_script("window.settled = 0; document.addEventListener('htmx:afterSettle', () => window.settled++);")
+    page.goto(live_server + where.format(job=job_id))
+    part = page.locator("#job-progress" if "{job}" in where else "#jobs")
+    expect(part).to_have_attribute("hx-trigger", "every 1s" if "{job}" in where else "every 2s")  # it polls
+    assert part.get_attribute("aria-live") is None  # replaced whole at each poll: not a live region
+    announcer = page.locator("#announcer")
+    expect(announcer).to_have_attribute("role", "status")
+    # Two polls while it waits to run say nothing: nothing a person must hear changed.
+    page.wait_for_function("() => window.settled >= 2", timeout=20_000)
+    assert announcer.text_content() == ""
+    rt.jobs.submit(job_id)
+    expect(announcer).to_have_text(f"Job {job_id} finished: 3 done, 0 failed, 0 skipped.", timeout=20_000)
