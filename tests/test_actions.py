@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -350,6 +351,51 @@ def test_a_body_that_cannot_be_read_or_stored_is_a_400_sentence_and_nothing_chan
     assert words in response.get_json()["error"]
     assert tuple(entry_row(rt, entry_id)) == ("open", 1)
     assert app.test_client().get("/api/jobs", headers=support.bearer(tokens["viewer"])).get_json()["jobs"] == []
+
+
+NUL_REQUESTS = [
+    ("get", "/api/entries?subject=orders.%00", None),
+    ("get", "/api/summary?consumer=%00", None),
+    ("get", "/api/export.csv?reason=a%00b", None),
+    ("get", "/api/groups?assignee=%00", None),
+    ("get", "/api/audit?actor=%00", None),
+    ("post", "/api/entries/{id}/close", {"version": 1, "note": "a\u0000b"}),
+    ("post", "/api/groups/{group}/notes", {"text": "a\u0000b"}),
+    ("post", "/api/groups/{group}/state", {"version": 1, "state": "investigating", "assignee": "a\u0000b"}),
+    ("post", "/api/bulk", {"action": "close", "ids": ["{id}"], "note": "a\u0000b"}),
+    ("post", "/api/bulk", {"action": "close", "filter": {"subject": "orders.\u0000"}}),
+]
+
+
+@pytest.mark.both_databases
+@pytest.mark.parametrize("method, path, body", NUL_REQUESTS, ids=[f"{m}-{p.split('?')[0]}-{i}"
+                                                                  for i, (m, p, _) in enumerate(NUL_REQUESTS)])
+def test_a_nul_character_in_a_parameter_or_a_body_is_a_400_sentence_and_nothing_changes(
+        offline_app, rt, tokens, method, path, body):
+    """PostgreSQL stores no NUL in text: each was a bare 500 there (and stored on SQLite)."""
+    entry_id = support.dead_letter(offline_app, 1, Dlq_Reason="fatal")
+    with rt.engine.connect() as conn:
+        group = conn.execute(select(Entry.group_id).where(Entry.id == entry_id)).scalar_one()
+    path = path.replace("{id}", str(entry_id)).replace("{group}", str(group))
+    data = None if body is None else json.dumps(body).replace('"{id}"', str(entry_id))
+    response = offline_app.test_client().open(path, method=method.upper(), data=data, headers={
+        **support.bearer(tokens["operator"]), **({"Content-Type": "application/json"} if data else {})})
+    assert response.status_code == 400, response.get_data(as_text=True)[:300]
+    assert "holds a NUL character (U+0000)" in response.get_json()["error"]
+    assert tuple(entry_row(rt, entry_id)) == ("open", 1)
+    assert offline_app.test_client().get("/api/jobs", headers=support.bearer(tokens["viewer"])).get_json()["jobs"] == []
+
+
+def test_a_nul_in_a_form_field_is_a_400_but_an_edited_payload_may_hold_one(offline_app, rt, auth):
+    entry_id = support.dead_letter(offline_app, 1, Dlq_Reason="fatal")
+    client = auth.client("operator")
+    token = support.csrf_token(client, f"/entries/{entry_id}")
+    closed = client.post(f"/entries/{entry_id}/close", data={"csrf_token": token, "version": "1", "note": "a\0b"})
+    assert closed.status_code == 400
+    assert "holds a NUL character (U+0000) at 'note'" in html.unescape(closed.get_data(as_text=True))
+    assert tuple(entry_row(rt, entry_id)) == ("open", 1)
+    checked = client.post(f"/entries/{entry_id}/validate", data={"csrf_token": token, "payload": '{"a": 1}\0'})
+    assert checked.status_code == 200, checked.get_data(as_text=True)[:300]
 
 
 def test_a_number_of_any_size_in_a_body_stays_exact(app, rt, nats_server, tokens):

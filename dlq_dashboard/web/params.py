@@ -67,13 +67,18 @@ def refuse_text_that_is_not_utf8() -> None:
 
 
 def _utf8_parameters(raw: bytes, what: str) -> None:
+    """Each name and value UTF-8, and without a NUL character (no text a database stores holds one:
+    PostgreSQL refuses it, a 500), but for an edited payload's bytes (the editor's ``payload``)."""
     for pair in raw.split(b"&"):
-        for part in pair.split(b"=", 1):
+        parts = [unquote_to_bytes(part.replace(b"+", b" ")) for part in pair.split(b"=", 1)]
+        name = parts[0].decode("utf-8", "replace")[:40]
+        for part in parts:
             try:
-                unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
+                part.decode("utf-8")
             except UnicodeDecodeError:
-                name = unquote_to_bytes(pair.split(b"=", 1)[0]).decode("utf-8", "replace")[:40]
                 raise InvalidRequest(f"{what} is not UTF-8 text (at {name!r}): send it encoded as UTF-8.") from None
+        if any(b"\0" in part for part in parts) and parts[0] != b"payload":
+            raise InvalidRequest(f"{what} holds a NUL character (U+0000) at {name!r}: no text here may hold one.")
 
 
 def init_app(app: Flask) -> None:
@@ -209,21 +214,27 @@ def _read_json(data: bytes) -> Any:
         raise InvalidRequest(f"The request body nests deeper than {BODY_DEPTH} levels.") from None
     except ValueError as exc:
         raise InvalidRequest(f"The request body is not JSON: {exc}.") from None
-    stack = [(body, 1)]
+    # A NUL is refused in text a database stores (PostgreSQL refuses it: a 500); a patch's values
+    # become payload bytes, which may hold one.
+    stack = [*((k, 1, True) for k in body), *((v, 2, k != "patch") for k, v in body.items())] \
+        if isinstance(body, dict) else [(body, 1, True)]
     while stack:
-        value, depth = stack.pop()
+        value, depth, text = stack.pop()
         if isinstance(value, str):
             if _SURROGATE.search(value):
                 raise InvalidRequest(f"The request body holds a lone surrogate escape in {ascii(value)[:60]}: "
                                      "send the text itself, as UTF-8.")
+            if text and "\0" in value:
+                raise InvalidRequest(f"The request body holds a NUL character (U+0000) in {ascii(value)[:60]}: "
+                                     "no text here may hold one.")
             continue
         if depth > BODY_DEPTH:
             raise InvalidRequest(f"The request body nests deeper than {BODY_DEPTH} levels.")
         if isinstance(value, dict):
-            stack.extend((k, depth) for k in value)
-            stack.extend((v, depth + 1) for v in value.values() if isinstance(v, (str, dict, list)))
+            stack.extend((k, depth, text) for k in value)
+            stack.extend((v, depth + 1, text) for v in value.values() if isinstance(v, (str, dict, list)))
         elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value if isinstance(v, (str, dict, list)))
+            stack.extend((v, depth + 1, text) for v in value if isinstance(v, (str, dict, list)))
     return body
 
 
