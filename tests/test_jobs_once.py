@@ -1,5 +1,6 @@
 """A bulk job is started once a request: the same Start sent again (a second click the page did
-not stop, a retried API call, two requests racing) is the job the first one made."""
+not stop, a retried API call, two requests racing) is the job the first one made; and a request
+with a part its action would leave out is refused, not started without it."""
 
 from __future__ import annotations
 
@@ -109,3 +110,21 @@ def test_the_start_form_sent_twice_is_the_job_it_made_and_a_new_preview_a_new_st
     assert counted(rt) == 1
     fresh = client.get("/bulk/preview", query_string=query).get_data(as_text=True)
     assert re.search(r'name="request_key" value="([^"]+)"', fresh).group(1) != key
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"action": "close", "patch": [{"op": "add", "path": "/a", "value": 1}]},
+     "A patch goes with the action patch only: send action patch, or leave the patch out (a close job"),
+    ({"action": "reopen", "patch": []}, "A patch goes with the action patch only"),
+    ({"action": "close", "force": True}, "force (republish payloads the current schema refuses) goes with republish"),
+    ({"action": "repair", "force": True}, "leave it out of a repair job"),
+])
+def test_a_part_of_a_bulk_request_its_action_would_leave_out_is_a_400_and_starts_nothing(
+        offline_app, rt, tokens, body, words):
+    """Each was a 202: a close with a patch closed the entries and dropped the patch without a word."""
+    entry_id = support.dead_letter(offline_app, 1, Dlq_Reason="fatal")
+    response = offline_app.test_client().post("/api/bulk", json={**body, "ids": [entry_id]},
+                                              headers=support.bearer(tokens["operator"]))
+    assert response.status_code == 400, response.get_data(as_text=True)
+    assert words in response.get_json()["error"]
+    assert counted(rt) == 0

@@ -220,6 +220,7 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     what the operator may act on (select_items)."""
     if action not in JOB_ACTIONS:
         raise JobError(f"action {action[:40]!r} is not valid: use {', '.join(JOB_ACTIONS[:-1])} or {JOB_ACTIONS[-1]}")
+    _fitting(action, patch=patch, force=force)
     note = close_note(note)
     request_key = _request_key(request_key)
     if request_key and (started := _started(rt.engine, actor, request_key)) is not None:
@@ -266,6 +267,17 @@ def _insert_job(conn, items: "Selection", summary: dict, *, action: str, actor: 
                                         detail=json.dumps({"total": len(items), **summary})))
     record_job(conn, filter_args, job_id, action, len(items), actor, now)  # in its group's activity
     return job_id
+
+
+def _fitting(action: str, *, patch, force: bool) -> None:
+    """JobError for a part of the request its action would leave out without a word: a patch not
+    applied, an override with nothing to republish."""
+    if patch is not None and action != "patch":
+        raise JobError(f"A patch goes with the action patch only: send action patch, or leave the patch out "
+                       f"(a {action} job would not apply it).")
+    if force and action not in ("republish", "patch"):
+        raise JobError(f"force (republish payloads the current schema refuses) goes with republish and patch "
+                       f"only: leave it out of a {action} job.")
 
 
 def _request_key(key: str | None) -> str | None:
