@@ -30,15 +30,7 @@ from .. import publishing
 from ..context import ActionContext
 from ..decisions import decide_republish, locking, write_claims
 from ..errors import AlreadyRepublished, Conflict, InFlight, NatsDown, Refused, SchemaRefused
-from ..intents import (
-    ENTRIES,
-    INTENTS,
-    Intent,
-    mark_in_doubt,
-    record_failed,
-    record_published,
-    republish_msg_id,
-)
+from ..intents import ENTRIES, INTENTS, Intent, mark_in_doubt, record_failed, record_published, republish_msg_id
 from ..publishing import classify_failure, nats_unreachable
 from .closing import close_window, count_results, write_results
 from .jobs import FINISHED, ITEMS, JOBS, REPUBLISHING, ack_sentence
@@ -50,6 +42,7 @@ from .repairing import repair_for_job
 from ..stored import SEARCH_SECONDS
 from .publisher import Publisher, publish_searched, publish_window
 from .recorders import Recorders
+from .standing import ActorWatch
 from .steps import Turn, next_step
 
 log = logging.getLogger(__name__)
@@ -92,8 +85,8 @@ class JobWork:
                  stop: threading.Event):
         self.rt, self.job_id, self.lease, self.holder = rt, job_id, lease, holder
         self.wake, self.stop = wake, stop
-        # Set by the job's action when it is first read (_paced): only republishes are paced.
-        self.action: str | None = None
+        self.action: str | None = None  # set when the job is first read (_paced): only republishes are paced
+        self.watch = ActorWatch(rt, job_id)  # who started it, looked at each turn (standing.py)
         self.size, self.rate = window_size(0), 0
         self.renewed = time.monotonic()
         # Windows published and not recorded yet: (intents, the answers' future, the lane).
@@ -180,7 +173,7 @@ class JobWork:
         after a cancel woke the loop or when that lane's NATS went away, else as the window
         before's transaction read it); start what a republish needs."""
         self._renew()
-        if self.wake.is_set():  # a cancel: read the job as it is now
+        if self.wake.is_set() | self.watch.settle():  # a cancel, or its actor may do less: read the job again
             self.wake.clear()
             self.ahead = None
         if self.ahead is not None and self.ahead[1] is not None and not self.lanes.usable(self.rt, self.ahead[1]):
