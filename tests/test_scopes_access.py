@@ -22,7 +22,7 @@ from dlq_dashboard.errors import EntryNotFound, Forbidden
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.scopes import Grant, parse_scopes
 from dlq_dashboard.times import utcnow
-from dlq_dashboard.web import data, pages
+from dlq_dashboard.web import bulk, data, pages
 
 from . import support
 
@@ -65,6 +65,28 @@ def test_the_entry_page_offers_no_action_bar_where_the_operator_may_not_act_and_
     assert answer.status_code == 403
     assert answer.get_json()["error"] == visible.NOT_YOURS.format(id=three["billing.paid"])
     assert client.get(f"/entries/{three['audit.seen']}").status_code == 404
+
+
+def test_a_job_read_but_not_acted_on_offers_no_cancel_and_its_cancel_is_a_403_saying_why(offline_app, three,
+                                                                                         monkeypatch):
+    """It was a 404 "There is no job N" beside the job's page, which offered Cancel job."""
+    rt = runtime_of(offline_app)
+    jobs_of = {subject: create_job(rt, "close", actor="ann", ids=[entry_id], note="n", start=False)
+               for subject, entry_id in three.items()}
+    client = support.logged_in(offline_app, "operator")
+    for module in (data, bulk):
+        monkeypatch.setattr(module, "current_reader", lambda: MIXED)
+    csrf = {"X-CSRFToken": support.csrf_token(client, "/")}
+    billing, orders = jobs_of["billing.paid"], jobs_of["orders.created"]
+    page = client.get(f"/jobs/{billing}")
+    assert page.status_code == 200 and "Cancel job" not in page.get_data(as_text=True)
+    assert "Cancel job" in client.get(f"/jobs/{orders}").get_data(as_text=True)
+    answer = client.post(f"/api/jobs/{billing}/cancel", headers=csrf)
+    assert answer.status_code == 403
+    assert answer.get_json()["error"] == (f"You may see job {billing} but not cancel it: some of its entries are "
+                                          "outside the subjects you may act on.")
+    assert client.post(f"/api/jobs/{jobs_of['audit.seen']}/cancel", headers=csrf).status_code == 404
+    assert client.post(f"/api/jobs/{orders}/cancel", headers=csrf).status_code == 200
 
 
 def test_a_scoped_operator_republishes_inside_its_scope_once_and_nothing_outside(app, nats_server):

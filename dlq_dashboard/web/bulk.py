@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, render_template, request, url_for
 
-from ..actions.bulk.jobs import JobError, Selection, cancel_job, create_job, select_items
+from ..actions.bulk.jobs import JobError, Selection, cancel_job, check_job, create_job, select_items
 from ..actions.bulk.listing import JOB_STATES, JOBS_LIMIT, JOBS_MAX, REASON_ITEMS
 from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
 from ..actions.bulk.refusals import republish_refusals
 from ..actions.republish import republish_targets
 from ..db.models import ITEM_STATES
-from ..errors import DashboardError
+from ..errors import DashboardError, Forbidden, JobNotFound
 from ..flags import flag
 from ..numbers import whole_number
 from . import current_runtime, params
@@ -92,8 +92,29 @@ def item_state() -> str | None:
 @requires("operator")
 def api_cancel_job(job_id: int):
     """Cancel a job after its current window."""
-    cancel_job(current_runtime(), job_id, actor=actor_name(), scopes=current_reader().acts)
+    cancel(job_id)
     return jsonify(seen_job(job_id, limit=0))
+
+
+def cancel(job_id: int) -> bool:
+    """Cancel a job as the reader: JobNotFound when they may not see it, Forbidden (a 403 saying
+    why) when they may see it but not act on all its entries (a single sign-on's grants may let
+    one read more than act on)."""
+    try:
+        return cancel_job(current_runtime(), job_id, actor=actor_name(), scopes=current_reader().acts)
+    except JobNotFound:
+        seen_job(job_id, limit=0)  # JobNotFound again when they may not even see it
+        raise Forbidden(f"You may see job {job_id} but not cancel it: some of its entries are outside the "
+                        "subjects you may act on.") from None
+
+
+def may_cancel(job_id: int) -> bool:
+    """Whether the reader may cancel the job (the page offers Cancel job only then)."""
+    try:
+        check_job(current_runtime().engine, job_id, current_reader().acts)
+    except JobNotFound:
+        return False
+    return True
 
 
 # --- pages ---------------------------------------------------------------------------------------
@@ -208,12 +229,13 @@ def job_page(job_id: int):
     state = item_state()
     status = seen_job(job_id, item_state=state)
     return page_or_fragment("job.html", "progress", job=status, preview=False, state=state,
-                            patch_text=patch_text(status["patch"]), item_states=ITEM_STATES, reason_items=REASON_ITEMS)
+                            may_cancel=may_cancel(job_id), patch_text=patch_text(status["patch"]),
+                            item_states=ITEM_STATES, reason_items=REASON_ITEMS)
 
 
 @bp.route("/jobs/<int:job_id>/cancel", methods=["POST"])
 @requires("operator")
 def job_cancel(job_id: int):
     """Cancel a job; its page shows it stop."""
-    cancel_job(current_runtime(), job_id, actor=actor_name(), scopes=current_reader().acts)
+    cancel(job_id)
     return after_post(url_for("bulk.job_page", job_id=job_id))
