@@ -121,6 +121,36 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
         rt.stop()
 
 
+@pytest.mark.slow
+def test_metrics_count_the_lag_and_its_wait_while_the_mirror_process_hangs(tmp_path, nats_server, monkeypatch):
+    """/metrics read the silent child's last report: a lag of 0 and no wait for as long as it hung
+    (DLQMirrorBehind could not fire), while /healthz counted what the stream held."""
+    monkeypatch.setattr(process, "SILENT_KILL", 600.0)  # not replaced during the test
+    db = tmp_path / "dlq.sqlite3"
+    support.migrated_sqlite(db)
+    support.make_orders_stream(nats_server.url)
+    app = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url), "TESTING": True})
+    rt = runtime_of(app).start(mirror_process=True)
+    child = None
+    try:
+        support.wait_for(lambda: rt.mirror.leader, timeout=30, message="the child to take the lease")
+        dead_letter(nats_server.url, 1, 0)
+        support.wait_for(lambda: count(db) == 1, timeout=30, message="the child to mirror")
+        child = rt.mirror_process.pid
+        os.kill(child, signal.SIGSTOP)  # neither reports nor mirrors
+        dead_letter(nats_server.url, 2, 1)
+        scrape = lambda: app.test_client().get("/metrics").get_data(as_text=True)  # noqa: E731
+        support.wait_for(lambda: metric_in(scrape(), 'dlq_mirror_lag_messages{stream="DLQ"}') == 2, timeout=20,
+                         message="/metrics to count the two not mirrored")
+        assert health(app)[1]["mirror_lag"] == 2
+        support.wait_for(lambda: metric_in(scrape(), 'dlq_mirror_behind_seconds{stream="DLQ"}') > 0, timeout=20,
+                         message="their wait to grow")
+    finally:
+        if child is not None:
+            os.kill(child, signal.SIGCONT)
+        rt.stop()
+
+
 def mirror_child(pid: int) -> int:
     """The dashboard's mirror process (multiprocessing's spawned child, not its resource tracker)."""
     spawned = [child for child in support.children(pid)

@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from dlq_consumer.headers import REASONS
 
@@ -29,6 +30,7 @@ from ..ingest.search_index import search_lag
 from ..runtime import Runtime
 from ..times import utcnow
 from . import current_runtime
+from .api import committed_positions, stream_heads
 from .auth import requires
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,9 @@ class DashboardCollector(Collector):
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
+        # (source, stream) -> (the committed sequence, when a lag past it was first asked here):
+        # how long the oldest message has waited at least, when the mirror cannot say (lag_and_wait).
+        self.lagging: dict[tuple[str, str], tuple[int, object]] = {}
 
     def describe(self) -> list[Metric]:
         # Registering must not query the database; names are not needed to avoid clashes.
@@ -113,6 +118,10 @@ class DashboardCollector(Collector):
             # last seen would read as caught up (0), so the lag and the wait are left out then, as
             # /healthz says null (dlq_nats_connected says why).
             known = bridge is not None and bridge.state.connected
+            # The streams asked now, as /healthz asks them: a mirror whose writer (or process) hangs
+            # stops asking, and its own figures stay what they were (a lag of 0, no wait).
+            heads = stream_heads(bridge, rt.feeds[source].settings)[1] if known and mirror.leader else None
+            positions = self.positions(rt.feeds[source]) if heads else {}
             for name, progress in sorted(mirror.progress.items()):
                 values = [source, name] if several else [name]
                 ingested.add_metric(values, progress.ingested)
@@ -120,13 +129,40 @@ class DashboardCollector(Collector):
                 if mirror.leader:
                     stuck.add_metric(values, 1 if progress.error is not None else 0)
                     if known:
-                        lag.add_metric(values, progress.lag)
-                        since = progress.behind_since()
+                        waiting, since = self.lag_and_wait(source, progress, (heads or {}).get(name),
+                                                           positions.get(name) or 0, now)
+                        lag.add_metric(values, waiting)
                         behind.add_metric(values, max((now - since).total_seconds(), 0) if since else 0)
         yield ingested
         yield lag
         yield stuck
         yield behind
+
+    def positions(self, feed) -> dict[str, int]:
+        """The sequences the database holds committed (what a silent mirror process's last report
+        may not have told yet), unless the database cannot say now."""
+        probe = self.runtime.database
+        if probe is not None and not probe.state.reachable:
+            return {}
+        try:
+            return committed_positions(self.runtime, feed)
+        except SQLAlchemyError:
+            return {}
+
+    def lag_and_wait(self, source: str, progress, head: int | None, position: int, now):
+        """The messages not mirrored and since when the oldest has waited: the mirror's own, or, when
+        the stream (asked now, as /healthz asks it) holds more than the mirror has seen, the lag
+        from the stream's head to what is committed, and a wait from when a scrape first found it
+        (at least that long)."""
+        lag, since = progress.lag, progress.behind_since()
+        committed = max(progress.last_seq, position)
+        if head is not None and head - committed > lag:
+            lag = head - committed
+            seen = self.lagging.get((source, progress.stream))
+            if seen is None or seen[0] != committed:
+                seen = self.lagging[(source, progress.stream)] = (committed, now)
+            since = min(since, seen[1]) if since else seen[1]
+        return lag, since
 
     def _database_metrics(self) -> Iterator[Metric]:
         several = len(self.runtime.feeds) > 1
