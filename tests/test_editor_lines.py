@@ -7,10 +7,11 @@ from __future__ import annotations
 import html
 import json
 import re
+import tracemalloc
 
 import pytest
 
-from dlq_dashboard.web.presenters.lines import failing_lines, value_lines
+from dlq_dashboard.web.presenters.lines import FailingLine, failing_lines, value_lines
 
 from . import support
 from .test_editor import ORIGINAL, PRETTY, SCHEMA
@@ -19,9 +20,17 @@ ORDER = {"order_id": "o-1", "items": [{"sku": "gizmo", "price": "12.50"}, {"sku"
          "shipping": {"city": "Paris"}, "note": "a \"quoted\" \\ [word]"}
 
 
+def _pointers(value, at: str = "") -> list[str]:
+    """Every pointer of a value, itself first."""
+    inner = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return [at] + [p for key, item in inner
+                   for p in _pointers(item, f"{at}/{str(key).replace('~', '~0').replace('/', '~1')}")]
+
+
 def test_every_value_of_a_pretty_payload_is_found_on_its_own_line():
     text = json.dumps(ORDER, indent=2)
-    lines = value_lines(text)
+    lines = value_lines(text, _pointers(ORDER))
+    assert len(lines) == len(_pointers(ORDER))
     for pointer, line in lines.items():
         key = pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
         shown = text.splitlines()[line - 1]
@@ -31,8 +40,11 @@ def test_every_value_of_a_pretty_payload_is_found_on_its_own_line():
 
 
 def test_a_one_line_payload_has_every_value_on_line_one_and_a_later_line_counts_its_breaks():
-    assert set(value_lines(json.dumps(ORDER)).values()) == {1}
-    assert value_lines('{"a": 1,\n\n "b": [1,\n 2]}') == {"": 1, "/a": 1, "/b": 3, "/b/0": 3, "/b/1": 4}
+    assert set(value_lines(json.dumps(ORDER), _pointers(ORDER)).values()) == {1}
+    # Only the pointers asked for, of those the text holds.
+    assert value_lines('{"a": 1,\n\n "b": [1,\n 2]}', ["", "/a", "/b", "/b/0", "/b/1", "/b/2", "/c"]) == {
+        "": 1, "/a": 1, "/b": 3, "/b/0": 3, "/b/1": 4}
+    assert value_lines('{"a": 1,\n "b": [1,\n 2]}', ["/b/1"]) == {"/b/1": 3}
 
 
 def test_an_error_points_at_its_value_or_at_the_nearest_value_the_text_holds():
@@ -47,9 +59,37 @@ def test_an_error_points_at_its_value_or_at_the_nearest_value_the_text_holds():
     assert found[2].pointers == ("/shipping/postcode", "/shipping")
 
 
-@pytest.mark.parametrize("text", ["", "{", "not json", '{"a" 1}', '{"a": tru}', "[1,", '{"a": 1} {"b": 2}', "}"])
+@pytest.mark.parametrize("text", ["", "{", "not json", '{"a" 1}', '{"a": tru}', "[1,", '{"a": 1} {"b": 2}', "}",
+                                  '{"a": 1]', "[1}", '{"a": }'])
 def test_a_text_that_is_not_json_marks_no_line(text):
     assert failing_lines(text, [{"path": "/a", "message": "m"}]) == []
+
+
+@pytest.mark.parametrize("opening, value, closing", [("[", "", "]"), ('{"a~/b": ', "1", "}"), ('[{"k": ', "2", "}]")])
+def test_a_text_nested_deep_is_followed_in_memory_that_grows_with_the_depth_not_its_square(opening, value, closing):
+    """A 100,000 deep payload made its editor hold every value's pointer, each as long as its
+    depth: 22 GB, and the dashboard was killed. Only the errors' pointers are followed now."""
+    depth = 5_000
+    text = opening * depth + value + closing * depth
+    pointer = "/a~0~1b" if opening.startswith("{") else "/0/k" if opening == '[{"k": ' else "/0"
+    errors = [{"path": "", "message": "payload nests too deeply to be parsed"},
+              {"path": pointer * 3, "message": "deeper"}, {"path": pointer * 3 + "/x/y", "message": "not there"}]
+    tracemalloc.start()
+    try:
+        found = failing_lines(text, errors)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found == [FailingLine(1, ("/", pointer * 3, pointer * 3 + "/x/y"),
+                                 ("payload nests too deeply to be parsed", "deeper", "not there"))]
+    # A few bytes a level (one pointer a level: 25 MB at this depth).
+    assert peak < 20 * len(text), peak
+
+
+def test_a_deep_value_is_found_on_its_line():
+    text = "[\n" * 3_000 + '{"price": "1"}' + "\n]" * 3_000
+    found = failing_lines(text, [{"path": "/0" * 3_000 + "/price", "message": "not a number"}])
+    assert [(f.line, f.pointers) for f in found] == [(3_001, ("/0" * 3_000 + "/price",))]
 
 
 @pytest.fixture
@@ -82,6 +122,27 @@ def test_the_confirmation_names_the_failing_line_without_a_button_that_does_noth
     entry_id = support.dead_letter(app, 1, payload=ORIGINAL)
     page = operator.get(f"/entries/{entry_id}/republish?version=1").get_data(as_text=True)
     assert "data-goto-line" not in page and re.search(r"<li>Line \d+:", page)
+
+
+def test_the_editor_the_confirmation_and_the_live_check_answer_a_payload_nested_100000_deep(app):
+    """The editor of such a payload was killed for its memory (D1); it is shown as its text, and
+    the check says it cannot be read."""
+    operator = support.logged_in(app, "operator")
+    deep = "[" * 100_000 + "]" * 100_000
+    entry_id = support.dead_letter(app, 1, payload=deep.encode())
+    for path in (f"/entries/{entry_id}/edit", f"/entries/{entry_id}/republish", f"/entries/{entry_id}"):
+        response = operator.get(path)
+        assert response.status_code == 200, path
+        assert deep in response.get_data(as_text=True), path
+    edit = operator.get(f"/entries/{entry_id}/edit").get_data(as_text=True)
+    assert "payload nests too deeply to be parsed" in edit and 'data-failing-lines="1"' in edit
+    # What an operator types: 40,000 deep, within a form's bound.
+    typed = "[" * 40_000 + "]" * 40_000
+    form = {"payload": typed, "encoding": "text", "csrf_token": support.csrf_token(operator, f"/entries/{entry_id}/edit")}
+    response = operator.post(f"/entries/{entry_id}/validate", data=form)
+    fragment = response.get_data(as_text=True)
+    assert response.status_code == 200 and "payload nests too deeply to be parsed" in fragment
+    assert 'data-failing-lines="1"' in fragment and 'data-goto-line="1">Line 1</button>' in fragment
 
 
 def _done(response) -> str:

@@ -151,6 +151,7 @@ def test_bad_patches_get_a_sentence_and_a_viewer_is_refused(offline_app, tokens,
     assert api({"patch": PATCH}, role="viewer").status_code == 403
     for patch, sentence in [
         ("nope", "The patch is not JSON"),
+        ("[" * 100_000 + "]" * 100_000, "The patch nests too deeply"),
         ({"op": "replace", "path": "/price", "value": 1}, "A JSON Patch is an array of operations"),
         ([], "The patch has no operations"),
         (["replace"], "Operation 1 is not an object"),

@@ -53,6 +53,8 @@ def parse_patch(raw: Any) -> list[dict[str, Any]]:
             raw = json.loads(text)
         except ValueError as exc:
             raise PatchError(f"The patch is not JSON ({exc}).") from None
+        except RecursionError:
+            raise PatchError("The patch nests too deeply to be read as JSON.") from None
     if not isinstance(raw, list):
         raise PatchError("A JSON Patch is an array of operations, e.g. "
                          '[{"op": "replace", "path": "/price", "value": 12.5}].')
