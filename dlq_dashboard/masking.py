@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Protocol, TypeVar
 
+from .surrogates import escape_lone_surrogates
 from .unpacking import decompressed_whole
 
 
@@ -121,7 +122,8 @@ class Mask:
         if not replaced:
             return payload, []
         try:
-            return json.dumps(document, ensure_ascii=False).encode("utf-8"), _values(replaced)
+            # ensure_ascii=False writes half a UTF-16 pair as it is, which UTF-8 cannot hold.
+            return escape_lone_surrogates(json.dumps(document, ensure_ascii=False)).encode("utf-8"), _values(replaced)
         except RecursionError:
             return None, []
 

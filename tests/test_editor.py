@@ -293,3 +293,34 @@ def test_an_edit_refused_because_the_entry_changed_shows_the_edit_not_sent(app, 
     assert refused.status_code == 409 and "<h2>Your edit, not sent</h2>" in text
     assert edit in html.unescape(text) and "c-43 <b>" not in text  # shown, as text
     assert f'href="/entries/{entry_id}/edit">Edit entry {entry_id} as it is now</a>' in text
+
+
+@pytest.mark.both_databases
+@pytest.mark.parametrize("payload", [
+    b'{"s":"\\ud800"}',
+    b'{"\\udfff": 1, "customer_id": "c-\\uDC00"}',
+    b'{"customer_id": "c", "items": [{"price": "\\ud800"}], "pair": "\\ud83d\\ude00"}',
+], ids=["value", "key", "quoted-by-the-schema"])
+def test_a_payload_holding_half_a_utf16_pair_is_shown_as_written_and_its_pages_work(app, nats_server, payload):
+    """JSON's "\\ud800" without its other half is read as a character no UTF-8 page holds: the
+    entry's page, its editor and its confirmation answered 500 to everyone (D2)."""
+    support.make_orders_stream(nats_server.url)
+    entry_id = support.dead_letter(app, 1, payload=payload)
+    written = payload.decode()
+    viewer = support.logged_in(app, "viewer")
+    assert "half of a UTF-16 pair, which is no character: shown as written" in _text(viewer.get(f"/entries/{entry_id}"))
+    assert viewer.get(f"/api/entries/{entry_id}").status_code == 200
+    operator = support.logged_in(app, "operator")
+    page = _text(operator.get(f"/entries/{entry_id}"))
+    assert f"<code>{written}</code></pre>" in page and "shown as written" in page
+    if b"price" in payload:  # the schema's message quotes the value: as its escape
+        assert "'\\ud800' is not of type 'number'" in page
+    assert f">{written}</textarea>" in _text(operator.get(f"/entries/{entry_id}/edit"))
+    assert f">{written}</pre>" in _text(operator.get(f"/entries/{entry_id}/republish"))
+    form = {"payload": written, "encoding": "text", "csrf_token": support.csrf_token(operator, f"/entries/{entry_id}/edit")}
+    check = _text(operator.post(f"/entries/{entry_id}/validate", data=form))
+    assert "Unchanged from the original" in check
+    # The text as the editor holds it is the payload: its bytes go out as they were.
+    _republish(operator, entry_id, written, force=True)
+    assert [m.data for m in support.stream_messages(nats_server.url)] == [payload]
+    assert _text(operator.get("/")).count(f"/entries/{entry_id}") >= 1

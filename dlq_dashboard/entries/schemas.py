@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dlq_consumer.validation import SchemaViolation, Validator, make_validator, parse_and_validate
 
+from ..surrogates import escape_lone_surrogates
 from .filters import FilterError, subject_pattern_regex, validate_subject_pattern
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,10 @@ class SchemaRegistry:
         if schema is None:
             return ValidationResult(None, [])
         _, errors = parse_and_validate(payload, schema.validator)
-        return ValidationResult(schema.name, errors)
+        # A message or path quoting half a UTF-16 pair (a payload's "\ud800") quotes its escape:
+        # the page, the database and the audit hold UTF-8 text only.
+        return ValidationResult(schema.name, [
+            replace(e, path=escape_lone_surrogates(e.path), message=escape_lone_surrogates(e.message)) for e in errors])
 
 
 def _load_schema_file(path: Path) -> SchemaFile:

@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ...surrogates import first_lone_surrogate
 from ...unpacking import GZIP_BYTES, READABLE, UNPACK_LIMIT, decompress
 
 # Beyond these the page shows the start and offers the whole payload as a download.
@@ -98,6 +99,11 @@ def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str]
         segments = _Printer(order).print(value)
     except RecursionError:
         return PayloadView("text", size, text=text, note="The payload nests too deeply to be laid out.")
+    lone = _lone_surrogate(text, segments)
+    if lone:
+        return PayloadView("text", size, text=text, note=(
+            f"The payload holds {lone}, half of a UTF-16 pair, which is no character: shown as written, "
+            "its fields not marked."))
     found = {p for p, i in order.items() if any(s.mark == i for s in segments)}
     return PayloadView("json", size, segments=_merge(segments), found=found)
 
@@ -159,6 +165,13 @@ class _Printer:
             self._emit(_scalar(value), mark)
 
 
+def _lone_surrogate(text: str, segments: list[Segment]) -> str | None:
+    # A "\ud800" escape without its other half is read as a character no UTF-8 page holds: the
+    # payload is shown as it was written instead (its escape as it stands). Only a text with an
+    # escape can hold one.
+    return first_lone_surrogate("".join(s.text for s in segments)) if "\\u" in text else None
+
+
 class _Number(str):
     """A JSON number as it was written."""
 
@@ -214,12 +227,14 @@ def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def pretty_json(text: str) -> str | None:
     """``text`` laid out as JSON with 2-space indents, keys in their order, numbers as written;
-    None when it is not JSON, repeats a key in an object, or nests too deeply to lay out."""
+    None when it is not JSON, repeats a key in an object, nests too deeply to lay out, or holds
+    half a UTF-16 pair (edited as written then, as no UTF-8 text holds it read)."""
     try:
         value = json.loads(text, parse_float=_Number, parse_int=_Number, object_pairs_hook=_no_repeated_keys)
-        return "".join(s.text for s in _Printer({}).print(value))
+        segments = _Printer({}).print(value)
     except (ValueError, RecursionError):
         return None
+    return None if _lone_surrogate(text, segments) else "".join(s.text for s in segments)
 
 
 def editable(payload: bytes) -> tuple[str, str]:
