@@ -6,6 +6,7 @@ import json
 import logging
 import re
 from datetime import timedelta
+from html import unescape
 from urllib.parse import unquote
 
 import pytest
@@ -337,6 +338,18 @@ def test_a_payload_nested_too_deeply_is_shown_not_crashed_on(web, client):
     entry_id = support.dead_letter(web, 1, "orders.created", b"[" * 5000 + b"]" * 5000)
     response = client.get(f"/entries/{entry_id}")
     assert response.status_code == 200 and "nests too deeply" in html_of(response)
+
+
+def test_a_payload_holding_a_key_twice_says_so_naming_the_key_and_shows_the_last_value(web, client):
+    """The page showed only the last value of a repeated key, without a word (D5)."""
+    payload = b'{"order_id":"A","order_id":"B","customer_id":"C-1","customer_id":"C-2","items":[{"s":1,"s":2}]}'
+    entry_id = support.dead_letter(web, 1, "orders.created", payload)
+    page = unescape(html_of(client.get(f"/entries/{entry_id}")))
+    assert ('The payload holds a key more than once in one object ("s", "order_id", "customer_id"): only the last '
+            "value of each is shown, the one the schema check reads.") in page
+    assert '"order_id": "B"' in page and '"order_id": "A"' not in page
+    once = support.dead_letter(web, 2, "orders.created", b'{"order_id":"A","items":[{"order_id":"A"}]}')
+    assert "more than once" not in html_of(client.get(f"/entries/{once}"))
 
 
 def test_the_detail_lists_the_headers_in_a_table(web, client):

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ...surrogates import first_lone_surrogate
+from ...surrogates import escape_lone_surrogates, first_lone_surrogate
 from ...unpacking import GZIP_BYTES, READABLE, UNPACK_LIMIT, decompress
 
 # Beyond these the page shows the start and offers the whole payload as a download.
@@ -90,8 +90,9 @@ def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str]
         head = payload[:TEXT_LIMIT].decode("utf-8", errors="ignore")
         return PayloadView("text", size, truncated=True, text=head,
                            note="The payload is large; the fields are not marked in a truncated view.")
+    repeated: dict[str, None] = {}
     try:
-        value = _parse(text)
+        value = _parse(text, repeated)
     except (ValueError, RecursionError):
         return PayloadView("text", size, text=text, note=None if not text else NOT_JSON)
     order = mark_indexes(pointers)
@@ -105,7 +106,18 @@ def view_payload(payload: bytes, available: bool = True, pointers: Iterable[str]
             f"The payload holds {lone}, half of a UTF-16 pair, which is no character: shown as written, "
             "its fields not marked."))
     found = {p for p, i in order.items() if any(s.mark == i for s in segments)}
-    return PayloadView("json", size, segments=_merge(segments), found=found)
+    return PayloadView("json", size, segments=_merge(segments), found=found, note=_repeated_note(repeated))
+
+
+def _repeated_note(repeated: dict[str, None]) -> str | None:
+    # JSON does not say which of a key's values counts; Python's reader (this page, the schema
+    # check, Python consumers) keeps the last, and the others are not shown: say so.
+    if not repeated:
+        return None
+    names = [escape_lone_surrogates(json.dumps(k, ensure_ascii=False)) for k in list(repeated)[:5]]
+    more = f" and {len(repeated) - 5:,} more" if len(repeated) > 5 else ""
+    return (f"The payload holds a key more than once in one object ({', '.join(names)}{more}): only the last "
+            "value of each is shown, the one the schema check reads.")
 
 
 def _undecompressed(compressed: str) -> str:
@@ -176,9 +188,17 @@ class _Number(str):
     """A JSON number as it was written."""
 
 
-def _parse(text: str) -> Any:
-    """A JSON document with its numbers kept as written (ValueError or RecursionError if not JSON)."""
-    return json.loads(text, parse_float=_Number, parse_int=_Number)
+def _parse(text: str, repeated: dict[str, None]) -> Any:
+    """A JSON document with its numbers kept as written (ValueError or RecursionError if not JSON);
+    the keys an object holds more than once are put in ``repeated``, each once."""
+    def one_value_a_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        value = dict(pairs)
+        if len(value) != len(pairs):
+            seen: set[str] = set()
+            repeated.update((k, None) for k, _ in pairs if k in seen or seen.add(k))
+        return value
+
+    return json.loads(text, parse_float=_Number, parse_int=_Number, object_pairs_hook=one_value_a_key)
 
 
 def _scalar(value: Any) -> str:
