@@ -16,10 +16,11 @@ from dlq_dashboard.actions.purge import purge_entries
 from dlq_dashboard.db.engine import write_transaction
 from dlq_dashboard.db.models import Action, Alert, Entry, Event, Job, JobItem, Lease, Purge, Republish
 from dlq_dashboard.entries.filters import EntryFilter
+from dlq_dashboard.entries.triage import activity
 from dlq_dashboard.ingest.parse import Advisory
 from dlq_dashboard.ingest.writes import ingest_advisory_batch
 from dlq_dashboard.runtime import runtime_of
-from dlq_dashboard.times import utcnow
+from dlq_dashboard.times import format_time, utcnow
 
 from . import support
 from .test_metrics import scrape, value
@@ -385,6 +386,44 @@ def test_alerts_delivered_before_the_cutoff_go_and_pending_ones_stay_however_old
         left = set(conn.execute(select(Alert.event_id)).scalars())
     assert left == {"young_sent", "old_pending"}
     assert report.alerts_removed == 1 and report.to_dict()["alerts_removed"] == 1
+
+
+@pytest.mark.both_databases
+def test_a_kept_groups_activity_still_tells_the_alerts_sent_about_it_after_the_purge(app, tokens):
+    """A purge forgot the delivered alerts, and with them the "alert sent" rows of the activity of
+    groups it kept: a group open for months lost the record that it was ever announced."""
+    rt = runtime_of(app)
+    now = utcnow()
+    kept_entry = support.dead_letter(rt.engine, 1, "orders.created", Dlq_Reason="fatal", Dlq_Error="no stock")
+    with rt.engine.connect() as conn:
+        group_id = conn.execute(select(Entry.group_id).where(Entry.id == kept_entry)).scalar_one()
+    sent = {("new", "http://127.0.0.1:9/a"): now - timedelta(days=60),
+            ("new", "http://127.0.0.1:9/b"): now - timedelta(days=59),
+            ("regressed", "http://127.0.0.1:9/a"): now - timedelta(days=40),
+            ("regressed", "http://127.0.0.1:9/b"): now - timedelta(days=1),  # young: the outbox keeps it
+            ("gone", "http://127.0.0.1:9/a"): now - timedelta(days=40)}  # of a group no longer stored
+    with write_transaction(rt.engine) as conn:
+        for (event_id, url), at in sent.items():
+            conn.execute(insert(Alert).values(
+                event_id=event_id, url=url, event=f"group.{event_id}", group_id=group_id + (event_id == "gone"),
+                body="{}", created_at=at, attempts=1, next_attempt_at=at, sent_at=at))
+
+    def alerts_told() -> list[tuple[str, int, str]]:
+        return [(a["detail"]["event"], a["detail"]["urls"], a["at"][:10])
+                for a in activity(rt.engine, group_id) if a["kind"] == "alert"]
+
+    before = alerts_told()
+    assert before == [("group.regressed", 2, format_time(now - timedelta(days=40))[:10]),
+                      ("group.new", 2, format_time(now - timedelta(days=60))[:10])]
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").alerts_removed == 4
+    with rt.engine.connect() as conn:
+        assert set(conn.execute(select(Alert.event_id)).scalars()) == {"regressed"}  # the outbox still thins
+    assert alerts_told() == before
+    assert purge_entries(rt, older_than=30 * DAY, actor="test").alerts_removed == 0
+    assert alerts_told() == before  # told once, however many purges run
+    body = app.test_client().get(f"/api/groups/{group_id}", headers=support.bearer(tokens["viewer"])).get_json()
+    assert [(a["actor"], a["detail"]["event"]) for a in body["activity"] if a["kind"] == "alert"] == [
+        ("alerts", "group.regressed"), ("alerts", "group.new")]
 
 
 @pytest.mark.both_databases

@@ -69,7 +69,8 @@ class PurgeReport:
     deferred_reason: str | None = None
     # Dry run: how many of the entries have a DLQ stream message to delete.
     with_messages: int = 0
-    # Alerts delivered before the cutoff, removed with the entries (alerts/outbox.py forget_sent);
+    # Alerts delivered before the cutoff, removed with the entries (alerts/outbox.py forget_sent:
+    # a kept group's activity keeps a row of each);
     # in a dry run, how many would be.
     alerts_removed: int = 0
 

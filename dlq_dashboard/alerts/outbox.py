@@ -41,7 +41,7 @@ from ..config import Settings
 from ..db.counts import ALL_GROUPS, bucket
 from ..db.models import Alert, Arrival, Entry, FailureGroup
 from ..db.rows import insert_rows
-from ..db.triage import Transitions
+from ..db.triage import Transitions, record_activity
 from ..masking import Mask
 from ..teams import Team, team_named
 from ..times import format_time
@@ -52,6 +52,8 @@ WINDOW = timedelta(minutes=5)
 #: the consumer before it terminated the message, usually reaches the mirror within seconds.
 ADVISORY_HOLD = timedelta(seconds=60)
 NEW, SPIKE, REGRESSED, REOPENED = "group.new", "group.spike", "group.regressed", "group.reopened"
+#: Who a group's activity names for an alert sent.
+ALERTS_ACTOR = "alerts"
 # Group keys are normalised error texts of up to 300 characters; a chat line shows the start.
 _TEXT_KEY = 160
 # The namespace of group.new ids (uuid5 over the group): one id a group, whoever writes it.
@@ -279,12 +281,30 @@ class Forgotten(NamedTuple):
 
 def forget_sent(conn: Connection, before: datetime, *, dry_run: bool = False) -> Forgotten:
     """Delete the alerts delivered before ``before`` (history once sent; the retention purge
-    calls it with its cutoff); an alert still pending stays however old. Returns how many (with
-    ``dry_run``, how many it would delete) and their failed attempts (every attempt but the one
-    answered), which the purge keeps counted."""
+    calls it with its cutoff); an alert still pending stays however old. A group still stored
+    keeps each event forgotten as a row of its activity (:func:`keep_in_activity`). Returns how
+    many (with ``dry_run``, how many it would delete) and their failed attempts (every attempt
+    but the one answered), which the purge keeps counted."""
     sent_before = (ALERTS.c.sent_at.is_not(None), ALERTS.c.sent_at < before)
     count, attempts = conn.execute(select(func.count(), func.coalesce(func.sum(ALERTS.c.attempts), 0))
                                    .where(*sent_before)).one()
     if not dry_run and count:
+        keep_in_activity(conn, sent_before)
         conn.execute(delete(ALERTS).where(*sent_before))
     return Forgotten(count, int(attempts) - count)
+
+
+def keep_in_activity(conn: Connection, which: tuple) -> int:
+    """Write the alerts ``which`` selects into their groups' activity, one row an event (when it
+    was first sent, to how many addresses), before the outbox forgets them: a group's activity
+    includes the alerts sent about it (SPEC section 11) for as long as the group is kept, however
+    long ago they were sent. How many rows were written."""
+    first_sent = func.min(ALERTS.c.sent_at)
+    events = conn.execute(select(ALERTS.c.group_id, ALERTS.c.event, ALERTS.c.event_id, first_sent, func.count())
+                          .where(*which, ALERTS.c.group_id.in_(select(GROUPS.c.id)))
+                          .group_by(ALERTS.c.group_id, ALERTS.c.event, ALERTS.c.event_id)
+                          .order_by(first_sent, ALERTS.c.event_id)).all()
+    record_activity(conn, [{"group_id": group_id, "at": at, "actor": ALERTS_ACTOR, "kind": "alert",
+                            "detail": {"event": event, "id": event_id, "urls": int(urls)}}
+                           for group_id, event, event_id, at, urls in events])
+    return len(events)

@@ -347,8 +347,8 @@ class FailureGroup(Base):
 
 class GroupActivity(Base):
     """A failure group's activity log: a state change (``kind`` "state", ``state`` the new one),
-    a note, or a bulk job over its entries, with its time and actor (the alerts sent are read from
-    ``alerts``). Written in the transaction of what it records."""
+    a note, or a bulk job over its entries, with its time and actor; an alert sent once the purge
+    forgot it in ``alerts`` (``kind`` "alert"). Written in the transaction of what it records."""
 
     __tablename__ = "group_activity"
 

@@ -103,9 +103,22 @@ def activity(engine: Engine, group_id: int, limit: int = 200) -> list[dict[str, 
                             .where(ALERTS.c.group_id == group_id, ALERTS.c.sent_at.is_not(None))
                             .group_by(ALERTS.c.event, ALERTS.c.event_id)).all()
     found = [{"id": r.id, "at": r.at, "actor": r.actor, "kind": r.kind, "state": r.state, "text": r.text,
-              "detail": _json(r.detail)} for r in rows]
-    found += [{"id": None, "at": a.at, "actor": "alerts", "kind": "alert", "state": None, "text": None,
-               "detail": {"event": a.event, "id": a.event_id, "urls": int(a.urls)}} for a in sent]
+              "detail": _json(r.detail)} for r in rows if r.kind != "alert"]
+    # An alert sent is read from the outbox while it holds it, and from the activity row the
+    # retention purge writes when it forgets it; an event found in both (some of its addresses
+    # forgotten, some not yet) is one row, sent first when its first address answered.
+    alerts: dict[str, dict[str, Any]] = {}
+    told = [(r.at, _json(r.detail)) for r in rows if r.kind == "alert"]
+    told += [(a.at, {"event": a.event, "id": a.event_id, "urls": int(a.urls)}) for a in sent]
+    for at, detail in told:
+        same = alerts.get(detail.get("id"))
+        if same is None:
+            alerts[detail.get("id")] = {"id": None, "at": at, "actor": "alerts", "kind": "alert", "state": None,
+                                        "text": None, "detail": detail}
+        else:
+            same["at"] = min(same["at"], at)
+            same["detail"]["urls"] = int(same["detail"].get("urls") or 0) + int(detail.get("urls") or 0)
+    found += alerts.values()
     found.sort(key=lambda a: (a["at"], a["id"] or 0), reverse=True)
     return [{**a, "at": format_time(a["at"])} for a in found[:limit]]
 
