@@ -228,6 +228,26 @@ def test_an_ignored_group_raises_no_spike_and_opens_again_after_its_count_with_g
     assert events(engine)[-1] == "group.reopened" and events(engine).count("group.reopened") == 1
 
 
+def test_an_ignore_by_count_shows_how_many_failures_came_since_on_the_page_the_api_and_the_cli(world, offline_app):
+    """The page still read "until 5 more failures" after 3 had come, and the API and the CLI gave
+    only until_count: nobody could tell that 2 more would open the group."""
+    engine, client, group = world["engine"], world["client"], world["group"]
+    viewer = support.bearer(world["tokens"]["viewer"])
+    assert client.get(f"/api/groups/{group}", headers=viewer).get_json()["ignored_seen"] is None  # open
+    assert post_state(client, world["tokens"]["operator"], group, version=1, state="ignored",
+                      until_count=5).status_code == 200
+    fail(engine, 10, 3)
+    body = client.get(f"/api/groups/{group}", headers=viewer).get_json()
+    assert (body["state"], body["until_count"], body["ignored_seen"]) == ("ignored", 5, 3)
+    listed = client.get("/api/groups?state=ignored", headers=viewer).get_json()["groups"]
+    assert [(g["id"], g["ignored_seen"]) for g in listed] == [(group, 3)]
+    page = client.get(f"/groups/{group}", headers=viewer).get_data(as_text=True)
+    assert "until 5 more failures: 3 so far" in " ".join(page.split())
+    shown = offline_app.test_cli_runner().invoke(args=["groups", "show", str(group)])
+    assert shown.exit_code == 0 and re.search(r"^until_count:\s+5$", shown.output, re.M) \
+        and re.search(r"^ignored_seen:\s+3$", shown.output, re.M), shown.output
+
+
 @pytest.mark.both_databases
 def test_an_ignored_group_whose_time_has_come_opens_again_without_a_failure_in_the_periodic_pass(world,
                                                                                                  database_url):

@@ -74,8 +74,8 @@ def show_group(group_id: int, as_json: bool, as_role: str, scopes: tuple[str, ..
         echo_json({**found.to_dict(), "activity": activity})
         return
     body = found.to_dict()
-    for name in ("id", "source", "state", "assignee", "resolved_in", "until", "until_count", "team", "version", "subject",
-                 "reason", "label", "count", "first_seen", "last_seen", "notes"):
+    for name in ("id", "source", "state", "assignee", "resolved_in", "until", "until_count", "ignored_seen", "team",
+                 "version", "subject", "reason", "label", "count", "first_seen", "last_seen", "notes"):
         if body.get(name) is not None:
             click.echo(f"{name + ':':<14}{body[name]}")
     click.echo(f"{'key:':<14}{found.key}")

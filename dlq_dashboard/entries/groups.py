@@ -51,6 +51,8 @@ class Group:
     resolved_in: str | None = None
     until: datetime | None = None
     until_count: int | None = None
+    # An ignored group's new failures since it was ignored (what until_count is counted against).
+    ignored_seen: int | None = None
     state_changed_at: datetime | None = None
 
     @cached_property
@@ -82,4 +84,5 @@ class Group:
         """Its triage fields as the API answers them."""
         return {"state": self.state, "assignee": self.assignee, "team": self.team, "version": self.version,
                 "notes": self.notes, "resolved_in": self.resolved_in, "until": format_time(self.until),
-                "until_count": self.until_count, "state_changed_at": format_time(self.state_changed_at)}
+                "until_count": self.until_count, "ignored_seen": self.ignored_seen,
+                "state_changed_at": format_time(self.state_changed_at)}

@@ -385,6 +385,7 @@ def group_from_row(row, count: int, first: datetime | None, last: datetime | Non
                  first_seen=first, last_seen=last, source=m["source"], state=m["state"], assignee=m["assignee"],
                  team=m["team"], version=m["version"], notes=m["note_count"], resolved_in=m["resolved_in"],
                  until=as_time(m["ignored_until"]), until_count=m["ignored_until_count"],
+                 ignored_seen=int(m["ignored_seen"] or 0) if m["state"] == "ignored" else None,
                  state_changed_at=as_time(m["state_changed_at"]))
 
 

@@ -25,6 +25,8 @@ GROUP_STATE_PROPERTIES = {
     "resolved_in": {**_nullable(STR), "description": "The release it was resolved in (kept when it regresses)."},
     "until": {**_nullable(TIME), "description": "Ignored until this time."},
     "until_count": {**_nullable(INT), "description": "Ignored until this many more failures."},
+    "ignored_seen": {**_nullable(INT), "description": "Ignored: the new failures since it was ignored (an ignore "
+                                                      "by count ends when they reach until_count); null otherwise."},
     "state_changed_at": _nullable(TIME),
 }
 GROUP_STATE_REQUIRED = ["state", "assignee", "team", "version", "notes"]
