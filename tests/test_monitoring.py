@@ -126,6 +126,26 @@ def test_every_alert_has_a_unit_test_that_fires_and_one_that_does_not():
     assert alerts - quiet == set(), "alerts without a test that stays quiet"
 
 
+def test_every_threshold_the_docs_quote_for_an_alerting_rules_metric_is_the_rules_own():
+    """docs/alerts.md and docs/api.md told to alert at `dlq_alert_oldest_pending_seconds > 900`
+    while DLQAlertsFailing (and docs/deploy.md) fire above 600."""
+    compared = re.compile(r"(dlq_[a-z0-9_]+)\)?\s*>\s*([0-9][0-9.e]*)")
+    shipped: dict[str, set[float]] = {}
+    for rule in rules():
+        if "alert" in rule:
+            for metric, threshold in compared.findall(rule["expr"]):
+                shipped.setdefault(metric, set()).add(float(threshold))
+    assert "dlq_alert_oldest_pending_seconds" in shipped
+    root = DEPLOY.parent
+    quoted = []
+    for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for metric, threshold in compared.findall(page.read_text()):
+            if metric in shipped:
+                quoted.append((page.name, metric, float(threshold)))
+    assert quoted, "the docs quote no threshold of a shipped rule"
+    assert [q for q in quoted if q[2] not in shipped[q[1]]] == []
+
+
 # --- the dashboard -----------------------------------------------------------------------------
 
 def test_the_dashboard_is_json_with_a_prometheus_datasource_variable_every_panel_reads():
