@@ -327,7 +327,7 @@ class Settings:
     trusted_header: str | None = None
     trusted_proxies: tuple[str, ...] = ()
     # Alerts (section 9): where they go, what signs them, what makes a spike, and the address
-    # their links start with (unset: links are paths, /?group=<id>).
+    # their links start with (unset: links are paths, /groups/<id>).
     webhook_urls: tuple[str, ...] = ()
     webhook_secret: str | None = None
     alert_threshold: int = 100

@@ -77,7 +77,8 @@ def test_a_new_failure_group_reaches_the_webhook_once_signed_and_retried_with_th
         assert alert["group"]["subject"] == "orders.created" and alert["group"]["reason"] == "fatal"
         assert alert["group"]["key"] == "customer <id> not found" and alert["group"]["count"] >= 1
         assert alert["group"]["first_seen"].endswith("Z") and alert["group"]["last_seen"].endswith("Z")
-        assert alert["url"] == f"/?group={alert['group']['id']}"
+        # The group's page (SPEC section 9: "url opens the group"), not the list of its entries.
+        assert alert["url"] == f"/groups/{alert['group']['id']}"
         assert "\n" not in alert["text"] and "orders.created" in alert["text"]
         assert "customer &lt;id&gt; not found" in alert["text"]  # as Slack wants <, > written
 
@@ -111,7 +112,7 @@ def test_a_spike_past_the_threshold_raises_one_group_spike(tmp_path, nats_server
         headers, spike = spikes[0]
         assert signed(headers, json.dumps(spike, ensure_ascii=False, separators=(",", ":")).encode())
         assert spike["spike"]["threshold"] == 5 and spike["spike"]["count"] >= 5
-        assert spike["url"] == f"https://dlq.example.com/?group={spike['group']['id']}"
+        assert spike["url"] == f"https://dlq.example.com/groups/{spike['group']['id']}"
         assert spike["text"].startswith("Failure spike on orders.created, fatal:")
         assert spike["text"].endswith(spike["url"])
     finally:

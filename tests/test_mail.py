@@ -97,7 +97,7 @@ def test_an_alert_email_arrives_once_as_plain_text_with_its_event_id_and_the_lin
     with engine.connect() as conn:
         group_id = conn.execute(select(FailureGroup.id)).scalar_one()
     # The link on a line of its own: every client, plain text or not, shows it as a link.
-    assert f"{PUBLIC}/?group={group_id}" in text.splitlines()
+    assert f"{PUBLIC}/groups/{group_id}" in text.splitlines()  # the group's page, with its triage
     assert "customer <id> not found" in text and "orders.created" in text
 
 

@@ -86,8 +86,9 @@ class AlertRule:
                    mask=tuple(settings.mask), teams=tuple(settings.teams), name_sources=bool(settings.sources))
 
     def group_url(self, group_id: int) -> str:
-        """Where the dashboard lists the group's entries."""
-        return f"{self.public_url or ''}/?group={group_id}"
+        """Where the dashboard opens the group (SPEC sections 9 and 11): its page, with its
+        state, triage actions and activity, and links to its entries."""
+        return f"{self.public_url or ''}/groups/{group_id}"
 
 
 def raise_alerts(conn: Connection, rule: AlertRule, made: Iterable[int], arrived: dict[int, int],
