@@ -4,6 +4,7 @@ with two accounts, mirrored as three sources by one dashboard."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from dlq_dashboard.alerts.mail import alert_message
 from dlq_dashboard.config import ConfigError, load_settings
 from dlq_dashboard.db.models import Entry, FailureGroup
 from dlq_dashboard.nats.bridge import Bridge
@@ -63,6 +65,44 @@ def test_three_sources_are_mirrored_each_over_its_own_connection(three_sources, 
     # The same failure in two sources is two groups.
     assert groups == [("billing", "billing.charged"), ("billing", "orders.created"),
                       ("orders", "orders.created"), ("shipping", "shipping.sent")]
+
+
+@pytest.mark.parametrize("mirror_process", [False, True], ids=["mirror_in_process", "mirror_process"])
+def test_with_several_sources_each_alert_text_names_its_groups_source(three_sources, shared_server, nats_server,
+                                                                     make_app, receiver, mirror_process):
+    """Three sources' same failure reached the channel as three identical "New failure group on
+    orders.created" lines: the mirror raised its alerts with its source's own settings, which
+    know of no other source, so the text never named one (python app.py's mirror process too)."""
+    hook = receiver()
+    app = make_app(sources=load_settings({"DLQ_CONFIG": three_sources}).sources, webhook_urls=(hook.url,),
+                   public_url="https://dlq.example.com")
+    if mirror_process:
+        rt = runtime_of(app).start(mirror_process=True)
+        support.wait_for(lambda: all(feed.mirror.leader and all(p.epoch for p in feed.mirror.progress.values())
+                                     for feed in rt.feeds.values()), timeout=30, message="every source's mirror")
+    else:
+        support.start_sources(app)
+    asyncio.run(support.publish_many(support.account_url(shared_server, "a"), [dead_letter("orders.created", 1)]))
+    asyncio.run(support.publish_many(support.account_url(shared_server, "b"), [dead_letter("orders.created", 1)]))
+    asyncio.run(support.publish_many(nats_server.url, [dead_letter("shipping.sent", 1)]))
+    support.wait_for(lambda: len(hook.alerts("group.new")) == 3, timeout=30, message="the three group.new alerts")
+    texts = {alert["group"]["source"]: alert["text"] for _, alert in hook.alerts("group.new")}
+    assert texts == {
+        "orders": 'New failure group on orders.created, (no reason) (source orders): "failed &lt;n&gt;" (1 entry so far) '
+                  f"https://dlq.example.com/groups/{_group_of(app, 'orders')}",
+        "billing": 'New failure group on orders.created, (no reason) (source billing): "failed &lt;n&gt;" (1 entry so far) '
+                   f"https://dlq.example.com/groups/{_group_of(app, 'billing')}",
+        "shipping": 'New failure group on shipping.sent, (no reason) (source shipping): "failed &lt;n&gt;" (1 entry so far) '
+                    f"https://dlq.example.com/groups/{_group_of(app, 'shipping')}"}
+    # An e-mail's subject and first line are the text: they name the source too.
+    _, billing = [(h, a) for h, a in hook.alerts("group.new") if a["group"]["source"] == "billing"][0]
+    mail = alert_message(json.dumps(billing), billing["id"], "oncall@example.com", "dlq@example.com")
+    assert "(source billing)" in mail["Subject"] and "(source billing)" in mail.get_content().splitlines()[0]
+
+
+def _group_of(app, source: str) -> int:
+    with runtime_of(app).engine.connect() as conn:
+        return conn.execute(select(FailureGroup.id).where(FailureGroup.source == source)).scalar_one()
 
 
 def test_a_sources_connection_names_it_in_its_log_lines(tmp_path, caplog):

@@ -89,14 +89,17 @@ class Mirror:
     # The sources this process mirrors: each follower holds a share of the budget (QUEUE,
     # QUEUE_BYTES, the writes in flight), so the process holds one source's however many.
     sharing: int = 1
+    # The alerts its writes raise: the dashboard's rule (AlertRule.from_settings of the whole
+    # settings, since a source's own settings know no other source and so could not name it in
+    # the alert's text); None raises none.
+    alerts: AlertRule | None = None
     progress: dict[str, StreamProgress] = field(init=False)
 
     def __post_init__(self):
         # One thread parses, and waits on the database and on the writer process: the DLQ and
         # advisory followers never write at the same time, and the bridge's loop never blocks.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mirror-writer")
-        self._process = WriterProcess(self.settings.database_url, AlertRule.from_settings(self.settings),
-                                      self.settings.teams, self.source)
+        self._process = WriterProcess(self.settings.database_url, self.alerts, self.settings.teams, self.source)
         self.progress = {name: StreamProgress(name, source=self.source) for name in mirrored_streams(self.settings)}
 
     def start(self) -> None:

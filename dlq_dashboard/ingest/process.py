@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from multiprocessing.connection import Connection
 
+from ..alerts.outbox import AlertRule
 from ..children import without_main
 from ..config import Settings
 from ..db.engine import create_db_engine, dispose_quietly
@@ -250,13 +251,14 @@ def serve(settings: Settings, servers: list[str] | None, holders: dict[str, str]
     threading.Thread(target=_until_told, args=(conn, stopping), name="mirror-stop", daemon=True).start()
     engine = create_db_engine(settings.database_url, connect_timeout=settings.database_connect_timeout)
     sources = sources_of(settings)
+    alerts = AlertRule.from_settings(settings)  # the dashboard's: it names the source of each group
     parts: list[tuple[Bridge, Mirror]] = []
     try:
         for source in sources:
             own = source_settings(settings, source)
             bridge = Bridge(own, servers or list(own.nats_urls), source.name, purpose="mirror").start()
             mirror = Mirror(bridge, engine, own, StreamSetup(own), source.name, holder=holders[source.name],
-                            sharing=len(sources))
+                            sharing=len(sources), alerts=alerts)
             mirror.start()
             parts.append((bridge, mirror))
         # What the start made (modules, engines, bridges) lives as long as the child: the
