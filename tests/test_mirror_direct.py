@@ -5,6 +5,7 @@ store nothing under the wrong epoch."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from datetime import datetime, timezone
@@ -15,6 +16,7 @@ from sqlalchemy import select
 
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.ingest import direct, mirror
+from dlq_dashboard.ingest.inbox import Budget, Inbox
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
@@ -180,3 +182,66 @@ def test_batched_direct_gets_need_nats_server_2_11():
     assert direct.supports_batches("2.15.1") and direct.supports_batches("2.11.0")
     assert not direct.supports_batches("2.10.22") and not direct.supports_batches(None)
     assert not direct.supports_batches("weird")
+
+
+class _SwallowingReader:
+    """A direct reader whose read, cancelled, returns a batch instead (as asyncio.wait_for did
+    before Python 3.12 when the answer came with the cancel)."""
+
+    def __init__(self):
+        self.reading = asyncio.Event()
+
+    async def read(self, start: int, count: int, max_bytes: int):
+        self.reading.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            return [(start + i, 0, _Message(b"x")) for i in range(count)], 1000
+        return [], 0
+
+    async def close(self) -> None:
+        pass
+
+
+class _Message:
+    def __init__(self, data: bytes):
+        self.data = data
+
+
+def test_closing_an_inbox_ends_a_backlog_reader_whose_cancel_was_lost():
+    """Seen after a full disk during a catch-up: the follower, closing its inbox to start over,
+    waited for good for a reader that had lost its cancel and waited for room in a full inbox;
+    nothing was mirrored again until a restart."""
+    budget = Budget(queue=100, queue_bytes=10_000, batch=100, batch_bytes=10_000)
+
+    async def scenario():
+        reader = _SwallowingReader()
+        box = Inbox(0, lambda: budget, reader)
+        box.behind = True
+        await box.follow(None, "DLQ")  # starts the backlog reader
+        await asyncio.wait_for(reader.reading.wait(), 10)
+        # The reader's cancel is lost: it takes a full batch, then waits for room nobody makes.
+        await asyncio.wait_for(box.close(), 10)  # a deadline against a hang, not a measure
+        return box
+
+    box = asyncio.run(scenario())
+    assert box.reading == []
+
+
+@pytest.mark.slow
+def test_a_writer_failing_through_several_retries_of_a_catch_up_loses_nothing_once_it_is_back(
+        make_app, settings, nats_server, direct_reads, monkeypatch):
+    """The full disk of a catch-up by direct gets, on a real server: each retry starts over from
+    the database with a full inbox behind it; once the writer takes writes again, the backlog is
+    stored, every message once."""
+    from .test_mirror_hardening import WriterFault
+
+    monkeypatch.setattr(mirror, "QUEUE", 2 * SMALL_BATCH)  # the inbox fills while the writer refuses
+    publish_backlog(nats_server.url)
+    fault = WriterFault(monkeypatch)
+    fault.on.set()
+    app = make_app(settings=settings, online=True)
+    support.wait_for(lambda: fault.refused >= 6, timeout=60, message="several retries refused")
+    fault.on.clear()
+    support.wait_for(lambda: entry_count(app) == BACKLOG, timeout=60, message="the backlog once the writer is back")
+    assert [row["dlq_seq"] for row in stored(app)] == list(range(1, BACKLOG + 1))

@@ -149,8 +149,11 @@ class DirectReader:
         request = {"seq": start, "batch": count, "max_bytes": max_bytes}
         await self.nc.publish(DIRECT_GET + self.stream, orjson.dumps(request), reply=reply)
         try:
-            pending = await asyncio.wait_for(asyncio.shield(self._done), self.timeout)
-        except asyncio.TimeoutError:
+            # asyncio.timeout, not wait_for: before Python 3.12 wait_for may drop a cancel that
+            # comes as the answer does (the reader then went on as if not cancelled).
+            async with asyncio.timeout(self.timeout):
+                pending = await asyncio.shield(self._done)
+        except TimeoutError:
             raise NatsTimeoutError from None
         finally:
             self._reply = None

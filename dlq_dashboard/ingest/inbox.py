@@ -162,6 +162,12 @@ class Inbox:
         reading, self._reading = self._reading, None
         if reading is not None:
             reading.cancel()
+            # Also told to stop by its own loop's terms, and woken if it waits for room: a cancel
+            # can be lost (before Python 3.12 asyncio.wait_for returns the result of what ended as
+            # the cancel came, and drops the cancel), and the reader then waited for room that
+            # nothing would make, with the follower waiting for it: the mirror stalled for good.
+            self.behind = False
+            self._room.set()
             await asyncio.gather(reading, return_exceptions=True)
         if self.direct is not None:
             await self.direct.close()
