@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from sqlalchemy import Connection, Engine, and_, case, cast, false, func, insert, literal, literal_column, select, update
+from sqlalchemy import Connection, Engine, and_, case, cast, false, func, insert, literal, literal_column, or_, select, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
@@ -73,8 +73,21 @@ def value_expression(sqlite: bool, tokens: tuple[str, ...], payload=ENTRIES.c.pa
         for path in sqlite_paths(tokens):
             # json_extract gives 1 and 0 for true and false; PostgreSQL and JSON say true and false.
             # CASE <json_type> WHEN ...: the type is read once (CASE WHEN kind = ... reads it thrice).
-            values.append(case({"true": literal("true"), "false": literal("false"), "null": None},
-                               value=func.json_type(text, path), else_=cast(func.json_extract(text, path), Text)))
+            # An integer past 64 bits is written as the payload writes it (json_extract made it a
+            # float: 9.22337203685478e+18); a string holding a NUL or half a UTF-16 pair as an
+            # escape is written as its JSON text (json_extract cut it at the NUL, or gave bytes no
+            # UTF-8 text holds, which no read of the column could decode: the list was a 503).
+            # (Half a pair: its escape is in the JSON text, and json_extract's bytes hold ED A0-BF,
+            # which UTF-8 never does; a whole pair's character, U+10000 and above, is kept.)
+            written, extracted = text.op("->")(literal(path)), func.json_extract(text, path)
+            escaped = or_(written.op("GLOB")(literal(r"*\u0000*")),
+                          and_(written.op("GLOB")(literal(r"*\u[dD][89a-fA-F]*")),
+                               func.hex(extracted).op("GLOB")(literal("*ED[AB]*"))))
+            values.append(case({"true": literal("true"), "false": literal("false"), "null": None,
+                                "integer": written,
+                                "text": case((escaped, func.substr(written, 2, func.length(written) - 2)),
+                                             else_=extracted)},
+                               value=func.json_type(text, path), else_=cast(extracted, Text)))
         value = values[0] if len(values) == 1 else func.coalesce(*values)
         return case((func.json_valid(text) == 1, value), else_=None)
     text = func.convert_from(payload, literal_column("'LATIN1'"))
