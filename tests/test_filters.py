@@ -149,3 +149,22 @@ def test_a_search_of_a_msg_id_points_to_the_msg_id_filter_within_the_readers_sco
     assert support.login(scoped, "ann", support.PASSWORD).status_code == 302
     assert "list the dead letters of that msgId" not in scoped.get("/?q=BILL-77").get_data(as_text=True)
     assert "list the dead letters of that msgId" in viewer.get("/?q=BILL-77").get_data(as_text=True)
+
+
+@pytest.mark.both_databases
+def test_a_subject_holding_a_wildcard_character_inside_a_token_is_found_by_its_own_subject(offline_app, tokens):
+    """NATS takes '*' and '>' as wildcards as whole tokens only: probe.<b> is a subject it stores
+    and the dashboard republishes to; its filter was a 400 "is not a NATS subject"."""
+    from . import support
+
+    subjects = ["probe.<b>", "probe.a*b", "probe.c"]
+    ids = {s: support.dead_letter(offline_app, seq, subject=s) for seq, s in enumerate(subjects, start=1)}
+    client, viewer = offline_app.test_client(), support.bearer(tokens["viewer"])
+    for subject in subjects[:2]:
+        answer = client.get("/api/entries", query_string={"subject": subject}, headers=viewer)
+        assert answer.status_code == 200, answer.get_data(as_text=True)
+        assert [e["id"] for e in answer.get_json()["entries"]] == [ids[subject]]
+    wildcard = client.get("/api/entries", query_string={"subject": "probe.*"}, headers=viewer).get_json()
+    assert sorted(e["id"] for e in wildcard["entries"]) == sorted(ids.values())
+    refused = client.get("/api/entries", query_string={"subject": "probe.>.x"}, headers=viewer)
+    assert refused.status_code == 400 and "is not a NATS subject" in refused.get_json()["error"]

@@ -54,11 +54,12 @@ def subject_pattern_regex(pattern: str) -> str:
 
 
 def validate_subject_pattern(pattern: str) -> str:
-    """Return the pattern, or raise FilterError when it is not a NATS subject or wildcard."""
+    """Return the pattern, or raise FilterError when it is not a NATS subject or wildcard. As for
+    NATS, ``*`` and ``>`` are wildcards as whole tokens only: inside one (``probe.<b>``, ``a*b``)
+    they are its characters, and a subject holding them is stored and republished as any other."""
     tokens = pattern.split(".")
     for i, token in enumerate(tokens):
-        if not _SUBJECT_TOKEN.match(token) or (">" in token and (token != ">" or i != len(tokens) - 1)) \
-                or ("*" in token and token != "*"):
+        if not _SUBJECT_TOKEN.match(token) or (token == ">" and i != len(tokens) - 1):
             raise FilterError(
                 f"subject {pattern!r} is not a NATS subject: use tokens separated by dots, "
                 "'*' for one token and '>' at the end for the rest (e.g. orders.* or orders.>)"
@@ -88,7 +89,8 @@ def decode_cursor(cursor: str) -> int:
 
 
 def _subject_conditions(column, pattern: str) -> list:
-    if "*" in pattern or ">" in pattern.split("."):
+    tokens = pattern.split(".")
+    if "*" in tokens or ">" in tokens:  # a wildcard is a whole token: "a*b" is a subject's own
         conds = []
         prefix = literal_prefix(pattern)
         if prefix:
