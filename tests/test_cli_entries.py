@@ -282,3 +282,19 @@ def test_the_cli_says_whether_no_dashboard_runs_or_its_bundled_nats_server_does_
                                      "nats-server, which does not answer; nothing was done.")
     finally:
         rt.stop()
+
+
+def test_what_a_dead_letter_brings_is_printed_as_text_a_terminal_shows_not_obeys(app, cli):
+    """An escape retitled and recoloured the terminal, a bell rang, U+202E showed "exe.gnp" as
+    "png.exe": the commands printed a dead letter's error and payload as they came."""
+    hostile = "bad \x1b]0;owned\x07 \x1b[31mred\x1b[0m \x08\r \u202egnp.exe"
+    entry_id = support.dead_letter(runtime_of(app).engine, 9, "orders.created", hostile.encode(), Dlq_Reason="fatal",
+                                   Dlq_Error=hostile)
+    for args in (("show", str(entry_id)), ("list",), ("list", "--json")):
+        result = cli(*args)
+        assert result.exit_code == 0, result.output
+        assert not set(result.output) & {"\x1b", "\x07", "\x08", "\r", "\u202e"}, (args, result.output)
+    shown = cli("show", str(entry_id)).output  # (click leaves out colours when not a terminal)
+    assert "bad \\u001b]0;owned\\u0007 " in shown and " \\u0008\\u000d \\u202egnp.exe" in shown
+    listed = json.loads(cli("list", "--json").output)  # JSON still, with the same text
+    assert [e["error"] for e in listed["entries"] if e["id"] == entry_id] == [hostile]

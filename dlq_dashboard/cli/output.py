@@ -6,6 +6,7 @@ from __future__ import annotations
 import getpass
 import json
 import re
+import sys
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -29,9 +30,48 @@ VERSION = click.IntRange(1, VERSION_MAX)
 _NOT_UTF8 = re.compile("[\ud800-\udfff]")
 
 
+#: What a terminal obeys rather than shows: control characters (but the line's end and a tab),
+#: which ring its bell, move its cursor or, from an escape (ESC), restyle and retitle it; and the
+#: marks that reorder a line's text (U+202E shows "exe.gnp" as "png.exe"). A dead letter's
+#: subject, error, headers and payload may hold any of them: each is written as its escape.
+_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text: str) -> str:
+    """``text`` with what a terminal would obey (_UNSHOWN) written as JSON writes it (``\\u0007``,
+    ``\\u202e``): so too in a command's JSON, which stays JSON, with the same text."""
+    return _UNSHOWN.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+class _Shown:
+    """A text stream that writes through ``shown``; everything else is its stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(shown(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def terminal_safe() -> Iterator[None]:
+    """Standard output and error written through ``shown`` while a command runs."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Shown(sys.stdout), _Shown(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 def utf8_arguments(command: click.Command) -> None:
     """Make ``command`` (and each command of a group) refuse an argument that is not UTF-8 text
-    with one line and exit code 2: such a note, filter or name cannot be stored or compared."""
+    with one line and exit code 2: such a note, filter or name cannot be stored or compared; and
+    write what it prints through ``shown`` (terminal_safe)."""
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             utf8_arguments(sub)
@@ -44,7 +84,8 @@ def utf8_arguments(command: click.Command) -> None:
                 if isinstance(text, str) and _NOT_UTF8.search(text):
                     raise CommandError(f"{name.replace('_', ' ')} {ascii(text)[:80]} is not UTF-8 text; "
                                        "nothing was done.", BAD_INPUT)
-        return invoke(ctx)
+        with terminal_safe():
+            return invoke(ctx)
 
     command.invoke = checked
 
@@ -53,7 +94,7 @@ class CommandError(click.ClickException):
     """One line on standard error ("Error: ...") and an exit code."""
 
     def __init__(self, message: str, exit_code: int = FAILED):
-        super().__init__(" ".join(str(message).split()))
+        super().__init__(shown(" ".join(str(message).split())))
         self.exit_code = exit_code
 
 
