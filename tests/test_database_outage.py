@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import threading
 from contextlib import contextmanager
 
 from concurrent.futures import ThreadPoolExecutor
@@ -498,3 +499,25 @@ def test_the_database_timeouts_are_read_from_the_environment_and_a_bad_one_is_re
     for bad in ("0", "5", "2h", "soon"):
         with pytest.raises(ConfigError, match="DLQ_DB_STATEMENT_TIMEOUT"):
             load_settings({"DLQ_DB_STATEMENT_TIMEOUT": bad})
+
+
+@pytest.mark.both_databases
+def test_healthz_reads_within_its_own_bound_while_the_entries_are_locked(make_app, tmp_path, nats_server,
+                                                                         database_url):
+    """A lock held by hand on entries held every /healthz for the whole statement timeout (5 s by
+    default; a load balancer's check gives up after 1): its reads have the bound of the streams'
+    answer now, and what they could not read (the search's lag) is null."""
+    app = make_app(settings=support.make_settings(tmp_path, nats_server.url, database_url=database_url,
+                                                  database_statement_timeout=120.0))
+    rt = runtime_of(app)
+    support.dead_letter(app, 1)
+    answers: list = []
+    with holding_the_entries(rt):
+        asking = threading.Thread(target=lambda: answers.append(app.test_client().get("/healthz")))
+        asking.start()
+        asking.join(60)  # a deadline against the 120 s wait, not a measure
+        assert not asking.is_alive(), "/healthz waited on the lock as a page does"
+    [answer] = answers
+    assert answer.status_code in (200, 503) and "mirror_lag" in answer.get_json()
+    if is_postgres(rt):
+        assert answer.get_json()["search_lag"] is None
