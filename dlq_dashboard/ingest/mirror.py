@@ -247,8 +247,8 @@ class Mirror:
                         progress.named, epoch, saved_epoch)
             last_seq = 0
         if info.state.first_seq > last_seq + 1 and info.state.messages:
-            log.warning("stream %s no longer holds sequences %d to %d (removed by its limits before "
-                        "they were mirrored)", progress.named, last_seq + 1, info.state.first_seq - 1)
+            log.warning("stream %s no longer holds sequences %d to %d (removed before they were mirrored: "
+                        "by its limits, a purge or a delete)", progress.named, last_seq + 1, info.state.first_seq - 1)
         if progress.epoch != epoch:
             progress.seen.clear()
         progress.epoch, progress.last_seq, progress.queued_seq = epoch, last_seq, last_seq
