@@ -288,3 +288,63 @@ def test_a_value_no_text_holds_or_past_64_bits_is_shown_and_found_as_the_payload
     assert app.test_client().get("/", headers=viewer).status_code == 200
     assert stored(rt.engine) == from_payloads(rt.engine, key_fields(FIELDS))
     assert_filters_match_payloads(rt, key_fields(FIELDS))
+
+
+def test_a_payload_nested_past_what_the_database_reads_is_stored_whole_and_the_rest_of_its_batch_keeps_its_values(
+        make_app, database_url):
+    """On PostgreSQL a payload nested 20,000 deep made the batch's key fields fail ("stack depth
+    limit exceeded"): the batch was kept apart, without its subject, headers or payload."""
+    from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, FIELDS)
+    deep = b'{"customer": {"id": "C-deep"}, "x": ' + b'{"a": ' * 20_000 + b"1" + b"}" * 20_000 + b"}"
+    plain = b'{"customer": {"id": "C-plain"}}'
+    ingest_dlq_batch(rt.engine, "DLQ", "e1", [
+        StreamMessage(seq, "dlq.orders.created", support.dlq_headers("orders.created", Dlq_Reason="fatal"), payload,
+                      utcnow()) for seq, payload in ((1, deep), (2, plain))])
+    with rt.engine.connect() as conn:
+        rows = conn.execute(select(Entry.id, Entry.original_subject, Entry.payload).order_by(Entry.dlq_seq)).all()
+    assert [(r.original_subject, r.payload) for r in rows] == [("orders.created", deep), ("orders.created", plain)]
+    values = {(label, value, entry_id) for label, value, entry_id in stored(rt.engine)}
+    assert ("Customer", "C-plain", rows[1].id) in values
+    assert_filters_match_payloads(rt, key_fields(FIELDS))
+    # The list reads the columns of the payloads it shows: too deep to read, no value (not a 500).
+    from dlq_dashboard.accounts import create_token
+
+    listed = app.test_client().get("/api/entries", headers=support.bearer(create_token(rt.engine, "r", "viewer")))
+    assert listed.status_code == 200, listed.get_data(as_text=True)[:300]
+    shown = {e["id"]: (e.get("fields") or {}).get("Customer") for e in listed.get_json()["entries"]}
+    assert shown == {rows[0].id: None, rows[1].id: "C-plain"}
+
+
+def test_a_batch_whose_values_the_database_refuses_is_filled_an_entry_at_a_time(make_app, database_url, monkeypatch):
+    """Whatever else PostgreSQL refuses in one payload costs that entry its values, not its batch
+    (SQLite fills a field at a time, through no such statement: every value is stored there)."""
+    import sqlalchemy.exc
+
+    from dlq_dashboard.ingest import key_fields as module
+
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, FIELDS)
+    real = module._fill_postgresql
+
+    def refusing(conn, fields, where, params):
+        if where.startswith("id > ") or params.get("id") == refused[0]:
+            raise sqlalchemy.exc.DataError("INSERT ...", params, Exception("refused"))
+        return real(conn, fields, where, params)
+
+    monkeypatch.setattr(module, "_fill_postgresql", refusing)
+    refused = [1]
+    from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+
+    ingest_dlq_batch(rt.engine, "DLQ", "e1", [
+        StreamMessage(seq, "dlq.orders.created", support.dlq_headers("orders.created"),
+                      b'{"customer": {"id": "C-%d"}}' % seq, utcnow()) for seq in (1, 2, 3)])
+    with rt.engine.connect() as conn:
+        ids = conn.execute(select(Entry.id).order_by(Entry.dlq_seq)).scalars().all()
+    kept = {("Customer", "C-2"), ("Customer", "C-3")} | ({("Customer", "C-1")} if database_url.startswith("sqlite") else set())
+    assert {(label, value) for label, value, _ in stored(rt.engine)} == kept
+    assert len(ids) == 3

@@ -26,6 +26,7 @@ import threading
 
 from sqlalchemy import Connection, Engine, and_, case, cast, false, func, insert, literal, literal_column, or_, select, update
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
@@ -95,7 +96,20 @@ def value_expression(sqlite: bool, tokens: tuple[str, ...], payload=ENTRIES.c.pa
     # CASE tries its conditions in order (AND does not): no conversion of a payload with a NUL
     # byte (text cannot hold one), no cast of one that is not JSON.
     has_nul = literal_column(f"position('\\x00'::bytea in {payload.table.name}.{payload.name})") > 0
-    return case((has_nul, None), (func.pg_input_is_valid(text, literal_column("'jsonb'")), value), else_=None)
+    return case((has_nul, None), (_too_deep(payload, text), None),
+                (func.pg_input_is_valid(text, literal_column("'jsonb'")), value), else_=None)
+
+
+#: The most brackets ('{' and '[') a payload read as JSON on PostgreSQL may hold: its parser
+#: recurses, and a payload nested past about 12,000 (measured; max_stack_depth 2 MB) fails its
+#: statement ("stack depth limit exceeded"): a list of such entries, or the batch storing them.
+#: Nesting is at most the brackets' count, and a payload of fewer bytes is never looked at.
+MAX_BRACKETS = 10_000
+
+
+def _too_deep(payload, text):
+    brackets = func.length(text) - func.length(func.replace(func.replace(text, "{", ""), "[", ""))
+    return and_(func.octet_length(payload) > MAX_BRACKETS, brackets > MAX_BRACKETS)
 
 
 # --- filling -----------------------------------------------------------------------------------
@@ -124,11 +138,34 @@ def _fill_postgresql(conn: Connection, fields: list[tuple[int, str]], where: str
     conn.exec_driver_sql(
         "INSERT INTO entry_fields (field_id, value, entry_id) SELECT f.field_id, f.value, d.id FROM ("
         "SELECT id, CASE WHEN position('\\x00'::bytea in payload) > 0 THEN NULL "
+        f"WHEN octet_length(payload) > {MAX_BRACKETS} AND length(convert_from(payload, 'LATIN1')) - length(replace("
+        f"replace(convert_from(payload, 'LATIN1'), '{{', ''), '[', '')) > {MAX_BRACKETS} THEN NULL "
         "WHEN pg_input_is_valid(convert_from(payload, 'LATIN1'), 'jsonb') "
         "THEN convert_from(payload, 'LATIN1')::jsonb END AS doc "
         f"FROM entries WHERE {where}) d CROSS JOIN LATERAL (VALUES {pairs}) AS f(field_id, value) "
         f"WHERE d.doc IS NOT NULL AND f.value IS NOT NULL AND length(f.value) <= {MAX_VALUE} "
         "ON CONFLICT DO NOTHING", params)
+
+
+def _each_alone_if_refused(conn: Connection, fill, where: str, params: dict) -> None:
+    """``fill(where, params)`` in a savepoint (PostgreSQL). A payload the server cannot read as
+    JSON fails the whole statement (nested deeper than its stack: "stack depth limit exceeded";
+    the batch was then kept apart, its payload, subject and headers lost): then each entry is
+    filled alone, and one that fails stores no values (a filter by its fields reads nothing)."""
+    try:
+        with conn.begin_nested():
+            fill(where, dict(params))
+        return
+    except DBAPIError as exc:
+        if isinstance(exc, OperationalError) and exc.connection_invalidated:
+            raise
+        log.warning("storing key fields failed for a batch (%s); each entry alone", str(exc).splitlines()[0])
+    for (entry_id,) in conn.exec_driver_sql(f"SELECT id FROM entries WHERE {where} ORDER BY id", dict(params)).all():
+        try:
+            with conn.begin_nested():
+                fill("id = %(id)s", {"id": entry_id})
+        except DBAPIError as exc:
+            log.warning("entry %d: its key fields are not stored (%s)", entry_id, str(exc).splitlines()[0])
 
 
 def _configured(conn: Connection, *, exclusive: bool = False) -> list:
@@ -153,7 +190,8 @@ def fill_key_fields(conn: Connection, after_id: int | None = None, *, ids: list[
     if conn.dialect.name != "sqlite":
         where, params = ("id = ANY(%(ids)s)", {"ids": list(ids)}) if ids is not None else \
             ("id > %(after)s", {"after": after_id})
-        _fill_postgresql(conn, [(f.id, f.pointer) for f in fields], where, params)
+        pairs = [(f.id, f.pointer) for f in fields]
+        _each_alone_if_refused(conn, lambda w, p: _fill_postgresql(conn, pairs, w, p), where, params)
         return
     where = ENTRIES.c.id.in_(ids) if ids is not None else ENTRIES.c.id > after_id
     for field_id, _, pointer, _ in fields:
@@ -204,7 +242,11 @@ def backfill_step(engine: Engine, batch: int = BACKFILL_BATCH) -> bool:
             return False
         field_id, _, pointer, below = max(pending, key=lambda f: f.pending_below)
         low = max(below - batch, 0)
-        _fill(conn, field_id, pointer, ENTRIES.c.id > low, ENTRIES.c.id <= below)
+        if conn.dialect.name == "sqlite":
+            _fill(conn, field_id, pointer, ENTRIES.c.id > low, ENTRIES.c.id <= below)
+        else:
+            _each_alone_if_refused(conn, lambda w, p: _fill_postgresql(conn, [(field_id, pointer)], w, p),
+                                   "id > %(low)s AND id <= %(below)s", {"low": low, "below": below})
         conn.execute(update(KEY_FIELDS).where(KEY_FIELDS.c.id == field_id, KEY_FIELDS.c.pending_below == below)
                      .values(pending_below=low))
         return True
