@@ -162,6 +162,10 @@
     link.textContent = "sign in again in another tab";
     notice.append(title, ": ", link, "; this page keeps what you typed.");
     banner.prepend(notice);
+    var announcer = document.getElementById("announcer");  // the banner is no live region
+    if (announcer) {
+      announcer.textContent = notice.textContent;
+    }
   }
 
   function takeCsrfToken(root) {
@@ -663,13 +667,17 @@ document.addEventListener("DOMContentLoaded", function () {
   var said = new Map();
 
   function changed() {
-    var sentences = [];
+    var sentences = [], here = new Set();
     document.querySelectorAll("[data-announce][id]").forEach(function (part) {
       var sentence = part.getAttribute("data-announce").trim();
+      here.add(part.id);
       if (said.get(part.id) !== sentence) {
         said.set(part.id, sentence);
         if (sentence) { sentences.push(sentence); }
       }
+    });
+    said.forEach(function (_, id) {  // gone (a banner's line once it recovered): said again if it comes back
+      if (!here.has(id)) { said.delete(id); }
     });
     return sentences;
   }

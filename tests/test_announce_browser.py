@@ -40,3 +40,29 @@ def test_a_job_that_ends_is_said_by_the_pages_status_region(app, live_server, pa
     assert announcer.text_content() == ""
     rt.jobs.submit(job_id)
     expect(announcer).to_have_text(f"Job {job_id} finished: 3 done, 0 failed, 0 skipped.", timeout=20_000)
+
+
+def test_the_status_banner_says_a_line_once_when_it_comes_not_at_each_poll(make_app, nats_server, page, tmp_path):
+    """The banner was a live region polled every 2 s whose "(12 s ago)" and counts moved: a
+    screen reader read it again at each poll."""
+    live = make_app(settings=support.make_settings(tmp_path, nats_server.url), online=True)
+    rt = runtime_of(live)
+    server, thread = support.serve_in_thread(live)
+    try:
+        base = f"http://127.0.0.1:{server.effective_port}"
+        support.dead_letter_orders(live, nats_server.url, [b'{"order_id": "o-1"}'])
+        support.sign_in(page, base, live, "viewer")
+        page.add_init_script("window.settled = 0; document.addEventListener('htmx:afterSettle', () => window.settled++);")
+        page.goto(f"{base}/groups")
+        banner, announcer = page.locator("[data-status-banner]"), page.locator("#announcer")
+        assert banner.get_attribute("aria-live") is None
+        with support.writer_stopped(rt):  # the mirror receives, nothing is committed
+            support.run(support.publish_fast(nats_server.url, "dlq.orders.created", 3,
+                                             lambda i: (b'{"order_id": "o-2"}', support.dlq_headers())))
+            expect(banner).to_contain_text("The list is behind NATS", timeout=30_000)
+            expect(announcer).to_have_text("The list is behind NATS on stream DLQ.")
+            page.evaluate("() => { document.getElementById('announcer').textContent = ''; window.settled = 0; }")
+            page.wait_for_function("() => window.settled >= 2", timeout=20_000)  # two more polls, its "(n s ago)" moving
+            assert announcer.text_content() == ""
+    finally:
+        support.stop_serving(server, thread)
