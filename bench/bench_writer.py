@@ -2,7 +2,7 @@
 for search, as the writer process does them, on a fresh database, without NATS.
 
     python bench/bench_writer.py [--rows 60000] [--rounds 3] [--database sqlite|postgresql]
-                                 [--trees . ../baseline]
+                                 [--key-fields] [--trees . ../baseline]
 
 Each round writes ``--rows`` of bench_mirror.py's dead letters (300-byte payloads, eleven
 headers) in batches of 2,000, parsed beforehand as the receiving process parses them
@@ -11,6 +11,8 @@ each batch), then runs the search pass (``search_index.index_pending``) over the
 ``time.process_time`` of this process, and on PostgreSQL also that of the server's processes
 (from /proc). With ``--trees`` the same rounds run for each checkout named, taking turns (each
 round a fresh process a tree), so a change and its baseline are measured in the same minutes.
+With ``--key-fields`` two key fields (DLQ_LIST_FIELDS: ``/order_id``, ``/customer_id``) are
+recorded first, so each batch also stores their values (ingest/key_fields.py).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def _postgres_pids() -> list[int]:
     return pids
 
 
-def one_round(rows: int, database_url: str) -> dict:
+def one_round(rows: int, database_url: str, key_fields: bool = False) -> dict:
     """Write ``rows`` in batches, then index them; the CPU µs a row of each step."""
     from bench_mirror import headers, payload
     from dlq_dashboard.db.engine import create_db_engine
@@ -60,6 +62,10 @@ def one_round(rows: int, database_url: str) -> dict:
 
     engine = create_db_engine(database_url)
     migrate(engine)
+    if key_fields:
+        from dlq_dashboard.ingest.key_fields import record_key_fields
+
+        record_key_fields(engine, (("Order", "/order_id"), ("Customer", "/customer_id")))
     batch = 2000
     prepared = []
     for start in range(0, rows, batch):
@@ -90,12 +96,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=60_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--key-fields", action="store_true", help="two key fields recorded: their values stored too")
     parser.add_argument("--trees", nargs="+", default=[str(HERE.parent)],
                         help="checkouts to measure, taking turns (the first is this one)")
     parser.add_argument("--round-in", help=argparse.SUPPRESS)  # a database URL: one round, JSON out
     options = parser.parse_args()
     if options.round_in:
-        print(json.dumps(one_round(options.rows, options.round_in)))
+        print(json.dumps(one_round(options.rows, options.round_in, options.key_fields)))
         return
     postgres = None
     results: dict[str, list[dict]] = {tree: [] for tree in options.trees}
@@ -112,7 +119,7 @@ def main() -> None:
                            else f"sqlite:///{tmp}/round-{r}-{i}.sqlite3")
                     env = {**os.environ, "PYTHONPATH": f"{Path(tree).resolve()}:{HERE}"}
                     out = subprocess.run([sys.executable, str(HERE / "bench_writer.py"), "--rows", str(options.rows),
-                                          "--round-in", url], env=env, cwd=tree, check=True, capture_output=True,
+                                          "--round-in", url, *(["--key-fields"] if options.key_fields else [])], env=env, cwd=tree, check=True, capture_output=True,
                                          text=True).stdout
                     results[tree].append(json.loads(out.strip().splitlines()[-1]))
                     last = results[tree][-1]

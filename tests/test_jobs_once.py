@@ -39,6 +39,12 @@ def test_the_same_start_sent_twice_through_the_api_answers_the_one_job_it_made(o
     assert first.get_json() == again.get_json()
     assert again.headers["Location"] == first.headers["Location"]
     assert counted(rt) == 1 and bulk_closes(rt) == 1
+    # The same key with another request names another start: refused, nothing started.
+    reused = client.post("/api/bulk", json={**body, "note": "another note"}, headers=headers)
+    assert reused.status_code == 422
+    assert reused.get_json()["error"].startswith(f"This request key was used for another start (job "
+                                                 f"{first.get_json()['job']}), with another action, selection")
+    assert counted(rt) == 1
     # Another key is another start (of entries no job holds yet).
     other = client.post("/api/bulk", json={**body, "filter": {"reason": "poison"}},
                         headers={**headers, "Idempotency-Key": "nightly-close-2"})

@@ -14,6 +14,7 @@ work.py each), paced as pacing.py says; with several sources by lanes, a source 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from array import array
 from dataclasses import replace
@@ -33,6 +34,7 @@ from ...scopes import Scope
 from ...times import utcnow
 from ...unpacking import judged
 from ..close import close_note
+from ..errors import Refused
 from ..context import ActionContext
 from ..intents import Published
 from ..triage import record_job
@@ -57,6 +59,10 @@ FINISHED = ("done", "cancelled")
 
 class JobError(InvalidRequest):
     """A bulk request that cannot be made; the message says why."""
+
+
+class KeyReused(Refused):
+    """A start's key sent again with another request (a 422, as for an Idempotency-Key)."""
 
 
 def ack_sentence(publish: Published | None) -> str:
@@ -223,7 +229,8 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     _fitting(action, patch=patch, force=force)
     note = close_note(note)
     request_key = _request_key(request_key)
-    if request_key and (started := _started(rt.engine, actor, request_key)) is not None:
+    asked = _fingerprint(action, ids, filter_args, only_valid, upto, note, force, patch) if request_key else None
+    if request_key and (started := _started(rt.engine, actor, request_key, asked)) is not None:
         return started
     ops = parse_patch(patch) if action == "patch" else None
     items, summary = select_items(rt, ids=ids, filter_args=filter_args,
@@ -235,6 +242,8 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
         summary.update(patch=ops, only_valid=bool(only_valid))
     if action == "repair":  # only those that pass once repaired are republished
         summary.update(repair=True, only_valid=True)
+    if asked:
+        summary["request"] = asked  # what the key stands for: the same key with another request is refused
     # Only those that pass, or the override: asked for both, a payload the schema fails is left out.
     summary["force"] = bool(force) and not summary.get("only_valid")
     now = utcnow()
@@ -243,7 +252,7 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
             job_id = _insert_job(conn, items, summary, action=action, actor=actor, note=note, now=now,
                                  filter_args=filter_args, request_key=request_key)
     except IntegrityError:  # the same start, made meanwhile by another request
-        if request_key and (started := _started(rt.engine, actor, request_key)) is not None:
+        if request_key and (started := _started(rt.engine, actor, request_key, asked)) is not None:
             return started
         raise
     if start:
@@ -289,10 +298,23 @@ def _request_key(key: str | None) -> str | None:
     return key or None
 
 
-def _started(engine, actor: str, request_key: str) -> int | None:
-    """The job ``actor`` started with ``request_key``, if any."""
+def _fingerprint(*request) -> str:
+    """What a start asked for, in a few bytes: its action, selection, note, override and patch."""
+    return hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _started(engine, actor: str, request_key: str, asked: str | None) -> int | None:
+    """The job ``actor`` started with ``request_key``, if any; KeyReused when that start asked
+    for something else (a key names one start, as an Idempotency-Key does)."""
     with engine.connect() as conn:
-        return conn.execute(select(JOBS.c.id).where(JOBS.c.actor == actor, JOBS.c.request_key == request_key)).scalar()
+        row = conn.execute(select(JOBS.c.id, JOBS.c.selection).where(
+            JOBS.c.actor == actor, JOBS.c.request_key == request_key)).first()
+    if row is None:
+        return None
+    if json.loads(row.selection or "{}").get("request") != asked:
+        raise KeyReused(f"This request key was used for another start (job {row.id}), with another action, "
+                        "selection, note or patch: send a new key for a new start (a new preview has one).")
+    return row.id
 
 
 def check_job(engine, job_id: int, scopes: tuple[Scope, ...] | None = None) -> None:
