@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from dlq_dashboard.actions.bulk import jobs
+from dlq_dashboard.actions.close import close_entry
 from dlq_dashboard.db.models import Action, Job
 
 from . import support
@@ -124,13 +125,27 @@ def test_the_start_form_sent_twice_is_the_job_it_made_and_a_new_preview_a_new_st
     ({"action": "reopen", "patch": []}, "A patch goes with the action patch only"),
     ({"action": "close", "force": True}, "force (republish payloads the current schema refuses) goes with republish"),
     ({"action": "repair", "force": True}, "leave it out of a repair job"),
+    ({"action": "reopen", "only_valid": True}, "only_valid (only those that pass the current schema) does not go "
+                                               "with reopen, which judges no payload"),
 ])
 def test_a_part_of_a_bulk_request_its_action_would_leave_out_is_a_400_and_starts_nothing(
         offline_app, rt, tokens, body, words):
     """Each was a 202: a close with a patch closed the entries and dropped the patch without a word."""
     entry_id = support.dead_letter(offline_app, 1, Dlq_Reason="fatal")
+    if body["action"] == "reopen":
+        close_entry(rt, entry_id, 1, actor="ann", note="to reopen")
     response = offline_app.test_client().post("/api/bulk", json={**body, "ids": [entry_id]},
                                               headers=support.bearer(tokens["operator"]))
     assert response.status_code == 400, response.get_data(as_text=True)
     assert words in response.get_json()["error"]
     assert counted(rt) == 0
+
+
+def test_the_preview_of_a_reopen_asked_for_only_those_that_pass_says_why_before_start(offline_app, rt, auth):
+    """The list's form offers the box beside every action: the preview says it, not Start."""
+    entry_id = support.dead_letter(offline_app, 1, Dlq_Reason="fatal")
+    close_entry(rt, entry_id, 1, actor="ann", note="to reopen")
+    page = auth.client("operator").get("/bulk/preview", query_string={
+        "by": "filter", "action": "reopen", "status": "closed", "only_valid": "on"})
+    assert page.status_code == 400
+    assert "does not go with reopen, which judges no payload: leave it out (untick it)." in page.get_data(as_text=True)
