@@ -216,25 +216,26 @@ def _read_json(data: bytes) -> Any:
         raise InvalidRequest(f"The request body is not JSON: {exc}.") from None
     # A NUL is refused in text a database stores (PostgreSQL refuses it: a 500); a patch's values
     # become payload bytes, which may hold one.
-    stack = [*((k, 1, True) for k in body), *((v, 2, k != "patch") for k, v in body.items())] \
-        if isinstance(body, dict) else [(body, 1, True)]
+    # Each value with the body's field it is in (None: the body itself).
+    stack = [*((k, 1, True, k) for k in body), *((v, 2, k != "patch", k) for k, v in body.items())] \
+        if isinstance(body, dict) else [(body, 1, True, None)]
     while stack:
-        value, depth, text = stack.pop()
+        value, depth, text, field = stack.pop()
         if isinstance(value, str):
             if _SURROGATE.search(value):
                 raise InvalidRequest(f"The request body holds a lone surrogate escape in {ascii(value)[:60]}: "
                                      "send the text itself, as UTF-8.")
             if text and "\0" in value:
-                raise InvalidRequest(f"The request body holds a NUL character (U+0000) in {ascii(value)[:60]}: "
+                raise InvalidRequest(f"The request body holds a NUL character (U+0000) in {ascii(field)[:60]}: "
                                      "no text here may hold one.")
             continue
         if depth > BODY_DEPTH:
             raise InvalidRequest(f"The request body nests deeper than {BODY_DEPTH} levels.")
         if isinstance(value, dict):
-            stack.extend((k, depth, text) for k in value)
-            stack.extend((v, depth + 1, text) for v in value.values() if isinstance(v, (str, dict, list)))
+            stack.extend((k, depth, text, field) for k in value)
+            stack.extend((v, depth + 1, text, field) for v in value.values() if isinstance(v, (str, dict, list)))
         elif isinstance(value, list):
-            stack.extend((v, depth + 1, text) for v in value if isinstance(v, (str, dict, list)))
+            stack.extend((v, depth + 1, text, field) for v in value if isinstance(v, (str, dict, list)))
     return body
 
 
