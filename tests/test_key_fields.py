@@ -264,7 +264,9 @@ def test_the_summary_and_the_list_of_a_key_field_agree_with_the_payloads(make_ap
 #: Values json_extract (SQLite) read wrongly: half a UTF-16 pair (bytes no text holds: the list
 #: was a 503 for everyone), a NUL (cut there), an integer past 64 bits (a float); a whole pair.
 HOSTILE = [b'{"customer": {"id": "\\ud800"}}', b'{"customer": {"id": "a\\u0000b"}}',
-           b'{"customer": {"id": 9223372036854775808}}', b'{"customer": {"id": "\\ud83d\\ude00"}}']
+           b'{"customer": {"id": 9223372036854775808}}', b'{"customer": {"id": "\\ud83d\\ude00"}}',
+           # (PostgreSQL's jsonb refuses such escapes anywhere: the payload's every field had no value)
+           b'{"customer": {"id": "C-1"}, "note": "\\ud800 \\u0000"}']
 
 
 def test_a_value_no_text_holds_or_past_64_bits_is_shown_and_found_as_the_payload_writes_it(make_app, database_url):
@@ -278,11 +280,8 @@ def test_a_value_no_text_holds_or_past_64_bits_is_shown_and_found_as_the_payload
     listed = app.test_client().get("/api/entries", headers=viewer)
     assert listed.status_code == 200, listed.get_data(as_text=True)[:300]
     shown = {e["id"]: (e.get("fields") or {}).get("Customer") for e in listed.get_json()["entries"]}
-    assert shown[ids[2]] == "9223372036854775808" and shown[ids[3]] == "😀"
-    if database_url.startswith("sqlite"):
-        assert (shown[ids[0]], shown[ids[1]]) == ("\\ud800", "a\\u0000b")  # as the payload writes them
-    else:  # PostgreSQL's jsonb takes neither: no value there
-        assert (shown[ids[0]], shown[ids[1]]) == (None, None)
+    assert shown[ids[2]] == "9223372036854775808" and shown[ids[3]] == "😀" and shown[ids[4]] == "C-1"
+    assert (shown[ids[0]], shown[ids[1]]) == ("\\ud800", "a\\u0000b")  # as the payload writes them
     found = app.test_client().get("/api/entries?field.Customer=9223372036854775808", headers=viewer).get_json()
     assert [e["id"] for e in found["entries"]] == [ids[2]]
     assert app.test_client().get("/", headers=viewer).status_code == 200

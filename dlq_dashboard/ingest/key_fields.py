@@ -91,13 +91,9 @@ def value_expression(sqlite: bool, tokens: tuple[str, ...], payload=ENTRIES.c.pa
                                value=func.json_type(text, path), else_=cast(extracted, Text)))
         value = values[0] if len(values) == 1 else func.coalesce(*values)
         return case((func.json_valid(text) == 1, value), else_=None)
-    text = func.convert_from(payload, literal_column("'LATIN1'"))
-    value = cast(text, JSONB).op("#>>", return_type=Text)(literal(list(tokens), ARRAY(Text)))
-    # CASE tries its conditions in order (AND does not): no conversion of a payload with a NUL
-    # byte (text cannot hold one), no cast of one that is not JSON.
-    has_nul = literal_column(f"position('\\x00'::bytea in {payload.table.name}.{payload.name})") > 0
-    return case((has_nul, None), (_too_deep(payload, text), None),
-                (func.pg_input_is_valid(text, literal_column("'jsonb'")), value), else_=None)
+    document = literal_column(pg_document(f"{payload.table.name}.{payload.name}"), JSONB)
+    # (The payload named as a column too: a query selecting only this reads it FROM its table.)
+    return case((payload.is_not(None), document.op("#>>", return_type=Text)(literal(list(tokens), ARRAY(Text)))))
 
 
 #: The most brackets ('{' and '[') a payload read as JSON on PostgreSQL may hold: its parser
@@ -105,11 +101,26 @@ def value_expression(sqlite: bool, tokens: tuple[str, ...], payload=ENTRIES.c.pa
 #: statement ("stack depth limit exceeded"): a list of such entries, or the batch storing them.
 #: Nesting is at most the brackets' count, and a payload of fewer bytes is never looked at.
 MAX_BRACKETS = 10_000
+#: The escapes jsonb refuses though JSON has them: a NUL, and half a UTF-16 pair (a high one not
+#: followed by a low one, a low one not after a high one). Each is kept as its text (a backslash
+#: before it), as SQLite's key fields keep it: "a\u0000b" is then the value a\u0000b.
+_UNSTORABLE = (r"\\u0000|\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+               r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
-def _too_deep(payload, text):
-    brackets = func.length(text) - func.length(func.replace(func.replace(text, "{", ""), "[", ""))
-    return and_(func.octet_length(payload) > MAX_BRACKETS, brackets > MAX_BRACKETS)
+def pg_document(payload: str) -> str:
+    """SQL reading ``payload`` (a bytea column) as jsonb on PostgreSQL, NULL where it is none. Its
+    bytes are read as LATIN-1, which never fails (entries/fields.py says why). CASE tries its
+    conditions in order (AND does not): no conversion of a payload with a NUL byte (text cannot
+    hold one), nor of one too deep (MAX_BRACKETS), no cast of one that is not JSON; one that is
+    JSON but for the escapes jsonb refuses (_UNSTORABLE) is read with those kept as text."""
+    text = f"convert_from({payload}, 'LATIN1')"
+    kept = f"regexp_replace({text}, '{_UNSTORABLE}', '\\\\\\&', 'g')"
+    return (f"CASE WHEN position('\\x00'::bytea in {payload}) > 0 THEN NULL "
+            f"WHEN octet_length({payload}) > {MAX_BRACKETS} AND length({text}) - "
+            f"length(replace(replace({text}, '{{', ''), '[', '')) > {MAX_BRACKETS} THEN NULL "
+            f"WHEN pg_input_is_valid({text}, 'jsonb') THEN {text}::jsonb "
+            f"WHEN position('\\u' in {text}) > 0 AND pg_input_is_valid({kept}, 'jsonb') THEN {kept}::jsonb END")
 
 
 # --- filling -----------------------------------------------------------------------------------
@@ -137,11 +148,7 @@ def _fill_postgresql(conn: Connection, fields: list[tuple[int, str]], where: str
         params[f"f{i}"], params[f"p{i}"] = field_id, list(parse_pointer(pointer))
     conn.exec_driver_sql(
         "INSERT INTO entry_fields (field_id, value, entry_id) SELECT f.field_id, f.value, d.id FROM ("
-        "SELECT id, CASE WHEN position('\\x00'::bytea in payload) > 0 THEN NULL "
-        f"WHEN octet_length(payload) > {MAX_BRACKETS} AND length(convert_from(payload, 'LATIN1')) - length(replace("
-        f"replace(convert_from(payload, 'LATIN1'), '{{', ''), '[', '')) > {MAX_BRACKETS} THEN NULL "
-        "WHEN pg_input_is_valid(convert_from(payload, 'LATIN1'), 'jsonb') "
-        "THEN convert_from(payload, 'LATIN1')::jsonb END AS doc "
+        f"SELECT id, {pg_document('payload')} AS doc "
         f"FROM entries WHERE {where}) d CROSS JOIN LATERAL (VALUES {pairs}) AS f(field_id, value) "
         f"WHERE d.doc IS NOT NULL AND f.value IS NOT NULL AND length(f.value) <= {MAX_VALUE} "
         "ON CONFLICT DO NOTHING", params)
