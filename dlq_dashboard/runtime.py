@@ -146,6 +146,7 @@ class Runtime:
             print(f"Started the bundled nats-server at {self.bundled.url}", flush=True)
             # For `flask --app app entries republish` and `purge`, which run beside this process.
             write_private(self._bundled_url_file(), self.bundled.url)
+        alerts = AlertRule.from_settings(self.settings)  # the dashboard's: it names each group's source
         for feed in self.feeds.values():
             feed.bridge = Bridge(feed.settings, servers if self.settings.bundled_nats else list(feed.settings.nats_urls),
                                  feed.name)
@@ -153,7 +154,7 @@ class Runtime:
             feed.bridge.start()
             if mirror and not mirror_process:
                 feed.mirror = Mirror(feed.bridge, self.engine, feed.settings, feed.streams, feed.name,
-                                     sharing=len(self.feeds), alerts=AlertRule.from_settings(self.settings))
+                                     sharing=len(self.feeds), alerts=alerts)
                 feed.mirror.start()
         if mirror and mirror_process:
             self.mirror_process = MirrorProcess(self.settings, servers if self.settings.bundled_nats else None).start()

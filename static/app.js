@@ -616,8 +616,10 @@ document.addEventListener("DOMContentLoaded", function () {
     var control = (was.focused && same(part, was.focused)) ||
       (was.polled ? null : part.matches(FOCUSABLE) ? part : part.querySelector(FOCUSABLE));
     if (!control && was.polled) {
-      part.setAttribute("tabindex", "-1");
       control = part;
+    }
+    if (control && !control.matches(FOCUSABLE) && !control.hasAttribute("tabindex")) {
+      control.setAttribute("tabindex", "-1");  // a part as it came from the server (the poll after): focusable again
     }
     if (control) {
       control.focus({ preventScroll: true });
@@ -645,15 +647,21 @@ document.addEventListener("DOMContentLoaded", function () {
     changes.forEach(function (change) { mark(change.target); });
   });
 
-  function markAll() {
-    document.querySelectorAll(".table-scroll, main table").forEach(function (scroller) {
-      mark(scroller);
+  // Observing a box reports its size once at the start (the observer marks it then); a swap
+  // marks only the boxes it brought or changed, not the page's every table at each poll.
+  function markAll(root) {
+    var within = root && root.isConnected ? root : document;
+    within.querySelectorAll(".table-scroll, main table").forEach(function (scroller) {
       watching.observe(scroller);
     });
+    var box = within.closest && within.closest(".table-scroll, main table");
+    if (box) {
+      mark(box);
+    }
   }
 
-  document.addEventListener("DOMContentLoaded", markAll);
-  document.addEventListener("htmx:afterSwap", markAll);
+  document.addEventListener("DOMContentLoaded", function () { markAll(document); });
+  document.addEventListener("htmx:afterSwap", function (event) { markAll(event.detail && event.detail.target); });
 })();
 
 // --- What a replaced part says -------------------------------------------------------------------

@@ -66,3 +66,14 @@ def test_the_status_banner_says_a_line_once_when_it_comes_not_at_each_poll(make_
             assert announcer.text_content() == ""
     finally:
         support.stop_serving(server, thread)
+
+
+@pytest.mark.parametrize("state, said", [
+    ("running", "Job 5 running."),
+    ("done", "Job 5 finished: 3 done, 0 failed, 1 skipped."),
+    ("cancelled", "Job 5 cancelled: 3 done, 0 failed, 1 skipped, 2 not processed."),  # was "cancelled: cancelled: ..."
+])
+def test_what_a_job_says_names_its_state_once(app, state, said):
+    job = {"id": 5, "state": state, "done": 3, "failed": 0, "skipped": 1, "cancelled": 2, "cancel_requested": False}
+    with app.test_request_context("/"):
+        assert " ".join(str(app.jinja_env.get_template("_jobs.html").module.announce(job)).split()) == said

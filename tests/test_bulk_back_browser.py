@@ -85,3 +85,4 @@ def test_start_pressed_twice_before_its_answer_is_sent_once(app, live_server, pa
     assert page.evaluate("window.seen") == [False, True] and posted == ["POST"]
     page.reload()  # a page shown again is usable again
     expect(page.get_by_role("button", name="Start")).to_be_enabled()
+    assert posted == ["POST"]  # again, once the round trips since have let any later POST's route be called

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.both_databases
 
 
 def finished(rt, job_id: int) -> dict:
-    return support.wait_for(lambda: (s := jobs.job_status(rt, job_id, limit=100))["state"] in jobs.FINISHED and s,
-                            timeout=30, message=f"job {job_id} to end")
+    support.jobs_settled(rt.engine)
+    return jobs.job_status(rt, job_id, limit=100)
 
 
 def cancels(rt, job_id: int) -> list[tuple]:

@@ -330,13 +330,13 @@ def test_a_batch_whose_values_the_database_refuses_is_filled_an_entry_at_a_time(
     record_key_fields(rt.engine, FIELDS)
     real = module._fill_postgresql
 
-    def refusing(conn, fields, where, params):
-        if where.startswith("id > ") or params.get("id") == refused[0]:
+    def refusing(conn, fields, where, params):  # the batch, and the first message's entry alone
+        first = conn.execute(select(Entry.id).where(Entry.dlq_seq == 1)).scalar()
+        if where.startswith("id > ") or params.get("id") == first:
             raise sqlalchemy.exc.DataError("INSERT ...", params, Exception("refused"))
         return real(conn, fields, where, params)
 
     monkeypatch.setattr(module, "_fill_postgresql", refusing)
-    refused = [1]
     from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 
     ingest_dlq_batch(rt.engine, "DLQ", "e1", [

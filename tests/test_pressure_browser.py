@@ -28,6 +28,10 @@ def test_the_focus_ring_stands_out_on_the_light_page(app, live_server, page):
     page.emulate_media(color_scheme="light")
     page.goto(f"{live_server}/groups")
     page.keyboard.press("Tab")
+    focused = page.evaluate("""() => [document.activeElement !== document.body,
+                                      getComputedStyle(document.activeElement).outlineStyle,
+                                      parseFloat(getComputedStyle(document.activeElement).outlineWidth)]""")
+    assert focused[0] and focused[1] == "solid" and focused[2] >= 2, focused  # a ring is drawn where Tab went
     ring, background = page.evaluate("""() => [getComputedStyle(document.activeElement).outlineColor,
                                                getComputedStyle(document.body).backgroundColor]""")
     assert page.evaluate(CONTRAST, [ring, background]) >= 3, (ring, background)  # WCAG 2.1 1.4.11

@@ -54,6 +54,7 @@ class _Shown:
         return len(text)
 
     def __getattr__(self, name: str):
+        # (``buffer`` too: an export writes its bytes exactly, as its file is to hold them.)
         return getattr(self._stream, name)
 
 

@@ -97,7 +97,7 @@ def activity(engine: Engine, group_id: int, limit: int = 200) -> list[dict[str, 
     about it (once an event, however many URLs it went to; ``actor`` "alerts")."""
     with read_transaction(engine) as conn:
         rows = conn.execute(select(ACTIVITY).where(ACTIVITY.c.group_id == group_id)
-                            .order_by(ACTIVITY.c.id.desc()).limit(limit)).all()
+                            .order_by(ACTIVITY.c.at.desc(), ACTIVITY.c.id.desc()).limit(limit)).all()
         sent = conn.execute(select(ALERTS.c.event, ALERTS.c.event_id, func.min(ALERTS.c.sent_at).label("at"),
                                    func.count().label("urls"))
                             .where(ALERTS.c.group_id == group_id, ALERTS.c.sent_at.is_not(None))

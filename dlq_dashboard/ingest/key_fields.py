@@ -26,7 +26,7 @@ import threading
 
 from sqlalchemy import Connection, Engine, and_, case, cast, false, func, insert, literal, literal_column, or_, select, update
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
@@ -164,15 +164,23 @@ def _each_alone_if_refused(conn: Connection, fill, where: str, params: dict) -> 
             fill(where, dict(params))
         return
     except DBAPIError as exc:
-        if isinstance(exc, OperationalError) and exc.connection_invalidated:
-            raise
+        if not _refused_payload(exc):
+            raise  # a timeout, a deadlock, the server away: the batch's write fails and is retried
         log.warning("storing key fields failed for a batch (%s); each entry alone", str(exc).splitlines()[0])
     for (entry_id,) in conn.exec_driver_sql(f"SELECT id FROM entries WHERE {where} ORDER BY id", dict(params)).all():
         try:
             with conn.begin_nested():
                 fill("id = %(id)s", {"id": entry_id})
         except DBAPIError as exc:
+            if not _refused_payload(exc):
+                raise
             log.warning("entry %d: its key fields are not stored (%s)", entry_id, str(exc).splitlines()[0])
+
+
+def _refused_payload(exc: DBAPIError) -> bool:
+    """A failure a payload's content makes (a data exception, class 22; its depth, 54001), not
+    the server's state: only such a one costs an entry its values."""
+    return isinstance(exc, DataError) or getattr(exc.orig, "sqlstate", None) == "54001"
 
 
 def _configured(conn: Connection, *, exclusive: bool = False) -> list:

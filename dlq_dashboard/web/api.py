@@ -146,8 +146,10 @@ def health() -> tuple[dict, int]:
 
 
 def committed_positions(rt, feed) -> dict[str, int]:
-    """The sequence committed to the database of each stream ``feed``'s mirror follows."""
-    return {name: read_position(rt.engine, name, feed.name)[1] for name in mirrored_streams(feed.settings)}
+    """The sequence committed to the database of each stream ``feed``'s mirror follows, read within
+    the bound of the streams' answer (/healthz and /metrics ask it; a page's bound is 5 s)."""
+    with bounded(Bounds(statement=HEALTH_TIMEOUT)):
+        return {name: read_position(rt.engine, name, feed.name)[1] for name in mirrored_streams(feed.settings)}
 
 
 def stream_heads(bridge, settings) -> tuple[dict, dict[str, int] | None]:

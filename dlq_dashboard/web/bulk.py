@@ -103,7 +103,7 @@ def cancel(job_id: int) -> bool:
     try:
         return cancel_job(current_runtime(), job_id, actor=actor_name(), scopes=current_reader().acts)
     except JobNotFound:
-        seen_job(job_id, limit=0)  # JobNotFound again when they may not even see it
+        visible.check_job(current_reader(), current_runtime().engine, job_id)  # not even seen: JobNotFound again
         raise Forbidden(f"You may see job {job_id} but not cancel it: some of its entries are outside the "
                         "subjects you may act on.") from None
 
@@ -228,8 +228,9 @@ def job_page(job_id: int):
     """A job's progress; the widget polls itself through htmx until the job ends."""
     state = item_state()
     status = seen_job(job_id, item_state=state)
+    running = status["state"] not in ("done", "cancelled") and current_reader().may("operator")
     return page_or_fragment("job.html", "progress", job=status, preview=False, state=state,
-                            may_cancel=may_cancel(job_id), patch_text=patch_text(status["patch"]),
+                            may_cancel=running and may_cancel(job_id), patch_text=patch_text(status["patch"]),
                             item_states=ITEM_STATES, reason_items=REASON_ITEMS)
 
 

@@ -20,9 +20,8 @@ from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 
 from ..access import visible
-from ..access.reader import Reader
 from ..actions.errors import ActionError, Conflict, NatsDown, Refused
-from ..actions.triage import GroupConflict
+from ..actions.triage import GroupConflict, GroupNotFound
 from ..db.bounds import Bounds, set_bounds
 from ..db.engine import hold_reads, release_reads
 from ..db.liveness import UNAVAILABLE, describe, sentence
@@ -40,7 +39,7 @@ from ..errors import (
     RequestRefused,
 )
 from . import current_runtime
-from .auth import current_identity, identity_unknown
+from .auth import identity_unknown
 from .data import current_reader
 from .responses import json_path, wants_json
 
@@ -133,7 +132,10 @@ def error_body(exc: DashboardError) -> dict[str, Any]:
             current = _readable(current_runtime().store.get_entry(exc.entry_id))
             body["entry"] = current.to_dict() if current else None
         if isinstance(exc, GroupConflict):  # the group as it is now, as an entry's conflict has the entry
-            body["group"] = visible.group(current_reader(), current_runtime().store, exc.group_id).to_dict()
+            try:
+                body["group"] = visible.group(current_reader(), current_runtime().store, exc.group_id).to_dict()
+            except GroupNotFound:  # gone meanwhile (a purge): no group to show, still the 409
+                body["group"] = None
         if exc.publish is not None:
             body["publish"] = exc.publish.to_dict()
         if exc.errors:
@@ -143,9 +145,7 @@ def error_body(exc: DashboardError) -> dict[str, Any]:
 
 def _readable(entry):
     """The entry if this request's reader may read it (its scopes cover it), else None."""
-    identity = current_identity()
-    reads = Reader.of(identity.role, None, identity.grants).reads if identity is not None else None
-    return entry if entry is not None and visible.covered(reads, entry) else None
+    return entry if entry is not None and visible.covered(current_reader().reads, entry) else None
 
 
 def dashboard_error(exc: DashboardError):

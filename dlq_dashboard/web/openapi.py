@@ -42,7 +42,7 @@ SCHEMAS: dict[str, dict] = {
         "properties": {
             "error": {**STR, "description": "What went wrong, as a sentence."},
             "entry": {"anyOf": [_ref("Entry"), {"type": "null"}], "description": "On 409 from an action: the entry now."},
-            "group": {**_ref("Group"), "description": "On 409 from a group's state change: the group as it is now."},
+            "group": {"anyOf": [_ref("Group"), {"type": "null"}], "description": "On 409 of a group's state: it now."},
             "publish": {**_ref("Publish"), "description": "On 409 when this decision was republished before."},
             "schema_errors": {"type": "array", "items": _ref("SchemaError"),
                               "description": "On 422 when a payload fails its schema (send force to override)."},

@@ -232,7 +232,7 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     what the operator may act on (select_items)."""
     if action not in JOB_ACTIONS:
         raise JobError(f"action {action[:40]!r} is not valid: use {', '.join(JOB_ACTIONS[:-1])} or {JOB_ACTIONS[-1]}")
-    _fitting(action, patch=patch, force=force, only_valid=only_valid)
+    _fitting(action, patch=patch, force=force)
     note = close_note(note)
     request_key = _request_key(request_key)
     asked = _fingerprint(action, ids, filter_args, only_valid, upto, note, force, patch) if request_key else None
@@ -240,7 +240,8 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
         return started
     ops = parse_patch(patch) if action == "patch" else None
     items, summary = select_items(rt, ids=ids, filter_args=filter_args,
-                                  only_valid=only_valid and action in ("republish", "close"), upto=upto, scopes=scopes,
+                                  only_valid=only_valid and action in ("republish", "close", "reopen"), upto=upto,
+                                  scopes=scopes,
                                   action=action)
     if not items:
         raise JobError("No entries match; nothing to do.")
@@ -284,14 +285,12 @@ def _insert_job(conn, items: "Selection", summary: dict, *, action: str, actor: 
     return job_id
 
 
-def _fitting(action: str, *, patch, force: bool, only_valid: bool) -> None:
+def _fitting(action: str, *, patch, force: bool) -> None:
     """JobError for a part of the request its action would leave out without a word: a patch not
-    applied, an override with nothing to republish, "only those that pass" on a reopen."""
+    applied, an override with nothing to republish ("only those that pass" on a reopen: select_items)."""
     if patch is not None and action != "patch":
         raise JobError(f"A patch goes with the action patch only: send action patch, or leave the patch out "
                        f"(a {action} job would not apply it).")
-    if only_valid and action == "reopen":  # (create_job asks select_items for only_valid of those it judges)
-        raise JobError(REOPEN_JUDGES_NOTHING)
     if force and action not in ("republish", "patch"):
         raise JobError(f"force (republish payloads the current schema refuses) goes with republish and patch "
                        f"only: leave it out of a {action} job.")

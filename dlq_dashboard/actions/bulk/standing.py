@@ -1,6 +1,6 @@
 """Whether who started a bulk job may still do what it does, asked at each turn of its loop
 (work.py): a job acts in its actor's name, so what stops the person stops the job (SPEC section
-10). A user disabled or removed, a token revoked, a role below operator: the job is cancelled, in
+10). A user disabled, a token revoked or deleted, a role below operator: the job is cancelled, in
 the dashboard's name, saying why. Scopes narrowed: the pending items of entries outside them are
 skipped, saying why; the others go on. A single sign-on's grants are read at each sign-in, so
 for such a user only disabling or removing counts here; a name the dashboard does not keep (a
