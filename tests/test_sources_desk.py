@@ -154,6 +154,12 @@ def test_a_scoped_reader_sees_only_the_counts_inside_its_scopes_and_no_source_ou
     page = three_offline.test_client().get("/sources", headers=support.bearer(token)).get_data(as_text=True)
     # The banner names every source that is not well (no entry of it); the table holds none outside.
     assert '<tr data-source="shipping"' not in page and "customer" not in page
+    # The list's Source choice offers the sources the reader reaches, no other.
+    listing = three_offline.test_client().get("/", headers=support.bearer(token)).get_data(as_text=True)
+    choice = re.search(r'<select name="source">(.*?)</select>', listing, re.S).group(1)
+    assert re.findall(r'<option value="([^"]*)"', choice) == ["", "orders", "billing"]
+    admin = support.logged_in(three_offline, "admin").get("/").get_data(as_text=True)
+    assert '<option value="shipping"' in admin
 
 
 def test_the_sources_page_shows_each_source_worst_first_with_links_filtered_by_source(three_offline):

@@ -102,7 +102,7 @@ def init_app(app: Flask) -> None:
     app.add_template_global(row_actions)
     app.add_template_global(row_confirm)
     app.add_template_global(list_columns)
-    app.add_template_global(lambda: shown_sources(current_runtime()), "shown_sources")
+    app.add_template_global(lambda: shown_sources(current_runtime(), current_reader().reads), "shown_sources")
     app.add_template_global(reader_scopes)
     app.add_template_global(came_from)
     # A bulk job's Start carries a key of its own: sent twice, it is the same job (create_job).

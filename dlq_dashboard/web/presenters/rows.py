@@ -7,7 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ...entries.fields import KeyField
+from ...entries.sources import reaches
 from ...entries.view import EntryView
+from ...scopes import Scope
 from ...unpacking import GZIP_MAGIC
 
 #: Characters of the payload a row shows.
@@ -54,12 +56,15 @@ class Column:
     selects: bool = False  # the checkbox column, which selects every row of the page
 
 
-def shown_sources(rt) -> tuple[str, ...]:
-    """The sources the pages name (SPEC section 12): every one of the runtime's, in DLQ_CONFIG's
-    order, when there are several or DLQ_CONFIG names them; none with the one default source, so
-    the pages look as they did before sources (no Source column, no Source select)."""
+def shown_sources(rt, scopes: tuple[Scope, ...] | None = None) -> tuple[str, ...]:
+    """The sources the pages name (SPEC section 12): those of the runtime's a reader of ``scopes``
+    reaches (None: every one), in DLQ_CONFIG's order, when there are several or DLQ_CONFIG names
+    them; none with the one default source, so the pages look as they did before sources (no
+    Source column, no Source select). A source no scope reaches is not even named."""
     names = tuple(rt.feeds)
-    return names if len(names) > 1 or rt.settings.sources else ()
+    if len(names) <= 1 and not rt.settings.sources:
+        return ()
+    return tuple(name for name in names if reaches(scopes, name))
 
 
 def list_columns(fields: Iterable[KeyField], can_act: bool, sources: bool = False) -> tuple[Column, ...]:
