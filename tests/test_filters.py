@@ -168,3 +168,27 @@ def test_a_subject_holding_a_wildcard_character_inside_a_token_is_found_by_its_o
     assert sorted(e["id"] for e in wildcard["entries"]) == sorted(ids.values())
     refused = client.get("/api/entries", query_string={"subject": "probe.>.x"}, headers=viewer)
     assert refused.status_code == 400 and "is not a NATS subject" in refused.get_json()["error"]
+
+
+def test_the_subject_filter_finds_what_a_scope_of_the_same_pattern_covers(offline_app, tokens):
+    """One rule for a subject pattern: the list's filter finds exactly the entries a reader scoped
+    to that pattern reads (scopes.subject_matches, entries/scoping.py). The filter had a rule of its
+    own, in which '*' was never an empty token: "probe." was read by a reader scoped to probe.*
+    and not found by the filter probe.*."""
+    from dlq_dashboard.accounts.tokens import create_token
+    from dlq_dashboard.scopes import Scope
+
+    from . import support
+
+    subjects = ["probe.", "probe.a", "probe.a.b", "probe"]
+    for seq, subject in enumerate(subjects, start=1):
+        support.dead_letter(offline_app, seq, subject=subject)
+    client = offline_app.test_client()
+    engine = support.runtime_of(offline_app).engine
+    for name, pattern in (("one", "probe.*"), ("rest", "probe.>")):
+        scoped = support.bearer(create_token(engine, f"scoped-{name}", "viewer", scopes=(Scope(pattern),)))
+        read = client.get("/api/entries", headers=scoped).get_json()["entries"]
+        found = client.get("/api/entries", query_string={"subject": pattern},
+                           headers=support.bearer(tokens["viewer"])).get_json()["entries"]
+        assert sorted(e["original_subject"] for e in found) == sorted(e["original_subject"] for e in read)
+    assert {e["original_subject"] for e in found} == {"probe.", "probe.a", "probe.a.b"}

@@ -17,7 +17,6 @@ window absorbs the copy. docs/actions.md explains the design.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import nats.js.errors
@@ -25,8 +24,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from ..db.engine import write_transaction
-from ..entries.filters import subject_pattern_regex
 from ..nats.bridge import NatsUnavailable
+from ..scopes import subject_matches
 from .context import ActionContext
 from .decisions import Outcome, decide_republish, load_entry, no_stream_sentence, pending_intents, write_claims
 from .errors import Conflict
@@ -73,7 +72,7 @@ def republish_targets(rt: ActionContext, subject: str | None, source: str | None
         for info in await bridge.js.consumers_info(stream):
             filters = list(info.config.filter_subjects or []) or (
                 [info.config.filter_subject] if info.config.filter_subject else [])
-            if not filters or any(re.match(subject_pattern_regex(f), subject) for f in filters):
+            if not filters or any(subject_matches(f, subject) for f in filters):
                 consumers.append({"name": info.name, "filters": filters or [">"],
                                   "durable": bool(info.config.durable_name)})
         return {"stream": stream, "consumers": sorted(consumers, key=lambda c: c["name"]), "error": None}

@@ -21,7 +21,7 @@ from ..numbers import whole_number
 from ..scopes import Scope
 from ..times import format_time, parse_duration, parse_time, utcnow
 from .fields import FIELD_PREFIX, KeyField, field_condition
-from .scoping import like_escape, literal_prefix, scope_condition
+from .scoping import scope_condition, subject_condition
 from .search import search_condition
 from .shape import STATUSES, STR
 
@@ -37,20 +37,6 @@ class FilterError(InvalidRequest):
 # --- NATS subject wildcards -------------------------------------------------------------------
 
 _SUBJECT_TOKEN = re.compile(r"^[^\s.]+$")
-
-
-def subject_pattern_regex(pattern: str) -> str:
-    """Translate a NATS subject pattern (``*`` one token, ``>`` the rest) into an anchored regex."""
-    tokens = pattern.split(".")
-    parts = []
-    for i, token in enumerate(tokens):
-        if token == ">" and i == len(tokens) - 1:
-            parts.append(r"[^.]+(\.[^.]+)*")
-        elif token == "*":
-            parts.append(r"[^.]+")
-        else:
-            parts.append(re.escape(token))
-    return "^" + r"\.".join(parts) + "$"
 
 
 def validate_subject_pattern(pattern: str) -> str:
@@ -86,19 +72,6 @@ def decode_cursor(cursor: str) -> int:
     except (ValueError, IndexError, UnicodeDecodeError, binascii.Error):
         raise FilterError(f"cursor {cursor!r} is not valid: use next_cursor from a previous page") from None
     return value
-
-
-def _subject_conditions(column, pattern: str) -> list:
-    tokens = pattern.split(".")
-    if "*" in tokens or ">" in tokens:  # a wildcard is a whole token: "a*b" is a subject's own
-        conds = []
-        prefix = literal_prefix(pattern)
-        if prefix:
-            # The prefix lets the subject index narrow the rows the regex must look at.
-            conds.append(column.like(like_escape(prefix) + "%", escape="\\"))
-        conds.append(column.regexp_match(subject_pattern_regex(pattern)))
-        return conds
-    return [column == pattern]
 
 
 # --- the filters, declared once ---------------------------------------------------------------
@@ -365,8 +338,8 @@ FILTERS: tuple[ListFilter, ...] = (
                schema={"type": "string", "enum": list(STATUSES)}),
     ListFilter("subject", "Original subject; NATS wildcards: '*' one token, '>' the rest.",
                parse=validate_subject_pattern,
-               where=lambda engine, value: _subject_conditions(Entry.original_subject, value),
-               on_groups=lambda value: _subject_conditions(GROUPS.c.subject, value), kept=True),
+               where=lambda engine, value: [subject_condition(Entry.original_subject, value)],
+               on_groups=lambda value: [subject_condition(GROUPS.c.subject, value)], kept=True),
     ListFilter("stream", "Original stream or DLQ stream.",
                where=lambda engine, value: [or_(Entry.original_stream == value, Entry.dlq_stream == value)]),
     ListFilter("consumer", "Durable consumer that gave up.", where=_one(Entry.consumer)),

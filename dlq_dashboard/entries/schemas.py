@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dlq_consumer.validation import SchemaViolation, Validator, make_validator, parse_and_validate
 
+from ..scopes import subject_matches
 from ..surrogates import escape_lone_surrogates
-from .filters import FilterError, subject_pattern_regex, validate_subject_pattern
+from .filters import FilterError, validate_subject_pattern
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class SchemaRegistry:
         if not subject:
             return None
         for schema in self.schemas:
-            if any(re.match(subject_pattern_regex(p), subject) for p in schema.patterns):
+            if any(subject_matches(p, subject) for p in schema.patterns):
                 return schema
         return None
 
