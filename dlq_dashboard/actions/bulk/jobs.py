@@ -342,9 +342,12 @@ def check_filter_job(engine, flt: EntryFilter) -> None:
         raise FilterError(f"job {flt.job.id} is not a bulk job: use a job's id from /jobs or GET /api/jobs") from None
 
 
-def cancel_job(rt: ActionContext, job_id: int, *, actor: str, scopes: tuple[Scope, ...] | None = None) -> bool:
+def cancel_job(rt: ActionContext, job_id: int, *, actor: str, scopes: tuple[Scope, ...] | None = None,
+               note: str | None = None, detail: dict | None = None) -> bool:
     """Ask a job to stop after its current window; False if it had already finished.
-    ``scopes``: a job outside them (jobs_within) is as unknown as none."""
+    ``scopes``: a job outside them (jobs_within) is as unknown as none. ``note`` says why (a cancel
+    in the dashboard's own name does: the job's "Cancelled by" and its audit record carry it);
+    ``detail`` goes to the audit record."""
     with write_transaction(rt.engine) as conn:
         job = conn.execute(select(JOBS.c.state).where(JOBS.c.id == job_id,
                                                       *_within(scopes))).first()
@@ -355,10 +358,10 @@ def cancel_job(rt: ActionContext, job_id: int, *, actor: str, scopes: tuple[Scop
         now = utcnow()
         # The first to cancel is the one named: a second click changes nothing.
         conn.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.cancelled_by.is_(None))
-                     .values(cancelled_by=actor, cancelled_at=now))
+                     .values(cancelled_by=(f"{actor} ({note})" if note else actor)[:255], cancelled_at=now))
         conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(cancel_requested=True))
         conn.execute(insert(ACTIONS).values(job_id=job_id, action="cancel_job", actor=actor, at=now,
-                                            detail="{}"))
+                                            note=note, detail=json.dumps(detail or {})))
     rt.jobs.wake(job_id)
     return True
 

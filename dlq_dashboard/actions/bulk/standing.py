@@ -12,7 +12,6 @@ once when a runner takes the job, as a change may have come while no runner had 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from sqlalchemy import and_, exists, not_, select, update
@@ -21,10 +20,9 @@ from ...db.engine import write_transaction
 from ...db.models import ApiToken, User
 from ...entries.scoping import scope_condition
 from ...scopes import RANK, Scope, scopes_from_json
-from ...times import utcnow
 from ..context import ActionContext
 from ..intents import ENTRIES, INTENTS
-from .jobs import ACTIONS, ITEMS, JOBS
+from .jobs import ITEMS, JOBS, cancel_job
 
 USERS, TOKENS = User.__table__, ApiToken.__table__
 #: The name a cancel for a withdrawn actor is made in (the job's page: "Cancelled by").
@@ -90,15 +88,12 @@ class ActorWatch:
         return self._skip_outside(standing.scopes)
 
     def _cancel(self, why: str) -> bool:
-        now, note = utcnow(), f"{self.actor} may no longer act: {why}."
-        with write_transaction(self.rt.engine) as conn:
-            changed = conn.execute(update(JOBS).where(
-                JOBS.c.id == self.job_id, JOBS.c.cancel_requested.is_(False), JOBS.c.state.in_(("queued", "running")))
-                .values(cancel_requested=True, cancelled_by=f"{DASHBOARD} ({note})"[:255], cancelled_at=now)).rowcount
-            if changed:
-                conn.execute(ACTIONS.insert().values(job_id=self.job_id, action="cancel_job", actor=DASHBOARD, at=now,
-                                                     note=note, detail=json.dumps({"actor": self.actor})))
-        return bool(changed)
+        with self.rt.engine.connect() as conn:
+            asked = conn.execute(select(JOBS.c.cancel_requested).where(JOBS.c.id == self.job_id)).scalar_one()
+        if asked:
+            return False  # cancelled already: by whom it was says so
+        return cancel_job(self.rt, self.job_id, actor=DASHBOARD, note=f"{self.actor} may no longer act: {why}.",
+                          detail={"actor": self.actor})
 
     def _skip_outside(self, scopes: tuple[Scope, ...]) -> bool:
         """Skip the pending items of entries outside ``scopes``; not those whose republish is
