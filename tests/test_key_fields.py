@@ -266,7 +266,10 @@ def test_the_summary_and_the_list_of_a_key_field_agree_with_the_payloads(make_ap
 HOSTILE = [b'{"customer": {"id": "\\ud800"}}', b'{"customer": {"id": "a\\u0000b"}}',
            b'{"customer": {"id": 9223372036854775808}}', b'{"customer": {"id": "\\ud83d\\ude00"}}',
            # (PostgreSQL's jsonb refuses such escapes anywhere: the payload's every field had no value)
-           b'{"customer": {"id": "C-1"}, "note": "\\ud800 \\u0000"}']
+           b'{"customer": {"id": "C-1"}, "note": "\\ud800 \\u0000"}',
+           # A whole pair beside Persian as a JSON encoder escapes them (json.dumps): ".\u06cc" is
+           # the bytes 2E DB 8C, whose hex holds "EDB" across a byte boundary, not half a pair.
+           b'{"customer": {"id": "\\ud83d\\ude00.\\u06cc"}}']
 
 
 def test_a_value_no_text_holds_or_past_64_bits_is_shown_and_found_as_the_payload_writes_it(make_app, database_url):
@@ -281,6 +284,7 @@ def test_a_value_no_text_holds_or_past_64_bits_is_shown_and_found_as_the_payload
     assert listed.status_code == 200, listed.get_data(as_text=True)[:300]
     shown = {e["id"]: (e.get("fields") or {}).get("Customer") for e in listed.get_json()["entries"]}
     assert shown[ids[2]] == "9223372036854775808" and shown[ids[3]] == "😀" and shown[ids[4]] == "C-1"
+    assert shown[ids[5]] == "😀.ی"
     assert (shown[ids[0]], shown[ids[1]]) == ("\\ud800", "a\\u0000b")  # as the payload writes them
     found = app.test_client().get("/api/entries?field.Customer=9223372036854775808", headers=viewer).get_json()
     assert [e["id"] for e in found["entries"]] == [ids[2]]

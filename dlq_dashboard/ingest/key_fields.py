@@ -43,6 +43,9 @@ ENTRY_FIELDS = EntryField.__table__
 MAX_VALUE = 256
 #: Entries filled or values deleted in one backfill transaction.
 BACKFILL_BATCH = 5_000
+#: Half a UTF-16 pair as json_extract (SQLite) writes it, in the hex of its bytes: ED A0-BF at a
+#: byte's start (an even offset).
+HALF_PAIR_HEX = "^(?:..)*ED[AB]"
 # One lock key for "the key fields' configuration" (PostgreSQL advisory locks): an insert path
 # holds it shared while it reads the configuration and fills, a change of the configuration
 # exclusively, so no transaction fills by a configuration older than the pending_below it sees.
@@ -79,11 +82,12 @@ def value_expression(sqlite: bool, tokens: tuple[str, ...], payload=ENTRIES.c.pa
             # escape is written as its JSON text (json_extract cut it at the NUL, or gave bytes no
             # UTF-8 text holds, which no read of the column could decode: the list was a 503).
             # (Half a pair: its escape is in the JSON text, and json_extract's bytes hold ED A0-BF,
-            # which UTF-8 never does; a whole pair's character, U+10000 and above, is kept.)
+            # which UTF-8 never does; a whole pair's character, U+10000 and above, is kept. The
+            # bytes are looked for at a byte's start in their hex: "2EDB8C", ".ی", holds "EDB".)
             written, extracted = text.op("->")(literal(path)), func.json_extract(text, path)
             escaped = or_(written.op("GLOB")(literal(r"*\u0000*")),
                           and_(written.op("GLOB")(literal(r"*\u[dD][89a-fA-F]*")),
-                               func.hex(extracted).op("GLOB")(literal("*ED[AB]*"))))
+                               func.hex(extracted).regexp_match(HALF_PAIR_HEX)))
             values.append(case({"true": literal("true"), "false": literal("false"), "null": None,
                                 "integer": written,
                                 "text": case((escaped, func.substr(written, 2, func.length(written) - 2)),
