@@ -307,6 +307,21 @@ def test_a_write_the_database_cannot_store_is_a_503_saying_so(app, tokens):
     assert rt.store.get_entry(entry_id).status == "open"
 
 
+def test_sqlites_disk_io_error_is_said_as_a_database_that_cannot_write():
+    """An immutable file (chattr +i) or a failing disk: SQLite's "disk I/O error" was said as "The
+    database is not reachable" beside pages that read it well."""
+    import sqlite3
+
+    import sqlalchemy
+
+    from dlq_dashboard.db.liveness import sentence
+
+    refused = sqlalchemy.exc.OperationalError("UPDATE entries ...", {}, sqlite3.OperationalError("disk I/O error"))
+    assert sentence(refused) == CANNOT_WRITE
+    unopened = sqlalchemy.exc.OperationalError("SELECT 1", {}, sqlite3.OperationalError("unable to open database file"))
+    assert sentence(unopened) == UNREACHABLE
+
+
 @pytest.mark.both_databases
 def test_work_outside_a_request_is_not_cut_short_by_the_statement_timeout(app):
     """The mirror's writes, jobs, purges and migrations run unbounded; a request's statements do not."""

@@ -63,8 +63,9 @@ def sentence(exc: BaseException) -> str:
     if is_timeout(exc):
         return TOO_SLOW
     cause = getattr(exc, "orig", None) or exc
+    # SQLite says "disk I/O error" for a file it may not write (chattr +i) and a failing disk alike.
     if type(cause).__name__ in ("DiskFull", "ReadOnlySqlTransaction") or any(
-            words in str(cause) for words in ("disk is full", "readonly database", "No space left")):
+            words in str(cause) for words in ("disk is full", "readonly database", "No space left", "disk I/O error")):
         return CANNOT_WRITE
     return UNREACHABLE
 
