@@ -163,6 +163,28 @@ def test_changing_the_status_sends_one_request_and_adds_one_history_entry(app, n
             page.wait_for_load_state("networkidle")
 
 
+@pytest.mark.parametrize("path", ["/", "/groups"])
+def test_arrow_keys_walking_the_status_choice_send_one_request_for_where_they_stop(app, nats_server, live_server,
+                                                                                 page, path):
+    """Arrow keys on the status choice change it at each press: the list was asked once a press
+    (each answer thrown away for the next), a burst of work on a big desk for one choice."""
+    dead_letter_and_wait(app, nats_server, [("dlq.orders.created", b"{}", support.dlq_headers("orders.created"))])
+    support.sign_in(page, live_server, app, "viewer")
+    page.goto(f"{live_server}{path}")
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if r.url.split("?")[0] == f"{live_server}{path}" else None)
+    choices = page.eval_on_selector_all("select[name=status] option", "options => options.map(o => o.value)")
+    chosen = choices[3]
+    with page.expect_response(lambda r: r.url.split("?")[0] == f"{live_server}{path}"):
+        # Three presses as the browser gives them (a change each), at once: a test's key presses
+        # can be further apart than a person's under a loaded machine.
+        page.eval_on_selector("select[name=status]", """select => { select.selectedIndex = 0;
+            for (let i = 1; i <= 3; i++) { select.selectedIndex = i; select.dispatchEvent(new Event("change", {bubbles: true})); } }""")
+    page.wait_for_url(lambda url: parse_qs(urlsplit(url).query).get("status", [""])[0] == chosen)
+    page.wait_for_load_state("networkidle")
+    assert len(sent) == 1 and f"status={chosen}" in sent[0], sent
+
+
 def test_a_filter_typed_and_entered_adds_one_history_entry_and_the_exports_follow_it(app, nats_server, live_server,
                                                                                      page):
     """Typing a reason and pressing Enter sent two requests and pushed two history entries (the
