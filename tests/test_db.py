@@ -99,11 +99,12 @@ def test_a_transaction_may_ask_for_plans_without_parallel_workers_for_itself_alo
 def test_migrate_brings_an_empty_database_to_the_newest_revision_once(database_url):
     engine = create_db_engine(database_url)
     assert revisions() == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0009", "0010", "0011", "0012",
-                           "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023", "0024"]
-    assert migrate(engine) == head() == "0024"
-    assert migrate(engine) == "0024"
+                           "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023", "0024",
+                           "0025"]
+    assert migrate(engine) == head() == "0025"
+    assert migrate(engine) == "0025"
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0024"]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0025"]
     engine.dispose()
 
 

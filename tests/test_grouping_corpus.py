@@ -109,6 +109,28 @@ def test_stripe_ids_hex_digests_and_uuids_are_dropped():
     assert normalize_error_text("pod orders-worker-7d9f8c6b5-xkqzt evicted") == "pod orders-worker-<id>-<id> evicted"
 
 
+def test_a_hex_id_is_an_id_whatever_its_last_letter():
+    # Digits then d read as a duration, digits then b as a size: one cause, two groups.
+    assert keys("refund 6705176d rejected", "refund 575142eb rejected", "refund 1234567b rejected",
+                "refund 0000000d rejected", "refund 10000000d rejected") == {"refund <id> rejected"}
+    for letter in "abcdefABCDEF":
+        for digits in ("1234567", "12345678", "123456789012345"):
+            assert normalize_error_text(f"id {digits}{letter}.") == "id <id>.", digits + letter
+            assert normalize_error_text(f"of ({digits}{letter}, x)") == "of (<id>, x)", digits + letter
+    assert keys("refund 6705176d-575142eb rejected", "refund 575142eb-6705176d rejected") == {"refund <id> rejected"}
+    assert normalize_error_text("lock 6705176d-retry held") == "lock <id>-retry held"
+
+
+def test_durations_and_sizes_that_are_not_hex_ids_stay_durations_and_sizes():
+    assert keys("timeout after 30s", "timeout after 5m30s", "timeout after 250ms", "timeout after 1.5h",
+                "timeout after 12 seconds", "timeout after 7d", "timeout after 999999d",
+                "timeout after 1234567.5d", "timeout after 1234567 days", "timeout after 86400000ms",
+                "timeout after 1234567s", "timeout after 0000000h", "timeout after 12345678m") == {
+        "timeout after <duration>"}
+    assert normalize_error_text("read 1024b of 4096") == "read <n>b of <n>"
+    assert normalize_error_text("body of 65536B too large") == "body of <n>B too large"
+
+
 def test_words_with_digits_that_name_things_are_kept():
     assert normalize_error_text("Http2Exception: sha256 of address_line2 in utf8") == \
         "Http2Exception: sha256 of address_line2 in utf8"

@@ -12,7 +12,8 @@ property appended to the path. An entry belongs to the failure group of its subj
 key (db/counts.py keeps each group's counts); docs/grouping.md tells the rules and their measure.
 
 The keys are stored: a change of these rules is a new :data:`GROUPING_VERSION` and a migration
-that regroups the stored entries (revision 0004 did it for version 2, 0011 for version 3).
+that regroups the stored entries (revision 0004 did it for version 2, 0011 for version 3, 0025 for
+version 4).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from functools import lru_cache
 from dlq_consumer.validation import NOT_JSON, TOO_DEEP_TO_PARSE
 
 #: The rules' version: raised, with a migration regrouping the entries, whenever a key changes.
-GROUPING_VERSION = 3
+GROUPING_VERSION = 4
 NO_ERROR = "(no error text)"
 MAX_KEY = 300
 #: A label's length on the pages.
@@ -42,12 +43,16 @@ _IPV6 = re.compile(r"\[[0-9A-Fa-f:.%\w]+\](?::\d{1,5})?|(?<![\w:.])(?:[0-9A-Fa-f
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _HTTP_DATE = re.compile(r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d? (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
                         r"\d{4} \d\d:\d\d:\d\d(?: (?:GMT|UTC|[+-]\d{4}))?")
+# A hex id: 8 or more hex digits, a digit and a letter among them, in one case (575142eb, DEADBEEF01).
+_HEX_ID = r"(?=[a-f]*\d)(?=\d*[a-f])[0-9a-f]{8,}|(?=[A-F]*\d)(?=\d*[A-F])[0-9A-F]{8,}"
 # One pass for the rest: what starts with a digit not inside a word (times, addresses, durations,
 # hex, numbers with a fraction or a unit), else a word worth a look (a digit or a case change
 # inside, or a pod's suffix). The digit branches are written without their first digit, and whole
-# numbers are left to the words (an HTTP status is kept).
+# numbers are left to the words (an HTTP status is kept). A hex id is left to the words whole,
+# whatever its last letter: the digit branches would read the ids made of digits then d, b or B
+# as a duration or a size ("6705176d", 6,705,176 days), a group apart from the other ids' <id>.
 _TOKEN = re.compile(
-    r"(?<![\w-])(?:(?<!\.)\d(?:"
+    r"(?<![\w-])(?:(?<!\.)(?!(?:" + _HEX_ID + r")(?!\w))\d(?:"
     r"(?P<time>\d{3}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?"
     r"|\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?!\w)"
     r"|(?P<ip>\d{0,2}(?:\.\d{1,3}){3}(?::\d{1,5})?)(?![\w.])"
@@ -113,7 +118,7 @@ _ALNUM = re.compile(r"[^\W_]")
 _WORD = re.compile(r"[A-Za-z0-9_](?<![\w<].)[A-Za-z0-9_]*(?:-[A-Za-z0-9_]+)*(?![\w>])")
 # A word that reads as one, digits and all: Http2Exception, sha256, address_line2, JSONDecodeError.
 _WORDLIKE = re.compile(r"[a-z]?(?:[A-Z]+(?![a-z])|[A-Z]?[a-z]{2,}|\d{1,3}(?!\d))+")
-_HEX_TOKEN = re.compile(r"(?=[a-f]*\d)(?=\d*[a-f])[0-9a-f]{8,}|(?=[A-F]*\d)(?=\d*[A-F])[0-9A-F]{8,}")
+_HEX_TOKEN = re.compile(_HEX_ID)
 # Stripe-style ids: a short lowercase prefix, '_', a base-62 tail (ch_3c425c8d99d19b, cus_9f8A7b6C5d).
 _PREFIXED_ID = re.compile(r"([a-z]{1,8})_([A-Za-z0-9]{8,})")
 # A Kubernetes pod's name: its workload, then a hash and a suffix in Kubernetes' own alphabet

@@ -86,9 +86,7 @@ def merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: 
     count_changes(conn, [Change(match.group_id, ids[group], match.received_at, match.status, match.status)
                          for match, _, group in merged])
     moves = [(match.group_id, ids[group]) for match, _, group in merged if ids[group] != match.group_id]
-    left = {old for old, _ in moves}
-    withdraw_emptied(conn, left)  # announced from the group it joined
-    forget_untouched(conn, left, new_groups)
+    retire_emptied(conn, {old for old, _ in moves}, new_groups)  # announced from the group it joined
     return remaining, Counter(new for _, new in moves)
 
 
@@ -104,6 +102,14 @@ def same_failure(first: datetime | None, second: datetime | None) -> bool:
     return first is None or second is None or abs(first - second) <= SAME_FAILURE
 
 
+
+
+def retire_emptied(conn: Connection, group_ids: set[int], new_groups: set[int] | None = None) -> int:
+    """Settle the groups entries moved out of (a DLQ copy joining its advisory's entry, a
+    regrouping revision): one left empty loses its alerts not sent yet, and goes when nothing was
+    done with it (forget_untouched); how many went."""
+    withdraw_emptied(conn, group_ids)
+    return forget_untouched(conn, group_ids, new_groups)
 
 
 def forget_untouched(conn: Connection, group_ids: set[int], new_groups: set[int] | None = None) -> int:
