@@ -13,7 +13,7 @@ from sqlalchemy import insert, select
 
 from dlq_dashboard import create_app
 from dlq_dashboard.db.engine import write_transaction
-from dlq_dashboard.db.models import Action, Alert
+from dlq_dashboard.db.models import Action, Alert, Entry
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
 
@@ -149,3 +149,40 @@ def test_an_empty_outbox_says_whether_alerts_are_off_here_and_what_turns_them_on
     html = on.get_data(as_text=True)
     assert "Alerts are off here" not in html and "An alert is raised when a failure group is new, spikes" in html
     assert "or is reopened when an ignored group's limit is reached" in html
+
+
+def test_send_again_needs_an_operator_grant_covering_the_alerts_group_not_a_reading_one(identity_provider, make_app):
+    """A single sign-on user may read everything and act on orders alone: "send again" on an
+    alert of a payments group was taken (it asked for the reading grants), where the group's
+    own state change and note are a 403."""
+    idp = identity_provider(accounts={"olga": {"email": "olga@example.com", "groups": ["team-orders"]}})
+    app = make_app(**idp.settings(roles="team-orders=operator:orders.>; *=viewer"))
+    idp.start()
+    engine = runtime_of(app).engine
+    groups = {}
+    for seq, subject in enumerate(("orders.created", "payments.settle"), start=1):
+        entry_id = support.dead_letter(app, seq, subject=subject)
+        with engine.connect() as conn:
+            groups[subject] = conn.execute(select(Entry.group_id).where(Entry.id == entry_id)).scalar_one()
+    now, alerts = utcnow(), {}
+    with write_transaction(engine) as conn:
+        for subject, group_id in groups.items():
+            alerts[subject] = conn.execute(insert(Alert.__table__).values(
+                event_id=f"event-{group_id}", url="https://hooks.example/x", event="group.new", group_id=group_id,
+                body="{}", created_at=now, next_attempt_at=now + timedelta(minutes=10), attempts=2, sent_at=None,
+                last_error="connection refused")).inserted_primary_key[0]
+    client = app.test_client()
+    idp.sign_in(client, "olga")
+    token = support.csrf_token(client, "/alerts")
+    page = client.get("/alerts").get_data(as_text=True)
+    assert "Send again: alert {}".format(alerts["orders.created"]) in page
+    assert "Send again: alert {}".format(alerts["payments.settle"]) not in page  # shown, not offered
+    assert f'<tr data-alert="{alerts["payments.settle"]}">' in page
+    refused = client.post(f"/alerts/{alerts['payments.settle']}/send-again", data={"csrf_token": token})
+    assert refused.status_code == 403
+    assert "outside the scopes you may act on" in refused.get_data(as_text=True)
+    assert client.post(f"/alerts/{alerts['orders.created']}/send-again",
+                       data={"csrf_token": token}).status_code == 303
+    with engine.connect() as conn:
+        sent_again = conn.execute(select(Action.detail).where(Action.action == "send_alert_again")).scalars().all()
+    assert [json.loads(d)["alert"] for d in sent_again] == [alerts["orders.created"]]

@@ -12,11 +12,11 @@ import json
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Engine, case, func, insert, literal, select, update
 
 from ..db.engine import write_transaction
 from ..db.models import Action, Alert, FailureGroup
-from ..errors import InvalidRequest, NotFound
+from ..errors import Forbidden, InvalidRequest, NotFound
 from ..redaction import scrub, without_userinfo
 from ..times import utcnow
 
@@ -25,6 +25,9 @@ ALERTS, ACTIONS, GROUPS = Alert.__table__, Action.__table__, FailureGroup.__tabl
 #: its next try), or pending (not tried yet).
 STATES = ("failed", "pending", "sent")
 LIMIT, MAX_LIMIT = 100, 500
+#: Why an operator may see an alert and not send it again (a 403), as a group's state (visible.py).
+ALERT_NOT_YOURS = ("Alert {id} is of a group outside the scopes you may act on (your operator grants): you may "
+                   "read it, but not send it again.")
 _IN_STATE = {"failed": (ALERTS.c.sent_at.is_(None), ALERTS.c.attempts > 0),
              "pending": (ALERTS.c.sent_at.is_(None), ALERTS.c.attempts == 0),
              "sent": (ALERTS.c.sent_at.is_not(None),)}
@@ -60,15 +63,17 @@ def state_of(row) -> str:
 
 
 def list_alerts(engine: Engine, *, state: str | None = None, limit: int = LIMIT,
-                before: int | None = None, within=None) -> dict[str, Any]:
+                before: int | None = None, within=None, acting=None) -> dict[str, Any]:
     """The outbox, newest first: ``state`` narrows it to one of STATES, ``before`` (an id) pages it.
     Also how many are in each state. ``within``: a condition on the groups' subject (a scoped
-    reader's, entries/scoping.py), which leaves out the alerts of every other group."""
+    reader's, entries/scoping.py), which leaves out the alerts of every other group; ``acting``:
+    the one of the scopes the reader may act on, which an alert's ``actable`` tells (send_again)."""
     joined = ALERTS.outerjoin(GROUPS, GROUPS.c.id == ALERTS.c.group_id)
     scoped = () if within is None else (within,)
+    actable = literal(True) if acting is None else case((acting, True), else_=False)
     query = (select(ALERTS.c.id, ALERTS.c.event_id, ALERTS.c.url, ALERTS.c.event, ALERTS.c.group_id,
                     ALERTS.c.created_at, ALERTS.c.attempts, ALERTS.c.next_attempt_at, ALERTS.c.sent_at,
-                    ALERTS.c.last_error, GROUPS.c.subject)
+                    ALERTS.c.last_error, GROUPS.c.subject, actable.label("actable"))
              .select_from(joined).where(*scoped))
     if state:
         query = query.where(*_IN_STATE[state])
@@ -81,22 +86,28 @@ def list_alerts(engine: Engine, *, state: str | None = None, limit: int = LIMIT,
     alerts = [{"id": r.id, "event_id": r.event_id, "event": r.event, "group_id": r.group_id,
                "group_subject": r.subject, "target": shown_target(r.url), "state": state_of(r),
                "attempts": r.attempts, "last_error": scrub(r.last_error), "created_at": r.created_at,
-               "next_attempt_at": None if r.sent_at is not None else r.next_attempt_at, "sent_at": r.sent_at}
+               "next_attempt_at": None if r.sent_at is not None else r.next_attempt_at, "sent_at": r.sent_at,
+               "actable": bool(r.actable)}
               for r in rows[:limit]]
     return {"alerts": alerts, "counts": counts,
             "next_before": alerts[-1]["id"] if len(rows) > limit else None}
 
 
-def send_again(engine: Engine, alert_id: int, *, actor: str, within=None) -> None:
+def send_again(engine: Engine, alert_id: int, *, actor: str, within=None, acting=None) -> None:
     """Make a failed alert due now (the sender then sends it as stored, with the same id), with
     an audit record in the same transaction; NotFailed for one that is sent or not tried yet;
-    AlertNotFound for one of a group outside ``within`` (as list_alerts) as for an unknown id."""
+    AlertNotFound for one of a group outside ``within`` (as list_alerts) as for an unknown id;
+    Forbidden for one of a group outside ``acting`` (the scopes an operator may act on)."""
     now = utcnow()
     with write_transaction(engine) as conn:
-        row = conn.execute(select(ALERTS).select_from(ALERTS.outerjoin(GROUPS, GROUPS.c.id == ALERTS.c.group_id))
+        of_group = ALERTS.outerjoin(GROUPS, GROUPS.c.id == ALERTS.c.group_id)
+        row = conn.execute(select(ALERTS).select_from(of_group)
                            .where(ALERTS.c.id == alert_id, *(() if within is None else (within,)))).first()
         if row is None:
             raise AlertNotFound(alert_id)
+        if acting is not None and conn.execute(select(ALERTS.c.id).select_from(of_group)
+                                               .where(ALERTS.c.id == alert_id, acting)).first() is None:
+            raise Forbidden(ALERT_NOT_YOURS.format(id=alert_id))
         if state_of(row) != "failed":
             raise NotFailed(f"Alert {alert_id} is {state_of(row)}: only a failed alert is sent again.")
         conn.execute(update(ALERTS).where(ALERTS.c.id == alert_id, ALERTS.c.sent_at.is_(None))

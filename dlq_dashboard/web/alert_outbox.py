@@ -18,9 +18,11 @@ from .responses import after_post
 bp = Blueprint("alert_outbox", __name__)
 
 
-def _within():
-    """The reader's scopes as a condition on the alerts' groups (None: every alert)."""
-    return scope_condition(GROUPS.c.subject, current_reader().reads)
+def _within(acting: bool = False):
+    """The reader's scopes (``acting``: those they may act on) as a condition on the alerts'
+    groups (None: every alert)."""
+    reader = current_reader()
+    return scope_condition(GROUPS.c.subject, reader.acts if acting else reader.reads)
 
 
 def outbox(args) -> tuple[dict, dict[str, str]]:
@@ -30,7 +32,8 @@ def outbox(args) -> tuple[dict, dict[str, str]]:
     raw_limit, raw_before = (args.get("limit") or "").strip(), (args.get("before") or "").strip()
     limit = whole_number(raw_limit, "limit", low=1, high=MAX_LIMIT, what="alerts a page") if raw_limit else LIMIT
     before = whole_number(raw_before, "before", low=1, what="the alert id to page from") if raw_before else None
-    found = list_alerts(current_runtime().engine, state=state, limit=limit, before=before, within=_within())
+    found = list_alerts(current_runtime().engine, state=state, limit=limit, before=before, within=_within(),
+                        acting=_within(acting=True))
     return found, {k: v for k, v in (("state", state), ("limit", raw_limit)) if v}
 
 
@@ -50,13 +53,15 @@ def api_alerts():
     """The alert outbox as JSON (``state`` narrows it, ``before`` and ``limit`` page it)."""
     found, _ = outbox(request.args)
     times = ("created_at", "next_attempt_at", "sent_at")
-    return jsonify({**found, "alerts": [{**a, **{k: format_time(a[k]) for k in times}} for a in found["alerts"]]})
+    return jsonify({**found, "alerts": [{**{k: v for k, v in a.items() if k != "actable"},
+                                         **{k: format_time(a[k]) for k in times}} for a in found["alerts"]]})
 
 
 @bp.route("/alerts/<int:alert_id>/send-again", methods=["POST"])
 @requires("operator")
 def alert_send_again(alert_id: int):
     """Make a failed alert due now; the sender sends it with the same id. Back to the outbox."""
-    send_again(current_runtime().engine, alert_id, actor=actor_name(), within=_within())
+    send_again(current_runtime().engine, alert_id, actor=actor_name(), within=_within(),
+               acting=_within(acting=True))
     return after_post(url_for("alert_outbox.alerts", **{k: v for k, v in request.form.items()
                                                         if k == "state" and v in STATES}))
