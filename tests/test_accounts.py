@@ -133,6 +133,12 @@ def test_no_first_admin_is_made_when_any_user_exists(engine):
     assert accounts.get_user(engine, "admin") is None
 
 
+def test_no_first_admin_is_made_without_password_sign_in(engine):
+    """DLQ_LOCAL_LOGIN=false: the first start printed an admin's password no form would take."""
+    assert accounts.ensure_first_admin(engine, local_login=False) is None
+    assert accounts.list_users(engine) == []
+
+
 def test_an_api_token_is_shown_once_and_stored_only_as_a_hash(engine):
     token = accounts.create_token(engine, "ci", "viewer")
     with engine.connect() as conn:

@@ -365,9 +365,11 @@ def count_users(engine: Engine) -> int:
 FIRST_START = "dashboard"
 
 
-def ensure_first_admin(engine: Engine) -> str | None:
-    """With no user at all, create ``admin`` with a random password and return the password."""
-    if count_users(engine):
+def ensure_first_admin(engine: Engine, *, local_login: bool = True) -> str | None:
+    """With no user at all, create ``admin`` with a random password and return the password.
+    Without password sign-in (``local_login`` False: DLQ_LOCAL_LOGIN=false) none is made, as its
+    password could not be used: admins come from single sign-on or the command line."""
+    if not local_login or count_users(engine):
         return None
     password = new_password()
     try:

@@ -219,7 +219,7 @@ def serve(args: argparse.Namespace) -> int:
         mark_demo(settings, args.demo)  # the one that serves: a start refused above leaves the mark as it was
         # Only once this process is the one that serves: a start refused above made the admin
         # and never showed its one-time password, so no later start had a login to print.
-        password = ensure_first_admin(runtime.engine)
+        password = ensure_first_admin(runtime.engine, local_login=settings.local_login)
         if password:
             logins.append(f"Created the first user: admin / {password}  (shown once; change it with the CLI)")
         if settings.sources:
