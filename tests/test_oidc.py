@@ -319,12 +319,28 @@ def test_a_code_used_twice_ends_on_the_login_page(sso_app, idp):
     refused_with(second.get(path), oidc.CODE_REFUSED, sso_app)
 
 
+def started(client) -> str:
+    """Start a sign-in in ``client``'s browser; its state, as the provider would send it back."""
+    answer = client.get("/login/oidc")
+    return parse_qs(urlsplit(answer.headers["Location"]).query)["state"][0]
+
+
 def test_an_error_from_the_provider_ends_on_the_login_page(sso_app, idp):
     client = sso_app.test_client()
-    answer = client.get("/login/oidc")
-    state = parse_qs(urlsplit(answer.headers["Location"]).query)["state"][0]
+    state = started(client)
     refused_with(client.get(f"/login/oidc/callback?error=access_denied&state={state}"),
                  oidc.PROVIDER_SAID_NO, sso_app)
+
+
+@pytest.mark.parametrize("more", ["", "&session_state=abc"])
+def test_a_state_sent_back_without_a_code_ends_on_the_login_page(sso_app, idp, more):
+    # Authlib refuses it itself (missing_code), before asking the provider: an error of its own
+    # OAuth 2 classes, not of the client's, which was a 500.
+    client = sso_app.test_client()
+    state = started(client)
+    refused_with(client.get(f"/login/oidc/callback?state={state}{more}"), oidc.NO_CODE, sso_app)
+    # The state is used up: the same answer again is one this browser did not start.
+    refused_with(client.get(f"/login/oidc/callback?state={state}{more}"), oidc.BAD_STATE, sso_app)
 
 
 @pytest.mark.parametrize("tamper,sentence", [

@@ -16,6 +16,7 @@ import time
 from urllib.parse import urlencode, urlsplit
 
 import requests
+from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.base_client import MismatchingStateError, OAuthError
 from authlib.integrations.flask_client import OAuth
 from flask import Blueprint, Flask, current_app, redirect, request, session, url_for
@@ -44,6 +45,7 @@ RETRY_AFTER = 30.0
 UNAVAILABLE = "Single sign-on is unavailable: the identity provider could not be reached. Try again later."
 UNREACHABLE = "The identity provider could not be reached to finish the sign-in. Try again later."
 BAD_STATE = "The sign-in could not be finished: it was not started in this browser, or it was started again since. Sign in again."
+NO_CODE = "The identity provider's answer carried no code to finish the sign-in with. Sign in again."
 CODE_REFUSED = "The identity provider refused to finish the sign-in (its code was used already or has expired). Sign in again."
 PROVIDER_SAID_NO = "The identity provider did not sign you in. Sign in again, or ask an admin."
 NO_ID_TOKEN = "The identity provider sent no ID token. Ask an admin to check the single sign-on set-up."
@@ -234,6 +236,12 @@ def callback():
         if exc.error == "invalid_grant":
             return _refused(CODE_REFUSED, 400, exc.description or "")
         return _refused(PROVIDER_SAID_NO, 400, f"{exc.error}: {exc.description or ''}")
+    except AuthlibBaseError as exc:
+        # Authlib's own checks of the answer, before or after asking the provider (its OAuth 2
+        # errors: missing_code when the state came back without a code, say). Caught as a class,
+        # so that one Authlib names later is a sentence too, never a 500.
+        sentence = NO_CODE if exc.error == "missing_code" else NOT_VERIFIED
+        return _refused(sentence, 400, f"{exc.error}: {exc.description or ''}")
     except requests.RequestException as exc:
         return _refused(UNREACHABLE, detail=exc.__class__.__name__)
     except ExpiredTokenError:
