@@ -200,6 +200,18 @@ def test_a_public_client_signs_in_with_pkce_alone(identity_provider, make_app):
     assert client.get("/").status_code == 200
 
 
+@pytest.mark.parametrize("seconds", [30, 60])
+def test_an_access_token_that_lives_a_minute_or_less_still_reads_the_userinfo(identity_provider, make_app, seconds):
+    # This provider puts the e-mail and the groups in the userinfo answer only, which is read with
+    # the access token at once; Authlib took one under its 60 s refresh margin for expired, a 500.
+    idp = identity_provider(accounts=ACCOUNTS, ttl={"AccessToken": seconds})
+    app = add_grants_probe(make_app(**idp.settings(roles=ROLES)))
+    idp.start()
+    client = app.test_client()
+    assert idp.sign_in(client, "alice").status_code == 302
+    assert client.get("/probe/grants").get_json()["name"] == "alice@example.com"
+
+
 def test_signing_in_again_is_silent_while_the_providers_session_lasts(sso_app, idp):
     idp.sign_in(sso_app.test_client(), "alice")
     again = sso_app.test_client()

@@ -19,6 +19,7 @@ import requests
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.base_client import MismatchingStateError, OAuthError
 from authlib.integrations.flask_client import OAuth
+from authlib.integrations.requests_client import OAuth2Auth
 from flask import Blueprint, Flask, current_app, redirect, request, session, url_for
 from flask_login import login_user
 from joserfc.errors import BadSignatureError, ClaimError, ExpiredTokenError, JoseError
@@ -260,6 +261,8 @@ def callback():
         claims = _with_userinfo(sso, token, claims)
     except requests.RequestException as exc:
         return _refused(UNREACHABLE, detail=f"userinfo: {exc.__class__.__name__}")
+    except AuthlibBaseError as exc:  # a token type Authlib cannot send, say
+        return _refused(NOT_VERIFIED, 400, f"userinfo: {exc.error}: {exc.description or ''}")
     groups_value = claim_at(claims, settings.oidc_groups_claim)
     grants = grants_for(settings.oidc_roles, groups_in(groups_value))
     if not grants:
@@ -293,7 +296,9 @@ def _with_userinfo(sso: SingleSignOn, token: dict, claims: dict) -> dict:
     endpoint = (sso.client.server_metadata or {}).get("userinfo_endpoint")
     if not endpoint:
         return claims
-    answer = sso.client.get(endpoint, token=token, timeout=PROVIDER_TIMEOUT)
+    # The token is sent as it came, moments ago: Authlib's own sending would first hold it to its
+    # 60 seconds of refresh margin, and refuse one that lives a minute or less (InvalidTokenError).
+    answer = sso.client.get(endpoint, withhold_token=True, auth=OAuth2Auth(token), timeout=PROVIDER_TIMEOUT)
     answer.raise_for_status()
     info = answer.json()
     # Core 5.3.2: the userinfo's sub must be the ID token's, or it speaks of someone else.
