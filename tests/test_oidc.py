@@ -344,6 +344,22 @@ def test_an_error_from_the_provider_ends_on_the_login_page(sso_app, idp):
                  oidc.PROVIDER_SAID_NO, sso_app)
 
 
+def test_a_browser_keeps_its_newest_three_sign_ins_begun_and_its_cookie_stays_small(sso_app, idp):
+    client = sso_app.test_client()
+    for _ in range(40):  # begun and left at the provider
+        started(client)
+    # Each was about 180 bytes of the cookie; a browser refuses one over 4 KB (test_oidc_browser.py).
+    assert len(client.get_cookie("session").value) < 1500
+    flows = []
+    for _ in range(4):
+        # Each in a provider session of its own: within one, this provider refuses the code of an
+        # earlier authorization once it has given a later one (invalid_grant), whatever the dashboard keeps.
+        idp.browser.cookies.clear()
+        flows.append(idp.callback_path(client, "alice"))
+    refused_with(client.get(flows[0]), oidc.BAD_STATE, sso_app)  # the fourth newest is dropped
+    assert client.get(flows[1]).status_code == 302  # the third newest still finishes: two tabs do
+
+
 @pytest.mark.parametrize("more", ["", "&session_state=abc"])
 def test_a_state_sent_back_without_a_code_ends_on_the_login_page(sso_app, idp, more):
     # Authlib refuses it itself (missing_code), before asking the provider: an error of its own

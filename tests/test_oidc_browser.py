@@ -113,3 +113,32 @@ def test_logout_in_the_browser_continues_to_the_providers_logout_and_back_to_the
     # The provider's session has ended too: signing in again shows its login form.
     page.get_by_role("link", name="Sign in with Test IdP").click()
     expect(page.locator('input[name="login"]')).to_be_visible()
+
+
+def test_sign_ins_begun_and_left_do_not_stop_the_next_one_from_finishing(identity_provider, make_app, served, page):
+    # Each start kept its flow in the session cookie. Chromium refuses a cookie over 4 KB: after
+    # about twenty starts the new flows were no longer kept, and the sign-in that followed ended
+    # on "not started in this browser" until the old ones expired an hour later.
+    idp = identity_provider(shared=False, accounts={"alice": {"email": "alice@example.com", "groups": ["staff"]}})
+    app = make_app(**idp.settings(roles="staff=viewer", local_login=False))
+    base = served(app)
+    idp.start(bases=[base])
+    page.goto(f"{base}/login")
+    # Each start as the button's link makes it, in Chromium's own cookie jar, and left there
+    # (not followed to the provider, whose pages take a second each).
+    page.evaluate("""async () => {
+        for (let i = 0; i < 40; i++) await fetch('/login/oidc', {redirect: 'manual', credentials: 'same-origin'});
+    }""")
+    [cookie] = [c for c in page.context.cookies(base) if c["name"] == "session"]
+
+    page.goto(f"{base}/login")
+    page.get_by_role("link", name="Sign in with Test IdP").click()
+    page.locator('input[name="login"]').fill("alice")
+    page.locator('input[name="password"]').fill("any password")
+    page.get_by_role("button", name="Sign-in").click()
+    # Back signed in at /, or refused on the callback's login page.
+    page.wait_for_url(re.compile(rf"^{re.escape(base)}/(login/oidc/callback\?.*)?$"))
+    assert page.url == f"{base}/", page.locator("p.error").all_text_contents()
+    expect(page.locator("body")).to_contain_text("alice@example.com")
+    # Well under the 4 KB a browser takes, whatever the number of starts.
+    assert len(cookie["value"]) < 1500, len(cookie["value"])

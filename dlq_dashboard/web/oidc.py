@@ -18,7 +18,7 @@ from urllib.parse import urlencode, urlsplit
 import requests
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.base_client import MismatchingStateError, OAuthError
-from authlib.integrations.flask_client import OAuth
+from authlib.integrations.flask_client import FlaskIntegration, OAuth
 from authlib.integrations.requests_client import OAuth2Auth
 from flask import Blueprint, Flask, current_app, redirect, request, session, url_for
 from flask_login import login_user
@@ -42,6 +42,11 @@ METADATA_KEPT = 3600.0
 # After a failed discovery the login page says single sign-on is unavailable for this long
 # before the provider is asked again (so that an anonymous page view waits on it rarely).
 RETRY_AFTER = 30.0
+# The sign-ins begun in one browser and not finished that it keeps: the newest three, so that
+# two tabs (or a retry) each finish. Each is about 180 bytes of the session cookie, and a
+# browser refuses a cookie over 4 KB: kept without a bound, abandoned starts had the twentieth
+# or so start's cookie refused, and every sign-in after it was "not started in this browser".
+PENDING_KEPT = 3
 
 UNAVAILABLE = "Single sign-on is unavailable: the identity provider could not be reached. Try again later."
 UNREACHABLE = "The identity provider could not be reached to finish the sign-in. Try again later."
@@ -63,6 +68,33 @@ TOO_MANY_GROUPS = ("Your account may not use this dashboard: the identity provid
                    "(you are in too many of them); ask an admin.")
 ACCOUNT_REFUSED = "Your account cannot sign in to this dashboard: {reason}."
 _CLAIM_SENTENCES = {"nonce": WRONG_NONCE, "iss": WRONG_ISSUER, "aud": WRONG_AUDIENCE, "azp": WRONG_AUDIENCE}
+
+
+class PendingSignIns(FlaskIntegration):
+    """Authlib's Flask integration, keeping the newest PENDING_KEPT sign-ins begun in a browser.
+
+    Authlib keeps each flow's state, nonce, PKCE verifier and addresses in the Flask session under
+    ``_state_<client name>_<state>`` (base_client/framework_integration.py) until its callback
+    or its expiry an hour later, however many a browser begins."""
+
+    def set_state_data(self, session, state, data):
+        """Keep this flow, and the newest PENDING_KEPT - 1 begun before it."""
+        prefix = f"_state_{self.name}_"
+        begun = sorted((key for key in session if key.startswith(prefix)), key=lambda key: _expiry(session[key]))
+        for key in begun[:max(0, len(begun) - (PENDING_KEPT - 1))]:
+            session.pop(key)
+        super().set_state_data(session, state, data)
+
+
+def _expiry(value) -> float:
+    # Each flow expires an hour after it began: the latest expiry is the newest flow.
+    return (value.get("exp") or 0.0) if isinstance(value, dict) else 0.0
+
+
+class BoundedOAuth(OAuth):
+    """Authlib's Flask registry whose clients keep a few sign-ins begun, not all."""
+
+    framework_integration_cls = PendingSignIns
 
 
 class ProviderUnavailable(Exception):
@@ -167,7 +199,7 @@ def init_app(app: Flask) -> None:
     if not settings.single_sign_on:
         return
     confidential = bool(settings.oidc_client_secret)
-    client = OAuth(app).register(
+    client = BoundedOAuth(app).register(
         "oidc", client_id=settings.oidc_client_id, client_secret=settings.oidc_client_secret or None,
         client_kwargs={"scope": " ".join(settings.oidc_scopes), "code_challenge_method": "S256",
                        "token_endpoint_auth_method": "client_secret_basic" if confidential else "none",
