@@ -360,6 +360,26 @@ def test_a_browser_keeps_its_newest_three_sign_ins_begun_and_its_cookie_stays_sm
     assert client.get(flows[1]).status_code == 302  # the third newest still finishes: two tabs do
 
 
+@pytest.mark.parametrize("more", ["&state=x&code=b", "&code=b", "&state={state}", "&session_state=%FF"])
+def test_an_answer_not_well_formed_ends_on_the_login_page_without_its_values(sso_app, idp, more):
+    # Refused before the callback runs (a parameter given twice, text that is not UTF-8), it was
+    # the generic 400 page, which repeated the state given.
+    client = sso_app.test_client()
+    path = idp.callback_path(client, "alice")
+    state = parse_qs(urlsplit(path).query)["state"][0]
+    answer = client.get(path + more.format(state=state))
+    refused_with(answer, oidc.NOT_WELL_FORMED, sso_app)
+    assert answer.status_code == 400 and state not in answer.get_data(as_text=True)
+    # Nothing of the flow was used: the provider's answer as it came still finishes it.
+    assert client.get(path).status_code == 302
+
+
+def test_a_start_given_its_next_twice_ends_on_the_login_page(sso_app):
+    answer = sso_app.test_client().get("/login/oidc?next=/groups&next=/jobs")
+    assert answer.status_code == 400 and 'id="sso"' in answer.get_data(as_text=True)
+    assert "next is given 2 times (&#39;/groups&#39;, &#39;/jobs&#39;): give it once" in answer.get_data(as_text=True)
+
+
 @pytest.mark.parametrize("more", ["", "&session_state=abc"])
 def test_a_state_sent_back_without_a_code_ends_on_the_login_page(sso_app, idp, more):
     # Authlib refuses it itself (missing_code), before asking the provider: an error of its own

@@ -25,6 +25,7 @@ from flask_login import login_user
 from joserfc.errors import BadSignatureError, ClaimError, ExpiredTokenError, JoseError
 
 from ..accounts import AccountError, sign_in_oidc_user, start_session
+from ..errors import InvalidRequest
 from ..runtime import runtime_of
 from ..scopes import highest_role
 from ..sign_in import claim_at, grants_for, groups_in
@@ -51,6 +52,8 @@ PENDING_KEPT = 3
 UNAVAILABLE = "Single sign-on is unavailable: the identity provider could not be reached. Try again later."
 UNREACHABLE = "The identity provider could not be reached to finish the sign-in. Try again later."
 BAD_STATE = "The sign-in could not be finished: it was not started in this browser, or it was started again since. Sign in again."
+NOT_WELL_FORMED = ("The sign-in could not be finished: the address the identity provider sent you back to "
+                   "is not well formed. Sign in again.")
 NO_CODE = "The identity provider's answer carried no code to finish the sign-in with. Sign in again."
 CODE_REFUSED = "The identity provider refused to finish the sign-in (its code was used already or has expired). Sign in again."
 PROVIDER_SAID_NO = "The identity provider did not sign you in. Sign in again, or ask an admin."
@@ -235,6 +238,18 @@ def _own_url(endpoint: str) -> str:
 def _refused(sentence: str, status: int = 401, detail: str = ""):
     log.warning("single sign-on refused: %s%s", sentence, f" ({detail})" if detail else "")
     return login_page(sentence, status)
+
+
+@bp.errorhandler(InvalidRequest)
+def not_well_formed(exc: InvalidRequest):
+    """A request to these routes that the rules of every request refuse (web/params.py: a
+    parameter given twice, text that is not UTF-8) ends on the login page too; on the way back
+    with a sentence of its own, which does not repeat the values (the state is one)."""
+    if request.endpoint != "oidc.callback":
+        return login_page(str(exc), 400)
+    repeated = sorted(name for name, values in request.args.lists() if len(values) > 1)
+    return _refused(NOT_WELL_FORMED, 400, f"given more than once: {', '.join(repeated)}" if repeated
+                    else "not UTF-8 text, or a NUL character")
 
 
 @bp.route("/login/oidc")
