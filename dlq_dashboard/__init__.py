@@ -81,6 +81,9 @@ def create_app(config: dict[str, Any] | None = None):
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         MAX_CONTENT_LENGTH=MAX_CONTENT_LENGTH,
+        # A form field may be as large as a body: an edited payload is one (Flask's default for a
+        # field is 500,000 bytes, and a larger payload's edit was refused as "too large").
+        MAX_FORM_MEMORY_SIZE=MAX_CONTENT_LENGTH,
         WTF_CSRF_TIME_LIMIT=None,
         WTF_CSRF_CHECK_DEFAULT=False,
     )

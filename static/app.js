@@ -540,6 +540,27 @@ document.addEventListener("DOMContentLoaded", function () {
       draw();
     }
   });
+  // A check the dashboard could not make (a payload past what it takes, the database away) says
+  // so in place of the last verdict, which no longer speaks of the text; the status region too.
+  document.addEventListener("htmx:responseError", function (event) {
+    var target = event.detail && event.detail.target, xhr = event.detail && event.detail.xhr;
+    if (!target || target.id !== "payload-check" || !xhr || xhr.status === 401) {
+      return;
+    }
+    var said = /^text\/plain/.test(xhr.getResponseHeader("Content-Type") || "") ? xhr.responseText.trim() : "";
+    var sentence = "It could not be checked now: " + (said || "the dashboard answered " + xhr.status + ".");
+    var line = document.createElement("p");
+    line.className = "error";
+    line.textContent = sentence;
+    target.replaceChildren(line);
+    target.setAttribute("data-failing-lines", "");
+    target.setAttribute("data-announce", sentence);
+    draw();
+    var announcer = document.getElementById("announcer");
+    if (announcer) {
+      announcer.textContent = sentence;
+    }
+  });
   document.addEventListener("click", function (event) {
     var button = event.target && event.target.closest && event.target.closest("[data-goto-line]");
     var editor = document.getElementById("payload");

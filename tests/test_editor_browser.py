@@ -54,3 +54,38 @@ def test_an_operator_fixes_a_field_in_the_pretty_payload_and_the_entry_tells_the
     expect(why.locator(".last-sent")).to_contain_text("Valid against orders.json")
     expect(why).to_contain_text("The original payload against the current schema")
     expect(why.locator(".schema-errors").last).to_contain_text("/items/0/price")
+
+
+def test_a_payload_of_more_than_half_a_megabyte_is_checked_and_republished_as_edited(app, live_server, page,
+                                                                                    nats_server):
+    """A form field was taken up to 500,000 bytes (Flask's default): the edit of a larger payload
+    was a 413 "the dashboard takes at most 16 MB", its check kept the verdict of the text before,
+    and the edit was lost. One past what the dashboard takes says so where the verdict was."""
+    import json
+
+    support.make_orders_stream(nats_server.url)
+    large = json.dumps({"customer_id": "C-1", "items": [{"sku": "gizmo", "price": 1}],
+                        "note": "x" * 600_000}, indent=2)
+    entry_id = support.dead_letter(app, 1, payload=large.encode(), Dlq_Reason="fatal")
+    support.sign_in(page, live_server, app, "operator")
+    page.goto(f"{live_server}/entries/{entry_id}/edit")
+    check = page.locator("#payload-check")
+    expect(check).to_contain_text("Unchanged from the original")
+    edited = large.replace('"price": 1', '"price": 2')
+    page.locator("#payload").fill(edited)
+    changed = "too large to compare line by line"  # a change, which the check now tells
+    expect(check).to_contain_text(changed, timeout=EXPECT_TIMEOUT)
+
+    # Past the 16 MB a request may carry: the check says it could not be made.
+    page.eval_on_selector("#payload", """editor => { editor.value = "y".repeat(17 * 1024 * 1024);
+        editor.dispatchEvent(new Event("input", {bubbles: true})); }""")
+    expect(check).to_have_text(re.compile(r"It could not be checked now: The request's body is 17\.0 MB; the "
+                                          r"dashboard takes at most 16 MB"), timeout=EXPECT_TIMEOUT)
+    expect(page.locator("#announcer")).to_contain_text("It could not be checked now")
+
+    page.locator("#payload").fill(edited)
+    expect(check).to_contain_text(changed, timeout=EXPECT_TIMEOUT)
+    page.get_by_role("button", name="Republish", exact=True).click()
+    page.wait_for_url(re.compile(rf"/entries/{entry_id}$"))
+    [message] = support.stream_messages(nats_server.url)
+    assert message.data == edited.encode()
