@@ -199,6 +199,23 @@ def test_republish_publishes_once_to_the_original_subject(app, cli, nats_server,
     assert audit(runtime_of(app).engine, three[0]) == [("republish", ACTOR)]
 
 
+def test_the_same_republish_run_again_asks_for_again_before_sending_once_more(app, cli, nats_server, three):
+    """Run again from the shell's history (or after a dropped connection), `entries republish N`
+    sent the entry a second time without a word; the pages ask first."""
+    support.make_orders_stream(nats_server.url)
+    assert cli("republish", str(three[0])).exit_code == 0
+    again = cli("republish", str(three[0]))
+    assert again.exit_code == 1
+    assert again.output.strip() == (f"Error: Entry {three[0]} was republished already (it is at version 2): this "
+                                    "would send it once more. Run it with --again to, or with --version 2; nothing "
+                                    "was republished.")
+    assert len(support.stream_messages(nats_server.url)) == 1
+    sent = cli("republish", str(three[0]), "--again")
+    assert sent.exit_code == 0, sent.output
+    assert len(support.stream_messages(nats_server.url)) == 2
+    assert audit(runtime_of(app).engine, three[0]) == [("republish", ACTOR), ("republish", ACTOR)]
+
+
 def test_republish_without_a_stream_for_the_subject_is_refused(cli, three):
     result = cli("republish", str(three[2]))  # no stream stores payments.>
     assert result.exit_code == 1 and "No stream stores subject payments.captured" in result.output

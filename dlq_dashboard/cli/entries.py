@@ -196,11 +196,18 @@ def _errors_line(errors) -> str:
     return "; ".join(f"{e.get('path') or '/'}: {e.get('message')}" for e in errors)
 
 
-def _version(entry_id: int, version: int | None) -> int:
-    # Without --version the command acts on the entry as it is now (documented above).
+def _version(entry_id: int, version: int | None, *, again: bool | None = None) -> int:
+    # Without --version the command acts on the entry as it is now (documented above). A republish
+    # of one republished already, run again from the history or after a dropped connection, asks
+    # for --again first, as the pages ask before sending once more (``again``: a republish's flag).
     if version is not None:
         return version
-    return visible.lookup(_reader("admin"), runtime_of(current_app).store, entry_id, with_history=False).version
+    found = visible.lookup(_reader("admin"), runtime_of(current_app).store, entry_id, with_history=False)
+    if again is False and found.status == "republished":
+        raise CommandError(f"Entry {entry_id} was republished already (it is at version {found.version}): this would "
+                           "send it once more. Run it with --again to, or with --version "
+                           f"{found.version}; nothing was republished.", FAILED)
+    return found.version
 
 
 @entries.command("republish")
@@ -209,9 +216,10 @@ def _version(entry_id: int, version: int | None) -> int:
                                           "Default: the current one.")
 @click.option("--payload-file", type=click.File("rb"), help="Publish this file's bytes instead (- reads stdin).")
 @click.option("--force", is_flag=True, help="Publish a payload the current schema refuses.")
+@click.option("--again", is_flag=True, help="Send an entry republished already once more (without --version).")
 @click.option("--json", "as_json", is_flag=True, help="The API's answer: {\"entry\", \"publish\"}.")
 @_refusals
-def republish(entry_id: int, version: int | None, payload_file, force: bool, as_json: bool) -> None:
+def republish(entry_id: int, version: int | None, payload_file, force: bool, again: bool, as_json: bool) -> None:
     """Republish an entry to its original subject, exactly once (needs NATS)."""
     rt = runtime_of(current_app)
     payload = payload_file.read() if payload_file is not None else None
@@ -219,7 +227,7 @@ def republish(entry_id: int, version: int | None, payload_file, force: bool, as_
         # `jq ... | flask entries republish N --payload-file -` with jq failing reads nothing.
         name = getattr(payload_file, "name", "<stdin>")
         raise CommandError(f"--payload-file {name} is empty; nothing was republished.", BAD_INPUT)
-    seen = _version(entry_id, version)
+    seen = _version(entry_id, version, again=again)
     with nats_connected(rt):
         outcome = republish_entry(rt, entry_id, seen, actor=cli_actor(), payload=payload, force=force)
     if as_json:
