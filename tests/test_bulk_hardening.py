@@ -196,3 +196,15 @@ def test_the_patch_preview_counts_what_no_stream_would_store_and_disables_start(
             "a republish would be refused.") in page
     assert "disabled" in start_buttons(page)["Start"]
     assert "Start is unavailable: none of the 3 would be republished" in page
+
+
+@pytest.mark.parametrize("action", ["republsh", "explode"])
+def test_a_preview_of_an_action_that_is_none_is_a_400_sentence_not_a_close(app, rt, auth, action):
+    """A typo in a shared link: the preview said "1 entry will be closed" beside an enabled Start,
+    which the start then refused."""
+    support.dead_letter(app, 1, subject="shipping.csv")
+    response = auth.client("operator").get(f"/bulk/preview?by=filter&action={action}&subject=shipping.csv")
+    page = response.get_data(as_text=True)
+    assert response.status_code == 400
+    assert (f"action &#39;{action}&#39; is not valid: use republish, close, patch, repair or reopen") in page
+    assert "will be closed" not in page and "Start" not in start_buttons(page)

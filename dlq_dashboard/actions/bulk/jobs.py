@@ -117,6 +117,11 @@ def _passes(rt: ActionContext, subject: str | None, payload, available: bool, he
     return bool(available) and rt.schemas.validate(subject, judged(headers, bytes(payload or b""))).valid
 
 
+def _check_action(action: str) -> None:
+    if action not in JOB_ACTIONS:
+        raise JobError(f"action {action[:40]!r} is not valid: use {', '.join(JOB_ACTIONS[:-1])} or {JOB_ACTIONS[-1]}")
+
+
 def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None, only_valid: bool = False,
                  upto: int | None = None, scopes: tuple[Scope, ...] | None = None,
                  action: str = "republish") -> tuple[Selection, dict[str, Any]]:
@@ -130,6 +135,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
     (``left_out_invalid``); the others are taken unjudged (``unjudged``), the job leaving out
     those that fail as it reaches them.
     """
+    _check_action(action)  # a preview of "republsh" said it would close them
     if (ids is None) == (filter_args is None):
         raise JobError("Choose the entries either by ids or by filter.")
     if only_valid and action == "reopen":
@@ -230,8 +236,7 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     then means "only those that pass the schema once patched", the others are skipped with the
     reason (the patch is kept in the job's selection, and so in its audit record). ``scopes``:
     what the operator may act on (select_items)."""
-    if action not in JOB_ACTIONS:
-        raise JobError(f"action {action[:40]!r} is not valid: use {', '.join(JOB_ACTIONS[:-1])} or {JOB_ACTIONS[-1]}")
+    _check_action(action)
     _fitting(action, patch=patch, force=force)
     note = close_note(note)
     request_key = _request_key(request_key)
