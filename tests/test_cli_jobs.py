@@ -108,6 +108,19 @@ def test_a_patch_job_from_a_file_and_a_cancel_of_a_finished_job(cli, app, nats_s
     assert cli("cancel", "1").output == "Job 1 had already finished; nothing was cancelled.\n"
 
 
+def test_jobs_list_counts_every_item_so_its_columns_add_up_to_the_total(cli, app, monkeypatch):
+    """A job cancelled after 190 of 1,672 read "190 0 0 1672": its 1,482 cancelled items were in
+    no column of the list (jobs show and the API count them)."""
+    from dlq_dashboard.access import visible
+
+    job = {"id": 3, "action": "republish", "state": "cancelled", "done": 190, "failed": 0, "skipped": 0,
+           "cancelled": 1_470, "pending": 12, "total": 1_672, "actor": "ops", "selection_text": "group 4"}
+    monkeypatch.setattr(visible, "read_jobs", lambda *args, **kwargs: {"jobs": [job], "next_cursor": None})
+    header, row = cli("list").output.splitlines()
+    assert header.split()[:9] == ["ID", "ACTION", "STATE", "DONE", "FAILED", "SKIPPED", "CANCELLED", "TO", "GO"]
+    assert row.split()[:9] == ["3", "republish", "cancelled", "190", "0", "0", "1470", "12", "1672"]
+
+
 @pytest.mark.slow
 def test_a_command_of_its_own_runs_the_job_through_nats_by_itself(tmp_path, nats_server):
     """No dashboard running: ``--wait`` runs the job from the command, as the README says; with
