@@ -136,6 +136,7 @@ def test_creating_a_user_with_a_password_shows_none(offline_app, engine, admin):
     ({"name": "two words", "role": "viewer", "scopes": ""}, "User name 'two words' is not valid"),
     ({"name": "tia", "role": "viewer", "password": "short"}, "The password is too short"),
     ({"name": ADMIN, "role": "viewer", "scopes": ""}, f"User '{ADMIN}' exists already"),
+    ({"name": "tia", "role": "operator", "scopes": " , "}, "' , ' names no subject pattern (such as orders.>)"),
 ])
 def test_bad_input_for_a_new_user_is_one_sentence_with_the_values_kept_and_nothing_made(engine, admin, form, sentence):
     before = accounts.list_users(engine)
@@ -270,6 +271,25 @@ def test_a_tokens_role_and_scopes_change_and_a_duplicate_name_is_a_sentence(offl
     taken = post(admin, "/admin/tokens", name="bot", role="viewer")
     assert taken.status_code == 400 and "A token named 'bot' exists already." in text(taken)
     assert [a for a, _, _ in audit(engine)] == ["token_grant"]
+
+
+@pytest.mark.parametrize("scopes", [" , ", ",", "\n,\n", " "])
+def test_scopes_that_name_no_pattern_are_refused_on_every_form_and_widen_nobody(engine, admin, scopes):
+    # Read as every subject, a field holding only separators would make an operator over all;
+    # an empty field is every subject, as the form's placeholder says.
+    accounts.create_user(engine, "pat", support.PASSWORD, "viewer", accounts.read_scopes(["orders.>"]))
+    accounts.create_token(engine, "bot", "viewer", accounts.read_scopes(["orders.>"]))
+    before = (accounts.list_users(engine), accounts.list_tokens(engine))
+    for path, form in (("/admin/users", {"name": "opo", "role": "operator"}),
+                       ("/admin/tokens", {"name": "etl", "role": "operator"}),
+                       ("/admin/users/pat/grant", {"role": "operator"}),
+                       ("/admin/tokens/bot/grant", {"role": "operator"})):
+        refused = post(admin, path, scopes=scopes, **form)
+        assert refused.status_code == 400, (path, refused.status_code)
+        assert f"{scopes!r} names no subject pattern (such as orders.>)" in text(refused), path
+    assert (accounts.list_users(engine), accounts.list_tokens(engine)) == before and audit(engine) == []
+    assert post(admin, "/admin/users", name="opo", role="operator", scopes="").status_code == 200
+    assert accounts.get_user(engine, "opo").scopes is None  # an empty field: every subject
 
 
 # --- htmx, and what the page shows ------------------------------------------------------------

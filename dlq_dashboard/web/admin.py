@@ -66,11 +66,14 @@ def _scopes_text(form) -> str:
 
 
 def _read_grant(form) -> tuple[str, tuple | None]:
-    """The role and scopes a form sends (scopes separated by commas, spaces or lines; none: every
-    subject); AccountError for a bad one."""
+    """The role and scopes a form sends (scopes separated by commas, spaces or lines; an empty
+    field: every subject); AccountError for a bad one."""
     role = accounts.check_role(form.get("role", ""))
-    texts = [t for t in re.split(r"[\s,]+", _scopes_text(form)) if t]
-    scopes = accounts.read_scopes(texts or None)
+    written = _scopes_text(form)
+    texts = [t for t in re.split(r"[\s,]+", written) if t]
+    # A field that holds something but names no pattern (" , ") is refused, as the command
+    # line's --scope " , " is: read as every subject, it would widen what was meant to narrow.
+    scopes = accounts.read_scopes(texts or ([written] if written else None))
     accounts.check_grant(role, scopes)
     return role, scopes
 
