@@ -326,3 +326,18 @@ def test_a_tokens_role_and_scopes_change_from_its_next_call_and_a_revoke_is_audi
         accounts.set_token_role_and_scopes(engine, "etl", "viewer", None, actor="ann")
     assert [(a, actor, detail.get("token")) for a, actor, detail, _ in audit_rows(engine)] == [
         ("token_create", "ann", "etl"), ("token_grant", "ann", "etl"), ("token_revoke", "ann", "etl")]
+
+
+# --- a single sign-on user has no password ----------------------------------------------------
+
+def test_a_new_password_for_a_single_sign_on_user_is_refused_and_nothing_changes(engine):
+    from dlq_dashboard.scopes import Grant
+
+    user = accounts.sign_in_oidc_user(engine, "iss ops1", "ops1@example.com", (Grant("viewer"),))
+    key = accounts.start_session(engine, user.id, via="oidc", grants=(Grant("viewer"),))
+    with pytest.raises(AccountError, match="^ops1@example.com signs in with single sign-on: they have no password "
+                                           "on this dashboard, and nothing was changed$"):
+        accounts.set_password(engine, "ops1@example.com", "longpassword1", actor="cli:root")
+    assert stored_user(engine, "ops1@example.com").password_hash == accounts.NO_PASSWORD
+    assert accounts.load_session_user(engine, key) is not None
+    assert [action for action, *_ in audit_rows(engine)] == ["user_create"]  # the sign-in's, nothing since

@@ -254,3 +254,23 @@ def test_python_app_py_runs_every_admin_command_flask_runs(offline_app, capsys):
     for name in cli_main.ADMIN_COMMANDS:
         assert cli_main.main([name, "--help"]) == 0, name
         assert f"Usage: dlq-dashboard {name}" in capsys.readouterr().out
+
+
+def test_users_set_password_refuses_a_single_sign_on_user_in_one_line_and_changes_nothing(cli, engine):
+    from sqlalchemy import text
+
+    from dlq_dashboard.accounts import NO_PASSWORD, load_session_user, sign_in_oidc_user, start_session
+    from dlq_dashboard.scopes import Grant
+
+    user = sign_in_oidc_user(engine, "iss ops1", "ops1@example.com", (Grant("viewer"),))
+    key = start_session(engine, user.id, via="oidc", grants=(Grant("viewer"),))
+    before = _audit(engine)
+    result = cli("users", "set-password", "ops1@example.com", "--password-stdin", input="longpassword1\n")
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: ops1@example.com signs in with single sign-on: they have no password on this dashboard, and nothing "
+        "was changed"]
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT password_hash FROM users WHERE name = 'ops1@example.com'")).scalar()
+    assert stored == NO_PASSWORD and load_session_user(engine, key) is not None and _audit(engine) == before
+    assert verify_password(engine, "ops1@example.com", "longpassword1") is None

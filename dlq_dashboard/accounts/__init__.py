@@ -60,8 +60,9 @@ _SESSION_USER = (select(USERS, SESSIONS.c.last_seen_at, SESSIONS.c.created_at.la
 # values and checks (core.py) included.
 __all__ = [
     "MIN_PASSWORD_LENGTH", "NO_PASSWORD", "ROLES", "SESSION_ROWS_KEPT", "AccountError", "TokenInfo", "UserInfo",
-    "check_grant", "check_name", "check_password", "check_role", "count_users", "create_token", "create_user",
-    "describe_grant", "end_session", "end_sessions", "end_user_sessions", "ensure_first_admin", "find_token",
+    "check_grant", "check_has_password", "check_name", "check_password", "check_role", "count_users",
+    "create_token", "create_user", "describe_grant", "end_session", "end_sessions", "end_user_sessions",
+    "ensure_first_admin", "find_token",
     "get_user", "hash_token", "list_tokens", "list_users", "load_session_user", "new_password", "new_token",
     "open_sessions", "read_scopes", "revoke_token", "session_via", "set_disabled", "set_password",
     "set_role_and_scopes", "set_token_role_and_scopes", "sign_in_oidc_user", "start_session", "verify_password",
@@ -271,14 +272,23 @@ def _user_row(conn, name: str):
 
 
 def set_password(engine: Engine, name: str, password: str, *, actor: str | None = None) -> None:
-    """Give a user a new password; every session they had ends."""
+    """Give a local user a new password; every session they had ends. A single sign-on user has
+    none (verify_password refuses them whatever is stored): AccountError, nothing changed."""
     check_password(password)
     password_hash = generate_password_hash(password)
     with write_transaction(engine) as conn:
         user = _user_row(conn, name)
+        check_has_password(user)
         conn.execute(update(USERS).where(User.id == user.id).values(password_hash=password_hash))
         ended = _end_all_sessions(conn, user.id)
         audit(conn, actor, "user_password", f"{user.name}: a new password", user=user.name, sessions_ended=ended)
+
+
+def check_has_password(user) -> None:
+    """AccountError for a user who signs in with single sign-on: they have no password here."""
+    if user.via != "password":
+        raise AccountError(f"{user.name} signs in with single sign-on: they have no password on this dashboard, "
+                           "and nothing was changed")
 
 
 def list_users(engine: Engine) -> list[UserInfo]:

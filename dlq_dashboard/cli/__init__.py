@@ -168,9 +168,11 @@ def end_user_sessions(name: str) -> None:
 @click.argument("name")
 @_stdin
 def set_password(name: str, password_stdin: bool) -> None:
-    """Give user NAME a new password; their sessions end."""
-    if accounts.get_user(_engine(), name) is None:
+    """Give user NAME a new password; their sessions end. A single sign-on user has none."""
+    user = accounts.get_user(_engine(), name)
+    if user is None:
         raise click.ClickException(f"no user named {name!r}")
+    _done(accounts.check_has_password, user)  # before the password is asked for
     password = _read_password(password_stdin)
     _done(accounts.set_password, _engine(), name, password, actor=cli_actor())
     click.echo(f"Changed the password of {name}; their sessions have ended.")
