@@ -328,6 +328,49 @@ def test_a_tokens_role_and_scopes_change_from_its_next_call_and_a_revoke_is_audi
         ("token_create", "ann", "etl"), ("token_grant", "ann", "etl"), ("token_revoke", "ann", "etl")]
 
 
+# --- names: none of the dashboard's own -------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["dashboard", "Dashboard", "dlq-dashboard", "MIRROR", "alerts", "Retention",
+                                  "anonymous"])
+def test_a_name_the_dashboard_writes_as_its_own_actor_is_refused_for_users_and_tokens_in_any_case(engine, name):
+    from dlq_dashboard.scopes import Grant
+
+    reserved = f"name '{name}' is reserved, in any case, for the dashboard's own work in the audit"
+    with pytest.raises(AccountError, match=f"^user {reserved}$"):
+        accounts.create_user(engine, name, PASSWORD, "viewer")
+    with pytest.raises(AccountError, match=f"^token {reserved}$"):
+        accounts.create_token(engine, name, "viewer")
+    with pytest.raises(AccountError, match=f"^user {reserved}$"):
+        accounts.sign_in_oidc_user(engine, f"iss {name}", name, (Grant("viewer"),))
+    assert accounts.list_users(engine) == [] and accounts.list_tokens(engine) == [] and audit_rows(engine) == []
+
+
+def test_every_actor_the_dashboard_writes_itself_is_one_of_the_reserved_names():
+    # An actor written as a literal ("retention") could be a user's name too: every such name is
+    # declared in actors.py, whose set check_name refuses. The literal "actor" values, as a keyword
+    # or a dict's key, are found in the code so that a new one cannot be added beside the set.
+    import ast
+    from pathlib import Path
+
+    from dlq_dashboard import actors
+
+    literal = []
+    for path in sorted((Path(__file__).resolve().parent.parent / "dlq_dashboard").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            values = []
+            if isinstance(node, ast.keyword) and node.arg == "actor":
+                values.append(node.value)
+            if isinstance(node, ast.Dict):
+                values += [v for k, v in zip(node.keys, node.values)
+                           if isinstance(k, ast.Constant) and k.value == "actor"]
+            literal += [f"{path.name}:{v.lineno} {v.value!r}" for v in values
+                        if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+    assert literal == []
+    assert {actors.FIRST_START, actors.JOB_WATCH, actors.MIRROR, actors.ALERTS, actors.RETENTION,
+            actors.ANONYMOUS} == actors.SYSTEM_ACTORS
+    assert all(name == name.lower() for name in actors.SYSTEM_ACTORS)
+
+
 # --- a single sign-on user has no password ----------------------------------------------------
 
 def test_a_new_password_for_a_single_sign_on_user_is_refused_and_nothing_changes(engine):

@@ -136,6 +136,8 @@ def test_creating_a_user_with_a_password_shows_none(offline_app, engine, admin):
     ({"name": "two words", "role": "viewer", "scopes": ""}, "User name 'two words' is not valid"),
     ({"name": "tia", "role": "viewer", "password": "short"}, "The password is too short"),
     ({"name": ADMIN, "role": "viewer", "scopes": ""}, f"User '{ADMIN}' exists already"),
+    ({"name": "Dashboard", "role": "viewer", "scopes": ""},
+     "User name 'Dashboard' is reserved, in any case, for the dashboard's own work in the audit."),
     ({"name": "tia", "role": "operator", "scopes": " , "}, "' , ' names no subject pattern (such as orders.>)"),
 ])
 def test_bad_input_for_a_new_user_is_one_sentence_with_the_values_kept_and_nothing_made(engine, admin, form, sentence):
@@ -271,6 +273,13 @@ def test_a_tokens_role_and_scopes_change_and_a_duplicate_name_is_a_sentence(offl
     taken = post(admin, "/admin/tokens", name="bot", role="viewer")
     assert taken.status_code == 400 and "A token named 'bot' exists already." in text(taken)
     assert [a for a, _, _ in audit(engine)] == ["token_grant"]
+
+
+def test_a_token_named_as_the_dashboards_own_work_is_a_sentence_and_nothing_is_made(engine, admin):
+    refused = post(admin, "/admin/tokens", name="Mirror", role="viewer", scopes="")
+    assert refused.status_code == 400
+    assert "Token name 'Mirror' is reserved, in any case, for the dashboard's own work in the audit." in text(refused)
+    assert accounts.list_tokens(engine) == [] and audit(engine) == []
 
 
 @pytest.mark.parametrize("scopes", [" , ", ",", "\n,\n", " "])

@@ -256,6 +256,19 @@ def test_python_app_py_runs_every_admin_command_flask_runs(offline_app, capsys):
         assert f"Usage: dlq-dashboard {name}" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("args", [("users", "create", "Dashboard", "--role", "admin", "--password-stdin"),
+                                  ("users", "create", "mirror", "--role", "viewer", "--password-stdin"),
+                                  ("tokens", "create", "RETENTION", "--role", "viewer"),
+                                  ("tokens", "create", "dlq-dashboard", "--role", "operator")])
+def test_a_name_the_dashboards_own_work_has_in_the_audit_is_refused_in_one_line(cli, engine, args):
+    result = cli(*args, input=support.PASSWORD)
+    assert result.exit_code == 1
+    [line] = result.output.strip().splitlines()
+    assert line == (f"Error: {args[0][:-1]} name {args[2]!r} is reserved, in any case, for the dashboard's own work "
+                    "in the audit")
+    assert get_user(engine, args[2]) is None and list_tokens(engine) == [] and _audit(engine) == []
+
+
 def test_users_set_password_refuses_a_single_sign_on_user_in_one_line_and_changes_nothing(cli, engine):
     from sqlalchemy import text
 

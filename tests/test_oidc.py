@@ -236,6 +236,16 @@ def test_a_name_differing_from_a_local_users_only_in_case_is_not_taken(sso_app, 
         reason="the name 'alice@example.com' belongs to another user of this dashboard"), sso_app)
 
 
+def test_a_name_the_dashboards_own_work_has_in_the_audit_ends_on_the_login_page(identity_provider, make_app):
+    # No e-mail: the name is preferred_username, the name the audit gives the first admin's maker.
+    idp = identity_provider(accounts={"svc-1": {"preferred_username": "dashboard", "groups": ["staff"]}})
+    app = make_app(**idp.settings(roles=ROLES))
+    idp.start()
+    refused_with(idp.sign_in(app.test_client(), "svc-1"), oidc.ACCOUNT_REFUSED.format(
+        reason="user name 'dashboard' is reserved, in any case, for the dashboard's own work in the audit"), app)
+    assert user_rows(app) == []
+
+
 def test_a_renamed_user_takes_their_views_and_groups_and_the_next_holder_of_the_name_finds_none(sso_app, idp):
     from dlq_dashboard.db.models import FailureGroup, SavedView
     from dlq_dashboard.entries.saved_views import save_view, views_for

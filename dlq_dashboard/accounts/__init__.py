@@ -17,6 +17,7 @@ from sqlalchemy import Engine, bindparam, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from werkzeug.security import check_password_hash, generate_password_hash
 
+from ..actors import FIRST_START
 from ..db.engine import read_transaction, write_transaction
 from ..db.models import FailureGroup, LoginSession, SavedView, User
 from ..scopes import ROLES, Grant, Scope, grants_from_json, grants_to_json, highest_role, scopes_for, scopes_from_json, scopes_to_json
@@ -59,8 +60,8 @@ _SESSION_USER = (select(USERS, SESSIONS.c.last_seen_at, SESSIONS.c.created_at.la
 # What the rest of the app imports from here, the token functions (tokens.py) and the shared
 # values and checks (core.py) included.
 __all__ = [
-    "MIN_PASSWORD_LENGTH", "NO_PASSWORD", "ROLES", "SESSION_ROWS_KEPT", "AccountError", "TokenInfo", "UserInfo",
-    "check_grant", "check_has_password", "check_name", "check_password", "check_role", "count_users",
+    "FIRST_START", "MIN_PASSWORD_LENGTH", "NO_PASSWORD", "ROLES", "SESSION_ROWS_KEPT", "AccountError", "TokenInfo",
+    "UserInfo", "check_grant", "check_has_password", "check_name", "check_password", "check_role", "count_users",
     "create_token", "create_user", "describe_grant", "end_session", "end_sessions", "end_user_sessions",
     "ensure_first_admin", "find_token",
     "get_user", "hash_token", "list_tokens", "list_users", "load_session_user", "new_password", "new_token",
@@ -369,10 +370,6 @@ def count_users(engine: Engine) -> int:
     """How many users exist (disabled ones included)."""
     with engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(User)).scalar_one()
-
-
-#: Who the audit names for the first admin, made by the dashboard itself at its first start.
-FIRST_START = "dashboard"
 
 
 def ensure_first_admin(engine: Engine, *, local_login: bool = True) -> str | None:

@@ -9,12 +9,14 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ..actors import SYSTEM_ACTORS
 from ..db.models import Action
 from ..scopes import ROLES, Grant, Scope, ScopeError, parse_scopes
 from ..times import utcnow
 
 # Letters, digits and . _ @ + - (e-mail addresses from single sign-on fit). No ':' so that no
-# user can be named like a token in the audit ("token:<name>"), no spaces or markup.
+# user can be named like a token or a command in the audit ("token:<name>", "cli:<os user>"), no
+# spaces or markup; and none of the names the dashboard's own work has there (actors.py).
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 ACTIONS = Action.__table__
 MIN_PASSWORD_LENGTH = 8
@@ -73,11 +75,14 @@ def check_role(role: str) -> str:
 
 
 def check_name(name: str, what: str = "user") -> str:
-    """The name, stripped, if it is 1-64 ASCII letters, digits or . _ @ + - ; otherwise AccountError."""
+    """The name, stripped, if it is 1-64 ASCII letters, digits or . _ @ + - and, in any case,
+    none of the dashboard's own actors (actors.SYSTEM_ACTORS); otherwise AccountError."""
     name = (name or "").strip()
     if not _NAME.fullmatch(name):
         raise AccountError(f"{what} name {name!r} is not valid: use 1-64 ASCII letters (a-z, A-Z), digits or . _ @ + -, "
                            "starting with a letter or digit")
+    if name.lower() in SYSTEM_ACTORS:
+        raise AccountError(f"{what} name {name!r} is reserved, in any case, for the dashboard's own work in the audit")
     return name
 
 

@@ -30,6 +30,7 @@ import nats.errors
 import nats.js.errors
 from sqlalchemy import Connection, and_, delete, exists, func, insert, or_, select, tuple_, update
 
+from ..actors import RETENTION
 from ..alerts.outbox import forget_sent
 from ..times import format_duration
 from ..db.counts import ARRIVALS, GROUPS, WIDTHS, Change, bucket, count_changes
@@ -363,7 +364,7 @@ class RetentionSchedule:
             due = time.monotonic() + interval
             self.runs += 1  # started
             try:
-                self.last = purge_entries(self.rt, older_than=self.rt.settings.retention, actor="retention",
+                self.last = purge_entries(self.rt, older_than=self.rt.settings.retention, actor=RETENTION,
                                           stopping=self._stop.is_set)
                 if self.last.total or self.last.deferred:
                     log.info("retention purge: %s", self.last.to_dict())

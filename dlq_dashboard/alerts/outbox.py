@@ -37,6 +37,7 @@ from typing import Iterable, NamedTuple
 
 from sqlalchemy import Connection, delete, func, select
 
+from ..actors import ALERTS as ALERTS_ACTOR  # who a group's activity names for an alert sent
 from ..config import Settings
 from ..db.counts import ALL_GROUPS, bucket
 from ..db.models import Alert, Arrival, Entry, FailureGroup
@@ -52,8 +53,6 @@ WINDOW = timedelta(minutes=5)
 #: the consumer before it terminated the message, usually reaches the mirror within seconds.
 ADVISORY_HOLD = timedelta(seconds=60)
 NEW, SPIKE, REGRESSED, REOPENED = "group.new", "group.spike", "group.regressed", "group.reopened"
-#: Who a group's activity names for an alert sent.
-ALERTS_ACTOR = "alerts"
 # Group keys are normalised error texts of up to 300 characters; a chat line shows the start.
 _TEXT_KEY = 160
 # The namespace of group.new ids (uuid5 over the group): one id a group, whoever writes it.

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from sqlalchemy import Connection, select, update
 
+from ..actors import MIRROR as MIRROR_ACTOR  # who the activity log names for a change the mirror made
 from ..times import format_time
 from .models import FailureGroup, GroupActivity
 from .rows import insert_rows
@@ -25,8 +26,6 @@ from .rows import insert_rows
 GROUPS, ACTIVITY = FailureGroup.__table__, GroupActivity.__table__
 OPEN, INVESTIGATING, RESOLVED, IGNORED, REGRESSED = "open", "investigating", "resolved", "ignored", "regressed"
 STATES = (OPEN, INVESTIGATING, RESOLVED, IGNORED, REGRESSED)
-#: Who the activity log names for a change the mirror made.
-MIRROR_ACTOR = "mirror"
 #: The columns a group's state is made of, cleared when it changes to another state.
 STATE_COLUMNS = {"assignee": None, "resolved_in": None, "ignored_until": None, "ignored_until_count": None,
                  "ignored_seen": 0}

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Mapping
 
 from sqlalchemy import Engine, bindparam, func, select
 
+from ..actors import ALERTS as ALERTS_ACTOR
 from ..db.engine import read_transaction
 from ..db.models import Alert, Entry, GroupActivity
 from ..db.triage import STATES
@@ -113,7 +114,7 @@ def activity(engine: Engine, group_id: int, limit: int = 200) -> list[dict[str, 
     for at, detail in told:
         same = alerts.get(detail.get("id"))
         if same is None:
-            alerts[detail.get("id")] = {"id": None, "at": at, "actor": "alerts", "kind": "alert", "state": None,
+            alerts[detail.get("id")] = {"id": None, "at": at, "actor": ALERTS_ACTOR, "kind": "alert", "state": None,
                                         "text": None, "detail": detail}
         else:
             same["at"] = min(same["at"], at)

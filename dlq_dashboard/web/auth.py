@@ -14,6 +14,7 @@ from flask_login import LoginManager, UserMixin, current_user, login_user, logou
 from werkzeug.exceptions import HTTPException
 
 from ..accounts import ROLES, end_session, find_token, get_user, load_session_user, start_session, verify_password
+from ..actors import ANONYMOUS
 from ..db.liveness import UNREACHABLE, describe, is_unavailable, sentence
 from ..errors import DatabaseUnavailable, Forbidden
 from ..scopes import Grant
@@ -166,7 +167,7 @@ def wants_a_session() -> bool:
 def actor_name() -> str:
     """The name written into the audit: the user's name, or ``token:<name>`` for an API token."""
     identity = current_identity()
-    return identity.name if identity else "anonymous"
+    return identity.name if identity else ANONYMOUS
 
 
 # --- the role of every route ------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import and_, exists, not_, select, update
 
+from ...actors import JOB_WATCH as DASHBOARD  # the name a cancel for a withdrawn actor is made in
 from ...db.engine import write_transaction
 from ...db.models import ApiToken, User
 from ...entries.scoping import scope_condition
@@ -25,8 +26,6 @@ from ..intents import ENTRIES, INTENTS
 from .jobs import ITEMS, JOBS, cancel_job
 
 USERS, TOKENS = User.__table__, ApiToken.__table__
-#: The name a cancel for a withdrawn actor is made in (the job's page: "Cancelled by").
-DASHBOARD = "dlq-dashboard"
 
 
 @dataclass(frozen=True)
