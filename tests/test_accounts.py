@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from dlq_dashboard import accounts
 from dlq_dashboard.accounts import AccountError
 from dlq_dashboard.db.engine import create_db_engine, write_transaction
 from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Action, ApiToken, User
+from dlq_dashboard.times import utcnow
 
 PASSWORD = "correct horse battery"
 
@@ -328,7 +329,73 @@ def test_a_tokens_role_and_scopes_change_from_its_next_call_and_a_revoke_is_audi
         ("token_create", "ann", "etl"), ("token_grant", "ann", "etl"), ("token_revoke", "ann", "etl")]
 
 
-# --- names: none of the dashboard's own -------------------------------------------------------
+# --- names: one holder in any case, and none of the dashboard's own --------------------------------
+
+def user_names(engine) -> list[str]:
+    return [u.name for u in accounts.list_users(engine)]
+
+
+def test_a_name_another_user_holds_in_any_case_is_refused_and_nothing_is_made(engine):
+    from dlq_dashboard.scopes import Grant
+
+    accounts.create_user(engine, "viewer1", PASSWORD, "viewer")
+    with pytest.raises(AccountError, match=r"^the name 'Viewer1' is taken: user 'viewer1' holds it, and names that "
+                                           r"differ only in case are one name here$"):
+        accounts.create_user(engine, "Viewer1", PASSWORD, "admin")
+    # A single sign-on user's name is theirs the same way: a local user named so in another case
+    # would have locked them out at their next sign-in.
+    accounts.sign_in_oidc_user(engine, "iss ops1", "ops1@example.com", (Grant("viewer"),))
+    with pytest.raises(AccountError, match="'OPS1@EXAMPLE.COM' is taken: user 'ops1@example.com' holds it"):
+        accounts.create_user(engine, "OPS1@EXAMPLE.COM", PASSWORD, "viewer")
+    assert user_names(engine) == ["ops1@example.com", "viewer1"]
+    assert accounts.sign_in_oidc_user(engine, "iss ops1", "ops1@example.com", (Grant("viewer"),)).name == \
+        "ops1@example.com"
+
+
+@pytest.mark.both_databases
+def test_two_users_made_at_once_in_names_differing_only_in_case_cannot_both_be_made(database_url, monkeypatch):
+    # Two creations at once both find the name free before either commits (PostgreSQL's read
+    # committed sees no row not yet committed): the database's own index refuses the second.
+    engine = create_db_engine(database_url)
+    try:
+        accounts.create_user(engine, "viewer1", PASSWORD, "viewer")
+        monkeypatch.setattr(accounts, "_refuse_taken", lambda conn, name: None)
+        with pytest.raises(AccountError, match="^user 'VIEWER1' exists already, in this case or another$"):
+            accounts.create_user(engine, "VIEWER1", PASSWORD, "viewer")
+        assert user_names(engine) == ["viewer1"]
+    finally:
+        engine.dispose()
+
+
+def _made_before_names_were_one_in_any_case(engine, name: str, **values) -> None:
+    # A user row as the dashboard let one be made before revision 0026 (and as the revision
+    # keys it): beside a user whose name differs only in case.
+    with write_transaction(engine) as conn:
+        next_id = conn.execute(select(func.coalesce(func.max(User.id), 0) + 1)).scalar()
+        conn.execute(User.__table__.insert().values(
+            id=next_id, name=name, name_key=f"{name.lower()}:{next_id}", password_hash="x", role="viewer",
+            disabled=False, created_at=utcnow(), **values))
+
+
+def test_a_sign_in_is_never_refused_for_a_user_made_after_the_one_signing_in(engine):
+    from dlq_dashboard.scopes import Grant
+
+    ops1 = accounts.sign_in_oidc_user(engine, "iss ops1", "ops1@example.com", (Grant("viewer"),))
+    _made_before_names_were_one_in_any_case(engine, "OPS1@example.com", via="password")
+    again = accounts.sign_in_oidc_user(engine, "iss ops1", "ops1@example.com", (Grant("operator"),))
+    assert (again.id, again.role) == (ops1.id, "operator")
+    # The other way round the name is the first user's: nobody takes it over by signing in.
+    accounts.create_user(engine, "Lee", PASSWORD, "admin")
+    _made_before_names_were_one_in_any_case(engine, "lee", via="oidc", oidc_subject="iss lee")
+    with pytest.raises(AccountError, match="the name 'lee' belongs to another user"):
+        accounts.sign_in_oidc_user(engine, "iss lee", "lee", (Grant("viewer"),))
+    # Nor does the provider's new name for a user take one a user made after them holds.
+    accounts.sign_in_oidc_user(engine, "iss kim", "kim@example.com", (Grant("viewer"),))
+    accounts.create_user(engine, "Kay@example.com", PASSWORD, "viewer")
+    with pytest.raises(AccountError, match="the name 'kay@example.com' belongs to another user"):
+        accounts.sign_in_oidc_user(engine, "iss kim", "kay@example.com", (Grant("viewer"),))
+    assert accounts.get_user(engine, "kim@example.com") is not None
+
 
 @pytest.mark.parametrize("name", ["dashboard", "Dashboard", "dlq-dashboard", "MIRROR", "alerts", "Retention",
                                   "anonymous"])

@@ -136,6 +136,9 @@ def test_creating_a_user_with_a_password_shows_none(offline_app, engine, admin):
     ({"name": "two words", "role": "viewer", "scopes": ""}, "User name 'two words' is not valid"),
     ({"name": "tia", "role": "viewer", "password": "short"}, "The password is too short"),
     ({"name": ADMIN, "role": "viewer", "scopes": ""}, f"User '{ADMIN}' exists already"),
+    ({"name": ADMIN.upper(), "role": "viewer", "scopes": ""},
+     f"The name '{ADMIN.upper()}' is taken: user '{ADMIN}' holds it, and names that differ only in case are one "
+     "name here."),
     ({"name": "Dashboard", "role": "viewer", "scopes": ""},
      "User name 'Dashboard' is reserved, in any case, for the dashboard's own work in the audit."),
     ({"name": "tia", "role": "operator", "scopes": " , "}, "' , ' names no subject pattern (such as orders.>)"),

@@ -256,6 +256,21 @@ def test_python_app_py_runs_every_admin_command_flask_runs(offline_app, capsys):
         assert f"Usage: dlq-dashboard {name}" in capsys.readouterr().out
 
 
+def test_users_create_refuses_a_name_another_user_holds_in_any_case_in_one_line(cli, engine):
+    from dlq_dashboard.accounts import sign_in_oidc_user
+    from dlq_dashboard.scopes import Grant
+
+    sign_in_oidc_user(engine, "iss ops1", "ops1@example.com", (Grant("viewer"),))
+    cli("users", "create", "viewer1", "--role", "viewer", "--password-stdin", input=support.PASSWORD)
+    for name, holder in (("OPS1@EXAMPLE.COM", "ops1@example.com"), ("Viewer1", "viewer1")):
+        result = cli("users", "create", name, "--role", "viewer", "--password-stdin", input=support.PASSWORD)
+        assert result.exit_code == 1
+        assert result.output.strip().splitlines() == [
+            f"Error: the name {name!r} is taken: user {holder!r} holds it, and names that differ only in case are "
+            "one name here"]
+        assert get_user(engine, name) is None
+
+
 @pytest.mark.parametrize("args", [("users", "create", "Dashboard", "--role", "admin", "--password-stdin"),
                                   ("users", "create", "mirror", "--role", "viewer", "--password-stdin"),
                                   ("tokens", "create", "RETENTION", "--role", "viewer"),

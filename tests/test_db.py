@@ -100,11 +100,11 @@ def test_migrate_brings_an_empty_database_to_the_newest_revision_once(database_u
     engine = create_db_engine(database_url)
     assert revisions() == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0009", "0010", "0011", "0012",
                            "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023", "0024",
-                           "0025"]
-    assert migrate(engine) == head() == "0025"
-    assert migrate(engine) == "0025"
+                           "0025", "0026"]
+    assert migrate(engine) == head() == "0026"
+    assert migrate(engine) == "0026"
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0025"]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0026"]
     engine.dispose()
 
 
@@ -232,6 +232,46 @@ def test_a_database_at_revision_0001_holding_data_is_upgraded_keeping_it(databas
     if sqlite:
         assert indexed_rows(engine) == 3
     assert [e.dlq_seq for e in store.list_entries(EntryFilter(q="upgrade")).entries] == [3]
+    engine.dispose()
+
+
+@pytest.mark.both_databases
+def test_a_database_holding_user_names_equal_in_any_case_is_upgraded_keeping_every_user_and_their_sign_in(
+        database_url):
+    # Before revision 0026 a local user could be named as a single sign-on user in another case
+    # ("OPS1@example.com" after "ops1@example.com"), and "viewer1" beside "Viewer1".
+    from werkzeug.security import generate_password_hash
+
+    from dlq_dashboard import accounts
+    from dlq_dashboard.scopes import Grant
+
+    engine = create_db_engine(database_url)
+    assert migrate(engine, "0025") == "0025"
+    password = generate_password_hash("a good password")
+    with write_transaction(engine) as conn:
+        conn.execute(text("INSERT INTO users (id, name, password_hash, role, disabled, created_at, via, oidc_subject) "
+                          "VALUES (:id, :name, :hash, 'viewer', :no, :at, :via, :subject)"), [
+            {"id": user_id, "name": name, "hash": hashed, "via": via, "subject": subject, "no": False,
+             "at": datetime(2026, 1, 1)}
+            for user_id, name, hashed, via, subject in [
+                (1, "ops1@example.com", accounts.NO_PASSWORD, "oidc", "iss ops1"),
+                (2, "OPS1@example.com", password, "password", None), (3, "Viewer1", password, "password", None),
+                (4, "viewer1", password, "password", None), (5, "VIEWER1", password, "password", None)]])
+
+    assert migrate(engine) == head()
+    with engine.connect() as conn:
+        keys = conn.execute(text("SELECT name, name_key FROM users ORDER BY id")).all()
+    assert [tuple(k) for k in keys] == [("ops1@example.com", "ops1@example.com"),
+                                        ("OPS1@example.com", "ops1@example.com:2"), ("Viewer1", "viewer1"),
+                                        ("viewer1", "viewer1:4"), ("VIEWER1", "viewer1:5")]
+    # Each signs in as before: the first by single sign-on, whatever was made after them, the
+    # others with their passwords.
+    assert accounts.sign_in_oidc_user(engine, "iss ops1", "ops1@example.com", (Grant("viewer"),)).id == 1
+    assert [accounts.verify_password(engine, name, "a good password").id
+            for name in ("OPS1@example.com", "Viewer1", "viewer1", "VIEWER1")] == [2, 3, 4, 5]
+    # No new user takes such a name, in any case.
+    with pytest.raises(accounts.AccountError, match="is taken: user 'Viewer1' holds it"):
+        accounts.create_user(engine, "vIEWER1", "a good password", "viewer")
     engine.dispose()
 
 

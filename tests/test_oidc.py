@@ -12,7 +12,7 @@ import pytest
 from flask import jsonify
 from sqlalchemy import func, select, update
 
-from dlq_dashboard.accounts import create_token, create_user, set_disabled
+from dlq_dashboard.accounts import AccountError, create_token, create_user, set_disabled
 from dlq_dashboard.db.models import Action, LoginSession, User
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.scopes import Grant, Scope, grants_from_json
@@ -234,6 +234,22 @@ def test_a_name_differing_from_a_local_users_only_in_case_is_not_taken(sso_app, 
     answer = idp.sign_in(sso_app.test_client(), "alice")
     refused_with(answer, oidc.ACCOUNT_REFUSED.format(
         reason="the name 'alice@example.com' belongs to another user of this dashboard"), sso_app)
+
+
+def test_a_local_user_named_as_a_single_sign_on_user_in_another_case_is_not_made_and_locks_nobody_out(sso_app, idp):
+    engine = runtime_of(sso_app).engine
+    assert idp.sign_in(sso_app.test_client(), "alice").status_code == 302
+    with pytest.raises(AccountError, match="'ALICE@example.com' is taken: user 'alice@example.com' holds it"):
+        create_user(engine, "ALICE@example.com", support.PASSWORD, "viewer")
+    # A user so named before the dashboard refused it (revision 0026 keeps them) locks Alice out
+    # no more: she holds her name since before them.
+    with engine.begin() as conn:
+        conn.execute(User.__table__.insert().values(
+            name="Alice@Example.com", name_key="alice@example.com:99", password_hash="x", role="viewer",
+            disabled=False, created_at=utcnow(), via="password"))
+    again = idp.sign_in(sso_app.test_client(), "alice")
+    assert again.status_code == 302, again.get_data(as_text=True)
+    assert [u.name for u in user_rows(sso_app)] == ["alice@example.com"]
 
 
 def test_a_name_the_dashboards_own_work_has_in_the_audit_ends_on_the_login_page(identity_provider, make_app):

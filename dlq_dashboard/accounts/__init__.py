@@ -63,10 +63,10 @@ __all__ = [
     "FIRST_START", "MIN_PASSWORD_LENGTH", "NO_PASSWORD", "ROLES", "SESSION_ROWS_KEPT", "AccountError", "TokenInfo",
     "UserInfo", "check_grant", "check_has_password", "check_name", "check_password", "check_role", "count_users",
     "create_token", "create_user", "describe_grant", "end_session", "end_sessions", "end_user_sessions",
-    "ensure_first_admin", "find_token",
-    "get_user", "hash_token", "list_tokens", "list_users", "load_session_user", "new_password", "new_token",
-    "open_sessions", "read_scopes", "revoke_token", "session_via", "set_disabled", "set_password",
-    "set_role_and_scopes", "set_token_role_and_scopes", "sign_in_oidc_user", "start_session", "verify_password",
+    "ensure_first_admin", "find_token", "get_user", "hash_token", "list_tokens", "list_users", "load_session_user",
+    "name_key", "new_password", "new_token", "open_sessions", "read_scopes", "revoke_token", "session_via",
+    "set_disabled", "set_password", "set_role_and_scopes", "set_token_role_and_scopes", "sign_in_oidc_user",
+    "start_session", "verify_password",
 ]
 
 
@@ -88,16 +88,32 @@ def create_user(engine: Engine, name: str, password: str, role: str,
     password_hash = generate_password_hash(password)
     try:
         with write_transaction(engine) as conn:
-            if conn.execute(select(User.id).where(User.name == name)).first():
-                raise AccountError(f"user {name!r} exists already")
+            _refuse_taken(conn, name)
             result = conn.execute(User.__table__.insert().values(
-                name=name, password_hash=password_hash, role=role, disabled=False, created_at=utcnow(),
-                scopes=scopes_to_json(scopes), via="password"))
+                name=name, name_key=name_key(name), password_hash=password_hash, role=role, disabled=False,
+                created_at=utcnow(), scopes=scopes_to_json(scopes), via="password"))
             audit(conn, actor, "user_create", f"{name}: {describe_grant(role, scopes)}", user=name, role=role,
                    scopes=texts(scopes))
-    except IntegrityError:  # another process created the same name between check and insert
-        raise AccountError(f"user {name!r} exists already") from None
+    except IntegrityError:  # another process created the same name, in some case, between check and insert
+        raise AccountError(f"user {name!r} exists already, in this case or another") from None
     return UserInfo(result.inserted_primary_key[0], name, role, False, scopes)
+
+
+def name_key(name: str) -> str:
+    """What users.name_key holds for a user named ``name``: unique, so that no two users' names
+    differ only in case (the audit could not tell them apart; revision 0026)."""
+    return name.lower()
+
+
+def _refuse_taken(conn, name: str) -> None:
+    # In the creating transaction; users.name_key's unique index refuses what a concurrent one
+    # made meanwhile (PostgreSQL's read committed sees no row not yet committed).
+    held = conn.execute(select(User.name).where(func.lower(User.name) == name.lower()).order_by(User.id)).scalar()
+    if held == name:
+        raise AccountError(f"user {name!r} exists already")
+    if held is not None:
+        raise AccountError(f"the name {name!r} is taken: user {held!r} holds it, and names that differ only in "
+                           "case are one name here")
 
 
 def get_user(engine: Engine, name: str) -> UserInfo | None:
@@ -206,8 +222,9 @@ def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Gra
     """The user a single sign-on identifies by ``subject`` (issuer + sub), made at its first
     sign-in and brought up to date at every one: name, role (the highest grant), the scopes of
     that role's grants, and the time. AccountError for a disabled user, a name that cannot be
-    used, or one another user holds already, in any case ("ADMIN" beside "admin"). A name that
-    changed at the provider takes what was kept under the old one (rename_holdings)."""
+    used, or one another user holds already, in any case ("ADMIN" beside "admin"); a name the
+    user holds already is theirs whatever a user made after them is called. A name that changed
+    at the provider takes what was kept under the old one (rename_holdings)."""
     role = highest_role(grants)
     if role is None:
         raise AccountError("no grant to sign in with")
@@ -221,23 +238,29 @@ def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Gra
     try:
         with write_transaction(engine) as conn:
             row = conn.execute(select(User.__table__).where(User.oidc_subject == subject)).first()
-            # Names differing only in case would be told apart by nobody reading the audit.
-            holders = conn.execute(select(User.oidc_subject).where(func.lower(User.name) == name.lower())).all()
-            if any(holder.oidc_subject != subject for holder in holders):
+            # Names differing only in case would be told apart by nobody reading the audit. The
+            # name this user has already is refused only for a user made before them: one made
+            # after (before revision 0026 the dashboard let a local user be named so) locks
+            # nobody out.
+            keeps = row is not None and row.name.lower() == name.lower()
+            others = [holder for holder in conn.execute(select(User.id).where(func.lower(User.name) == name.lower()))
+                      .scalars() if row is None or holder != row.id]
+            if any(not keeps or holder < row.id for holder in others):
                 raise AccountError(f"the name {name!r} belongs to another user of this dashboard")
             # Made, or given another role or scopes, by the identity provider's groups: in the
             # audit as the user's own doing (they signed in), as every change of a user is.
             if row is None:
                 result = conn.execute(User.__table__.insert().values(
-                    **values, password_hash=NO_PASSWORD, disabled=False, created_at=now, via="oidc",
-                    oidc_subject=subject))
+                    **values, name_key=name_key(name), password_hash=NO_PASSWORD, disabled=False, created_at=now,
+                    via="oidc", oidc_subject=subject))
                 user_id, disabled = result.inserted_primary_key[0], False
                 audit(conn, name, "user_create", f"{name}: {describe_grant(role, scopes)} (at their first single "
                       "sign-on)", user=name, role=role, scopes=texts(scopes), via="oidc")
             else:
                 user_id, disabled = row.id, bool(row.disabled)
                 if not disabled:
-                    conn.execute(update(User.__table__).where(User.id == row.id).values(**values))
+                    renamed = {} if keeps else {"name_key": name_key(name)}
+                    conn.execute(update(User.__table__).where(User.id == row.id).values(**values, **renamed))
                     if row.name != name:
                         rename_holdings(conn, row.name, name)
                     if (row.role, row.scopes) != (role, values["scopes"]):

@@ -215,12 +215,12 @@ class User(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(255), unique=True)
+    name_key: Mapped[str] = mapped_column(String(255), unique=True)  # the name in lower case (revision 0026)
     password_hash: Mapped[str] = mapped_column(String(512))
     role: Mapped[str] = mapped_column(String(16))
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime)
-    # Scopes (JSON, scopes.py) limiting the role; NULL: unscoped. An admin is never scoped.
-    scopes: Mapped[str | None] = mapped_column(Text)
+    scopes: Mapped[str | None] = mapped_column(Text)  # JSON (scopes.py) limiting the role; NULL: unscoped (admins)
     # "password": made with the CLI or /admin/users; "oidc": made by a single sign-on, which
     # gives its grants to each session (sessions.grants) and identifies it by oidc_subject.
     via: Mapped[str] = mapped_column(String(16), default="password", server_default="password")
