@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import and_, exists, not_, select, update
 
-from ...actors import JOB_WATCH as DASHBOARD  # the name a cancel for a withdrawn actor is made in
+from ...actors import JOB_WATCH
 from ...db.engine import write_transaction
 from ...db.models import ApiToken, User
 from ...entries.scoping import scope_condition
@@ -91,7 +91,7 @@ class ActorWatch:
             asked = conn.execute(select(JOBS.c.cancel_requested).where(JOBS.c.id == self.job_id)).scalar_one()
         if asked:
             return False  # cancelled already: by whom it was says so
-        return cancel_job(self.rt, self.job_id, actor=DASHBOARD, note=f"{self.actor} may no longer act: {why}.",
+        return cancel_job(self.rt, self.job_id, actor=JOB_WATCH, note=f"{self.actor} may no longer act: {why}.",
                           detail={"actor": self.actor})
 
     def _skip_outside(self, scopes: tuple[Scope, ...]) -> bool:
