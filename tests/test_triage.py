@@ -342,6 +342,28 @@ def test_the_groups_page_shows_state_and_assignee_and_filters_by_them_and_the_li
     assert 'group-state-investigating' in listing
 
 
+@pytest.mark.both_databases
+def test_the_assign_field_offers_the_users_and_the_names_groups_are_assigned_to(world, offline_app):
+    """Any name is taken as an assignee (a rotation's, a person's not signed in yet), and a typo
+    ("opz") hid the group from its person's "assigned to me": the field offers the names known."""
+    from dlq_dashboard import accounts
+
+    engine, group = world["engine"], world["group"]
+    accounts.create_user(engine, "opal", "a-long-password-1", "operator")
+    accounts.create_user(engine, "gone", "a-long-password-1", "operator")
+    accounts.set_disabled(engine, "gone", True)
+    fail(engine, 40, 1, error="another cause")
+    other = _all_groups(engine)[-1].id
+    assert post_state(world["client"], world["tokens"]["operator"], other, version=1, state="investigating",
+                      assignee="night-rota").status_code == 200
+    page = support.logged_in(offline_app, "operator").get(f"/groups/{group}").get_data(as_text=True)
+    assert 'aria-label="Assign to" list="assignees"' in page
+    offered = re.findall(r'<option value="([^"]*)">', re.search(r'<datalist id="assignees">(.*?)</datalist>',
+                                                                page, re.S).group(1))
+    assert "opal" in offered and "night-rota" in offered and "gone" not in offered
+    assert offered == sorted(offered) and len(offered) == len(set(offered))
+
+
 def test_the_trend_is_drawn_per_minute_for_a_burst_of_minutes(world, offline_app):
     viewer = support.logged_in(offline_app, "viewer")
     page = viewer.get(f"/groups/{world['group']}").get_data(as_text=True)

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, bindparam, func, select
 
 from ..actors import ALERTS as ALERTS_ACTOR
 from ..db.engine import read_transaction
-from ..db.models import Alert, Entry, GroupActivity
+from ..db.models import Alert, Entry, GroupActivity, User
 from ..db.triage import STATES
 from ..db.counts import GROUPS
 from ..times import format_time
@@ -157,6 +157,21 @@ def involved(engine: Engine, group_id: int) -> dict[str, Any]:
 # The list's badges, asked by every page of it: built once, the ids bound.
 _STATES_OF_ENTRIES = (select(ENTRIES.c.id, GROUPS.c.state).join(GROUPS, GROUPS.c.id == ENTRIES.c.group_id)
                       .where(ENTRIES.c.id.in_(bindparam("ids", expanding=True))))
+
+
+#: The most names the Assign field offers.
+ASSIGNEES_OFFERED = 200
+
+
+def assignee_names(engine: Engine, limit: int = ASSIGNEES_OFFERED) -> list[str]:
+    """The names an assignment is most likely given, for the Assign field to offer (a typo hid a
+    group from its person's "assigned to me"): the users who may sign in, and the names groups are
+    assigned to now, in order, each once."""
+    users = select(User.__table__.c.name.label("name")).where(User.__table__.c.disabled.is_(False))
+    assigned = select(GROUPS.c.assignee.label("name")).where(GROUPS.c.assignee.is_not(None)).distinct()
+    both = users.union(assigned).subquery()
+    with engine.connect() as conn:
+        return list(conn.execute(select(both.c.name).order_by(both.c.name).limit(limit)).scalars())
 
 
 def states_of_entries(engine: Engine, entry_ids) -> dict[int, str]:
