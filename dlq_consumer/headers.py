@@ -58,6 +58,18 @@ def rfc3339_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def carried(name: str) -> bool:
+    """Whether a header of the original message travels with its DLQ copy (SPEC section 4: "all
+    other headers"): not the server's ``Nats-*`` (a copied Nats-Msg-Id would make the DLQ publish
+    a silent duplicate, a Nats-Stream-Source one is refused, err 10227), nor the ``Dlq-*`` of an
+    earlier failure, which would describe the wrong one; save ``Dlq-Replay-Of``, the link back to
+    the dashboard entry that was republished."""
+    lower = name.lower()
+    if lower.startswith(SERVER_PREFIX):
+        return False
+    return not lower.startswith(CONTRACT_PREFIX) or lower == REPLAY_OF.lower()
+
+
 def dead_letter_msg_id(stream: str, seq: int) -> str:
     """The deterministic ``Nats-Msg-Id`` of a DLQ copy, so a retried dead-lettering is stored once."""
     return f"{stream}:{seq}:dlq"

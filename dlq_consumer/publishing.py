@@ -84,16 +84,8 @@ def dead_letter_headers(
     original = msg.headers or {}
     headers: dict[str, str] = {}
     for name, value in original.items():
-        lower = name.lower()
-        # Server-set Nats-* headers must not travel: a copied Nats-Msg-Id would make the DLQ
-        # publish a silent duplicate, a Nats-Stream-Source one is refused (err 10227).
-        if lower.startswith(h.SERVER_PREFIX):
-            continue
-        # Dlq-* from an earlier failure would describe the wrong failure; only the link back to
-        # the dashboard entry that was replayed belongs to this message.
-        if lower.startswith(h.CONTRACT_PREFIX) and lower != h.REPLAY_OF.lower():
-            continue
-        headers[name] = value
+        if h.carried(name):
+            headers[name] = value
     headers.update({
         h.ORIGINAL_SUBJECT: msg.subject,
         h.ORIGINAL_STREAM: md.stream,

@@ -148,7 +148,8 @@ class EntryDetail:
                 "current_schema": self.current_schema.to_dict(),
                 "group": self.group.to_dict() if self.group else None,
                 "replays": [replay_dict(r) for r in self.replays],
-                "original": self.original.id if self.original else None}
+                "original": self.original.id if self.original else None,
+                "dlq_received_at": format_time(self.entry.dlq_received_at)}
 
 
 def replay_dict(replay: EntryView) -> dict[str, Any]:
@@ -231,7 +232,7 @@ def detail_schemas() -> dict[str, dict]:
             "allOf": [schema_ref("Entry"), {
                 "type": "object",
                 "required": ["history", "actions", "last_sent", "failed_again", "current_schema", "group", "replays",
-                             "original"],
+                             "original", "dlq_received_at"],
                 "properties": {"history": {"type": "array", "items": schema_ref("HistoryEvent")},
                                "actions": {"type": "array", "items": schema_ref("AuditRecord")},
                                "last_sent": {"anyOf": [schema_ref("LastSent"), {"type": "null"}],
@@ -247,7 +248,10 @@ def detail_schemas() -> dict[str, dict]:
                                    "(the last is failed_again).")},
                                "original": {**nullable(INT), "description": (
                                    "For a republish that failed again (replay_of): the id of the entry it "
-                                   "republished, null when this database does not hold it.")}},
+                                   "republished, null when this database does not hold it.")},
+                               "dlq_received_at": {**nullable(TIME), "description": (
+                                   "When the DLQ copy arrived, for an entry JetStream's advisory made first "
+                                   "(received_at is the advisory's); null otherwise.")}},
             }],
         },
         "SchemaVerdict": {

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import (
-    BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint, text,
-)
+from sqlalchemy import (BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text,
+                        UniqueConstraint, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Ids and stream sequences: 64-bit on PostgreSQL; SQLite's INTEGER is 64-bit already, and an
@@ -59,6 +58,7 @@ class Entry(Base):
     group_id: Mapped[int | None] = mapped_column(BigInt)
     # The source (SPEC section 12, sources.py) the entry was mirrored from.
     source: Mapped[str] = mapped_column(String(40), default="default", server_default="default")
+    dlq_received_at: Mapped[datetime | None] = mapped_column(DateTime)  # its DLQ copy's, after its advisory (0027)
 
     __table_args__ = (
         UniqueConstraint("dlq_stream", "dlq_epoch", "dlq_seq", name="uq_entries_dlq_message"),

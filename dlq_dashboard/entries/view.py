@@ -65,6 +65,8 @@ class EntryView:
     close_note: str | None
     # The source it was mirrored from (SPEC section 12); its actions go out through that source.
     source: str = DEFAULT_SOURCE
+    # When its DLQ copy joined an entry its advisory made first (received_at is the advisory's).
+    dlq_received_at: datetime | None = None
     history: list[dict] | None = None
     actions: list[dict] | None = None
     # Set on the copy a viewer sees under DLQ_MASK (masking.py): the payload is hidden

@@ -63,7 +63,7 @@ def kept_apart(row: dict, exc: BaseException, *, bare: bool = False, unread: boo
     kept = dict(row)
     for name in FROM_HEADERS:
         kept[name] = None
-    kept["failed_at"] = row["received_at"]
+    kept["failed_at"], kept["failed_at_given"] = row["received_at"], False
     kept["group_key"] = group_key(None, None)
     where = f"{row['dlq_stream']} sequence {row['dlq_seq']}"
     who = "The dashboard could not read" if unread else "The database refused"

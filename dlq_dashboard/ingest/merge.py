@@ -3,27 +3,43 @@ advisory stream ahead of the DLQ stream): the copy's fields and error decide the
 to the copy's failure group. For that group it is a new failure (what it counts toward: a spike, a
 regression, an ignore's count; its first and last seen), and the advisory's group, left empty, is
 as if it had never been: its alerts not sent yet are withdrawn, and the group itself goes when
-nothing was done with it (a failure of its kind later is new again, and announced)."""
+nothing was done with it (a failure of its kind later is new again, and announced).
+
+Where the copy is silent, what the advisory knew stays, whichever of the two came first
+(``joined``, ``advisory_confirms``): the failure's time (the advisory's, unless the copy gives
+Dlq-Failed-At: without it the copy's time is only when the DLQ stream stored it), the original
+msgId, the Dlq-Replay-Of link, and the original message's headers the copy does not carry. The
+copy's subject and error choose the group, so they stay the copy's, as its reason does where it
+gives one."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
+
+from dlq_consumer.headers import carried
 
 from ..alerts.outbox import withdraw_emptied
 from ..db.counts import Change, count_changes, group_ids, group_of
 from ..db.models import Alert, Arrival, Entry, FailureGroup, GroupActivity
 from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
+from ..times import utcnow
 from .key_fields import fill_key_fields
+from .parse import H_ORIGINAL_MSG_ID, H_REPLAY_OF, Advisory, given_failed_at
 
 ENTRIES, GROUPS, ARRIVALS = Entry.__table__, FailureGroup.__table__, Arrival.__table__
 
-# Columns a DLQ copy brings to an entry first made from an advisory.
-DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "original_msg_id", "reason",
-               "error", "schema_errors", "headers", "payload", "payload_available", "replay_of", "notes")
+# Columns a DLQ copy brings to an entry first made from an advisory, as it gives them.
+DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "error", "schema_errors", "payload",
+               "payload_available", "notes")
+# Columns the copy gives where it names them; where it is silent (null), what the advisory read
+# from the source stream stays.
+KNOWN_FIELDS = ("original_msg_id", "replay_of")
 
 
 def merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: set[int] | None = None,
@@ -54,7 +70,7 @@ def merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: 
                    Entry.original_seq.between(low, high), Entry.source == source)).all())
     if not candidates:
         return rows, Counter()
-    remaining, merged = [], []
+    remaining, matched = [], []
     taken: set[int] = set()
     for row in rows:
         match = next((c for c in candidates if c.id not in taken
@@ -66,15 +82,17 @@ def merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: 
             remaining.append(row)
             continue
         taken.add(match.id)
-        values = {k: row[k] for k in DLQ_FIELDS}
-        values["reason"] = row["reason"] or None
-        values["consumer"] = match.consumer or row["consumer"]
-        values["deliveries"] = row["deliveries"] if row["deliveries"] is not None else match.deliveries
-        values["failed_at"] = row["failed_at"] or match.failed_at
-        values["sources"] = "dlq,advisory"
-        values["updated_at"] = row["received_at"]
-        if values["reason"] is None:
-            values.pop("reason")
+        matched.append((match, row))
+    if not matched:
+        return remaining, Counter()
+    # What the advisories read from their source stream, for the matches only (the candidates
+    # may be many entries that wait for no copy of this batch).
+    known = {r.id: r for r in conn.execute(
+        select(Entry.id, Entry.headers, *(ENTRIES.c[name] for name in KNOWN_FIELDS))
+        .where(Entry.id.in_([match.id for match, _ in matched])))}
+    merged = []
+    for match, row in matched:
+        values = joined(row, match, known[match.id])
         merged.append((match, values, group_of(row["original_subject"], values.get("reason", match.reason),
                                                row["group_key"])))
     # The DLQ copy's error decides the group: the entry moves from its advisory's group.
@@ -88,6 +106,65 @@ def merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: 
     moves = [(match.group_id, ids[group]) for match, _, group in merged if ids[group] != match.group_id]
     retire_emptied(conn, {old for old, _ in moves}, new_groups)  # announced from the group it joined
     return remaining, Counter(new for _, new in moves)
+
+
+def joined(row: dict, match: Any, known: Any) -> dict:
+    """The columns of the entry ``match`` (an advisory's, ``known`` its headers and KNOWN_FIELDS)
+    that its DLQ copy ``row`` (parse.py) sets: the copy's word where it gives one."""
+    values = {k: row[k] for k in DLQ_FIELDS}
+    values.update({k: row[k] if row[k] is not None else getattr(known, k) for k in KNOWN_FIELDS})
+    if row["reason"]:
+        values["reason"] = row["reason"]
+    values["consumer"] = match.consumer or row["consumer"]
+    values["deliveries"] = row["deliveries"] if row["deliveries"] is not None else match.deliveries
+    # The advisory's time is when JetStream saw the failure; a copy without Dlq-Failed-At tells
+    # only when the DLQ stream stored it (seconds or more later: a service may dead-letter late).
+    values["failed_at"] = row["failed_at"] if row["failed_at_given"] or match.failed_at is None else match.failed_at
+    values["headers"] = with_original_headers(row["headers"], json.loads(known.headers or "{}"))
+    values["sources"] = "dlq,advisory"
+    # The timeline tells the copy when it came (received_at stays the advisory's, the entry's arrival).
+    values["updated_at"] = values["dlq_received_at"] = row["received_at"]
+    return values
+
+
+def with_original_headers(copy: str, original: dict[str, list[str]]) -> str:
+    """A DLQ copy's headers (JSON text: name -> values) and, after them, each header of the
+    original message (as its advisory read it from the source stream) that the contract carries
+    but this copy does not (names compared case-insensitively): the copy's values where it has the name."""
+    if not original:
+        return copy
+    headers = json.loads(copy or "{}")
+    names = {name.lower() for name in headers}
+    missing = {name: values for name, values in original.items() if carried(name) and name.lower() not in names}
+    return json.dumps({**headers, **missing}, ensure_ascii=False) if missing else copy
+
+
+def advisory_confirms(conn: Connection, match: Any, advisory: Advisory, original: dict[str, list[str]],
+                      named: dict[str, str]) -> None:
+    """An advisory confirming the failure its DLQ copy (the entry ``match``) told first: its
+    provenance, and what the copy left unsaid as ``joined`` keeps it the other way round: the
+    advisory's time without a Dlq-Failed-At, the original msgId and Dlq-Replay-Of (``named``:
+    those the source stream's message holds), its headers the copy does not carry (``original``)."""
+    stored = conn.execute(select(Entry.headers, *(ENTRIES.c[name] for name in KNOWN_FIELDS))
+                          .where(Entry.id == match.id)).one()
+    values: dict[str, Any] = {}
+    # As the parse read it: the copy's failed_at is its Dlq-Failed-At, or else when it was stored.
+    if given_failed_at(json.loads(stored.headers or "{}")) is None and match.failed_at != advisory.at:
+        values["failed_at"] = advisory.at
+    for name, header in (("original_msg_id", H_ORIGINAL_MSG_ID), ("replay_of", H_REPLAY_OF)):
+        if getattr(stored, name) is None and named.get(header) is not None:
+            values[name] = named[header]
+    headers = with_original_headers(stored.headers, original)
+    if headers != stored.headers:
+        values["headers"] = headers
+    # Provenance alone is not something an operator must have seen: the version (and any open
+    # form) stays. What the copy left unsaid is (a republish sends these headers): a new version.
+    if values:
+        values["version"] = ENTRIES.c.version + 1
+    conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id).values(
+        consumer=match.consumer or advisory.consumer,
+        deliveries=match.deliveries if match.deliveries is not None else advisory.deliveries,
+        sources="dlq,advisory", updated_at=utcnow(), **values))
 
 
 #: How far apart a DLQ copy and an advisory of one message may say it failed and still be one

@@ -238,7 +238,9 @@ def entry_from_dlq_message(
     *, stream: str, epoch: str, seq: int, headers: Mapping[str, Any] | None, payload: bytes,
     stored_at: datetime | None, received_at: datetime,
 ) -> dict[str, Any]:
-    """Turn one DLQ-stream message into the column values of an entry."""
+    """Turn one DLQ-stream message into the column values of an entry, and two values that are
+    no column: ``group_key`` (its failure group's key) and ``failed_at_given`` (whether
+    ``failed_at`` is its Dlq-Failed-At; without one it is the time the stream stored it)."""
     notes: list[str] = []
     if headers and (UNREAD in headers or MORE in headers):  # what the block's reading set apart
         headers = normalize_headers(headers, notes)
@@ -295,6 +297,7 @@ def entry_from_dlq_message(
         "schema_errors": schema_json,
         "deliveries": _int_field(first, H_DELIVERIES, contract.DELIVERIES, notes, COUNT_MAX),
         "failed_at": failed_at or stored_at,
+        "failed_at_given": failed_at is not None,
         "received_at": received_at,
         "headers": headers_json,
         "payload": payload,
@@ -308,6 +311,13 @@ def entry_from_dlq_message(
         "updated_at": received_at,
         "group_key": schema_group if schema_group is not None else group_key(error, None),
     }
+
+
+def given_failed_at(headers: Mapping[str, list[str]]) -> datetime | None:
+    """The Dlq-Failed-At of a stored entry's headers (name -> values, as stored) as its parse read
+    it: the first value of the first name that is it, None without one that reads as a time."""
+    raw = next((values[0] for name, values in headers.items() if name.lower() == H_FAILED_AT and values), None)
+    return parse_time(raw)
 
 
 # --- advisories ------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from ..times import utcnow
 from .apart import kept_apart, reason_of, transient
 from .grouping import error_group
 from .key_fields import fill_key_fields
-from .merge import merge_into_advisory_entries, same_failure
+from .merge import advisory_confirms, merge_into_advisory_entries, same_failure
 from .search_index import index_new_entries
 from .parse import (H_NATS_MSG_ID, H_ORIGINAL_MSG_ID, H_ORIGINAL_SUBJECT, H_REPLAY_OF, Advisory, entry_from_dlq_message,
                     normalize_headers, within_columns)
@@ -283,7 +283,8 @@ def count_new_entries(conn: Connection, after_id: int) -> dict[int, int]:
 
 # The mirror's hot path: on SQLite one multi-row INSERT a chunk, which skips SQLAlchemy's
 # per-row parameter processing and gives the GIL up once a statement, not once a row.
-_COLUMNS = [c.name for c in ENTRIES.columns if c.name != "id"]
+# A DLQ message inserted is its entry's first report: dlq_received_at is the merge's (merge.py).
+_COLUMNS = [c.name for c in ENTRIES.columns if c.name not in ("id", "dlq_received_at")]
 
 
 # --- advisories -------------------------------------------------------------------------------
@@ -386,25 +387,21 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
     # redelivery, or of a stream since recreated whose sequences start again): this is a new one.
     match = next((e for e in existing if "advisory" not in e.sources.split(",")
                   and same_failure(e.failed_at, advisory.at)), None)
-    if match is not None:
-        # The advisory only confirms a failure its DLQ copy already told: it adds provenance,
-        # not something an operator must have seen, so the version (and any open form) stays.
-        conn.execute(update(ENTRIES).where(ENTRIES.c.id == match.id).values(
-            consumer=match.consumer or advisory.consumer,
-            deliveries=match.deliveries if match.deliveries is not None else advisory.deliveries,
-            sources="dlq,advisory", updated_at=utcnow()))
-        return 0
-    now = utcnow()
-    notes = []
-    error = _advisory_error(advisory)
+    notes: list[str] = []
     headers = normalize_headers(fetched.headers if fetched else None, notes)
-    if fetched is None:
-        notes.append(missing_reason or "The source stream no longer has this message.")
     # The fetched message's subject and headers are as its producer wrote them: each kept as
     # its column holds it (parse.within_columns), the group named as it is stored.
     named = within_columns({H_ORIGINAL_SUBJECT: fetched.subject if fetched else None, H_REPLAY_OF: next(
         (v[0] for k, v in headers.items() if k.lower() == H_REPLAY_OF and v), None), H_ORIGINAL_MSG_ID: next(
         (v[0] for k, v in headers.items() if k.lower() == H_NATS_MSG_ID and v), None)}, notes)
+    if match is not None:
+        # The advisory confirms a failure its DLQ copy already told (merge.py).
+        advisory_confirms(conn, match, advisory, headers, named)
+        return 0
+    now = utcnow()
+    error = _advisory_error(advisory)
+    if fetched is None:
+        notes.append(missing_reason or "The source stream no longer has this message.")
     group = group_of(named.get(H_ORIGINAL_SUBJECT), advisory.kind, error_group(error, None))
     newest = conn.exec_driver_sql("SELECT COALESCE(MAX(id), 0) FROM entries").scalar()
     conn.execute(insert(ENTRIES).values(

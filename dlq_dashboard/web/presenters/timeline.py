@@ -126,9 +126,17 @@ def build_timeline(entry: EntryView, republishes: Iterable[dict] = (),
     moments.append(Moment(entry.failed_at, "failed", f"Failed: {entry.reason}" if entry.reason else "Failed",
                           _facts(("error", entry.error), ("deliveries", entry.deliveries),
                                  ("consumer", entry.consumer))))
-    where = entry.dlq_ref or ("the advisory stream" if "advisory" in entry.sources else None)
-    moments.append(Moment(entry.received_at, "mirrored", "Dead-lettered and mirrored",
-                          _facts(("stored as", where), ("sources", entry.sources.replace(",", " and ")))))
+    if entry.dlq_received_at is not None:
+        # Its advisory came first, its DLQ copy later: each report at the time it arrived (the
+        # copy told at the advisory's time named a DLQ message that did not exist yet).
+        moments.append(Moment(entry.received_at, "mirrored", "Reported by JetStream's advisory and mirrored",
+                              _facts(("stored as", "the advisory stream"))))
+        moments.append(Moment(entry.dlq_received_at, "mirrored", "Dead-lettered and mirrored",
+                              _facts(("stored as", entry.dlq_ref), ("sources", "dlq and advisory"))))
+    else:
+        where = entry.dlq_ref or ("the advisory stream" if "advisory" in entry.sources else None)
+        moments.append(Moment(entry.received_at, "mirrored", "Dead-lettered and mirrored",
+                              _facts(("stored as", where), ("sources", entry.sources.replace(",", " and ")))))
     republishes = list(republishes)
     patches = {a.get("msg_id"): a["detail"].get("patch") or REPAIRED for a in entry.actions or []
                if isinstance(a.get("detail"), dict) and (a["detail"].get("patch") or a["detail"].get("repaired"))}
