@@ -257,8 +257,19 @@ def test_a_database_holding_user_names_equal_in_any_case_is_upgraded_keeping_eve
                 (1, "ops1@example.com", accounts.NO_PASSWORD, "oidc", "iss ops1"),
                 (2, "OPS1@example.com", password, "password", None), (3, "Viewer1", password, "password", None),
                 (4, "viewer1", password, "password", None), (5, "VIEWER1", password, "password", None)]])
+        # Sessions hold a key into users, which SQLite's rebuild of the table (revision 0026)
+        # dropped under it: the upgrade failed ("FOREIGN KEY constraint failed") where anyone
+        # had ever signed in.
+        conn.execute(text("INSERT INTO sessions (id, user_id, created_at, last_seen_at, via) "
+                          "VALUES (:id, :user, :at, :at, 'password')"),
+                     [{"id": f"s{user_id}", "user": user_id, "at": datetime(2026, 1, 2)} for user_id in (2, 3)])
 
     assert migrate(engine) == head()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT id, user_id FROM sessions ORDER BY id")).all() == [("s2", 2), ("s3", 3)]
+        if conn.dialect.name == "sqlite":  # the keys still hold, and are still checked
+            assert conn.exec_driver_sql("PRAGMA foreign_key_check").all() == []
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     with engine.connect() as conn:
         keys = conn.execute(text("SELECT name, name_key FROM users ORDER BY id")).all()
     assert [tuple(k) for k in keys] == [("ops1@example.com", "ops1@example.com"),

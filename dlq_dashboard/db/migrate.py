@@ -11,6 +11,8 @@ a newer release: this one refuses to run on it rather than misread it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -72,13 +74,39 @@ def _legacy_version(conn: Connection) -> int:
     return int(conn.execute(text("SELECT MAX(version) FROM schema_version")).scalar() or 0)
 
 
+@contextmanager
+def _migrating(engine: Engine) -> Iterator[Connection]:
+    """The transaction the revisions run in (taking the write lock at its start). On SQLite its
+    connection checks no foreign key until the commit: a revision that changes a table SQLite
+    cannot ALTER rebuilds it (Alembic's batch mode: a copy, DROP TABLE, a rename), and the DROP of
+    users failed ("FOREIGN KEY constraint failed") under the sessions that point into it. The keys
+    are checked once before the commit instead, as SQLite's own procedure for such a change does,
+    and the connection checks them again afterwards."""
+    if engine.dialect.name != "sqlite":
+        with write_transaction(engine) as conn:
+            yield conn
+        return
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection  # the pragma does nothing inside a transaction
+        raw.execute("PRAGMA foreign_keys=OFF")
+        try:
+            conn.execution_options(immediate=True)
+            with conn.begin():
+                yield conn
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                if broken:
+                    raise RuntimeError(f"the upgrade would leave rows whose keys name no row: {broken[:5]}")
+        finally:
+            raw.execute("PRAGMA foreign_keys=ON")
+
+
 def migrate(engine: Engine, target: str = "head") -> str:
     """Upgrade the database to ``target`` (the newest revision by default), keeping all data;
     return the revision reached. ConfigError (one line naming DATABASE_URL) when the database
     cannot be reached or is newer than this code."""
     wanted = head() if target == "head" else target
     try:
-        with write_transaction(engine) as conn:
+        with _migrating(engine) as conn:
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
             current = current_revision(conn)
