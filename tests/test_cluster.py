@@ -261,3 +261,24 @@ def test_the_bridge_fails_over_when_its_server_crashes_and_the_mirror_carries_on
                      message="the mirror to take what arrives through the restarted node")
     assert_every_message_once(app, 3000)
     assert healthz(client) == (200, "ok")
+
+
+def test_the_bridge_gives_a_frozen_server_up_for_another_and_the_mirror_carries_on(
+        cluster, cluster_settings, start_dashboard):
+    """A node that stops answering without closing its connections (SIGSTOP, a host gone without
+    a word) kept the mirror, jobs and republishes on it for 4-5 minutes (nats-py's default stale
+    check, 120 s pings) while the other nodes answered."""
+    app = start_dashboard()
+    rt = runtime_of(app)
+    victim = bridge_server(cluster, app)
+    move_leaders_off(cluster, cluster_settings, victim)
+    survivor = next(server for server in cluster.servers if server is not victim)
+    publish(survivor.url, "dlq.orders.created", 500)
+    support.wait_for(lambda: support.entry_count(rt.engine) >= 500, timeout=30, message="the first dead letters")
+    with support.frozen(victim):
+        support.wait_for(lambda: rt.bridge.state.connected and rt.bridge.state.url != victim.url, timeout=FAILOVER,
+                         message="the bridge to give the frozen node up for another")
+        publish(survivor.url, "dlq.orders.created", 500, first=500)
+        support.wait_for(lambda: support.entry_count(rt.engine) >= 1000, timeout=FAILOVER,
+                         message="the mirror to carry on while a node is frozen")
+    assert_every_message_once(app, 1000)

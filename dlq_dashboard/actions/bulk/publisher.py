@@ -23,7 +23,7 @@ from typing import Any, Iterable, NamedTuple
 
 from ...children import without_main
 from ...config import Settings
-from ...nats.bridge import NatsUnavailable, auth_options
+from ...nats.bridge import NatsUnavailable, auth_options, stale_after_options
 from ...nats.headers import outgoing
 from ...redaction import scrub
 from ..stored import find_stored_many
@@ -98,7 +98,8 @@ async def _publish_forever(conn, settings: Settings, timeout: float, name: str =
         nc = await asyncio.wait_for(nats.connect(
             servers=list(settings.nats_urls), name=name, allow_reconnect=True,
             max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=2, error_cb=quiet,
-            disconnected_cb=quiet, reconnected_cb=quiet, **auth_options(settings)), settings.connect_timeout)
+            disconnected_cb=quiet, reconnected_cb=quiet, **stale_after_options(), **auth_options(settings)),
+            settings.connect_timeout)
     except Exception as exc:  # the job publishes through the bridge instead
         conn.send(("failed", f"{type(exc).__name__}: {scrub(str(exc))}"))
         return
