@@ -343,25 +343,30 @@ def test_the_groups_page_shows_state_and_assignee_and_filters_by_them_and_the_li
 
 
 @pytest.mark.both_databases
-def test_the_assign_field_offers_the_users_and_the_names_groups_are_assigned_to(world, offline_app):
+def test_the_assign_field_offers_the_names_groups_the_reader_may_read_are_assigned_to(world, offline_app):
     """Any name is taken as an assignee (a rotation's, a person's not signed in yet), and a typo
-    ("opz") hid the group from its person's "assigned to me": the field offers the names known."""
-    from dlq_dashboard import accounts
+    ("opz") hid the group from its person's "assigned to me": the field offers the names groups
+    are assigned to, those of groups outside a scoped reader's scopes not."""
+    from dlq_dashboard.accounts.tokens import create_token
+    from dlq_dashboard.scopes import Scope
 
-    engine, group = world["engine"], world["group"]
-    accounts.create_user(engine, "opal", "a-long-password-1", "operator")
-    accounts.create_user(engine, "gone", "a-long-password-1", "operator")
-    accounts.set_disabled(engine, "gone", True)
+    engine, group, client = world["engine"], world["group"], world["client"]
+    operator = world["tokens"]["operator"]
     fail(engine, 40, 1, error="another cause")
-    other = _all_groups(engine)[-1].id
-    assert post_state(world["client"], world["tokens"]["operator"], other, version=1, state="investigating",
-                      assignee="night-rota").status_code == 200
-    page = support.logged_in(offline_app, "operator").get(f"/groups/{group}").get_data(as_text=True)
-    assert 'aria-label="Assign to" list="assignees"' in page
-    offered = re.findall(r'<option value="([^"]*)">', re.search(r'<datalist id="assignees">(.*?)</datalist>',
-                                                                page, re.S).group(1))
-    assert "opal" in offered and "night-rota" in offered and "gone" not in offered
-    assert offered == sorted(offered) and len(offered) == len(set(offered))
+    fail(engine, 50, 1, subject="payments.settle")
+    other, payments = [g.id for g in _all_groups(engine)[-2:]]
+    assert post_state(client, operator, other, version=1, state="investigating", assignee="night-rota").status_code == 200
+    assert post_state(client, operator, payments, version=1, state="investigating", assignee="pay-rota").status_code == 200
+
+    def offered(headers) -> list[str]:
+        page = client.get(f"/groups/{group}", headers=headers).get_data(as_text=True)
+        assert 'aria-label="Assign to" list="assignees"' in page
+        datalist = re.search(r'<datalist id="assignees">(.*?)</datalist>', page, re.S).group(1)
+        return re.findall(r'<option value="([^"]*)">', datalist)
+
+    assert offered(support.bearer(operator)) == ["pay-rota", "night-rota"]  # the latest assigned first
+    scoped = create_token(engine, "orders-op", "operator", scopes=(Scope("orders.>"),))
+    assert offered(support.bearer(scoped)) == ["night-rota"]
 
 
 def test_the_trend_is_drawn_per_minute_for_a_burst_of_minutes(world, offline_app):

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, bindparam, func, select
 
 from ..actors import ALERTS as ALERTS_ACTOR
 from ..db.engine import read_transaction
-from ..db.models import Alert, Entry, GroupActivity, User
+from ..db.models import Alert, Entry, GroupActivity
 from ..db.triage import STATES
 from ..db.counts import GROUPS
 from ..times import format_time
@@ -163,15 +163,16 @@ _STATES_OF_ENTRIES = (select(ENTRIES.c.id, GROUPS.c.state).join(GROUPS, GROUPS.c
 ASSIGNEES_OFFERED = 200
 
 
-def assignee_names(engine: Engine, limit: int = ASSIGNEES_OFFERED) -> list[str]:
-    """The names an assignment is most likely given, for the Assign field to offer (a typo hid a
-    group from its person's "assigned to me"): the users who may sign in, and the names groups are
-    assigned to now, in order, each once."""
-    users = select(User.__table__.c.name.label("name")).where(User.__table__.c.disabled.is_(False))
-    assigned = select(GROUPS.c.assignee.label("name")).where(GROUPS.c.assignee.is_not(None)).distinct()
-    both = users.union(assigned).subquery()
+def assignee_names(engine: Engine, within=None, limit: int = ASSIGNEES_OFFERED) -> list[str]:
+    """The names groups are assigned to now (``within``: a condition on the groups, a scoped
+    reader's), for the Assign field to offer, the most recently assigned first: a typo ("opz")
+    hid a group from its person's "assigned to me"."""
+    latest = func.max(GROUPS.c.state_changed_at).label("latest")
+    query = select(GROUPS.c.assignee, latest).where(GROUPS.c.assignee.is_not(None), *([within] if within is not None else []))
     with engine.connect() as conn:
-        return list(conn.execute(select(both.c.name).order_by(both.c.name).limit(limit)).scalars())
+        rows = conn.execute(query.group_by(GROUPS.c.assignee).order_by(latest.desc(), GROUPS.c.assignee)
+                            .limit(limit)).all()
+    return [row.assignee for row in rows]
 
 
 def states_of_entries(engine: Engine, entry_ids) -> dict[int, str]:

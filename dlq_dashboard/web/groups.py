@@ -15,8 +15,10 @@ from flask import Blueprint, jsonify, render_template, request, url_for
 from ..access import visible
 from ..actions.triage import GroupConflict, add_note, change_state, parse_state_change
 from ..entries.filters import EntryFilter
+from ..db.counts import GROUPS
 from ..entries import triage
 from ..entries.groups import Group
+from ..entries.scoping import scope_condition
 from ..errors import InvalidRequest
 from ..numbers import VERSION_MAX, whole_number
 from ..times import utcnow
@@ -90,7 +92,8 @@ def _group_page(group_id: int, *, state_error: str | None = None, kept: Any = No
         involved=visible.group_involved(reader, rt.store, group_id), newest=newest.entries,
         more=newest.next_cursor is not None, filter_args=found.filter_args(), snippet=snippet,
         notes=[a for a in data["activity"] if a["text"]], state_error=state_error, kept=kept or {},
-        assignees=triage.assignee_names(rt.engine) if reader.may("operator") else []), status
+        assignees=triage.assignee_names(rt.engine, scope_condition(GROUPS.c.subject, reader.reads))
+        if reader.may("operator") else []), status
 
 
 def group_version(raw: Any) -> int:
