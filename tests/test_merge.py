@@ -214,13 +214,15 @@ def test_a_copys_own_failure_time_and_msgid_win_over_its_advisorys(rt):
     assert json.loads(row.headers)["X-Tenant"] == ["t-8"]
 
 
-def test_either_order_makes_the_same_entry(rt):
-    """The mirror reads the DLQ stream and the advisories apart: the copy may come first."""
+@pytest.mark.parametrize("reason", ["max_deliveries", ""])
+def test_either_order_makes_the_same_entry(rt, reason):
+    """The mirror reads the DLQ stream and the advisories apart: the copy may come first. A copy
+    without Dlq-Reason made two groups of one cause, by the order (the advisory's kind kept)."""
     now = utcnow()
     failed = now - timedelta(seconds=10)
     given_up(rt.engine, failed, seq=2)
-    advisory_first = dead_lettered(rt.engine, 9012, now, seq=2)
-    copy_first = dead_lettered(rt.engine, 9013, now, seq=3)
+    advisory_first = dead_lettered(rt.engine, 9012, now, seq=2, **{"Dlq-Reason": reason})
+    copy_first = dead_lettered(rt.engine, 9013, now, seq=3, **{"Dlq-Reason": reason})
     assert stored(rt.engine, copy_first).failed_at == now  # told nothing else yet: when it was stored
     given_up(rt.engine, failed, seq=3, advisory_id="a-2", position=2)
     first, second = stored(rt.engine, advisory_first), stored(rt.engine, copy_first)
@@ -228,7 +230,7 @@ def test_either_order_makes_the_same_entry(rt):
     def facts(row):
         headers = {k: v for k, v in json.loads(row.headers).items() if k != "Dlq-Original-Seq"}
         return (row.sources, row.failed_at, row.original_msg_id, row.replay_of, headers, row.group_id,
-                row.version)
+                row.reason, row.version)
 
     assert facts(second) == facts(first)
     assert second.dlq_received_at is None  # its copy came first: received_at is the copy's

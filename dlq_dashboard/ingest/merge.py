@@ -9,8 +9,8 @@ Where the copy is silent, what the advisory knew stays, whichever of the two cam
 (``joined``, ``advisory_confirms``): the failure's time (the advisory's, unless the copy gives
 Dlq-Failed-At: without it the copy's time is only when the DLQ stream stored it), the original
 msgId, the Dlq-Replay-Of link, and the original message's headers the copy does not carry. The
-copy's subject and error choose the group, so they stay the copy's, as its reason does where it
-gives one."""
+copy's subject, error and reason choose the group, so they stay the copy's (no reason when it
+gives none), whichever of the two came first."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: 
     merged = []
     for match, row in matched:
         values = joined(row, match, known[match.id])
-        merged.append((match, values, group_of(row["original_subject"], values.get("reason", match.reason),
+        merged.append((match, values, group_of(row["original_subject"], values["reason"],
                                                row["group_key"])))
     # The DLQ copy's error decides the group: the entry moves from its advisory's group.
     ids = group_ids(conn, {group for _, _, group in merged}, made=new_groups, teams=teams, source=source)
@@ -113,8 +113,9 @@ def joined(row: dict, match: Any, known: Any) -> dict:
     that its DLQ copy ``row`` (parse.py) sets: the copy's word where it gives one."""
     values = {k: row[k] for k in DLQ_FIELDS}
     values.update({k: row[k] if row[k] is not None else getattr(known, k) for k in KNOWN_FIELDS})
-    if row["reason"]:
-        values["reason"] = row["reason"]
+    # The copy's reason, with its subject and error, chooses the group, none when it gives none:
+    # an advisory confirming a copy that came first changes no group, so the other order does not.
+    values["reason"] = row["reason"] or None
     values["consumer"] = match.consumer or row["consumer"]
     values["deliveries"] = row["deliveries"] if row["deliveries"] is not None else match.deliveries
     # The advisory's time is when JetStream saw the failure; a copy without Dlq-Failed-At tells
