@@ -84,3 +84,18 @@ def test_a_name_the_dashboard_does_not_keep_is_not_checked(offline_app, rt):
     job_id = jobs.create_job(rt, "close", actor="proxy-user", ids=ids, note="known")
     status = finished(rt, job_id)
     assert (status["state"], status["done"]) == ("done", 2)
+
+
+def test_a_job_a_person_cancelled_is_not_cancelled_again_by_the_watch(offline_app, rt):
+    """The watch read whether the job was asked to stop, then cancelled it in a transaction of its
+    own: a person's cancel in between got a second cancel record, in the dashboard's name."""
+    from dlq_dashboard.actions.bulk.standing import ActorWatch
+
+    ids = [support.dead_letter(offline_app, seq, Dlq_Reason="fatal") for seq in range(1, 3)]
+    create_user(rt.engine, "opo", support.PASSWORD, "operator")
+    job_id = jobs.create_job(rt, "close", actor="opo", ids=ids, note="known", start=False)
+    assert jobs.cancel_job(rt, job_id, actor="mara")
+    set_disabled(rt.engine, "opo", True)
+    assert ActorWatch(rt, job_id).settle() is False
+    assert cancels(rt, job_id) == [("mara", None)]
+    assert jobs.job_status(rt, job_id, limit=0)["cancelled_by"] == "mara"

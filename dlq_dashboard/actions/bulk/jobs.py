@@ -348,17 +348,20 @@ def check_filter_job(engine, flt: EntryFilter) -> None:
 
 
 def cancel_job(rt: ActionContext, job_id: int, *, actor: str, scopes: tuple[Scope, ...] | None = None,
-               note: str | None = None, detail: dict | None = None) -> bool:
-    """Ask a job to stop after its current window; False if it had already finished.
+               note: str | None = None, detail: dict | None = None, unless_asked: bool = False) -> bool:
+    """Ask a job to stop after its current window; False if it had already finished (or, with
+    ``unless_asked``, had been asked to stop already: then nothing is written).
     ``scopes``: a job outside them (jobs_within) is as unknown as none. ``note`` says why (a cancel
     in the dashboard's own name does: the job's "Cancelled by" and its audit record carry it);
     ``detail`` goes to the audit record."""
     with write_transaction(rt.engine) as conn:
-        job = conn.execute(select(JOBS.c.state).where(JOBS.c.id == job_id,
-                                                      *_within(scopes))).first()
+        # Locked (PostgreSQL; SQLite's transaction holds the write lock): two cancels at once, a
+        # person's and the job watch's, are one after the other.
+        job = conn.execute(select(JOBS.c.state, JOBS.c.cancel_requested).where(
+            JOBS.c.id == job_id, *_within(scopes)).with_for_update()).first()
         if job is None:
             raise JobNotFound(job_id)
-        if job.state in FINISHED:
+        if job.state in FINISHED or (unless_asked and job.cancel_requested):
             return False
         now = utcnow()
         # The first to cancel is the one named: a second click changes nothing.

@@ -87,12 +87,10 @@ class ActorWatch:
         return self._skip_outside(standing.scopes)
 
     def _cancel(self, why: str) -> bool:
-        with self.rt.engine.connect() as conn:
-            asked = conn.execute(select(JOBS.c.cancel_requested).where(JOBS.c.id == self.job_id)).scalar_one()
-        if asked:
-            return False  # cancelled already: by whom it was says so
+        # Not when it was cancelled already (by whom it was says so), as read in the cancel's own
+        # transaction, with the job's row locked: a person's cancel meanwhile is seen.
         return cancel_job(self.rt, self.job_id, actor=JOB_WATCH, note=f"{self.actor} may no longer act: {why}.",
-                          detail={"actor": self.actor})
+                          detail={"actor": self.actor}, unless_asked=True)
 
     def _skip_outside(self, scopes: tuple[Scope, ...]) -> bool:
         """Skip the pending items of entries outside ``scopes``; not those whose republish is
