@@ -24,6 +24,7 @@ from .test_tallies import kept, truth
 pytestmark = [pytest.mark.both_databases, pytest.mark.fresh_database]
 
 START = datetime(2026, 11, 29, 10)
+IGNORED_UNTIL = datetime(2026, 12, 31, 12)
 # (error, the key version 3 gave it): the same refusal for four refunds made three groups.
 V3_ROWS = [
     ("refund 6705176d rejected", "refund <duration> rejected"),
@@ -108,7 +109,7 @@ def test_hex_ids_read_as_a_duration_or_a_size_by_v3_are_regrouped_into_one_group
     engine.dispose()
 
 
-def test_the_regrouping_keeps_sources_apart_gives_a_group_it_makes_its_team_and_keeps_a_triaged_group(
+def test_the_regrouping_keeps_sources_apart_gives_a_group_it_makes_its_team_and_triage_and_keeps_a_triaged_group(
         database_url):
     engine = create_db_engine(database_url)
     assert migrate(engine, "0024") == "0024"
@@ -123,6 +124,10 @@ def test_the_regrouping_keeps_sources_apart_gives_a_group_it_makes_its_team_and_
     sent, unsent = START + timedelta(hours=11), None
     with write_transaction(engine) as conn:
         conn.execute(update(GROUPS).where(GROUPS.c.source == "eu").values(team="billing"))
+        # The eu group the first eu entry is in (sequence 3) is ignored until a time, by bo: the
+        # group the move makes for it takes that, not the other eu group's open state.
+        conn.execute(update(GROUPS).where(GROUPS.c.id == ids[("eu", "refund <duration> rejected")]).values(
+            state="ignored", assignee="bo", ignored_until=IGNORED_UNTIL, state_changed_at=START))
         conn.execute(update(GROUPS).where(GROUPS.c.id == ana).values(assignee="ana", note_count=1))
         conn.execute(insert(GroupActivity.__table__).values(group_id=ana, at=START, actor="ana", kind="note",
                                                             text="the bank's cut-off", detail="{}"))
@@ -137,7 +142,12 @@ def test_the_regrouping_keeps_sources_apart_gives_a_group_it_makes_its_team_and_
     assert {k: v[1:] for k, v in groups.items()} == {
         ("default", "refund <id> rejected"): (30, None, None),
         ("default", "refund <duration> rejected"): (0, None, "ana"),  # emptied, kept with what was done
-        ("eu", "refund <id> rejected"): (20, "billing", None)}  # made by the move, its entries' team
+        ("eu", "refund <duration> rejected"): (0, "billing", "bo"),
+        ("eu", "refund <id> rejected"): (20, "billing", "bo")}  # made by the move: its first entry's group's
+    with engine.connect() as conn:
+        made = conn.execute(select(GROUPS.c.state, GROUPS.c.ignored_until, GROUPS.c.state_changed_at).where(
+            GROUPS.c.id == groups[("eu", "refund <id> rejected")][0])).one()
+    assert tuple(made) == ("ignored", IGNORED_UNTIL, START)  # the cause stays ignored, as it was
     with engine.connect() as conn:
         alerts = conn.execute(select(Alert.group_id, Alert.sent_at)).all()
         notes = conn.execute(select(GroupActivity.group_id, GroupActivity.text)).all()

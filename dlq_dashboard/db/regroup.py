@@ -6,8 +6,9 @@ Entries are read in chunks of :data:`BATCH` by id, so a million entries never si
 once. Each entry whose group changes moves to a group of its own source with
 :func:`counts.count_changes` (its group's counts and its arrival buckets move with it), and the
 first and last seen of the groups entries joined or left are counted again from their entries.
-A group the regrouping makes takes the team of the group its first entry came from: the same
-subject, so the team DLQ_TEAMS gave that one (a revision has no settings to ask). The groups
+A group the regrouping makes takes the team and the triage of the group its first entry came
+from (:data:`INHERITED`: the same subject, so the team DLQ_TEAMS gave that one, as a revision has
+no settings to ask; an ignored cause stays ignored, an assigned one with its person). The groups
 entries left are the caller's to settle, as a move at ingest does (ingest/merge.py
 retire_emptied).
 """
@@ -49,37 +50,47 @@ def regroup_entries(conn: Connection, key_of: Callable[[str | None, str | None],
             made: set[int] = set()
             ids = group_ids(conn, named.values(), made=made, source=source)
             moves = [(r, ids[named[r.id]]) for r in of_source if r.group_id != ids[named[r.id]]]
-            _give_teams(conn, made, moves)
+            _inherit(conn, made, moves)
             changed += moves
         if changed:
             conn.execute(update(ENTRIES).where(ENTRIES.c.id == bindparam("b_id"))
                          .values(group_id=bindparam("b_group")),
                          [{"b_id": r.id, "b_group": new} for r, new in changed])
             count_changes(conn, [Change(r.group_id, new, r.received_at, r.status, r.status) for r, new in changed])
-            emptied = {r.group_id for r, _ in changed if r.group_id is not None}
+            left_groups = {r.group_id for r, _ in changed if r.group_id is not None}
             touched.update(new for _, new in changed)
-            touched.update(emptied)
+            touched.update(left_groups)
             if left is not None:
-                left.update(emptied)
+                left.update(left_groups)
             moved += len(changed)
         after = rows[-1].id
     _recount_seen(conn, sorted(touched))
     return moved
 
 
-def _give_teams(conn: Connection, made: set[int], moves: list) -> None:
-    """Each group just made takes the team of the group its first entry moved from."""
+#: What a group a regrouping makes takes from the group its first entry came from: its team (the
+#: same subject: the team DLQ_TEAMS gave that one) and its triage (an ignored cause stays ignored,
+#: an assigned one stays with its person). Its notes and activity stay with the old group.
+INHERITED = ("team", "state", "assignee", "resolved_in", "ignored_until", "ignored_until_count", "ignored_seen",
+             "state_changed_at")
+
+
+def _inherit(conn: Connection, made: set[int], moves: list) -> None:
+    """Each group just made takes INHERITED from the group its first entry moved from."""
     first_from: dict[int, int] = {}
     for r, new in moves:
         if new in made and r.group_id is not None:
             first_from.setdefault(new, r.group_id)
     if not first_from:
         return
-    teams = dict(conn.execute(select(GROUPS.c.id, GROUPS.c.team).where(
-        GROUPS.c.id.in_(sorted(set(first_from.values()))), GROUPS.c.team.is_not(None))).all())
-    given = [{"b_id": new, "b_team": teams[old]} for new, old in sorted(first_from.items()) if old in teams]
+    columns = [GROUPS.c[name] for name in INHERITED]
+    old = {row.id: row for row in conn.execute(select(GROUPS.c.id, *columns).where(
+        GROUPS.c.id.in_(sorted(set(first_from.values())))))}
+    given = [{"b_id": new, **{f"b_{name}": getattr(old[was], name) for name in INHERITED}}
+             for new, was in sorted(first_from.items()) if was in old]
     if given:
-        conn.execute(update(GROUPS).where(GROUPS.c.id == bindparam("b_id")).values(team=bindparam("b_team")), given)
+        conn.execute(update(GROUPS).where(GROUPS.c.id == bindparam("b_id"))
+                     .values(**{name: bindparam(f"b_{name}") for name in INHERITED}), given)
 
 
 def _recount_seen(conn: Connection, touched: list[int]) -> None:

@@ -180,14 +180,21 @@ def same_failure(first: datetime | None, second: datetime | None) -> bool:
     return first is None or second is None or abs(first - second) <= SAME_FAILURE
 
 
+#: Groups settled in one statement: a regrouping revision may leave thousands, and each is a
+#: bound parameter (PostgreSQL takes 65,535 a statement, SQLite 32,766).
+SETTLED_AT_ONCE = 500
 
 
 def retire_emptied(conn: Connection, group_ids: set[int], new_groups: set[int] | None = None) -> int:
     """Settle the groups entries moved out of (a DLQ copy joining its advisory's entry, a
     regrouping revision): one left empty loses its alerts not sent yet, and goes when nothing was
     done with it (forget_untouched); how many went."""
-    withdraw_emptied(conn, group_ids)
-    return forget_untouched(conn, group_ids, new_groups)
+    ordered, gone = sorted(group_ids), 0
+    for start in range(0, len(ordered), SETTLED_AT_ONCE):
+        chunk = set(ordered[start:start + SETTLED_AT_ONCE])
+        withdraw_emptied(conn, chunk)
+        gone += forget_untouched(conn, chunk, new_groups)
+    return gone
 
 
 def forget_untouched(conn: Connection, group_ids: set[int], new_groups: set[int] | None = None) -> int:
