@@ -121,6 +121,15 @@ def test_a_local_page_after_login_is_kept(probe_app):
         assert safe_next("/entries/4?tab=history") == "/entries/4?tab=history"
 
 
+def test_a_page_address_too_long_for_the_session_cookie_is_the_list_page(probe_app):
+    """It rides in the cookie, which a browser refuses past 4 KB: a crafted link of 3 KB made
+    its sign-in end on "not started in this browser"."""
+    with probe_app.test_request_context():
+        kept = "/?q=" + "a" * 1000
+        assert safe_next(kept) == kept
+        assert safe_next("/?q=" + "a" * 3000) == "/"
+
+
 # --- refusals by role -------------------------------------------------------------------------
 
 def test_anonymous_pages_go_to_login_the_api_says_401_and_htmx_gets_401_without_a_redirect(probe_app):

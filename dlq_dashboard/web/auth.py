@@ -236,11 +236,17 @@ def requires(role: str | None, *, fragment: bool = False, from_memory: bool = Fa
 
 # --- login and logout -------------------------------------------------------------------------
 
+#: The longest page address kept to go back to after signing in: it rides in the session cookie,
+#: which a browser refuses past 4 KB (a crafted link's sign-in could then never finish).
+NEXT_MAX = 1024
+
+
 def safe_next(target: str | None) -> str:
     """``target`` if it is a page of this site, else the list page: no open redirect, and never
-    a fragment, a JSON route or a form's POST target (shown bare after login)."""
+    a fragment, a JSON route or a form's POST target (shown bare after login), nor an address
+    longer than NEXT_MAX."""
     # Browsers drop tabs and newlines and read '\' as '/', so "/\t/evil" would become "//evil".
-    if target and target.startswith("/") and target.isprintable() and " " not in target \
+    if target and len(target) <= NEXT_MAX and target.startswith("/") and target.isprintable() and " " not in target \
             and "\\" not in target:
         parts = urlsplit(target)
         if not parts.scheme and not parts.netloc and not target.startswith("//") and _is_page(parts.path):

@@ -43,8 +43,10 @@ METADATA_KEPT = 3600.0
 # After a failed discovery the login page says single sign-on is unavailable for this long
 # before the provider is asked again (so that an anonymous page view waits on it rarely).
 RETRY_AFTER = 30.0
-# The sign-ins begun in one browser and not finished that it keeps: the newest three, so that
-# two tabs (or a retry) each finish. Each is about 180 bytes of the session cookie, and a
+# The sign-ins begun in one browser and not finished that it keeps: the newest three, so that a
+# sign-in begun again (another tab, a retry) while an older one waits at the provider finishes;
+# once one finishes, the others are void (the session starts anew). Each is about 180 bytes of
+# the session cookie, and a
 # browser refuses a cookie over 4 KB: kept without a bound, abandoned starts had the twentieth
 # or so start's cookie refused, and every sign-in after it was "not started in this browser".
 PENDING_KEPT = 3
