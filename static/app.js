@@ -540,15 +540,12 @@ document.addEventListener("DOMContentLoaded", function () {
       draw();
     }
   });
-  // A check the dashboard could not make (a payload past what it takes, the database away) says
-  // so in place of the last verdict, which no longer speaks of the text; the status region too.
-  document.addEventListener("htmx:responseError", function (event) {
-    var target = event.detail && event.detail.target, xhr = event.detail && event.detail.xhr;
-    if (!target || target.id !== "payload-check" || !xhr || xhr.status === 401) {
-      return;
-    }
-    var said = /^text\/plain/.test(xhr.getResponseHeader("Content-Type") || "") ? xhr.responseText.trim() : "";
-    var sentence = "It could not be checked now: " + (said || "the dashboard answered " + xhr.status + ".");
+  // A check the dashboard could not make (a payload past what it takes, the database away, the
+  // entry purged meanwhile, no answer at all) says so in place of the last verdict, which no
+  // longer speaks of the text; the status region too. Its answer is never swapped in: a bare
+  // sentence in place of the panel left the next checks nowhere to go.
+  function cannotCheck(target, said) {
+    var sentence = "It could not be checked: " + said;
     var line = document.createElement("p");
     line.className = "error";
     line.textContent = sentence;
@@ -559,6 +556,33 @@ document.addEventListener("DOMContentLoaded", function () {
     var announcer = document.getElementById("announcer");
     if (announcer) {
       announcer.textContent = sentence;
+    }
+  }
+
+  function isCheck(event) {
+    var target = event.detail && event.detail.target;
+    return target && target.id === "payload-check" ? target : null;
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var xhr = event.detail.xhr;
+    if (isCheck(event) && xhr && xhr.status >= 400 && xhr.status !== 401) {
+      event.detail.shouldSwap = false;
+      event.detail.isError = true;  // then htmx:responseError, below
+    }
+  });
+  document.addEventListener("htmx:responseError", function (event) {
+    var target = isCheck(event), xhr = event.detail.xhr;
+    if (!target || !xhr || xhr.status === 401) {
+      return;
+    }
+    var said = /^text\/plain/.test(xhr.getResponseHeader("Content-Type") || "") ? xhr.responseText.trim() : "";
+    cannotCheck(target, said || "the dashboard answered " + xhr.status + ".");
+  });
+  document.addEventListener("htmx:sendError", function (event) {
+    var target = isCheck(event);
+    if (target) {
+      cannotCheck(target, "the dashboard did not answer.");
     }
   });
   document.addEventListener("click", function (event) {

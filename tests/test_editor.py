@@ -63,6 +63,22 @@ def test_the_editor_and_the_confirmation_show_the_payload_pretty_and_other_paylo
     assert ">/wD+</textarea>" in binary and "base64: the original is not UTF-8" in binary
 
 
+def test_a_check_of_an_entry_gone_or_of_a_payload_too_large_answers_its_sentence_as_text(app):
+    """The editor's check puts what it is told where its verdict was (static/app.js): an entry
+    purged meanwhile was an HTML page there ("the dashboard answered 404"), no reason given."""
+    operator = support.logged_in(app, "operator")
+    entry_id = support.dead_letter(app, 1, payload=ORIGINAL)
+    token = support.csrf_token(operator, f"/entries/{entry_id}/edit")
+    gone = operator.post("/entries/99999/validate", data={"payload": "{}", "encoding": "text", "csrf_token": token},
+                         headers={"HX-Request": "true"})
+    assert (gone.status_code, gone.mimetype) == (404, "text/plain")
+    assert gone.get_data(as_text=True) == "There is no entry 99999.\n"
+    large = operator.post(f"/entries/{entry_id}/validate", headers={"HX-Request": "true"},
+                          data={"payload": "x" * (17 * 2 ** 20), "encoding": "text", "csrf_token": token})
+    assert (large.status_code, large.mimetype) == (413, "text/plain")
+    assert large.get_data(as_text=True).startswith("The request's body is 17.0 MB; the dashboard takes at most 16 MB")
+
+
 def test_a_one_field_change_is_one_line_out_and_one_in(app):
     operator = support.logged_in(app, "operator")
     entry_id = support.dead_letter(app, 1, payload=ORIGINAL)

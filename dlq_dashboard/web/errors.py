@@ -157,6 +157,8 @@ def dashboard_error(exc: DashboardError):
     status = status_of(exc)
     if wants_json():
         return jsonify(error_body(exc)), status
+    if request.endpoint == "actions.validate":  # the editor's check says it where its verdict was
+        return current_app.response_class(str(exc) + "\n", status=status, mimetype="text/plain")
     entry_id = exc.entry_id if isinstance(exc, ActionError) else None
     if entry_id is None and request.method == "POST":
         entry_id = (request.view_args or {}).get("entry_id")
