@@ -117,7 +117,7 @@ def test_jobs_list_counts_every_item_so_its_columns_add_up_to_the_total(cli, app
            "cancelled": 1_470, "pending": 12, "total": 1_672, "actor": "ops", "selection_text": "group 4"}
     monkeypatch.setattr(visible, "read_jobs", lambda *args, **kwargs: {"jobs": [job], "next_cursor": None})
     header, row = cli("list").output.splitlines()
-    assert header.split()[:9] == ["ID", "ACTION", "STATE", "DONE", "FAILED", "SKIPPED", "CANCELLED", "TO", "GO"]
+    assert header.split()[:9] == ["ID", "ACTION", "STATE", "DONE", "FAILED", "SKIPPED", "CANCELLED", "PENDING", "TOTAL"]
     assert row.split()[:9] == ["3", "republish", "cancelled", "190", "0", "0", "1470", "12", "1672"]
 
 

@@ -320,6 +320,8 @@ def test_sqlites_disk_io_error_is_said_as_a_database_that_cannot_write():
     assert sentence(refused) == CANNOT_WRITE
     unopened = sqlalchemy.exc.OperationalError("SELECT 1", {}, sqlite3.OperationalError("unable to open database file"))
     assert sentence(unopened) == UNREACHABLE
+    unread = sqlalchemy.exc.OperationalError("SELECT id FROM entries", {}, sqlite3.OperationalError("disk I/O error"))
+    assert sentence(unread) == UNREACHABLE  # a read that failed: not a word of writing
 
 
 @pytest.mark.both_databases

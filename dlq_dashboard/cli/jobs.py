@@ -65,10 +65,10 @@ def list_jobs(state: str | None, limit: int, as_json: bool, as_role: str, scopes
     if not page["jobs"]:
         click.echo("No jobs.")
         return
-    # Each item is done, failed, skipped, cancelled or still to go: the columns add up to TOTAL.
+    # Each item is done, failed, skipped, cancelled or pending: the columns add up to TOTAL.
     table([(j["id"], j["action"], j["state"], j["done"], j["failed"], j["skipped"], j["cancelled"], j["pending"],
             j["total"], j["actor"], j["selection_text"]) for j in page["jobs"]],
-          ("ID", "ACTION", "STATE", "DONE", "FAILED", "SKIPPED", "CANCELLED", "TO GO", "TOTAL", "BY", "SELECTION"))
+          ("ID", "ACTION", "STATE", "DONE", "FAILED", "SKIPPED", "CANCELLED", "PENDING", "TOTAL", "BY", "SELECTION"))
 
 
 @jobs.command("show")

@@ -63,9 +63,12 @@ def sentence(exc: BaseException) -> str:
     if is_timeout(exc):
         return TOO_SLOW
     cause = getattr(exc, "orig", None) or exc
-    # SQLite says "disk I/O error" for a file it may not write (chattr +i) and a failing disk alike.
+    # SQLite says "disk I/O error" for a file it may not write (chattr +i) and a failing disk
+    # alike: a write that met it could not write; a read that met it, the database is not usable.
+    reading = (getattr(exc, "statement", None) or "").lstrip()[:6].upper() == "SELECT"
     if type(cause).__name__ in ("DiskFull", "ReadOnlySqlTransaction") or any(
-            words in str(cause) for words in ("disk is full", "readonly database", "No space left", "disk I/O error")):
+            words in str(cause) for words in ("disk is full", "readonly database", "No space left")) or (
+            "disk I/O error" in str(cause) and not reading):
         return CANNOT_WRITE
     return UNREACHABLE
 

@@ -29,7 +29,8 @@ from dlq_consumer import (
     Backoff, ConsumerRunner, Lifecycle, default_is_transient, ensure_stream, publish_with_retry,
 )
 
-from ..accounts import FIRST_START, AccountError, create_user
+from ..accounts import AccountError, create_user
+from ..actors import FIRST_START
 from ..config import Settings
 from ..nats.bridge import auth_options, close_loop
 from ..nats.client_log import ConnectionLog
