@@ -302,3 +302,7 @@ def test_users_set_password_refuses_a_single_sign_on_user_in_one_line_and_change
         stored = conn.execute(text("SELECT password_hash FROM users WHERE name = 'ops1@example.com'")).scalar()
     assert stored == NO_PASSWORD and load_session_user(engine, key) is not None and _audit(engine) == before
     assert verify_password(engine, "ops1@example.com", "longpassword1") is None
+    # Asked on the terminal, it is refused before a password is asked for.
+    prompted = cli("users", "set-password", "ops1@example.com", input="longpassword1\nlongpassword1\n")
+    assert prompted.exit_code == 1 and "Password" not in prompted.output
+    assert "signs in with single sign-on" in prompted.output
