@@ -430,3 +430,20 @@ def test_a_committed_batch_proves_the_stream_holds_its_last_sequence():
     progress.saw_stream(5)
     progress.committed(3, 1)
     assert (progress.stream_last_seq, progress.lag) == (5, 2)
+
+
+def test_a_stuck_streams_error_names_no_database_server():
+    """Every role reads it on the banner ("The mirror is stuck on stream DLQ: ..."): a viewer was
+    shown the database server's address and port and SQLAlchemy's link with PostgreSQL away."""
+    import sqlalchemy
+
+    from dlq_dashboard.ingest.progress import StreamProgress
+
+    class OperationalError(Exception):  # psycopg's, as libpq words a refused connection
+        pass
+
+    driver = OperationalError('connection to server at "10.1.2.3", port 5432 failed: Connection refused\n'
+                              "\tIs the server running on that host and accepting TCP/IP connections?")
+    progress = StreamProgress("DLQ")
+    progress.stuck(sqlalchemy.exc.OperationalError("INSERT INTO entries ...", {}, driver))
+    assert progress.error == "OperationalError: Connection refused"

@@ -8,7 +8,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from ..config import Settings
+from ..db.liveness import describe
 from ..redaction import scrub
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
@@ -46,7 +49,9 @@ class StreamProgress:
 
     def stuck(self, exc: BaseException) -> None:
         """Note a failure: the stream is stuck until a write succeeds (logged once, not each retry)."""
-        error = scrub(f"{type(exc).__name__}: {exc}")
+        # Every role reads it on the banner: a database's error as its driver's first line, without
+        # the server's address (liveness.describe), not SQLAlchemy's text (the statement, a link).
+        error = scrub(f"{type(exc).__name__}: {describe(exc) if isinstance(exc, SQLAlchemyError) else exc}")
         if self.error is None:
             self.stuck_since = utcnow()
             self.outages += 1
