@@ -20,6 +20,12 @@ from .context import ActionContext
 from .errors import ActionError, NatsDown, Refused
 from .intents import Intent, Published, mark_in_doubt, record_failed, record_published
 from .stored import SEARCH_SECONDS, find_stored
+from .streams import stream_of
+
+
+class NotAnswered(Exception):
+    """A publish answered by "no responders" while a stream stores its subject (or while that
+    could not be asked): NATS not answering, not the "no stream" refusal."""
 
 
 def fault_point(stage: str, intent: Intent) -> None:
@@ -77,6 +83,18 @@ def subject_refusal(subject: str) -> str | None:
     return None
 
 
+def as_answered(rt: ActionContext, exc: BaseException, intent: Intent) -> BaseException:
+    """What a publish's exception means. nats-py reports a "no responders" status as
+    NoStreamResponseError, and a cluster recovering (a frozen node back, a stream leader being
+    elected) answers so for a while although its stream stores the subject: it is the permanent
+    "no stream" refusal only when the stream lookup (remembered a while) says no stream stores
+    the subject; otherwise NotAnswered, which waits for NATS like a publish with no answer."""
+    if not isinstance(exc, nats.js.errors.NoStreamResponseError):
+        return exc
+    known, stream = stream_of(rt, intent.subject, intent.source)
+    return exc if known and stream is None else NotAnswered()
+
+
 def classify_failure(exc: BaseException, intent: Intent) -> tuple[bool, ActionError]:
     """(nothing can have been stored, the error to report) for an exception from publishing ``intent``."""
     nothing_stored, error = _classify(exc, intent.subject)
@@ -89,6 +107,11 @@ def classify_failure(exc: BaseException, intent: Intent) -> tuple[bool, ActionEr
 
 
 def _classify(exc: BaseException, subject: str) -> tuple[bool, ActionError]:
+    if isinstance(exc, NotAnswered):
+        # Nobody took the message, but the publish keeps its msgId: completed with it later.
+        return False, NatsDown(f"NATS did not answer the publish to {subject} (no responders: a stream stores "
+                               "the subject, JetStream was not answering). It will be completed with the same "
+                               "msgId once NATS answers, and nothing is published twice.")
     if isinstance(exc, nats.js.errors.NoStreamResponseError):
         return True, Refused(f"No stream stores subject {subject}, so nothing was republished.")
     if isinstance(exc, nats.js.errors.ServiceUnavailableError):
@@ -167,7 +190,7 @@ def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False
                                                         headers=outgoing(intent.headers), timeout=timeout),
                               timeout + 1.0)
         except Exception as exc:
-            nothing_stored, error = classify_failure(exc, intent)
+            nothing_stored, error = classify_failure(as_answered(rt, exc, intent), intent)
             error = type(error)(of_source(rt, source, str(error)), entry_id=intent.entry_id)
             with write_transaction(rt.engine) as conn:
                 if nothing_stored:
