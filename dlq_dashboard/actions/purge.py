@@ -34,7 +34,7 @@ from ..actors import RETENTION
 from ..alerts.outbox import forget_sent
 from ..times import format_duration
 from ..db.counts import ARRIVALS, GROUPS, WIDTHS, Change, bucket, count_changes
-from ..db.engine import read_transaction, write_transaction
+from ..db.engine import read_transaction, retried_write, write_transaction
 from ..db.models import Action, Entry, Event, Job, JobItem, Purge, Republish
 from ..db.rows import UNCACHED, among
 from ..nats.bridge import NatsUnavailable
@@ -229,50 +229,66 @@ def _remove(rt: ActionContext, ids: list[int], status: str, cutoff: datetime, pu
             older_than: int, deleted: int, deferred: int, report: PurgeReport) -> int | None:
     """Delete the entries among ``ids`` that still qualify, with everything that is theirs alone,
     and take them out of the kept counts, in one transaction."""
-    with write_transaction(rt.engine) as conn:
-        conn = conn.execution_options(**UNCACHED)
-        # Checked again under the write lock (a row lock on PostgreSQL): an entry reopened or
-        # republished since it was read is not purged.
-        query = (select(ENTRIES.c.id, ENTRIES.c.group_id, ENTRIES.c.received_at, ENTRIES.c.original_stream,
-                        ENTRIES.c.original_seq)
-                 .where(among(conn, ENTRIES.c.id, ids), _purgeable(status, cutoff)))
-        if conn.dialect.name == "postgresql":
-            query = query.with_for_update(of=ENTRIES)
-        rows = conn.execute(query).all()
-        if rows:
-            gone = [r.id for r in rows]
-            _keep_job_counts(conn, gone)
-            conn.execute(delete(ITEMS).where(among(conn, ITEMS.c.entry_id, gone)))
-            conn.execute(delete(INTENTS).where(among(conn, INTENTS.c.entry_id, gone)))
-            # On SQLite a trigger takes each entry out of the search index too.
-            conn.execute(delete(ENTRIES).where(among(conn, ENTRIES.c.id, gone)))
-            _remove_history(conn, rows)
-            count_changes(conn, [Change(group_id, None, at, status, None, n) for (group_id, at), n
-                                 in Counter((r.group_id, r.received_at) for r in rows).items()])
-            _drop_empty_buckets(conn, rows)
-            _move_first_seen(conn, {r.group_id for r in rows if r.group_id is not None})
-        counts = {"republished": len(rows) if status == "republished" else 0,
-                  "closed": len(rows) if status == "closed" else 0,
-                  "messages_deleted": deleted, "deferred": deferred}
-        if purge_id is None and (rows or deleted or deferred):
-            purge_id = conn.execute(insert(PURGES).values(started_at=utcnow(), actor=actor, older_than=older_than,
-                                                          **counts).returning(PURGES.c.id)).scalar_one()
-        elif purge_id is not None:
-            conn.execute(update(PURGES).where(PURGES.c.id == purge_id).values(
-                **{name: PURGES.c[name] + n for name, n in counts.items()}))
-    report.purged[status] += len(rows)
+    purge_id, removed = retried_write(rt.engine, lambda conn: _remove_in(conn, ids, status, cutoff, purge_id, actor,
+                                                                         older_than, deleted, deferred))
+    report.purged[status] += removed
     return purge_id
 
 
-def _keep_job_counts(conn: Connection, gone: list[int]) -> None:
-    """Before the job items of purged entries go with them, add their counts by state to their
-    jobs' ``purged``: a finished job still says how it went (it read "0 done ... of 2,999")."""
+def _remove_in(conn: Connection, ids: list[int], status: str, cutoff: datetime, purge_id: int | None, actor: str,
+               older_than: int, deleted: int, deferred: int) -> tuple[int | None, int]:
+    # Run again if PostgreSQL aborts it as a deadlock's victim: the stream messages were deleted
+    # before, so nothing but rows is done again. Its locks are taken in the order a bulk job's
+    # recording takes them (entries, failure_groups by id, arrivals, jobs), so the two do not
+    # wait for each other in a circle.
+    conn = conn.execution_options(**UNCACHED)
+    # Checked again under the write lock (a row lock on PostgreSQL): an entry reopened or
+    # republished since it was read is not purged.
+    query = (select(ENTRIES.c.id, ENTRIES.c.group_id, ENTRIES.c.received_at, ENTRIES.c.original_stream,
+                    ENTRIES.c.original_seq)
+             .where(among(conn, ENTRIES.c.id, ids), _purgeable(status, cutoff)))
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update(of=ENTRIES)
+    rows = conn.execute(query).all()
+    if rows:
+        gone = [r.id for r in rows]
+        job_counts = _job_counts(conn, gone)  # read now: the items go with the entries
+        conn.execute(delete(ITEMS).where(among(conn, ITEMS.c.entry_id, gone)))
+        conn.execute(delete(INTENTS).where(among(conn, INTENTS.c.entry_id, gone)))
+        # On SQLite a trigger takes each entry out of the search index too.
+        conn.execute(delete(ENTRIES).where(among(conn, ENTRIES.c.id, gone)))
+        _remove_history(conn, rows)
+        count_changes(conn, [Change(group_id, None, at, status, None, n) for (group_id, at), n
+                             in Counter((r.group_id, r.received_at) for r in rows).items()])
+        _drop_empty_buckets(conn, rows)
+        _move_first_seen(conn, {r.group_id for r in rows if r.group_id is not None})
+        _keep_job_counts(conn, job_counts)  # jobs last, as a job's recording locks them
+    counts = {"republished": len(rows) if status == "republished" else 0,
+              "closed": len(rows) if status == "closed" else 0,
+              "messages_deleted": deleted, "deferred": deferred}
+    if purge_id is None and (rows or deleted or deferred):
+        purge_id = conn.execute(insert(PURGES).values(started_at=utcnow(), actor=actor, older_than=older_than,
+                                                      **counts).returning(PURGES.c.id)).scalar_one()
+    elif purge_id is not None:
+        conn.execute(update(PURGES).where(PURGES.c.id == purge_id).values(
+            **{name: PURGES.c[name] + n for name, n in counts.items()}))
+    return purge_id, len(rows)
+
+
+def _job_counts(conn: Connection, gone: list[int]) -> dict[int, Counter]:
+    """The job items of purged entries, counted by job and state, before they go with them."""
     found: dict[int, Counter] = {}
     for job_id, state, n in conn.execute(select(ITEMS.c.job_id, ITEMS.c.state, func.count())
                                          .where(among(conn, ITEMS.c.entry_id, gone))
                                          .group_by(ITEMS.c.job_id, ITEMS.c.state)):
         found.setdefault(job_id, Counter())[state] += n
-    for job_id, counts in found.items():
+    return found
+
+
+def _keep_job_counts(conn: Connection, found: dict[int, Counter]) -> None:
+    """Add the purged items' counts (_job_counts) to their jobs' ``purged``, in the order of the
+    jobs' ids: a finished job still says how it went (it read "0 done ... of 2,999")."""
+    for job_id, counts in sorted(found.items()):
         kept = conn.execute(select(JOBS.c.purged).where(JOBS.c.id == job_id)).scalar()
         counts.update(json.loads(kept or "{}"))
         conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(purged=json.dumps(dict(sorted(counts.items())))))

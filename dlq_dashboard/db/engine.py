@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.engine import URL, make_url
 
 from ..files import private_sqlite
@@ -173,6 +175,35 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
         conn.execution_options(immediate=True)
         with conn.begin():
             yield conn
+
+
+#: PostgreSQL's sqlstate for a transaction it aborted to break a deadlock (the victim).
+DEADLOCK_DETECTED = "40P01"
+#: How many times a write transaction is run when it keeps being a deadlock's victim.
+DEADLOCK_ATTEMPTS = 4
+_T = TypeVar("_T")
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """Whether ``exc`` is PostgreSQL aborting this transaction as a deadlock's victim."""
+    return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) == DEADLOCK_DETECTED
+
+
+def retried_write(engine: Engine, work: Callable[[Connection], _T], attempts: int = DEADLOCK_ATTEMPTS) -> _T:
+    """``work(conn)`` in a write_transaction, run again when PostgreSQL aborted it as a
+    deadlock's victim: rolled back, it had no effect, so ``work`` must do nothing outside the
+    database (no NATS) that a second run would repeat. The locks are taken in one order
+    (docs/ARCHITECTURE.md); this is the net for an order not foreseen."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with write_transaction(engine) as conn:
+                return work(conn)
+        except DBAPIError as exc:
+            if not is_deadlock(exc) or attempt == attempts:
+                raise
+            log.warning("a transaction was a deadlock's victim; run again (%d of %d)", attempt + 1, attempts)
+            time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from ...db.engine import is_sqlite, write_transaction
+from ...db.engine import is_sqlite, retried_write, write_transaction
 from ...db.leases import acquire_lease
 from ...db.rows import UNCACHED, among
 from ...nats.bridge import NatsUnavailable
@@ -293,11 +293,9 @@ class JobWork:
             oldest = self.flights.pop(0)
         try:
             answers = self._answers(*oldest[:2]) if oldest else None
-            with write_transaction(self.rt.engine) as conn:
-                waiting = self._write_outcomes(conn, oldest[0], answers) if oldest else 0
-                claims = self._claim(conn, job, items) if items else []
-                self._advance(after)
-                ahead = self._read_job_and_window(conn)
+            waiting, (claims, ahead) = retried_write(self.rt.engine, lambda conn: (
+                self._write_outcomes(conn, oldest[0], answers) if oldest else 0,
+                self._claim_and_read(conn, job, items, after)))
         finally:
             if oldest:
                 self.rt.flights.end(oldest[0])
@@ -306,6 +304,13 @@ class JobWork:
         if waiting:
             raise WaitForNats(f"{waiting} republishes wait for NATS", oldest[2])
         return ahead
+
+    def _claim_and_read(self, conn, job, items, after: int):
+        """Commit the next window's intents and read the job and the window after (in the caller's
+        transaction, run again if PostgreSQL aborts it as a deadlock's victim: nothing is sent in it)."""
+        claims = self._claim(conn, job, items) if items else []
+        self._advance(after)
+        return claims, self._read_job_and_window(conn)
 
     def _advance(self, after: int) -> None:
         """This turn's lane has taken its items up to ``after``."""
@@ -321,10 +326,7 @@ class JobWork:
         waiting_lane, waiting = self.recorder.recorded(block=self.recorder.full)
         if len(self.flights) >= 2 or (self.flights and not items):
             self.recorder.submit(self._record, *self.flights.pop(0))
-        with write_transaction(self.rt.engine) as conn:
-            claims = self._claim(conn, job, items) if items else []
-            self._advance(after)
-            ahead = self._read_job_and_window(conn)
+        claims, ahead = retried_write(self.rt.engine, lambda conn: self._claim_and_read(conn, job, items, after))
         if claims:
             self.flights.append(self._start([intent for _, intent in claims]))
         if waiting:
@@ -334,8 +336,7 @@ class JobWork:
     def _record(self, intents: list[Intent], future, lane: Lane) -> tuple[Lane, int]:
         try:
             answers = self._answers(intents, future)
-            with write_transaction(self.rt.engine) as conn:
-                return lane, self._write_outcomes(conn, intents, answers)
+            return lane, retried_write(self.rt.engine, lambda conn: self._write_outcomes(conn, intents, answers))
         finally:
             self.rt.flights.end(intents)
 
@@ -351,8 +352,7 @@ class JobWork:
             intents, future, _ = self.flights.pop(0)
             try:
                 answers = self._answers(intents, future)
-                with write_transaction(self.rt.engine) as conn:
-                    self._write_outcomes(conn, intents, answers)
+                retried_write(self.rt.engine, lambda conn: self._write_outcomes(conn, intents, answers))
             finally:
                 self.rt.flights.end(intents)
 
