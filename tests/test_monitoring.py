@@ -237,6 +237,33 @@ def test_arrivals_are_a_counter_that_purges_do_not_lower(app):
 
 
 @pytest.mark.both_databases
+def test_a_purge_committed_during_a_scrape_is_not_counted_twice(app, monkeypatch):
+    """The entries received are those held plus those purged, read in two statements: on
+    PostgreSQL a purge batch committed between them counted its entries twice, the counter went
+    down at the next scrape, and the shipped DLQFailuresSpiking alert fired on nothing."""
+    from dlq_dashboard.web import metrics
+
+    rt = runtime_of(app)
+    client = app.test_client()
+    ids = [support.dead_letter(app, seq, Dlq_Reason="fatal") for seq in range(1, 5)]
+    for entry_id in ids[:3]:
+        close_entry(rt, entry_id, 1, actor="test")
+    with write_transaction(rt.engine) as conn:
+        conn.execute(update(Entry).where(Entry.id.in_(ids[:3])).values(updated_at=utcnow() - timedelta(days=40)))
+    reads = metrics.purged_totals
+
+    def purged_meanwhile(conn):  # the purge commits between the scrape's two reads
+        if rt.engine.dialect.name == "postgresql":
+            assert purge_entries(rt, older_than=30 * DAY, actor="test").total == 3
+        return reads(conn)
+
+    monkeypatch.setattr(metrics, "purged_totals", purged_meanwhile)
+    assert value(scrape(client), "dlq_entries_received_total") == 4
+    monkeypatch.setattr(metrics, "purged_totals", reads)
+    assert value(scrape(client), "dlq_entries_received_total") == 4
+
+
+@pytest.mark.both_databases
 def test_open_groups_are_counted_by_bounded_reason_and_jobs_by_action_and_state(offline_app):
     rt = runtime_of(offline_app)
     ids = [support.dead_letter(offline_app, 1, Dlq_Reason="fatal", Dlq_Error="tax down"),

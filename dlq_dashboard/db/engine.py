@@ -207,6 +207,22 @@ def retried_write(engine: Engine, work: Callable[[Connection], _T], attempts: in
 
 
 @contextmanager
+def snapshot_transaction(engine: Engine) -> Iterator[Connection]:
+    """A read transaction whose statements all see the database as of its first one: SQLite's
+    read transaction is such a snapshot; PostgreSQL's default (read committed) lets each statement
+    see what committed meanwhile, so there it is REPEATABLE READ. For a read that adds
+    up figures of several statements (/metrics: the entries held plus those purged)."""
+    if is_sqlite(engine):
+        with read_transaction(engine) as conn:
+            yield conn
+        return
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            yield conn
+
+
+@contextmanager
 def read_transaction(engine: Engine) -> Iterator[Connection]:
     """A read transaction (on SQLite a snapshot: deferred, so it takes no write lock), on the
     connection this thread holds for its reads (``hold_reads``) when it holds one, which no

@@ -24,7 +24,7 @@ from dlq_consumer.headers import REASONS
 from ..actions.purge import purged_totals
 from ..alerts.sender import outbox_summary
 from ..db.counts import GROUPS, STATUS_COLUMNS, status_sums
-from ..db.engine import read_transaction
+from ..db.engine import snapshot_transaction
 from ..db.models import FailureGroup, Job, MirrorState, Republish
 from ..ingest.search_index import search_lag
 from ..runtime import Runtime
@@ -172,7 +172,10 @@ class DashboardCollector(Collector):
             # The model's source after ``columns``, with several sources only.
             return [*columns, *([model.source] if several else [])]
 
-        with read_transaction(self.runtime.engine) as conn:
+        # One snapshot: the entries received are those held plus those purged, read in two
+        # statements; on PostgreSQL a purge committing between them counted its entries twice,
+        # and the counter went down at the next scrape (DLQFailuresSpiking fired on it).
+        with snapshot_transaction(self.runtime.engine) as conn:
             # From the counts kept beside the entries (a row a failure group, db/counts.py), as
             # /groups counts them: a scrape reads no entry at a million of them. A group is of
             # one reason ('' where its entries have none).
