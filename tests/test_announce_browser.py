@@ -77,3 +77,25 @@ def test_what_a_job_says_names_its_state_once(app, state, said):
     job = {"id": 5, "state": state, "done": 3, "failed": 0, "skipped": 1, "cancelled": 2, "cancel_requested": False}
     with app.test_request_context("/"):
         assert " ".join(str(app.jinja_env.get_template("_jobs.html").module.announce(job)).split()) == said
+
+
+def test_new_entries_are_said_once_when_they_arrive_not_at_each_poll(app, live_server, page):
+    """The results were a live region holding the count of new entries polled every 5 s: a screen
+    reader read "1 new — show", "2 new — show"... at each poll. The arrival is said once."""
+    support.sign_in(page, live_server, app, "viewer")
+    page.add_init_script("window.settled = 0; document.addEventListener('htmx:afterSettle', () => window.settled++);")
+    page.goto(live_server + "/")
+    results, announcer = page.locator("#results"), page.locator("#announcer")
+    assert results.get_attribute("aria-live") is None
+    expect(page.locator("#entry-rows > tr")).to_have_count(3)
+    support.dead_letter(app, 4, payload=b'{"order_id": 4}', Dlq_Reason="fatal")
+    expect(page.locator(".new-entries")).to_contain_text("1 new", timeout=20_000)
+    expect(announcer).to_have_text("New dead letters have arrived: Show them is above the list.")
+    page.evaluate("() => { document.getElementById('announcer').textContent = ''; }")
+    support.dead_letter(app, 5, payload=b'{"order_id": 5}', Dlq_Reason="fatal")
+    expect(page.locator(".new-entries")).to_contain_text("2 new", timeout=20_000)
+    page.evaluate("() => { window.settled = 0; }")
+    page.wait_for_function("() => window.settled >= 1", timeout=20_000)  # one more poll after the change
+    assert announcer.text_content() == ""
+    page.goto(live_server + "/groups")
+    assert page.locator("#results").get_attribute("aria-live") is None
