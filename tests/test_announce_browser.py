@@ -99,3 +99,34 @@ def test_new_entries_are_said_once_when_they_arrive_not_at_each_poll(app, live_s
     assert announcer.text_content() == ""
     page.goto(live_server + "/groups")
     assert page.locator("#results").get_attribute("aria-live") is None
+
+
+@pytest.mark.parametrize("where, status, first, same_count, none", [
+    ("/", "open", "3 dead letters shown for status open.", "3 dead letters shown for status open, reason fatal.",
+     "No dead letter matches status open, subject payments.*, reason fatal."),
+    ("/groups", "", "1 failure group shown.", "1 failure group shown for reason fatal.",
+     "No failure group matches subject payments.*, reason fatal."),
+])
+def test_a_filter_change_says_what_is_shown(app, live_server, page, where, status, first, same_count, none):
+    """The results, replaced whole after a search or a filter change, said nothing: what is shown
+    is said by the page's status region after each change, not at the page's polls."""
+    support.sign_in(page, live_server, app, "viewer")
+    page.add_init_script("window.settled = 0; document.addEventListener('htmx:afterSettle', () => window.settled++);")
+    page.goto(live_server + where)
+    announcer = page.locator("#announcer")
+    # The list's counts come after the page, replacing their part: that says nothing.
+    page.wait_for_function("() => !document.querySelector('.summary[aria-busy]')", timeout=20_000)
+    assert announcer.text_content() == ""  # what the page showed as it loaded is not read out
+    page.locator("select[name=status]").select_option(status)
+    expect(announcer).to_have_text(first, timeout=20_000)
+    for name, value, said in (("reason", "fatal", same_count), ("subject", "payments.*", none)):
+        page.locator(f"form[role=search] input[name={name}]").fill(value)
+        page.locator(f"form[role=search] input[name={name}]").press("Enter")
+        expect(announcer).to_have_text(said, timeout=20_000)  # the same count, another sentence; then none
+    if where == "/":  # the rows again, whose count of new entries is polled: a poll says nothing
+        page.locator("form[role=search] input[name=subject]").fill("")
+        page.locator("form[role=search] input[name=subject]").press("Enter")
+        expect(announcer).to_have_text(same_count, timeout=20_000)
+        page.evaluate("() => { document.getElementById('announcer').textContent = ''; window.settled = 0; }")
+        page.wait_for_function("() => window.settled >= 2", timeout=20_000)
+        assert announcer.text_content() == ""
