@@ -202,8 +202,64 @@
 // j / k choose the next / previous row of a list (rows marked data-row-url), or on an entry's
 // page open its next / previous entry (links marked data-neighbour); Enter opens the chosen row,
 // "/" jumps to the search box, "?" shows the keys (the dialog in base.html; Escape closes it). Nothing happens while typing in a field or with Ctrl, Alt or Meta held.
+// No key leaves the page while a field holds text typed and not sent (a Close note, then Tab to
+// its button, then j lost the note). The keys can be turned off (WCAG 2.1.4) in their dialog,
+// which the header's "Keys" button opens too; remembered in localStorage.
 (function () {
   "use strict";
+
+  var OFF = "dlq.keys.off";
+
+  function keysOff() {
+    try {
+      return window.localStorage.getItem(OFF) === "1";
+    } catch (error) {
+      return false;  // storage refused (a private window): the keys stay on
+    }
+  }
+
+  // A text field whose value is not what the page came with, outside the forms htmx sends as
+  // they are typed in (the filters): text a person typed and has not sent.
+  var TEXT = /^(text|search|email|url|tel|number|password)$/;
+  function unsent() {
+    return Array.prototype.some.call(document.querySelectorAll("textarea, input"), function (field) {
+      return (field.tagName === "TEXTAREA" || TEXT.test(field.type)) && !field.disabled &&
+        !field.closest("form[hx-get]") && field.value !== field.defaultValue;
+    });
+  }
+
+  function leave(url) {
+    var announcer = document.getElementById("announcer");
+    if (!unsent()) {
+      window.location.assign(url);
+    } else if (announcer) {
+      announcer.textContent = "Not opened: a field holds text you typed and have not sent.";
+    }
+    return true;  // the key is taken either way: it never types or scrolls instead
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var box = document.getElementById("keys-off");
+    if (box) {
+      box.checked = keysOff();
+    }
+  });
+  document.addEventListener("change", function (event) {
+    if (event.target && event.target.id === "keys-off") {
+      try {
+        window.localStorage.setItem(OFF, event.target.checked ? "1" : "0");
+      } catch (error) {
+        // not remembered: this page keeps the choice until it is left
+      }
+    }
+  });
+  document.addEventListener("click", function (event) {
+    var opener = event.target && event.target.closest && event.target.closest("[data-open-keys]");
+    var help = document.getElementById("keys-help");
+    if (opener && help && !help.open) {
+      help.showModal();
+    }
+  });
 
   function typing(target) {
     return target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
@@ -235,6 +291,10 @@
     if (event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented || typing(event.target)) {
       return;
     }
+    var box = document.getElementById("keys-off");
+    if (box ? box.checked : keysOff()) {
+      return;
+    }
     var help = document.getElementById("keys-help");
     if (help && help.open) {
       return;
@@ -256,8 +316,7 @@
       // On an entry's page (no rows): its next (older) or previous (newer) entry in its list.
       var neighbour = document.querySelector('a[data-neighbour="' + (event.key === "j" ? "next" : "prev") + '"]');
       if (!document.querySelector("tr[data-row-url]") && neighbour) {
-        window.location.assign(neighbour.getAttribute("href"));
-        handled = true;
+        handled = leave(neighbour.getAttribute("href"));
       } else {
         handled = move(event.key === "j" ? 1 : -1);
       }
@@ -265,8 +324,7 @@
       // Only for the chosen row itself: Enter on a link or button keeps its own meaning.
       var row = document.querySelector("tr.row-current[data-row-url]");
       if (row && (event.target === row || event.target === document.body)) {
-        window.location.assign(row.getAttribute("data-row-url"));
-        handled = true;
+        handled = leave(row.getAttribute("data-row-url"));
       }
     }
     if (handled) {

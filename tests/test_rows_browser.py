@@ -114,3 +114,40 @@ def test_the_theme_follows_the_system_and_rows_never_scroll_sideways(app, live_s
         page.goto(f"{live_server}/")
         page.locator(f"{COUNTED_SUMMARY} details.chart-fold").wait_for()  # folded at first on a phone
         browser_support.assert_fits(page, "the list")
+
+
+def test_a_key_does_not_leave_a_note_typed_and_not_sent_and_the_keys_can_be_turned_off(app, live_server, page):
+    """A Close note typed, then Tab to Close, then j opened the next entry and the note was lost;
+    and the single keys could not be turned off (WCAG 2.1.4)."""
+    first, second = (support.dead_letter(app, seq, payload=b'{"n": %d}' % seq) for seq in (10, 11))
+    support.sign_in(page, live_server, app, "operator")
+    page.goto(f"{live_server}/entries/{second}?status=open")
+    note = page.locator("input[name=note]")
+    note.fill("known duplicate")
+    note.press("Tab")
+    expect(note).not_to_be_focused()
+    page.keyboard.press("j")
+    expect(page.locator("#announcer")).to_have_text("Not opened: a field holds text you typed and have not sent.")
+    assert page.url.endswith(f"/entries/{second}?status=open") and note.input_value() == "known duplicate"
+    note.fill("")  # nothing typed any more: j opens the next entry
+    note.press("Tab")
+    page.keyboard.press("j")
+    page.wait_for_url(re.compile(rf"/entries/{first}\?status=open$"))
+
+    page.goto(f"{live_server}/")
+    page.get_by_role("button", name="Keys").click()
+    help_dialog = page.locator("#keys-help")
+    expect(help_dialog).to_be_visible()
+    help_dialog.get_by_label("Turn off these single keys").check()
+    page.keyboard.press("Escape")
+    expect(help_dialog).to_be_hidden()
+    page.reload()  # remembered
+    page.keyboard.press("j")
+    page.keyboard.press("?")
+    assert current(page) == [] and not help_dialog.is_visible()
+    page.get_by_role("button", name="Keys").click()
+    expect(help_dialog.get_by_label("Turn off these single keys")).to_be_checked()
+    help_dialog.get_by_label("Turn off these single keys").uncheck()
+    page.keyboard.press("Escape")
+    page.keyboard.press("j")
+    assert len(current(page)) == 1
