@@ -108,6 +108,23 @@ def test_only_an_admin_sees_the_users_link_and_the_page_lists_users_and_tokens(o
     assert "never" in re.search(r'data-user="quinn".*?</tr>', body, re.S).group(0)
 
 
+def test_a_rows_buttons_and_links_name_what_they_act_on(offline_app, engine, admin):
+    """/admin/users' "Save", "Disable", "End sessions" and /groups' "Open group", "Show entries"
+    were read out of their row with nothing to tell one from the next."""
+    accounts.create_user(engine, "quinn", support.PASSWORD, "operator")
+    accounts.create_token(engine, "bot", "viewer")
+    body = admin.get("/admin/users").get_data(as_text=True)
+    row = re.search(r'data-user="quinn".*?</tr>', body, re.S).group(0)
+    for label in ("Save", "Disable", "End sessions"):
+        assert f'aria-label="{label} quinn">{label}</button>' in row
+    assert 'aria-label="Revoke the token bot">Revoke</button>' in body
+    support.dead_letter(offline_app, 1, Dlq_Reason="fatal", Dlq_Error="boom")
+    groups = admin.get("/groups").get_data(as_text=True)
+    label_id = re.search(r'id="(group-\d+-label)"', groups).group(1)
+    for link in ("Open group", "Show entries"):
+        assert re.search(rf'<a href="[^"]*" aria-describedby="{label_id}">{link}</a>', groups)
+
+
 # --- users ------------------------------------------------------------------------------------
 
 def test_creating_a_user_without_a_password_shows_a_made_one_once_and_it_signs_in(offline_app, engine, admin):
