@@ -151,3 +151,18 @@ def test_a_key_does_not_leave_a_note_typed_and_not_sent_and_the_keys_can_be_turn
     page.keyboard.press("Escape")
     page.keyboard.press("j")
     assert len(current(page)) == 1
+
+
+def test_how_long_ago_is_kept_current_and_the_exact_time_is_read_without_hovering(app, live_server, page):
+    """"2 s ago" was written as the page was made and stayed so on a list left open; the exact
+    time was a title, shown only on hover."""
+    support.sign_in(page, live_server, app, "viewer")
+    page.clock.install()  # the browser's clock, moved on below without waiting
+    page.goto(f"{live_server}/")
+    failed = page.locator("#entry-rows tr[data-row-url] td.failed time").first
+    expect(failed.locator("[data-ago-text]")).to_have_text(re.compile(r"^(\d+ s ago|just now)$"))
+    exact = failed.get_attribute("title")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", exact)
+    assert failed.locator(".visually-hidden").text_content() == f" ({exact})"  # read, not only hovered
+    page.clock.fast_forward("03:00")
+    expect(failed.locator("[data-ago-text]")).to_have_text(re.compile(r"^[34] min ago$"))

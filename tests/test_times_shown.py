@@ -1,5 +1,5 @@
 """Every page shows a time one way: '2026-11-29 10:00:05 UTC' in a <time> element whose datetime
-is RFC 3339; where a page says how long ago instead, the exact time is its title (on hover)."""
+is RFC 3339; where a page says how long ago instead, the exact time is its title (on hover) and read after it by a screen reader."""
 
 from __future__ import annotations
 
@@ -65,8 +65,10 @@ def assert_one_format(html: str, where: str) -> int:
     page = shown_times(html)
     for attrs, text in page.times:
         assert RFC3339.match(attrs.get("datetime", "")), (where, attrs)
-        if RELATIVE.match(text):
+        said, _, read = text.partition(" (")  # how long ago, then the exact time a screen reader reads
+        if RELATIVE.match(said):
             assert EXACT.match(attrs.get("title", "")), f"{where}: '{text}' has no exact time on hover: {attrs}"
+            assert read == attrs["title"] + ")", f"{where}: '{text}' does not read its exact time"
         else:
             assert EXACT.match(text), f"{where}: a time shown as {text!r}"
     stray = [t for t in page.outside if ANY_TIME.search(t)]
@@ -97,7 +99,7 @@ def test_every_page_shows_times_in_one_format(offline_app, tokens):
         assert response.status_code == 200, path
         assert assert_one_format(response.get_data(as_text=True), path) >= at_least, path
     listed = shown_times(browser.get("/?status=closed").get_data(as_text=True)).times
-    assert any(RELATIVE.match(text) for _, text in listed), "the list says how long ago"
+    assert any(RELATIVE.match(text.partition(" (")[0]) for _, text in listed), "the list says how long ago"
 
 
 def test_a_stale_version_page_shows_the_history_in_the_same_format(offline_app, tokens):
@@ -121,7 +123,8 @@ def test_the_time_filters_write_what_markup_format_would():
     now = utcnow()
     for value in (now, now - timedelta(minutes=3), now - timedelta(days=40), "2026-11-29 10:00:05.123456",
                   now + timedelta(hours=2)):
-        assert relative(value) == Markup('<time datetime="{}" title="{}">{}</time>').format(
-            rfc3339(value), when(value), ago(value))
+        assert relative(value) == Markup('<time datetime="{}" title="{}" data-ago><span data-ago-text>{}</span>'
+                                         '<span class="visually-hidden"> ({})</span></time>').format(
+            rfc3339(value), when(value), ago(value), when(value))
         assert timestamp(value) == Markup('<time datetime="{}">{}</time>').format(rfc3339(value), when(value))
     assert relative(None) == timestamp(None) == Markup("—")

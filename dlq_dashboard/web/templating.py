@@ -73,13 +73,15 @@ def timestamp(value: datetime | str | None) -> Markup:
 
 
 def relative(value: datetime | str | None) -> Markup:
-    """How long ago as a <time> element whose title is the exact time: '3 min ago' on the page,
-    '2026-11-29 10:00:05 UTC' on hover."""
+    """How long ago as a <time> element: '3 min ago' on the page, kept current by static/app.js
+    (data-ago: a list left open said "2 s ago" long after), and the exact time
+    '2026-11-29 10:00:05 UTC' on hover and, without hovering, to a screen reader."""
     value = as_time(value)
     if value is None:
         return Markup("—")
-    return Markup(f'<time datetime="{escape(rfc3339(value))}" title="{escape(when(value))}">'
-                  f'{escape(ago(value))}</time>')
+    exact = escape(when(value))
+    return Markup(f'<time datetime="{escape(rfc3339(value))}" title="{exact}" data-ago><span data-ago-text>'
+                  f'{escape(ago(value))}</span><span class="visually-hidden"> ({exact})</span></time>')
 
 
 def number(value: int | float | None) -> str:
