@@ -4,6 +4,8 @@ region, which stays, and only when it changes; not the progress of every poll.""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -130,3 +132,25 @@ def test_a_filter_change_says_what_is_shown(app, live_server, page, where, statu
         page.evaluate("() => { document.getElementById('announcer').textContent = ''; window.settled = 0; }")
         page.wait_for_function("() => window.settled >= 2", timeout=20_000)
         assert announcer.text_content() == ""
+
+
+def test_a_refused_ignore_names_its_box_and_a_state_change_is_said(app, live_server, page):
+    """"soon" in the box labelled "Ignore for" said "until 'soon' is not valid" (the next box is
+    labelled "until ... more failures"), tied to no box, the focus at the top; a change that
+    worked said nothing to a screen reader."""
+    support.sign_in(page, live_server, app, "operator")
+    page.goto(live_server + "/groups")
+    page.get_by_role("link", name="Open group").click()
+    page.wait_for_url(re.compile(r"/groups/\d+$"))
+    group_id = page.url.rsplit("/", 1)[1]
+    box = page.get_by_label("Ignore for", exact=True)
+    box.fill("soon")
+    page.get_by_role("button", name="Ignore for a time").click()
+    error = page.locator("#state-error")
+    expect(error).to_contain_text("Ignore for 'soon' is not valid")
+    box = page.get_by_label("Ignore for", exact=True)
+    expect(box).to_be_focused()
+    expect(box).to_have_attribute("aria-invalid", "true")
+    expect(box).to_have_attribute("aria-describedby", "state-error")
+    page.get_by_role("button", name="Assign to me").click()
+    expect(page.locator("#announcer")).to_have_text(re.compile(rf"^Group {group_id} is assigned to \S+\. See its activity$"))

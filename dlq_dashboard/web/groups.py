@@ -28,6 +28,7 @@ from .data import current_reader, list_fields
 from .errors import status_of
 from .presenters.charts import build_chart, chart_bounds, describe_size
 from .presenters.rows import snippet
+from .actions import done
 from .responses import after_post
 
 bp = Blueprint("groups", __name__)
@@ -75,7 +76,30 @@ def group_page(group_id: int):
     return _group_page(group_id)
 
 
-def _group_page(group_id: int, *, state_error: str | None = None, kept: Any = None, status: int = 200):
+#: The group page's boxes a refused state change can name, by the field the API names ("until
+#: 'soon' is not valid"): the page says the box's visible label, since "until" is also the next
+#: box's label ("until ... more failures").
+STATE_BOXES = {"until": "Ignore for"}
+
+
+def _state_refusal(exc: Exception) -> tuple[str, str | None]:
+    """The sentence a refused change says on the page, and the box it speaks of (or None)."""
+    sentence = str(exc)
+    for field, label in STATE_BOXES.items():
+        if sentence.startswith(field + " ") and request.form.get(field):
+            return label + sentence[len(field):], field
+    return sentence, None
+
+
+def _changed_sentence(group_id: int, state: str) -> str:
+    """What a state change from the page did, said on the page it leads back to."""
+    if state == "investigating":
+        return f"Group {group_id} is assigned to {_form_body()['assignee']}."
+    return f"Group {group_id} is {'open again' if state == 'open' else state}."
+
+
+def _group_page(group_id: int, *, state_error: str | None = None, kept: Any = None, status: int = 200,
+                error_field: str | None = None):
     """The group's page; with ``state_error``, a state change refused, the form's values ``kept``."""
     rt, reader = current_runtime(), current_reader()
     data = group_data(group_id)
@@ -92,6 +116,7 @@ def _group_page(group_id: int, *, state_error: str | None = None, kept: Any = No
         involved=visible.group_involved(reader, rt.store, group_id), newest=newest.entries,
         more=newest.next_cursor is not None, filter_args=found.filter_args(), snippet=snippet,
         notes=[a for a in data["activity"] if a["text"]], state_error=state_error, kept=kept or {},
+        error_field=error_field,
         assignees=triage.assignee_names(rt.engine, scope_condition(GROUPS.c.subject, reader.reads))
         if reader.may("operator") else []), status
 
@@ -123,7 +148,9 @@ def group_state_form(group_id: int):
     except (InvalidRequest, GroupConflict) as exc:
         # The group's page again, as it is now (who changed it shows in its activity), with why
         # and what was typed: a page of its own lost both ("tomorrow", a release's name).
-        return _group_page(group_id, state_error=str(exc), kept=request.form, status=status_of(exc))
+        sentence, field = _state_refusal(exc)
+        return _group_page(group_id, state_error=sentence, kept=request.form, status=status_of(exc), error_field=field)
+    done(_changed_sentence(group_id, change.state), "See its activity", "activity-heading")
     return after_post(url_for("groups.group_page", group_id=group_id))
 
 
