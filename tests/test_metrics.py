@@ -137,7 +137,7 @@ def test_a_database_failure_is_reported_not_raised(offline_app, monkeypatch):
     def broken(engine):
         raise OSError("disk gone")
 
-    monkeypatch.setattr(metrics, "read_transaction", broken)
+    monkeypatch.setattr(metrics, "snapshot_transaction", broken)
     samples = scrape(offline_app.test_client())
 
     assert value(samples, "dlq_database_up") == 0

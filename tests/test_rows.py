@@ -82,7 +82,7 @@ def test_rows_show_consumer_msg_id_snippet_and_key_fields(rows_app):
     assert cells(html, ids["text"])["Customer"] == "—" and cells(html, ids["other"])["paid"] == "false"
     assert cells(html, ids["other"])["sku"] == "—" and cells(html, ids["accent"])["Customer"] == "Zoë"
     # The times are <time> elements with the exact time on hover.
-    assert re.search(r'<td data-label="Failed" class="failed"><time datetime="[^"]+Z" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">',
+    assert re.search(r'<td data-label="Failed" class="failed"><time datetime="[^"]+Z" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC" data-ago>',
                      html)
     # The JSON API carries the key fields too.
     api = operator.get("/api/entries").get_json()["entries"]
