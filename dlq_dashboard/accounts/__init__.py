@@ -64,7 +64,7 @@ __all__ = [
     "UserInfo", "check_grant", "check_has_password", "check_name", "check_password", "check_role", "count_users",
     "create_token", "create_user", "describe_grant", "end_session", "end_sessions", "end_user_sessions",
     "ensure_first_admin", "find_token", "get_user", "hash_token", "list_tokens", "list_users", "load_session_user",
-    "name_key", "new_password", "new_token", "open_sessions", "read_scopes", "revoke_token", "session_via",
+    "new_password", "new_token", "open_sessions", "read_scopes", "revoke_token", "session_via",
     "set_disabled", "set_password", "set_role_and_scopes", "set_token_role_and_scopes", "sign_in_oidc_user",
     "start_session", "verify_password",
 ]
@@ -108,7 +108,7 @@ def name_key(name: str) -> str:
 def _refuse_taken(conn, name: str) -> None:
     # In the creating transaction; users.name_key's unique index refuses what a concurrent one
     # made meanwhile (PostgreSQL's read committed sees no row not yet committed).
-    held = conn.execute(select(User.name).where(func.lower(User.name) == name.lower()).order_by(User.id)).scalar()
+    held = conn.execute(select(User.name).where(User.name_key == name_key(name))).scalar()
     if held == name:
         raise AccountError(f"user {name!r} exists already")
     if held is not None:

@@ -70,10 +70,9 @@ def list_alerts(engine: Engine, *, state: str | None = None, limit: int = LIMIT,
     the one of the scopes the reader may act on, which an alert's ``actable`` tells (send_again)."""
     joined = ALERTS.outerjoin(GROUPS, GROUPS.c.id == ALERTS.c.group_id)
     scoped = () if within is None else (within,)
-    actable = literal(True) if acting is None else case((acting, True), else_=False)
     query = (select(ALERTS.c.id, ALERTS.c.event_id, ALERTS.c.url, ALERTS.c.event, ALERTS.c.group_id,
                     ALERTS.c.created_at, ALERTS.c.attempts, ALERTS.c.next_attempt_at, ALERTS.c.sent_at,
-                    ALERTS.c.last_error, GROUPS.c.subject, actable.label("actable"))
+                    ALERTS.c.last_error, GROUPS.c.subject, _actable(acting))
              .select_from(joined).where(*scoped))
     if state:
         query = query.where(*_IN_STATE[state])
@@ -93,6 +92,12 @@ def list_alerts(engine: Engine, *, state: str | None = None, limit: int = LIMIT,
             "next_before": alerts[-1]["id"] if len(rows) > limit else None}
 
 
+def _actable(acting):
+    """Whether the reader may act on an alert's group (``acting``: the scopes an operator may act
+    on, as a condition on the group; None: every group), as the column ``actable``."""
+    return (literal(True) if acting is None else case((acting, True), else_=False)).label("actable")
+
+
 def send_again(engine: Engine, alert_id: int, *, actor: str, within=None, acting=None) -> None:
     """Make a failed alert due now (the sender then sends it as stored, with the same id), with
     an audit record in the same transaction; NotFailed for one that is sent or not tried yet;
@@ -100,13 +105,12 @@ def send_again(engine: Engine, alert_id: int, *, actor: str, within=None, acting
     Forbidden for one of a group outside ``acting`` (the scopes an operator may act on)."""
     now = utcnow()
     with write_transaction(engine) as conn:
-        of_group = ALERTS.outerjoin(GROUPS, GROUPS.c.id == ALERTS.c.group_id)
-        row = conn.execute(select(ALERTS).select_from(of_group)
-                           .where(ALERTS.c.id == alert_id, *(() if within is None else (within,)))).first()
+        row = conn.execute(select(ALERTS, _actable(acting)).select_from(
+            ALERTS.outerjoin(GROUPS, GROUPS.c.id == ALERTS.c.group_id))
+            .where(ALERTS.c.id == alert_id, *(() if within is None else (within,)))).first()
         if row is None:
             raise AlertNotFound(alert_id)
-        if acting is not None and conn.execute(select(ALERTS.c.id).select_from(of_group)
-                                               .where(ALERTS.c.id == alert_id, acting)).first() is None:
+        if not row.actable:
             raise Forbidden(ALERT_NOT_YOURS.format(id=alert_id))
         if state_of(row) != "failed":
             raise NotFailed(f"Alert {alert_id} is {state_of(row)}: only a failed alert is sent again.")
