@@ -122,6 +122,45 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
 
 
 @pytest.mark.slow
+def test_a_child_slower_to_start_than_the_silence_allowed_is_given_its_first_report_time(tmp_path, nats_server,
+                                                                                        monkeypatch):
+    """A new interpreter importing the dashboard takes seconds on a loaded machine: a child is
+    killed for silence only once it has reported, or after FIRST_REPORT (seen in a loaded run:
+    each child after a killed one was killed before it could report, and the mirror never came
+    back)."""
+    monkeypatch.setattr(process, "SILENT_STUCK", 0.5)
+    monkeypatch.setattr(process, "SILENT_KILL", 1.0)
+    db = tmp_path / "dlq.sqlite3"
+    support.migrated_sqlite(db)
+    support.make_orders_stream(nats_server.url)
+    started = []
+    start = process.MirrorProcess._start_child
+
+    def start_frozen(self):  # the child stopped before it can have imported anything, let alone reported
+        start(self)
+        if not started:
+            os.kill(self._proc.pid, signal.SIGSTOP)
+        started.append((self._proc.pid, time.monotonic()))
+
+    monkeypatch.setattr(process.MirrorProcess, "_start_child", start_frozen)
+    app = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url), "TESTING": True})
+    rt = runtime_of(app).start(mirror_process=True)
+    try:
+        child, since = started[0]
+        # Four times SILENT_KILL, each moment checked: still the same child, not killed.
+        support.wait_for(lambda: support.gone(child) or time.monotonic() - since > 4 * process.SILENT_KILL,
+                         timeout=30, interval=0.05, message="four times the silence allowed")
+        assert not support.gone(child) and len(started) == 1 and rt.mirror_process.restarts == 0
+        os.kill(child, signal.SIGCONT)
+        support.wait_for(lambda: rt.mirror.leader, timeout=60, message="the slow child to take the lease")
+        assert rt.mirror_process.pid == child and rt.mirror_process.restarts == 0
+    finally:
+        if started and not support.gone(started[0][0]):
+            os.kill(started[0][0], signal.SIGCONT)
+        rt.stop()
+
+
+@pytest.mark.slow
 def test_metrics_count_the_lag_and_its_wait_while_the_mirror_process_hangs(tmp_path, nats_server, monkeypatch):
     """/metrics read the silent child's last report: a lag of 0 and no wait for as long as it hung
     (DLQMirrorBehind could not fire), while /healthz counted what the stream held."""

@@ -60,6 +60,10 @@ STOP_TIMEOUT = 30.0
 #: on every stream it mirrors; one silent for SILENT_KILL is killed, and another started.
 SILENT_STUCK = 10.0
 SILENT_KILL = 60.0
+#: A child just started (a new interpreter importing the dashboard, slow on a loaded machine) is
+#: given this long for its first report, however short SILENT_KILL: else a start slower than it
+#: is killed, and so is each one after it.
+FIRST_REPORT = 60.0
 
 
 def snapshot(progress: StreamProgress) -> StreamProgress:
@@ -203,20 +207,22 @@ class MirrorProcess:
 
     def _follow_child(self) -> int | None:
         """Apply the child's reports until its pipe closes, or kill it once it has been silent for
-        SILENT_KILL; its exit code."""
+        SILENT_KILL (FIRST_REPORT before its first report); its exit code."""
         conn, proc = self._conn, self._proc
         try:
+            heard = False  # until its first report, a child may take FIRST_REPORT
             while True:
                 if not conn.poll(SILENT_STUCK):
                     if self._stopping.is_set():
                         break  # asked to stop, it reports no more: joined, or killed, below
                     log.warning("the mirror's process (pid %s) has not reported for %.0f s", proc.pid, SILENT_STUCK)
-                    if not conn.poll(SILENT_KILL - SILENT_STUCK):
+                    limit = SILENT_KILL if heard else max(FIRST_REPORT, SILENT_KILL)
+                    if not conn.poll(limit - SILENT_STUCK):
                         log.warning("the mirror's process (pid %s) has not reported for %.0f s; killing it",
-                                    proc.pid, SILENT_KILL)
+                                    proc.pid, limit)
                         proc.kill()
                         break
-                reports = conn.recv()
+                reports, heard = conn.recv(), True
                 for name, (leader, progress) in reports.items():
                     view = self.views.get(name)
                     if view is not None:
