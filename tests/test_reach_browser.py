@@ -1,0 +1,60 @@
+"""What a finger reaches on the list, in Debian's Chromium (WCAG 2.2): every tick box that selects
+rows is a target of 24×24 px at least, at a desk's width and a phone's."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from playwright.sync_api import expect
+
+from dlq_dashboard.demo.service import demo_settings
+from dlq_dashboard.ingest import writes
+from dlq_dashboard.ingest.writes import ingest_dlq_batch
+from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
+
+from . import support
+from .browser_support import COUNTED_SUMMARY, SETTLED
+from .demo_entries import demo_messages
+
+DESKTOP, PHONE = (1440, 900), (390, 844)
+LEAST_TARGET = 24  # CSS px, WCAG 2.2 2.5.8
+#: Each shown tick box that selects rows (a row's, "select all"): the box a click on it lands in,
+#: its label when a label holds it.
+TICK_TARGETS = """() => [...document.querySelectorAll('input[type=checkbox][name=ids], input[type=checkbox][data-select-all]')]
+  .filter(box => box.checkVisibility())
+  .map(box => { const target = box.closest('label') || box, rect = target.getBoundingClientRect();
+                return {name: box.getAttribute('aria-label') || target.textContent.trim(), all: box.hasAttribute('data-select-all'),
+                        width: rect.width, height: rect.height}; })"""
+
+
+@pytest.fixture
+def app(settings, make_app):
+    """The app as ``python app.py --demo`` configures it, with 80 of the demo's dead letters
+    received three minutes apart: a page of rows and a chart of some fifty bars."""
+    application = make_app(settings=demo_settings(settings), online=True)
+    now = utcnow()
+    with pytest.MonkeyPatch.context() as patch:
+        for n, message in enumerate(demo_messages(80)):
+            patch.setattr(writes, "utcnow", lambda at=now - timedelta(minutes=3 * (80 - n)): at)
+            ingest_dlq_batch(runtime_of(application).engine, "DLQ", "e1", [message])
+    return application
+
+
+def _open(page, base: str, path: str, size: tuple[int, int]) -> None:
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    page.goto(base + path)
+    page.wait_for_function(SETTLED)
+    expect(page.locator(COUNTED_SUMMARY)).to_be_visible()
+
+
+def test_every_tick_box_that_selects_rows_is_a_target_of_24_px_at_1440_and_390_px(app, live_server, page):
+    support.sign_in(page, live_server, app, "operator")
+    for size in (DESKTOP, PHONE):
+        _open(page, live_server, "/", size)
+        targets = page.evaluate(TICK_TARGETS)
+        assert sum(not t["all"] for t in targets) >= 20, f"at {size[0]} px: {targets[:3]}"
+        assert sum(t["all"] for t in targets) <= 1, f"at {size[0]} px several select-alls: {[t for t in targets if t['all']]}"
+        small = [t for t in targets if t["width"] < LEAST_TARGET or t["height"] < LEAST_TARGET]
+        assert not small, f"at {size[0]} px {len(small)} tick boxes are smaller than 24×24 px: {small[:3]}"
