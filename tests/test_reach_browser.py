@@ -1,6 +1,7 @@
-"""What a finger reaches on the list, in Debian's Chromium (WCAG 2.2): every tick box that selects
-rows is a target of 24×24 px at least, at a desk's width and a phone's, and a phone's list has its
-"select all" too."""
+"""What a finger and a screen reader reach on the list, in Debian's Chromium (WCAG 2.2): every tick
+box that selects rows is a target of 24×24 px at least, at a desk's width and a phone's; the
+results of the list and of the groups have a heading that says what is shown; a phone's list has
+its "select all" too."""
 
 from __future__ import annotations
 
@@ -60,6 +61,24 @@ def test_every_tick_box_that_selects_rows_is_a_target_of_24_px_at_1440_and_390_p
         assert sum(t["all"] for t in targets) == 1, f"at {size[0]} px no one select-all: {[t for t in targets if t['all']]}"
         small = [t for t in targets if t["width"] < LEAST_TARGET or t["height"] < LEAST_TARGET]
         assert not small, f"at {size[0]} px {len(small)} tick boxes are smaller than 24×24 px: {small[:3]}"
+
+
+@pytest.mark.parametrize("path, says", [("/", r"^50 dead letters shown, the newest of more$"),
+                                        ("/?status=open", r"^\d+ dead letters? shown.* for status open$"),
+                                        ("/?q=ffee0c4d9a", r"^No dead letter matches search ffee0c4d9a$"),
+                                        ("/?since=bad", r"^No dead letters shown$"),
+                                        ("/groups", r"^\d+ failure groups? shown for status open$"),
+                                        ("/groups?reason=fatal", r"^1 failure group shown for status open, reason fatal$")])
+def test_the_results_of_the_list_and_the_groups_have_a_heading_that_says_what_is_shown(app, live_server, page,
+                                                                                      path, says):
+    support.sign_in(page, live_server, app, "viewer")
+    page.goto(live_server + path)
+    page.wait_for_function(SETTLED)
+    heading = page.locator("#results").get_by_role("heading", level=2)
+    expect(heading).to_have_count(1)
+    expect(heading).to_have_accessible_name(re.compile(says))
+    # It names the region, a landmark a screen reader lists.
+    expect(page.get_by_role("region", name=re.compile(says))).to_have_attribute("id", "results")
 
 
 def test_on_a_phone_the_list_has_a_select_all_that_ticks_every_row(app, live_server, page):
