@@ -1,7 +1,8 @@
-"""What a finger and a screen reader reach on the list, in Debian's Chromium (WCAG 2.2): every tick
-box that selects rows is a target of 24×24 px at least, at a desk's width and a phone's; the
-results of the list and of the groups have a heading that says what is shown; a phone's list has
-its "select all" too."""
+"""What a finger, the keyboard and a screen reader reach on the list, in Debian's Chromium (WCAG
+2.2): every tick box is a target of 24×24 px at least, at a desk's width and a phone's; from the
+top of the list a few Tab presses reach the first row and the bulk bar (links skip the chart's
+bars and the rows); the results of the list and of the groups have a heading that says what is
+shown; a phone's list has its "select all" too."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ TICK_TARGETS = """() => [...document.querySelectorAll('input[type=checkbox][name
   .map(box => { const target = box.closest('label') || box, rect = target.getBoundingClientRect();
                 return {name: box.getAttribute('aria-label') || target.textContent.trim(), all: box.hasAttribute('data-select-all'),
                         width: rect.width, height: rect.height}; })"""
+#: Where the keyboard's focus is: the link's words, and whether it is inside what ``selector``
+#: names (its first match).
+FOCUS_IN = """(selector) => {
+  const focused = document.activeElement, place = document.querySelector(selector);
+  return {words: focused && focused !== document.body ? (focused.textContent || '').trim() : null,
+          link: !!(focused && focused.matches('a[href^="#"]')), inside: !!(place && place.contains(focused))};
+}"""
 
 
 @pytest.fixture
@@ -61,6 +69,59 @@ def test_every_tick_box_that_selects_rows_is_a_target_of_24_px_at_1440_and_390_p
         assert sum(t["all"] for t in targets) == 1, f"at {size[0]} px no one select-all: {[t for t in targets if t['all']]}"
         small = [t for t in targets if t["width"] < LEAST_TARGET or t["height"] < LEAST_TARGET]
         assert not small, f"at {size[0]} px {len(small)} tick boxes are smaller than 24×24 px: {small[:3]}"
+
+
+def _presses_to_reach(page, place: str, skip_words: str, most: int) -> int:
+    """Tab (and Enter on the link that says ``skip_words``) from the top of the page until the
+    focus is inside ``place``: how many presses that took; ``most`` + 1 when it took more."""
+    for presses in range(1, most + 1):
+        page.keyboard.press("Tab")
+        focus = page.evaluate(FOCUS_IN, place)
+        if focus["link"] and focus["words"] == skip_words:
+            page.keyboard.press("Enter")  # a press too
+            continue
+        if focus["inside"]:
+            return presses
+    return most + 1
+
+
+#: The presses from the top of the list to the first row, and to the bulk bar, at most: the main
+#: menu, the filters, the time presets and the saved view's form come first (about 30), not the
+#: chart's bars (some fifty) nor every row's controls (four a row).
+MOST_PRESSES = 40
+
+
+@pytest.mark.parametrize("place, skip_words", [("#entry-rows tr[data-id]", "Skip to results"),
+                                               (".bulk-actions", "Skip to bulk actions")],
+                         ids=["the first row", "the bulk bar"])
+def test_from_the_top_of_the_list_a_few_tab_presses_reach_the_first_row_and_the_bulk_bar(app, live_server, page,
+                                                                                       place, skip_words):
+    support.sign_in(page, live_server, app, "operator")
+    _open(page, live_server, "/?status=open", DESKTOP)  # a filter set: the bulk bar shows
+    bars = page.locator("figure.chart svg.chart-wide a").count()
+    assert bars >= 40, f"the chart has {bars} bars"
+    presses = _presses_to_reach(page, place, skip_words, MOST_PRESSES)
+    assert presses <= MOST_PRESSES, f"{place} is not reached within {MOST_PRESSES} presses from the top"
+    # The skip link is out of sight until the keyboard reaches it, and then in view.
+    link = page.get_by_role("link", name=skip_words)
+    assert link.bounding_box()["x"] < 0 or link.bounding_box()["width"] <= 1
+    page.goto(f"{live_server}/?status=open")
+    page.wait_for_function(SETTLED)
+    link.focus()
+    box = link.bounding_box()
+    assert box["x"] >= 0 and box["width"] > 1 and 0 <= box["y"] < DESKTOP[1], box
+
+
+def test_the_link_to_the_bulk_bar_is_there_while_the_bar_is(app, live_server, page):
+    """No filter set: the bar shows once a row is ticked, and the link with it."""
+    support.sign_in(page, live_server, app, "operator")
+    _open(page, live_server, "/", DESKTOP)
+    expect(page.locator(".bulk-actions")).to_be_hidden()
+    expect(page.get_by_role("link", name="Skip to bulk actions")).to_have_count(0)
+    # Ticked without a click, so that Tab starts at the top.
+    page.evaluate("() => document.querySelector('#entry-rows input[name=ids]').click()")
+    expect(page.get_by_role("link", name="Skip to bulk actions")).to_have_count(1)
+    assert _presses_to_reach(page, ".bulk-actions", "Skip to bulk actions", MOST_PRESSES) <= MOST_PRESSES
 
 
 @pytest.mark.parametrize("path, says", [("/", r"^50 dead letters shown, the newest of more$"),
