@@ -2,7 +2,8 @@
 2.2): every tick box is a target of 24×24 px at least, at a desk's width and a phone's; from the
 top of the list a few Tab presses reach the first row and the bulk bar (links skip the chart's
 bars and the rows); the results of the list and of the groups have a heading that says what is
-shown; a phone's list has its "select all" too."""
+shown; a phone's list has its "select all" too; and /admin/users does not scroll sideways at
+320 px."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from dlq_dashboard.ingest.writes import ingest_dlq_batch
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
 
-from . import support
+from . import browser_support, support
 from .browser_support import COUNTED_SUMMARY, SETTLED
 from .demo_entries import demo_messages
 
@@ -161,3 +162,15 @@ def test_on_a_phone_the_list_has_a_select_all_that_ticks_every_row(app, live_ser
     select_all.uncheck()
     expect(page.locator("#entry-rows input[name=ids]:checked")).to_have_count(0)
 
+
+def test_the_users_page_does_not_scroll_sideways_at_320_px(app, live_server, page):
+    """Its tables are blocks a row on a phone; its forms' fields are never wider than the form."""
+    support.ensure_user(app, "operator-b7e1", "operator")  # a second user, a second row
+    support.sign_in(page, live_server, app, "admin")
+    for width in (320, 390):
+        page.set_viewport_size({"width": width, "height": 640})
+        page.goto(f"{live_server}/admin/users")
+        page.wait_for_function(SETTLED)
+        expect(page.locator("table.users tr[data-user]")).to_have_count(2)
+        fits = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        assert fits[0] <= fits[1], f"/admin/users is {fits[0]} px wide at {fits[1]} px: {browser_support.too_wide(page)}"
