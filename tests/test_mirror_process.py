@@ -146,6 +146,7 @@ def test_a_child_slower_to_start_than_the_silence_allowed_is_given_its_first_rep
     app = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url), "TESTING": True})
     rt = runtime_of(app).start(mirror_process=True)
     try:
+        support.wait_for(lambda: started, timeout=30, message="the first child")  # started by a thread
         child, since = started[0]
         # Four times SILENT_KILL, each moment checked: still the same child, not killed.
         support.wait_for(lambda: support.gone(child) or time.monotonic() - since > 4 * process.SILENT_KILL,
