@@ -13,7 +13,11 @@ multiprocessing starts in the process is prepared as before.
 from __future__ import annotations
 
 import functools
+import logging
 from multiprocessing import spawn
+
+# The dashboard's log lines, in every process of it.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 # The names of the processes that skip the parent's __main__: only those named here.
 _NAMES: set[str] = set()
@@ -44,3 +48,9 @@ def _preparing(get_preparation_data):
 # start, with the child's name: wrapped once, whoever imports this first.
 if not getattr(spawn.get_preparation_data, "dlq_children", False):
     spawn.get_preparation_data = _preparing(spawn.get_preparation_data)
+
+
+def log_as_parent(level: int) -> None:
+    """A child's log lines as the dashboard's, in its format at its ``level``: unconfigured, a
+    child's warnings reach stderr bare (Python's last resort), with no time, and its infos not at all."""
+    logging.basicConfig(level=level, format=LOG_FORMAT)

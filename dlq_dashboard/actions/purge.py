@@ -34,6 +34,7 @@ from ..actors import RETENTION
 from ..alerts.outbox import forget_sent
 from ..times import format_duration
 from ..db.counts import ARRIVALS, GROUPS, WIDTHS, Change, bucket, count_changes
+from ..db.failing import FailureLog
 from ..db.engine import read_transaction, retried_write, write_transaction
 from ..db.models import Action, Entry, Event, Job, JobItem, Purge, Republish
 from ..db.rows import UNCACHED, among
@@ -369,6 +370,7 @@ class RetentionSchedule:
     def _run(self) -> None:
         interval = self.rt.settings.purge_interval
         due = 0.0
+        failures = FailureLog(log, "the retention purge", f"it runs again every {interval:.0f} s")
         while not self._stop.wait(min(interval, 5.0)):
             if not self.rt.settings.retention:
                 continue
@@ -384,5 +386,6 @@ class RetentionSchedule:
                                           stopping=self._stop.is_set)
                 if self.last.total or self.last.deferred:
                     log.info("retention purge: %s", self.last.to_dict())
-            except Exception:  # the database or NATS away: tried again at the next interval
-                log.warning("the retention purge failed; it runs again in %.0f s", interval, exc_info=True)
+                failures.worked()
+            except Exception as exc:  # the database or NATS away: tried again at the next interval
+                failures.failed(exc)

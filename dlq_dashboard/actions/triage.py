@@ -18,6 +18,7 @@ from typing import Any, Callable
 from sqlalchemy import Connection, Engine, insert, select, update
 
 from ..alerts.outbox import AlertRule, raise_state_alerts
+from ..db.failing import FailureLog
 from ..db.engine import write_transaction
 from ..db.models import Action, FailureGroup
 from ..db.triage import IGNORED, INVESTIGATING, OPEN, REGRESSED, RESOLVED, STATE_COLUMNS, record_activity, reopen_due
@@ -213,6 +214,7 @@ class ReopenSchedule:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        failures = FailureLog(log, "the pass over ignored groups", f"it runs again every {self.interval:.0f} s")
         while not self._stop.wait(self.interval):
             if not self.leading():
                 continue
@@ -220,7 +222,7 @@ class ReopenSchedule:
                 reopened = reopen_expired(self.engine, self.rule)
                 if reopened:
                     log.info("ignored groups open again, their time come: %s", sorted(reopened))
-            except Exception:  # the database away: tried again at the next pass
-                log.warning("the pass over ignored groups failed; it runs again in %.0f s", self.interval,
-                            exc_info=True)
+                failures.worked()
+            except Exception as exc:  # the database away: tried again at the next pass
+                failures.failed(exc)
 

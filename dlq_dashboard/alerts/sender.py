@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from sqlalchemy import Engine, func, select, update
 
 from ..config import Settings
+from ..db.failing import FailureLog
 from ..db.engine import read_transaction, write_transaction
 from ..db.leases import acquire_lease, new_holder, release_lease
 from ..db.models import Alert, Purge
@@ -177,11 +178,13 @@ class AlertSender:
             self.leader = False
 
     def _run(self) -> None:
+        failures = FailureLog(log, "sending alerts", again="alerts are sent again")
         while not self._stop.is_set():
             try:
                 self.send_due()
+                failures.worked()
             except Exception as exc:  # the database is unreachable: the rows wait, nothing is lost
-                log.warning("alerts could not be sent (%s: %s)", type(exc).__name__, exc)
+                failures.failed(exc)
             self._stop.wait(self.poll)
 
     def _hold_lease(self) -> bool:

@@ -21,6 +21,7 @@ import click
 from flask.cli import ScriptInfo
 
 from .. import create_app as _create_app
+from ..children import LOG_FORMAT
 from ..config import ConfigError, Settings, load_settings, log_level
 from ..files import private_folder
 from ..errors import InvalidRequest
@@ -50,7 +51,7 @@ SWITCH_INTERVAL = 0.0005
 def configure_logging(environ=None) -> None:
     """Log lines on stderr at DLQ_LOG_LEVEL (info by default); raise ConfigError for another word."""
     level = log_level(environ)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format=LOG_FORMAT)
     for name in CHATTY:
         logging.getLogger(name).setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
 

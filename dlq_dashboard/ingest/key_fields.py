@@ -30,6 +30,7 @@ from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
+from ..db.failing import FailureLog
 from ..db.engine import write_transaction
 from ..db.models import Entry, EntryField, KeyFieldState
 from ..masking import parse_pointer
@@ -308,15 +309,18 @@ class KeyFieldBackfill:
         return self._thread is not None and not self._thread.is_alive()
 
     def _run(self) -> None:
+        failures = FailureLog(log, "filling key fields", f"trying again every {self.retry:.0f} s")
         while not self._stop.is_set():
             try:
                 if not self._recorded:
                     record_key_fields(self.engine, self.configured)
                     self._recorded = True
-                if not backfill_step(self.engine):
+                more = backfill_step(self.engine)
+                failures.worked()
+                if not more:
                     return
             except Exception as exc:  # the database away: the next attempt carries on
-                log.warning("filling key fields failed (%s); trying again in %.0f s", exc, self.retry)
+                failures.failed(exc)
                 self._stop.wait(self.retry)
                 continue
             self._stop.wait(self.pause)

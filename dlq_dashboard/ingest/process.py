@@ -33,7 +33,7 @@ from datetime import datetime
 from multiprocessing.connection import Connection
 
 from ..alerts.outbox import AlertRule
-from ..children import without_main
+from ..children import log_as_parent, without_main
 from ..config import Settings
 from ..db.engine import create_db_engine, dispose_quietly
 from ..db.leases import new_holder
@@ -252,7 +252,7 @@ def serve(settings: Settings, servers: list[str] | None, holders: dict[str, str]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_as_parent(level)
     quiet_nats_tracebacks()
     threading.Thread(target=_until_told, args=(conn, stopping), name="mirror-stop", daemon=True).start()
     engine = create_db_engine(settings.database_url, connect_timeout=settings.database_connect_timeout)

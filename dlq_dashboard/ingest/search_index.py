@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import DBAPIError
 
+from ..db.failing import FailureLog
 from ..db.engine import write_transaction
 from ..db.models import Entry
 
@@ -238,18 +239,13 @@ class SearchPass:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        failing = False
+        failures = FailureLog(log, "the search pass", again="the search pass indexes again")
         while not self._stopping.is_set():
             self._wake.clear()
             try:
                 while not self._stopping.is_set() and index_pending(self.engine, self.batch).more:
                     pass  # behind: the next batch at once
-                if failing:
-                    log.warning("the search pass indexes again")
-                failing = False
+                failures.worked()
             except Exception as exc:  # the database is away: the position stays, the next run resumes
-                if not failing:
-                    log.warning("the search pass failed (%s: %s); retrying", type(exc).__name__,
-                                str(exc).splitlines()[0] if str(exc) else "")
-                failing = True
+                failures.failed(exc)
             self._wake.wait(self.interval)

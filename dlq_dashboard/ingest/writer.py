@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..alerts.outbox import AlertRule
-from ..children import without_main
+from ..children import log_as_parent, without_main
 from ..db.engine import create_db_engine, dispose_quietly
 from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
@@ -108,7 +108,7 @@ class WriterProcess:
     def _start(self) -> None:
         ours, theirs = _context().Pipe()
         self._proc = _context().Process(target=serve, args=(self.database_url, theirs, self.alerts, self.teams,
-                                                            self.source),
+                                                            self.source, logging.getLogger().getEffectiveLevel()),
                                         name=without_main(f"dlq-mirror-writer-{self.source}"), daemon=True)
         self._proc.start()
         theirs.close()
@@ -181,9 +181,11 @@ FUNCTIONS = {"ingest_dlq_rows": _ingest_dlq_rows, "ingest_dlq_parsed": _ingest_d
 
 
 def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, teams: tuple[Team, ...] = (),
-          source: str = DEFAULT_SOURCE) -> None:
+          source: str = DEFAULT_SOURCE, level: int = logging.WARNING) -> None:
     """The writer's loop: run each requested ingest function until told to stop or orphaned;
-    ``alerts``, ``teams`` and ``source`` are what the writes apply (the process has no Settings)."""
+    ``alerts``, ``teams`` and ``source`` are what the writes apply (the process has no Settings);
+    its log lines at the dashboard's ``level``."""
+    log_as_parent(level)
     lower_priority(WRITER_NICENESS)
     engine = create_db_engine(database_url)
     # The search index is written behind the writes, by a thread of this process: its statements

@@ -12,6 +12,7 @@ import threading
 
 from sqlalchemy import select, update
 
+from ...db.failing import FailureLog
 from ...db.engine import write_transaction
 from ...db.leases import acquire_lease, new_holder, release_lease
 from ...times import utcnow
@@ -48,6 +49,8 @@ class JobRunner:
 
     def _recover_forever(self, interval: float) -> None:
         first = True
+        failures = FailureLog(log, "recovering republishes and jobs",
+                              again="republishes and jobs are recovered again")
         while not self._stop.is_set():
             try:
                 # Each source's pending intents are finished through its own NATS (recovery.py):
@@ -61,8 +64,9 @@ class JobRunner:
                 self.resume_unfinished()
                 if not first:
                     self.recovered.set()
-            except Exception:
-                log.exception("recovering republishes and jobs failed; retrying")
+                failures.worked()
+            except Exception as exc:
+                failures.failed(exc)
             self._stop.wait(0.5 if first else interval)
 
     def resume_unfinished(self) -> None:
