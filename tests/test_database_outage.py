@@ -154,6 +154,10 @@ def outage_problems(app, world, *, noticed: bool) -> list[str]:
             if response.status_code != 200 or "dlq_database_up 0.0" not in body:
                 problems.append(f"{label}: {response.status_code}, the database is not said to be down")
             continue
+        if endpoint == "api.readyz":  # from memory: ready until the probe notices, then not
+            if response.status_code != (503 if noticed else 200):
+                problems.append(f"{label}: {response.status_code}, {response.get_json()!r}")
+            continue
         if from_memory(app, endpoint) and endpoint != "api.healthz":
             if response.status_code != 200:  # needs no database: answers as ever
                 problems.append(f"{label}: {response.status_code}")

@@ -36,7 +36,7 @@ def json_routes(app) -> set[tuple[str, str]]:
     """(method, normalised path) of every JSON or text route a script may call."""
     routes = set()
     for rule in app.url_map.iter_rules():
-        if rule.rule.startswith("/api/") or rule.rule in ("/healthz", "/metrics"):
+        if rule.rule.startswith("/api/") or rule.rule in ("/healthz", "/readyz", "/metrics"):
             routes |= {(m.lower(), route_key(rule.rule)) for m in rule.methods - {"HEAD", "OPTIONS"}}
     return routes
 
@@ -57,7 +57,7 @@ def test_every_json_route_is_documented_and_nothing_else(offline_app):
 
     assert documented(doc) == json_routes(offline_app)
     for needed in ("/api/entries", "/api/entries/{entry_id}", "/api/export.json", "/api/export.ndjson",
-                   "/api/export.csv", "/healthz", "/metrics", "/api/openapi.json"):
+                   "/api/export.csv", "/healthz", "/readyz", "/metrics", "/api/openapi.json"):
         assert needed in doc["paths"]
 
 
@@ -222,6 +222,7 @@ def test_real_responses_match_the_document(api):
                                                    "grants": [{"role": "viewer", "scopes": None}]}
     call("get", "/api/me", 401, role=None)
     call("get", "/healthz", 200, role=None)
+    call("get", "/readyz", 200, role=None)
     call("get", "/metrics", 200, role=None)
     call("get", "/api/openapi.json", 200, role=None)
 

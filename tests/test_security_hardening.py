@@ -253,6 +253,7 @@ def test_with_dlq_public_url_only_its_host_and_loopback_are_answered(served):
 def test_a_probe_or_a_scraper_calling_a_pod_by_its_address_is_answered_with_dlq_public_url_set(served):
     port = served(public_url="https://dlq.example.com")
     assert raw_get(port, "/healthz", f"10.1.2.3:{port}").status in (200, 503)
+    assert raw_get(port, "/readyz", f"10.1.2.3:{port}").status == 200
     assert raw_get(port, "/metrics", f"10.1.2.3:{port}").status == 200
 
 

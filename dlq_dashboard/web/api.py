@@ -251,3 +251,19 @@ def healthz():
     if not _caller_is_admin():
         body = anonymous_health(body)
     return jsonify(body), status
+
+
+@bp.route("/readyz")
+@requires(None, from_memory=True)
+def readyz():
+    """Readiness for a load balancer: whether this replica can serve the pages, that is whether
+    the database answers (from memory, the database probe). A mirror behind or stuck, and NATS
+    away, leave it ready: the pages say so, and /healthz reports them. Were those to take it
+    out, every replica of a desk would leave the rotation together during the incident they
+    are there for (a burst the mirror catches up, a replica that takes the mirror over)."""
+    rt = current_runtime()
+    state = rt.database.state if rt.database is not None else DatabaseState()
+    if state.reachable:
+        return jsonify(status="ready"), 200
+    return jsonify(status="not ready", database={"connected": False,
+                                                 "unreachable_since": format_time(state.unreachable_since)}), 503

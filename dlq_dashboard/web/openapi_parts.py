@@ -1,5 +1,5 @@
 """Parts of the OpenAPI document (web/openapi.py): the helpers its operations are written with,
-and the incident desk's operations and schemas (repair by the schema, the alert outbox)."""
+and the incident desk's operations and schemas (repair by the schema, the alert outbox, readiness)."""
 
 from __future__ import annotations
 
@@ -120,6 +120,12 @@ DESK_SCHEMAS: dict[str, dict] = {
             "sent_at": _nullable(TIME),
         },
     },
+    "Ready": {
+        "type": "object", "required": ["status"],
+        "properties": {"status": {"type": "string", "enum": ["ready", "not ready"]},
+                       "database": {"type": "object", "description": "Only when not ready.",
+                                    "properties": {"connected": BOOL, "unreachable_since": _nullable(TIME)}}},
+    },
     "AlertPage": {
         "type": "object", "required": ["alerts", "counts", "next_before"],
         "properties": {"alerts": {"type": "array", "items": _ref("Alert")},
@@ -148,5 +154,11 @@ DESK_OPERATIONS: dict[tuple[str, str], dict] = {
                        _query("limit", "The most alerts, 1 to 500 (default 100).",
                               {"type": "integer", "minimum": 1, "maximum": 500})],
         "responses": {"200": _json(_ref("AlertPage"), "One page of alerts."), **_errors(400, 401, 403)},
+    },
+    ("get", "/readyz"): {
+        "operationId": "ready", "tags": ["operations"], "security": [],
+        "summary": "Readiness for a load balancer: the database answers (the mirror's state and NATS aside)",
+        "responses": {"200": _json(_ref("Ready"), "This replica serves the pages."),
+                      "503": _json(_ref("Ready"), "The database is not reachable: the pages answer 503 until it is.")},
     },
 }

@@ -22,8 +22,8 @@ def bearer_token() -> str | None:
     return token.strip()
 
 
-#: Paths that answer JSON besides /api/...: /api itself (no route) and the health check.
-JSON_PATHS = ("/api", "/healthz")
+#: Paths that answer JSON besides /api/...: /api itself (no route), the health and readiness checks.
+JSON_PATHS = ("/api", "/healthz", "/readyz")
 
 
 def json_path(path: str) -> bool:

@@ -54,7 +54,7 @@ SECURITY_HEADERS = {
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1")
 # Answered whatever the Host: probes and scrapers call a pod by its address, and these answers
 # build no URL from the Host.
-ANY_HOST_PATHS = frozenset({"/healthz", "/metrics"})
+ANY_HOST_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # Sec-Fetch-Site values of a request another site started. "same-site" is a sibling
