@@ -103,6 +103,23 @@ def test_new_entries_are_said_once_when_they_arrive_not_at_each_poll(app, live_s
     assert page.locator("#results").get_attribute("aria-live") is None
 
 
+def test_the_groups_page_says_once_that_new_dead_letters_arrived_and_shows_them_on_request(app, live_server, page):
+    """The groups page showed the counts of the moment it was opened for as long as it stayed
+    open: it now polls as the list does, says the arrival once, and shows the groups again."""
+    support.sign_in(page, live_server, app, "viewer")
+    page.goto(live_server + "/groups?window=1h")
+    announcer = page.locator("#announcer")
+    support.dead_letter(app, 4, "payments.captured", payload=b'{"order_id": 4}', Dlq_Reason="fatal",
+                        Dlq_Error="card 4 declined by the bank")
+    expect(page.locator(".new-entries")).to_contain_text("1 new", timeout=20_000)
+    expect(announcer).to_have_text("New dead letters have arrived: Show them is above the groups.")
+    assert "declined" not in page.locator("#results").inner_text()
+    page.locator("#new-entries-show").click()
+    expect(page.locator("#results")).to_contain_text("declined", timeout=20_000)
+    assert "window=1h" in page.url
+    expect(page.locator(".new-entries")).to_have_text("")
+
+
 @pytest.mark.parametrize("where, status, first, same_count, none", [
     ("/", "open", "3 dead letters shown for status open.", "3 dead letters shown for status open, reason fatal.",
      "No dead letter matches status open, subject payments.*, reason fatal."),

@@ -362,6 +362,7 @@ def test_the_scoped_readers_see_their_own_side(app, world):
     assert sum(g["count"] for g in _get(reader, "/api/groups?status=").get_json()["groups"]) == 5
     assert _get(reader, "/api/entries?subject=billing.>&status=").get_json()["entries"] == []
     assert "4 new" in _get(reader, f"/entries/new?status=&after={world['inside'][0]}", htmx=True).get_data(as_text=True)
+    assert "4 new" in _get(reader, f"/groups/new?status=any&after={world['inside'][0]}", htmx=True).get_data(as_text=True)
     newer = _get(reader, f"/entries/{world['inside'][4]}?status=").get_data(as_text=True)
     assert f"/entries/{world['inside'][3]}" in newer and f"/entries/{world['outside'][0]}" not in newer
     audit = _get(reader, "/api/audit?fold=0").get_json()["actions"]

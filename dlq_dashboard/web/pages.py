@@ -8,7 +8,7 @@ entry share their data functions with the JSON API (data.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from flask import Blueprint, current_app, make_response, render_template, request, send_from_directory, url_for
@@ -24,6 +24,7 @@ from ..errors import Hidden
 from ..masking import MASKED, PAYLOAD_HIDDEN
 from ..entries.tallies import Tallies, served_by_kept_counts
 from ..db.triage import STATES
+from ..entries.triage import GroupStateFilter
 from ..numbers import whole_number
 from ..unpacking import compression_of
 from ..times import utcnow
@@ -202,6 +203,12 @@ def groups():
     except FilterError as exc:
         flt, filter_error = EntryFilter(), str(exc)
     window = trend_window(request.args.get("window"), flt)
+    # The newest entry the reader finds under the filters: the page asks every 5 s how many came
+    # after it (groups_newer), as the list does.
+    top_id = None
+    if not filter_error:
+        top = visible.page(current_reader(), current_runtime().store, replace(flt, limit=1, cursor=None), list_fields())
+        top_id = top.entries[0].id if top.entries else 0
     if found:
         _, counts = Tallies(current_runtime().store).arrivals([g.id for g in found], width=window.width,
                                                               buckets=window.buckets)
@@ -211,13 +218,33 @@ def groups():
                                 filter_error=filter_error, base_args=base, trends=trends,
                                 filter_args={**flt.to_args(), **triage_args}, saved=saved_views("groups"),
                                 view_url=view_url, group_states=STATES, fields=list_fields(), presets=TIME_PRESETS,
-                                window=window, windows=TREND_WINDOWS, group_url=IdUrls("group_id"))
+                                window=window, windows=TREND_WINDOWS, group_url=IdUrls("group_id"), top_id=top_id)
     if htmx and not filter_error:
         # The tidy address, as the list's; "status=" stays, as it means any status here.
         shown = {**flt.to_args(), **triage_args, **({"status": ""} if not flt.status else {}),
                  **({"window": window.name} if request.args.get("window") else {})}
         response.headers["HX-Push-Url"] = url_for("pages.groups", **shown)
     return response
+
+
+@bp.route("/groups/new")
+@requires("viewer", fragment=True)
+def groups_newer():
+    """How many entries under the groups page's filters arrived after the newest one it found
+    (``after``), with a link that shows the page again under the same filters, trend window and
+    triage filters."""
+    params.refuse_misspelt(request.args, (*params.GROUPS_PARAMETERS, "window", "after"))
+    kept = ("after", "window", *GroupStateFilter.PARAMETERS)
+    flt = request_filter({k: v for k, v in request.args.items() if k not in kept})
+    GroupStateFilter.from_args(request.args)  # the link's triage filters: a bad one is a 400 here too
+    trend_window(request.args.get("window"), flt)
+    after, count = request.args.get("after", "").strip(), 0
+    if after:  # as /entries/new: without it, nothing is counted
+        after_id = whole_number(after, "after", what="the newest entry id the page found")
+        count = visible.count_newer(current_reader(), current_runtime().store, flt, after_id, NEW_CAP)
+    shown = {k: v for k, v in request.args.items() if k != "after"}
+    return render_block("groups.html", "new_failures", new_count=count, cap=NEW_CAP,
+                        show_url=url_for("pages.groups", **shown))
 
 
 # --- one entry --------------------------------------------------------------------------------
