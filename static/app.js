@@ -772,10 +772,12 @@ document.addEventListener("DOMContentLoaded", function () {
 // cannot be a live region: a region put into the page is not read, or is read whole at each poll.
 // It carries what a person must hear in data-announce instead; when that sentence differs from the
 // one the part (by its id) said before, the page's one status region (#announcer, base.html)
-// says it. What the page said as it loaded is known, not read out.
+// says it; when a part that carries data-announce-end goes (a banner's line), that is said. What
+// the page said as it loaded is known, not read out.
 (function () {
   "use strict";
   var said = new Map();
+  var ends = new Map();  // what a part that says a trouble (data-announce-end) says when it goes
 
   function changed() {
     var sentences = [], here = new Set();
@@ -788,7 +790,14 @@ document.addEventListener("DOMContentLoaded", function () {
       }
     });
     said.forEach(function (_, id) {  // gone (a banner's line once it recovered): said again if it comes back
-      if (!here.has(id)) { said.delete(id); }
+      if (!here.has(id)) {
+        said.delete(id);
+        if (ends.get(id)) { sentences.push(ends.get(id)); }  // "The database answers again."
+      }
+    });
+    ends = new Map();
+    document.querySelectorAll("[data-announce-end][id]").forEach(function (part) {
+      ends.set(part.id, part.getAttribute("data-announce-end").trim());
     });
     return sentences;
   }

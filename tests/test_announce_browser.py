@@ -66,6 +66,13 @@ def test_the_status_banner_says_a_line_once_when_it_comes_not_at_each_poll(make_
             page.evaluate("() => { document.getElementById('announcer').textContent = ''; window.settled = 0; }")
             page.wait_for_function("() => window.settled >= 2", timeout=20_000)  # two more polls, its "(n s ago)" moving
             assert announcer.text_content() == ""
+        # Its end is said too, once (it went unsaid: the line just left the banner). The three
+        # dead letters, stored now, are said by the page's own poll ("New dead letters ...").
+        expect(banner).not_to_contain_text("The list is behind NATS", timeout=30_000)
+        expect(announcer).to_contain_text("The list has caught up with NATS on stream DLQ.")
+        page.evaluate("() => { document.getElementById('announcer').textContent = ''; window.settled = 0; }")
+        page.wait_for_function("() => window.settled >= 3", timeout=20_000)
+        assert "caught up" not in announcer.text_content()
     finally:
         support.stop_serving(server, thread)
 
