@@ -19,7 +19,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from sqlalchemy import func, select
 
 from dlq_dashboard.db.models import Entry, FailureGroup
-from dlq_dashboard.ingest.parse import Advisory
+from dlq_dashboard.ingest.parse import NO_SUBJECT, Advisory
 from dlq_dashboard.ingest.writes import FetchedMessage, ingest_advisory_batch
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import format_time, utcnow
@@ -249,3 +249,31 @@ def test_a_redelivered_copy_or_advisory_changes_nothing_after_the_merge(rt):
         assert conn.execute(select(func.count()).select_from(Entry)).scalar_one() == 1
     assert stored(rt.engine, entry_id) == merged
     assert counts_agree(rt.engine)
+
+
+def test_a_copy_without_its_original_subject_takes_the_one_its_advisory_read_in_either_order(rt):
+    """A copy without Dlq-Original-Subject joining its advisory's entry emptied the subject the
+    advisory had read from the source stream (the entry could no longer be republished) and said
+    "it cannot be republished"; the copy first, the advisory added nothing. Now either order keeps
+    the subject and drops that note; the group stays the copy's word, the same in both."""
+    now = utcnow()
+    failed = now - timedelta(seconds=10)
+
+    def copy_without_subject(dlq_seq: int, seq: int) -> int:
+        headers = copy_headers(seq)
+        del headers["Dlq-Original-Subject"]
+        return support.dead_letter(rt.engine, dlq_seq, None, PAYLOAD, stored_at=now,
+                                   **{k.replace("-", "_"): v for k, v in headers.items()})
+
+    given_up(rt.engine, failed, seq=2)
+    advisory_first = copy_without_subject(9012, 2)
+    copy_first = copy_without_subject(9013, 3)
+    assert NO_SUBJECT in json.loads(stored(rt.engine, copy_first).notes)  # told nothing else yet
+    given_up(rt.engine, failed, seq=3, advisory_id="a-2", position=2)
+    first, second = stored(rt.engine, advisory_first), stored(rt.engine, copy_first)
+    for row in (first, second):
+        assert row.original_subject == "orders.special" and row.sources == "dlq,advisory"
+        assert NO_SUBJECT not in json.loads(row.notes)
+    assert first.group_id == second.group_id
+    assert counts_agree(rt.engine)
+    assert rt.store.get_entry(second.id).original_subject == "orders.special"

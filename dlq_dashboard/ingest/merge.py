@@ -30,16 +30,17 @@ from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
 from ..times import utcnow
 from .key_fields import fill_key_fields
-from .parse import H_ORIGINAL_MSG_ID, H_REPLAY_OF, Advisory, given_failed_at
+from .parse import H_ORIGINAL_MSG_ID, H_ORIGINAL_SUBJECT, H_REPLAY_OF, NO_SUBJECT, Advisory, given_failed_at
 
 ENTRIES, GROUPS, ARRIVALS = Entry.__table__, FailureGroup.__table__, Arrival.__table__
 
 # Columns a DLQ copy brings to an entry first made from an advisory, as it gives them.
-DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "original_subject", "error", "schema_errors", "payload",
-               "payload_available", "notes")
+DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "error", "schema_errors", "payload", "payload_available",
+              "notes")
 # Columns the copy gives where it names them; where it is silent (null), what the advisory read
-# from the source stream stays.
-KNOWN_FIELDS = ("original_msg_id", "replay_of")
+# from the source stream stays: a copy without Dlq-Original-Subject joining an advisory that read
+# the message's subject can be republished (the group stays the copy's word, in either order).
+KNOWN_FIELDS = ("original_subject", "original_msg_id", "replay_of")
 
 
 def merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: set[int] | None = None,
@@ -113,6 +114,8 @@ def joined(row: dict, match: Any, known: Any) -> dict:
     that its DLQ copy ``row`` (parse.py) sets: the copy's word where it gives one."""
     values = {k: row[k] for k in DLQ_FIELDS}
     values.update({k: row[k] if row[k] is not None else getattr(known, k) for k in KNOWN_FIELDS})
+    if row["original_subject"] is None and values["original_subject"] is not None:
+        values["notes"] = without_note(values["notes"], NO_SUBJECT)
     # The copy's reason, with its subject and error, chooses the group, none when it gives none:
     # an advisory confirming a copy that came first changes no group, so the other order does not.
     values["reason"] = row["reason"] or None
@@ -126,6 +129,11 @@ def joined(row: dict, match: Any, known: Any) -> dict:
     # The timeline tells the copy when it came (received_at stays the advisory's, the entry's arrival).
     values["updated_at"] = values["dlq_received_at"] = row["received_at"]
     return values
+
+
+def without_note(notes: str, note: str) -> str:
+    """An entry's notes (a JSON list) without ``note``."""
+    return json.dumps([n for n in json.loads(notes or "[]") if n != note], ensure_ascii=False)
 
 
 def with_original_headers(copy: str, original: dict[str, list[str]]) -> str:
@@ -146,15 +154,18 @@ def advisory_confirms(conn: Connection, match: Any, advisory: Advisory, original
     provenance, and what the copy left unsaid as ``joined`` keeps it the other way round: the
     advisory's time without a Dlq-Failed-At, the original msgId and Dlq-Replay-Of (``named``:
     those the source stream's message holds), its headers the copy does not carry (``original``)."""
-    stored = conn.execute(select(Entry.headers, *(ENTRIES.c[name] for name in KNOWN_FIELDS))
+    stored = conn.execute(select(Entry.headers, Entry.notes, *(ENTRIES.c[name] for name in KNOWN_FIELDS))
                           .where(Entry.id == match.id)).one()
     values: dict[str, Any] = {}
     # As the parse read it: the copy's failed_at is its Dlq-Failed-At, or else when it was stored.
     if given_failed_at(json.loads(stored.headers or "{}")) is None and match.failed_at != advisory.at:
         values["failed_at"] = advisory.at
-    for name, header in (("original_msg_id", H_ORIGINAL_MSG_ID), ("replay_of", H_REPLAY_OF)):
+    for name, header in (("original_subject", H_ORIGINAL_SUBJECT), ("original_msg_id", H_ORIGINAL_MSG_ID),
+                         ("replay_of", H_REPLAY_OF)):
         if getattr(stored, name) is None and named.get(header) is not None:
             values[name] = named[header]
+    if "original_subject" in values:  # the copy said it could not be republished: now it can
+        values["notes"] = without_note(stored.notes, NO_SUBJECT)
     headers = with_original_headers(stored.headers, original)
     if headers != stored.headers:
         values["headers"] = headers

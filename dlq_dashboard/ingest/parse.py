@@ -34,6 +34,8 @@ H_ERROR = contract.ERROR.lower()
 H_SCHEMA_ERRORS = contract.SCHEMA_ERRORS.lower()
 H_DELIVERIES = contract.DELIVERIES.lower()
 H_FAILED_AT = contract.FAILED_AT.lower()
+#: The note of a copy without Dlq-Original-Subject (left out where its advisory names the subject: merge.py).
+NO_SUBJECT = f"No {contract.ORIGINAL_SUBJECT} header: it cannot be republished."
 H_REPLAY_OF = contract.REPLAY_OF.lower()
 H_NATS_MSG_ID = contract.NATS_MSG_ID.lower()
 
@@ -266,7 +268,7 @@ def entry_from_dlq_message(
     if subject is not None and subject.strip() == "":
         subject = None
     if subject is None and (first is given or H_ORIGINAL_SUBJECT not in given):  # not one too long: said
-        notes.append(f"No {contract.ORIGINAL_SUBJECT} header: it cannot be republished.")
+        notes.append(NO_SUBJECT)
     reason = first.get(H_REASON)
     reason = reason.strip() if reason and reason.strip() else None
     failed_raw = first.get(H_FAILED_AT)
