@@ -34,7 +34,6 @@ from .nats.bridge import Bridge
 from .nats.bundled import BundledServer
 from .nats.streams import StreamSetup
 from .sources import Source, source_settings, sources_of
-from .times import utcnow
 
 #: Where create_app keeps the runtime: ``app.extensions[EXTENSION]``.
 EXTENSION = "dlq"
@@ -96,7 +95,7 @@ class Runtime:
     reports: dict[str, tuple[StreamReport, ...]] = field(default_factory=dict)
 
     def _read_reports(self, conn) -> None:
-        self.reports = read_reports(conn, utcnow(), [lease_name(source) for source in self.feeds])
+        self.reports = read_reports(conn, [lease_name(source) for source in self.feeds])
 
     def __post_init__(self) -> None:
         self.jobs = JobRunner(self)

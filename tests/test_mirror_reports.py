@@ -102,14 +102,16 @@ def test_a_mirror_lease_carries_its_report_until_it_expires_and_other_leases_car
     release_lease(engine, "mirror:billing", "host:2:b")
     mirrors = ["mirror:orders", "mirror:billing"]
     with engine.connect() as conn:
-        found = read_reports(conn, utcnow(), mirrors + ["alerts"])
+        found = read_reports(conn, mirrors + ["alerts"])
     assert list(found) == ["orders"]  # billing's lease was given up
     dlq, advisories = found["orders"]
     assert (dlq.stream, dlq.error, dlq.stuck_since, dlq.behind_since(), dlq.lag) == ("DLQ", "boom", stuck_since, behind, 4)
     assert (advisories.stream, advisories.error, advisories.lag) == ("DLQ_ADVISORIES", None, 0)
     with engine.connect() as conn:
-        assert read_reports(conn, utcnow(), ["mirror:billing"]) == {}  # only the leases asked for
-        assert read_reports(conn, dlq.until + timedelta(seconds=1), mirrors) == {}  # expired: its holder may be gone
+        assert read_reports(conn, ["mirror:billing"]) == {}  # only the leases asked for
+    # Expired, its holder may be gone: read with its expiry (what the banner says while none
+    # mirrors), told as no report of the streams.
+    assert fresh_reports(SimpleNamespace(reports=found), "orders", dlq.until + timedelta(seconds=1)) == ()
 
 
 def test_a_report_whose_lease_has_expired_since_it_was_read_is_not_told():
@@ -144,3 +146,36 @@ def test_the_probe_counts_a_failed_watch_as_an_outage_only_when_the_database_can
         assert probe.check().reachable
     finally:
         probe.stop()
+
+
+def test_while_no_process_mirrors_the_banner_says_since_when_the_lease_ran_out(offline_app):
+    """A replica that mirrored died: until another takes its lease over (within seconds) no process
+    mirrors, and the banner said nothing (the report was no longer told, and no other came)."""
+    rt = runtime_of(offline_app)
+    viewer = support.logged_in(offline_app, "viewer")
+    rt.reports = {"default": (report(until=timedelta(seconds=-3)), report("DLQ_ADVISORIES", until=timedelta(seconds=-3)))}
+    banner = viewer.get("/status/banner").get_data(as_text=True)
+    assert "No process mirrors the streams" in banner and 'data-announce-end="The streams are mirrored again."' in banner
+    assert "ran out" in banner and "another replica takes it over" in banner
+    assert viewer.get("/api/sources").get_json()["sources"][0]["status"] in ("stuck", "unreachable")  # no NATS here
+    rt.reports = {"default": (report(), report("DLQ_ADVISORIES"))}  # another took it over and reported
+    assert "No process mirrors" not in viewer.get("/status/banner").get_data(as_text=True)
+    rt.reports = {}  # none ever mirrored (or the lease was given up): nothing to say of it
+    assert "No process mirrors" not in viewer.get("/status/banner").get_data(as_text=True)
+
+
+@pytest.mark.both_databases
+def test_a_lease_given_up_carries_no_report_one_that_ran_out_carries_its_expiry(offline_app):
+    engine = runtime_of(offline_app).engine
+    assert acquire_lease(engine, "mirror", "host:1:a", 0.05, encode_report("default", [report()]))
+    assert acquire_lease(engine, "mirror:billing", "host:1:a", 15, encode_report("billing", [report(source="billing")]))
+    release_lease(engine, "mirror:billing", "host:1:a")
+    support.wait_for(lambda: utcnow() > read_reports_now(engine)["default"][0].until, timeout=5,
+                     message="the lease to run out")
+    found = read_reports_now(engine)
+    assert list(found) == ["default"] and fresh_reports(SimpleNamespace(reports=found), "default", utcnow()) == ()
+
+
+def read_reports_now(engine):
+    with engine.connect() as conn:
+        return read_reports(conn, ["mirror", "mirror:billing"])

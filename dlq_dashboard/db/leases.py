@@ -17,6 +17,8 @@ from .models import Lease
 from .rows import insert_rows
 
 LEASES = Lease.__table__
+#: The expiry a lease given up is written with (release_lease): no holder, none ran out.
+RELEASED = datetime(1970, 1, 1)
 
 
 def new_holder() -> str:
@@ -77,4 +79,4 @@ def release_lease(engine: Engine, name: str, holder: str) -> None:
     """Give a lease up so that another process can take it at once."""
     with write_transaction(engine) as conn:
         conn.execute(update(LEASES).where(and_(LEASES.c.name == name, LEASES.c.holder == holder))
-                     .values(expires_at=datetime(1970, 1, 1)))
+                     .values(expires_at=RELEASED))

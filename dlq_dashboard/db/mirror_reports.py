@@ -19,6 +19,7 @@ from typing import Iterable
 
 from sqlalchemy import Connection, select
 
+from .leases import RELEASED
 from .models import Lease
 
 LEASES = Lease.__table__
@@ -60,14 +61,16 @@ def encode_report(source: str, streams: Iterable) -> str:
          "stuck_since": at(s.stuck_since), "behind": at(s.behind_since())} for s in streams]})
 
 
-def read_reports(conn: Connection, now: datetime, leases: list[str]) -> dict[str, tuple[StreamReport, ...]]:
-    """The reports of these leases (the mirror's of each source) that are held now, by source."""
+def read_reports(conn: Connection, leases: list[str]) -> dict[str, tuple[StreamReport, ...]]:
+    """The reports of these leases (the mirror's of each source), by source: those held now, and
+    those whose lease ran out without being given up (its holder stopped renewing it: a replica
+    that died), each with its ``until``; a lease given up (release_lease) carries none."""
     def at(value: str | None) -> datetime | None:
         return None if value is None else datetime.fromisoformat(value)
 
     found: dict[str, tuple[StreamReport, ...]] = {}
     rows = conn.execute(select(LEASES.c.report, LEASES.c.expires_at)
-                        .where(LEASES.c.name.in_(leases), LEASES.c.report.is_not(None), LEASES.c.expires_at > now))
+                        .where(LEASES.c.name.in_(leases), LEASES.c.report.is_not(None), LEASES.c.expires_at > RELEASED))
     for report, until in rows:
         told = json.loads(report)
         found[told["source"]] = tuple(

@@ -83,6 +83,9 @@ class SourceStatus:
     # Whether this process mirrors the source (holds its lease); another replica knows NATS only.
     mirrored_here: bool = False
     state: str = "ok"
+    # When the lease of the process that mirrored it ran out, while no process mirrors it (a
+    # replica died; another takes the lease over within seconds): its streams wait meanwhile.
+    unmirrored_since: datetime | None = None
 
     @property
     def well(self) -> bool:
@@ -109,6 +112,7 @@ class ServiceStatus:
     database: DatabaseState = DatabaseState()
     # Every source, the main one first; empty or one: the dashboard of one source, told as before.
     sources: tuple[SourceStatus, ...] = ()
+    unmirrored_since: datetime | None = None  # the main source's (SourceStatus)
 
     @property
     def several(self) -> bool:
@@ -118,7 +122,8 @@ class ServiceStatus:
     @property
     def stale(self) -> bool:
         """True while the pages may show old data."""
-        main = not self.nats_usable or bool(self.lagging) or bool(self.stuck) or not self.database.reachable
+        main = not self.nats_usable or bool(self.lagging) or bool(self.stuck) or not self.database.reachable \
+            or self.unmirrored_since is not None
         return main or any(not s.well for s in self.sources)
 
     @property
@@ -136,6 +141,7 @@ class ServiceStatus:
                             for lag in self.lagging],
                 "stuck": [{"stream": s.stream, "error": s.error, "since": format_time(s.since),
                            "messages": s.messages} for s in self.stuck],
+                "unmirrored_since": format_time(self.unmirrored_since),
                 "database": self.database.to_dict()}
 
 
@@ -156,13 +162,15 @@ def feed_status(rt: Runtime, feed: Feed, now: datetime | None = None) -> SourceS
     else:
         state = bridge.state
         usable, since, error = state.connected, state.unreachable_since, state.last_error
-    lagging, stuck, progress = [], [], None
+    lagging, stuck, progress, unmirrored_since = [], [], None, None
     mirrored_here = mirror is not None and mirror.leader
     if mirrored_here:
         progress = list(mirror.progress.values())
     else:
         # Another process mirrors it: what that one reported last (db/mirror_reports.py), if recent.
         progress = fresh_reports(rt, feed.name, now) or None
+        if progress is None:  # one did, and its lease has run out: none does until another takes it
+            unmirrored_since = max((r.until for r in rt.reports.get(feed.name, ())), default=None)
     if progress is not None:
         for p in progress:
             failed, failed_since = p.error, p.stuck_since
@@ -171,8 +179,9 @@ def feed_status(rt: Runtime, feed: Feed, now: datetime | None = None) -> SourceS
                 stuck.append(StreamStuck(p.stream, failed, failed_since, p.lag))
             elif behind is not None and (now - behind).total_seconds() >= rt.settings.mirror_stale_after:
                 lagging.append(StreamLag(p.stream, p.lag, behind))
+    state = source_state(usable, progress, rt.settings.mirror_stale_after, now)
     return SourceStatus(feed.name, usable, since, error, tuple(lagging), tuple(stuck), mirrored_here,
-                        source_state(usable, progress, rt.settings.mirror_stale_after, now))
+                        "stuck" if state == "ok" and unmirrored_since else state, unmirrored_since)
 
 
 def fresh_reports(rt: Runtime, source: str, now: datetime) -> tuple[StreamReport, ...]:
@@ -189,7 +198,7 @@ def service_status(rt: Runtime) -> ServiceStatus:
     main = sources[0]
     database = rt.database.state if rt.database is not None else DatabaseState()
     return ServiceStatus(main.nats_usable, main.nats_since, main.nats_error, main.lagging, main.stuck, database,
-                         sources if len(sources) > 1 else ())
+                         sources if len(sources) > 1 else (), main.unmirrored_since)
 
 
 @bp.route("/status/banner")
