@@ -253,6 +253,8 @@ class Mirror:
             progress.seen.clear()
         progress.epoch, progress.last_seq, progress.queued_seq = epoch, last_seq, last_seq
         progress.saw_stream(info.state.last_seq)
+        if progress.lag:
+            await self._date_backlog(stream, max(last_seq + 1, info.state.first_seq), progress)
         # The error stays until a write succeeds, or until nothing is left to write: a retry
         # that has not written yet has not recovered (health would flap to ok meanwhile).
         if progress.lag == 0:
@@ -380,6 +382,19 @@ class Mirror:
                 fetched, missing = await self._fetch(advisory.stream, advisory.stream_seq)
             items.append((advisory, fetched, missing))
         return "ingest_advisory_batch", (stream, epoch, items, batch[-1][0], after)
+
+    async def _date_backlog(self, stream: str, seq: int, progress: StreamProgress) -> None:
+        """A backlog found as the mirror starts following a stream (after a start, an outage, or
+        taking the lease over from a replica that died) waits since its oldest message was stored,
+        not since this first look: "behind since" (the banner, /healthz, dlq_mirror_behind_seconds)
+        dates from the stream's own time of ``seq``. Left as it was if that cannot be read."""
+        try:
+            oldest = await read_message(self.bridge.nc, self.bridge.js, stream, seq, self.settings.request_timeout)
+        except Exception as exc:  # noqa: BLE001 - a date only: the mirror goes on without it
+            log.debug("the time of %s #%d could not be read: %s", progress.named, seq, exc)
+            return
+        if oldest.stored_at is not None and progress.seen and oldest.stored_at < progress.seen[0][0]:
+            progress.seen.appendleft((oldest.stored_at, oldest.seq))
 
     async def _fetch(self, stream: str, seq: int) -> tuple[FetchedMessage | None, str | None]:
         try:

@@ -9,6 +9,7 @@ import json
 import logging
 import weakref
 from dataclasses import dataclass
+from datetime import datetime
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -16,6 +17,7 @@ from nats.js.api import RetentionPolicy, StorageType, StreamInfo
 from nats.js.errors import APIError, NotFoundError
 
 from ..config import Settings
+from ..times import parse_time
 from .headers import parse_header_block
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ class StoredMessage:
     seq: int
     headers: dict[str, str] | None
     data: bytes
+    stored_at: datetime | None = None  # when the stream stored it (naive UTC)
 
 
 async def read_message(nc: Client, js: JetStreamContext, stream: str, seq: int, timeout: float) -> StoredMessage:
@@ -85,7 +88,7 @@ async def read_message(nc: Client, js: JetStreamContext, stream: str, seq: int, 
     block = base64.b64decode(message["hdrs"]) if message.get("hdrs") else b""
     data = base64.b64decode(message["data"]) if message.get("data") else b""
     return StoredMessage(subject=message["subject"], seq=int(message.get("seq") or seq),
-                         headers=parse_header_block(block), data=data)
+                         headers=parse_header_block(block), data=data, stored_at=parse_time(message.get("time")))
 
 
 async def _api(nc: Client, subject: str, request: dict, timeout: float) -> dict:
