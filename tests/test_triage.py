@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape
 from datetime import timedelta
 
 import pytest
@@ -449,3 +450,24 @@ def test_a_failure_after_an_ignore_s_time_opens_the_group_at_once(world):
                      .values(ignored_until=utcnow() - timedelta(minutes=1)))
     fail(engine, 50)
     assert group_row(engine, group).state == "open" and events(engine)[-1] == "group.reopened"
+
+
+@pytest.mark.parametrize("fields, box, said", [
+    ({"state": "ignored", "until_count": "10000000000000000"}, "until_count",
+     "Ignore until this many more failures '10000000000000000' is not valid"),
+    ({"state": "investigating", "assignee": "x" * 300}, "assignee", "Assign to is 300 characters long"),
+    ({"state": "resolved", "resolved_in": "v" * 300}, "resolved_in", "Resolved in release is 300 characters long"),
+    ({"state": "ignored", "until": "soon"}, "until", "Ignore for 'soon' is not valid"),
+])
+def test_a_refused_state_change_names_the_box_as_the_page_labels_it_and_marks_it(world, offline_app, fields, box,
+                                                                                   said):
+    """"until_count '1e16' is not valid" named a field the page calls "Ignore until this many more
+    failures", and the box was not marked (only "Ignore for" was)."""
+    group = world["group"]
+    operator = support.logged_in(offline_app, "operator")
+    token = support.csrf_token(operator, f"/groups/{group}")
+    refused = operator.post(f"/groups/{group}/state", data={"csrf_token": token, "version": "1", **fields})
+    text = refused.get_data(as_text=True)
+    assert refused.status_code == 400 and said in unescape(text), text[:3000]
+    marked = re.findall(r'<input name="(\w+)"[^>]*aria-invalid="true" aria-describedby="state-error" autofocus', text)
+    assert marked == [box]

@@ -77,9 +77,10 @@ def group_page(group_id: int):
 
 
 #: The group page's boxes a refused state change can name, by the field the API names ("until
-#: 'soon' is not valid"): the page says the box's visible label, since "until" is also the next
-#: box's label ("until ... more failures").
-STATE_BOXES = {"until": "Ignore for"}
+#: 'soon' is not valid"): the page says the box's label (its aria-label in group.html), not the
+#: field's name ("until" is also the next box's visible word: "until ... more failures").
+STATE_BOXES = {"until": "Ignore for", "until_count": "Ignore until this many more failures",
+               "assignee": "Assign to", "resolved_in": "Resolved in release"}
 
 
 def _state_refusal(exc: Exception) -> tuple[str, str | None]:
