@@ -15,6 +15,10 @@ PACKAGE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(PACKAGE)
 #: The largest request body accepted (an edited payload, a bulk selection).
 MAX_CONTENT_LENGTH = 16 * 1024 * 1024
+#: The largest field of a form (Flask's default), and the forms whose fields may be as large as a
+#: body: the editor's check and republish, and a bulk patch's preview and start.
+FORM_FIELD_MAX = 500_000
+PAYLOAD_FORMS = frozenset({"actions.validate", "actions.republish", "bulk.bulk_preview", "bulk.bulk_create"})
 
 
 def resource_folder(name: str) -> str:
@@ -81,9 +85,9 @@ def create_app(config: dict[str, Any] | None = None):
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         MAX_CONTENT_LENGTH=MAX_CONTENT_LENGTH,
-        # A form field may be as large as a body: an edited payload is one (Flask's default for a
-        # field is 500,000 bytes, and a larger payload's edit was refused as "too large").
-        MAX_FORM_MEMORY_SIZE=MAX_CONTENT_LENGTH,
+        # A form's field holds at most Flask's 500,000 bytes, but in the forms that carry a payload
+        # or a patch (PAYLOAD_FORMS, below), where it may be as large as a body.
+        MAX_FORM_MEMORY_SIZE=FORM_FIELD_MAX,
         WTF_CSRF_TIME_LIMIT=None,
         WTF_CSRF_CHECK_DEFAULT=False,
     )
@@ -106,6 +110,14 @@ def create_app(config: dict[str, Any] | None = None):
     for module in (auth, pages, groups, api, actions, bulk, audit, export, metrics, openapi, status, saved_views,
                    admin, repair, row_actions, alert_outbox, sources):
         app.register_blueprint(module.bp)
+
+    def _payload_forms():
+        if request.endpoint in PAYLOAD_FORMS:
+            request.max_form_memory_size = MAX_CONTENT_LENGTH
+
+    # First of all: the checks before the view read the form (the cross-site check, the CSRF
+    # token), and its size limit applies when it is first read.
+    app.before_request_funcs.setdefault(None, []).insert(0, _payload_forms)
 
     @app.before_request
     def _csrf_unless_bearer():

@@ -204,6 +204,10 @@ def http_error(exc: HTTPException):
         sent = f"is {request.content_length / 2 ** 20:,.1f} MB" if request.content_length else f"is over {limit}"
         sentence = (f"The request's body {sent}; the dashboard takes at most {limit} "
                     "(an edited payload, a bulk selection). Nothing was done.")
+        if request.content_length and request.content_length <= (request.max_content_length or 0):
+            field = request.max_form_memory_size or 0  # a body it takes, with a field larger than this form takes
+            sentence = (f"A field of this form is larger than the {field:,} bytes it takes (only an edited "
+                        "payload or a patch may be larger). Nothing was done.")
         if wants_json():
             return jsonify(error=sentence), 413
         if request.headers.get("HX-Request"):
