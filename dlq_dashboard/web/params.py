@@ -257,11 +257,17 @@ def bulk_selection(source: dict) -> dict[str, Any]:
     if ids is not None and not isinstance(ids, list):
         raise InvalidRequest("ids must be a list of entry ids.")
     upto = source.get("upto")
-    return {"ids": entry_ids(ids) if ids is not None else None,
-            "filter_args": filter_values(flt) if flt is not None else None,
-            "only_valid": flag(source.get("only_valid"), "only_valid"),
-            "upto": whole_number(upto, "upto", what="the newest entry id the preview showed")
-            if upto not in (None, "") else None}
+    selection = {"ids": entry_ids(ids) if ids is not None else None,
+                 "filter_args": filter_values(flt) if flt is not None else None,
+                 "only_valid": flag(source.get("only_valid"), "only_valid"),
+                 "upto": whole_number(upto, "upto", what="the newest entry id the preview showed")
+                 if upto not in (None, "") else None}
+    # The pages offer "everything matching these filters" only while a filter is set; an empty
+    # one (a script's filter built from nothing) would take every open entry without a word.
+    if selection["filter_args"] == {} and ids is None:
+        raise InvalidRequest("filter names no filter, so it would take every open entry: name at least one "
+                             "(e.g. {\"status\": \"open\"} for every open entry, {\"subject\": \"orders.*\"}).")
+    return selection
 
 
 def filter_values(flt: Mapping[Any, Any]) -> dict[str, str]:
