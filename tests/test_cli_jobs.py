@@ -86,6 +86,7 @@ def test_bad_requests_are_one_line_and_exit_code_two(cli, app):
     entry = support.dead_letter(app, 1, payload=VALID)
     for args, sentence in [
             (("start", "close", "--id", str(entry), "--subject", "orders.*"), "either by --id or by filters"),
+            (("start", "close"), "by --id or by at least one filter (--status open for every open entry)"),
             (("start", "patch", "--subject", "orders.*"), "A patch job needs --patch-file"),
             (("start", "close", "--job", "7:lost"), "job '7:lost' is not valid"),
             (("start", "close", "--job", "7"), "job 7 is not a bulk job"),

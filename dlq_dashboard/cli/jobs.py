@@ -104,6 +104,9 @@ def _selection(ids: tuple[int, ...], options: dict) -> dict:
     filters = _args(options)
     if ids and filters:
         raise InvalidRequest("Choose the entries either by --id or by filters, not both.")
+    if not ids and not filters:  # as POST /api/bulk: an empty filter would take every open entry
+        raise InvalidRequest("Choose the entries by --id or by at least one filter (--status open for every "
+                             "open entry).")
     return {"ids": list(ids)} if ids else {"filter_args": filters}
 
 
