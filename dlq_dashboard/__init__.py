@@ -115,8 +115,8 @@ def create_app(config: dict[str, Any] | None = None):
         if request.endpoint in PAYLOAD_FORMS:
             request.max_form_memory_size = MAX_CONTENT_LENGTH
 
-    # First of all: the checks before the view read the form (the cross-site check, the CSRF
-    # token), and its size limit applies when it is first read.
+    # First of all: the checks before the view read the form (web/params.py's refusal of a
+    # parameter given twice, the CSRF token), and its size limit applies when it is first read.
     app.before_request_funcs.setdefault(None, []).insert(0, _payload_forms)
 
     @app.before_request
