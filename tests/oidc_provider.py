@@ -245,6 +245,21 @@ class IdentityProvider:
         ``exp_offset`` seconds from now, ``bad_signature=True``); ``tamper()`` stops it."""
         requests.put(f"{self.issuer}/_test/tamper", json=claims, timeout=5).raise_for_status()
 
+    def rotate_key(self) -> None:
+        """Sign ID tokens from now on with a new key under the same kid, which the provider's
+        JWKS serves instead of the old one. The provider's own checks of its ID tokens (the
+        id_token_hint at logout) know the first key only: a test that rotates uses a provider of
+        its own (shared=False)."""
+        if self.pool is not None:
+            raise AssertionError("a shared provider's key is not rotated by a test: use shared=False")
+        requests.put(f"{self.issuer}/_test/rotate", timeout=5).raise_for_status()
+
+    def jwks_reads(self) -> int:
+        """How many times the provider's JWKS (its jwks_uri) has been read since it started."""
+        answer = requests.get(f"{self.issuer}/_test/jwks_reads", timeout=5)
+        answer.raise_for_status()
+        return answer.json()["reads"]
+
     # --- the browser's side, with requests ----------------------------------------------------
 
     def authorize(self, url: str, login: str | None) -> str:

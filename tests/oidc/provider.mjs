@@ -11,11 +11,16 @@
 // Its development login form (devInteractions) takes any password; the login is the account id.
 // Consent is given at once. Once listening it prints one line, "listening <issuer>", to stdout.
 //
-// For the tests only, two routes change it while it runs:
+// For the tests only, three routes change it while it runs, and one tells how it was used:
 //   PUT /_test/accounts/<id>  {claims}        the account's claims (a group removed, say)
 //   PUT /_test/tamper         {"aud": ..., "iss": ..., "nonce": ..., "exp_offset": -3600, "bad_signature": true}
 //     ID tokens issued from then on carry those claims, signed again with the provider's key
 //     (or with another key for bad_signature); {} stops it.
+//   PUT /_test/rotate                         a new signing key under the same kid: ID tokens
+//     issued from then on are signed with it, and the JWKS (GET /jwks, the discovery document's
+//     jwks_uri) serves its public members alone (kty, n, e, kid, alg, use). The provider's own
+//     checks of its ID tokens (an id_token_hint at logout) still know the first key only.
+//   GET /_test/jwks_reads                     {"reads": n}: how many times the JWKS was read.
 import { createSign, generateKeyPairSync } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 
@@ -29,8 +34,15 @@ function rsaKey(kid) {
   const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
   return { privateKey, jwk: { ...privateKey.export({ format: 'jwk' }), kid, alg: 'RS256', use: 'sig' } };
 }
-const signing = rsaKey('test-signing-key');
+let signing = rsaKey('test-signing-key');
 const stranger = rsaKey('test-signing-key'); // same kid, another key: a forged signature
+const original = signing; // the key the provider itself was made with
+let jwksReads = 0;
+const JWKS_PATH = '/jwks'; // node-oidc-provider's route for its jwks_uri
+
+function publicJwk({ kty, n, e, kid, alg, use }) {
+  return { kty, n, e, kid, alg, use };
+}
 
 function signJwt(header, payload, key) {
   const encode = (value) => Buffer.from(JSON.stringify(value)).toString('base64url');
@@ -82,7 +94,8 @@ function start(port) {
   const issue = provider.IdToken.prototype.issue;
   provider.IdToken.prototype.issue = async function issueTampered(options) {
     const token = await issue.call(this, options);
-    if (!options || options.use !== 'idtoken' || Object.keys(tamper).length === 0) return token;
+    const rotated = signing !== original;
+    if (!options || options.use !== 'idtoken' || (Object.keys(tamper).length === 0 && !rotated)) return token;
     const [header, payload] = token.split('.').slice(0, 2)
       .map((part) => JSON.parse(Buffer.from(part, 'base64url').toString('utf8')));
     for (const claim of ['aud', 'iss', 'nonce']) if (claim in tamper) payload[claim] = tamper[claim];
@@ -105,6 +118,23 @@ function start(port) {
       tamper = await readJson(ctx);
       ctx.status = 204;
       return;
+    }
+    if (ctx.method === 'PUT' && ctx.path === '/_test/rotate') {
+      signing = rsaKey(original.jwk.kid);
+      ctx.status = 204;
+      return;
+    }
+    if (ctx.method === 'GET' && ctx.path === '/_test/jwks_reads') {
+      ctx.body = { reads: jwksReads };
+      return;
+    }
+    if (ctx.method === 'GET' && ctx.path === JWKS_PATH) {
+      jwksReads += 1;
+      if (signing !== original) {
+        ctx.body = { keys: [publicJwk(signing.jwk)] };
+        ctx.type = 'application/jwk-set+json';
+        return;
+      }
     }
     await next();
   });
