@@ -18,7 +18,7 @@ from urllib.parse import urlencode, urlsplit
 import requests
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.base_client import MismatchingStateError, OAuthError
-from authlib.integrations.flask_client import FlaskIntegration, OAuth
+from authlib.integrations.flask_client import FlaskIntegration, FlaskOAuth2App, OAuth
 from authlib.integrations.requests_client import OAuth2Auth
 from flask import Blueprint, Flask, current_app, redirect, request, session, url_for
 from flask_login import login_user
@@ -38,8 +38,14 @@ EXTENSION = SINGLE_SIGN_ON
 
 # How long one request to the provider may take (discovery, keys, token, userinfo).
 PROVIDER_TIMEOUT = 5.0
-# The discovery document is read again after this long (keys are read again on an unknown kid).
+# The discovery document is read again after this long (keys are read again on an unknown kid,
+# and on a signature that fails against the keys kept: KEYS_READ_AGAIN_AFTER).
 METADATA_KEPT = 3600.0
+# An ID token whose signature fails against the keys kept has them read again from the provider's
+# jwks_uri, since a provider may rotate its key under the same kid; but at most once in this
+# long, so that a stream of forged tokens has the provider's keys read twice a minute at most,
+# not once for each token.
+KEYS_READ_AGAIN_AFTER = 30.0
 # After a failed discovery the login page says single sign-on is unavailable for this long
 # before the provider is asked again (so that an anonymous page view waits on it rarely).
 RETRY_AFTER = 30.0
@@ -96,10 +102,47 @@ def _expiry(value) -> float:
     return (value.get("exp") or 0.0) if isinstance(value, dict) else 0.0
 
 
+class KeysReadAgain(FlaskOAuth2App):
+    """Authlib's Flask OAuth 2 client, reading the provider's keys again when an ID token's
+    signature fails against the ones kept (at most once in KEYS_READ_AGAIN_AFTER).
+
+    Authlib reads them again only for a kid it does not know (base_client/sync_openid.py): a
+    provider that rotates its key under the same kid had every sign-in refused until the
+    discovery document was read again, up to METADATA_KEPT later. The same token response is
+    verified again: its code has been exchanged already, and cannot be twice."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._keys_lock = threading.Lock()
+        # When the keys were last read again for a failed signature (time.monotonic()).
+        self.keys_read_again_at: float | None = None
+
+    def parse_id_token(self, token, *args, **kwargs):
+        try:
+            return super().parse_id_token(token, *args, **kwargs)
+        except BadSignatureError:
+            if not self._may_read_keys_again():
+                raise
+        log.info("single sign-on: an ID token's signature fails against the keys kept; reading them again")
+        self.fetch_jwk_set(force=True)
+        return super().parse_id_token(token, *args, **kwargs)
+
+    def _may_read_keys_again(self) -> bool:
+        # Taken before the keys are asked for, so that a reading that fails counts too.
+        now = time.monotonic()
+        with self._keys_lock:
+            if self.keys_read_again_at is not None and now - self.keys_read_again_at < KEYS_READ_AGAIN_AFTER:
+                return False
+            self.keys_read_again_at = now
+            return True
+
+
 class BoundedOAuth(OAuth):
-    """Authlib's Flask registry whose clients keep a few sign-ins begun, not all."""
+    """Authlib's Flask registry whose clients keep a few sign-ins begun, not all, and read the
+    provider's keys again when a signature fails against them."""
 
     framework_integration_cls = PendingSignIns
+    oauth2_client_cls = KeysReadAgain
 
 
 class ProviderUnavailable(Exception):
