@@ -69,6 +69,15 @@ CUT_HINTS = """() => {
     })
     .filter(field => field.needs > field.room);
 }"""
+#: The shown fields whose hint (placeholder) could be taken for a value typed in: a hint is
+#: slanted (its own style, not the field's) and a word or more with a space ("e.g. 2h", "any"),
+#: never a bare value ("2h", "100", "me": the group page's "Ignore for" read as already filled).
+VALUE_LIKE_HINTS = """() => [...document.querySelectorAll('input[placeholder]')]
+  .filter(field => field.placeholder && field.getClientRects().length)
+  .filter(field => getComputedStyle(field, '::placeholder').fontStyle !== 'italic'
+                   || getComputedStyle(field, '::placeholder').color === getComputedStyle(field).color
+                   || !/\\s/.test(field.placeholder.trim()))
+  .map(field => `${field.name || field.id}: "${field.placeholder}"`)"""
 #: The shown text fields and choices less than 24 px tall (WCAG 2.2's least target size): left
 #: to the browser's own look, the login's and the view name's were 21.
 SMALL_FIELDS = """() => [...document.querySelectorAll('input:not([type=hidden]):not([type=checkbox]):not([type=radio]), select')]
@@ -86,6 +95,11 @@ LOOSE_CELLS = """() => [...document.querySelectorAll('tr')]
 def cut_hints(page) -> list[dict]:
     """The shown fields whose placeholder does not fit inside them (CUT_HINTS)."""
     return page.evaluate(CUT_HINTS)
+
+
+def value_like_hints(page) -> list[str]:
+    """The shown fields whose placeholder could read as a value (VALUE_LIKE_HINTS)."""
+    return page.evaluate(VALUE_LIKE_HINTS)
 
 
 def small_fields(page) -> list[str]:

@@ -83,6 +83,9 @@ def _measure(page, where: str, overflows: list) -> None:
     cut = browser_support.cut_hints(page)
     if cut:
         overflows.append(f"{where}: hints cut by their fields: {cut}")
+    value_like = browser_support.value_like_hints(page)
+    if value_like:
+        overflows.append(f"{where}: hints that read as values: {value_like}")
     small = browser_support.small_fields(page)
     if small:
         overflows.append(f"{where}: fields less than 24 px tall: {small}")
@@ -166,7 +169,7 @@ def _version(app, entry_id: int) -> int:
 
 
 @pytest.mark.parametrize("width, path", CHECKS, ids=[f"{w}px-{p}" for w, p in CHECKS])
-def test_no_page_scrolls_sideways_cuts_a_fields_hint_or_shrinks_a_field_at_1440_and_390_px(site, operator_pages, browser, width, path):
+def test_no_page_scrolls_sideways_cuts_a_fields_hint_shows_one_as_a_value_or_shrinks_a_field_at_1440_and_390_px(site, operator_pages, browser, width, path):
     """One page at one width a test; with the forms' pages below, every page at both widths, as
     one test walked them before."""
     overflows: list[str] = []
@@ -188,7 +191,7 @@ def test_no_page_scrolls_sideways_cuts_a_fields_hint_or_shrinks_a_field_at_1440_
 
 
 @pytest.mark.parametrize("width", WIDTHS, ids=[f"{w}px" for w in WIDTHS])
-def test_no_page_reached_by_a_form_scrolls_sideways_cuts_a_fields_hint_or_shrinks_a_field_at_1440_and_390_px(site, operator_pages, width):
+def test_no_page_reached_by_a_form_scrolls_sideways_cuts_a_fields_hint_shows_one_as_a_value_or_shrinks_a_field_at_1440_and_390_px(site, operator_pages, width):
     """The pages reached by a form (the bulk preview, a JSON Patch's preview, the conflict page)
     at one width, after the module's checks of PAGES (the single test's order). Each width sees
     both conflict pages the single test saw, one a width: a confirmation opened before someone
