@@ -28,10 +28,12 @@ from dlq_dashboard.runtime import Runtime, runtime_of
 
 from . import support
 from .oidc_provider import IdentityProvider, ProviderPool
-from .postgres import PostgresServer
+from .postgres import PostgresServer, prefer_memory
 from .webhooks import Receiver
 
 DATABASES = ("sqlite", "postgresql")
+# The PostgreSQL servers' data in memory when the machine allows (tests/postgres.py says why).
+prefer_memory()
 
 # Each xdist worker chooses ports for servers in a part of its own: a cluster node's port is free
 # while the node is down for a restart, and another worker choosing it then made the restart fail

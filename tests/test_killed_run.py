@@ -51,8 +51,8 @@ def test_the_processes_a_killed_run_started_end_with_it(tmp_path, workers):
         except AssertionError as failed:
             running = [name for name, pid in pids.items() if not support.gone(pid)]
             raise AssertionError(f"{failed}; still running: {running}") from None
-        # Without a teardown its PostgreSQL's folder stays in /tmp (where the server's user
-        # reaches it) until a server is next made: here asked directly, as that one's start does.
+        # Without a teardown its PostgreSQL's folder stays (in /dev/shm or /tmp, where the server's
+        # user reaches it) until a server is next made: here asked directly, as that one's start does.
         # (A worker that finds its run gone tears its session down, which removes it.)
         folder = Path(held["postgres_folder"])
         removed = remove_abandoned_folders()
@@ -66,7 +66,7 @@ def test_the_processes_a_killed_run_started_end_with_it(tmp_path, workers):
         for name, pid in held.items():  # what this test's run started, by PID, if the test failed
             if isinstance(pid, int) and not support.gone(pid):
                 os.kill(pid, signal.SIGKILL)
-        if "postgres_folder" in held:  # /tmp, where the server's user reaches it: not removed by pytest
+        if "postgres_folder" in held:  # where the server's user reaches it: not removed by pytest
             shutil.rmtree(held["postgres_folder"], ignore_errors=True)
 
 
