@@ -174,10 +174,11 @@ def serve(workdir: Path, database_url: str | None) -> None:
     import waitress
 
     from dlq_dashboard import create_app
+    from dlq_dashboard.web.security import WAITRESS_OPTIONS
 
     logging.getLogger("waitress").setLevel(logging.ERROR)
     app = create_app({"SETTINGS": settings_for(workdir, database_url or sqlite_url(workdir))})
-    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=8)  # as app.py
+    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=8, **WAITRESS_OPTIONS)  # as app.py
     print(server.effective_port, flush=True)
     server.run()
 

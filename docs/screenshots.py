@@ -176,6 +176,7 @@ def main(shots: list[str]) -> int:
     from dlq_dashboard.db.models import Entry
     from dlq_dashboard.nats.server import NatsServer
     from dlq_dashboard.runtime import runtime_of
+    from dlq_dashboard.web.security import WAITRESS_OPTIONS
 
     with tempfile.TemporaryDirectory() as workdir:
         work = Path(workdir)
@@ -199,7 +200,7 @@ def main(shots: list[str]) -> int:
         with engine.connect() as conn:
             detail_id = conn.execute(select(Entry.id).where(Entry.reason == "schema_invalid")
                                      .order_by(Entry.id.desc())).scalars().first()
-        server = waitress.create_server(app, host="127.0.0.1", port=0, threads=4)
+        server = waitress.create_server(app, host="127.0.0.1", port=0, threads=4, **WAITRESS_OPTIONS)
         threading.Thread(target=server.run, daemon=True).start()
         base = f"http://127.0.0.1:{server.effective_port}"
         try:

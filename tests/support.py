@@ -678,7 +678,10 @@ def serve_in_thread(app, threads: int = 4):
 
     import waitress
 
-    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=threads)
+    from dlq_dashboard.web.security import WAITRESS_OPTIONS
+
+    # As app.py serves: forwarded headers reach the app, which decides whom to believe.
+    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=threads, **WAITRESS_OPTIONS)
     server.dlq_trigger_pipe = _identity(server.trigger.trigger), close_mark()
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -30,6 +30,7 @@ from ..nats.client_log import quiet_nats_tracebacks
 from ..numbers import whole_number
 from ..runtime import runtime_of
 from ..sources import unused_variables
+from ..web.security import WAITRESS_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,8 @@ def serve(args: argparse.Namespace) -> int:
     # The address first: a port another program holds is said in one line before anything
     # starts; the first admin's one-time password is made once all of it has (else never shown).
     try:
-        server = waitress.create_server(application, host=args.host, port=args.port, threads=args.threads)
+        server = waitress.create_server(application, host=args.host, port=args.port, threads=args.threads,
+                                        **WAITRESS_OPTIONS)  # forwarded headers reach the app
     except (OSError, ValueError) as exc:
         print(f"error: {listen_error(args.host, args.port, exc)}", file=sys.stderr, flush=True)
         runtime.stop()  # nothing of it started: its database's connections closed

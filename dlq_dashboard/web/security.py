@@ -109,6 +109,17 @@ def refuse_untrusted_host():
 
 # --- proxies and HTTPS ------------------------------------------------------------------------
 
+#: What waitress is given wherever it serves the app (cli/main.py, the tests' servers,
+#: docs/screenshots.py). Waitress 3 removes X-Forwarded-* and Forwarded from every request
+#: before the app sees them, unless their peer is its own ``trusted_proxy``; the app then never
+#: learnt that a trusted proxy spoke HTTPS or for which client. The app decides itself which peers
+#: to believe (DLQ_TRUSTED_PROXIES, below), so waitress hands the headers through untouched: its
+#: ``trusted_proxy`` takes one address where DLQ_TRUSTED_PROXIES takes networks, and it would
+#: rewrite REMOTE_ADDR and wsgi.url_scheme, so that the peer the rule below checks would be the
+#: client rather than the proxy.
+WAITRESS_OPTIONS = {"clear_untrusted_proxy_headers": False}
+
+
 def _networks() -> list:
     settings = current_runtime().settings
     return [ipaddress.ip_network(n, strict=False) for n in settings.trusted_proxies]
