@@ -8,13 +8,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from dlq_dashboard.access import visible
 from dlq_dashboard.access.reader import Reader
 from dlq_dashboard.accounts import create_token
 from dlq_dashboard.actions.bulk.jobs import create_job, select_items
-from dlq_dashboard.db.models import FailureGroup
+from dlq_dashboard.db.engine import write_transaction
+from dlq_dashboard.db.models import Entry, FailureGroup
 from dlq_dashboard.entries.filters import EntryFilter, FilterError
 from dlq_dashboard.scopes import pattern_within
 from dlq_dashboard.entries.saved_views import View
@@ -205,3 +206,50 @@ def test_a_groups_triage_records_are_in_the_audit_of_the_readers_who_may_read_th
     assert seen(BILLING) == [("group_note", "card processor down"), ("group_state", None)]
     assert seen(ORDERS) == [("group_note", "orders note")]
     assert len(seen(None)) == 3
+
+
+@pytest.mark.both_databases
+def test_a_job_whose_entries_were_purged_is_shown_to_no_scoped_reader_on_any_channel(make_app, database_url):
+    """A purge takes a job's items with their entries, and a job with none left passed "every
+    entry it took may be read" for every reader: an orders reader saw a billing close, its
+    selection, note and actor, on its pages, in the API and in the audit."""
+    from dlq_dashboard.accounts import create_user
+    from dlq_dashboard.actions.bulk.jobs import job_status
+    from dlq_dashboard.actions.purge import purge_entries
+
+    app = make_app(online=True, retention=0)
+    rt = runtime_of(app)
+    billing = [support.dead_letter(rt.engine, seq, "billing.charged") for seq in (1, 2)]
+    orders = support.dead_letter(rt.engine, 3, "orders.created")
+    billing_op = support.bearer(create_token(rt.engine, "billing-op", "operator", scopes=BILLING))
+    client = app.test_client()
+    started = client.post("/api/bulk", json={"action": "close", "ids": billing, "note": "bulk"}, headers=billing_op)
+    assert started.status_code == 202, started.get_data(as_text=True)
+    job_id = started.get_json()["job"]
+    support.wait_for(lambda: job_status(rt, job_id, limit=0)["state"] == "done", message="the close job")
+    # A job of orders' own, partly purged below: its billing item went, its orders item stays.
+    mixed = create_job(rt, "close", actor="admin", ids=[billing[0], orders], note="mixed")
+    support.wait_for(lambda: job_status(rt, mixed, limit=0)["state"] == "done", message="the mixed job")
+    create_user(rt.engine, "orders-viewer", support.PASSWORD, "viewer", scopes=ORDERS)
+    session = app.test_client()
+    assert support.login(session, "orders-viewer", support.PASSWORD).status_code == 302
+    viewer = support.bearer(create_token(rt.engine, "orders-reader", "viewer", scopes=ORDERS))
+    admin = support.bearer(create_token(rt.engine, "admin", "admin"))
+
+    def shown(job: int) -> dict:
+        listed = client.get("/api/jobs", headers=viewer).get_json()["jobs"]
+        audit = client.get("/api/audit", headers=viewer).get_json()["actions"]
+        return {"list": job in [j["id"] for j in listed], "json": client.get(f"/api/jobs/{job}", headers=viewer).status_code,
+                "page": session.get(f"/jobs/{job}").status_code, "jobs page": f'href="/jobs/{job}"' in session.get(
+                    "/jobs").get_data(as_text=True), "audit": job in [r.get("job_id") for r in audit]}
+
+    hidden = {"list": False, "json": 404, "page": 404, "jobs page": False, "audit": False}
+    assert shown(job_id) == hidden
+    with write_transaction(rt.engine) as conn:  # resolved long ago
+        conn.execute(update(Entry).where(Entry.id.in_(billing)).values(updated_at=utcnow() - timedelta(days=2)))
+    assert purge_entries(rt, older_than=86400, actor="test", statuses=("closed",)).total == 2
+    assert shown(job_id) == hidden
+    assert shown(mixed) == hidden
+    assert client.get(f"/api/jobs/{job_id}", headers=admin).get_json()["purged"] == 2  # an admin still sees it
+    cli = app.test_cli_runner().invoke(args=["jobs", "show", str(job_id), "--as", "viewer", "--scope", "orders.>"])
+    assert cli.exit_code != 0 and f"There is no job {job_id}." in cli.output

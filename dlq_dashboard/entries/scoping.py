@@ -97,14 +97,19 @@ def covered_groups(scopes: tuple[Scope, ...]):
 def jobs_within(scopes: tuple[Scope, ...] | None):
     """The condition on jobs that keeps those whose every item's entry ``scopes`` cover (None:
     no condition). Judged by the entries' groups (covered_groups, read once), so a job of a
-    million items costs index lookups, not a pattern match each. A job with an item whose entry
-    is gone (purged) is kept from a scoped reader: what it took can no longer be told to lie inside."""
+    million items costs index lookups, not a pattern match each.
+
+    A job a purge took entries of is kept from a scoped reader: what it took can no longer be
+    told to lie inside. A purge deletes the items with their entries and counts them in
+    ``jobs.purged`` (actions/purge.py), so the items left say nothing of the ones gone, and a job
+    with none left would pass "no item outside" for every reader; a job with no item at all is
+    kept too (every job is made with at least one, so its items went some other way)."""
     if scopes is None:
         return None
     outside = (select(ITEMS.c.job_id).select_from(ITEMS.outerjoin(ENTRIES, ENTRIES.c.id == ITEMS.c.entry_id))
                .where(ITEMS.c.job_id == JOBS.c.id,
                       or_(ENTRIES.c.group_id.is_(None), ENTRIES.c.group_id.not_in(covered_groups(scopes)))))
-    return not_(exists(outside))
+    return and_(JOBS.c.purged.is_(None), exists().where(ITEMS.c.job_id == JOBS.c.id), not_(exists(outside)))
 
 
 def entries_within(scopes: tuple[Scope, ...] | None):
