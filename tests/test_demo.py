@@ -4,7 +4,10 @@ fulfilment service upserts one row per order, a corrected republish is stored, a
 from __future__ import annotations
 
 import json
+import os
+import stat
 import threading
+from pathlib import Path
 
 import nats
 import pytest
@@ -246,3 +249,20 @@ def test_the_admin_commands_beside_a_running_demo_read_its_schemas_and_key_field
     assert beside.schemas_dir == str(DEMO_SCHEMAS) and beside.list_fields == DEMO_LIST_FIELDS
     cli_main.mark_demo(plain, False)  # a start without --demo takes the mark away
     assert settings().list_fields == () and not (tmp_path / "instance" / cli_main.DEMO_MARK).exists()
+
+
+def test_the_demo_mark_is_written_for_its_owner_alone(tmp_path):
+    """It was 0644 (the umask's), beside an instance folder whose files are all 0600."""
+    from dlq_dashboard.cli import main as cli_main
+
+    settings = support.make_settings(tmp_path)
+    mark = Path(settings.instance_path) / cli_main.DEMO_MARK
+    before = os.umask(0o022)
+    try:
+        cli_main.mark_demo(settings, True)
+        assert stat.S_IMODE(mark.stat().st_mode) == 0o600
+        mark.chmod(0o644)  # left by an earlier version: narrowed as it is written again
+        cli_main.mark_demo(settings, True)
+        assert stat.S_IMODE(mark.stat().st_mode) == 0o600
+    finally:
+        os.umask(before)

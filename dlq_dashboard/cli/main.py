@@ -23,7 +23,7 @@ from flask.cli import ScriptInfo
 from .. import create_app as _create_app
 from ..children import LOG_FORMAT
 from ..config import ConfigError, Settings, load_settings, log_level
-from ..files import private_folder
+from ..files import private_folder, write_private
 from ..errors import InvalidRequest
 from ..nats.bundled import StoreInUse
 from ..nats.client_log import quiet_nats_tracebacks
@@ -76,7 +76,8 @@ def mark_demo(settings: Settings, demo: bool) -> None:
     mark = Path(settings.instance_path) / DEMO_MARK
     if demo:
         private_folder(settings.instance_path)
-        mark.write_text("python app.py --demo runs on this folder: the admin commands read its settings\n")
+        # Owner only, as everything the dashboard writes in the instance folder (files.py).
+        write_private(mark, "python app.py --demo runs on this folder: the admin commands read its settings\n")
     else:
         mark.unlink(missing_ok=True)
 
