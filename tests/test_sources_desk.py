@@ -241,7 +241,9 @@ def three_live(tmp_path, make_app, shared_server, nats_server):
     path = support.sources_file(tmp_path, [
         {"name": "orders", "nats_url": support.account_url(shared_server, "a"), "stream": "DLQ"},
         {"name": "billing", "nats_url": support.account_url(shared_server, "b"), "stream": "DLQ"},
-        {"name": "shipping", "nats_url": nats_server.url, "stream": "DLQ_SHIPPING", "subjects": ["dlq.shipping.>"]},
+        # Signed in (a server without users takes any): /healthz must name it without them.
+        {"name": "shipping", "nats_url": nats_server.url.replace("nats://", "nats://ship:pship@"),
+         "stream": "DLQ_SHIPPING", "subjects": ["dlq.shipping.>"]},
     ])
     return support.start_sources(make_app(sources=load_settings({"DLQ_CONFIG": path}).sources))
 
@@ -300,6 +302,8 @@ def test_one_sources_server_killed_is_named_unreachable_while_the_others_stay_ok
     assert health.status_code == 503 and body["status"] == "degraded"
     assert body["sources"]["shipping"]["status"] == "degraded"
     assert body["sources"]["shipping"]["nats"]["connected"] is False
+    # An admin reads which server is away (it read null), without its user and password.
+    assert body["sources"]["shipping"]["nats"]["url"] == nats_server.url and "pship" not in health.get_data(as_text=True)
     assert body["sources"]["orders"]["status"] == body["sources"]["billing"]["status"] == "ok"
     assert body["nats"]["connected"] is True  # the top fields are the main source's (orders)
     assert 'dlq_nats_connected{source="shipping"} 0.0' in app.test_client().get("/metrics").get_data(as_text=True)

@@ -57,7 +57,9 @@ class NatsUnavailable(RuntimeError):
 class ConnectionState:
     """What /healthz and the pages say about the connection. ``connected`` means usable: connected
     and answering the probe's pings; ``unreachable_since`` is when that stopped (None while usable).
-    ``url`` and ``last_error`` never carry a user or password (Bridge._set_state scrubs them)."""
+    ``url`` is the server connected to, and while none is the servers configured (an admin reads
+    which server is away); it and ``last_error`` never carry a user or password
+    (Bridge._set_state scrubs them)."""
 
     connected: bool = False
     url: str | None = None
@@ -103,7 +105,7 @@ class Bridge:
         self.source = source  # the source (SPEC section 12) this connection serves
         # The servers as every text names them: NATS_URL may carry user:password@.
         self.shown_servers = ", ".join(without_userinfo(s) for s in servers)
-        self.state = ConnectionState()
+        self.state = ConnectionState(url=self.shown_servers)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.nc: NATS | None = None
         self.js: JetStreamContext | None = None
@@ -143,7 +145,7 @@ class Bridge:
                                         else f"nats-bridge-{self.source}")
         self._thread.start()
         ready.wait()
-        self.state = ConnectionState(unreachable_since=utcnow())
+        self.state = ConnectionState(url=self.shown_servers, unreachable_since=utcnow())
         self.spawn(self._connect_forever())
         self.spawn(self._probe_forever())
         return self
@@ -293,7 +295,7 @@ class Bridge:
         url = self.nc.connected_url.geturl() if connected and self.nc and self.nc.connected_url else None
         self.state = ConnectionState(
             connected=connected,
-            url=without_userinfo(str(url)) if url else None,
+            url=without_userinfo(str(url)) if url else self.shown_servers,
             last_error=scrub(error),
             unreachable_since=None if connected else (previous.unreachable_since or utcnow()),
             rtt_ms=previous.rtt_ms if connected else None)

@@ -238,8 +238,8 @@ SCHEMAS: dict[str, dict] = {
             "status": {"type": "string", "enum": ["ok", "degraded"]},
             "nats": {"type": "object", "required": ["connected"],
                      "properties": {"connected": BOOL,
-                                    "url": {**_nullable(STR), "description": "The server connected to, without a "
-                                            "user or password; for an admin only."},
+                                    "url": {**_nullable(STR), "description": "The server connected to (else those "
+                                            "configured), without a user or password; for an admin only."},
                                     "last_error": {**_nullable(STR), "description": "Why NATS is not usable; "
                                                    "without a login only whether there is an error."},
                                     "unreachable_since": {**_nullable(STR), "format": "date-time",
