@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 import re
 import sys
 from contextlib import contextmanager
@@ -85,6 +86,10 @@ def utf8_arguments(command: click.Command) -> None:
                 if isinstance(text, str) and _NOT_UTF8.search(text):
                     raise CommandError(f"{name.replace('_', ' ')} {ascii(text)[:80]} is not UTF-8 text; "
                                        "nothing was done.", BAD_INPUT)
+        # Not into a terminal, click.echo removes a colour's escape sequence (``ESC[31m``) before
+        # ``shown`` sees it: a table piped to a file lost "[31m" where a terminal showed
+        # "\u001b[31m". The commands colour nothing of their own, so nothing is left out.
+        ctx.color = True
         with terminal_safe():
             return invoke(ctx)
 
@@ -119,6 +124,17 @@ def cli_actor() -> str:
         return "cli:unknown"
 
 
+#: The logger of the bridges' lines about their connection (a refused connection, each retry).
+BRIDGE_LOGGER = "dlq_dashboard.nats.bridge"
+
+
+def _said_by_the_command(record: logging.LogRecord) -> bool:
+    # A command's own bridge connecting: the command says in one line of its own whether NATS
+    # answered ("NATS is not reachable at ..."); the bridge's warnings before it were two more
+    # lines of the same (its logger's errors, and everything at DLQ_LOG_LEVEL=debug, still pass).
+    return record.levelno > logging.WARNING or logging.getLogger(BRIDGE_LOGGER).isEnabledFor(logging.DEBUG)
+
+
 @contextmanager
 def nats_connected(rt: Runtime, *, required: bool = True) -> Iterator[bool]:
     """NATS through the runtime's bridge for the length of a command (only the bridge: no
@@ -126,8 +142,9 @@ def nats_connected(rt: Runtime, *, required: bool = True) -> Iterator[bool]:
     if rt.bridge is not None:  # a runtime already started (the tests' app)
         yield rt.bridge.state.connected
         return
-    connected = rt.connect_nats()
+    logging.getLogger(BRIDGE_LOGGER).addFilter(_said_by_the_command)
     try:
+        connected = rt.connect_nats()
         if required and not connected:
             bundled = rt.bundled_nats_url() if rt.settings.bundled_nats else None
             where = (", ".join(without_userinfo(u) for u in rt.settings.nats_urls) if not rt.settings.bundled_nats
@@ -142,3 +159,4 @@ def nats_connected(rt: Runtime, *, required: bool = True) -> Iterator[bool]:
                 feed.bridge.stop()
                 feed.bridge = None
         rt.bridge = None
+        logging.getLogger(BRIDGE_LOGGER).removeFilter(_said_by_the_command)
