@@ -246,6 +246,9 @@ def test_with_dlq_public_url_only_its_host_and_loopback_are_answered(served):
         assert refused.status == 400 and refused.getheader("Location") is None, (path, refused.status)
     assert raw_get(port, "/login", "dlq.example.com").status == 200
     assert raw_get(port, "/login", f"127.0.0.1:{port}").status == 200
+    # A host name in any case is the same host (RFC 9110 4.2.3): "DLQ.Example.com" was refused.
+    assert raw_get(port, "/login", "DLQ.Example.com").status == 200
+    assert raw_get(port, "/login", f"LOCALHOST:{port}").status == 200
     guarded = raw_get(port, "/", "dlq.example.com")
     assert guarded.status == 302 and guarded.getheader("Location").startswith("/login")
 

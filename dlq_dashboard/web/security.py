@@ -101,7 +101,9 @@ def refuse_untrusted_host():
     Checked here rather than by Flask's TRUSTED_HOSTS, which would refuse /healthz and /metrics
     too; it runs before the route's answer (and before a routing redirect is raised)."""
     hosts = current_app.extensions.get("dlq_trusted_hosts")
-    if not hosts or request.path in ANY_HOST_PATHS or host_is_trusted(request.host, hosts):
+    # A host name is one name in any case; werkzeug compares them as written (DLQ_PUBLIC_URL's
+    # host is read lower-case, as the loopback names are written).
+    if not hosts or request.path in ANY_HOST_PATHS or host_is_trusted(request.host.lower(), hosts):
         return None
     raise RequestRefused(f"Refused: this dashboard answers at {current_runtime().settings.public_url} "
                          "(DLQ_PUBLIC_URL), not at the host this request named.")
