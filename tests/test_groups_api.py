@@ -112,6 +112,15 @@ def test_a_bad_filter_is_a_400_that_names_it(offline_app, tokens, query, named):
     assert named in response.get_json()["error"]
 
 
+@pytest.mark.parametrize("cursor", ["ZTE", "x"])
+def test_a_cursor_for_groups_is_refused_as_groups_have_none_whatever_it_holds(offline_app, tokens, cursor):
+    # One that is not a list's cursor was told "use next_cursor from a previous page", which
+    # groups have none of.
+    response = get(offline_app.test_client(), tokens["viewer"], f"/api/groups?cursor={cursor}")
+    assert response.status_code == 400
+    assert response.get_json()["error"].startswith("cursor does not apply to groups: they come in one answer")
+
+
 def test_groups_need_a_viewer_by_token_or_session(offline_app, tokens, auth):
     client = offline_app.test_client()
     assert client.get("/api/groups").status_code == 401

@@ -117,11 +117,11 @@ def failure_groups(args: Mapping[str, str], *, reader: Reader | None = None, me:
     source, subject and reason go without saying); FilterError, a 400, for a bad one. ``reader`` and ``me``
     (who ``assignee=me`` is) for a caller outside a request (the command line)."""
     reader = reader or current_reader()
-    flt = request_filter(args, reader=reader, max_limit=GROUPS_MAX)
-    triage = GroupStateFilter.from_args(args, me=me or caller_name())
-    if flt.cursor:
+    if (args.get("cursor") or "").strip():  # before the filter reads it as a list's cursor
         raise FilterError(f"cursor does not apply to groups: they come in one answer, largest first "
                           f"(limit takes up to {GROUPS_MAX:,})")
+    flt = request_filter(args, reader=reader, max_limit=GROUPS_MAX)
+    triage = GroupStateFilter.from_args(args, me=me or caller_name())
     limit = flt.limit if (args.get("limit") or "").strip() else GROUPS_LIMIT
     store = current_runtime().store
     found, tally = visible.tallies(reader, store).groups(flt, limit=limit, where=triage.conditions())
