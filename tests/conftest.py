@@ -64,6 +64,15 @@ def pytest_configure(config):
                                        "for the tests of the migrations themselves")
 
 
+def pytest_collection_finish(session):
+    """What lives once the tests are collected (the modules, the fixtures, the test items: some
+    170,000 objects) lives all run: frozen, no collection of the old generation walks it again.
+    The collector's time in `pytest -n 0 tests/test_pages.py tests/test_summaries.py
+    tests/test_store.py` (gc.callbacks, process time): 2.95 s of 16.1 s, 2.27 s of 14.5 s frozen."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     """One full collection, then the rest frozen: after the last pytest_unconfigure, pytest
