@@ -72,3 +72,26 @@ def test_a_url_built_once_is_what_url_for_makes_for_every_request(offline_app):
         with offline_app.test_request_context("/api/me"):
             with pytest.raises(BuildError):
                 url_once(".groups")  # another blueprint's: no such endpoint, as url_for says
+
+
+def test_an_app_that_rendered_a_fragment_goes_when_nothing_else_holds_it(tmp_path):
+    # A fragment's prelude (what its template binds outside its blocks) was kept module-wide by
+    # its template, which the prelude's environment kept alive: every app that rendered one stayed.
+    import gc
+    import weakref
+
+    from dlq_dashboard import create_app
+    from dlq_dashboard.runtime import runtime_of
+
+    from . import support
+
+    database = support.migrated_sqlite(tmp_path / "dlq.sqlite3")
+    app = create_app({"SETTINGS": support.make_settings(tmp_path, database_url=database), "TESTING": True})
+    with app.test_request_context("/"):
+        html = responses.render_block("groups.html", "new_failures", new_count=3, cap=100, url="/groups")
+    assert "3 new" in html
+    runtime_of(app).stop()
+    gone = weakref.ref(app)
+    del app
+    gc.collect()
+    assert gone() is None
