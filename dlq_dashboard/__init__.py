@@ -46,7 +46,8 @@ def create_app(config: dict[str, Any] | None = None):
     from .config import Settings, ensure_secret_key, load_settings
     from .runtime import EXTENSION, Runtime
     from .web import (actions, admin, alert_outbox, api, audit, auth, bulk, errors, export, groups, metrics, oidc,
-                      openapi, pages, repair, row_actions, saved_views, security, sources, status, templating)
+                      openapi, pages, query_parameters, repair, row_actions, saved_views, security, sources, status,
+                      templating)
     from .web import params as web_params
     from .web.responses import bearer_token, htmx
 
@@ -104,6 +105,7 @@ def create_app(config: dict[str, Any] | None = None):
     security.init_app(app)
     errors.init_app(app)
     web_params.init_app(app)  # a query parameter given twice is a 400, on every route
+    query_parameters.init_app(app)  # and one that reads as a misspelling of a route's own
     templating.init_app(app)
     cli.init_app(app)
     htmx.init_app(app)

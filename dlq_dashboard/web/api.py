@@ -19,7 +19,7 @@ from ..nats.bridge import NatsUnavailable
 from ..redaction import scrub
 from ..scopes import Grant
 from ..times import format_time, utcnow
-from . import current_runtime, params
+from . import current_runtime
 from .auth import Identity, current_identity, requires
 from ..access import visible
 from .data import current_reader, entries_page, entry_detail, failure_groups, request_filter
@@ -33,7 +33,6 @@ HEALTH_TIMEOUT = 0.8
 @requires("viewer")
 def list_entries():
     """One page of entries under the list's filters, newest first."""
-    params.refuse_misspelt(request.args, params.LIST_PARAMETERS)
     _, page = entries_page(request.args)
     return jsonify(page.to_dict())
 
@@ -54,7 +53,6 @@ def list_groups():
     """Failure groups under the list's filters (every status unless one is given), largest first;
     each with the filter of /api/entries that lists exactly its entries. Not ``exact``: counted
     over the newest ``bound`` matches only (of ``matched`` in all, where a key field's index tells)."""
-    params.refuse_misspelt(request.args, params.GROUPS_PARAMETERS)
     answer = failure_groups(request.args)
     tally = answer.tally
     return jsonify(groups=[g.to_dict(answer.base) for g in answer.groups], exact=tally.exact,
@@ -68,7 +66,6 @@ def list_summary():
     aside), the first and last received, and whether the numbers are exact (a search's or a key
     field's are of its newest matches only, beyond a bound: an estimate, each number at least
     what it says); ``matched``, every match counted, where that is known."""
-    params.refuse_misspelt(request.args, params.LIST_PARAMETERS)
     flt = request_filter(request.args)
     tallies = visible.tallies(current_reader(), current_runtime().store)
     counts, tally = tallies.counts_by_status(flt)

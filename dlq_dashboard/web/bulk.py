@@ -30,7 +30,6 @@ MAX_ITEMS_SHOWN = 1000
 def jobs_page(args) -> tuple[dict, dict[str, str]]:
     """One page of jobs under the request's ``state``, ``cursor`` and ``limit``, and those
     arguments as the page's links keep them; InvalidRequest, a 400, for a bad one."""
-    params.refuse_misspelt(args, params.JOBS_PARAMETERS, fields=False)
     state = params.one_of(args.get("state"), "state", JOB_STATES)
     raw = (args.get("limit") or "").strip()
     limit = whole_number(raw, "limit", low=1, high=JOBS_MAX, what="jobs a page") if raw else JOBS_LIMIT

@@ -117,11 +117,17 @@ GROUP_STATE_FIELDS, GROUP_NOTE_FIELDS = ("version", *STATE_FIELDS), ("text",)
 API_FIELDS = frozenset((*REPUBLISH_FIELDS, *CLOSE_FIELDS, *REOPEN_FIELDS, *BULK_FIELDS, *REPAIR_PREVIEW_FIELDS,
                         *GROUP_STATE_FIELDS, *GROUP_NOTE_FIELDS))
 
-#: The query parameters of the list's JSON (/api/entries, /api/summary, the exports; /api/groups
-#: adds its own): the filters (and ``field.<label>``), the page.
+#: The query parameters of the list's page and of a saved view (the JSON routes' are those the
+#: OpenAPI document lists, web/query_parameters.py): the filters (and ``field.<label>``), the page.
 LIST_PARAMETERS = (*(declared.name for declared in FILTERS if not declared.family), "limit", "cursor")
 #: The groups': the list's and the triage filters (the page's "window" beside them).
 GROUPS_PARAMETERS = (*LIST_PARAMETERS, *GroupStateFilter.PARAMETERS)
+
+
+#: A parameter's other name, as a person may write it on a route that takes the one and not the
+#: other: a job's or an alert's "state" asked for as "status" ("/api/jobs?staus=failed"), an
+#: entry's "status" as "state".
+OTHER_NAMES = {"status": "state", "state": "status"}
 
 
 def refuse_misspelt(args: Mapping[str, str], known: Iterable[str], *, fields: bool = True) -> None:
@@ -131,11 +137,13 @@ def refuse_misspelt(args: Mapping[str, str], known: Iterable[str], *, fields: bo
     FilterError: a page shows it where its list would be, as a filter's bad value). ``fields``:
     the request takes key fields' filters (``field.<label>``), so "Customer" means one of them."""
     known = tuple(known)
+    others = {other: meant for other, meant in OTHER_NAMES.items() if meant in known and other not in known}
     labels: dict[str, str] | None = None
     for name in args:
         if name in known or name.startswith("field."):
             continue
-        close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.8)
+        close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.8) or [
+            others[other] for other in difflib.get_close_matches(name.lower(), others, n=1, cutoff=0.8)]
         if not close and fields:
             # A key field's filter written otherwise ("Field.Customer", "fields.Customer",
             # "Customer"): left out, the answer would be every entry.
@@ -151,9 +159,8 @@ def refuse_misspelt(args: Mapping[str, str], known: Iterable[str], *, fields: bo
                                  "(one it does not take is left out, and the answer would not be filtered by it)")
 
 
-#: What the audit (page and JSON) and the jobs take.
+#: What the audit takes (its page says a misspelt one where its records would be).
 AUDIT_PARAMETERS = ("entry", "job", "actor", "action", "items", "fold", "limit", "cursor")
-JOBS_PARAMETERS = ("state", "limit", "cursor")
 
 #: The filters a bulk request's ``filter`` may name, as its 400 lists them.
 FILTER_NAMES = ", ".join(declared.name for declared in FILTERS)
