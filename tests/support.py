@@ -145,6 +145,15 @@ def gone(pid: int) -> bool:
         return True
 
 
+def process_state(pid: int) -> str:
+    """Process ``pid``'s scheduler state as /proc tells it ("T": stopped), or "gone"."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return "gone"
+
+
 def assert_child_ends_with_its_parent(code: str, what: str) -> None:
     """Run ``code`` in a Python process of its own (it prints the pid of a child it started),
     kill that process as a crash would, and wait for the orphaned child to end. What the killed
