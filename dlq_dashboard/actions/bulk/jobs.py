@@ -51,7 +51,7 @@ ENTRIES, INTENTS, ACTIONS = Entry.__table__, Republish.__table__, Action.__table
 JOB_ACTIONS = ("republish", "close", "patch", "repair", "reopen")
 #: The actions whose items are republished.
 REPUBLISHING = ("republish", "patch", "repair")
-#: The status a job by filter takes when the filter names none: what its action can change.
+#: The status a job by filter takes when the filter names none (or "any"): what its action can change.
 DEFAULT_STATUS = {"reopen": "closed"}
 #: Why a reopen takes no "only those that pass": it judges nothing, and reopened them all (13 of
 #: 13, 9 of them failing the schema) when asked for only those that pass.
@@ -127,7 +127,8 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
                  action: str = "republish") -> tuple[Selection, dict[str, Any]]:
     """The entries a job would take (a Selection, by id), and a summary of the choice.
 
-    By filter without a status, only open entries are taken (closed ones to ``reopen``: DEFAULT_STATUS). ``upto`` (the newest id a preview
+    By filter without a status, or with "any", only open entries are taken (closed ones to ``reopen``:
+    DEFAULT_STATUS); a status named is taken as named. ``upto`` (the newest id a preview
     showed) keeps entries that arrived after the preview out of the job. ``scopes`` (what a
     scoped operator may act on; None: everything): by filter only the entries they cover are
     taken; by ids one they do not cover is left out as an id that names no entry is (``missing``).
@@ -176,7 +177,9 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         unjudged = len(rows) - to_judge if only_valid else 0
     else:
         args = {k: v for k, v in filter_args.items() if k not in ("limit", "cursor")}
-        if not str(args.get("status") or "").strip():
+        if str(args.get("status") or "").strip() in ("", "any"):
+            # "any" is the list's word for no status: by filter it too takes what the action can
+            # change, or an edited address previewed and republished the republished entries again.
             args["status"] = DEFAULT_STATUS.get(action, "open")
         flt = replace(EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields),
                                             sources=tuple(rt.feeds)), scopes=scopes)
