@@ -108,7 +108,8 @@ def parse_state_change(body: dict[str, Any], now: datetime) -> StateChange:
         if body.get(name) not in (None, "") and state != only:
             raise InvalidRequest(f"{name} goes with state {only} only.")
     values: dict[str, Any] = {k: v for k, v in STATE_COLUMNS.items() if k != "assignee"}
-    assignee = _text(body.get("assignee"), "assignee", required=state == INVESTIGATING)
+    # Investigating without an assignee keeps the group's own: change_state refuses it when there is none.
+    assignee = _text(body.get("assignee"), "assignee")
     if assignee is not None or state == OPEN:
         values["assignee"] = assignee
     if state == RESOLVED:
@@ -133,23 +134,31 @@ def _locked_group(conn: Connection, group_id: int):
 
 
 def change_state(engine: Engine, group_id: int, version: int, change: StateChange, *, actor: str,
-                 now: datetime | None = None) -> None:
+                 now: datetime | None = None) -> str | None:
     """Set a group's state as ``change`` says if it is still at ``version`` (GroupConflict, a 409,
-    otherwise), with its activity row and audit record, in one transaction."""
+    otherwise), with its activity row and audit record, in one transaction; returns the group's
+    assignee after it. Investigating without an assignee keeps the group's, and is InvalidRequest,
+    a 400, when it has none."""
     now = now or utcnow()
     with write_transaction(engine) as conn:
         row = _locked_group(conn, group_id)
         if row.version != version:
             raise GroupConflict(f"The group changed since you saw it (version {version}; it is at {row.version}, "
                                 f"{row.state}). Reload it and decide again.", group_id=group_id, seen_version=version)
+        assignee = change.values["assignee"] if "assignee" in change.values else row.assignee
+        if change.state == INVESTIGATING and assignee is None:
+            raise InvalidRequest("assignee is required for this state: the group has none to keep.")
         conn.execute(update(GROUPS).where(GROUPS.c.id == group_id, GROUPS.c.version == version).values(
             state=change.state, version=version + 1, state_changed_at=now,
             note_count=GROUPS.c.note_count + (1 if change.note else 0), **change.values))
         detail = {"from": row.state, **{k: (format_time(v) if isinstance(v, datetime) else v)
                                         for k, v in change.values.items() if v is not None and k != "ignored_seen"}}
+        if change.state == INVESTIGATING:  # the activity names who is on it, kept or given
+            detail["assignee"] = assignee
         record_activity(conn, [{"group_id": group_id, "at": now, "actor": actor, "kind": "state",
                                 "state": change.state, "text": change.note, "detail": detail}])
         _audit(conn, group_id, "group_state", actor, now, change.note, version, {"state": change.state, **detail})
+    return assignee
 
 
 def add_note(engine: Engine, group_id: int, text: Any, *, actor: str, now: datetime | None = None) -> dict:

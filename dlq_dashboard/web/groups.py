@@ -92,10 +92,10 @@ def _state_refusal(exc: Exception) -> tuple[str, str | None]:
     return sentence, None
 
 
-def _changed_sentence(group_id: int, state: str) -> str:
+def _changed_sentence(group_id: int, state: str, assignee: str | None) -> str:
     """What a state change from the page did, said on the page it leads back to."""
     if state == "investigating":
-        return f"Group {group_id} is assigned to {_form_body()['assignee']}."
+        return f"Group {group_id} is assigned to {assignee}."
     return f"Group {group_id} is {'open again' if state == 'open' else state}."
 
 
@@ -144,14 +144,14 @@ def group_state_form(group_id: int):
     visible.group_to_change(current_reader(), current_runtime().store, group_id)
     try:
         change = parse_state_change(_form_body(), utcnow())
-        change_state(current_runtime().engine, group_id, group_version(request.form.get("version")), change,
-                     actor=actor_name())
+        assignee = change_state(current_runtime().engine, group_id, group_version(request.form.get("version")),
+                                change, actor=actor_name())
     except (InvalidRequest, GroupConflict) as exc:
         # The group's page again, as it is now (who changed it shows in its activity), with why
         # and what was typed: a page of its own lost both ("tomorrow", a release's name).
         sentence, field = _state_refusal(exc)
         return _group_page(group_id, state_error=sentence, kept=request.form, status=status_of(exc), error_field=field)
-    done(_changed_sentence(group_id, change.state), "See its activity", "activity-heading")
+    done(_changed_sentence(group_id, change.state, assignee), "See its activity", "activity-heading")
     return after_post(url_for("groups.group_page", group_id=group_id))
 
 

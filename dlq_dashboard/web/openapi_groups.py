@@ -54,7 +54,7 @@ SCHEMAS = {
             "version": {**INT, "minimum": 0, "maximum": INT64_MAX,
                         "description": "The group's version as seen; a stale one gets 409."},
             "state": {"enum": list(SETTABLE), "description": "regressed is never set by hand."},
-            "assignee": {**NAME, "description": "Required for investigating; kept when not given (open clears it)."},
+            "assignee": {**NAME, "description": "Kept when not given (open clears it); investigating needs one given or kept."},
             "note": {**STR, "maxLength": NOTE_MAX},
             "until": {**STR, "description": "ignored only: an RFC 3339 time or a duration (2h, 7d), in the future."},
             "until_count": {**INT, "minimum": 1, "maximum": COUNT_MAX,
