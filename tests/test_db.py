@@ -100,11 +100,11 @@ def test_migrate_brings_an_empty_database_to_the_newest_revision_once(database_u
     engine = create_db_engine(database_url)
     assert revisions() == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0009", "0010", "0011", "0012",
                            "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023", "0024",
-                           "0025", "0026", "0027"]
-    assert migrate(engine) == head() == "0027"
-    assert migrate(engine) == "0027"
+                           "0025", "0026", "0027", "0028"]
+    assert migrate(engine) == head() == "0028"
+    assert migrate(engine) == "0028"
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0027"]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0028"]
     engine.dispose()
 
 
@@ -283,6 +283,39 @@ def test_a_database_holding_user_names_equal_in_any_case_is_upgraded_keeping_eve
     # No new user takes such a name, in any case.
     with pytest.raises(accounts.AccountError, match="is taken: user 'Viewer1' holds it"):
         accounts.create_user(engine, "vIEWER1", "a good password", "viewer")
+    engine.dispose()
+
+
+@pytest.mark.both_databases
+def test_a_single_sign_on_user_is_upgraded_with_every_grant_of_their_newest_session(database_url):
+    # Before revision 0028 the user row kept only the highest grant; their sessions kept them all.
+    from dlq_dashboard import accounts
+    from dlq_dashboard.scopes import Grant, Scope
+
+    engine = create_db_engine(database_url)
+    assert migrate(engine, "0027") == "0027"
+    users = [(1, "mia@example.com", "operator", "oidc", '["orders.>"]'), (2, "ned@example.com", "viewer", "oidc", None),
+             (3, "ann", "viewer", "password", None)]
+    older, both = '[{"role":"operator","scopes":["orders.>"]}]', ('[{"role":"operator","scopes":["orders.>"]},'
+                                                                 '{"role":"viewer","scopes":["billing.>"]}]')
+    with write_transaction(engine) as conn:
+        conn.execute(text("INSERT INTO users (id, name, name_key, password_hash, role, disabled, created_at, via, "
+                          "scopes) VALUES (:id, :name, :name, 'x', :role, :no, :at, :via, :scopes)"), [
+            {"id": i, "name": name, "role": role, "via": via, "scopes": scopes, "no": False, "at": datetime(2026, 1, 1)}
+            for i, name, role, via, scopes in users])
+        conn.execute(text("INSERT INTO sessions (id, user_id, created_at, last_seen_at, via, grants) "
+                          "VALUES (:id, :user, :at, :at, :via, :grants)"), [
+            {"id": "s1", "user": 1, "at": datetime(2026, 1, 2), "via": "oidc", "grants": older},
+            {"id": "s2", "user": 1, "at": datetime(2026, 1, 3), "via": "oidc", "grants": both},
+            {"id": "s3", "user": 3, "at": datetime(2026, 1, 3), "via": "password", "grants": None}])
+
+    assert migrate(engine) == head()
+    shown = {u.name: u.given for u in accounts.list_users(engine)}
+    assert shown == {"mia@example.com": (Grant("operator", (Scope("orders.>"),)), Grant("viewer", (Scope("billing.>"),))),
+                     # No session left to read: the row's one grant, until the next sign-in.
+                     "ned@example.com": (Grant("viewer"),), "ann": (Grant("viewer"),)}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT grants FROM users ORDER BY id")).scalars().all() == [both, None, None]
     engine.dispose()
 
 

@@ -153,6 +153,38 @@ def test_groups_are_read_at_every_sign_in_so_leaving_a_group_leaves_its_access(d
     assert records[2].note == f"{name}: admin over every subject (was viewer over every subject; DLQ_OIDC_ROLES at sign-in)"
 
 
+@pytest.mark.both_databases
+def test_an_admin_is_shown_every_grant_of_a_users_last_sign_in_not_only_the_highest(database_url, idp, make_app):
+    # mia reads billing as a viewer besides acting on orders: /admin/users and users list named
+    # only the operator grant, so an admin asking who may read billing missed her.
+    app = make_app(**idp.settings(roles="team-orders=operator:orders.>; team-billing-view=viewer:billing.>"))
+    idp.start()
+    idp.set_account("mia", email="mia@example.com", groups=["team-orders", "team-billing-view"])
+    assert idp.sign_in(app.test_client(), "mia").status_code == 302
+    admin = support.logged_in(app, "admin")
+    listed = app.test_cli_runner()
+
+    def shown() -> tuple[str, list[list[str]]]:
+        page = admin.get("/admin/users").get_data(as_text=True)
+        row = re.search(r'<tr data-user="mia@example.com">(.*?)</tr>', page, re.S).group(1)
+        lines = [line.split() for line in listed.invoke(args=["users", "list"]).output.splitlines()]
+        return " ".join(re.sub(r"<[^>]+>", " ", row).split()), [line[:5] for line in lines if line[0] == "mia@example.com"]
+
+    cell, lines = shown()
+    assert "operator over orders.&gt;; viewer over billing.&gt; from DLQ_OIDC_ROLES at their last sign-in (" in cell
+    assert lines == [["mia@example.com", "operator", "orders.>", "oidc", "active"],
+                     ["mia@example.com", "viewer", "billing.>", "oidc", "active"]]
+    # The grants are read again at each sign-in: out of the billing group, out of the list.
+    idp.set_account("mia", email="mia@example.com", groups=["team-orders"])
+    idp.sign_in(app.test_client(), "mia")
+    cell, lines = shown()
+    assert "operator over orders.&gt; from DLQ_OIDC_ROLES" in cell and "billing" not in cell
+    assert lines == [["mia@example.com", "operator", "orders.>", "oidc", "active"]]
+    # A local user is shown as before: one role over their scopes.
+    assert [line.split()[:3] for line in listed.invoke(args=["users", "list"]).output.splitlines()
+            if line.startswith("admin-user")] == [["admin-user", "admin", "all"]]
+
+
 def test_a_user_in_no_group_a_rule_names_may_not_use_the_dashboard(idp, make_app):
     app = make_app(**idp.settings(roles="team-orders=operator:orders.>"))
     idp.start()

@@ -73,7 +73,7 @@ __all__ = [
 
 def _user_info(row) -> UserInfo:
     return UserInfo(row.id, row.name, row.role, bool(row.disabled), scopes_from_json(row.scopes), row.via,
-                    row.last_sign_in_at)
+                    row.last_sign_in_at, signed_in_grants=grants_from_json(row.grants) if row.grants else None)
 
 
 # --- users ------------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ def _end_all_sessions(conn, user_id: int) -> int:
 def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Grant, ...]) -> UserInfo:
     """The user a single sign-on identifies by ``subject`` (issuer + sub), made at its first
     sign-in and brought up to date at every one: name, role (the highest grant), the scopes of
-    that role's grants, and the time. AccountError for a disabled user, a name that cannot be
+    that role's grants, every grant (what an admin is shown), and the time. AccountError for a disabled user, a name that cannot be
     used, or one another user holds already, in any case ("ADMIN" beside "admin"); a name the
     user holds already is theirs whatever a user made after them is called. A name that changed
     at the provider takes what was kept under the old one (rename_holdings)."""
@@ -229,12 +229,14 @@ def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Gra
     if role is None:
         raise AccountError("no grant to sign in with")
     covered = scopes_for(grants, role)
-    # A user row holds one grant: the highest role over what its grants cover (a part of what
-    # the session holds, never more), for the channels that read the row (a proxy's header).
+    # The row's role and scopes are one grant: the highest role over what its grants cover (a
+    # part of what the session holds, never more), for the channels that read the row (a proxy's
+    # header). Every grant is kept beside them, for the admins who ask who may read what.
     scopes = None if covered is None or covered is False else covered
     name = check_name(name)
     now = utcnow()
-    values = dict(name=name, role=role, scopes=scopes_to_json(scopes), last_sign_in_at=now)
+    values = dict(name=name, role=role, scopes=scopes_to_json(scopes), last_sign_in_at=now,
+                  grants=grants_to_json(grants))
     try:
         with write_transaction(engine) as conn:
             row = conn.execute(select(User.__table__).where(User.oidc_subject == subject)).first()
@@ -272,7 +274,7 @@ def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Gra
         raise AccountError(f"the name {name!r} belongs to another user of this dashboard") from None
     if disabled:
         raise AccountError("this account is disabled on this dashboard")
-    return UserInfo(user_id, name, role, False, scopes, "oidc")
+    return UserInfo(user_id, name, role, False, scopes, "oidc", now, signed_in_grants=grants)
 
 
 def rename_holdings(conn, old: str, new: str) -> None:

@@ -40,6 +40,9 @@ class UserInfo:
     # The grants of the session this user was loaded for, when its sign-in gave them (single
     # sign-on: sessions.grants); None: the user's own role and scopes.
     session_grants: tuple[Grant, ...] | None = field(default=None, compare=False)
+    # Every grant the last single sign-on gave (users.grants); None for a local user. What an
+    # admin is shown, since the role and scopes hold only the highest of them.
+    signed_in_grants: tuple[Grant, ...] | None = field(default=None, compare=False)
 
     @property
     def grants(self) -> tuple[Grant, ...]:
@@ -48,6 +51,12 @@ class UserInfo:
         if self.session_grants is not None:
             return self.session_grants
         return (Grant(self.role, self.scopes),)
+
+    @property
+    def given(self) -> tuple[Grant, ...]:
+        """What /admin/users and ``users list`` show: every grant of the last single sign-on
+        where one gave them (read again at each sign-in), else the user's own role and scopes."""
+        return self.signed_in_grants or (Grant(self.role, self.scopes),)
 
 
 @dataclass(frozen=True)

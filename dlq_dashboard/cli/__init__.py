@@ -115,13 +115,15 @@ def create_user(name: str, role: str, scope: tuple[str, ...], password_stdin: bo
 
 @users.command("list")
 def list_users() -> None:
-    """List every user: role, scopes, how they sign in, state and last sign-in."""
+    """List every user: role, scopes, how they sign in, state and last sign-in. A single sign-on
+    user has a line for each grant their last sign-in gave (the sign-in's time is when
+    DLQ_OIDC_ROLES was read), so that a grep for a subject finds every grant over it."""
     found = accounts.list_users(_engine())
     if not found:
         click.echo("No users yet.")
         return
-    _table([(u.name, u.role, _shown(u.scopes), u.via, "disabled" if u.disabled else "active",
-             format_time(u.last_sign_in_at) or "never") for u in found],
+    _table([(u.name, g.role, _shown(g.scopes), u.via, "disabled" if u.disabled else "active",
+             format_time(u.last_sign_in_at) or "never") for u in found for g in u.given],
            ("NAME", "ROLE", "SCOPES", "VIA", "STATE", "LAST SIGN-IN"))
 
 

@@ -221,11 +221,12 @@ class User(Base):
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     scopes: Mapped[str | None] = mapped_column(Text)  # JSON (scopes.py) limiting the role; NULL: unscoped (admins)
-    # "password": made with the CLI or /admin/users; "oidc": made by a single sign-on, which
-    # gives its grants to each session (sessions.grants) and identifies it by oidc_subject.
+    # "password": made with the CLI or /admin/users; "oidc": made by a single sign-on (oidc_subject).
     via: Mapped[str] = mapped_column(String(16), default="password", server_default="password")
     oidc_subject: Mapped[str | None] = mapped_column(String(512), unique=True)
     last_sign_in_at: Mapped[datetime | None] = mapped_column(DateTime)
+    # Every grant (JSON) the last single sign-on gave (revision 0028): role and scopes hold the highest.
+    grants: Mapped[str | None] = mapped_column(Text)
 
 
 class LoginSession(Base):
@@ -242,8 +243,7 @@ class LoginSession(Base):
     last_seen_at: Mapped[datetime] = mapped_column(DateTime)
     ended_at: Mapped[datetime | None] = mapped_column(DateTime)
     via: Mapped[str] = mapped_column(String(16), default="password", server_default="password")
-    # The grants of a single sign-on (JSON, scopes.py), read from the provider's groups at the
-    # sign-in; NULL: the user's own role and scopes.
+    # A single sign-on's grants (JSON, scopes.py), read at its sign-in; NULL: the user's own role and scopes.
     grants: Mapped[str | None] = mapped_column(Text)
     # DLQ_SESSION_HOURS after the sign-in; NULL for rows written before it existed.
     expires_at: Mapped[datetime | None] = mapped_column(DateTime)
