@@ -10,7 +10,9 @@ import re
 import jsonschema
 import pytest
 
+from dlq_dashboard.accounts import create_user
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.scopes import parse_scopes
 
 from . import support
 
@@ -162,3 +164,32 @@ def test_the_value_is_built_below_the_web_from_the_store_the_schemas_and_a_reade
     assert build_entry_detail(rt.store, rt.schemas, replays[0], Reader("admin")).original.id == original
     with pytest.raises(EntryNotFound):
         build_entry_detail(rt.store, rt.schemas, 999999, Reader("admin"))
+
+
+def test_a_republish_of_an_entry_outside_the_readers_scopes_says_so_without_telling_whether_it_exists(
+        offline_app):
+    """A billing reader's page of a billing replay of an orders entry said "(not in this
+    dashboard's database)", which was untrue; it must not say the orders entry exists either."""
+    orders = support.dead_letter(offline_app, 1, "orders.created")
+    of_orders = support.dead_letter(offline_app, 2, "billing.paid", Dlq_Replay_Of="DLQ:1")
+    of_nothing = support.dead_letter(offline_app, 3, "billing.paid", Dlq_Replay_Of="DLQ:99")
+    create_user(runtime_of(offline_app).engine, "billing-reader", support.PASSWORD, "viewer",
+                scopes=parse_scopes(["billing.>"]))
+    scoped = offline_app.test_client()
+    assert support.login(scoped, "billing-reader", support.PASSWORD).status_code == 302
+
+    def sentence(client, entry_id: int) -> str:
+        page = client.get(f"/entries/{entry_id}").get_data(as_text=True)
+        return " ".join(text(re.search(r"This message is a republish of.*?</p>", page, re.S).group(0)).split())
+
+    assert sentence(scoped, of_orders) == ("This message is a republish of DLQ:1, which is not among the "
+                                           "entries you may read: its republish failed again.")
+    # One held and one not held read alike but for the reference: neither is told.
+    assert sentence(scoped, of_nothing) == sentence(scoped, of_orders).replace("DLQ:1", "DLQ:99")
+    assert scoped.get(f"/api/entries/{of_orders}").get_json()["original"] is None
+    # A reader who sees everything is linked to the one held and told the other is not held.
+    unscoped = support.logged_in(offline_app, "viewer")
+    assert sentence(unscoped, of_orders) == (f"This message is a republish of entry {orders} (DLQ:1): "
+                                             "its republish failed again.")
+    assert sentence(unscoped, of_nothing) == ("This message is a republish of DLQ:99 (not in this "
+                                              "dashboard's database): its republish failed again.")

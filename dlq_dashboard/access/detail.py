@@ -108,7 +108,11 @@ class EntryDetail:
     - ``republishes``: its republish intents, oldest first, as the reader may see them;
     - ``last_sent``: the payload last sent and the current schema's verdict on it (None before
       any republish);
-    - ``original``: for a replay, the entry it is a republish of, when this database holds it.
+    - ``original``: for a replay, the entry it is a republish of, when this database holds it and
+      the reader may read it;
+    - ``scoped``: whether the reader's scopes limit what it reads. Without ``original``, such a
+      reader is told only that the other entry is not among those it may read: whether this
+      database holds it is not its to know (docs/scopes.md).
     """
 
     entry: EntryView
@@ -119,6 +123,7 @@ class EntryDetail:
     republishes: list[dict[str, Any]]
     last_sent: LastSent | None
     original: EntryView | None
+    scoped: bool = False
 
     @property
     def failed_again(self) -> EntryView | None:
@@ -179,7 +184,8 @@ def build_entry_detail(store: Store, schemas: SchemaRegistry, entry_id: int, rea
         group=GroupRef(group["id"], group["label"]) if group else None, replays=replays,
         republishes=republishes_seen,
         last_sent=last_sent(republishes, republishes_seen, stored.original_subject, schemas.validate),
-        original=visible.entry(reader, original) if original is not None else None)
+        original=visible.entry(reader, original) if original is not None else None,
+        scoped=reader.reads is not None)
 
 
 def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> SchemaVerdict:
