@@ -1,4 +1,4 @@
-"""Alert e-mails: a team's addresses receive each alert once, through DLQ_SMTP_URL and the same
+"""Alert e-mails: a team's addresses receive each alert (at least once), through DLQ_SMTP_URL and the same
 outbox as the webhooks (same id, same retries), as plain text with the link to the group; a real
 SMTP server (tests/smtp.py) refuses, drops and signs in."""
 
@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
+from dlq_dashboard.alerts.mail import FOOTER, alert_message
 from dlq_dashboard.alerts.outbox import AlertRule
 from dlq_dashboard.alerts.sender import AlertSender
 from dlq_dashboard.config import ConfigError, load_settings
@@ -99,6 +101,21 @@ def test_an_alert_email_arrives_once_as_plain_text_with_its_event_id_and_the_lin
     # The link on a line of its own: every client, plain text or not, shows it as a link.
     assert f"{PUBLIC}/groups/{group_id}" in text.splitlines()  # the group's page, with its triage
     assert "customer <id> not found" in text and "orders.created" in text
+    assert text.splitlines()[-len(FOOTER):] == list(FOOTER)  # the signature, as received
+
+
+def test_the_footer_promises_no_more_than_at_least_once_and_the_documented_sample_carries_it(engine):
+    """Every e-mail ended "Sent by DLQ Dashboard, which mails each alert once to each address.",
+    while a server that dropped the connection before answering is sent it again."""
+    dead_letter(engine, 1)
+    [row] = outbox(engine)
+    text = alert_message(row.body, row.event_id, "orders-oncall@example.com", "dlq@example.com").get_content()
+    footer = text.rstrip("\n").split("\n-- \n")[-1]
+    assert "once" not in footer
+    assert "may come twice" in footer and "same Message-ID" in footer
+    # docs/triage.md's sample e-mail ends as every e-mail does.
+    sample = (Path(__file__).resolve().parent.parent / "docs" / "triage.md").read_text().split("### What an alert e-mail looks like")[1]
+    assert sample.split("```")[1].rstrip("\n").endswith("\n".join(FOOTER))
 
 
 def test_a_server_refusing_the_first_delivery_gets_it_on_a_retry_once(tmp_path, engine, mail_server):

@@ -20,6 +20,13 @@ from ..mailing import STARTTLS, TLS, SmtpServer
 from ..redaction import scrub
 
 _MAX_ERROR = 300
+# The e-mail's signature. Delivery is at least once (docs/alerts.md): a server that took the
+# message and dropped the connection before answering is sent it again, so the footer promises
+# no more than that, and says how to tell the second copy.
+FOOTER = ("-- ",
+          "Sent by DLQ Dashboard, which mails each alert to each address until a mail",
+          "server accepts it. A copy may come twice if the server drops the connection",
+          "before it answers; both copies carry the same Message-ID.")
 # What the alert text escapes for Slack (outbox.alert_text), read back for a mail client.
 _UNESCAPE = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
 
@@ -60,8 +67,7 @@ def alert_message(body: str, event_id: str, to: str, sender: str) -> EmailMessag
     if spike:
         lines.append(f"Spike:       {spike.get('count')} new entries within {spike.get('minutes')} minutes "
                      f"(threshold {spike.get('threshold')})")
-    lines += ["", f"Event {alert.get('event')}, id {event_id}.", "",
-              "-- ", "Sent by DLQ Dashboard, which mails each alert once to each address."]
+    lines += ["", f"Event {alert.get('event')}, id {event_id}.", "", *FOOTER]
     message.set_content("\n".join(lines) + "\n")
     return message
 
