@@ -4,6 +4,7 @@ CSRF, made due now, then sent by the sender with the same id."""
 
 from __future__ import annotations
 
+import html as htmllib
 import json
 import re
 from datetime import timedelta
@@ -13,7 +14,8 @@ from sqlalchemy import insert, select
 
 from dlq_dashboard import create_app
 from dlq_dashboard.db.engine import write_transaction
-from dlq_dashboard.db.models import Action, Alert, Entry
+from dlq_dashboard.db.models import Action, Alert, Entry, FailureGroup
+from dlq_dashboard.entries.groups import group_label
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
 
@@ -186,3 +188,50 @@ def test_send_again_needs_an_operator_grant_covering_the_alerts_group_not_a_read
     with engine.connect() as conn:
         sent_again = conn.execute(select(Action.detail).where(Action.action == "send_alert_again")).scalars().all()
     assert [json.loads(d)["alert"] for d in sent_again] == [alerts["orders.created"]]
+
+
+def cell_text(html: str, alert_id: int, cell: str) -> str:
+    found = re.search(rf'<td [^>]*class="{cell}"[^>]*>(.*?)</td>', row_of(html, alert_id), re.S).group(1)
+    return " ".join(htmllib.unescape(re.sub(r"<[^>]+>", "", found)).split())
+
+
+def test_a_delivered_alert_tells_its_last_failure_as_one_before_it_was_sent(offline_app, auth, tokens):
+    """A sent alert read "sent 07:20:17 ... attempts 5 ... connection refused" as if it still failed."""
+    now = utcnow()
+    with write_transaction(runtime_of(offline_app).engine) as conn:
+        sent, failed = (conn.execute(insert(Alert.__table__).values(
+            event_id=f"event-{n}", url="https://hooks.example/x", event="group.new", group_id=7, body="{}",
+            created_at=now, next_attempt_at=now, attempts=5, last_error="connection refused",
+            sent_at=now if n == 0 else None)).inserted_primary_key[0] for n in (0, 1))
+    html = auth.client("operator").get("/alerts").get_data(as_text=True)
+    assert cell_text(html, sent, "error-text") == \
+        "Sent after 5 attempts; the last failure before it: connection refused"
+    assert cell_text(html, failed, "error-text") == "connection refused"  # still failing: as it is
+    body = offline_app.test_client().get("/api/alerts", headers=support.bearer(tokens["operator"])).get_json()
+    shown = {a["id"]: a for a in body["alerts"]}[sent]
+    assert (shown["state"], shown["attempts"], shown["last_error"]) == ("sent", 5, "connection refused")
+
+
+def test_two_groups_of_one_subject_are_told_apart_by_their_label_shown_as_text(offline_app, auth, tokens):
+    """Each read "group 12 orders.tax", nothing more: which failure it was could not be told."""
+    engine = runtime_of(offline_app).engine
+    for seq, error in ((1, "rate table missing for <b>DE</b>"), (2, "tax service timed out")):
+        support.dead_letter(offline_app, seq, "orders.tax", Dlq_Reason="fatal", Dlq_Error=error)
+    with engine.connect() as conn:
+        groups = conn.execute(select(FailureGroup.id, FailureGroup.key).order_by(FailureGroup.id)).all()
+    assert len(groups) == 2
+    now, ids = utcnow(), []
+    with write_transaction(engine) as conn:
+        for n, group in enumerate(groups):
+            ids.append(conn.execute(insert(Alert.__table__).values(
+                event_id=f"tax-{n}", url="https://hooks.example/x", event="group.new", group_id=group.id,
+                body="{}", created_at=now, next_attempt_at=now, attempts=0)).inserted_primary_key[0])
+    html = auth.client("operator").get("/alerts").get_data(as_text=True)
+    shown = [cell_text(html, alert_id, "alert-group") for alert_id in ids]
+    assert shown == [f"group {g.id} orders.tax {group_label(g.key)}" for g in groups]
+    assert shown[0] != shown[1] and "rate table missing for <b>DE</b>" in shown[0]
+    # The error's markup is text on the page, never an element.
+    assert "<b>DE</b>" not in html and "&lt;b&gt;DE&lt;/b&gt;" in row_of(html, ids[0])
+    body = offline_app.test_client().get("/api/alerts", headers=support.bearer(tokens["operator"])).get_json()
+    labels = {a["id"]: a["group_label"] for a in body["alerts"]}
+    assert [labels[i] for i in ids] == [group_label(g.key) for g in groups]

@@ -72,7 +72,7 @@ def list_alerts(engine: Engine, *, state: str | None = None, limit: int = LIMIT,
     scoped = () if within is None else (within,)
     query = (select(ALERTS.c.id, ALERTS.c.event_id, ALERTS.c.url, ALERTS.c.event, ALERTS.c.group_id,
                     ALERTS.c.created_at, ALERTS.c.attempts, ALERTS.c.next_attempt_at, ALERTS.c.sent_at,
-                    ALERTS.c.last_error, GROUPS.c.subject, _actable(acting))
+                    ALERTS.c.last_error, GROUPS.c.subject, GROUPS.c.key, _actable(acting))
              .select_from(joined).where(*scoped))
     if state:
         query = query.where(*_IN_STATE[state])
@@ -83,7 +83,8 @@ def list_alerts(engine: Engine, *, state: str | None = None, limit: int = LIMIT,
         counts = {name: conn.execute(select(func.count()).select_from(joined).where(*where, *scoped)).scalar()
                   for name, where in _IN_STATE.items()}
     alerts = [{"id": r.id, "event_id": r.event_id, "event": r.event, "group_id": r.group_id,
-               "group_subject": r.subject, "target": shown_target(r.url), "state": state_of(r),
+               # The key, which web/alert_outbox.py shows as the group's label (entries/groups.py).
+               "group_subject": r.subject, "group_key": r.key, "target": shown_target(r.url), "state": state_of(r),
                "attempts": r.attempts, "last_error": scrub(r.last_error), "created_at": r.created_at,
                "next_attempt_at": None if r.sent_at is not None else r.next_attempt_at, "sent_at": r.sent_at,
                "actable": bool(r.actable)}

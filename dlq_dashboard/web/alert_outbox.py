@@ -7,6 +7,7 @@ from flask import Blueprint, jsonify, render_template, request, url_for
 
 from ..alerts.listing import GROUPS, LIMIT, MAX_LIMIT, STATES, list_alerts, send_again
 from ..alerts.outbox import AlertRule
+from ..entries.groups import group_label
 from ..entries.scoping import scope_condition
 from ..numbers import whole_number
 from ..times import format_time
@@ -34,6 +35,11 @@ def outbox(args) -> tuple[dict, dict[str, str]]:
     before = whole_number(raw_before, "before", low=1, what="the alert id to page from") if raw_before else None
     found = list_alerts(current_runtime().engine, state=state, limit=limit, before=before, within=_within(),
                         acting=_within(acting=True))
+    # Two groups of one subject differ by their error: each alert names its group's label, the
+    # key as one line as /groups shows it (null once the group is gone).
+    found["alerts"] = [{**{k: v for k, v in a.items() if k != "group_key"},
+                        "group_label": group_label(a["group_key"]) if a["group_key"] is not None else None}
+                       for a in found["alerts"]]
     return found, {k: v for k, v in (("state", state), ("limit", raw_limit)) if v}
 
 

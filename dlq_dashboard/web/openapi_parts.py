@@ -113,9 +113,13 @@ DESK_SCHEMAS: dict[str, dict] = {
         "required": ["id", "event_id", "event", "group_id", "target", "state", "attempts", "created_at"],
         "properties": {
             "id": INT, "event_id": STR, "event": STR, "group_id": INT, "group_subject": _nullable(STR),
+            "group_label": {**_nullable(STR), "description": (
+                "The group's key as one readable line, as /api/groups' label (null once the group is gone).")},
             "target": {**STR, "description": "The webhook URL without its user, password and query."},
             "state": {"type": "string", "enum": ["failed", "pending", "sent"]},
-            "attempts": INT, "last_error": _nullable(STR), "created_at": TIME,
+            "attempts": INT, "created_at": TIME,
+            "last_error": {**_nullable(STR), "description": (
+                "The last failed attempt's error; for a sent alert, the last failure before it was sent.")},
             "next_attempt_at": {**_nullable(TIME), "description": "The next try (null once sent)."},
             "sent_at": _nullable(TIME),
         },
