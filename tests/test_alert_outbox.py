@@ -13,10 +13,12 @@ import pytest
 from sqlalchemy import insert, select
 
 from dlq_dashboard import create_app
+from dlq_dashboard.accounts import create_user
 from dlq_dashboard.db.engine import write_transaction
 from dlq_dashboard.db.models import Action, Alert, Entry, FailureGroup
 from dlq_dashboard.entries.groups import group_label
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.scopes import parse_scopes
 from dlq_dashboard.times import utcnow
 
 from . import support
@@ -235,3 +237,55 @@ def test_two_groups_of_one_subject_are_told_apart_by_their_label_shown_as_text(o
     body = offline_app.test_client().get("/api/alerts", headers=support.bearer(tokens["operator"])).get_json()
     labels = {a["id"]: a["group_label"] for a in body["alerts"]}
     assert [labels[i] for i in ids] == [group_label(g.key) for g in groups]
+
+
+def audit_rows(html: str) -> list[str]:
+    """The audit page's records, each as the text of its What cell."""
+    return [" ".join(htmllib.unescape(re.sub(r"<[^>]+>", "", cell)).split())
+            for cell in re.findall(r'<td class="what">(.*?)</td>', html, re.S)]
+
+
+@pytest.mark.both_databases
+def test_a_scoped_operator_reads_their_own_send_again_in_the_audit_with_its_alert_event_and_target(offline_app,
+                                                                                                 auth):
+    """An orders operator's Send again was missing from their /audit ("No actions match."), and
+    an admin's row of it named neither the alert, its event id nor the target."""
+    engine = runtime_of(offline_app).engine
+    groups, alerts = {}, {}
+    for seq, subject in enumerate(("orders.created", "billing.paid"), start=1):
+        entry_id = support.dead_letter(offline_app, seq, subject=subject)
+        with engine.connect() as conn:
+            groups[subject] = conn.execute(select(Entry.group_id).where(Entry.id == entry_id)).scalar_one()
+    now = utcnow()
+    with write_transaction(engine) as conn:
+        for subject, group_id in groups.items():
+            alerts[subject] = conn.execute(insert(Alert.__table__).values(
+                event_id=f"event-{subject}", url=f"https://u:pw@hooks.example/{subject}?token=t", event="group.new",
+                group_id=group_id, body="{}", created_at=now, next_attempt_at=now + timedelta(minutes=10),
+                attempts=2, last_error="connection refused")).inserted_primary_key[0]
+    create_user(engine, "orders-operator", support.PASSWORD, "operator", scopes=parse_scopes(["orders.>"]))
+    scoped = offline_app.test_client()
+    assert support.login(scoped, "orders-operator", support.PASSWORD).status_code == 302
+    sent = scoped.post(f"/alerts/{alerts['orders.created']}/send-again",
+                       data={"csrf_token": support.csrf_token(scoped, "/alerts")})
+    assert sent.status_code == 303
+    admin = auth.client("admin")
+    assert admin.post(f"/alerts/{alerts['billing.paid']}/send-again",
+                      data={"csrf_token": support.csrf_token(admin, "/alerts")}).status_code == 303
+    said = {subject: f"send_alert_again: alert {alerts[subject]} (group.new), event id event-{subject}, "
+                     f"to https://hooks.example/{subject}?…" for subject in alerts}
+    # Theirs, of a group within their scopes; not the billing one.
+    assert audit_rows(scoped.get("/audit?action=send_alert_again").get_data(as_text=True)) == \
+        [said["orders.created"]]
+    records = scoped.get("/api/audit?action=send_alert_again").get_json()["actions"]
+    assert [(r["actor"], r["detail"]["alert"], r["detail"]["event_id"], r["detail"]["target"]) for r in records] == \
+        [("orders-operator", alerts["orders.created"], "event-orders.created", "https://hooks.example/orders.created?…")]
+    # An admin reads both, each with what it was about.
+    assert audit_rows(admin.get("/audit?action=send_alert_again").get_data(as_text=True)) == \
+        [said["billing.paid"], said["orders.created"]]
+    # A billing reader sees the billing one only.
+    create_user(engine, "billing-viewer", support.PASSWORD, "viewer", scopes=parse_scopes(["billing.>"]))
+    billing = offline_app.test_client()
+    assert support.login(billing, "billing-viewer", support.PASSWORD).status_code == 302
+    assert [r["detail"]["alert"] for r in billing.get("/api/audit?action=send_alert_again").get_json()["actions"]] \
+        == [alerts["billing.paid"]]

@@ -14,7 +14,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from ..db.engine import read_transaction
-from ..db.models import Action, FailureGroup, Job, JobItem
+from ..db.models import Action, Alert, FailureGroup, Job, JobItem
 from ..flags import flag
 from ..numbers import whole_number
 from ..times import format_time
@@ -23,6 +23,7 @@ from .filters import decode_cursor, encode_cursor
 from .scoping import entries_within, jobs_within, scope_condition
 
 ACTIONS, JOBS, ITEMS, GROUPS = Action.__table__, Job.__table__, JobItem.__table__, FailureGroup.__table__
+ALERTS = Alert.__table__
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 
@@ -64,37 +65,56 @@ def is_folded(args: Mapping[str, str], default: bool) -> bool:
 GROUP_RECORDS = ("group_state", "group_note")
 
 
+#: The record of an alert sent again (alerts/listing.py send_again): no entry, no job, the
+#: alert's id in its detail.
+ALERT_RECORDS = ("send_alert_again",)
+
+
 class _GroupOf(FunctionElement):
     """The ``group`` of an audit record's detail (JSON text) as a number, in each database's words."""
 
     type = BigInteger()
     inherit_cache = True
+    key = "group"
 
 
+class _AlertOf(_GroupOf):
+    """The ``alert`` of an audit record's detail as a number."""
+
+    inherit_cache = True
+    key = "alert"
+
+
+@compiles(_AlertOf, "sqlite")
 @compiles(_GroupOf, "sqlite")
 def _group_of_sqlite(element, compiler, **kw):
-    return f"CAST(json_extract({compiler.process(element.clauses, **kw)}, '$.group') AS INTEGER)"
+    return f"CAST(json_extract({compiler.process(element.clauses, **kw)}, '$.{element.key}') AS INTEGER)"
 
 
+@compiles(_AlertOf, "postgresql")
 @compiles(_GroupOf, "postgresql")
 def _group_of_postgresql(element, compiler, **kw):
-    return f"CAST(CAST({compiler.process(element.clauses, **kw)} AS JSONB) ->> 'group' AS BIGINT)"
+    return f"CAST(CAST({compiler.process(element.clauses, **kw)} AS JSONB) ->> '{element.key}' AS BIGINT)"
 
 
 def records_within(scopes: tuple[Scope, ...] | None):
     """The condition on audit records a scoped reader may read (None: every one): those of an
     entry the scopes cover (by a job: of a job they may see), the records of a job whose every
-    entry they cover (jobs_within), and a group's triage records of a group they cover (its page
-    shows them as its activity); a record of none of these (an alert sent again) is not theirs."""
+    entry they cover (jobs_within), a group's triage records of a group they cover (its page
+    shows them as its activity), and the record of an alert sent again whose group they cover (as
+    /alerts shows them that alert); a record of none of these (a user's or a token's) is not theirs."""
     if scopes is None:
         return None
     jobs_seen = ACTIONS.c.job_id.in_(select(JOBS.c.id).where(jobs_within(scopes)))
+    groups_seen = select(GROUPS.c.id).where(scope_condition(GROUPS.c.subject, scopes))
+    # An alert the retention purge forgot names no group any more: its record is not theirs.
+    alerts_seen = select(ALERTS.c.id).where(ALERTS.c.group_id.in_(groups_seen))
+    unattached = (ACTIONS.c.entry_id.is_(None), ACTIONS.c.job_id.is_(None))
     return or_(and_(ACTIONS.c.entry_id.is_not(None), ACTIONS.c.entry_id.in_(entries_within(scopes)),
                     or_(ACTIONS.c.job_id.is_(None), jobs_seen)),
                and_(ACTIONS.c.entry_id.is_(None), ACTIONS.c.job_id.is_not(None), jobs_seen),
-               and_(ACTIONS.c.entry_id.is_(None), ACTIONS.c.job_id.is_(None), ACTIONS.c.action.in_(GROUP_RECORDS),
-                    _GroupOf(ACTIONS.c.detail).in_(select(GROUPS.c.id).where(scope_condition(GROUPS.c.subject,
-                                                                                             scopes)))))
+               and_(*unattached, ACTIONS.c.action.in_(GROUP_RECORDS), _GroupOf(ACTIONS.c.detail).in_(groups_seen)),
+               and_(*unattached, ACTIONS.c.action.in_(ALERT_RECORDS), _AlertOf(ACTIONS.c.detail).in_(alerts_seen)))
 
 
 def audit_page(engine: Engine, args: Mapping[str, str], *, fold: bool = False,
