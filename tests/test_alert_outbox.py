@@ -289,3 +289,10 @@ def test_a_scoped_operator_reads_their_own_send_again_in_the_audit_with_its_aler
     assert support.login(billing, "billing-viewer", support.PASSWORD).status_code == 302
     assert [r["detail"]["alert"] for r in billing.get("/api/audit?action=send_alert_again").get_json()["actions"]] \
         == [alerts["billing.paid"]]
+    # ...and its target as its origin alone: a viewer is not shown /alerts, and an incoming
+    # webhook's secret is its path (Slack's), which the audit gave viewers.
+    assert [r["detail"]["target"] for r in billing.get("/api/audit?action=send_alert_again").get_json()["actions"]] \
+        == ["https://hooks.example/…"]
+    assert audit_rows(billing.get("/audit?action=send_alert_again").get_data(as_text=True)) == [
+        f"send_alert_again: alert {alerts['billing.paid']} (group.new), event id event-billing.paid, "
+        "to https://hooks.example/…"]
