@@ -15,19 +15,14 @@ from .test_oidc import ACCOUNTS, ROLES, refused_with, sessions
 
 
 @pytest.fixture
-def idp(identity_provider):
-    return identity_provider(accounts=ACCOUNTS)
-
-
-@pytest.fixture
-def own_idp(identity_provider):
-    """A provider of this test alone (its key is rotated)."""
+def provider(identity_provider):
+    """A provider of the test alone: its key is rotated, and its key set's readings are counted."""
     return identity_provider(shared=False, accounts=ACCOUNTS)
 
 
-def published_keys(idp) -> list[dict]:
+def published_keys(provider) -> list[dict]:
     """The keys the provider's discovery document points to (its jwks_uri)."""
-    uri = requests.get(f"{idp.issuer}/.well-known/openid-configuration", timeout=5).json()["jwks_uri"]
+    uri = requests.get(f"{provider.issuer}/.well-known/openid-configuration", timeout=5).json()["jwks_uri"]
     return requests.get(uri, timeout=5).json()["keys"]
 
 
@@ -37,46 +32,46 @@ def said(answer) -> str:
     return error.group(1) if error else f"HTTP {answer.status_code}"
 
 
-def test_a_key_rotated_under_the_same_kid_is_read_again_and_the_next_sign_in_succeeds(own_idp, make_app):
-    app = make_app(**own_idp.settings(roles=ROLES))
-    own_idp.start()
-    assert own_idp.sign_in(app.test_client(), "alice").status_code == 302
-    [old] = published_keys(own_idp)
-    own_idp.rotate_key()
-    [new] = published_keys(own_idp)
+def test_a_key_rotated_under_the_same_kid_is_read_again_and_the_next_sign_in_succeeds(provider, make_app):
+    app = make_app(**provider.settings(roles=ROLES))
+    provider.start()
+    assert provider.sign_in(app.test_client(), "alice").status_code == 302
+    [old] = published_keys(provider)
+    provider.rotate_key()
+    [new] = published_keys(provider)
     assert new["kid"] == old["kid"] and new["n"] != old["n"]
     assert set(new) == {"kty", "n", "e", "kid", "alg", "use"}  # the public members alone
-    reads = own_idp.jwks_reads()
+    reads = provider.jwks_reads()
     # The dashboard keeps the old key under that kid: the signature fails against it, the keys
     # are read again once, and the same token verifies against the new one.
-    answer = own_idp.sign_in(app.test_client(), "alice")
+    answer = provider.sign_in(app.test_client(), "alice")
     assert answer.status_code == 302, said(answer)
-    assert own_idp.jwks_reads() == reads + 1
+    assert provider.jwks_reads() == reads + 1
     assert len(sessions(app)) == 2
     # The next sign-in verifies against the keys now kept, without reading them.
-    assert own_idp.sign_in(app.test_client(), "alice").status_code == 302
-    assert own_idp.jwks_reads() == reads + 1
+    assert provider.sign_in(app.test_client(), "alice").status_code == 302
+    assert provider.jwks_reads() == reads + 1
 
 
 def test_a_forged_signature_is_refused_and_has_the_keys_read_again_at_most_once_in_the_interval(
-        idp, make_app, monkeypatch):
+        provider, make_app, monkeypatch):
     # An interval no run of this test outlasts, so that what it asserts does not hang on how long
     # the sign-ins take; its passing is made by moving the last reading back.
     monkeypatch.setattr(oidc, "KEYS_READ_AGAIN_AFTER", 3600.0)
-    app = make_app(**idp.settings(roles=ROLES))
-    idp.start()
+    app = make_app(**provider.settings(roles=ROLES))
+    provider.start()
     client = app.extensions[oidc.EXTENSION].client
-    idp.tamper(bad_signature=True)
-    reads = idp.jwks_reads()
-    refused_with(idp.sign_in(app.test_client(), "alice"), oidc.BAD_SIGNATURE, app)
+    provider.tamper(bad_signature=True)
+    reads = provider.jwks_reads()
+    refused_with(provider.sign_in(app.test_client(), "alice"), oidc.BAD_SIGNATURE, app)
     # The keys were read when first needed, then once again for the failed signature.
-    assert idp.jwks_reads() == reads + 2
-    refused_with(idp.sign_in(app.test_client(), "alice"), oidc.BAD_SIGNATURE, app)
-    assert idp.jwks_reads() == reads + 2  # within the interval: the keys kept, not read again
+    assert provider.jwks_reads() == reads + 2
+    refused_with(provider.sign_in(app.test_client(), "alice"), oidc.BAD_SIGNATURE, app)
+    assert provider.jwks_reads() == reads + 2  # within the interval: the keys kept, not read again
     # Once the interval has passed, a failed signature has them read again, once.
     client.keys_read_again_at -= oidc.KEYS_READ_AGAIN_AFTER
-    refused_with(idp.sign_in(app.test_client(), "alice"), oidc.BAD_SIGNATURE, app)
-    assert idp.jwks_reads() == reads + 3
-    idp.tamper()
-    assert idp.sign_in(app.test_client(), "alice").status_code == 302
-    assert idp.jwks_reads() == reads + 3
+    refused_with(provider.sign_in(app.test_client(), "alice"), oidc.BAD_SIGNATURE, app)
+    assert provider.jwks_reads() == reads + 3
+    provider.tamper()
+    assert provider.sign_in(app.test_client(), "alice").status_code == 302
+    assert provider.jwks_reads() == reads + 3
