@@ -80,3 +80,26 @@ def test_an_error_that_is_not_the_database_away_is_logged_with_its_traceback_onc
     assert said == [("the nightly pass failed; it runs again in 5 s", True),
                     ("the nightly pass works again", False),
                     ("the nightly pass failed; it runs again in 5 s", True)]
+
+
+def test_the_alert_sender_that_holds_no_lease_says_an_outage_once_not_at_each_asking(tmp_path, caplog, monkeypatch):
+    """A sender without the alerts lease asks for it every LEASE_SECONDS / 3 and touches the
+    database at no other poll: each poll between was taken for a pass that worked, so through an
+    outage the log read "failed", "alerts are sent again", "failed", ... at every asking."""
+    from dlq_dashboard.alerts import sender as sending
+
+    caplog.set_level(logging.DEBUG, logger=sending.__name__)
+    monkeypatch.setattr(sending, "LEASE_SECONDS", 0.6)  # asked every 0.2 s
+    engine = create_db_engine("postgresql://postgres@127.0.0.1:1/none", connect_timeout=1.0)  # nobody listens
+    settings = support.make_settings(tmp_path, alert_poll=0.02)
+    sender = AlertSender(engine, settings).start()
+    try:
+        # Three askings after the first failure, each told at debug as the same outage going on.
+        support.wait_for(lambda: sum("failed again" in r.getMessage()
+                                     for r in records(caplog, sending.__name__, logging.DEBUG)) >= 3,
+                         timeout=30, message="three more askings to fail")
+    finally:
+        sender.stop()
+        dispose_quietly(engine)
+    said = [r.getMessage() for r in records(caplog, sending.__name__, logging.WARNING)]
+    assert len(said) == 1 and said[0].startswith("sending alerts failed ("), said

@@ -180,9 +180,14 @@ class AlertSender:
     def _run(self) -> None:
         failures = FailureLog(log, "sending alerts", again="alerts are sent again")
         while not self._stop.is_set():
+            asked = self._asked_at
             try:
                 self.send_due()
-                failures.worked()
+                # A pass that asked the database nothing (no lease held, and not yet time to ask
+                # for it) tells nothing of it: taken for one that worked, it wrote "alerts are sent
+                # again" at the next poll after each failed asking, through a whole outage.
+                if self.leader or self._asked_at != asked:
+                    failures.worked()
             except Exception as exc:  # the database is unreachable: the rows wait, nothing is lost
                 failures.failed(exc)
             self._stop.wait(self.poll)
