@@ -363,6 +363,26 @@ def test_the_purge_command_refuses_open_entries_and_bad_ages_in_one_line(cli):
         assert result.exit_code == 2 and "--older-than" in result.output
 
 
+def test_the_purge_command_asks_nats_only_for_messages_to_delete(make_app):
+    """A purge with nothing to delete from the DLQ stream waited out NATS's connect timeout and
+    said "NATS is not reachable" (the command's NATS here: a closed port)."""
+    app = make_app()
+    rt = runtime_of(app)
+    runner = app.test_cli_runner()
+    nothing = runner.invoke(args=["purge", "--older-than", "7d"])
+    assert nothing.exit_code == 0, nothing.output
+    assert nothing.output.splitlines() == ["Purged 0 entries resolved more than 7d ago: 0 closed, 0 republished; "
+                                           "deleted 0 DLQ stream messages."]
+    assert rt.bridge is None  # never connected
+    entry_id = support.dead_letter(rt.engine, 1)
+    close_entry(rt, entry_id, 1, actor="test")
+    age(rt.engine, [entry_id], 10)
+    kept = runner.invoke(args=["purge", "--older-than", "7d"])
+    assert kept.exit_code == 0, kept.output
+    assert "NATS is not reachable: entries whose DLQ stream message cannot be deleted are kept" in kept.output
+    assert stored_ids(rt.engine) == {entry_id}
+
+
 def test_the_purge_command_keeps_everything_when_retention_is_forever(cli):
     result = cli("purge")  # this module's app runs with DLQ_RETENTION=0
     assert result.exit_code == 0 and "kept forever" in result.output

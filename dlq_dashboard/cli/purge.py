@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import click
 from flask import current_app
 from flask.cli import with_appcontext
@@ -47,7 +49,10 @@ def purge(older_than: str | None, statuses: tuple[str, ...], dry_run: bool) -> N
         click.echo(f"Would purge {report.total} entries resolved more than {age} ago: {_by_status(report)}; "
                    f"{report.with_messages} of them have a DLQ stream message to delete. Nothing was changed.")
         return
-    with nats_connected(rt, required=False) as connected:
+    # NATS only for what has a DLQ stream message to delete: a purge of nothing (or of entries
+    # without one) waited out the connect timeout and said NATS was away, to no end.
+    needs_nats = purge_entries(rt, older_than=seconds, statuses=chosen, actor=cli_actor(), dry_run=True).with_messages
+    with nats_connected(rt, required=False) if needs_nats else nullcontext(True) as connected:
         if not connected:
             click.echo("NATS is not reachable: entries whose DLQ stream message cannot be deleted are kept "
                        "for the next purge.", err=True)
