@@ -150,7 +150,9 @@ def test_groups_are_read_at_every_sign_in_so_leaving_a_group_leaves_its_access(d
     assert [(r.action, r.actor) for r in records] == [("user_create", name), ("user_grant", name), ("user_grant", name)]
     assert records[0].note.startswith(f"{name}: operator") and records[0].note.endswith("(at their first single sign-on)")
     assert records[1].note.startswith(f"{name}: viewer over every subject (was operator")
-    assert records[2].note == f"{name}: admin over every subject (was viewer over every subject; DLQ_OIDC_ROLES at sign-in)"
+    # Every grant the sign-in gave (in the order of ROLES' rules), not only the highest.
+    assert records[2].note == (f"{name}: admin over every subject; operator over billing.>, orders.>; viewer over "
+                               "every subject (was viewer over every subject; DLQ_OIDC_ROLES at sign-in)")
 
 
 @pytest.mark.both_databases
@@ -180,6 +182,13 @@ def test_an_admin_is_shown_every_grant_of_a_users_last_sign_in_not_only_the_high
     cell, lines = shown()
     assert "operator over orders.&gt; from DLQ_OIDC_ROLES" in cell and "billing" not in cell
     assert lines == [["mia@example.com", "operator", "orders.>", "oidc", "active"]]
+    # ...and the audit says so, though her highest grant stayed what it was.
+    with runtime_of(app).engine.connect() as conn:
+        said = conn.execute(select(Action.note).where(Action.action.in_(("user_create", "user_grant")))
+                            .order_by(Action.id)).scalars().all()
+    assert said[-2:] == ["mia@example.com: operator over orders.>; viewer over billing.> (at their first single sign-on)",
+                         "mia@example.com: operator over orders.> (was operator over orders.>; viewer over billing.>; "
+                         "DLQ_OIDC_ROLES at sign-in)"]
     # A local user is shown as before: one role over their scopes.
     assert [line.split()[:3] for line in listed.invoke(args=["users", "list"]).output.splitlines()
             if line.startswith("admin-user")] == [["admin-user", "admin", "all"]]

@@ -256,7 +256,7 @@ def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Gra
                     **values, name_key=name_key(name), password_hash=NO_PASSWORD, disabled=False, created_at=now,
                     via="oidc", oidc_subject=subject))
                 user_id, disabled = result.inserted_primary_key[0], False
-                audit(conn, name, "user_create", f"{name}: {describe_grant(role, scopes)} (at their first single "
+                audit(conn, name, "user_create", f"{name}: {_described(grants)} (at their first single "
                       "sign-on)", user=name, role=role, scopes=texts(scopes), via="oidc")
             else:
                 user_id, disabled = row.id, bool(row.disabled)
@@ -265,16 +265,25 @@ def sign_in_oidc_user(engine: Engine, subject: str, name: str, grants: tuple[Gra
                     conn.execute(update(User.__table__).where(User.id == row.id).values(**values, **renamed))
                     if row.name != name:
                         rename_holdings(conn, row.name, name)
-                    if (row.role, row.scopes) != (role, values["scopes"]):
+                    # Any grant given or taken, not only the highest: a viewer grant over billing.>
+                    # gained beside an operator one over orders.> changed what the user reads.
+                    if (row.role, row.scopes) != (role, values["scopes"]) or \
+                            (row.grants is not None and row.grants != values["grants"]):
                         was = scopes_from_json(row.scopes)
-                        audit(conn, name, "user_grant", f"{name}: {describe_grant(role, scopes)} (was "
-                              f"{describe_grant(row.role, was)}; DLQ_OIDC_ROLES at sign-in)", user=name, role=role,
+                        before = grants_from_json(row.grants) if row.grants else (Grant(row.role, was),)
+                        audit(conn, name, "user_grant", f"{name}: {_described(grants)} (was "
+                              f"{_described(before)}; DLQ_OIDC_ROLES at sign-in)", user=name, role=role,
                               scopes=texts(scopes), was_role=row.role, was_scopes=texts(was))
     except IntegrityError:  # another sign-in of the same person, or the same name, at the same time
         raise AccountError(f"the name {name!r} belongs to another user of this dashboard") from None
     if disabled:
         raise AccountError("this account is disabled on this dashboard")
     return UserInfo(user_id, name, role, False, scopes, "oidc", now, signed_in_grants=grants)
+
+
+def _described(grants) -> str:
+    """Grants as the audit says them: "operator over orders.>; viewer over billing.>"."""
+    return "; ".join(describe_grant(g.role, g.scopes) for g in grants)
 
 
 def rename_holdings(conn, old: str, new: str) -> None:
