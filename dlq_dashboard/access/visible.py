@@ -35,6 +35,7 @@ from sqlalchemy import select
 from ..actions.bulk.jobs import check_job as jobs_check, job_status
 from ..actions.bulk.listing import describe_selection, failure_reasons, list_jobs
 from ..actions.triage import GroupNotFound
+from ..alerts.listing import origins_only
 from ..db.models import Entry, Job
 from ..entries import triage
 from ..entries.audit import audit_page
@@ -460,9 +461,10 @@ def check_job(reader: Reader, engine, job_id: int) -> None:
 
 def read_audit(reader: Reader, store: Store, args: Mapping[str, str], *, fold: bool = False,
                fields: tuple[KeyField, ...] = ()) -> dict:
-    """A page of the audit as the reader sees it: a scoped reader's holds the records of the
-    entries they may read and of the jobs they may see (entries/audit.py records_within)."""
-    return audit(reader, store, audit_page(store.engine, args, fold=fold, scopes=reader.reads), fields)
+    """A page of the audit as the reader sees it: a scoped reader's holds the records of the entries
+    they may read and of the jobs they may see (records_within); below operator, targets' origins."""
+    found = audit(reader, store, audit_page(store.engine, args, fold=fold, scopes=reader.reads), fields)
+    return found if reader.may("operator") else {**found, "actions": origins_only(found["actions"])}
 
 
 def view_within(reader: Reader, store: Store, view) -> bool:

@@ -55,6 +55,19 @@ def shown_target(url: str) -> str:
     return urlunsplit(parts._replace(query="", fragment="")) + query
 
 
+def origins_only(records: list[dict]) -> list[dict]:
+    """Audit records as a reader below operator reads them: a sent-again alert's target as its
+    origin alone (``https://hooks.slack.com/…``). Such a reader is not shown /alerts, and an
+    incoming webhook's secret is its path (Slack's, Mattermost's)."""
+    def origin(target: str) -> str:
+        parts = urlsplit(target)
+        return f"{parts.scheme}://{parts.netloc}/…" if parts.scheme and parts.netloc else "…"
+
+    return [{**r, "detail": {**r["detail"], "target": origin(r["detail"]["target"])}}
+            if r.get("action") == "send_alert_again" and (r.get("detail") or {}).get("target") else r
+            for r in records]
+
+
 def state_of(row) -> str:
     """sent, failed or pending (STATES)."""
     if row.sent_at is not None:
