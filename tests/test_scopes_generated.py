@@ -339,8 +339,8 @@ def test_a_scoped_operator_acts_on_an_inside_entry(app, world, who):
     answer = _post(reader, f"/api/entries/{entry_id}/close")
     assert answer.status_code == 200, answer.get_data(as_text=True)
     assert answer.get_json()["entry"]["status"] == "closed"
-    # A bulk close by a filter that reaches both sides takes only the inside entries.
-    answer = _post(reader, "/api/bulk", {"action": "close", "filter": {"status": "closed"}})
+    # A bulk reopen by a filter that reaches both sides (closed entries) takes only the inside entries.
+    answer = _post(reader, "/api/bulk", {"action": "reopen", "filter": {"status": "closed"}})
     assert answer.status_code == 202, answer.get_data(as_text=True)
     support.jobs_settled(runtime_of(app).engine)
     job = _get(reader, f"/api/jobs/{answer.get_json()['job']}").get_json()

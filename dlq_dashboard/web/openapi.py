@@ -160,8 +160,8 @@ SCHEMAS: dict[str, dict] = {
     },
     "BulkRequest": {
         "type": "object", "required": ["action"],
-        "description": ("Select entries by ids or by filter (a filter without status, or with status any, takes "
-                        "open entries only; closed ones for reopen). Each is taken at its version now, or at the one given with its id."),
+        "description": ("Select entries by ids or by filter (without status, or with any: open entries, closed ones for reopen; "
+                        "a status the action cannot change is a 400). Each is taken at its version now, or at the one given with its id."),
         "properties": {
             "action": {"type": "string", "enum": list(JOB_ACTIONS),
                        "description": ("patch: apply ``patch`` to each payload, then republish the result; "

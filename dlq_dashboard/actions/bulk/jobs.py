@@ -53,6 +53,10 @@ JOB_ACTIONS = ("republish", "close", "patch", "repair", "reopen")
 REPUBLISHING = ("republish", "patch", "repair")
 #: The status a job by filter takes when the filter names none (or "any"): what its action can change.
 DEFAULT_STATUS = {"reopen": "closed"}
+#: The statuses each action can change (decisions.py: a closed entry is reopened before it is
+#: republished or closed, an open one is not reopened): by filter a job takes no other status.
+CHANGES = {action: ("closed", "republished") if action == "reopen" else ("open", "republished")
+           for action in JOB_ACTIONS}
 #: Why a reopen takes no "only those that pass": it judges nothing, and reopened them all (13 of
 #: 13, 9 of them failing the schema) when asked for only those that pass.
 REOPEN_JUDGES_NOTHING = ("only_valid (only those that pass the current schema) does not go with reopen, which "
@@ -122,13 +126,23 @@ def _check_action(action: str) -> None:
         raise JobError(f"action {action[:40]!r} is not valid: use {', '.join(JOB_ACTIONS[:-1])} or {JOB_ACTIONS[-1]}")
 
 
+def _check_status(action: str, status: str | None) -> None:
+    """JobError for a status named by filter that ``action`` cannot change (CHANGES): such a job
+    was made, and skipped every item."""
+    takes = CHANGES[action]
+    if status not in takes:
+        raise JobError(f"A {action} job by filter takes {' or '.join(takes)} entries, not {status} ones: name "
+                       f"one of those statuses, or none for the {DEFAULT_STATUS.get(action, 'open')} ones.")
+
+
 def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None, only_valid: bool = False,
                  upto: int | None = None, scopes: tuple[Scope, ...] | None = None,
                  action: str = "republish") -> tuple[Selection, dict[str, Any]]:
     """The entries a job would take (a Selection, by id), and a summary of the choice.
 
     By filter without a status, or with "any", only open entries are taken (closed ones to ``reopen``:
-    DEFAULT_STATUS); a status named is taken as named. ``upto`` (the newest id a preview
+    DEFAULT_STATUS); a status named is taken as named, and one the action cannot change (CHANGES) is
+    a JobError. ``upto`` (the newest id a preview
     showed) keeps entries that arrived after the preview out of the job. ``scopes`` (what a
     scoped operator may act on; None: everything): by filter only the entries they cover are
     taken; by ids one they do not cover is left out as an id that names no entry is (``missing``).
@@ -183,6 +197,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
             args["status"] = DEFAULT_STATUS.get(action, "open")
         flt = replace(EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields),
                                             sources=tuple(rt.feeds)), scopes=scopes)
+        _check_status(action, flt.status)
         rt.store.check_group(flt)
         check_filter_job(rt.engine, flt)
         if upto is not None:
