@@ -97,6 +97,19 @@ def test_bad_requests_are_one_line_and_exit_code_two(cli, app):
     assert cli("cancel", "99").exit_code == 1
 
 
+def test_a_selection_that_matches_no_entry_is_exit_code_one_as_no_such_entry_is(cli, app):
+    """`jobs start close --id 99999` exited 2, a usage error, where `entries close 99999` exits 1:
+    the request is right, and there is nothing it can be done to (docs/cli.md). Dry run or not."""
+    support.dead_letter(app, 1, payload=VALID)
+    assert app.test_cli_runner().invoke(args=["entries", "close", "99999"]).exit_code == 1
+    for args in (("--id", "99999"), ("--subject", "billing.*"), ("--id", "99999", "--dry-run")):
+        result = cli("start", "close", *args)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.output.strip().splitlines() == ["Error: No entries match; nothing to do."], result.output
+    with runtime_of(app).engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(Job)).scalar_one() == 0
+
+
 def test_a_patch_job_from_a_file_and_a_cancel_of_a_finished_job(cli, app, nats_server, tmp_path):
     support.make_orders_stream(nats_server.url)
     [entry] = support.dead_letter_orders(app, nats_server.url, [INVALID])

@@ -18,7 +18,8 @@ from flask import current_app
 from flask.cli import AppGroup
 
 from ..access import visible
-from ..actions.bulk.jobs import FINISHED, JOB_ACTIONS, REPUBLISHING, cancel_job, create_job, select_items
+from ..actions.bulk.jobs import (FINISHED, JOB_ACTIONS, REPUBLISHING, NothingMatches, cancel_job, create_job,
+                                 select_items)
 from ..actions.bulk.listing import JOB_STATES, JOBS_LIMIT, JOBS_MAX
 from ..actions.bulk.refusals import republish_refusals
 from ..db.leases import held
@@ -145,8 +146,11 @@ def start(action: str, ids: tuple[int, ...], only_valid: bool, all_patched: bool
     patch = patch_file.read() if patch_file is not None else None
 
     def make() -> int:
-        return create_job(rt, action, actor=cli_actor(), note=note, force=force, only_valid=only_valid, patch=patch,
-                          start=False, **selection)
+        try:
+            return create_job(rt, action, actor=cli_actor(), note=note, force=force, only_valid=only_valid,
+                              patch=patch, start=False, **selection)
+        except NothingMatches as exc:  # the request is right, as for no such entry: exit 1, not 2
+            raise CommandError(str(exc), FAILED) from None
 
     reader = _reader("admin")
     if not wait:
@@ -200,7 +204,7 @@ def _dry_run(rt, action: str, selection: dict, only_valid: bool) -> None:
     """What a job would take (select_items' summary), and for a republish what it would refuse."""
     items, summary = select_items(rt, only_valid=only_valid, action=action, **selection)
     if not items:
-        raise CommandError("No entries match; nothing to do.")
+        raise CommandError(str(NothingMatches()), FAILED)
     upto = "up to " if summary.get("unjudged") else ""
     click.echo(f"Would {action} {upto}{len(items):,} entries"
                + (f" ({summary['missing']:,} of the ids not found)" if summary.get("missing") else "") + ":")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, render_template, request, url_for
 
-from ..actions.bulk.jobs import JobError, Selection, cancel_job, check_job, create_job, select_items
+from ..actions.bulk.jobs import JobError, NothingMatches, Selection, cancel_job, check_job, create_job, select_items
 from ..actions.bulk.listing import JOB_STATES, JOBS_LIMIT, JOBS_MAX, REASON_ITEMS
 from ..actions.bulk.patching import parse_patch, patch_text, preview_patch
 from ..actions.bulk.refusals import republish_refusals
@@ -138,7 +138,7 @@ def bulk_preview():
                            "everything matching them.")
         selection = params.form_selection()
         items, summary = select_items(rt, scopes=current_reader().acts, action=action, **selection)
-        error = None if items else "No entries match; nothing to do."
+        error = None if items else str(NothingMatches())
     except DashboardError as exc:
         items, summary, selection, error = Selection(), {}, {}, str(exc)
     status = 400 if error and not bare else 200
@@ -198,7 +198,7 @@ def _patch_preview():
         items, summary = select_items(rt, scopes=current_reader().acts,
                                       **{**params.form_selection(), "only_valid": False})
         if not items:
-            raise JobError("No entries match; nothing to do.")
+            raise NothingMatches()
         form = params.bulk_form()
         if "patch" not in form:  # arrived from the list or a group: the form first
             return _patch_page(summary=summary)

@@ -8,7 +8,7 @@ import hashlib
 
 from flask import Blueprint, jsonify, render_template, request, url_for
 
-from ..actions.bulk.jobs import JobError, select_items
+from ..actions.bulk.jobs import NothingMatches, select_items
 from ..actions.bulk.repairing import ALREADY_PASSES, preview_repair, repair_entry
 from ..actions.decisions import edited_from
 from ..actions.errors import Conflict, NatsDown, Refused
@@ -84,12 +84,12 @@ def entry_repair_republish(entry_id: int):
 # --- many entries --------------------------------------------------------------------------------
 
 def _preview(selection: dict) -> tuple[dict, dict]:
-    """The selection's summary and what repairing it would do; JobError when nothing is selected."""
+    """The selection's summary and what repairing it would do; NothingMatches when nothing is selected."""
     rt = current_runtime()
     # Only what the reader's operator grants cover (by ids, another id is left out as unknown).
     items, summary = select_items(rt, scopes=current_reader().acts, **{**selection, "only_valid": False})
     if not items:
-        raise JobError("No entries match; nothing to do.")
+        raise NothingMatches()
     preview = preview_repair(rt, items.ids)
     for example in preview["examples"]:  # the editor's line diff of the pretty forms, numbers as written
         example["diff"] = line_diff(example.pop("before"), example.pop("after"),

@@ -69,6 +69,14 @@ class JobError(InvalidRequest):
     """A bulk request that cannot be made; the message says why."""
 
 
+class NothingMatches(JobError):
+    """A selection that takes no entry: a 400 to a request, as any JobError, but exit 1 on the
+    command line, where the request was right and there is nothing to do it to (docs/cli.md)."""
+
+    def __init__(self) -> None:
+        super().__init__("No entries match; nothing to do.")
+
+
 class KeyReused(Refused):
     """A start's key sent again with another request (a 422, as for an Idempotency-Key)."""
 
@@ -267,7 +275,7 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
                                   scopes=scopes,
                                   action=action)
     if not items:
-        raise JobError("No entries match; nothing to do.")
+        raise NothingMatches()
     if ops is not None:
         summary.update(patch=ops, only_valid=bool(only_valid))
     if action == "repair":  # only those that pass once repaired are republished
