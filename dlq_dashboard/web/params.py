@@ -122,6 +122,9 @@ API_FIELDS = frozenset((*REPUBLISH_FIELDS, *CLOSE_FIELDS, *REOPEN_FIELDS, *BULK_
 LIST_PARAMETERS = (*(declared.name for declared in FILTERS if not declared.family), "limit", "cursor")
 #: The groups': the list's and the triage filters (the page's "window" beside them).
 GROUPS_PARAMETERS = (*LIST_PARAMETERS, *GroupStateFilter.PARAMETERS)
+#: A bulk form's (the preview asked by GET: bulk_form, form_selection): its own fields and the
+#: list's filters (``field.<label>`` too), which it takes for a job by filter.
+BULK_FORM_PARAMETERS = ("by", "action", "ids", "only_valid", "upto", "patch", *(declared.name for declared in FILTERS))
 
 
 #: A parameter's other name, as a person may write it on a route that takes the one and not the

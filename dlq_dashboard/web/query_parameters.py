@@ -36,6 +36,8 @@ PAGES: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "pages.groups": ("/api/groups", ("window",)),
     "pages.groups_newer": ("/api/groups", ("window", "after")),
     "groups.group_page": (None, ()),
+    # A bulk form asked by GET (params.form_selection): its own fields and the list's filters.
+    "bulk.bulk_preview": (None, params.BULK_FORM_PARAMETERS),
     "bulk.jobs": ("/api/jobs", ()),
     "bulk.job_page": ("/api/jobs/{job_id}", ()),
     "audit.audit": ("/api/audit", ()),
@@ -56,10 +58,6 @@ PAGES: dict[str, tuple[str | None, tuple[str, ...]]] = {
 #: Pages that refuse a misspelt parameter themselves, so as to say it where their list would be
 #: (beside the filters that are set), not on the error page.
 SAID_IN_PLACE = frozenset({"pages.index", "pages.groups", "audit.audit"})
-
-#: The bulk preview's query is a bulk form (its action, ticked rows and the list's filters), read
-#: by params.form_selection, which takes a filter of the list only.
-FORMS = frozenset({"bulk.bulk_preview"})
 
 
 def _operation_parameters(path: str) -> tuple[str, ...] | None:
@@ -94,7 +92,7 @@ def refuse_misspelt_parameters() -> None:
     if request.method not in ("GET", "HEAD") or request.url_rule is None or not request.args:
         return
     endpoint = request.endpoint or ""
-    if endpoint in SAID_IN_PLACE or endpoint in FORMS:
+    if endpoint in SAID_IN_PLACE:
         return
     known = parameters_of(endpoint, request.url_rule.rule) or ()
     if known:
