@@ -12,6 +12,7 @@ from html import unescape
 
 from dlq_dashboard.actions.bulk import jobs
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.web import params
 from dlq_dashboard.web.query_parameters import parameters_of
 
 from . import support
@@ -96,3 +97,20 @@ def test_the_bulk_preview_by_get_refuses_a_misspelt_filter(offline_app):
     # Its own fields, the list's filters and one that reads as none are taken as before.
     answer = client.get(f"/bulk/preview?{form}&status=open&only_valid=on&upto=99&_=1733390000")
     assert answer.status_code == 200 and "<strong>1</strong> entry" in said(answer), said(answer)[:300]
+
+
+def test_the_summary_and_the_audit_declare_every_parameter_they_read(offline_app, tokens):
+    """/api/summary reads the list's limit and cursor (a bad one is a 400, as on /api/entries) and
+    /api/audit its items, but the OpenAPI document listed none of them, and the rule takes a
+    route's parameters from it: "limmit" and "cursr" on the summary were left out without a word."""
+    assert {"limit", "cursor"} <= set(parameters_of("api.list_summary", "/api/summary"))
+    assert sorted(parameters_of("audit.api_audit", "/api/audit")) == sorted(params.AUDIT_PARAMETERS)
+    client, viewer = offline_app.test_client(), support.bearer(tokens["viewer"])
+    for path, given, meant in (("/api/summary", "limmit", "limit"), ("/api/summary", "cursr", "cursor"),
+                               ("/api/audit", "itemss", "items")):
+        answer = client.get(f"{path}?{given}=1", headers=viewer)
+        assert answer.status_code == 400, (path, given, said(answer))
+        assert f"{given!r} is not a parameter of this request: did you mean {meant!r}?" in said(answer)
+    for path in ("/api/summary?limit=0", "/api/summary?cursor=zz", "/api/audit?job=1&items=maybe"):
+        assert client.get(path, headers=viewer).status_code == 400, path  # read, so declared
+    assert client.get("/api/summary?limit=1&cursor=ZTM", headers=viewer).status_code == 200

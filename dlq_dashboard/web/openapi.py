@@ -21,7 +21,8 @@ from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
 from . import openapi_groups, openapi_sources
 from .auth import requires
-from .openapi_parts import DESK_OPERATIONS, DESK_SCHEMAS
+from .openapi_export import EXPORT_OPERATIONS
+from .openapi_parts import CURSOR, DESK_OPERATIONS, DESK_SCHEMAS, FILTER_PARAMETERS
 from .openapi_parts import errors as _errors
 from .openapi_parts import json_answer as _json
 from .openapi_parts import query as _query
@@ -283,31 +284,8 @@ def _path_id(name: str, what: str) -> dict:
             "schema": {**INT, "minimum": 1, "maximum": INT64_MAX}, "example": 1}
 
 
-#: One parameter per filter (``field.<label>`` stands for every key field: OpenAPI cannot name a
-#: family of parameters, so its description says what the labels are).
-FILTER_PARAMETERS = [_query(f.name, f.description, dict(f.schema)) for f in FILTERS]
-CURSOR = _query("cursor", "Opaque: next_cursor of the previous page. Stable while new entries arrive.")
 PAGE_LIMIT = _query("limit", f"Entries per page, 1 to {MAX_LIMIT} (default 50).",
                     {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT})
-
-
-def _export(fmt: str, media_type: str, body_schema: dict, what: str) -> dict:
-    return {
-        "operationId": f"export{fmt.capitalize()}", "tags": ["export"],
-        "summary": f"Every matching entry as {what}, streamed",
-        "description": ("The filters and search of GET /api/entries, newest first. `limit` caps the "
-                        "export (no upper bound); `cursor` starts after that entry. Payloads are base64 "
-                        "(exact) and text where UTF-8. Entries arriving during an export are not in it."),
-        "parameters": [*FILTER_PARAMETERS, CURSOR,
-                       _query("limit", "The most entries to export (default: all).",
-                              {"type": "integer", "minimum": 1, "maximum": INT64_MAX})],
-        "responses": {
-            "200": {"description": f"An attachment named dlq-entries-<UTC time>-<filter>.{fmt}.",
-                    "headers": {"Content-Disposition": {"schema": STR, "description": "attachment; filename=..."}},
-                    "content": {media_type: {"schema": body_schema}}},
-            **_errors(400, 401, 403),
-        },
-    }
 
 
 def _entry_action(op_id: str, summary: str, body: str, result: str, codes: Iterable[int]) -> dict:
@@ -319,11 +297,6 @@ def _entry_action(op_id: str, summary: str, body: str, result: str, codes: Itera
         "responses": {"200": _json(_ref(result), "The entry after the action."), **_errors(*codes)},
     }
 
-
-CSV_DESCRIPTION = ("A header row, then one row per entry with the Entry fields as columns; headers, "
-                   "schema_errors, sources and notes as JSON text; text cells that a spreadsheet would "
-                   "take for a formula (starting with = + - @ tab or CR) get a leading apostrophe, "
-                   "payload_base64 is always exact.")
 
 # (method, path) -> operation. The served document keeps those the app routes.
 OPERATIONS: dict[tuple[str, str], dict] = {
@@ -344,7 +317,11 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "responses": {"200": _json(_ref("GroupList"), "The groups, largest first."), **_errors(400, 401, 403)},
     },
     ("get", "/api/summary"): {
-        "operationId": "summarizeEntries", "tags": ["entries"], "parameters": list(FILTER_PARAMETERS),
+        "operationId": "summarizeEntries", "tags": ["entries"],
+        # The list's address sent as it is: its page's limit and cursor are read (a bad one is a 400), not counted by.
+        "parameters": [*FILTER_PARAMETERS, *(dict(p, description=p["description"] + " Read as on GET /api/entries "
+                                                  "(a bad one is a 400); it changes no count.")
+                                             for p in (PAGE_LIMIT, CURSOR))],
         "summary": "Entries by status under the filters of GET /api/entries (the list's counts); exact or an estimate",
         "responses": {"200": _json(_ref("Summary"), "The counts."), **_errors(400, 401, 403)},
     },
@@ -407,6 +384,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                        _query("action", "Only this action (republish, close, reopen, ...)."),
                        _query("fold", "1: a bulk job's item records are left out (its own record has their "
                                       "counts) unless entry or job is given; the page folds by default."),
+                       _query("items", "1, with job: only the job's item records (what its folded row opens to)."),
                        _query("limit", "Records per page, 1 to 1000 (default 100).",
                               {**INT, "minimum": 1, "maximum": 1000}),
                        CURSOR],
@@ -416,13 +394,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "operationId": "me", "tags": ["operations"], "summary": "Who is asking: name, role, grants and sign-in",
         "responses": {"200": _json(_ref("Me"), "The caller."), **_errors(401, 403)},
     },
-    ("get", "/api/export.json"): _export("json", "application/json",
-                                         {"type": "array", "items": _ref("Entry")}, "one JSON array"),
-    ("get", "/api/export.ndjson"): _export("ndjson", "application/x-ndjson",
-                                           {"type": "string", "description": "One Entry object per line."},
-                                           "newline-delimited JSON"),
-    ("get", "/api/export.csv"): _export("csv", "text/csv", {"type": "string", "description": CSV_DESCRIPTION},
-                                        "CSV"),
+    **EXPORT_OPERATIONS,
     ("get", "/healthz"): {
         "operationId": "health", "tags": ["operations"], "summary": "NATS connection and mirror lag",
         "security": [],

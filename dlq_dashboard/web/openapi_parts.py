@@ -3,6 +3,7 @@ and the incident desk's operations and schemas (repair by the schema, the alert 
 
 from __future__ import annotations
 
+from ..entries.filters import FILTERS
 from ..entries.shape import BOOL, INT, STR, TIME
 from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
@@ -26,6 +27,11 @@ def query(name: str, description: str, schema: dict | None = None) -> dict:
 
 
 _json, _errors, _query = json_answer, errors, query
+
+#: One parameter per filter (``field.<label>`` stands for every key field: OpenAPI cannot name a
+#: family of parameters, so its description says what the labels are).
+FILTER_PARAMETERS = [_query(f.name, f.description, dict(f.schema)) for f in FILTERS]
+CURSOR = _query("cursor", "Opaque: next_cursor of the previous page. Stable while new entries arrive.")
 
 DESK_SCHEMAS: dict[str, dict] = {
     "GroupList": {
