@@ -442,6 +442,26 @@ def test_a_bulk_job_over_a_group_is_in_its_activity(world, offline_app, database
     assert f"/jobs/{job_id}" in page
 
 
+@pytest.mark.both_databases
+def test_a_reopen_of_what_a_group_s_close_job_closed_is_in_its_activity(world, offline_app, database_url):
+    """"Reopen what it closed" takes job=N:done, which names no group: the group's activity said
+    "closed" and never showed the reopen (nor a close of what that reopen reopened)."""
+    client, operator = world["client"], support.bearer(world["tokens"]["operator"])
+    made = []
+    for action, flt in (("close", {"group": str(world["group"])}), ("reopen", {"job": "{}:done", "status": "closed"}),
+                        ("close", {"job": "{}:done"})):
+        flt = {k: v.format(made[-1] if made else "") for k, v in flt.items()}
+        answer = client.post("/api/bulk", json={"action": action, "filter": flt}, headers=operator)
+        assert answer.status_code == 202, answer.get_data(as_text=True)
+        made.append(answer.get_json()["job"])
+        support.jobs_settled(runtime_of(offline_app).engine)
+    shown = client.get(f"/api/groups/{world['group']}", headers=support.bearer(world["tokens"]["viewer"])).get_json()
+    assert [a["detail"] for a in shown["activity"] if a["kind"] == "job"] == [
+        {"job": job_id, "action": action, "total": 3} for job_id, action in zip(made[::-1], ("close", "reopen", "close"))]
+    page = support.logged_in(offline_app, "viewer").get(f"/groups/{world['group']}").get_data(as_text=True)
+    assert f'bulk <a href="/jobs/{made[1]}">reopen job {made[1]}</a> over 3 entries' in page
+
+
 def test_a_failure_after_an_ignore_s_time_opens_the_group_at_once(world):
     engine, group = world["engine"], world["group"]
     change_state(engine, group, 1, parse_state_change({"state": "ignored", "until": "1h"}, utcnow()), actor="test")

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from ..alerts.outbox import AlertRule, raise_state_alerts
 from ..db.failing import FailureLog
 from ..db.engine import write_transaction
-from ..db.models import Action, FailureGroup
+from ..db.models import Action, FailureGroup, Job
 from ..db.triage import IGNORED, INVESTIGATING, OPEN, REGRESSED, RESOLVED, STATE_COLUMNS, record_activity, reopen_due
 from ..errors import InvalidRequest, NotFound
 from ..numbers import whole_number
@@ -181,14 +181,34 @@ def _audit(conn: Connection, group_id: int, action: str, actor: str, now: dateti
                                         version=version, detail=json.dumps({"group": group_id, **detail})))
 
 
+#: How many jobs back a job's group is looked for through their ``job`` filters (_job_group).
+JOB_CHAIN = 20
+
+
 def record_job(conn: Connection, filter_args: dict | None, job_id: int, action: str, total: int, actor: str,
                now: datetime) -> None:
-    """A bulk job over a group's entries (its filter names the group) in the group's activity, in
-    the job's transaction."""
-    group = str((filter_args or {}).get("group") or "").strip()
-    if group.isdigit():
-        record_activity(conn, [{"group_id": int(group), "at": now, "actor": actor, "kind": "job",
+    """A bulk job over a group's entries in the group's activity, in the job's transaction: its
+    filter names the group, or names the items of a job over the group (``job=N:done``: "Reopen
+    what it closed" of a group's close job)."""
+    group = _job_group(conn, filter_args)
+    if group is not None:
+        record_activity(conn, [{"group_id": group, "at": now, "actor": actor, "kind": "job",
                                 "detail": {"job": job_id, "action": action, "total": total}}])
+
+
+def _job_group(conn: Connection, filter_args: dict | None) -> int | None:
+    """The group a job's filter takes the entries of: the one it names, else the one of the job its
+    ``job`` filter names (that job's items are of its group), and so on back (up to JOB_CHAIN)."""
+    for _ in range(JOB_CHAIN):
+        group = str((filter_args or {}).get("group") or "").strip()
+        if group.isdigit():
+            return int(group)
+        job = str((filter_args or {}).get("job") or "").strip().partition(":")[0]
+        if not job.isdigit():
+            return None
+        selection = conn.execute(select(Job.selection).where(Job.id == int(job))).scalar()
+        filter_args = json.loads(selection or "{}").get("filter")
+    return None
 
 
 def reopen_expired(engine: Engine, rule: AlertRule | None, now: datetime | None = None) -> set[int]:
