@@ -572,7 +572,7 @@ def browser_login(page, base_url: str, app, role: str) -> None:
     page.goto(f"{base_url}/")
 
 
-# --- a frozen nats-server ----------------------------------------------------------------------
+# --- a frozen server ---------------------------------------------------------------------------
 
 def _all_threads_stopped(pid: int) -> bool:
     states = []
@@ -586,18 +586,44 @@ def _all_threads_stopped(pid: int) -> bool:
 
 
 @contextmanager
+def stopped(*pids: int) -> Iterator[None]:
+    """Processes stopped with SIGSTOP, continued with SIGCONT afterwards whatever happens, this
+    process killed meanwhile included.
+
+    A stopped process acts on its parent-death signal (SIGTERM, PostgreSQL's SIGQUIT) only once
+    continued: a run killed while a server of its own was stopped left it stopped, with parent 1,
+    for good. A process of a session of its own (a killed run's group does not take it) continues
+    them when its standard input closes: when the freeze ends, or when this process ends however
+    it does (tests/test_killed_run.py)."""
+    thaw = subprocess.Popen(["sh", "-c", 'cat >/dev/null; kill -CONT "$@" 2>/dev/null', "thaw", *map(str, pids)],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True,
+                            # None: it ends by itself once this process ends, after doing its part.
+                            preexec_fn=None)
+    try:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        yield
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        thaw.stdin.close()
+        thaw.wait(30)
+
+
+@contextmanager
 def frozen(server):
     """The nats-server stopped with SIGSTOP (its connections stay open, nothing answers),
-    continued with SIGCONT afterwards whatever happens."""
-    os.kill(server.proc.pid, signal.SIGSTOP)
-    try:
+    continued with SIGCONT afterwards whatever happens (``stopped``)."""
+    with stopped(server.proc.pid):
         # kill() returns once the signal is queued; each thread stops when it next runs. Until all
         # have, a request sent now could still be answered (seen once on a loaded machine).
         wait_for(lambda: _all_threads_stopped(server.proc.pid), timeout=10,
                  message="every thread of the nats-server to stop")
         yield
-    finally:
-        os.kill(server.proc.pid, signal.SIGCONT)
 
 
 @contextmanager
@@ -609,21 +635,20 @@ def writer_stopped(rt):
     in CI, when the search pass had just begun)."""
     pid = rt.mirror._process._proc.pid
     url = rt.engine.url
+    if url.get_backend_name() != "sqlite":
+        with stopped(pid):
+            yield pid
+        return
+    conn = sqlite3.connect(url.database, timeout=30, isolation_level=None)
     try:
-        if url.get_backend_name() == "sqlite":
-            conn = sqlite3.connect(url.database, timeout=30, isolation_level=None)
-            try:
-                conn.execute("BEGIN IMMEDIATE")  # the writer holds no transaction now, nor can begin one
-                os.kill(pid, signal.SIGSTOP)
-                wait_for(lambda: _all_threads_stopped(pid), timeout=10, message="every thread of the writer to stop")
-                conn.execute("ROLLBACK")
-            finally:
-                conn.close()
-        else:
-            os.kill(pid, signal.SIGSTOP)
-        yield pid
+        conn.execute("BEGIN IMMEDIATE")  # the writer holds no transaction now, nor can begin one
+        with stopped(pid):
+            wait_for(lambda: _all_threads_stopped(pid), timeout=10, message="every thread of the writer to stop")
+            conn.execute("ROLLBACK")
+            conn.close()
+            yield pid
     finally:
-        os.kill(pid, signal.SIGCONT)
+        conn.close()
 
 
 # --- who closed a descriptor -----------------------------------------------------------------

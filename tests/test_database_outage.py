@@ -6,10 +6,8 @@ banner and /healthz within a second, no request waits as long as the freeze."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
 import threading
 from contextlib import contextmanager
 
@@ -450,16 +448,10 @@ def statement_on_a_frozen_server(conn):
 @contextmanager
 def frozen(server: PostgresServer):
     """The postmaster and its backends stopped with SIGSTOP (connections stay open, nothing
-    answers), continued with SIGCONT afterwards whatever happens."""
+    answers), continued with SIGCONT afterwards whatever happens (support.stopped)."""
     main = psutil.Process(server.proc.pid)
-    pids = [main.pid] + [child.pid for child in main.children(recursive=True)]
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
+    with support.stopped(main.pid, *[child.pid for child in main.children(recursive=True)]):
         yield
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)

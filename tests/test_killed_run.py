@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -70,6 +71,61 @@ def test_the_processes_a_killed_run_started_end_with_it(tmp_path, workers):
             shutil.rmtree(held["postgres_folder"], ignore_errors=True)
 
 
+#: Run in a process group of its own: PostgreSQL and a nats-server started and frozen as the
+#: tests freeze them (test_database_outage.frozen, support.frozen), their PIDs said, held.
+FROZEN_SERVERS = """
+import json, sys, threading
+from pathlib import Path
+import psutil
+from dlq_dashboard.nats.server import NatsServer
+from tests import support
+from tests.postgres import PostgresServer
+from tests.test_database_outage import frozen as postgres_frozen
+postgres = PostgresServer().start()
+nats = NatsServer(store_dir=Path(sys.argv[1]) / "nats").start()
+pids = [postgres.proc.pid, *[c.pid for c in psutil.Process(postgres.proc.pid).children(recursive=True)], nats.proc.pid]
+with postgres_frozen(postgres), support.frozen(nats):
+    print(json.dumps({"pids": pids, "folder": str(postgres.folder)}), flush=True)
+    threading.Event().wait(timeout=300)
+"""
+
+
+@pytest.mark.slow
+def test_servers_frozen_when_their_run_is_killed_end_with_it(tmp_path):
+    # A stopped process acts on its parent-death signal only once continued: before, a run killed
+    # while a test held PostgreSQL or a nats-server stopped left it stopped, with parent 1, for good.
+    with open(tmp_path / "run.log", "wb") as log:
+        run = subprocess.Popen([sys.executable, "-c", FROZEN_SERVERS, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=log, start_new_session=True, preexec_fn=support.ends_with_this_process())
+    held: dict = {}
+    try:
+        support.wait_for(lambda: select.select([run.stdout], [], [], 0)[0], timeout=120,
+                         message="the servers to start and be frozen")
+        said = run.stdout.readline()
+        assert said, (tmp_path / "run.log").read_text()[-3000:]
+        held = json.loads(said)
+        assert [support.process_state(pid) for pid in held["pids"]] == ["T"] * len(held["pids"])
+
+        os.killpg(run.pid, signal.SIGKILL)  # the run's process group, as a CI job's timeout does
+        run.wait(30)
+        try:
+            support.wait_for(lambda: all(support.gone(pid) for pid in held["pids"]), timeout=60,
+                             message="the frozen servers to end with the run")
+        except AssertionError as failed:
+            left = {pid: support.process_state(pid) for pid in held["pids"] if not support.gone(pid)}
+            raise AssertionError(f"{failed}; still there: {left}") from None
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        for pid in held.get("pids", ()):  # what the run started, by PID, if the test failed
+            if not support.gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        if "folder" in held:
+            shutil.rmtree(held["folder"], ignore_errors=True)
+        run.stdout.close()
+
+
 def test_a_postgresql_folder_whose_maker_lives_is_never_taken_for_abandoned():
     server = PostgresServer()  # its folder made and held, the server not started yet
     try:
@@ -86,7 +142,8 @@ def test_a_postgresql_folder_whose_maker_lives_is_never_taken_for_abandoned():
 
 def test_every_process_a_test_starts_directly_is_told_to_end_with_it():
     # What test_the_processes_a_killed_run_started_end_with_it shows for one of each kind holds
-    # for every Popen of the tests: each gets a parent-death signal (support.ends_with_this_process).
+    # for every Popen of the tests: each gets a parent-death signal (support.ends_with_this_process),
+    # or says why it needs none (support.stopped's, which ends by itself once its stdin closes).
     import ast
 
     missing = []

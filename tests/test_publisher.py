@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
 from nats.js.errors import NoStreamResponseError
 
@@ -71,12 +68,11 @@ def test_windows_in_flight_when_the_process_dies_fail_as_in_doubt(tmp_path, nats
     publisher = Publisher(support.make_settings(tmp_path, nats_server.url), timeout=5.0)
     try:
         support.wait_for(lambda: publisher.ready, timeout=30, message="the process to connect")
-        os.kill(nats_server.proc.pid, signal.SIGSTOP)  # no answers: the window stays out
-        future = publisher.publish(window(0, 10))
-        publisher._proc.kill()
-        error = future.exception(timeout=30)
+        with support.stopped(nats_server.proc.pid):  # no answers: the window stays out
+            future = publisher.publish(window(0, 10))
+            publisher._proc.kill()
+            error = future.exception(timeout=30)
     finally:
-        os.kill(nats_server.proc.pid, signal.SIGCONT)
         publisher.close()
     assert isinstance(error, NatsUnavailable)
     assert not publisher.ready
