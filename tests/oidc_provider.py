@@ -242,17 +242,18 @@ class IdentityProvider:
 
     def tamper(self, **claims) -> None:
         """ID tokens issued from now on carry these claims (``aud``, ``iss``, ``nonce``,
-        ``exp_offset`` seconds from now, ``bad_signature=True``); ``tamper()`` stops it."""
+        ``exp_offset`` seconds from now, ``bad_signature=True``, ``kid`` in their header);
+        ``tamper()`` stops it."""
         requests.put(f"{self.issuer}/_test/tamper", json=claims, timeout=5).raise_for_status()
 
-    def rotate_key(self) -> None:
-        """Sign ID tokens from now on with a new key under the same kid, which the provider's
-        JWKS serves instead of the old one. The provider's own checks of its ID tokens (the
+    def rotate_key(self, kid: str | None = None) -> None:
+        """Sign ID tokens from now on with a new key under the same kid (or ``kid``), which the
+        provider's JWKS serves instead of the old one. The provider's own checks of its ID tokens (the
         id_token_hint at logout) know the first key only: a test that rotates uses a provider of
         its own (shared=False)."""
         if self.pool is not None:
             raise AssertionError("a shared provider's key is not rotated by a test: use shared=False")
-        requests.put(f"{self.issuer}/_test/rotate", timeout=5).raise_for_status()
+        requests.put(f"{self.issuer}/_test/rotate", json={"kid": kid} if kid else {}, timeout=5).raise_for_status()
 
     def jwks_reads(self) -> int:
         """How many times the provider's JWKS (its jwks_uri) has been read since it started."""

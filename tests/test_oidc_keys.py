@@ -1,6 +1,7 @@
 """Single sign-on and the provider's signing keys, against a real provider (node-oidc-provider,
-tests/oidc/): a key rotated under the same kid is read again at the next sign-in, and a forged
-signature is still refused, with the keys read again at most once in KEYS_READ_AGAIN_AFTER."""
+tests/oidc/): a key rotated under the same kid or to a new one is read again at the next
+sign-in, and a forged signature or an unknown kid is still refused, with the keys read again at
+most once in KEYS_READ_AGAIN_AFTER."""
 
 from __future__ import annotations
 
@@ -75,3 +76,52 @@ def test_a_forged_signature_is_refused_and_has_the_keys_read_again_at_most_once_
     provider.tamper()
     assert provider.sign_in(app.test_client(), "alice").status_code == 302
     assert provider.jwks_reads() == reads + 3
+
+
+def test_tokens_naming_an_unknown_kid_have_the_keys_read_again_at_most_once_in_the_interval(
+        provider, make_app, monkeypatch):
+    # Before, each such token had the keys read again (Authlib's own reading, without a bound).
+    monkeypatch.setattr(oidc, "KEYS_READ_AGAIN_AFTER", 3600.0)  # passed by moving the last reading back
+    app = make_app(**provider.settings(roles=ROLES))
+    provider.start()
+    client = app.extensions[oidc.EXTENSION].client
+    provider.tamper(kid="a-key-the-provider-never-had")
+    reads = provider.jwks_reads()
+    refused_with(provider.sign_in(app.test_client(), "alice"), oidc.BAD_SIGNATURE, app)
+    assert provider.jwks_reads() == reads + 2  # read when first needed, then once again for the kid
+    for _ in range(3):
+        refused_with(provider.sign_in(app.test_client(), "alice"), oidc.BAD_SIGNATURE, app)
+    assert provider.jwks_reads() == reads + 2  # within the interval: the keys kept, not read again
+    client.keys_read_again_at -= oidc.KEYS_READ_AGAIN_AFTER
+    refused_with(provider.sign_in(app.test_client(), "alice"), oidc.BAD_SIGNATURE, app)
+    assert provider.jwks_reads() == reads + 3
+    provider.tamper()
+    assert provider.sign_in(app.test_client(), "alice").status_code == 302
+    assert provider.jwks_reads() == reads + 3
+
+
+def test_a_key_rotated_to_a_new_kid_is_read_again_and_a_second_rotation_within_the_interval_waits_for_it(
+        provider, make_app, monkeypatch):
+    monkeypatch.setattr(oidc, "KEYS_READ_AGAIN_AFTER", 3600.0)
+    app = make_app(**provider.settings(roles=ROLES))
+    provider.start()
+    client = app.extensions[oidc.EXTENSION].client
+    assert provider.sign_in(app.test_client(), "alice").status_code == 302
+    reads = provider.jwks_reads()
+    provider.rotate_key(kid="second-key")
+    assert [key["kid"] for key in published_keys(provider)] == ["second-key"]
+    answer = provider.sign_in(app.test_client(), "alice")
+    assert answer.status_code == 302, said(answer)
+    assert provider.jwks_reads() == reads + 2  # the dashboard's reading, and this test's own above
+    provider.rotate_key(kid="third-key")
+    assert [key["kid"] for key in published_keys(provider)] == ["third-key"]
+    reads = provider.jwks_reads()
+    # Read again moments ago: refused with the sentence a failed signature has, the keys not read.
+    answer = provider.sign_in(app.test_client(), "alice")
+    assert (answer.status_code, said(answer)) == (400, oidc.BAD_SIGNATURE.replace("'", "&#39;"))
+    assert provider.jwks_reads() == reads and len(sessions(app)) == 2
+    # Once the interval has passed, the next sign-in reads them and succeeds.
+    client.keys_read_again_at -= oidc.KEYS_READ_AGAIN_AFTER
+    answer = provider.sign_in(app.test_client(), "alice")
+    assert answer.status_code == 302, said(answer)
+    assert provider.jwks_reads() == reads + 1

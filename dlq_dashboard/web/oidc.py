@@ -22,7 +22,7 @@ from authlib.integrations.flask_client import FlaskIntegration, FlaskOAuth2App, 
 from authlib.integrations.requests_client import OAuth2Auth
 from flask import Blueprint, Flask, current_app, redirect, request, session, url_for
 from flask_login import login_user
-from joserfc.errors import BadSignatureError, ClaimError, ExpiredTokenError, JoseError
+from joserfc.errors import BadSignatureError, ClaimError, ExpiredTokenError, InvalidKeyIdError, JoseError
 
 from ..accounts import AccountError, sign_in_oidc_user, start_session
 from ..errors import InvalidRequest
@@ -41,10 +41,10 @@ PROVIDER_TIMEOUT = 5.0
 # The discovery document is read again after this long (keys are read again on an unknown kid,
 # and on a signature that fails against the keys kept: KEYS_READ_AGAIN_AFTER).
 METADATA_KEPT = 3600.0
-# An ID token whose signature fails against the keys kept has them read again from the provider's
-# jwks_uri, since a provider may rotate its key under the same kid; but at most once in this
-# long, so that a stream of forged tokens has the provider's keys read twice a minute at most,
-# not once for each token.
+# An ID token naming a kid the keys kept lack, or whose signature fails against them, has them
+# read again from the provider's jwks_uri, since a provider may rotate its key to a new kid or
+# under the same one; but at most once in this long, so that a stream of forged tokens has the
+# provider's keys read twice a minute at most, not once for each token.
 KEYS_READ_AGAIN_AFTER = 30.0
 # After a failed discovery the login page says single sign-on is unavailable for this long
 # before the provider is asked again (so that an anonymous page view waits on it rarely).
@@ -103,19 +103,32 @@ def _expiry(value) -> float:
 
 
 class KeysReadAgain(FlaskOAuth2App):
-    """Authlib's Flask OAuth 2 client, reading the provider's keys again when an ID token's
-    signature fails against the ones kept (at most once in KEYS_READ_AGAIN_AFTER).
+    """Authlib's Flask OAuth 2 client, reading the provider's keys again when an ID token names
+    a kid they lack or its signature fails against them, at most once in KEYS_READ_AGAIN_AFTER.
 
-    Authlib reads them again only for a kid it does not know (base_client/sync_openid.py): a
-    provider that rotates its key under the same kid had every sign-in refused until the
-    discovery document was read again, up to METADATA_KEPT later. The same token response is
-    verified again: its code has been exchanged already, and cannot be twice."""
+    Authlib reads them again only for a kid it does not know (base_client/sync_openid.py), and
+    then for each such token, without a bound: a stream of forged tokens naming kids the
+    provider never had had its keys read for each. And a provider that rotates its key under
+    the same kid had every sign-in refused until the discovery document was read again, up to
+    METADATA_KEPT later. The same token response is verified again: its code has been exchanged
+    already, and cannot be twice."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._keys_lock = threading.Lock()
-        # When the keys were last read again for a failed signature (time.monotonic()).
+        # When the keys were last read again, for an unknown kid or a failed signature
+        # (time.monotonic()).
         self.keys_read_again_at: float | None = None
+
+    def fetch_jwk_set(self, force=False):
+        """The keys kept (read when first needed); read again on ``force`` (Authlib's, for an
+        unknown kid) only when the bound allows, else the keys kept, which the token is then
+        refused against (InvalidKeyIdError)."""
+        if force and not self._may_read_keys_again():
+            return super().fetch_jwk_set()
+        if force:
+            log.info("single sign-on: an ID token names a key id the keys kept lack; reading them again")
+        return super().fetch_jwk_set(force)
 
     def parse_id_token(self, token, *args, **kwargs):
         try:
@@ -124,7 +137,7 @@ class KeysReadAgain(FlaskOAuth2App):
             if not self._may_read_keys_again():
                 raise
         log.info("single sign-on: an ID token's signature fails against the keys kept; reading them again")
-        self.fetch_jwk_set(force=True)
+        super().fetch_jwk_set(force=True)
         return super().parse_id_token(token, *args, **kwargs)
 
     def _may_read_keys_again(self) -> bool:
@@ -139,7 +152,8 @@ class KeysReadAgain(FlaskOAuth2App):
 
 class BoundedOAuth(OAuth):
     """Authlib's Flask registry whose clients keep a few sign-ins begun, not all, and read the
-    provider's keys again when a signature fails against them."""
+    provider's keys again, within a bound, when a token names a kid they lack or a signature
+    fails against them."""
 
     framework_integration_cls = PendingSignIns
     oauth2_client_cls = KeysReadAgain
@@ -343,6 +357,8 @@ def callback():
         return _refused(_CLAIM_SENTENCES.get(exc.claim, NOT_VERIFIED), 400, f"claim {exc.claim}")
     except BadSignatureError:
         return _refused(BAD_SIGNATURE, 400)
+    except InvalidKeyIdError as exc:  # signed with a key the provider does not publish (now)
+        return _refused(BAD_SIGNATURE, 400, f"{exc.__class__.__name__}: {exc}")
     except (JoseError, ValueError, KeyError) as exc:
         return _refused(NOT_VERIFIED, 400, f"{exc.__class__.__name__}: {exc}")
     claims = token.get("userinfo")

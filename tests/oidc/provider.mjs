@@ -13,12 +13,14 @@
 //
 // For the tests only, three routes change it while it runs, and one tells how it was used:
 //   PUT /_test/accounts/<id>  {claims}        the account's claims (a group removed, say)
-//   PUT /_test/tamper         {"aud": ..., "iss": ..., "nonce": ..., "exp_offset": -3600, "bad_signature": true}
+//   PUT /_test/tamper         {"aud": ..., "iss": ..., "nonce": ..., "exp_offset": -3600, "bad_signature": true,
+//                              "kid": ...}
 //     ID tokens issued from then on carry those claims, signed again with the provider's key
-//     (or with another key for bad_signature); {} stops it.
-//   PUT /_test/rotate                         a new signing key under the same kid: ID tokens
-//     issued from then on are signed with it, and the JWKS (GET /jwks, the discovery document's
-//     jwks_uri) serves its public members alone (kty, n, e, kid, alg, use). The provider's own
+//     (or with another key for bad_signature), their header naming kid when given; {} stops it.
+//   PUT /_test/rotate         {"kid": ...}   a new signing key, under the same kid or the one
+//     given: ID tokens issued from then on are signed with it and name its kid, and the JWKS
+//     (GET /jwks, the discovery document's jwks_uri) serves its public members alone (kty, n,
+//     e, kid, alg, use). The provider's own
 //     checks of its ID tokens (an id_token_hint at logout) still know the first key only.
 //   GET /_test/jwks_reads                     {"reads": n}: how many times the JWKS was read.
 import { createSign, generateKeyPairSync } from 'node:crypto';
@@ -104,6 +106,7 @@ function start(port) {
       payload.exp = now + tamper.exp_offset;
       payload.iat = Math.min(payload.iat, payload.exp - 60);
     }
+    header.kid = 'kid' in tamper ? tamper.kid : signing.jwk.kid;
     return signJwt(header, payload, (tamper.bad_signature ? stranger : signing).privateKey);
   };
 
@@ -120,7 +123,7 @@ function start(port) {
       return;
     }
     if (ctx.method === 'PUT' && ctx.path === '/_test/rotate') {
-      signing = rsaKey(original.jwk.kid);
+      signing = rsaKey((await readJson(ctx)).kid || original.jwk.kid);
       ctx.status = 204;
       return;
     }
