@@ -493,6 +493,35 @@ def test_a_provider_that_cannot_be_reached_at_start_does_not_stop_the_dashboard(
     assert support.logged_in(app, "viewer").get("/").status_code == 200
 
 
+def not_answering(issuer: str, local_login: bool = True) -> str:
+    return oidc.NOT_ANSWERING.format(issuer=issuer) + (oidc.WITH_PASSWORD if local_login else "") + "."
+
+
+@pytest.mark.parametrize("local_login", [True, False], ids=["passwords", "no passwords"])
+def test_a_provider_down_since_its_discovery_is_asked_before_the_browser_is_sent_there(own_idp, make_app,
+                                                                                       local_login):
+    # Before, the button led to the provider's address (its discovery document kept an hour),
+    # and the browser showed its own connection error page.
+    app = make_app(**own_idp.settings(roles=ROLES), local_login=local_login)
+    own_idp.start()
+    client = app.test_client()
+    assert 'id="sso"' in client.get("/login").get_data(as_text=True)  # its discovery document kept
+    own_idp.stop()
+    refused_with(client.get("/login/oidc"), not_answering(own_idp.issuer, local_login), app)
+    own_idp.start()
+    assert own_idp.sign_in(client, "alice").status_code == 302
+
+
+def test_a_provider_that_does_not_answer_in_time_is_not_where_the_browser_is_sent(own_idp, make_app):
+    app = make_app(**own_idp.settings(roles=ROLES))
+    own_idp.start()
+    client = app.test_client()
+    assert 'id="sso"' in client.get("/login").get_data(as_text=True)
+    with support.stopped(own_idp.process.pid):  # its port open, nothing answers
+        refused_with(client.get("/login/oidc"), not_answering(own_idp.issuer), app)
+    assert own_idp.sign_in(client, "alice").status_code == 302
+
+
 def test_a_discovery_document_naming_another_issuer_is_not_used(idp, make_app):
     app = make_app(**idp.settings(roles=ROLES, oidc_issuer=idp.issuer.replace("127.0.0.1", "localhost")))
     idp.start()

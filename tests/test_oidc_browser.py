@@ -142,3 +142,21 @@ def test_sign_ins_begun_and_left_do_not_stop_the_next_one_from_finishing(identit
     expect(page.locator("body")).to_contain_text("alice@example.com")
     # Well under the 4 KB a browser takes, whatever the number of starts.
     assert len(cookie["value"]) < 1500, len(cookie["value"])
+
+
+def test_the_button_of_a_provider_that_went_down_lands_on_the_login_page_not_the_browsers_error_page(
+        identity_provider, make_app, served, page):
+    idp = identity_provider(shared=False, accounts={"alice": {"email": "alice@example.com", "groups": ["team-orders"]}})
+    app = make_app(**idp.settings(roles="team-orders=operator:orders.>"))
+    base = served(app)
+    idp.start(bases=[base])
+    page.goto(f"{base}/login")  # the discovery document read, and kept
+    button = page.get_by_role("link", name="Sign in with Test IdP")
+    expect(button).to_be_visible()
+    idp.stop()
+    button.click()
+    # Before, the browser went to the provider's address and showed its own connection error.
+    page.wait_for_url(f"{base}/login/oidc")
+    expect(page.locator('p.error[role="alert"]')).to_have_text(
+        f"The identity provider at {idp.issuer} did not answer; try again, or sign in with a password if you have one.")
+    expect(page.get_by_label("User name")).to_be_visible()

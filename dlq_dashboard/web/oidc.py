@@ -46,6 +46,10 @@ METADATA_KEPT = 3600.0
 # under the same one; but at most once in this long, so that a stream of forged tokens has the
 # provider's keys read twice a minute at most, not once for each token.
 KEYS_READ_AGAIN_AFTER = 30.0
+# How long the provider has to answer before a sign-in is sent to it: the discovery document is
+# kept an hour, so a provider down since had the button lead to the browser's own connection
+# error page; asked first, it lands on the login page with NOT_ANSWERING instead.
+ANSWER_TIMEOUT = 2.0
 # After a failed discovery the login page says single sign-on is unavailable for this long
 # before the provider is asked again (so that an anonymous page view waits on it rarely).
 RETRY_AFTER = 30.0
@@ -59,6 +63,8 @@ PENDING_KEPT = 3
 
 UNAVAILABLE = "Single sign-on is unavailable: the identity provider could not be reached. Try again later."
 UNREACHABLE = "The identity provider could not be reached to finish the sign-in. Try again later."
+NOT_ANSWERING = "The identity provider at {issuer} did not answer; try again"
+WITH_PASSWORD = ", or sign in with a password if you have one"
 BAD_STATE = "The sign-in could not be finished: it was not started in this browser, or it was started again since. Sign in again."
 NOT_WELL_FORMED = ("The sign-in could not be finished: the address the identity provider sent you back to "
                    "is not well formed. Sign in again.")
@@ -217,6 +223,21 @@ class SingleSignOn:
             raise ProviderUnavailable(f"{url} has no {', '.join(missing)}")
         return document
 
+    def not_answering(self) -> str | None:
+        """Why the provider is taken for down (for the log) when its discovery document does not
+        come within ANSWER_TIMEOUT (no connection, no answer, a 5xx such as a gateway in front of
+        a provider that is down gives), else None. Any other answer counts: whatever it says,
+        the browser will reach the provider."""
+        url = self.settings.oidc_issuer.rstrip("/") + "/.well-known/openid-configuration"
+        try:
+            with requests.get(url, timeout=ANSWER_TIMEOUT, headers={"Accept": "application/json"},
+                              stream=True) as answer:
+                if answer.status_code < 500:
+                    return None
+                return f"{url}: HTTP {answer.status_code}"
+        except requests.RequestException as exc:
+            return f"{url}: {exc.__class__.__name__}"
+
     def offer(self) -> dict:
         """What the login page shows: the button's words, where it leads, and whether single
         sign-on is unavailable."""
@@ -314,12 +335,18 @@ def not_well_formed(exc: InvalidRequest):
 @bp.route("/login/oidc")
 @requires(None)
 def start():
-    """Send the browser to the identity provider (authorization code, PKCE S256, state, nonce)."""
+    """Send the browser to the identity provider (authorization code, PKCE S256, state, nonce),
+    once it has answered within ANSWER_TIMEOUT: else the login page says it did not."""
     sso = single_sign_on()
     try:
         sso.metadata()
     except ProviderUnavailable as exc:
         return _refused(UNAVAILABLE, detail=str(exc))
+    down = sso.not_answering()
+    if down:
+        local = current_runtime().settings.local_login
+        return _refused(NOT_ANSWERING.format(issuer=sso.settings.oidc_issuer) + (WITH_PASSWORD if local else "") + ".",
+                        detail=down)
     session["oidc_next"] = safe_next(request.args.get("next"))
     return sso.client.authorize_redirect(_own_url("oidc.callback"))
 
