@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import nats
@@ -211,8 +212,10 @@ def test_a_server_that_a_killed_dashboard_left_running_is_stopped_and_its_port_r
     first = dashboards().wait_serving()
     leftover = support.wait_for(first.server_pid, message="the bundled server's pid file")
     # Frozen, the server outlives its dashboard (its parent-death SIGTERM waits, pending), as it
-    # would where there is no parent-death signal.
-    os.kill(leftover, signal.SIGSTOP)
+    # would where there is no parent-death signal; continued, at the latest when this process
+    # ends (support.stopped), it acts on that SIGTERM.
+    held = ExitStack()
+    held.enter_context(support.stopped(leftover))
     try:
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(30)
@@ -225,6 +228,7 @@ def test_a_server_that_a_killed_dashboard_left_running_is_stopped_and_its_port_r
         assert "stopping the bundled nats-server (pid %d) that an earlier dashboard left running" % leftover \
             in second.stderr()
     finally:
+        held.close()
         if not support.gone(leftover):
             os.kill(leftover, signal.SIGKILL)
 

@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import threading
 import time
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 
@@ -90,6 +91,7 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
     multiprocessing.util.get_temp_dir()
     app = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url), "TESTING": True})
     rt = runtime_of(app).start(mirror_process=True)
+    held = ExitStack()  # the stopped child continued, at the latest when this process ends (support.stopped)
     try:
         view = rt.mirror
         support.wait_for(lambda: view.leader, timeout=30, message="the child to take the lease")
@@ -98,7 +100,7 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
         # The child's writers' forkserver listens in the child's own temporary directory.
         support.wait_for(lambda: list(scratch.glob("listener-*")), timeout=10,
                          message="the child's forkserver in its directory")
-        os.kill(child, signal.SIGSTOP)  # neither reports nor ends
+        held.enter_context(support.stopped(child))  # neither reports nor ends
         support.wait_for(lambda: view.progress["DLQ"].error is not None, timeout=10, message="the silence told")
         assert "has not reported" in view.progress["DLQ"].error
         status, body = health(app)  # what an operator's probe sees
@@ -118,6 +120,7 @@ def test_a_mirror_process_that_stops_reporting_is_told_as_stuck_then_replaced(tm
         support.wait_for(lambda: count(db) == 5, timeout=30, message="the new child to mirror")
         support.wait_for(lambda: health(app)[0] == 200, timeout=10, message="/healthz well again")
     finally:
+        held.close()
         rt.stop()
 
 
@@ -135,11 +138,12 @@ def test_a_child_slower_to_start_than_the_silence_allowed_is_given_its_first_rep
     support.make_orders_stream(nats_server.url)
     started = []
     start = process.MirrorProcess._start_child
+    held = ExitStack()  # the stopped child continued, at the latest when this process ends (support.stopped)
 
     def start_frozen(self):  # the child stopped before it can have imported anything, let alone reported
         start(self)
         if not started:
-            os.kill(self._proc.pid, signal.SIGSTOP)
+            held.enter_context(support.stopped(self._proc.pid))
         started.append((self._proc.pid, time.monotonic()))
 
     monkeypatch.setattr(process.MirrorProcess, "_start_child", start_frozen)
@@ -152,12 +156,11 @@ def test_a_child_slower_to_start_than_the_silence_allowed_is_given_its_first_rep
         support.wait_for(lambda: support.gone(child) or time.monotonic() - since > 4 * process.SILENT_KILL,
                          timeout=30, interval=0.05, message="four times the silence allowed")
         assert not support.gone(child) and len(started) == 1 and rt.mirror_process.restarts == 0
-        os.kill(child, signal.SIGCONT)
+        held.close()
         support.wait_for(lambda: rt.mirror.leader, timeout=60, message="the slow child to take the lease")
         assert rt.mirror_process.pid == child and rt.mirror_process.restarts == 0
     finally:
-        if started and not support.gone(started[0][0]):
-            os.kill(started[0][0], signal.SIGCONT)
+        held.close()
         rt.stop()
 
 
@@ -171,13 +174,13 @@ def test_metrics_count_the_lag_and_its_wait_while_the_mirror_process_hangs(tmp_p
     support.make_orders_stream(nats_server.url)
     app = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url), "TESTING": True})
     rt = runtime_of(app).start(mirror_process=True)
-    child = None
+    held = ExitStack()  # the stopped child continued, at the latest when this process ends (support.stopped)
     try:
         support.wait_for(lambda: rt.mirror.leader, timeout=30, message="the child to take the lease")
         dead_letter(nats_server.url, 1, 0)
         support.wait_for(lambda: count(db) == 1, timeout=30, message="the child to mirror")
         child = rt.mirror_process.pid
-        os.kill(child, signal.SIGSTOP)  # neither reports nor mirrors
+        held.enter_context(support.stopped(child))  # neither reports nor mirrors
         dead_letter(nats_server.url, 2, 1)
         scrape = lambda: app.test_client().get("/metrics").get_data(as_text=True)  # noqa: E731
         support.wait_for(lambda: metric_in(scrape(), 'dlq_mirror_lag_messages{stream="DLQ"}') == 2, timeout=20,
@@ -189,8 +192,7 @@ def test_metrics_count_the_lag_and_its_wait_while_the_mirror_process_hangs(tmp_p
         support.wait_for(lambda: metric_in(scrape(), 'dlq_mirror_behind_seconds{stream="DLQ"}') > 0, timeout=20,
                          message="their wait to grow")
     finally:
-        if child is not None:
-            os.kill(child, signal.SIGCONT)
+        held.close()
         rt.stop()
 
 

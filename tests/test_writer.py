@@ -84,10 +84,9 @@ def test_a_reply_to_a_cancelled_call_leaves_the_writer_answering_the_next_ones(e
     try:
         assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(1, 1), 0) == 1
         pid = writer._proc.pid
-        os.kill(pid, signal.SIGSTOP)  # holds the reply until the call is cancelled
-        cancelled = writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(2, 2), 1)
-        assert cancelled.cancel()
-        os.kill(pid, signal.SIGCONT)
+        with support.stopped(pid):  # holds the reply until the call is cancelled
+            cancelled = writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(2, 2), 1)
+            assert cancelled.cancel()
         assert writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(3, 3), 2).result(timeout=60) == 1
         assert writer._proc.pid == pid
     finally:
@@ -101,9 +100,9 @@ def test_calls_in_flight_when_the_writer_dies_fail_rather_than_hang(engine, data
     try:
         assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(1, 1), 0) == 1
         pid = writer._proc.pid
-        os.kill(pid, signal.SIGSTOP)  # it cannot answer what it is sent now
-        waiting = [writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(i, i), i - 1) for i in (2, 3)]
-        os.kill(pid, signal.SIGKILL)
+        with support.stopped(pid):  # it cannot answer what it is sent now
+            waiting = [writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(i, i), i - 1) for i in (2, 3)]
+            os.kill(pid, signal.SIGKILL)
         for future in waiting:
             with pytest.raises(WriterError, match="the writer process ended"):
                 future.result(timeout=30)
