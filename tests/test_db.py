@@ -100,11 +100,11 @@ def test_migrate_brings_an_empty_database_to_the_newest_revision_once(database_u
     engine = create_db_engine(database_url)
     assert revisions() == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0009", "0010", "0011", "0012",
                            "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023", "0024",
-                           "0025", "0026", "0027", "0028"]
-    assert migrate(engine) == head() == "0028"
-    assert migrate(engine) == "0028"
+                           "0025", "0026", "0027", "0028", "0029"]
+    assert migrate(engine) == head() == "0029"
+    assert migrate(engine) == "0029"
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0028"]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0029"]
     engine.dispose()
 
 
@@ -316,6 +316,30 @@ def test_a_single_sign_on_user_is_upgraded_with_every_grant_of_their_newest_sess
                      "ned@example.com": (Grant("viewer"),), "ann": (Grant("viewer"),)}
     with engine.connect() as conn:
         assert conn.execute(text("SELECT grants FROM users ORDER BY id")).scalars().all() == [both, None, None]
+    engine.dispose()
+
+
+@pytest.mark.both_databases
+def test_key_fields_stored_by_a_repeated_keys_first_value_are_filled_again_by_its_last(database_url):
+    # Before revision 0029 SQLite stored a repeated key's first value (json_extract); the upgrade
+    # reads again the entries whose payload writes a token of a key field twice.
+    from dlq_dashboard.ingest.key_fields import record_key_fields
+
+    engine = create_db_engine(database_url)
+    assert migrate(engine, "0028") == "0028"
+    record_key_fields(engine, (("Customer", "/customer/id"),))
+    payloads = [b'{"customer": {"id": "A"}, "customer": {"id": "B"}}', b'{"customer": {"id": "C"}}',
+                b'{"customer": {"id": "D", "id": "E"}}']
+    ids = [support.dead_letter(engine, seq, payload=p) for seq, p in enumerate(payloads, start=1)]
+    with write_transaction(engine) as conn:  # as the older reading stored them
+        conn.execute(text("UPDATE entry_fields SET value = 'A' WHERE entry_id = :id"), {"id": ids[0]})
+        conn.execute(text("UPDATE entry_fields SET value = 'D' WHERE entry_id = :id"), {"id": ids[2]})
+    assert migrate(engine) == head()
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT entry_id, value FROM entry_fields ORDER BY entry_id")).all()
+    # PostgreSQL read the last value already: the revision leaves its values as they are.
+    expected = ["B", "C", "E"] if engine.dialect.name == "sqlite" else ["A", "C", "D"]
+    assert [tuple(r) for r in stored] == list(zip(ids, expected))
     engine.dispose()
 
 

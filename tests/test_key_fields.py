@@ -351,3 +351,63 @@ def test_a_batch_whose_values_the_database_refuses_is_filled_an_entry_at_a_time(
     kept = {("Customer", "C-2"), ("Customer", "C-3")} | ({("Customer", "C-1")} if database_url.startswith("sqlite") else set())
     assert {(label, value) for label, value, _ in stored(rt.engine)} == kept
     assert len(ids) == 3
+
+
+#: Payloads holding a key more than once in one object. JSON parsers (json.loads, the schema
+#: check, the entry page, PostgreSQL's jsonb) keep the last value, SQLite's json_extract the first.
+REPEATED = [b'{"customer": {"id": "A"}, "customer": {"id": "B"}}',
+            b'{"customer": {"id": "C-1", "id": "C-2", "id": "C-3"}}',
+            b'{"customer": {"id": "X"}, "customer": {"name": "no id in the last"}}',
+            b'{"customer": {"id": "lone"}, "note": "customer"}',  # "customer" twice, one key: as before
+            b'{"items": [{"sku": "S-1", "sku": "S-2"}], "paid": true, "paid": false, "n": 1, "n": 9223372036854775808}',
+            b'{"items": {"0": {"sku": "K-1"}, "0": {"sku": "K-2"}}, "customer": {"id": "\\u0000", "id": "\\ud800!"}}']
+
+
+def _last_value(payload: bytes, pointer: str):
+    """The value at ``pointer`` as json.loads reads ``payload`` (a repeated key: its last value)."""
+    node = json.loads(payload)
+    for token in pointer.strip("/").split("/"):
+        if isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        elif isinstance(node, dict) and token in node:
+            node = node[token]
+        else:
+            return None
+    return node
+
+
+def test_a_repeated_key_is_read_as_its_last_value_as_the_entry_page_and_the_schema_read_it(make_app, database_url):
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, FIELDS)
+    ids = [support.dead_letter(app, seq, payload=p, Dlq_Reason="fatal") for seq, p in enumerate(REPEATED, start=1)]
+    client = support.logged_in(app, "operator")
+    shown = {e["id"]: e.get("fields") or {} for e in client.get("/api/entries?limit=500").get_json()["entries"]}
+    assert shown[ids[0]].get("Customer") == "B" and shown[ids[1]].get("Customer") == "C-3"
+    assert shown[ids[2]].get("Customer") is None and shown[ids[3]].get("Customer") == "lone"
+    assert (shown[ids[4]].get("sku"), shown[ids[4]].get("paid"), shown[ids[4]].get("n")) == \
+        ("S-2", "false", "9223372036854775808")
+    assert shown[ids[5]].get("sku") == "K-2" and shown[ids[5]].get("Customer") == "\\ud800!"
+    for entry_id, payload in zip(ids, REPEATED):
+        last = _last_value(payload, "/customer/id")
+        if isinstance(last, str) and last.isascii() and last.isprintable():
+            assert shown[entry_id].get("Customer") == last
+    for value, found in (("B", [ids[0]]), ("A", []), ("C-3", [ids[1]]), ("C-1", []), ("X", []), ("lone", [ids[3]])):
+        listed = client.get(f"/api/entries?field.Customer={value}").get_json()["entries"]
+        assert [e["id"] for e in listed] == found, value
+        summary = client.get(f"/api/summary?field.Customer={value}").get_json()
+        assert summary["total"] == len(found), value
+    for query, found in (("field.sku=S-2", [ids[4]]), ("field.sku=S-1", []), ("field.paid=false", [ids[4]]),
+                         ("field.sku=K-2", [ids[5]])):
+        assert [e["id"] for e in client.get(f"/api/entries?{query}").get_json()["entries"]] == found, query
+    assert stored(rt.engine) == from_payloads(rt.engine, key_fields(FIELDS))
+    assert_filters_match_payloads(rt, key_fields(FIELDS))
+    # Entries stored before the field was recorded: the backfill and the payload reads agree.
+    with rt.engine.begin() as conn:
+        conn.execute(delete(EntryField.__table__))
+        conn.execute(delete(KeyFieldState.__table__))
+    record_key_fields(rt.engine, FIELDS)
+    assert_filters_match_payloads(rt, key_fields(FIELDS))
+    backfill(rt.engine)
+    assert stored(rt.engine) == from_payloads(rt.engine, key_fields(FIELDS))
+    assert ("Customer", "B", ids[0]) in stored(rt.engine) and ("Customer", "A", ids[0]) not in stored(rt.engine)

@@ -17,6 +17,7 @@ from sqlalchemy.engine import URL, make_url
 from ..files import private_sqlite
 from ..redaction import without_userinfo
 from .bounds import Bounds, bounded, current_bounds
+from .json_node import NAME as JSON_NODE, json_node
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ def create_db_engine(url: str, *, connect_timeout: float = CONNECT_TIMEOUT, pool
         cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
+        # A key field of a payload holding its key more than once: the last value (json_node.py).
+        dbapi_connection.create_function(JSON_NODE, 3, json_node, deterministic=True)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection):

@@ -21,6 +21,7 @@ MAX_VALUE is not stored either (a filter by such a value reads the payloads).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 
@@ -28,10 +29,11 @@ from sqlalchemy import Connection, Engine, and_, case, cast, false, func, insert
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.types import Text
+from sqlalchemy.types import LargeBinary, Text
 
 from ..db.failing import FailureLog
 from ..db.engine import write_transaction
+from ..db.json_node import NAME as JSON_NODE
 from ..db.models import Entry, EntryField, KeyFieldState
 from ..masking import parse_pointer
 
@@ -55,8 +57,9 @@ _LOCK = 0x6B6579
 # --- the value of a pointer, as SQL -------------------------------------------------------------
 
 
-def sqlite_paths(tokens: tuple[str, ...]) -> list[str]:
-    """SQLite JSON paths for a pointer: a numeric token is an array index first, a key second."""
+def _sqlite_readings(tokens: tuple[str, ...]) -> list[tuple[str, bool]]:
+    """SQLite JSON paths for a pointer, each with whether its numeric tokens are indexes: a
+    numeric token is an array index first, a key second."""
     def path(as_index: bool) -> str:
         parts = []
         for token in tokens:
@@ -65,37 +68,56 @@ def sqlite_paths(tokens: tuple[str, ...]) -> list[str]:
             else:
                 parts.append(f'."{token}"')  # config refuses a token holding '"' or '\'
         return "$" + "".join(parts)
-    return list(dict.fromkeys([path(True), path(False)]))
+    readings = [(path(True), True), (path(False), False)]
+    return readings[:1] if readings[0][0] == readings[1][0] else readings
+
+
+def _sqlite_value(text, path: str):
+    """The value at ``path`` of the JSON ``text`` as the key fields write it (SQLite)."""
+    # json_extract gives 1 and 0 for true and false; PostgreSQL and JSON say true and false.
+    # CASE <json_type> WHEN ...: the type is read once (CASE WHEN kind = ... reads it thrice).
+    # An integer past 64 bits is written as the payload writes it (json_extract made it a
+    # float: 9.22337203685478e+18); a string holding a NUL or half a UTF-16 pair as an
+    # escape is written as its JSON text (json_extract cut it at the NUL, or gave bytes no
+    # UTF-8 text holds, which no read of the column could decode: the list was a 503).
+    # (Half a pair: its escape is in the JSON text, and json_extract's bytes hold ED A0-BF,
+    # which UTF-8 never does; a whole pair's character, U+10000 and above, is kept. The
+    # bytes are looked for at a byte's start in their hex: "2EDB8C", ".ی", holds "EDB".)
+    written, extracted = text.op("->")(literal(path)), func.json_extract(text, path)
+    escaped = or_(written.op("GLOB")(literal(r"*\u0000*")),
+                  and_(written.op("GLOB")(literal(r"*\u[dD][89a-fA-F]*")),
+                       func.hex(extracted).regexp_match(HALF_PAIR_HEX)))
+    return case({"true": literal("true"), "false": literal("false"), "null": None,
+                 "integer": written,
+                 "text": case((escaped, func.substr(written, 2, func.length(written) - 2)),
+                              else_=extracted)},
+                value=func.json_type(text, path), else_=cast(extracted, Text))
+
+
+def may_repeat(text, tokens: tuple[str, ...]):
+    """Whether ``text`` may hold a key of the pointer more than once: one of its tokens is
+    written twice as a JSON string (a key, or a string value that reads the same)."""
+    def twice(token: str):
+        quoted = f'"{token}"'
+        return func.instr(func.substr(text, func.instr(text, quoted) + len(quoted)), quoted) > 0
+    return or_(*(twice(token) for token in dict.fromkeys(tokens)))
 
 
 def value_expression(sqlite: bool, tokens: tuple[str, ...], payload=ENTRIES.c.payload):
     """The value at ``tokens`` of ``payload`` as text (NULL where it has none): on SQLite
     ``json_extract``, on PostgreSQL the bytes read as LATIN-1 and ``::jsonb #>>`` (entries/fields.py
-    says why)."""
+    says why). A key given more than once in one object is its last value, as JSON parsers read
+    it (PostgreSQL's jsonb keeps the last; on SQLite a payload writing a token of the pointer twice
+    is walked by db/json_node.py, json_extract taking the first)."""
     if sqlite:
         text = cast(payload, Text)
-        values = []
-        for path in sqlite_paths(tokens):
-            # json_extract gives 1 and 0 for true and false; PostgreSQL and JSON say true and false.
-            # CASE <json_type> WHEN ...: the type is read once (CASE WHEN kind = ... reads it thrice).
-            # An integer past 64 bits is written as the payload writes it (json_extract made it a
-            # float: 9.22337203685478e+18); a string holding a NUL or half a UTF-16 pair as an
-            # escape is written as its JSON text (json_extract cut it at the NUL, or gave bytes no
-            # UTF-8 text holds, which no read of the column could decode: the list was a 503).
-            # (Half a pair: its escape is in the JSON text, and json_extract's bytes hold ED A0-BF,
-            # which UTF-8 never does; a whole pair's character, U+10000 and above, is kept. The
-            # bytes are looked for at a byte's start in their hex: "2EDB8C", ".ی", holds "EDB".)
-            written, extracted = text.op("->")(literal(path)), func.json_extract(text, path)
-            escaped = or_(written.op("GLOB")(literal(r"*\u0000*")),
-                          and_(written.op("GLOB")(literal(r"*\u[dD][89a-fA-F]*")),
-                               func.hex(extracted).regexp_match(HALF_PAIR_HEX)))
-            values.append(case({"true": literal("true"), "false": literal("false"), "null": None,
-                                "integer": written,
-                                "text": case((escaped, func.substr(written, 2, func.length(written) - 2)),
-                                             else_=extracted)},
-                               value=func.json_type(text, path), else_=cast(extracted, Text)))
-        value = values[0] if len(values) == 1 else func.coalesce(*values)
-        return case((func.json_valid(text) == 1, value), else_=None)
+        readings = _sqlite_readings(tokens)
+        direct = [_sqlite_value(text, path) for path, _ in readings]
+        walked = [_sqlite_value(cast(getattr(func, JSON_NODE)(cast(payload, LargeBinary), literal(json.dumps(tokens)),
+                                                                  literal(int(as_index))), Text), "$")
+                  for _, as_index in readings]
+        value, last = (v[0] if len(v) == 1 else func.coalesce(*v) for v in (direct, walked))
+        return case((func.json_valid(text) != 1, None), (may_repeat(text, tokens), last), else_=value)
     document = literal_column(pg_document(f"{payload.table.name}.{payload.name}"), JSONB)
     # (The payload named as a column too: a query selecting only this reads it FROM its table.)
     return case((payload.is_not(None), document.op("#>>", return_type=Text)(literal(list(tokens), ARRAY(Text)))))
