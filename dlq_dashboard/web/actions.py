@@ -42,7 +42,7 @@ def api_republish(entry_id: int):
     entry_to_act_on(entry_id, with_history=False)  # 404 outside the reader's scopes, 403 outside their acts
     body = params.json_body(*params.REPUBLISH_FIELDS)
     payload = params.base64_payload(body["payload_base64"]) if body.get("payload_base64") is not None else None
-    outcome = republish_entry(current_runtime(), entry_id, params.version(body.get("version")), actor=actor_name(),
+    outcome = republish_entry(current_runtime(), entry_id, params.json_version(body.get("version")), actor=actor_name(),
                               payload=payload, force=flag(body.get("force"), "force"))
     return jsonify(outcome.to_dict())
 
@@ -53,7 +53,7 @@ def api_close(entry_id: int):
     """Acknowledge and close with an optional note."""
     entry_to_act_on(entry_id, with_history=False)  # 404 outside the reader's scopes, 403 outside their acts
     body = params.json_body(*params.CLOSE_FIELDS)
-    outcome = close_entry(current_runtime(), entry_id, params.version(body.get("version")), actor=actor_name(),
+    outcome = close_entry(current_runtime(), entry_id, params.json_version(body.get("version")), actor=actor_name(),
                           note=body.get("note"))
     return jsonify(outcome.to_dict())
 
@@ -63,7 +63,7 @@ def api_close(entry_id: int):
 def api_reopen(entry_id: int):
     """Reopen a closed or republished entry."""
     entry_to_act_on(entry_id, with_history=False)  # 404 outside the reader's scopes, 403 outside their acts
-    version = params.version(params.json_body(*params.REOPEN_FIELDS).get("version"))
+    version = params.json_version(params.json_body(*params.REOPEN_FIELDS).get("version"))
     return jsonify(reopen_entry(current_runtime(), entry_id, version, actor=actor_name()).to_dict())
 
 

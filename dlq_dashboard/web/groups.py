@@ -122,11 +122,15 @@ def _group_page(group_id: int, *, state_error: str | None = None, kept: Any = No
         if reader.may("operator") else []), status
 
 
+GROUP_SEEN = "the group's version as you saw it"
+
+
 def group_version(raw: Any) -> int:
-    """The group's version as seen, from a form field or a JSON value (a 400 with a sentence)."""
+    """The group's version as seen, from a form field (a 400 with a sentence); JSON's is
+    params.json_version's."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
-        raise InvalidRequest("version is required: send the group's version as you saw it (a whole number).")
-    return whole_number(raw, "version", high=VERSION_MAX, what="the group's version as you saw it")
+        raise InvalidRequest(f"version is required: send {GROUP_SEEN} (a whole number).")
+    return whole_number(raw, "version", high=VERSION_MAX, what=GROUP_SEEN)
 
 
 def _form_body() -> dict[str, Any]:
@@ -181,7 +185,7 @@ def api_group_state(group_id: int):
     visible.group_to_change(current_reader(), current_runtime().store, group_id)
     body = params.json_body(*params.GROUP_STATE_FIELDS)
     change = parse_state_change(body, utcnow())
-    change_state(current_runtime().engine, group_id, group_version(body.get("version")), change,
+    change_state(current_runtime().engine, group_id, params.json_version(body.get("version"), GROUP_SEEN), change,
                  actor=actor_name())
     return jsonify(group=group_json(group_data(group_id, with_activity=False)["group"]))
 

@@ -101,10 +101,23 @@ def one_of(raw: Any, name: str, allowed: Iterable[str]) -> str | None:
 
 
 def version(raw: Any) -> int:
-    """The entry version an operator saw, from a form field or a JSON value."""
+    """The entry version an operator saw, from a form field (text)."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         raise InvalidRequest("version is required: send the entry's version as you saw it (a whole number).")
     return whole_number(raw, "version", high=VERSION_MAX, what="the entry's version as you saw it")
+
+
+def json_version(raw: Any, seen: str = "the entry's version as you saw it") -> int:
+    """The version a JSON body sends: a JSON whole number, as docs/api.md and the OpenAPI document
+    say. Text ("1"), a fraction or a boolean is a 400 (Python takes true for 1); a form sends its
+    version as text (``version``)."""
+    if raw is None:
+        raise InvalidRequest(f"version is required: send {seen} (a whole number).")
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        shown = json.dumps(raw)[:40]
+        raise InvalidRequest(f"version {shown} is not valid: send {seen} as a JSON whole number "
+                             f"from 0 to {VERSION_MAX:,} (3, not \"3\").")
+    return whole_number(raw, "version", high=VERSION_MAX, what=seen)
 
 
 #: The fields of each JSON request (json_body): what each takes, and all of them together.
@@ -301,8 +314,9 @@ def entry_ids(raw: list) -> dict[int, int | None]:
     the version seen) or JSON (12, or {"id": 12, "version": 3})."""
     wanted: dict[int, int | None] = {}
     for item in raw:
-        if isinstance(item, dict) and "id" in item:
+        if isinstance(item, dict) and "id" in item:  # JSON alone: its version is a JSON number
             entry_id, seen = item["id"], item.get("version")
+            seen = json_version(seen) if seen is not None else None
         elif isinstance(item, str) and ":" in item:
             entry_id, seen = item.split(":", 1)
         elif isinstance(item, (int, str)) and not isinstance(item, bool):
