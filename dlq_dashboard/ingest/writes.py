@@ -372,12 +372,21 @@ def _advisory_error(advisory: Advisory) -> str:
     return "Terminated by the consumer (no reason given)."
 
 
+def _told_by_an_advisory(existing: list, advisory: Advisory):
+    """The open entry (of ``existing``, newest first) whose failure a terminal advisory of the
+    same consumer already told, about when this one failed: this advisory tells it again. One
+    closed or republished since, or of long ago, is of an earlier failure (the message failing
+    again after a consumer or stream was recreated): the advisory is a new entry."""
+    return next((e for e in existing if "advisory" in e.sources.split(",") and e.status == "open"
+                 and e.consumer == advisory.consumer and same_failure(e.failed_at, advisory.at)), None)
+
+
 def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedMessage | None,
                          missing_reason: str | None, new_groups: set[int] | None, arrived: Counter,
                          teams: tuple[Team, ...] = (), source: str = DEFAULT_SOURCE) -> int:
     """Merge a terminal advisory into the entry of its DLQ copy, or make an entry of it."""
     existing = conn.execute(
-        select(Entry.id, Entry.consumer, Entry.deliveries, Entry.sources, Entry.failed_at)
+        select(Entry.id, Entry.consumer, Entry.deliveries, Entry.sources, Entry.failed_at, Entry.status)
         .where(Entry.original_stream == advisory.stream, Entry.original_seq == advisory.stream_seq,
                Entry.source == source, or_(Entry.consumer.is_(None), Entry.consumer == advisory.consumer))
         .order_by(Entry.id.desc())
@@ -387,6 +396,14 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
     # redelivery, or of a stream since recreated whose sequences start again): this is a new one.
     match = next((e for e in existing if "advisory" not in e.sources.split(",")
                   and same_failure(e.failed_at, advisory.at)), None)
+    if match is None and (told := _told_by_an_advisory(existing, advisory)) is not None:
+        # Another terminal advisory of the failure an advisory already told: JetStream terminates
+        # a pending message that is deleted ("Unacknowledged message was deleted"), then the
+        # consumer's own TERM of it follows. One failure, one entry: it keeps what the first
+        # report said, and this advisory is an event of its timeline (stored above).
+        conn.execute(update(ENTRIES).where(ENTRIES.c.id == told.id).values(
+            deliveries=max(told.deliveries or 0, advisory.deliveries or 0) or told.deliveries, updated_at=utcnow()))
+        return 0
     notes: list[str] = []
     headers = normalize_headers(fetched.headers if fetched else None, notes)
     # The fetched message's subject and headers are as its producer wrote them: each kept as
