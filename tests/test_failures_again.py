@@ -123,52 +123,70 @@ def test_two_terminal_advisories_of_one_failure_are_one_entry_in_one_batch_or_tw
     assert len(rows(engine)) == 2
 
 
-async def delete_pending_then_terminate(url: str) -> int:
-    """ORDERS' message delivered to a consumer and deleted from the stream while pending, then
-    terminated by the consumer with its reason: JetStream sends two MSG_TERMINATED advisories for
-    its one stream sequence (nats-server 2.15: "Unacknowledged message was deleted", then the
-    consumer's). Its stream sequence."""
+async def two_terminal_advisories(url: str, scenario: str) -> int:
+    """ORDERS' message failed for good twice over by one consumer; its stream sequence once
+    JetStream has sent both advisories (nats-server 2.15):
+
+    - "deleted": deleted from the stream while the consumer held it ("Unacknowledged message was
+      deleted"), then terminated by the consumer with its reason;
+    - "late": its one delivery outlived ack_wait (MAX_DELIVERIES, sent at the next pull), then the
+      consumer's TERM came."""
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
         await js.add_stream(name="ORDERS", subjects=["orders.>"], retention=RetentionPolicy.LIMITS)
         ack = await js.publish("orders.created", b'{"order_id": "o-1"}')
         await js.add_consumer("ORDERS", ConsumerConfig(durable_name="worker", ack_policy=AckPolicy.EXPLICIT,
-                                                       max_deliver=3, ack_wait=30))
+                                                       max_deliver=1 if scenario == "late" else 3,
+                                                       ack_wait=1 if scenario == "late" else 30))
         advisories: list = []
 
         async def advised(msg) -> None:
             advisories.append(msg)
 
-        await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.ORDERS.worker", cb=advised)
+        await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.*.ORDERS.worker", cb=advised)
         sub = await js.pull_subscribe_bind("worker", stream="ORDERS")
         msg = (await sub.fetch(1, timeout=5))[0]
-        await js.delete_msg("ORDERS", ack.seq)
-        await nc.request(msg.reply, b"+TERM customer does not exist", timeout=2)
+        if scenario == "deleted":
+            await js.delete_msg("ORDERS", ack.seq)
+        else:
+            for _ in range(40):  # until the server gives up on it (MAX_DELIVERIES, at a pull)
+                if advisories:
+                    break
+                try:
+                    await sub.fetch(1, timeout=0.5)
+                except asyncio.TimeoutError:
+                    continue
+        await nc.publish(msg.reply, b"+TERM customer does not exist")
         for _ in range(100):
             if len(advisories) >= 2:
                 break
             await asyncio.sleep(0.05)
-        assert len(advisories) == 2, "two MSG_TERMINATED advisories"
+        assert len(advisories) == 2, "two terminal advisories"
         return ack.seq
     finally:
         await nc.close()
 
 
-def test_a_message_deleted_while_pending_then_terminated_is_one_entry_with_both_advisories(app, nats_server, tokens):
-    seq = support.run(delete_pending_then_terminate(nats_server.url))
+@pytest.mark.parametrize("scenario, first", [("deleted", "Unacknowledged message was deleted"),
+                                             ("late", "Reached the consumer's maximum of 1 deliveries.")])
+def test_one_message_failed_for_good_twice_over_is_one_entry_with_both_advisories(app, nats_server, tokens,
+                                                                                  scenario, first):
+    seq = support.run(two_terminal_advisories(nats_server.url, scenario))
     engine = runtime_of(app).engine
 
-    def terminations():
+    def mirrored():
         with engine.connect() as conn:
-            found = conn.execute(select(Event.detail).where(Event.original_stream == "ORDERS", Event.original_seq == seq,
-                                                            Event.kind == "terminated")).scalars().all()
+            found = conn.execute(select(Event.kind).where(Event.original_stream == "ORDERS", Event.original_seq == seq,
+                                                          Event.kind != "nak")).scalars().all()
         return found if len(found) == 2 else None
 
-    support.wait_for(terminations, timeout=20, message="both advisories mirrored")
+    support.wait_for(mirrored, timeout=20, message="both advisories mirrored")
     with engine.connect() as conn:
         entries = conn.execute(select(Entry.id, Entry.error).where(Entry.original_stream == "ORDERS")).all()
-    assert len(entries) == 1, entries
+    assert [e.error for e in entries] == [first]
     entry = app.test_client().get(f"/api/entries/{entries[0].id}", headers=support.bearer(tokens["viewer"])).get_json()
-    assert sorted((h.get("detail") or {}).get("reason") for h in entry["history"] if h["kind"] == "terminated") == [
-        "Unacknowledged message was deleted", "customer does not exist"]
+    told = [(h["kind"], (h.get("detail") or {}).get("reason")) for h in entry["history"] if h["kind"] != "nak"]
+    assert sorted(told, key=str) == sorted([("terminated", "customer does not exist"),
+                                            ("terminated", first) if scenario == "deleted" else
+                                            ("max_deliveries", None)], key=str)
