@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-import orjson
+from .surrogates import loads_shown
 
 #: How much of a compressed payload is decompressed to be shown or edited.
 UNPACK_LIMIT = 256 * 1024
@@ -49,7 +49,7 @@ def decompressed_whole(payload: bytes, limit: int = UNPACK_LIMIT) -> bytes | Non
 def compression_of(headers: Mapping[str, Any] | str | None, payload: bytes) -> str | None:
     """How the payload is compressed ("Content-Encoding: gzip", "gzip bytes"), or None."""
     if isinstance(headers, str):
-        headers = orjson.loads(headers or "{}")
+        headers = loads_shown(headers or "{}")
     for name, values in (headers or {}).items():
         if name.lower() == "content-encoding":
             for value in values if isinstance(values, list) else [values]:

@@ -12,6 +12,7 @@ from nats.aio.client import Client as NatsClient
 
 from dlq_dashboard.nats import headers
 from dlq_dashboard.nats.bridge import Bridge
+from dlq_dashboard.surrogates import shown
 
 from . import support
 
@@ -33,13 +34,17 @@ blocks = st.lists(st.sampled_from(PIECES), max_size=40).map(b"".join)
 def test_any_block_reads_as_nats_py_reads_it_and_what_it_leaves_out_is_said(block):
     ours = headers.parse_header_lines(block)
     unread, more = ours.pop(headers.UNREAD, None), ours.pop(headers.MORE, None)
-    assert ours == NatsClient._parse_header_lines(block)
+    # Shown as nats-py reads it; a value's bytes that are not UTF-8 kept as they came.
+    assert {name: shown(value) for name, value in ours.items()} == NatsClient._parse_header_lines(block)
+    assert {name: value.encode("utf-8", "surrogateescape") for name, value in ours.items()} == {
+        name: _last_raw(block, name) for name in ours}
     # Every value of a name given more than once, in order: what nats-py reads of each line alone.
     values: dict[str, list[str]] = {}
     for line in block.split(b"\r\n"):
         for name, value in NatsClient._parse_header_lines(line).items():
             values.setdefault(name, []).append(value)
-    assert (json.loads(more) if more else {}) == {name: found for name, found in values.items() if len(found) > 1}
+    assert ({name: [shown(v) for v in found] for name, found in json.loads(more).items()} if more else {}) == {
+        name: found for name, found in values.items() if len(found) > 1}
     # What nats-py leaves out: each line it reads as no header on its own; what it changes: a
     # value it kept that is not UTF-8. Each is said, and nothing when there is neither.
     lines = [line for line in block.split(b"\r\n") if line]
@@ -49,7 +54,14 @@ def test_any_block_reads_as_nats_py_reads_it_and_what_it_leaves_out_is_said(bloc
     changed = any(not _utf8(line.partition(b":")[2]) for line in lines if NatsClient._parse_header_lines(line))
     said = unread.split("; ") if unread else []
     assert len(said) == len(left_out) + changed, (said, left_out, changed)
-    assert ("bytes of values that are not UTF-8 were read as U+FFFD" in said) == changed
+    assert (headers.NOT_UTF8 in said) == changed
+
+
+def _last_raw(block: bytes, name: str) -> bytes:
+    """The bytes of the last value of ``name`` in ``block``, by nats-py's rules for a line."""
+    found = [line.partition(b":")[2].strip() for line in block.split(b"\r\n")
+             if line.partition(b":")[1] and line.partition(b":")[0].strip() == name.encode()]
+    return found[-1]
 
 
 def _utf8(data: bytes) -> bool:
@@ -71,10 +83,10 @@ def test_a_name_given_more_than_once_keeps_every_value_and_goes_out_a_line_each(
 
 def test_a_block_off_the_usual_form_says_which_lines_were_not_read():
     block = b"A: 1\r\ngarbage line\r\nZo\xc3\xab: x\r\nBad Name: y\r\nC: \xff\r\n" + b"x" * 200 + b"\r\n"
-    assert headers.parse_header_lines(block) == {"A": "1", "C": "\ufffd", headers.UNREAD: (
+    assert headers.parse_header_lines(block) == {"A": "1", "C": "\udcff", headers.UNREAD: (
         "line 2 has no colon ('garbage line'); line 3's name is not ASCII ('Zoë: x'); line 4's name holds a "
-        f"blank ('Bad Name: y'); line 6 has no colon ('{'x' * 80}'…); bytes of values that are not UTF-8 were "
-        "read as U+FFFD")}
+        f"blank ('Bad Name: y'); line 6 has no colon ('{'x' * 80}'…); bytes of values that are not UTF-8 are "
+        "shown as U+FFFD and republished as given")}
     assert headers.UNREAD not in headers.parse_header_lines(b"A: 1\r\nB:2\r\n C :\t3 \r\n")
     assert headers.parse_header_lines(b"A: 1\r\n: no name\r\n") == {"A": "1", "": "no name", headers.UNREAD: (
         "line 2 has no name (': no name'): kept here, but a republish cannot send it")}

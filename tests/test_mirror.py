@@ -172,7 +172,8 @@ def test_header_lines_that_cannot_be_read_are_said_on_the_entry_not_dropped_with
                               "X-Bytes": ["\ufffd"]}
     assert odd["notes"] == ["Some header lines could not be read as they came (line 3 has no colon ('no colon at "
                             "all'); line 4's name is not ASCII ('Zoë: name'); bytes of values that are not UTF-8 "
-                            "were read as U+FFFD); the stream holds the message as it came."]
+                            "are shown as U+FFFD and republished as given); the stream holds the message as it "
+                            "came."]
     assert plain["notes"] == [] and plain["headers"] == {"Dlq-Original-Subject": ["orders.created"],
                                                          "Dlq-Reason": ["fatal"]}
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping
 
-import orjson
 from sqlalchemy import Connection, select
 
 from dlq_consumer import headers as contract
@@ -20,6 +19,7 @@ from ..entries.schemas import ValidationResult
 from ..entries.view import EntryView
 from ..errors import EntryNotFound
 from ..scopes import DEFAULT_SOURCE, subject_matches
+from ..surrogates import dumps_kept, loads_kept
 from ..times import utcnow
 from ..unpacking import GZIP_BYTES, GZIP_MAGIC, compression_of, decompressed_whole, judged, read_as_declared
 from .context import ActionContext
@@ -249,7 +249,7 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
     _check_version(entry, version)
     if entry["status"] not in REPUBLISHABLE:
         raise Conflict(_status_sentence(entry_id, entry["status"]), entry_id=entry_id, seen_version=version)
-    headers = orjson.loads(entry["headers"] or "{}")
+    headers = loads_kept(entry["headers"] or "{}")  # bytes that are not UTF-8 go out as they came
     source = source_of(entry)
     refusal = republish_refusal(entry, payload=payload, headers=headers) or source_refusal(
         rt, source, entry_id, entry["original_subject"])
@@ -279,7 +279,7 @@ def write_claims(conn: Connection, claims: list[tuple[str, Intent]]) -> None:
     Intents are known by their msgId (unique) from here on."""
     def values(i: Intent) -> dict[str, Any]:
         return {"msg_id": i.msg_id, "entry_id": i.entry_id, "version": i.version, "subject": i.subject,
-                "payload": i.payload, "headers": orjson.dumps(i.headers).decode(), "edited": i.edited,
+                "payload": i.payload, "headers": dumps_kept(i.headers), "edited": i.edited,
                 "actor": i.actor, "job_id": i.job_id, "created_at": i.created_at, "source": i.source}
 
     insert_rows(conn, INTENTS, [{**values(i), "state": "pending"} for kind, i in claims if kind == "new"])

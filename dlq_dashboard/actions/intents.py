@@ -25,6 +25,7 @@ from ..db.counts import STATUS_COLUMNS, Change, bucket, count_changes
 from ..db.models import Action, Entry, Job, Republish
 from ..db.rows import UNCACHED, among, insert_rows, update_rows, update_rows_returning
 from ..scopes import DEFAULT_SOURCE
+from ..surrogates import loads_kept
 from ..times import utcnow
 
 ENTRIES, INTENTS, ACTIONS = Entry.__table__, Republish.__table__, Action.__table__
@@ -75,7 +76,7 @@ class Intent:
     def from_row(cls, row) -> "Intent":
         m = row._mapping
         return cls(id=m["id"], entry_id=m["entry_id"], version=m["version"], msg_id=m["msg_id"],
-                   subject=m["subject"], payload=bytes(m["payload"]), headers=json.loads(m["headers"] or "{}"),
+                   subject=m["subject"], payload=bytes(m["payload"]), headers=loads_kept(m["headers"] or "{}"),
                    edited=bool(m["edited"]), actor=m["actor"], job_id=m["job_id"],
                    created_at=m["created_at"], state=m["state"], error=m["error"], stream=m["stream"],
                    seq=m["seq"], duplicate=m["duplicate"], source=m.get("source") or DEFAULT_SOURCE)

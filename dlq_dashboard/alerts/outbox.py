@@ -44,6 +44,7 @@ from ..db.models import Alert, Arrival, Entry, FailureGroup
 from ..db.rows import insert_rows
 from ..db.triage import Transitions, record_activity
 from ..masking import Mask
+from ..surrogates import loads_shown
 from ..teams import Team, team_named
 from ..times import format_time
 
@@ -167,7 +168,7 @@ def _shown_keys(conn: Connection, rule: AlertRule, groups: dict) -> dict[int, st
         if newest is None:
             continue
         try:
-            headers = json.loads(newest.headers or "{}")
+            headers = loads_shown(newest.headers or "{}")
         except ValueError:
             headers = {}
         # As visible.groups shows a group to a viewer (Mask.group_key's rule), from the columns.

@@ -16,6 +16,7 @@ from ..ingest.key_fields import ENTRY_FIELDS
 from ..ingest.search_index import SearchLag, lag_of
 from ..numbers import ID_MAX
 from ..scopes import Scope
+from ..surrogates import loads_shown
 from ..times import format_time
 from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value, stored_lookup
@@ -480,5 +481,5 @@ class Store:
                  "payload": bytes(r.payload or b""), "edited": bool(r.edited), "job_id": r.job_id,
                  "created_at": format_time(r.created_at), "published_at": format_time(r.published_at),
                  "headers": {name: value if isinstance(value, list) else [value]  # a list: sent a line each
-                             for name, value in json.loads(r.headers or "{}").items()}}
+                             for name, value in loads_shown(r.headers or "{}").items()}}
                 for r in rows]

@@ -12,6 +12,7 @@ import orjson
 
 from ..db.models import Entry
 from ..scopes import DEFAULT_SOURCE
+from ..surrogates import loads_shown
 from .shape import entry_json
 from .traces import trace_id_of, trace_url
 
@@ -135,7 +136,8 @@ _STORED = [f.name for f in fields(EntryView) if f.name not in _NOT_STORED]
 _STORED_COLUMNS = itemgetter(*(ENTRIES.columns.keys().index(name) for name in _STORED))
 _CONVERSIONS = tuple((_STORED.index(name), convert) for name, convert in (
     ("schema_errors", _json_or_none),
-    ("headers", lambda raw: orjson.loads(raw or "{}")),
+    # Bytes of values that are not UTF-8 (kept for a republish as escapes) as U+FFFD: surrogates.py.
+    ("headers", lambda raw: loads_shown(raw or "{}")),
     ("payload", lambda raw: bytes(raw or b"")),
     ("payload_available", bool),
     ("notes", lambda raw: orjson.loads(raw or "[]")),

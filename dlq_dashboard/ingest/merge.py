@@ -27,6 +27,7 @@ from ..alerts.outbox import withdraw_emptied
 from ..db.counts import Change, count_changes, group_ids, group_of
 from ..db.models import Alert, Arrival, Entry, FailureGroup, GroupActivity
 from ..scopes import DEFAULT_SOURCE
+from ..surrogates import dumps_kept, loads_kept
 from ..teams import Team
 from ..times import utcnow
 from .key_fields import fill_key_fields
@@ -124,7 +125,7 @@ def joined(row: dict, match: Any, known: Any) -> dict:
     # The advisory's time is when JetStream saw the failure; a copy without Dlq-Failed-At tells
     # only when the DLQ stream stored it (seconds or more later: a service may dead-letter late).
     values["failed_at"] = row["failed_at"] if row["failed_at_given"] or match.failed_at is None else match.failed_at
-    values["headers"] = with_original_headers(row["headers"], json.loads(known.headers or "{}"))
+    values["headers"] = with_original_headers(row["headers"], loads_kept(known.headers or "{}"))
     values["sources"] = "dlq,advisory"
     # The timeline tells the copy when it came (received_at stays the advisory's, the entry's arrival).
     values["updated_at"] = values["dlq_received_at"] = row["received_at"]
@@ -142,10 +143,10 @@ def with_original_headers(copy: str, original: dict[str, list[str]]) -> str:
     but this copy does not (names compared case-insensitively): the copy's values where it has the name."""
     if not original:
         return copy
-    headers = json.loads(copy or "{}")
+    headers = loads_kept(copy or "{}")  # values with bytes that are not UTF-8 kept (surrogates.py)
     names = {name.lower() for name in headers}
     missing = {name: values for name, values in original.items() if carried(name) and name.lower() not in names}
-    return json.dumps({**headers, **missing}, ensure_ascii=False) if missing else copy
+    return dumps_kept({**headers, **missing}) if missing else copy
 
 
 def advisory_confirms(conn: Connection, match: Any, advisory: Advisory, original: dict[str, list[str]],
@@ -158,7 +159,7 @@ def advisory_confirms(conn: Connection, match: Any, advisory: Advisory, original
                           .where(Entry.id == match.id)).one()
     values: dict[str, Any] = {}
     # As the parse read it: the copy's failed_at is its Dlq-Failed-At, or else when it was stored.
-    if given_failed_at(json.loads(stored.headers or "{}")) is None and match.failed_at != advisory.at:
+    if given_failed_at(loads_kept(stored.headers or "{}")) is None and match.failed_at != advisory.at:
         values["failed_at"] = advisory.at
     for name, header in (("original_subject", H_ORIGINAL_SUBJECT), ("original_msg_id", H_ORIGINAL_MSG_ID),
                          ("replay_of", H_REPLAY_OF)):

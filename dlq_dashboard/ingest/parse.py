@@ -20,6 +20,7 @@ from dlq_consumer import headers as contract
 
 from ..nats.headers import MORE, UNREAD
 from ..nats.streams import ADVISORY_PREFIX
+from ..surrogates import dumps_kept, shown
 from ..times import parse_time
 from .grouping import group_key, schema_key
 
@@ -260,7 +261,11 @@ def entry_from_dlq_message(
                 first.setdefault(name.lower(), values[0])
     if not normalized:
         notes.append("The message has no headers: it was not dead-lettered by the contract.")
-    headers_json = orjson.dumps(normalized).decode()
+    try:
+        headers_json = orjson.dumps(normalized).decode()
+    except TypeError:  # bytes that are not UTF-8, kept for a republish (nats/headers.py): escapes here
+        headers_json = dumps_kept(normalized)
+        first = {name: shown(value) for name, value in first.items()}  # a column holds them as shown
     if "\\u0000" in headers_json:  # a NUL (JSON escapes it): one search, not a look at each value
         first = _without_nul(first, notes)
     given, first = first, within_columns(first, notes)

@@ -21,6 +21,7 @@ from ..db.models import Entry, Event, MirrorState
 from ..db.rows import insert_rows
 from ..db.triage import apply_arrivals
 from ..scopes import DEFAULT_SOURCE
+from ..surrogates import dumps_kept, shown
 from ..teams import Team
 from ..times import utcnow
 from .apart import kept_apart, reason_of, transient
@@ -409,8 +410,8 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
     # The fetched message's subject and headers are as its producer wrote them: each kept as
     # its column holds it (parse.within_columns), the group named as it is stored.
     named = within_columns({H_ORIGINAL_SUBJECT: fetched.subject if fetched else None, H_REPLAY_OF: next(
-        (v[0] for k, v in headers.items() if k.lower() == H_REPLAY_OF and v), None), H_ORIGINAL_MSG_ID: next(
-        (v[0] for k, v in headers.items() if k.lower() == H_NATS_MSG_ID and v), None)}, notes)
+        (shown(v[0]) for k, v in headers.items() if k.lower() == H_REPLAY_OF and v), None), H_ORIGINAL_MSG_ID: next(
+        (shown(v[0]) for k, v in headers.items() if k.lower() == H_NATS_MSG_ID and v), None)}, notes)
     if match is not None:
         # The advisory confirms a failure its DLQ copy already told (merge.py).
         advisory_confirms(conn, match, advisory, headers, named)
@@ -429,7 +430,7 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
         reason=advisory.kind, error=error, schema_errors=None,
         group_id=group_ids(conn, [group], made=new_groups, teams=teams, source=source)[group], source=source,
         deliveries=advisory.deliveries, failed_at=advisory.at, received_at=now,
-        headers=json.dumps(headers, ensure_ascii=False), payload=fetched.data if fetched else b"",
+        headers=dumps_kept(headers), payload=fetched.data if fetched else b"",
         payload_available=fetched is not None, replay_of=named.get(H_REPLAY_OF), sources="advisory",
         notes=json.dumps(notes), updated_at=now))
     index_new_entries(conn, newest)

@@ -15,16 +15,20 @@ as ASCII and turns each byte of a non-ASCII value into U+FFFD (``Zoë 😀`` cam
 message read back has the headers a live delivery of it has, byte for byte.
 
 What nats-py's reading leaves out or changes without a word (a line without a colon, a name that
-is not ASCII or holds a blank, bytes that are not UTF-8, read as U+FFFD) is said under the name
-:data:`UNREAD`, which no header can have (a name holds no blank): the mirror turns it into a note
-on the entry (ingest/parse.py). A name given more than once keeps its last value, as nats-py
-gives it, and all of its values under :data:`MORE` (JSON), which the mirror keeps and a
-republish sends again (:func:`outgoing`). Only blocks off the usual form are looked at for either.
+is not ASCII or holds a blank, bytes that are not UTF-8) is said under the name :data:`UNREAD`,
+which no header can have (a name holds no blank): the mirror turns it into a note on the entry
+(ingest/parse.py). nats-py reads a value's bytes that are not UTF-8 as U+FFFD; here each is kept
+as ``surrogateescape`` keeps it (one of U+DC80..U+DCFF), which the entry shows as U+FFFD and a
+republish sends as the byte it was (surrogates.py, :func:`outgoing`). A name given more than once
+keeps its last value, as nats-py gives it, and all of its values under :data:`MORE` (JSON), which
+the mirror keeps and a republish sends again (:func:`outgoing`). Only blocks off the usual form
+are looked at for either.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from itertools import repeat
 from typing import Callable, Iterator, Mapping
 
@@ -35,6 +39,8 @@ from nats.aio.client import Client as NatsClient
 UNREAD = " unread"
 #: The name under which every value of a name given more than once is kept (JSON: name -> values).
 MORE = " more"
+#: What UNREAD says of values with bytes that are not UTF-8.
+NOT_UTF8 = "bytes of values that are not UTF-8 are shown as U+FFFD and republished as given"
 #: The most of a line that is not read that its description quotes.
 QUOTED = 80
 
@@ -44,8 +50,8 @@ def parse_header_lines(raw: bytes) -> dict[str, str]:
     with what it left out or changed under :data:`UNREAD`."""
     try:
         text = raw.decode()
-    except UnicodeDecodeError:
-        return _noting(NatsClient._parse_header_lines(raw), raw)  # values decoded with U+FFFD for bad bytes
+    except UnicodeDecodeError:  # nats-py's values, those with bytes that are not UTF-8 as they came
+        return _noting(NatsClient._parse_header_lines(raw), raw)
     lines = text.split("\r\n")
     if not "".join(lines).isprintable():
         return _noting(NatsClient._parse_header_lines(raw), raw)
@@ -73,7 +79,8 @@ def parse_header_lines(raw: bytes) -> dict[str, str]:
 def _noting(headers: dict[str, str], raw: bytes) -> dict[str, str]:
     """``headers`` with what reading ``raw`` left out or changed said under UNREAD (nothing
     added when every line was read as it came), and every value of a name given more than once
-    under MORE. The rules are nats-py's ``_parse_header_lines``'."""
+    under MORE. The rules are nats-py's ``_parse_header_lines``'; a value's bytes that are not
+    UTF-8 are kept with ``surrogateescape`` (nats-py's U+FFFD is how they are shown)."""
     said, replaced, values = [], False, {}
     for number, line in enumerate(raw.split(b"\r\n"), start=1):
         if not line:
@@ -89,14 +96,15 @@ def _noting(headers: dict[str, str], raw: bytes) -> dict[str, str]:
         else:
             if not name.strip():  # kept as nats-py keeps it, under "", which no client publishes
                 said.append(f"line {number} has no name ({shown}): kept here, but a republish cannot send it")
-            values.setdefault(name.strip().decode(), []).append(value.strip().decode("utf-8", "replace"))
+            values.setdefault(name.strip().decode(), []).append(value.strip().decode("utf-8", "surrogateescape"))
             if not replaced:
                 try:
                     value.decode()
                 except UnicodeDecodeError:
                     replaced = True
-    if replaced:
-        said.append("bytes of values that are not UTF-8 were read as U+FFFD")
+    if replaced:  # each name's last value, as nats-py keeps it, with those bytes as they came
+        headers.update((name, found[-1]) for name, found in values.items())
+        said.append(NOT_UTF8)
     if said:
         headers[UNREAD] = "; ".join(said)
     repeated = {name: found for name, found in values.items() if len(found) > 1}
@@ -117,11 +125,38 @@ class _Repeated(dict):
                 yield name, value
 
 
+class _Bytes(str):
+    """A value holding bytes that are not UTF-8 as ``surrogateescape`` reads them: nats-py writes a
+    value as ``value.strip().translate(...).encode()``, and this one's encode gives those bytes back."""
+
+    __slots__ = ()
+
+    def strip(self, chars: str | None = None) -> "_Bytes":
+        return _Bytes(str.strip(self, chars))
+
+    def translate(self, table) -> "_Bytes":
+        return _Bytes(str.translate(self, table))
+
+    def encode(self, encoding: str = "utf-8", errors: str = "surrogateescape") -> bytes:
+        return str.encode(self, encoding, errors)
+
+
+def _sent(value: str) -> str:
+    return value if value.isascii() or not _ESCAPED.search(value) else _Bytes(value)
+
+
 def outgoing(headers: Mapping[str, str | list[str]]) -> dict:
-    """Headers to publish with nats-py: a name with a list of values is sent once a value."""
-    if any(isinstance(value, list) for value in headers.values()):
-        return _Repeated(headers)
+    """Headers to publish with nats-py: a name with a list of values is sent once a value; a
+    value's bytes that are not UTF-8 (kept as U+DC80..U+DCFF) as they came."""
+    if any(isinstance(value, list) or not value.isascii() for value in headers.values()):
+        headers = {name: [_sent(one) for one in value] if isinstance(value, list) else _sent(value)
+                   for name, value in headers.items()}
+        if any(isinstance(value, list) for value in headers.values()):
+            return _Repeated(headers)
     return dict(headers)
+
+
+_ESCAPED = re.compile("[\udc80-\udcff]")
 
 
 _SEPARATOR, _ONCE = repeat(": "), repeat(1)
