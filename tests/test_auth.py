@@ -142,6 +142,18 @@ def test_anonymous_pages_go_to_login_the_api_says_401_and_htmx_gets_401_without_
     assert "HX-Redirect" not in fragment.headers and "Location" not in fragment.headers
 
 
+def test_a_head_of_a_page_answers_as_its_get_does(probe_app, auth):
+    # Signed out: the same way to the login page, back to the page asked for (not to the list).
+    client = probe_app.test_client()
+    head, get = client.head("/probe/viewer?x=1"), client.get("/probe/viewer?x=1")
+    assert head.status_code == get.status_code == 302 and head.location == get.location == \
+        "/login?next=/probe/viewer?x%3D1"
+    # The bulk preview's bare address (a bookmark) is the page saying how to choose, not a 400.
+    operator = auth.client("operator")
+    head, get = operator.head("/bulk/preview"), operator.get("/bulk/preview")
+    assert head.status_code == get.status_code == 200 and head.get_data() == b""
+
+
 def test_a_lower_role_is_refused_with_a_sentence_naming_the_role(probe_app, auth):
     client = auth.client("viewer")
     response = client.get("/probe/operator")

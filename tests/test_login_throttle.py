@@ -85,3 +85,16 @@ def test_one_name_failing_from_many_addresses_is_slowed_everywhere(probe_app, en
                                             (301, "6 minutes")])
 def test_a_wait_is_said_in_seconds_then_in_whole_minutes_never_shorter(seconds, words):
     assert wait_in_words(seconds) == words
+
+
+def test_head_of_the_login_page_answers_as_get_and_is_never_a_login_attempt(probe_app, engine):
+    # A health check or link checker asking HEAD /login from one address: a 200 without a body
+    # each time, and nothing counted against that address.
+    create_user(engine, "colleague", support.PASSWORD, "viewer")
+    client = probe_app.test_client()
+    for _ in range(30):
+        response = client.head("/login", environ_base={"REMOTE_ADDR": "198.51.100.7"})
+        assert response.status_code == 200 and response.get_data() == b""
+        assert "Retry-After" not in response.headers
+    assert attempt(probe_app.test_client(), "colleague", support.PASSWORD, "198.51.100.7").status_code == 302
+    assert attempt(client, "anna", "guess-guess", "198.51.100.7").status_code == 401  # not throttled

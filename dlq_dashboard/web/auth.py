@@ -173,7 +173,7 @@ def actor_name() -> str:
 # --- the role of every route ------------------------------------------------------------------
 
 def _login_url() -> str:
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         target = request.full_path.rstrip("?")
     else:
         # A form's POST target cannot be opened with GET: return to the page the form was on.
@@ -279,8 +279,9 @@ def login_page(error: str | None = None, status: int = 200, username: str = ""):
 @bp.route("/login", methods=["GET", "POST"])
 @requires(None)
 def login():
-    """The login form; a failed login says nothing about which part was wrong."""
-    if request.method == "GET":
+    """The login form; a failed login says nothing about which part was wrong. Only a POST is a
+    login attempt: a HEAD (a health check, a link checker) answers as the GET does."""
+    if request.method != "POST":
         return login_page()
     if not current_runtime().settings.local_login:
         return login_page(NO_PASSWORDS, 403)

@@ -131,7 +131,7 @@ def bulk_preview():
     if action == "repair":
         return bulk_repair_page()
     # The address alone (a bookmark, a link): a page saying how to choose, not a bad request.
-    bare = request.method == "GET" and not (form.get("by") or form.get("ids"))
+    bare = request.method != "POST" and not (form.get("by") or form.get("ids"))
     try:
         if bare:
             raise JobError("Nothing is selected: tick entries on the list, or set filters and preview "
