@@ -44,10 +44,10 @@ def test_a_group_opens_the_list_by_its_id_and_reads_as_json():
     assert group.filter_args() == {"group": "7"}
     assert group.to_dict() == {"id": 7, "source": "default", "subject": "orders.created", "reason": "fatal",
                                "label": "order <n> not found", "count": 3, "by_status": {"open": 3},
-                               "first_seen": None, "last_seen": None, "filter": {"group": "7"}, "state": "open",
+                               "first_seen": None, "last_seen": None, "filter": {"group": 7}, "state": "open",
                                "assignee": None, "team": None, "version": 1, "notes": 0, "resolved_in": None,
                                "until": None, "until_count": None, "ignored_seen": None, "state_changed_at": None}
-    assert group.to_dict({"status": "open"})["filter"] == {"status": "open", "group": "7"}
+    assert group.to_dict({"status": "open"})["filter"] == {"status": "open", "group": 7}
 
 
 def test_a_group_label_keeps_its_placeholders_on_one_short_line():

@@ -66,7 +66,10 @@ def test_groups_come_biggest_first_with_counts_by_status_times_and_a_readable_la
         (None, None, "(no error text)", 1, {"open": 1, "republished": 0, "closed": 0}),
     ]
     for g in groups:
-        assert g["filter"] == {"group": str(g["id"])}
+        # The group's id as SPEC writes it ("filter": {"group": id}): the same integer as "id".
+        assert g["filter"] == {"group": g["id"]} and isinstance(g["filter"]["group"], int)
+        detail = get(offline_app.test_client(), tokens["viewer"], f"/api/groups/{g['id']}").get_json()
+        assert detail["filter"] == {"group": g["id"]}
         first, last = parse_time(g["first_seen"]), parse_time(g["last_seen"])
         assert g["first_seen"].endswith("Z") and first <= last
 
@@ -90,7 +93,18 @@ def test_a_status_filter_counts_that_status_and_the_groups_filter_keeps_it(offli
     groups = get(offline_app.test_client(), tokens["viewer"], "/api/groups?status=closed").get_json()["groups"]
 
     assert [(g["label"], g["count"]) for g in groups] == [("/items/*/price: … is not of type 'number'", 1)]
-    assert groups[0]["filter"] == {"status": "closed", "group": str(groups[0]["id"])}
+    assert groups[0]["filter"] == {"status": "closed", "group": groups[0]["id"]}
+
+
+def test_a_groups_filter_as_json_selects_its_entries_for_a_bulk_request(offline_app, tokens, groups_world):
+    # The filter sent back as it came (its group an integer): the repair preview counts that group.
+    client = offline_app.test_client()
+    groups = get(client, tokens["viewer"], "/api/groups?status=open").get_json()["groups"]
+    fatal = next(g for g in groups if g["reason"] == "fatal")
+    response = client.post("/api/repair/preview", json={"filter": fatal["filter"]},
+                           headers=support.bearer(tokens["operator"]))
+    assert response.status_code == 200, response.get_json()
+    assert response.get_json()["count"] == fatal["count"] == 2
 
 
 def test_a_group_filter_answers_that_group_only_and_limit_caps_the_groups(offline_app, tokens, groups_world):

@@ -74,10 +74,11 @@ class Group:
 
     def to_dict(self, base: Mapping[str, str] | None = None) -> dict[str, Any]:
         """The group as /api/groups answers it; ``filter`` lists exactly its ``count`` entries
-        when ``base`` holds the filters it was counted under."""
+        when ``base`` holds the filters it was counted under. Its ``group`` is the id as ``id``
+        gives it, an integer (SPEC: ``"filter": {"group": id}``); the other filters stay text."""
         return {"id": self.id, "source": self.source, "subject": self.subject, "reason": self.reason,
                 "label": self.label, "count": self.count, "by_status": self.by_status, "first_seen": format_time(self.first_seen),
-                "last_seen": format_time(self.last_seen), "filter": self.filter_args(base),
+                "last_seen": format_time(self.last_seen), "filter": {**self.filter_args(base), "group": self.id},
                 **self.state_dict()}
 
     def state_dict(self) -> dict[str, Any]:

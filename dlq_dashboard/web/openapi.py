@@ -95,8 +95,9 @@ SCHEMAS: dict[str, dict] = {
                           "properties": {s: INT for s in STATUSES},
                           "description": "All its entries by status (the filters aside)."},
             "first_seen": _nullable(TIME), "last_seen": _nullable(TIME),
-            "filter": {**_ref("Filter"), "required": ["group"],
-                       "description": "The GET /api/entries parameters that list exactly its count entries."},
+            "filter": {**_ref("Filter"), "required": ["group"], "properties": {"group": INT},
+                       "description": ("The GET /api/entries parameters that list exactly its count entries: "
+                                       "group its id, an integer as id is; the others text.")},
             **openapi_groups.GROUP_STATE_PROPERTIES,
         },
     },
@@ -156,8 +157,10 @@ SCHEMAS: dict[str, dict] = {
         "type": "object", "required": ["version"], "properties": {"version": INT},
     },
     "Filter": {
-        "type": "object", "description": "The filters of GET /api/entries, as strings.",
-        "properties": {f.name: STR for f in FILTERS if not f.family},
+        "type": "object", "description": ("The filters of GET /api/entries, as strings; group may be the "
+                                          "integer a group's filter gives."),
+        "properties": {**{f.name: STR for f in FILTERS if not f.family},
+                       "group": {"type": ["string", "integer"]}},
     },
     "BulkRequest": {
         "type": "object", "required": ["action"],
