@@ -267,6 +267,31 @@ def test_an_invalid_payload_needs_the_override_and_an_edited_one_is_sent_as_edit
     assert json.loads(audit_of(rt, entry_id, "republish")[0].detail)["edited"] is True
 
 
+def test_base64_wrapped_in_lines_as_rfc_2045_writes_it_is_read_and_anything_else_invalid_is_a_400(
+        app, rt, nats_server, tokens):
+    # Python's base64.encodebytes and the base64 command without -w0: a newline every 76
+    # characters (and a reader skips spaces and CRLFs as well).
+    support.make_orders_stream(nats_server.url)
+    ids = support.dead_letter_orders(app, nats_server.url, [INVALID] * 4)
+    client = app.test_client()
+    edited = json.dumps({"order_id": "o-2", "customer_id": "c-9", "note": "x" * 200}).encode()
+    wrapped = base64.encodebytes(edited).decode()
+    assert "\n" in wrapped.rstrip("\n")
+    spaced = " \t".join(wrapped.replace("\n", "\r\n").split("\r\n"))
+    for entry_id, text in zip(ids, (wrapped, spaced)):
+        sent = post(client, f"/api/entries/{entry_id}/republish", {"version": 1, "payload_base64": text},
+                    tokens["operator"])
+        assert sent.status_code == 200, sent.get_json()
+    assert [m.data for m in support.stream_messages(nats_server.url)] == [edited, edited]
+    # Not base64 stays a 400: a character outside the alphabet, and whitespace that is not ASCII.
+    for entry_id, text in zip(ids[2:], ("not base64!", wrapped.replace("\n", "\u00a0", 1))):
+        refused = post(client, f"/api/entries/{entry_id}/republish", {"version": 1, "payload_base64": text},
+                       tokens["operator"])
+        assert refused.status_code == 400
+        assert refused.get_json()["error"] == "payload_base64 is not valid base64."
+        assert tuple(entry_row(rt, entry_id)) == ("open", 1)
+
+
 def test_an_invalid_payload_is_republished_with_the_override(app, rt, nats_server, tokens):
     support.make_orders_stream(nats_server.url)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [INVALID])

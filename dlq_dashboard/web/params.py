@@ -203,6 +203,7 @@ def json_body(*fields: str) -> dict:
 BODY_DEPTH = 64
 # Half of a UTF-16 pair, as JSON's "\ud800" reads: no text a database stores or compares.
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_ASCII_WHITESPACE = re.compile("[ \t\n\r\f\v]+")
 
 
 class _NamedTwice(Exception):
@@ -263,9 +264,11 @@ def _read_json(data: bytes) -> Any:
 
 
 def base64_payload(raw: Any, name: str = "payload_base64") -> bytes:
-    """Bytes from base64 text."""
+    """Bytes from base64 text. ASCII whitespace in it is skipped, as RFC 2045 readers do: the
+    lines of 76 characters ``base64`` and Python's base64.encodebytes write, a CRLF, a space;
+    any other character outside the alphabet is refused."""
     try:
-        return base64.b64decode(str(raw), validate=True)
+        return base64.b64decode(_ASCII_WHITESPACE.sub("", str(raw)), validate=True)
     except (binascii.Error, ValueError):
         raise InvalidRequest(f"{name} is not valid base64.") from None
 
