@@ -5,7 +5,8 @@ login page with one sentence and no session, and RP-initiated logout."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -580,13 +581,26 @@ def expire_sessions(app) -> None:
         conn.execute(update(LoginSession.__table__).values(expires_at=utcnow() - timedelta(seconds=1)))
 
 
+def cookie_expires(response) -> datetime:
+    """When the session cookie an answer sets expires (its Expires, to the second)."""
+    [cookie] = support.session_cookies(response)
+    return parsedate_to_datetime(re.search(r"Expires=([^;]+)", cookie).group(1))
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 def test_a_single_sign_on_session_ends_after_the_session_hours(idp, make_app):
     app = make_app(**idp.settings(roles=ROLES, session_hours=0.5))
     idp.start()
     client = app.test_client()
-    idp.sign_in(client, "alice")
+    before = now()
+    signed_in = idp.sign_in(client, "alice")
     [row] = sessions(app)
     assert row.expires_at - row.created_at == timedelta(minutes=30)
+    # The cookie ends with the session, not 12 hours (the idle limit) ahead.
+    assert before + timedelta(minutes=30, seconds=-1) <= cookie_expires(signed_in) <= now() + timedelta(minutes=30)
     assert client.get("/").status_code == 200
     expire_sessions(app)
     assert client.get("/").status_code == 302
@@ -601,6 +615,26 @@ def test_a_password_session_ends_after_the_session_hours_too(make_app):
     expire_sessions(app)
     answer = client.get("/")
     assert answer.status_code == 302 and answer.headers["Location"].startswith("/login")
+
+
+@pytest.mark.parametrize("hours, lasts", [(0.001, timedelta(seconds=3.6)), (2, timedelta(hours=2)),
+                                          (24, timedelta(hours=12))])
+def test_the_session_cookie_expires_when_the_session_ends_or_sooner_when_idle(make_app, hours, lasts):
+    # DLQ_SESSION_HOURS=0.001 gave a cookie that said 12 hours; past 12 the idle limit decides.
+    app = make_app(session_hours=hours)
+    support.ensure_user(app, "vera", "viewer")
+    client = app.test_client()
+    support.csrf_token(client)
+    before = now()
+    signed_in = support.login(client, "vera", support.PASSWORD)
+    assert signed_in.status_code == 302
+    ends = cookie_expires(signed_in)
+    assert before + lasts - timedelta(seconds=1) <= ends <= now() + lasts
+    assert not [h for h in signed_in.headers.getlist("Set-Cookie") if h.startswith("remember_token=")]
+    if hours >= 1:  # a page load renews an idle cookie, never past the session's end
+        renewed = client.get("/")
+        assert renewed.status_code == 200
+        assert cookie_expires(renewed) <= (ends if hours < 12 else now() + lasts)
 
 
 def test_a_session_row_without_an_end_time_ends_the_session_hours_after_it_began(make_app):

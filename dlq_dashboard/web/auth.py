@@ -21,7 +21,7 @@ from ..scopes import Grant
 from ..times import wait_in_words
 from . import current_runtime
 from .responses import bearer_token, wants_json
-from .security import client_address, is_trusted_proxy, login_throttle
+from .security import client_address, is_trusted_proxy, keep_session, login_throttle
 
 _RANK = {role: i for i, role in enumerate(ROLES)}
 log = logging.getLogger(__name__)
@@ -299,9 +299,9 @@ def login():
         return login_page(LOGIN_FAILED, 401, name)
     throttle.succeeded(name, address)
     session.clear()  # a fresh session (and CSRF token) at login: nothing carries over
+    keep_session(current_runtime().settings.session_hours)  # the cookie ends with the session
     key = start_session(current_runtime().engine, user.id, hours=current_runtime().settings.session_hours)
     login_user(SessionUser(user.id, user.name, user.role, key, user.grants))
-    session.permanent = True  # expires after PERMANENT_SESSION_LIFETIME without a request
     return redirect(safe_next(request.args.get("next")))
 
 

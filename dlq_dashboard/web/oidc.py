@@ -31,6 +31,7 @@ from ..scopes import highest_role
 from ..sign_in import claim_at, grants_for, groups_in
 from . import current_runtime
 from .auth import SINGLE_SIGN_ON, SessionUser, login_page, requires, safe_next
+from .security import keep_session
 
 log = logging.getLogger(__name__)
 bp = Blueprint("oidc", __name__)
@@ -410,10 +411,10 @@ def callback():
         return _refused(ACCOUNT_REFUSED.format(reason=exc), 403)
     target = session.get("oidc_next")
     session.clear()  # a fresh session (and CSRF token) at sign-in: nothing carries over
+    keep_session(settings.session_hours)  # the cookie ends with the session
     key = start_session(current_runtime().engine, user.id, hours=settings.session_hours, via="oidc",
                         grants=grants, id_token=token["id_token"])
     login_user(SessionUser(user.id, user.name, highest_role(grants), key, grants))
-    session.permanent = True
     log.info("single sign-on: %s signed in with %s", user.name,
              ", ".join(f"{g.role}{'' if g.scopes is None else ' over ' + ','.join(map(str, g.scopes))}"
                        for g in grants))

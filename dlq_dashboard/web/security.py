@@ -7,11 +7,11 @@ from __future__ import annotations
 import ipaddress
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 from urllib.parse import urlsplit
 
-from flask import Flask, current_app, has_request_context, request
+from flask import Flask, current_app, has_request_context, request, session
 from flask.sessions import SecureCookieSessionInterface
 from sqlalchemy import Engine, delete, func, insert, select
 from werkzeug.sansio.utils import host_is_trusted
@@ -63,6 +63,9 @@ FOREIGN_SITES = frozenset({"cross-site", "same-site"})
 # Idle sessions end after this long (each page load or form renews the cookie; the page's own
 # htmx requests do not: HttpsAwareSessionInterface).
 SESSION_IDLE = timedelta(hours=12)
+# The end of the session (seconds since the epoch, DLQ_SESSION_HOURS after its sign-in) that
+# its signed cookie carries: the cookie's Expires is never later, however often it is renewed.
+SESSION_ENDS = "_ends"
 
 
 def init_app(app: Flask) -> None:
@@ -160,9 +163,25 @@ def request_is_https() -> bool:
             and is_trusted_proxy(request.remote_addr))
 
 
+def keep_session(hours: float) -> None:
+    """At sign-in, before the session's row is written: the cookie outlives the browser, and
+    expires after SESSION_IDLE without a page load, or ``hours`` from now, whichever is sooner
+    (the row ends the session then too: accounts.start_session)."""
+    session.permanent = True
+    session[SESSION_ENDS] = datetime.now(timezone.utc).timestamp() + hours * 3600
+
+
 class HttpsAwareSessionInterface(SecureCookieSessionInterface):
     """Flask's signed-cookie sessions, with the Secure flag whenever the request came over HTTPS,
-    renewed by what the person does, not by what the page asks on its own."""
+    renewed by what the person does, not by what the page asks on its own, and expiring when
+    the session ends (keep_session)."""
+
+    def get_expiration_time(self, app: Flask, session) -> datetime | None:
+        expires = super().get_expiration_time(app, session)
+        ends = session.get(SESSION_ENDS)
+        if expires is None or not isinstance(ends, (int, float)):
+            return expires
+        return min(expires, datetime.fromtimestamp(ends, timezone.utc))
 
     def get_cookie_secure(self, app: Flask) -> bool:
         if super().get_cookie_secure(app):
