@@ -61,7 +61,7 @@ def signed_in_as(app, name: str, role: str = "viewer", scopes=None):
 ROUTES = [("get", "/admin/users"), ("post", "/admin/users"), ("post", "/admin/tokens"),
           ("post", "/admin/users/pat/grant"), ("post", "/admin/users/pat/disable"),
           ("post", "/admin/users/pat/enable"), ("post", "/admin/users/pat/end-sessions"),
-          ("post", "/admin/tokens/bot/grant"), ("post", "/admin/tokens/bot/revoke")]
+          ("post", "/admin/tokens/bot/grant"), ("post", "/admin/tokens/bot/revoke"), ("get", "/api/admin/users")]
 
 
 @pytest.mark.parametrize("role", ["viewer", "operator"])
@@ -106,6 +106,37 @@ def test_only_an_admin_sees_the_users_link_and_the_page_lists_users_and_tokens(o
     # The admin signed in a moment ago: the last sign-in is a time, quinn's is "never".
     assert re.search(r'data-user="admin-user".*?<time datetime=', body, re.S)
     assert "never" in re.search(r'data-user="quinn".*?</tr>', body, re.S).group(0)
+
+
+def test_get_api_admin_users_answers_what_the_page_shows_and_never_a_hash_or_a_token(offline_app, engine, admin):
+    accounts.create_user(engine, "quinn", support.PASSWORD, "operator", accounts.read_scopes(["orders.>"]))
+    accounts.set_disabled(engine, "quinn", True)
+    bot = accounts.create_token(engine, "bot", "viewer", accounts.read_scopes(["pay.*"]))
+    accounts.create_token(engine, "old", "viewer")
+    accounts.revoke_token(engine, "old")
+    response = admin.get("/api/admin/users")
+    assert response.status_code == 200 and response.headers["Cache-Control"] == "no-store"
+    body = response.get_json()
+    me, quinn = body["users"]
+    assert me["name"] == ADMIN and me["via"] == "password" and me["sessions"] == 1 and me["state"] == "active"
+    assert me["last_sign_in_at"].endswith("Z") and me["grants"] == [{"role": "admin", "scopes": None}]
+    assert quinn == {"name": "quinn", "role": "operator", "scopes": ["orders.>"],
+                     "grants": [{"role": "operator", "scopes": ["orders.>"]}], "via": "password",
+                     "last_sign_in_at": None, "sessions": 0, "state": "disabled"}
+    assert [(t["name"], t["role"], t["scopes"], t["state"]) for t in body["tokens"]] == [
+        ("bot", "viewer", ["pay.*"], "active"), ("old", "viewer", None, "revoked")]
+    assert body["tokens"][1]["revoked_at"].endswith("Z") and body["tokens"][0]["revoked_at"] is None
+    hashes = [row.password_hash for row in accounts_rows(engine)]
+    raw = response.get_data(as_text=True)
+    assert bot not in raw and "password" not in json.dumps(list(body["users"][0])) and all(h not in raw for h in hashes)
+    assert offline_app.test_client().get("/api/admin/users").status_code == 401
+
+
+def accounts_rows(engine):
+    from dlq_dashboard.db.models import User
+
+    with engine.connect() as conn:
+        return conn.execute(select(User.__table__)).all()
 
 
 def test_a_rows_buttons_and_links_name_what_they_act_on(offline_app, engine, admin):

@@ -74,8 +74,12 @@ def test_each_operation_states_the_login_its_route_requires(offline_app):
                 assert operation["security"] == [], (method, path)
             else:
                 assert "security" not in operation and {"401", "403"} <= set(operation["responses"]), (method, path)
-                # Every write needs an operator; of the reads, only the alert outbox does (/alerts).
-                reads_for_operators = {"/api/alerts"}
+                # Every write needs an operator; of the reads, only the alert outbox does (/alerts),
+                # and the list of users and tokens an admin (/admin/users).
+                reads_for_operators, reads_for_admins = {"/api/alerts"}, {"/api/admin/users"}
+                if path in reads_for_admins:
+                    assert role == "admin" and method == "get", (method, path)
+                    continue
                 assert role in ("viewer", "operator") and (role == "operator") == (
                     method == "post" or path in reads_for_operators), (method, path)
 
@@ -221,6 +225,17 @@ def test_real_responses_match_the_document(api):
     assert call("get", "/api/me", 200).json() == {"name": "token:test-viewer", "role": "viewer", "via": "token",
                                                    "grants": [{"role": "viewer", "scopes": None}]}
     call("get", "/api/me", 401, role=None)
+    from dlq_dashboard.entries.saved_views import save_view
+    from dlq_dashboard.times import utcnow
+    save_view(runtime_of(api.app).engine, "token:test-viewer", "open orders", "list", "status=open&subject=orders.%2A",
+              utcnow())
+    [view] = call("get", "/api/views", 200).json()["views"]
+    assert view["filters"] == {"status": "open", "subject": "orders.*"} and view["url"] == view["query"].join(("/?", ""))
+    call("get", "/api/views", 401, role=None)
+    users = call("get", "/api/admin/users", 200, role="admin").json()
+    assert {t["name"] for t in users["tokens"]} == {"test-viewer", "test-operator", "test-admin"}
+    call("get", "/api/admin/users", 403)
+    call("get", "/api/admin/users", 401, role=None)
     call("get", "/healthz", 200, role=None)
     call("get", "/readyz", 200, role=None)
     call("get", "/metrics", 200, role=None)

@@ -189,3 +189,36 @@ def test_a_name_refused_leads_back_to_the_page_it_was_saved_from(offline_app, au
     elsewhere = viewer.post("/views", data={"csrf_token": token, "name": "   ", "page": "list"},
                             headers={"Referer": "https://elsewhere.example/phish"})
     assert "Back to the page you were on" not in elsewhere.get_data(as_text=True)
+
+
+@pytest.mark.both_databases
+def test_get_api_views_answers_what_the_views_page_shows_the_caller(offline_app, auth):
+    from dlq_dashboard.accounts import create_token, read_scopes
+    from dlq_dashboard.entries.saved_views import save_view, share_view
+    from dlq_dashboard.runtime import runtime_of
+    from dlq_dashboard.times import utcnow
+
+    viewer, admin = auth.client("viewer"), auth.client("admin")
+    save(viewer, "open orders", status="open", subject="orders.*", q="timeout")
+    engine = runtime_of(offline_app).engine
+    for name, query, shared in (("billing", "subject=billing.%3E", True), ("orders", "subject=orders.%3E", True),
+                                ("private", "reason=fatal", False)):
+        share_view(engine, save_view(engine, "ops", name, "groups", query, utcnow()).id, shared)
+
+    body = viewer.get("/api/views").get_json()
+    assert body == {"views": [
+        {"id": _id_of(offline_app, "billing"), "name": "billing", "owner": "ops", "shared": True, "page": "groups",
+         "filters": {"subject": "billing.>"}, "query": "subject=billing.%3E", "url": "/groups?subject=billing.%3E"},
+        {"id": _id_of(offline_app, "orders"), "name": "orders", "owner": "ops", "shared": True, "page": "groups",
+         "filters": {"subject": "orders.>"}, "query": "subject=orders.%3E", "url": "/groups?subject=orders.%3E"},
+        {"id": _id_of(offline_app, "open orders"), "name": "open orders", "owner": "viewer-user",
+         "shared": False, "page": "list", "filters": {"status": "open", "subject": "orders.*", "q": "timeout"},
+         "query": "status=open&subject=orders.%2A&q=timeout", "url": "/?status=open&subject=orders.%2A&q=timeout"},
+    ]}
+    assert [v["name"] for v in body["views"]] == list(view_ids(viewer))
+    assert [v["name"] for v in admin.get("/api/views").get_json()["views"]] == ["billing", "orders"]
+    # A scoped caller: only the shared views of its scopes, as /views shows it.
+    token = create_token(engine, "orders-reader", "viewer", read_scopes(["orders.>"]))
+    scoped = offline_app.test_client().get("/api/views", headers=support.bearer(token))
+    assert [v["name"] for v in scoped.get_json()["views"]] == ["orders"]
+    assert offline_app.test_client().get("/api/views").status_code == 401

@@ -1,5 +1,5 @@
 """/admin/users: the admin's page of users and API tokens (roles, scopes, how they sign in, last
-sign-in or use) and its actions: create, disable, enable, change a role and its scopes, revoke,
+sign-in or use; as JSON at GET /api/admin/users) and its actions: create, disable, enable, change a role and its scopes, revoke,
 end every session of a user.
 
 Each action is a short block over accounts/, the functions the CLI calls, which write the audit
@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import re
 
-from flask import Blueprint, flash, make_response, render_template, request, url_for
+from flask import Blueprint, flash, jsonify, make_response, render_template, request, url_for
 
 from .. import accounts
 from ..accounts import AccountError, describe_grant
 from ..errors import NotFound
 from ..scopes import ROLES
+from ..times import format_time
 from . import current_runtime
 from .auth import actor_name, current_identity, requires
 from .responses import after_post, htmx, page_or_fragment
@@ -57,6 +58,34 @@ def _page(status: int = 200, *, error: str | None = None, sent: dict | None = No
 def users():
     """Every user and token with their role, scopes, sign-in and state, and the forms that change them."""
     return _page()
+
+
+@bp.route("/api/admin/users")
+@requires("admin")
+def users_json():
+    """What /admin/users shows, as JSON: every user and token (never a password, a hash or a token)."""
+    engine = current_runtime().engine
+    sessions = accounts.open_sessions(engine)
+    response = jsonify(users=[_user_json(u, sessions.get(u.id, 0)) for u in accounts.list_users(engine)],
+                       tokens=[_token_json(t) for t in accounts.list_tokens(engine)])
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _user_json(user: accounts.UserInfo, sessions: int) -> dict:
+    return {"name": user.name, "role": user.role,
+            "scopes": None if user.scopes is None else [str(s) for s in user.scopes],
+            "grants": [g.to_dict() for g in user.given], "via": user.via,
+            "last_sign_in_at": format_time(user.last_sign_in_at), "sessions": sessions,
+            "state": "disabled" if user.disabled else "active"}
+
+
+def _token_json(token: accounts.TokenInfo) -> dict:
+    # A revoked token's row keeps its name with ":revoked:..." added; the page shows the name.
+    return {"name": token.name if token.revoked_at is None else token.name.split(":revoked:")[0],
+            "role": token.role, "scopes": None if token.scopes is None else [str(s) for s in token.scopes],
+            "created_at": format_time(token.created_at), "last_used_at": format_time(token.last_used_at),
+            "revoked_at": format_time(token.revoked_at), "state": "active" if token.revoked_at is None else "revoked"}
 
 
 # --- what a form sends ------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from ..entries.filters import FILTERS, MAX_LIMIT
 from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, entry_schema
 from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
-from . import openapi_groups, openapi_sources
+from . import openapi_groups, openapi_sources, openapi_views
 from .auth import requires
 from .openapi_export import EXPORT_OPERATIONS
 from .openapi_parts import CURSOR, DESK_OPERATIONS, DESK_SCHEMAS, FILTER_PARAMETERS
@@ -445,7 +445,8 @@ def openapi_document(app: Flask) -> dict[str, Any]:
     """The OpenAPI 3.1 document for the operations ``app`` routes."""
     routed = routed_operations(app)
     paths: dict[str, dict] = {}
-    for (method, path), operation in {**OPERATIONS, **DESK_OPERATIONS, **openapi_sources.OPERATIONS}.items():
+    for (method, path), operation in {**OPERATIONS, **DESK_OPERATIONS, **openapi_sources.OPERATIONS,
+                                      **openapi_views.OPERATIONS}.items():
         if (method, route_key(path)) in routed:
             paths.setdefault(path, {})[method] = operation
     return {
@@ -456,7 +457,7 @@ def openapi_document(app: Flask) -> dict[str, Any]:
         "tags": [{"name": "entries"}, {"name": "actions"}, {"name": "export"}, {"name": "operations"}],
         "paths": paths,
         "components": {
-            "schemas": {**SCHEMAS, **DESK_SCHEMAS, **openapi_sources.SCHEMAS},
+            "schemas": {**SCHEMAS, **DESK_SCHEMAS, **openapi_sources.SCHEMAS, **openapi_views.SCHEMAS},
             "responses": {f"E{code}": _json(_ref("Error"), text) for code, text in _ERROR_TEXT.items()},
             "securitySchemes": {
                 "bearerToken": {"type": "http", "scheme": "bearer",

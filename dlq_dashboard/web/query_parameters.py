@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from flask import Flask, request
 
-from . import openapi_sources, params
+from . import openapi_sources, openapi_views, params
 from .openapi import OPERATIONS, route_key
 from .openapi_parts import DESK_OPERATIONS
 
@@ -63,8 +63,8 @@ SAID_IN_PLACE = frozenset({"pages.index", "pages.groups", "audit.audit"})
 def _operation_parameters(path: str) -> tuple[str, ...] | None:
     """The query parameters the OpenAPI document lists for GET ``path``; None: no such operation."""
     wanted = route_key(path)
-    for (method, operation_path), operation in {**OPERATIONS, **DESK_OPERATIONS,
-                                                **openapi_sources.OPERATIONS}.items():
+    for (method, operation_path), operation in {**OPERATIONS, **DESK_OPERATIONS, **openapi_sources.OPERATIONS,
+                                                **openapi_views.OPERATIONS}.items():
         if method == "get" and route_key(operation_path) == wanted:
             return tuple(p["name"] for p in operation.get("parameters", ()) if p.get("in") == "query")
     return None

@@ -1,5 +1,6 @@
 """Saved views over HTTP: save the filters of the list or the groups page under a name, list
-one's own and the shared ones, delete one's own (an admin any), share (admins).
+one's own and the shared ones (the /views page and GET /api/views), delete one's own (an admin
+any), share (admins).
 
 A view belongs to whoever saved it: a user (by session or a trusted proxy) or an API token
 (``token:<name>``, as the audit names it). Saving a name again on the same page replaces its
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl
 
-from flask import Blueprint, render_template, request, url_for
+from flask import Blueprint, jsonify, render_template, request, url_for
 from sqlalchemy.exc import IntegrityError
 
 from ..entries.filters import EntryFilter
@@ -59,15 +60,35 @@ def _owned_view_or_404(view_id: int):
     return view
 
 
+def shown_views() -> list:
+    """The views of every page /views shows this request's identity: its own, and the shared
+    ones it may see (visible.views), by page and name."""
+    identity = current_identity()
+    rt = current_runtime()
+    return visible.views(current_reader(), rt.store, views_for(rt.engine, identity.name), identity.name,
+                         list_fields())
+
+
+def view_json(view) -> dict:
+    """A saved view as GET /api/views answers it: what /views shows of it, its filters decoded
+    (an empty value, "any" on the page, is ""), and the link that opens it."""
+    return {"id": view.id, "name": view.name, "owner": view.owner, "shared": view.shared, "page": view.page,
+            "filters": dict(parse_qsl(view.query or "", keep_blank_values=True)), "query": view.query,
+            "url": view_url(view)}
+
+
 @bp.route("/views")
 @requires("viewer")
 def index():
     """One's own saved views and the shared ones."""
-    identity = current_identity()
-    rt = current_runtime()
-    views = visible.views(current_reader(), rt.store, views_for(rt.engine, identity.name), identity.name,
-                          list_fields())
-    return render_template("views.html", views=views, view_url=view_url, view_filters=view_filters)
+    return render_template("views.html", views=shown_views(), view_url=view_url, view_filters=view_filters)
+
+
+@bp.route("/api/views")
+@requires("viewer")
+def views_json():
+    """What /views shows the caller, as JSON."""
+    return jsonify(views=[view_json(v) for v in shown_views()])
 
 
 @bp.route("/views", methods=["POST"])
