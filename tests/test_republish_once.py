@@ -134,3 +134,36 @@ def test_a_recovery_pass_looks_for_every_pending_republish_in_one_read_of_the_st
     published = support.stream_messages(nats_server.url)
     assert len(published) == 40 and len({m.headers["Nats-Msg-Id"] for m in published}) == 40
     assert pending(rt) == 0
+
+
+def test_a_search_whose_messages_are_slow_to_come_leaves_the_republishes_pending_not_sent_twice(
+        app, rt, nats_server, monkeypatch):
+    """The search waited a second for each message and took none coming for "not stored": on a
+    loaded machine the stream's first message came later, and the recovery published again
+    messages the stream held past their duplicate window (45 of 40 stored)."""
+    from nats.errors import TimeoutError as NatsTimeout
+    from nats.js.client import JetStreamContext
+
+    support.make_orders_stream(nats_server.url, duplicate_window=WINDOW)
+    ids = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-%d"}' % i for i in range(10)])
+    rt.jobs.stop()  # this test's passes are the only ones
+    crash_after_publish(monkeypatch, set(ids[::2]))
+    crashed_at = utcnow()
+    for entry_id in ids:
+        with pytest.raises(SimulatedCrash):
+            republish_entry(rt, entry_id, 1, actor="alice")
+    monkeypatch.setattr(publishing, "fault_point", lambda where, intent: None)
+    assert pending(rt) == 10 and len(support.stream_messages(nats_server.url)) == 5
+    forgotten_by_the_broker(crashed_at)
+
+    async def slow(self, timeout=1.0):  # the stream's messages not come yet, whatever the wait
+        raise NatsTimeout
+
+    with monkeypatch.context() as patched:
+        patched.setattr(JetStreamContext.PushSubscription, "next_msg", slow)
+        assert recovery.recover_pending(rt) == 0  # no answer: nothing finished, nothing sent
+    assert pending(rt) == 10 and len(support.stream_messages(nats_server.url)) == 5
+    assert recovery.recover_pending(rt) == 10  # the next pass, answered
+    published = support.stream_messages(nats_server.url)
+    assert len(published) == 10 and len({m.headers["Nats-Msg-Id"] for m in published}) == 10
+    assert pending(rt) == 0
