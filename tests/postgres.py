@@ -190,6 +190,9 @@ class PostgresServer:
         name = f"t_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+        if template:  # each database its own installation id, as a migration makes it
+            with psycopg.connect(self.url(name), autocommit=True) as conn:
+                conn.execute("UPDATE installation SET installation_id = %s", (uuid.uuid4().hex[:16],))
         return self.url(name)
 
     def _take_next(self) -> str | None:

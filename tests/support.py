@@ -31,6 +31,7 @@ from dlq_dashboard.accounts import create_user
 from dlq_dashboard.actions.bulk.jobs import FINISHED
 from dlq_dashboard.config import Settings
 from dlq_dashboard.db.engine import create_db_engine
+from dlq_dashboard.db.installation import installation_id, new_installation_id
 from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Base, Entry, Job
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
@@ -236,6 +237,9 @@ def migrated_sqlite(path) -> str:
     """The URL of a SQLite database at ``path`` already at the newest revision: a copy of the
     process's template (a file copy instead of running every revision again)."""
     shutil.copy(sqlite_template(), path)  # shutil.copy keeps the template's mode, 0600
+    with sqlite3.connect(path) as conn:  # each database its own installation id, as a migration makes it
+        conn.execute("UPDATE installation SET installation_id = ?", (new_installation_id(),))
+    conn.close()
     return f"sqlite:///{path}"
 
 
@@ -432,6 +436,14 @@ def stream_messages(url: str, stream: str = "ORDERS") -> list:
 
 
 # --- dead letters ------------------------------------------------------------------------------
+
+def msg_id_prefix(owner) -> str:
+    """``dlq-dashboard:<installation id>``: how every msgId the dashboard makes with the database of
+    ``owner`` (an app, a runtime or an engine) starts."""
+    engine = owner if hasattr(owner, "connect") else owner.engine if hasattr(owner, "engine") else runtime_of(owner).engine
+    with engine.connect() as conn:
+        return f"dlq-dashboard:{installation_id(conn)}"
+
 
 def entry_count(engine) -> int:
     """How many entries the database holds."""

@@ -128,7 +128,7 @@ def test_the_republished_message_carries_the_original_payload_and_headers_except
     assert message.subject == "orders.created"
     assert message.data == VALID
     assert message.headers == {**original, "Nats-Msg-Id": msg_id, "Dlq-Replay-Of": f"DLQ:{entry_id}"}
-    assert msg_id == f"dlq-dashboard:DLQ:{entry_id}:e{entry_id}:v1"
+    assert msg_id == f"{support.msg_id_prefix(rt)}:DLQ:{entry_id}:e{entry_id}:v1"
 
 
 def test_a_crash_after_the_intent_is_committed_ends_with_exactly_one_message_once_recovered(

@@ -37,7 +37,7 @@ def test_an_operator_clicks_republish_confirms_and_sees_the_result_in_the_timeli
     page.wait_for_url(re.compile(rf"/entries/{entry_id}$"))
     timeline = page.locator("section.timeline")
     expect(timeline).to_contain_text("Republished to orders.created", timeout=EXPECT_TIMEOUT)
-    expect(timeline).to_contain_text(f"dlq-dashboard:DLQ:{entry_id}:e{entry_id}:v1")
+    expect(timeline).to_contain_text(f"{support.msg_id_prefix(app)}:DLQ:{entry_id}:e{entry_id}:v1")
     expect(page.locator("h1 .status")).to_have_text("republished")
     assert len(support.stream_messages(nats_server.url)) == 1
 

@@ -167,7 +167,7 @@ def test_the_entry_page_tells_the_edit_and_validates_the_payload_last_sent(app, 
     # The page's JSON twin: the payload last sent and the verdict on it.
     sent = operator.get(f"/api/entries/{fixed_id}").get_json()["last_sent"]
     assert base64.b64decode(sent.pop("payload_base64")) == fixed.encode()
-    assert sent.pop("at") and sent == {"actor": "operator-user", "edited": True, "msg_id": f"dlq-dashboard:DLQ:1:e{fixed_id}:v1",
+    assert sent.pop("at") and sent == {"actor": "operator-user", "edited": True, "msg_id": f"{support.msg_id_prefix(app)}:DLQ:1:e{fixed_id}:v1",
                                        "job_id": None, "hidden": False, "schema": "orders.json", "valid": True,
                                        "errors": [], "error": None}
     plain_sent = operator.get(f"/api/entries/{plain_id}").get_json()["last_sent"]

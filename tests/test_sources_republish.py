@@ -118,7 +118,7 @@ def test_an_entry_of_account_b_is_republished_once_into_account_bs_stream_with_a
     assert support.stream_messages(urls["a"]) == [] and support.stream_messages(urls["c"]) == []
     assert message.data == PAYLOAD
     msg_id = message.headers["Nats-Msg-Id"]
-    assert msg_id == outcome.publish.msg_id == f"dlq-dashboard:DLQ:1:e{entry_id}:v1"
+    assert msg_id == outcome.publish.msg_id == f"{support.msg_id_prefix(rt)}:DLQ:1:e{entry_id}:v1"
     assert (outcome.publish.stream, outcome.publish.seq, outcome.publish.duplicate) == ("ORDERS", 1, False)
     [intent] = intents_of(rt, entry_id)
     assert (intent.source, intent.state) == ("b", "published")

@@ -15,6 +15,7 @@ from dlq_dashboard.actions.decisions import decide_republish, load_entry, write_
 from dlq_dashboard.actions.intents import record_published
 from dlq_dashboard.db.counts import ARRIVALS, GROUPS, bucket
 from dlq_dashboard.db.engine import write_transaction
+from dlq_dashboard.db.installation import installation_id
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.entries import tallies
 from dlq_dashboard.entries.filters import EntryFilter
@@ -87,7 +88,8 @@ def republish(rt, entry_id: int, seq: int) -> None:
     """Record a republish as a single republish or a bulk window does, without NATS."""
     with write_transaction(rt.engine) as conn:
         entry = load_entry(conn, entry_id)
-        claim = decide_republish(rt, entry, entry["version"], None, [], actor="test")
+        claim = decide_republish(rt, entry, entry["version"], None, [], installation=installation_id(conn),
+                                 actor="test")
         write_claims(conn, [claim])
     with write_transaction(rt.engine) as conn:
         record_published(conn, [(claim[1], Ack(seq))])

@@ -217,13 +217,15 @@ def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = Non
 
 
 def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: Intent | None, pending: list[Intent], *,
-                     actor: str, payload: bytes | None = None, force: bool = False,
+                     installation: str, actor: str, payload: bytes | None = None, force: bool = False,
                      job_id: int | None = None, resume_pending: bool = False,
                      now: datetime | None = None) -> tuple[str, Intent]:
     """Decide what a republish request means; raise an ActionError when it cannot be done.
 
     Returns ("new", intent) to insert, ("retry", intent) to reuse a failed intent's row, or
     ("resume", intent) to publish again an intent that is pending and not in flight.
+    ``existing``: the intent of this decision (intents.decision_intent), ``installation``: the
+    database's installation id (db/installation.py), which a new msgId names.
     ``resume_pending``: the caller owns the intent (a job holding its lease), so only this
     process's publishes count as in flight; an intent of another job (or of a request) is its
     publisher's while it is young, as for a request: two jobs over one entry both published it.
@@ -264,7 +266,7 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
         raise SchemaRefused(f"The payload does not pass the current schema {verdict.schema} "
                             f"({first.path or '/'}: {first.message}); republishing it needs the override.",
                             schema=verdict.schema, entry_id=entry_id, errors=[e.to_dict() for e in verdict.errors])
-    msg_id = republish_msg_id(entry, version)
+    msg_id = republish_msg_id(entry, version, installation)
     headers = republish_headers(headers, msg_id, entry_ref(entry))
     intent = Intent(id=existing.id if existing else None, entry_id=entry_id, version=version, msg_id=msg_id,
                     subject=subject, payload=body, headers=headers, edited=body != original, actor=actor,
@@ -274,16 +276,17 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
 
 
 def write_claims(conn: Connection, claims: list[tuple[str, Intent]]) -> None:
-    """Commit new intents; resumed ones need no write. The entry's version is raised only when
-    the outcome is recorded: until then the pending intent itself refuses every other action.
-    Intents are known by their msgId (unique) from here on."""
+    """Commit new intents; resumed ones need no write; a retried one (a failed intent of the same
+    decision) is written over its row, with the msgId it is sent with now. The entry's version is
+    raised only when the outcome is recorded: until then the pending intent itself refuses every
+    other action. Intents are known by their msgId (unique) from here on."""
     def values(i: Intent) -> dict[str, Any]:
         return {"msg_id": i.msg_id, "entry_id": i.entry_id, "version": i.version, "subject": i.subject,
                 "payload": i.payload, "headers": dumps_kept(i.headers), "edited": i.edited,
                 "actor": i.actor, "job_id": i.job_id, "created_at": i.created_at, "source": i.source}
 
     insert_rows(conn, INTENTS, [{**values(i), "state": "pending"} for kind, i in claims if kind == "new"])
-    update_rows(conn, INTENTS, "msg_id", [values(i) for kind, i in claims if kind == "retry"],
+    update_rows(conn, INTENTS, "id", [{"id": i.id, **values(i)} for kind, i in claims if kind == "retry"],
                 constants={"state": "pending", "error": None})
 
 

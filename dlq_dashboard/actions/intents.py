@@ -89,14 +89,25 @@ def entry_ref(entry: Mapping[str, Any]) -> str:
     return f"{entry['original_stream']}:{entry['original_seq']}"
 
 
-def republish_msg_id(entry: Mapping[str, Any], version: int) -> str:
-    """The msgId of the decision to republish ``entry`` as seen at ``version``.
+def republish_msg_id(entry: Mapping[str, Any], version: int, installation: str) -> str:
+    """The msgId of the decision to republish ``entry`` as seen at ``version``, in the database
+    whose installation id is ``installation`` (db/installation.py).
 
-    The same for a retried request or a recovery; different from every earlier republish
-    (each raises the version) and from the message's own ids (``<stream>:<seq>:dlq``, the
-    service's), which never start with ``dlq-dashboard:``.
+    Different from every earlier republish (each raises the version), from another database's
+    (entry ids and versions are each database's own: the installation id tells them apart) and
+    from the message's own ids (``<stream>:<seq>:dlq``, the service's), which never start with
+    ``dlq-dashboard:``. A retried request or a recovery sends the msgId stored with its intent.
     """
-    return f"dlq-dashboard:{entry_ref(entry)}:e{entry['id']}:v{version}"
+    return f"dlq-dashboard:{installation}:{entry_ref(entry)}:e{entry['id']}:v{version}"
+
+
+def decision_intent(intents: list[Intent]) -> Intent | None:
+    """Of the intents of one entry at one version (one decision), the one a request for that
+    decision continues: the published or pending one (it may have reached NATS, under the msgId
+    it was first sent with, one from before the installation id too), else the newest failed one."""
+    going = [i for i in intents if i.state != "failed"]
+    chosen = going or intents
+    return max(chosen, key=lambda i: i.id or 0) if chosen else None
 
 
 def republish_headers(headers: Mapping[str, list[str]], msg_id: str,

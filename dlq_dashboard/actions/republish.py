@@ -24,12 +24,13 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from ..db.engine import write_transaction
+from ..db.installation import installation_id
 from ..nats.bridge import NatsUnavailable
 from ..scopes import subject_matches
 from .context import ActionContext
 from .decisions import Outcome, decide_republish, load_entry, no_stream_sentence, pending_intents, write_claims
 from .errors import Conflict
-from .intents import INTENTS, Intent, republish_msg_id
+from .intents import INTENTS, Intent, decision_intent
 from .publishing import nats_unreachable, of_source, publish_intent
 
 
@@ -38,16 +39,18 @@ def republish_entry(rt: ActionContext, entry_id: int, version: int, *, actor: st
     """Republish an entry (or an edited payload) exactly once for the version the operator saw."""
     with write_transaction(rt.engine) as conn:
         entry = load_entry(conn, entry_id)
-        msg_id = republish_msg_id(entry, version)
-        row = conn.execute(select(INTENTS).where(INTENTS.c.msg_id == msg_id)).first()
-        existing = Intent.from_row(row) if row else None
-        pending = [i for i in pending_intents(conn, [entry_id]).get(entry_id, []) if i.msg_id != msg_id]
-        kind, intent = decide_republish(rt, entry, version, existing, pending, actor=actor,
-                                        payload=payload, force=force)
+        # This decision's intent (a retry, a resume) is found by entry and version: one made
+        # before the installation id keeps the msgId it was first sent with.
+        existing = decision_intent([Intent.from_row(row) for row in conn.execute(
+            select(INTENTS).where(INTENTS.c.entry_id == entry_id, INTENTS.c.version == version))])
+        pending = [i for i in pending_intents(conn, [entry_id]).get(entry_id, [])
+                   if existing is None or i.id != existing.id]
+        kind, intent = decide_republish(rt, entry, version, existing, pending, installation=installation_id(conn),
+                                        actor=actor, payload=payload, force=force)
         try:
             write_claims(conn, [(kind, intent)])
         except IntegrityError:  # PostgreSQL: a concurrent request inserted this msgId first
-            raise Conflict(f"Entry {entry_id} is being republished right now (msgId {msg_id}).",
+            raise Conflict(f"Entry {entry_id} is being republished right now (msgId {intent.msg_id}).",
                            entry_id=entry_id, seen_version=version) from None
     published = publish_intent(rt, intent, recovered=kind == "resume")
     return Outcome(rt.store.get_entry(entry_id), published)

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from ...db.engine import is_sqlite, retried_write, write_transaction
+from ...db.installation import installation_id
 from ...db.leases import acquire_lease
 from ...db.rows import UNCACHED, among
 from ...nats.bridge import NatsUnavailable
@@ -30,7 +31,8 @@ from .. import publishing
 from ..context import ActionContext
 from ..decisions import decide_republish, locking, write_claims
 from ..errors import AlreadyRepublished, Conflict, InFlight, NatsDown, Refused, SchemaRefused
-from ..intents import ENTRIES, INTENTS, Intent, mark_in_doubt, record_failed, record_published, republish_msg_id
+from ..intents import (ENTRIES, INTENTS, Intent, decision_intent, mark_in_doubt, record_failed,
+                       record_published)
 from ..publishing import classify_failure, nats_unreachable
 from .closing import close_window, count_results, write_results
 from .jobs import FINISHED, ITEMS, JOBS, REPUBLISHING, ack_sentence
@@ -369,17 +371,17 @@ class JobWork:
         names = [c.name for c in _CLAIM_COLUMNS]
         rows = {r[0]: dict(zip(names, r)) for r in conn.execute(  # locked: a close meanwhile waits, then sees them
             locking(conn, select(*_CLAIM_COLUMNS).where(among(conn, ENTRIES.c.id, ids))), execution_options=UNCACHED)}
-        msg_ids = {entry_id: republish_msg_id(rows[entry_id], version)
-                   for entry_id, version in items if entry_id in rows}
-        # One look at these entries' intents: this decision's own (a retry, a resume) and any pending.
-        wanted, existing, pending = set(msg_ids.values()), {}, {}
+        # One look at these entries' intents: each decision's own (a retry, a resume: found by entry and
+        # version, so one made before the installation id keeps its msgId) and any pending.
+        wanted, decided, pending = dict(items), {}, {}
         for row in conn.execute(select(INTENTS).where(among(conn, INTENTS.c.entry_id, ids)),
                                 execution_options=UNCACHED):
             intent = Intent.from_row(row)
-            if intent.msg_id in wanted:
-                existing[intent.msg_id] = intent
+            if wanted.get(intent.entry_id) == intent.version:
+                decided.setdefault(intent.entry_id, []).append(intent)
             if intent.state == "pending":
                 pending.setdefault(intent.entry_id, []).append(intent)
+        existing, installation = {e: decision_intent(found) for e, found in decided.items()}, installation_id(conn)
         for entry_id, version in items:
             if entry_id not in rows:
                 results[entry_id] = ("failed", "The entry no longer exists.")
@@ -387,20 +389,19 @@ class JobWork:
             if self.lane is not None and not self.lane.configured:
                 results[entry_id] = ("failed", not_configured(self.lane.source, entry_id))
                 continue
-            msg_id = msg_ids[entry_id]
+            earlier = existing.get(entry_id)
             try:
                 # A patch gives the same bytes every time (patching.py): a resumed item asks for its own
                 # intent. One already published or pending carries its payload: nothing to patch again.
-                earlier = existing.get(msg_id)
                 fresh = earlier is None or earlier.state == "failed"
                 payload = patch_for_job(rt, patch, rows[entry_id], bool(selection.get("only_valid"))) \
                     if patch is not None and fresh else \
                     repair_for_job(rt, rows[entry_id]) if job["action"] == "repair" and fresh else None
                 claims.append(decide_republish(
-                    rt, rows[entry_id], version, existing.get(msg_id),
-                    [p for p in pending.get(entry_id, []) if p.msg_id != msg_id],
-                    actor=job["actor"], payload=payload, force=force, job_id=self.job_id, resume_pending=True,
-                    now=now))
+                    rt, rows[entry_id], version, earlier,
+                    [p for p in pending.get(entry_id, []) if earlier is None or p.id != earlier.id],
+                    installation=installation, actor=job["actor"], payload=payload, force=force, job_id=self.job_id,
+                    resume_pending=True, now=now))
             except Unpatchable as exc:
                 results[entry_id] = ("skipped", str(exc))
             except AlreadyRepublished as exc:  # by this job before a crash, or by another meanwhile
