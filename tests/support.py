@@ -481,19 +481,21 @@ def dead_letter_orders(app, url: str, payloads: list[bytes], *, subject: str = "
 
 
 def dead_letter(app_or_engine, seq: int, subject: str | None = "orders.created", payload: bytes = b"{}",
-                stream: str = "DLQ", stored_at=None, **headers: str) -> int:
+                stream: str = "DLQ", stored_at=None, epoch: str = "e1", **headers: str) -> int:
     """Store one DLQ message as the mirror would (ingest_dlq_batch) and return its entry id.
 
-    ``headers`` are given with underscores for dashes (Dlq_Reason="fatal").
+    ``headers`` are given with underscores for dashes (Dlq_Reason="fatal"); ``epoch``: of the
+    DLQ stream (another: the stream made again).
     """
     engine = runtime_of(app_or_engine).engine if hasattr(app_or_engine, "extensions") else app_or_engine
     values = {k.replace("_", "-"): v for k, v in headers.items()}
     if subject is not None:
         values.setdefault("Dlq-Original-Subject", subject)
-    ingest_dlq_batch(engine, stream, "e1", [StreamMessage(seq, f"dlq.{subject or 'unknown'}", values or None,
-                                                          payload, stored_at or utcnow())])
+    ingest_dlq_batch(engine, stream, epoch, [StreamMessage(seq, f"dlq.{subject or 'unknown'}", values or None,
+                                                           payload, stored_at or utcnow())])
     with engine.connect() as conn:
-        return conn.execute(select(Entry.id).where(Entry.dlq_stream == stream, Entry.dlq_seq == seq)).scalar_one()
+        return conn.execute(select(Entry.id).where(Entry.dlq_stream == stream, Entry.dlq_epoch == epoch,
+                                                   Entry.dlq_seq == seq)).scalar_one()
 
 
 def orders_schema_folder(tmp_path, schema: dict | None = None) -> str:

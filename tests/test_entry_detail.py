@@ -9,10 +9,14 @@ import re
 
 import jsonschema
 import pytest
+from sqlalchemy import insert
 
 from dlq_dashboard.accounts import create_user
+from dlq_dashboard.db.engine import write_transaction
+from dlq_dashboard.db.models import Republish
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.scopes import parse_scopes
+from dlq_dashboard.times import utcnow
 
 from . import support
 
@@ -30,12 +34,19 @@ def masked_app(tmp_path, database_url, make_app):
 
 def original_and_replays(app) -> tuple[int, list[int]]:
     """An entry whose republish failed again twice; the replays quote a masked value of their own."""
-    original = support.dead_letter(app, 1, payload=b'{"customer": {"email": "alice@example.com"}}',
+    sent = b'{"customer": {"email": "alice@example.com"}}'
+    original = support.dead_letter(app, 1, payload=sent,
                                    Dlq_Reason="fatal", Dlq_Error="no account for alice@example.com")
     replays = [support.dead_letter(app, seq, payload=b'{"customer": {"email": "bob@example.com"}}',
                                    Dlq_Reason="fatal", Dlq_Error="still no account for bob@example.com",
                                    Dlq_Replay_Of="DLQ:1", Dlq_Original_Msg_Id=f"dlq-dashboard:DLQ:1:e1:v{seq}")
                for seq in (2, 3)]
+    # Both republishes of the original (its payload as it was), as their intents record them:
+    # a replay is linked to an entry that was republished (entries/replays.py).
+    with write_transaction(runtime_of(app).engine) as conn:
+        conn.execute(insert(Republish), [{"entry_id": original, "version": seq, "msg_id": f"dlq-dashboard:DLQ:1:e1:v{seq}",
+                                          "subject": "orders.created", "payload": sent, "state": "published",
+                                          "actor": "operator", "created_at": utcnow()} for seq in (2, 3)])
     return original, replays
 
 
@@ -160,7 +171,7 @@ def test_the_value_is_built_below_the_web_from_the_store_the_schemas_and_a_reade
     assert [r.error for r in whole.replays] == ["still no account for bob@example.com"] * 2
     assert seen.entry.payload_text == '{"customer": {"email": "•••"}}'
     assert seen.pointers == [e["path"] for e in seen.current_schema.errors] and "/customer/email" in seen.pointers
-    assert seen.group.id == whole.group.id and seen.last_sent is None and seen.original is None
+    assert seen.group.id == whole.group.id and seen.last_sent.msg_id == "dlq-dashboard:DLQ:1:e1:v3" and seen.original is None
     assert build_entry_detail(rt.store, rt.schemas, replays[0], Reader("admin")).original.id == original
     with pytest.raises(EntryNotFound):
         build_entry_detail(rt.store, rt.schemas, 999999, Reader("admin"))
@@ -173,6 +184,10 @@ def test_a_republish_of_an_entry_outside_the_readers_scopes_says_so_without_tell
     orders = support.dead_letter(offline_app, 1, "orders.created")
     of_orders = support.dead_letter(offline_app, 2, "billing.paid", Dlq_Replay_Of="DLQ:1")
     of_nothing = support.dead_letter(offline_app, 3, "billing.paid", Dlq_Replay_Of="DLQ:99")
+    with write_transaction(runtime_of(offline_app).engine) as conn:  # the orders entry was republished
+        conn.execute(insert(Republish).values(entry_id=orders, version=1, msg_id="sent-1", subject="orders.created",
+                                              payload=b"{}", state="published", actor="operator",
+                                              created_at=utcnow()))
     create_user(runtime_of(offline_app).engine, "billing-reader", support.PASSWORD, "viewer",
                 scopes=parse_scopes(["billing.>"]))
     scoped = offline_app.test_client()
@@ -191,5 +206,5 @@ def test_a_republish_of_an_entry_outside_the_readers_scopes_says_so_without_tell
     unscoped = support.logged_in(offline_app, "viewer")
     assert sentence(unscoped, of_orders) == (f"This message is a republish of entry {orders} (DLQ:1): "
                                              "its republish failed again.")
-    assert sentence(unscoped, of_nothing) == ("This message is a republish of DLQ:99 (not in this "
-                                              "dashboard's database): its republish failed again.")
+    assert sentence(unscoped, of_nothing) == ("This message is a republish of DLQ:99 (no entry this "
+                                              "dashboard's database republished): its republish failed again.")

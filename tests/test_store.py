@@ -7,10 +7,10 @@ import re
 from datetime import datetime
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 
 from dlq_dashboard.db.engine import write_transaction
-from dlq_dashboard.db.models import Entry
+from dlq_dashboard.db.models import Entry, Republish
 from dlq_dashboard.entries.filters import EntryFilter, FilterError, decode_cursor, encode_cursor
 from dlq_dashboard.times import format_time, utcnow
 from dlq_dashboard.runtime import runtime_of
@@ -299,6 +299,11 @@ def test_the_statements_built_once_answer_each_entry_with_its_own_values(store, 
     with engine.connect() as conn:
         group_ids = dict(conn.execute(select(Entry.id, Entry.group_id).where(Entry.id.in_([a, b]))).all())
     assert group_ids[a] != group_ids[b]
+    # A failure again is one of an entry that was republished (entries/replays.py).
+    with write_transaction(engine) as conn:
+        conn.execute(insert(Republish), [{"entry_id": e, "version": 1, "msg_id": f"sent-{e}", "subject": "x",
+                                          "payload": b"{}", "state": "published", "actor": "a",
+                                          "created_at": utcnow()} for e in (a, b)])
     for _ in range(2):
         for entry_id, subject in ((a, "orders.created"), (b, "payments.captured"), (a, "orders.created")):
             entry = store.get_entry(entry_id)
@@ -306,9 +311,8 @@ def test_the_statements_built_once_answer_each_entry_with_its_own_values(store, 
             assert store.group_of(entry_id)[0] == group_ids[entry_id]
         assert [e.id for e in store.replays_of("DLQ:1", "default")] == [again_a, again_a2]
         assert [e.id for e in store.replays_of("DLQ:2")] == [again_b] and store.replays_of("DLQ:9") == []
-        assert store.failed_again([("default", "DLQ:1"), ("default", "DLQ:2")]) == {
-            ("default", "DLQ:1"): again_a2, ("default", "DLQ:2"): again_b}
-        assert store.failed_again([("default", "DLQ:2")]) == {("default", "DLQ:2"): again_b}
+        assert store.failed_again([(a, "DLQ:1"), (b, "DLQ:2")]) == {a: again_a2, b: again_b}
+        assert store.failed_again([(b, "DLQ:2")]) == {b: again_b}
         assert store.get_entry(10_000) is None and store.group_of(10_000) is None
 
 

@@ -170,10 +170,10 @@ def build_entry_detail(store: Store, schemas: SchemaRegistry, entry_id: int, rea
     stored, republishes = visible.jobs_shown(reader, store, visible.lookup(reader, store, entry_id),
                                              store.republishes_of(entry_id))
     seen = visible.entry(reader, stored)
-    # Within the entry's source: another source may have a DLQ stream of the same name.
-    replays = visible.replays(reader, store.replays_of(stored.dlq_ref, stored.source), of=seen) \
-        if stored.dlq_ref else []
-    original = store.entry_by_dlq_ref(stored.replay_of, stored.source) if stored.replay_of else None
+    # By the msgId each republish was sent with first (a DLQ stream made again has a seq 7 in
+    # each epoch), within the entry's source (another may have a DLQ stream of the same name).
+    replays = visible.replays(reader, store.replays_of_entry(stored), of=seen)
+    original = store.original_of(stored)
     if original is not None and not visible.covered(reader.reads, original):
         original = None  # as if this database did not hold it
     republishes_seen = visible.republishes(reader, republishes)
@@ -254,7 +254,8 @@ def detail_schemas() -> dict[str, dict]:
                                    "(the last is failed_again).")},
                                "original": {**nullable(INT), "description": (
                                    "For a republish that failed again (replay_of): the id of the entry it "
-                                   "republished, null when this database does not hold it.")},
+                                   "republished (by the msgId it was sent with, else by replay_of among the "
+                                   "entries that were republished), null when this database holds none.")},
                                "dlq_received_at": {**nullable(TIME), "description": (
                                    "When the DLQ copy arrived, for an entry JetStream's advisory made first "
                                    "(received_at is the advisory's); null otherwise.")}},

@@ -172,9 +172,8 @@ def jobs_shown(reader: Reader, store: Store, stored: EntryView,
 def failed_again(reader: Reader, store: Store, entries: list[EntryView]) -> dict[int, int]:
     """{entry id: the newest entry the reader may read whose message was a republish of it}, for
     those of ``entries`` whose republish failed again (whatever their status now; within each
-    one's source), in one query: the list's "failed again" marker."""
-    refs = {(e.source, e.dlq_ref): e.id for e in entries if e.dlq_ref}
-    return {refs[key]: newest for key, newest in store.failed_again(list(refs), reader.reads).items()}
+    one's source; entries/replays.py), for the page at once: the list's "failed again" marker."""
+    return store.failed_again([(e.id, e.dlq_ref) for e in entries], reader.reads)
 
 
 def check_filter(reader: Reader, flt: EntryFilter) -> EntryFilter:

@@ -20,6 +20,7 @@ from ..surrogates import loads_shown
 from ..times import format_time
 from .audit import audit_record
 from .fields import KeyField, field_expression, shown_value, stored_lookup
+from . import replays
 from .filters import DEFAULT_LIMIT, EntryFilter, FilterError, decode_cursor, encode_cursor, scope_condition
 from .search import FTS, fts_match, newest_matches
 from .windows import window_ids
@@ -60,9 +61,6 @@ _CONSUMER_HISTORY = _EVENTS.where(or_(Event.consumer == bindparam("consumer"), E
 _GROUP_OF = (select(_GROUPS.c.id, _GROUPS.c.key).join(ENTRIES, ENTRIES.c.group_id == _GROUPS.c.id)
              .where(Entry.id == bindparam("entry_id")))
 _REPLAYS = select(ENTRIES).where(Entry.replay_of == bindparam("ref")).order_by(Entry.id)
-_FAILED_AGAIN = (select(Entry.source, Entry.replay_of, func.max(Entry.id))
-                 .where(Entry.replay_of.in_(bindparam("refs", expanding=True)))
-                 .group_by(Entry.source, Entry.replay_of))
 _REPUBLISHES = select(Republish.__table__).where(Republish.entry_id == bindparam("entry_id")).order_by(Republish.id)
 
 
@@ -456,19 +454,34 @@ class Store:
             rows = [r for r in rows if r.source == source]
         return [self._view(r) for r in rows]
 
-    def failed_again(self, refs: list[tuple[str, str]],
-                     scopes: tuple[Scope, ...] | None = None) -> dict[tuple[str, str], int]:
-        """For each (source, ``<stream>:<seq>``) of an entry, the newest entry of that source whose
-        message was a republish of it (its republish failed again), in one query; only those
-        ``scopes`` cover (a replay to another team's subject is not told to this one)."""
-        wanted = {(source, ref) for source, ref in refs if ref}
-        if not wanted:
-            return {}
-        query = _FAILED_AGAIN if scopes is None else _FAILED_AGAIN.where(scope_condition(Entry.original_subject,
-                                                                                         scopes))
+    def replays_of_entry(self, entry: EntryView) -> list[EntryView]:
+        """The entries whose message was a republish of ``entry``, oldest first (replays.py: by
+        the msgId the republish was sent with, else by its Dlq-Replay-Of among the entries of that
+        reference that were republished; each epoch of a DLQ stream made again has its seq 7)."""
         with read_transaction(self.engine) as conn:
-            rows = conn.execute(query, {"refs": sorted({ref for _, ref in wanted})}).all()
-        return {(source, ref): newest for source, ref, newest in rows if (source, ref) in wanted}
+            ids = replays.replays_of(conn, [(entry.id, entry.dlq_ref)]).get(entry.id, [])
+            rows = conn.execute(select(ENTRIES).where(Entry.id.in_(ids)).order_by(Entry.id)).all() if ids else []
+        return [self._view(r) for r in rows]
+
+    def original_of(self, entry: EntryView) -> EntryView | None:
+        """The entry ``entry``'s message was a republish of (replays.py), None when it is none or
+        this database does not hold it."""
+        replay = replays.Replay(entry.id, entry.source, entry.replay_of, entry.original_msg_id)
+        with read_transaction(self.engine) as conn:
+            found = replays.originals(conn, [replay]).get(entry.id)
+        return self.entries_by_id([found]).get(found) if found is not None else None
+
+    def failed_again(self, entries: list[tuple[int, str | None]],
+                     scopes: tuple[Scope, ...] | None = None) -> dict[int, int]:
+        """For each (id, ``<stream>:<seq>``) of an entry, the newest entry whose message was a
+        republish of it (its republish failed again; replays.py); only those ``scopes`` cover (a
+        replay to another team's subject is not told to this one)."""
+        if not entries:
+            return {}
+        condition = None if scopes is None else scope_condition(Entry.original_subject, scopes)
+        with read_transaction(self.engine) as conn:
+            found = replays.replays_of(conn, entries, condition)
+        return {entry_id: ids[-1] for entry_id, ids in found.items()}
 
     def republishes_of(self, entry_id: int) -> list[dict]:
         """The republish intents of an entry, oldest first, each with the payload it sends,
