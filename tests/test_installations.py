@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from dlq_dashboard.actions import recovery
 from dlq_dashboard.actions.decisions import write_claims
-from dlq_dashboard.actions.intents import Intent, republish_headers
+from dlq_dashboard.actions.intents import Intent, record_failed, republish_headers
 from dlq_dashboard.actions.republish import republish_entry
 from dlq_dashboard.db.engine import create_db_engine, write_transaction
 from dlq_dashboard.db.installation import INSTALLATION, installation_id
@@ -123,3 +123,20 @@ def test_a_republish_sent_before_the_installation_id_is_completed_with_the_msg_i
     assert [tuple(r) for r in rows] == [(retried, f"dlq-dashboard:DLQ:{retried}:e{retried}:v1", "published"),
                                         (recovered, f"dlq-dashboard:DLQ:{recovered}:e{recovered}:v1", "published")]
     assert {rt.store.get_entry(e).status for e in (retried, recovered)} == {"republished"}
+
+
+def test_a_republish_that_failed_before_the_installation_id_is_sent_again_with_the_new_msg_id(app, rt, nats_server):
+    support.make_orders_stream(nats_server.url)
+    [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"n": 1}'])
+    intent = old_intent(rt, entry_id, f"dlq-dashboard:DLQ:{entry_id}:e{entry_id}:v1")
+    with write_transaction(rt.engine) as conn:  # nothing was stored: NATS refused it
+        record_failed(conn, [(intent, "NATS was unreachable.")])
+
+    outcome = republish_entry(rt, entry_id, 1, actor="alice")
+    fresh = f"{support.msg_id_prefix(rt)}:DLQ:{entry_id}:e{entry_id}:v1"
+    assert (outcome.publish.msg_id, outcome.publish.duplicate) == (fresh, False)
+    [message] = support.stream_messages(nats_server.url)
+    assert message.headers["Nats-Msg-Id"] == fresh
+    with rt.engine.connect() as conn:  # the failed intent's row, written over
+        rows = conn.execute(select(Republish.msg_id, Republish.state).where(Republish.entry_id == entry_id)).all()
+    assert [tuple(r) for r in rows] == [(fresh, "published")]
