@@ -42,7 +42,7 @@ from .direct import EPOCH, DirectReader, supports_batches
 from .inbox import Budget, Inbox
 from .parse import parse_advisory
 from .progress import StreamProgress, mirrored_streams, of_source
-from .writer import WriterProcess
+from .writer import WriterError, WriterProcess
 from .writes import FetchedMessage, StreamMessage, dlq_values, read_position
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,15 @@ LEASE_SECONDS = 15.0
 # to the first once a write has succeeded.
 RETRY_FIRST = 0.5
 RETRY_LONGEST = 10.0
+# A writer that calls wait for and that has not answered for WRITER_STUCK seconds (a batch takes
+# well under one) makes the streams it owes stuck; one silent for WRITER_KILL is killed and
+# another started, as the mirror's process is (process.py, SILENT_STUCK and SILENT_KILL).
+WRITER_STUCK = 10.0
+WRITER_KILL = 60.0
+# A writer still starting (a forkserver's first start on a loaded machine takes seconds) is given
+# this long to say it is ready, however short WRITER_KILL, before it is told as stuck and killed,
+# as the mirror's process is given its first report (FIRST_REPORT).
+WRITER_FIRST = 60.0
 
 
 def lease_name(source: str) -> str:
@@ -72,6 +81,10 @@ def lease_name(source: str) -> str:
 
 class StreamChanged(Exception):
     """The stream was deleted or recreated under the mirror: start over from the database."""
+
+
+class WriterSilent(WriterError):
+    """The writer process has not answered the writes waiting for it for WRITER_STUCK seconds."""
 
 
 @dataclass
@@ -182,7 +195,8 @@ class Mirror:
                         # told as stuck with this error until one does.
                         log.warning("the mirror's writer%s could not be started (%s: %s)", of_source(self.source),
                                     type(exc).__name__, exc)
-                    followers = [asyncio.create_task(self._follow_forever(self.settings.dlq_stream,
+                    followers = [asyncio.create_task(self._watch()),
+                                 asyncio.create_task(self._follow_forever(self.settings.dlq_stream,
                                                                           self._prepare_dlq))]
                     if self.settings.capture_advisories:
                         followers.append(asyncio.create_task(
@@ -313,6 +327,56 @@ class Mirror:
             if writing:
                 await asyncio.shield(asyncio.gather(*writing, return_exceptions=True))
             await inbox.close()
+
+    async def _watch(self) -> None:
+        """Every CHECK_INTERVAL while following: ask the head of each stream whose follower has not
+        asked for a while (it waits on the writer), so the lag told stays the stream's head minus
+        what is committed; and watch the writer. One that has not answered the writes waiting for
+        it for WRITER_STUCK is logged once and makes the streams it owes stuck; one silent for
+        WRITER_KILL is killed by its process id, its writes fail, and the followers start again from
+        the committed position with a new writer (nothing is lost, nothing stored twice)."""
+        told = None  # the silent writer (its pid) already logged
+        while True:
+            await asyncio.sleep(CHECK_INTERVAL)
+            await self._ask_heads()
+            silent, pid, ready = self._process.silent(), self._process.pid, self._process.ready
+            kill_after = WRITER_KILL if ready else max(WRITER_FIRST, WRITER_KILL)
+            if silent < (WRITER_STUCK if ready else kill_after):  # a writer still starting is not silent yet
+                told = None
+                continue
+            owed = [p for p in self.progress.values() if p.queued_seq > p.last_seq]
+            if told != pid:
+                told = pid
+                log.warning("the mirror's writer%s (pid %s) has not answered for %.0f s; waiting: %s; it is "
+                            "killed and another started once silent for %.0f s", of_source(self.source), pid, silent,
+                            ", ".join(f"{p.named} after sequence {p.last_seq} up to {p.queued_seq} "
+                                      f"({p.lag} behind the stream)" for p in owed) or "nothing", kill_after)
+            error = WriterSilent(f"the mirror's writer process (pid {pid}) has not answered for "
+                                 f"{WRITER_STUCK if ready else kill_after:.0f} s")
+            for progress in owed:
+                if progress.error is None:
+                    progress.stuck(error)
+            if silent >= kill_after:
+                log.warning("the mirror's writer%s (pid %s) has not answered for %.0f s; killing it, another "
+                            "resumes from the committed position", of_source(self.source), pid, silent)
+                self._process.kill(pid)
+
+    async def _ask_heads(self) -> None:
+        """Note each stream's last sequence where its follower last did more than two checks ago
+        (it waits on the writer); not while NATS is away, nor across a recreated stream."""
+        js = self.bridge.js
+        if js is None or not self.bridge.state.connected:
+            return
+        for name, progress in self.progress.items():
+            if progress.epoch is None or time.monotonic() - progress.asked < 2 * CHECK_INTERVAL:
+                continue
+            try:
+                info = await asyncio.wait_for(js.stream_info(name), self.settings.request_timeout)
+            except Exception as exc:  # noqa: BLE001 - its follower says what fails
+                log.debug("the head of %s could not be read: %s", progress.named, exc)
+                continue
+            if stream_epoch(info) == progress.epoch:
+                progress.saw_stream(info.state.last_seq)
 
     async def _writer_ready(self) -> None:
         """Start the writer process unless it runs, raising what stops it: a quiet stream is

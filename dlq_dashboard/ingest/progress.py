@@ -4,6 +4,7 @@ banner read from memory, changed on the bridge's thread only. Its log lines are 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,6 +38,9 @@ class StreamProgress:
     # long the oldest message not mirrored has waited. Changed on the bridge's thread; pages read a copy.
     seen: deque = field(default_factory=lambda: deque(maxlen=4096), repr=False)
     source: str = DEFAULT_SOURCE  # the source (SPEC section 12) whose stream this is
+    # When the stream's last sequence was last asked (monotonic; 0: never): the mirror asks again
+    # while its follower waits on the writer, so the lag stays the stream's head minus what is committed.
+    asked: float = field(default=0.0, repr=False, compare=False)
 
     @property
     def named(self) -> str:
@@ -78,6 +82,7 @@ class StreamProgress:
     def saw_stream(self, last_seq: int) -> None:
         """Note the stream's last sequence as stream_info (or the first sight of it) says now."""
         self.stream_last_seq = last_seq
+        self.asked = time.monotonic()
         while self.seen and self.seen[0][1] <= self.last_seq:
             self.seen.popleft()
         if not self.seen or last_seq > self.seen[-1][1]:

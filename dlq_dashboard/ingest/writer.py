@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from functools import lru_cache
@@ -70,6 +71,10 @@ class WriterProcess:
         self._pending: deque[Future] = deque()  # the calls the current process has not answered
         self._ended = threading.Event()  # set when the current process's pipe has closed
         self._lock = threading.Lock()
+        # Since when the current process owes an answer it has not given (monotonic): set when a
+        # call is sent while none was waiting, moved on by each answer, None once none waits.
+        self._owed_since: float | None = None
+        self.ready = False  # whether the current process has said it is ready (its start done)
 
     def submit(self, name: str, *args: Any) -> Future:
         """Send ingest function ``name`` and its ``args`` to the writer; the future has its
@@ -78,6 +83,8 @@ class WriterProcess:
         future: Future = Future()
         with self._lock:
             self._ensure_running()
+            if self._owed_since is None:
+                self._owed_since = time.monotonic()
             try:
                 self._conn.send((name, args))
             except OSError as exc:
@@ -101,6 +108,27 @@ class WriterProcess:
                 self._stop_process()
             self._start()
 
+    @property
+    def pid(self) -> int | None:
+        """The current writer process's id (None before the first starts)."""
+        proc = self._proc
+        return proc.pid if proc is not None else None
+
+    def silent(self) -> float:
+        """How long, in seconds, calls have waited for the writer without it answering one (0 while
+        none waits): a writer that commits gives an answer a batch, well within a second."""
+        since = self._owed_since
+        return 0.0 if since is None else max(time.monotonic() - since, 0.0)
+
+    def kill(self, pid: int) -> None:
+        """Kill the writer process ``pid`` if it is still the current one: one that stopped
+        answering (stopped, or hung) gets no say. Its calls fail (nothing they had is committed,
+        as each commits with its position), and the next call starts another writer. The lock is
+        not taken: a call may be waiting, holding it, for a pipe the hung writer does not read."""
+        proc = self._proc
+        if proc is not None and proc.pid == pid:
+            proc.kill()
+
     def call(self, name: str, *args: Any) -> Any:
         """Run ingest function ``name`` in the writer and return its result."""
         return self.submit(name, *args).result()
@@ -113,6 +141,7 @@ class WriterProcess:
         self._proc.start()
         theirs.close()
         self._conn, self._pending, self._ended = ours, deque(), threading.Event()
+        self._owed_since, self.ready = None, False
         threading.Thread(target=self._read_replies, args=(ours, self._pending, self._ended),
                          name="mirror-writer-replies", daemon=True).start()
 
@@ -124,11 +153,21 @@ class WriterProcess:
             except (EOFError, OSError):
                 ended.set()
                 with self._lock:
+                    if pending is self._pending:
+                        self._owed_since = None
                     while pending:
                         _settle(pending.popleft(), exception=WriterError("the writer process ended"))
                 return
+            if status == "ready":  # its start is done: a slow start is not a silence (serve)
+                with self._lock:
+                    if pending is self._pending:
+                        self.ready = True
+                        self._owed_since = time.monotonic() if pending else None
+                continue
             with self._lock:
                 future = pending.popleft()
+                if pending is self._pending:
+                    self._owed_since = time.monotonic() if pending else None
             if status == "ok":
                 _settle(future, result=value)
             else:
@@ -195,6 +234,7 @@ def serve(database_url: str, conn: Connection, alerts: AlertRule | None = None, 
     # walk it again at every full collection, which a batch's many new objects bring about.
     gc.freeze()
     try:
+        conn.send(("ready", None))
         while True:
             try:
                 request = conn.recv()

@@ -1,0 +1,89 @@
+"""The mirror's health says the truth under faults, against a real nats-server: a writer process
+that stops answering is told as stuck with why, then replaced, and the mirror recovers by itself
+with nothing lost or stored twice; every place tells the same lag (the stream's head minus what is
+committed) while it is stuck; and a NATS outage is NATS's line alone, not a stuck mirror."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from dlq_dashboard.ingest import mirror
+from dlq_dashboard.runtime import runtime_of
+
+from . import support
+from .test_mirror_hardening import MIRROR_LOG, entry_seqs, health, publish_dead_letters
+
+BACKLOG = 5000
+
+
+def metric(client, name: str, **labels) -> float | None:
+    text = client.get("/metrics").get_data(as_text=True)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
+
+
+def banner(client) -> str:
+    return re.sub(r"\s+", " ", client.get("/status/banner").get_data(as_text=True))
+
+
+def stuck_on_the_writer(app):
+    """/healthz once it says the DLQ stream is stuck on its silent writer, with the whole backlog as its lag."""
+    status, body = health(app)
+    dlq = body["mirror"]["streams"]["DLQ"]
+    if status == 503 and "has not answered" in (dlq["error"] or "") and body["mirror_lag"] == BACKLOG:
+        return body
+    return None
+
+
+def test_a_frozen_writer_is_told_as_stuck_with_the_whole_lag_then_replaced_and_nothing_is_lost_or_doubled(
+        app, nats_server, monkeypatch, caplog):
+    caplog.set_level(logging.WARNING, logger=MIRROR_LOG)
+    rt = runtime_of(app)
+    viewer = support.logged_in(app, "viewer")
+    publish_dead_letters(nats_server.url, 1)  # the writer process starts with its first write
+    support.wait_for(lambda: support.entry_count(rt.engine) == 1, timeout=20, message="the first entry")
+    frozen_pid = rt.mirror._process._proc.pid
+    monkeypatch.setattr(mirror, "WRITER_STUCK", 1.0)
+    monkeypatch.setattr(mirror, "WRITER_KILL", 600.0)  # not replaced until the figures are read
+    caplog.clear()
+
+    with support.writer_stopped(rt) as pid:  # the mirror receives, nothing is committed
+        assert pid == frozen_pid
+        publish_dead_letters(nats_server.url, BACKLOG, first=1)
+        body = support.wait_for(lambda: stuck_on_the_writer(app), timeout=30,
+                                message="/healthz to say the writer is silent, the whole backlog behind")
+        assert f"(pid {pid})" in body["mirror"]["streams"]["DLQ"]["error"]
+        # The banner, /api/sources and the metrics tell the same: stuck, why, and the same lag.
+        text = support.wait_for(lambda: f"{BACKLOG:,} messages" in (t := banner(viewer)) and t, timeout=10,
+                                message="the banner to count the whole backlog")
+        assert "The mirror is stuck on stream DLQ</strong>" in text and "has not answered" in text
+        sources = viewer.get("/api/sources").get_json()["sources"][0]
+        assert sources["status"] == "stuck" and sources["mirror_lag"] == BACKLOG
+        client = app.test_client()
+        assert metric(client, "dlq_mirror_stuck", stream="DLQ") == 1
+        assert metric(client, "dlq_mirror_lag_messages", stream="DLQ") == BACKLOG
+        assert support.entry_count(rt.engine) == 1
+
+        # Silent long enough: killed by its process id and replaced; the mirror goes on by itself.
+        monkeypatch.setattr(mirror, "WRITER_KILL", 2.0)
+        support.wait_for(lambda: (proc := rt.mirror._process._proc) is not None and proc.pid != pid, timeout=30,
+                         message="another writer process")
+        # The new writer is judged as usual: a loaded machine's slow batch is not a silence.
+        monkeypatch.setattr(mirror, "WRITER_STUCK", 10.0)
+        monkeypatch.setattr(mirror, "WRITER_KILL", 60.0)
+        support.wait_for(lambda: support.entry_count(rt.engine) == BACKLOG + 1, timeout=60,
+                         message="every dead letter mirrored by the new writer")
+    assert entry_seqs(rt.engine) == list(range(1, BACKLOG + 2))
+    support.wait_for(lambda: health(app)[0] == 200, timeout=20, message="/healthz to be ok again")
+    assert "The mirror is stuck" not in banner(viewer)
+    assert metric(app.test_client(), "dlq_mirror_stuck", stream="DLQ") == 0
+    lines = [r.getMessage() for r in caplog.records if r.name == MIRROR_LOG]
+    told = [line for line in lines if f"(pid {pid}) has not answered for" in line and "waiting:" in line]
+    assert len(told) == 1 and "DLQ after sequence 1" in told[0], lines
+    assert any("killing it" in line for line in lines), lines
