@@ -14,6 +14,7 @@ from dlq_dashboard.ingest import mirror
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
+from .support import frozen
 from .test_mirror_hardening import MIRROR_LOG, entry_seqs, health, publish_dead_letters
 
 BACKLOG = 5000
@@ -87,3 +88,34 @@ def test_a_frozen_writer_is_told_as_stuck_with_the_whole_lag_then_replaced_and_n
     told = [line for line in lines if f"(pid {pid}) has not answered for" in line and "waiting:" in line]
     assert len(told) == 1 and "DLQ after sequence 1" in told[0], lines
     assert any("killing it" in line for line in lines), lines
+
+
+def test_a_nats_outage_is_told_as_nats_unreachable_not_as_a_stuck_mirror(app, nats_server, monkeypatch):
+    rt = runtime_of(app)
+    viewer = support.logged_in(app, "viewer")
+    support.wait_for(lambda: all(p.epoch for p in rt.mirror.progress.values()), message="the mirror to follow")
+    failures: list[str] = []
+    pause = mirror.Mirror._pause
+
+    async def noted_pause(self, stream, seconds):  # each follower's failure ends in a pause
+        failures.append(stream)
+        await pause(self, stream, seconds)
+
+    monkeypatch.setattr(mirror.Mirror, "_pause", noted_pause)
+    client = app.test_client()
+    with frozen(nats_server):
+        support.wait_for(lambda: {"DLQ", "DLQ_ADVISORIES"} <= set(failures), timeout=30,
+                         message="both followers to fail on the frozen server")
+        support.wait_for(lambda: not rt.bridge.state.connected, timeout=10, message="NATS declared unreachable")
+        status, body = health(app)
+        assert status == 503 and body["nats"]["connected"] is False
+        assert [s["error"] for s in body["mirror"]["streams"].values()] == [None, None], body
+        assert metric(client, "dlq_mirror_stuck", stream="DLQ") == 0
+        assert metric(client, "dlq_mirror_stuck", stream="DLQ_ADVISORIES") == 0
+        text = banner(viewer)
+        assert "NATS is not reachable" in text and "stuck" not in text
+        assert viewer.get("/api/sources").get_json()["sources"][0]["status"] == "unreachable"
+    support.wait_for(lambda: health(app)[0] == 200, timeout=30, message="/healthz to be ok again")
+    publish_dead_letters(nats_server.url, 3)
+    support.wait_for(lambda: support.entry_count(rt.engine) == 3, timeout=30, message="the mirror to go on")
+

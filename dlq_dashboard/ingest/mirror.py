@@ -41,7 +41,7 @@ from ..times import utcnow
 from .direct import EPOCH, DirectReader, supports_batches
 from .inbox import Budget, Inbox
 from .parse import parse_advisory
-from .progress import StreamProgress, mirrored_streams, of_source
+from .progress import StreamProgress, mirrored_streams, nats_failure, of_source
 from .writer import WriterError, WriterProcess
 from .writes import FetchedMessage, StreamMessage, dlq_values, read_position
 
@@ -229,7 +229,10 @@ class Mirror:
                 await asyncio.sleep(0)
                 continue
             except Exception as exc:  # an outage, a failed write: start over from the database
-                progress.stuck(exc)
+                if nats_failure(exc):
+                    progress.waits_for_nats(exc)  # the NATS line says it: not a stuck stream
+                else:
+                    progress.stuck(exc)
                 if progress.outages != outages:
                     delay = RETRY_FIRST  # a new outage: the last one ended with a success
             await self._pause(stream, delay)

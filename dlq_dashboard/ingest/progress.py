@@ -3,16 +3,19 @@ banner read from memory, changed on the bridge's thread only. Its log lines are 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from nats.errors import Error as NatsError
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Settings
 from ..db.liveness import describe
+from ..nats.bridge import NatsUnavailable
 from ..redaction import scrub
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
@@ -41,6 +44,9 @@ class StreamProgress:
     # When the stream's last sequence was last asked (monotonic; 0: never): the mirror asks again
     # while its follower waits on the writer, so the lag stays the stream's head minus what is committed.
     asked: float = field(default=0.0, repr=False, compare=False)
+    # Why the follower waits for NATS (its last failure was NATS not answering), None once NATS
+    # answers: a NATS outage is told by the NATS line, not as a stuck stream (docs/sources.md).
+    nats_wait: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def named(self) -> str:
@@ -64,6 +70,16 @@ class StreamProgress:
             log.debug("mirroring %s is still stuck (%s)", self.named, error)
         self.error = error
 
+    def waits_for_nats(self, exc: BaseException) -> None:
+        """Note a failure of NATS's (it did not answer, or not usefully): the follower waits for
+        NATS and starts again from the committed position; the stream is not stuck for it
+        (logged once an outage)."""
+        error = scrub(f"{type(exc).__name__}: {exc}")
+        if self.nats_wait is None:
+            log.warning("mirroring %s waits for NATS (%s); it resumes from the committed position once NATS "
+                        "answers", self.named, error)
+        self.nats_wait = error
+
     def recovered(self) -> None:
         """Note a success (a committed write, or nothing left to write): the stream is not stuck."""
         if self.error is not None:
@@ -83,6 +99,7 @@ class StreamProgress:
         """Note the stream's last sequence as stream_info (or the first sight of it) says now."""
         self.stream_last_seq = last_seq
         self.asked = time.monotonic()
+        self.nats_wait = None
         while self.seen and self.seen[0][1] <= self.last_seq:
             self.seen.popleft()
         if not self.seen or last_seq > self.seen[-1][1]:
@@ -94,6 +111,13 @@ class StreamProgress:
         if self.stream_last_seq <= last_seq:
             return None
         return next((at for at, seq in list(self.seen) if seq > last_seq), None)
+
+
+def nats_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is NATS not answering (a timeout, no responders, a closed connection, a
+    JetStream error): the mirror then waits for NATS. Anything else (a write the database or the
+    writer refused, an error nothing foresaw) makes the stream stuck."""
+    return isinstance(exc, (NatsError, asyncio.TimeoutError, NatsUnavailable))
 
 
 def mirrored_streams(settings: Settings) -> list[str]:
