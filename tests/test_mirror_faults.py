@@ -6,7 +6,9 @@ committed) while it is stuck; and a NATS outage is NATS's line alone, not a stuc
 from __future__ import annotations
 
 import logging
+import os
 import re
+import signal
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -119,3 +121,27 @@ def test_a_nats_outage_is_told_as_nats_unreachable_not_as_a_stuck_mirror(app, na
     publish_dead_letters(nats_server.url, 3)
     support.wait_for(lambda: support.entry_count(rt.engine) == 3, timeout=30, message="the mirror to go on")
 
+
+def test_healthz_is_not_ok_while_messages_wait_and_no_process_mirrors_them(tmp_path, nats_server, monkeypatch):
+    """Between a mirror's process that ended (here killed) and the next, this process does not
+    mirror and its ended child's lease still holds: messages waiting then are not "ok"."""
+    from dlq_dashboard import create_app
+    from dlq_dashboard.ingest import process
+
+    monkeypatch.setattr(process, "RESTART_FIRST", 600.0)  # the next child is not started during the test
+    support.migrated_sqlite(tmp_path / "dlq.sqlite3")
+    app = create_app({"SETTINGS": support.make_settings(tmp_path, nats_server.url), "TESTING": True})
+    rt = runtime_of(app).start(mirror_process=True)
+    try:
+        support.wait_for(lambda: rt.mirror.leader, timeout=60, message="the child to take the lease")
+        support.wait_for(lambda: health(app)[0] == 200, timeout=20, message="/healthz ok")
+        child = rt.mirror_process.pid
+        os.kill(child, signal.SIGKILL)
+        support.wait_for(lambda: not rt.mirror.leader, timeout=30, message="the child's end to be seen")
+        publish_dead_letters(nats_server.url, 5)
+        status, body = support.wait_for(lambda: (h := health(app))[1]["mirror_lag"] == 5 and h, timeout=20,
+                                        message="/healthz to count the five waiting")
+        assert body["mirror"]["leader"] is False
+        assert status == 503 and body["status"] == "degraded", body
+    finally:
+        rt.stop()

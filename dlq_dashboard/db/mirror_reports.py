@@ -39,6 +39,7 @@ class StreamReport:
     stuck_since: datetime | None
     behind: datetime | None
     until: datetime
+    holder: str = ""  # the lease's holder: a process's own, from a mirror of its that has ended, tells nothing
 
     @property
     def lag(self) -> int:
@@ -69,11 +70,11 @@ def read_reports(conn: Connection, leases: list[str]) -> dict[str, tuple[StreamR
         return None if value is None else datetime.fromisoformat(value)
 
     found: dict[str, tuple[StreamReport, ...]] = {}
-    rows = conn.execute(select(LEASES.c.report, LEASES.c.expires_at)
+    rows = conn.execute(select(LEASES.c.report, LEASES.c.expires_at, LEASES.c.holder)
                         .where(LEASES.c.name.in_(leases), LEASES.c.report.is_not(None), LEASES.c.expires_at > RELEASED))
-    for report, until in rows:
+    for report, until, holder in rows:
         told = json.loads(report)
         found[told["source"]] = tuple(
             StreamReport(told["source"], s["stream"], s["last_seq"], s["stream_last_seq"], s["error"],
-                         at(s["stuck_since"]), at(s["behind"]), until) for s in told["streams"])
+                         at(s["stuck_since"]), at(s["behind"]), until, holder) for s in told["streams"])
     return found

@@ -22,6 +22,7 @@ from ..times import format_time, utcnow
 from . import current_runtime
 from .auth import Identity, current_identity, requires
 from ..access import visible
+from .status import fresh_reports
 from .data import current_reader, entries_page, entry_detail, failure_groups, request_filter
 
 bp = Blueprint("api", __name__)
@@ -232,6 +233,12 @@ def mirror_health(rt, heads: dict[str, int] | None, positions: dict[str, int] | 
         report[name] = state
     lags = [state["lag"] for state in report.values()]
     total = None if None in lags else sum(lags)
+    if not leader and total:
+        # Messages wait and no process mirrors them: not this one (its mirror's process is being
+        # replaced, or it has not taken the lease yet), nor another replica (none reports under a
+        # lease that holds, save this process's own ended mirror).
+        own = getattr(mirror, "holder", None)
+        well = well and any(r.holder != own for r in fresh_reports(rt, feed.name, now))
     return {"leader": leader, "streams": report}, total, well
 
 
