@@ -641,12 +641,21 @@ def frozen(server):
 
 
 @contextmanager
-def writer_stopped(rt):
+def writer_stopped(rt, watched: bool = False):
     """The mirror's writer process of runtime ``rt`` stopped with SIGSTOP (the mirror receives,
     nothing is committed), continued with SIGCONT afterwards whatever happens. On SQLite it is
     stopped while this holds the database's write lock, so never inside a transaction of its own:
     stopped there, it would keep every other writer waiting until "database is locked" (seen once
-    in CI, when the search pass had just begun)."""
+    in CI, when the search pass had just begun). Unless ``watched``, the mirror's watch over its
+    writer is held off meanwhile (a writer silent for 10 s is stuck, then replaced: mirror.py
+    WRITER_STUCK), so that a test of a mirror behind on a loaded machine sees it behind."""
+    if not watched:
+        with _writer_unwatched():
+            with writer_stopped(rt, watched=True) as pid:
+                yield pid
+            # Watched again once it has answered since it was continued: its silence is over.
+            wait_for(lambda: rt.mirror._process.silent() < 5.0, timeout=30, message="the writer to answer again")
+        return
     pid = rt.mirror._process._proc.pid
     url = rt.engine.url
     if url.get_backend_name() != "sqlite":
@@ -663,6 +672,18 @@ def writer_stopped(rt):
             yield pid
     finally:
         conn.close()
+
+
+@contextmanager
+def _writer_unwatched():
+    from dlq_dashboard.ingest import mirror
+
+    held = mirror.WRITER_STUCK, mirror.WRITER_KILL
+    mirror.WRITER_STUCK = mirror.WRITER_KILL = 3600.0
+    try:
+        yield
+    finally:
+        mirror.WRITER_STUCK, mirror.WRITER_KILL = held
 
 
 # --- who closed a descriptor -----------------------------------------------------------------

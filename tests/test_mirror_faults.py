@@ -56,7 +56,7 @@ def test_a_frozen_writer_is_told_as_stuck_with_the_whole_lag_then_replaced_and_n
     monkeypatch.setattr(mirror, "WRITER_KILL", 600.0)  # not replaced until the figures are read
     caplog.clear()
 
-    with support.writer_stopped(rt) as pid:  # the mirror receives, nothing is committed
+    with support.writer_stopped(rt, watched=True) as pid:  # the mirror receives, nothing is committed
         assert pid == frozen_pid
         publish_dead_letters(nats_server.url, BACKLOG, first=1)
         body = support.wait_for(lambda: stuck_on_the_writer(app), timeout=30,
