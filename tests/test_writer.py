@@ -94,6 +94,32 @@ def test_a_reply_to_a_cancelled_call_leaves_the_writer_answering_the_next_ones(e
     assert entry_seqs(engine) == [1, 2, 3]
 
 
+def test_a_stopped_writer_is_silent_while_calls_wait_and_one_killed_by_its_pid_is_replaced(engine, database_url):
+    """What the mirror's watch reads (ingest/mirror.py _watch): how long calls have waited without
+    an answer, never while none waits; and the kill by process id that replaces a silent writer."""
+    writer = WriterProcess(database_url)
+    try:
+        assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(1, 1), 0) == 1
+        assert writer.ready and writer.silent() == 0.0
+        pid = writer.pid
+        with support.stopped(pid):
+            waiting = writer.submit("ingest_dlq_rows", "DLQ", "e1", rows(2, 2), 1)
+            support.wait_for(lambda: writer.silent() >= 0.5, timeout=10, message="the silence to be counted")
+            writer.kill(pid + 1)  # not the current writer's id: nothing happens
+            assert not waiting.done()
+            writer.kill(pid)
+            with pytest.raises(WriterError, match="the writer process ended"):
+                waiting.result(timeout=30)
+        support.wait_for(lambda: support.gone(pid), message="the silent writer to die")
+        assert writer.silent() == 0.0
+        # The next call starts another, which takes the batch from the committed position.
+        assert writer.call("ingest_dlq_rows", "DLQ", "e1", rows(2, 3), 1) == 2
+        assert writer.pid != pid and writer.silent() == 0.0
+    finally:
+        writer.close()
+    assert entry_seqs(engine) == [1, 2, 3]
+
+
 @pytest.mark.slow
 def test_calls_in_flight_when_the_writer_dies_fail_rather_than_hang(engine, database_url):
     writer = WriterProcess(database_url)
