@@ -10,6 +10,7 @@ import os
 import re
 import signal
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dlq_dashboard.ingest import mirror
@@ -44,6 +45,7 @@ def stuck_on_the_writer(app):
     return None
 
 
+@pytest.mark.both_databases
 def test_a_frozen_writer_is_told_as_stuck_with_the_whole_lag_then_replaced_and_nothing_is_lost_or_doubled(
         app, nats_server, monkeypatch, caplog):
     caplog.set_level(logging.WARNING, logger=MIRROR_LOG)
