@@ -94,6 +94,21 @@ def test_a_frozen_writer_is_told_as_stuck_with_the_whole_lag_then_replaced_and_n
     assert any("killing it" in line for line in lines), lines
 
 
+def test_a_stream_jetstream_refuses_to_make_is_stuck_with_its_reason_not_waiting_for_nats(make_app, nats_server, tmp_path,
+                                                                                          database_url):
+    # NATS answers, refusing: waiting for it mends nothing, and the person must read why.
+    app = make_app(settings=support.make_settings(tmp_path, nats_server.url, database_url=database_url,
+                                                  stream_replicas=3))
+    runtime_of(app).start()  # the mirror never follows: support.start would wait for it
+    support.wait_for(lambda: "replicas" in (health(app)[1]["mirror"]["streams"]["DLQ"]["error"] or ""),
+                     timeout=30, message="the DLQ stream stuck with JetStream's reason")
+    status, body = health(app)
+    assert status == 503 and body["nats"]["connected"] is True
+    assert "not supported in non-clustered mode" in body["mirror"]["streams"]["DLQ"]["error"]
+    assert metric(app.test_client(), "dlq_mirror_stuck", stream="DLQ") == 1
+    assert "stuck" in banner(support.logged_in(app, "viewer"))
+
+
 def test_a_nats_outage_is_told_as_nats_unreachable_not_as_a_stuck_mirror(app, nats_server, monkeypatch):
     rt = runtime_of(app)
     viewer = support.logged_in(app, "viewer")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from nats.errors import Error as NatsError
+from nats.js.errors import APIError, ServiceUnavailableError
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Settings
@@ -114,9 +115,14 @@ class StreamProgress:
 
 
 def nats_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` is NATS not answering (a timeout, no responders, a closed connection, a
-    JetStream error): the mirror then waits for NATS. Anything else (a write the database or the
-    writer refused, an error nothing foresaw) makes the stream stuck."""
+    """Whether ``exc`` is NATS not answering (a timeout, no responders, a closed connection,
+    JetStream saying it is unavailable for now): the mirror then waits for NATS. Anything else
+    makes the stream stuck: a write the database or the writer refused, an error nothing foresaw,
+    and an answer of JetStream's refusing what the mirror asks (``DLQ_REPLICAS=3`` against a
+    server that is not clustered: "replicas > 1 not supported in non-clustered mode"), which NATS
+    answering will not mend and the person must read."""
+    if isinstance(exc, APIError):
+        return isinstance(exc, ServiceUnavailableError)
     return isinstance(exc, (NatsError, asyncio.TimeoutError, NatsUnavailable))
 
 
