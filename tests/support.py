@@ -617,6 +617,12 @@ def stopped(*pids: int) -> Iterator[None]:
     try:
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
+        for pid in pids:
+            # kill() returns once the signal is queued; each thread stops when it next runs. Until
+            # all have, a request sent now could still be answered (a nats-server, seen once on a
+            # loaded machine), or a message received and handed on (the mirror's process gave two
+            # to its writer, which committed them "while it hung": test_mirror_process.py).
+            wait_for(lambda: _all_threads_stopped(pid), timeout=10, message=f"every thread of process {pid} to stop")
         yield
     finally:
         for pid in pids:
@@ -632,11 +638,7 @@ def stopped(*pids: int) -> Iterator[None]:
 def frozen(server):
     """The nats-server stopped with SIGSTOP (its connections stay open, nothing answers),
     continued with SIGCONT afterwards whatever happens (``stopped``)."""
-    with stopped(server.proc.pid):
-        # kill() returns once the signal is queued; each thread stops when it next runs. Until all
-        # have, a request sent now could still be answered (seen once on a loaded machine).
-        wait_for(lambda: _all_threads_stopped(server.proc.pid), timeout=10,
-                 message="every thread of the nats-server to stop")
+    with stopped(server.proc.pid):  # every thread of it stopped
         yield
 
 
@@ -665,8 +667,7 @@ def writer_stopped(rt, watched: bool = False):
     conn = sqlite3.connect(url.database, timeout=30, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")  # the writer holds no transaction now, nor can begin one
-        with stopped(pid):
-            wait_for(lambda: _all_threads_stopped(pid), timeout=10, message="every thread of the writer to stop")
+        with stopped(pid):  # every thread of it stopped
             conn.execute("ROLLBACK")
             conn.close()
             yield pid
