@@ -125,9 +125,10 @@ def create_app(config: dict[str, Any] | None = None):
     def _csrf_unless_bearer():
         # A bearer-token call carries no cookie, so no other site can forge it; everything
         # else that changes state needs the CSRF token (a form field or X-CSRFToken header).
-        # A request that its route's role refuses for want of a session has nothing to forge.
+        # A request that its route's role refuses for want of a session has nothing to forge,
+        # nor has one that matches no route or no method of it (answered 404 or 405: nothing runs).
         if bearer_token() is None and request.method in app.config["WTF_CSRF_METHODS"] \
-                and not auth.wants_a_session():
+                and request.routing_exception is None and not auth.wants_a_session():
             csrf.protect()
 
     logging.getLogger("dlq_dashboard").setLevel(logging.INFO)

@@ -233,6 +233,26 @@ def test_an_unknown_api_path_or_method_says_where_the_routes_are_or_which_method
     assert answer.status_code == 405 and answer.get_json()["error"] == "/healthz does not take POST: use GET."
 
 
+def test_a_write_without_a_token_to_no_route_or_no_method_is_the_404_or_405_not_a_csrf_refusal(site):
+    # Without a token the CSRF check ran before the routing error: 400 "Refused: The CSRF token is
+    # missing", though such a request writes nothing there is to forge.
+    anonymous = site["app"].test_client()
+    answer = anonymous.post("/api/nonexistent")
+    assert answer.status_code == 404
+    assert answer.get_json()["error"] == "No route of the API answers POST /api/nonexistent: /api/openapi.json lists them."
+    assert anonymous.post("/api/jobs/99999999999999999999/cancel").status_code == 404
+    answer = anonymous.delete("/api/entries/1")
+    assert answer.status_code == 405 and answer.get_json()["error"] == "/api/entries/1 does not take DELETE: use GET."
+    for client, signed_in in ((site["viewer"], True), (anonymous, False)):  # a page's address, a browser's form
+        answer = client.post("/users", data={"name": "x"})
+        html = answer.get_data(as_text=True)
+        assert answer.status_code == 404 and "There is no page at /users." in html
+        assert ("Logout" in html) == signed_in
+        assert client.delete("/groups").status_code == 405
+    # A write to a route still needs the CSRF token (or a login first).
+    assert site["viewer"].post("/views", data={"name": "x"}).status_code == 400
+
+
 def test_an_address_that_names_no_page_is_the_dashboards_own_not_found_page(site):
     # It was the server's bare "Not Found" page, without the dashboard's look or a way back.
     for client, signed_in in ((site["viewer"], True), (site["app"].test_client(), False)):
