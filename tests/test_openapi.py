@@ -24,9 +24,12 @@ from schemathesis.specs.openapi.checks import (
 from dlq_dashboard.entries.filters import MAX_LIMIT
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.web.openapi import openapi_document, route_key
+from dlq_dashboard.db.liveness import DatabaseState
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.times import utcnow
 
 from . import support
+from .test_database_outage import from_memory
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 MISSING = 999_999
@@ -82,6 +85,23 @@ def test_each_operation_states_the_login_its_route_requires(offline_app):
                     continue
                 assert role in ("viewer", "operator") and (role == "operator") == (
                     method == "post" or path in reads_for_operators), (method, path)
+
+
+def test_every_operation_lists_the_503_of_a_database_outage_and_every_body_the_413_of_its_size(offline_app):
+    # The outage walk (tests/test_database_outage.py) gets a 503 from every route but those that
+    # answer from memory; the document listed it for republish, bulk, /healthz and /readyz only,
+    # and a body's 413 for none.
+    doc = openapi_document(offline_app)
+    adapter = offline_app.url_map.bind("localhost")
+
+    for path, item in doc["paths"].items():
+        for method, operation in item.items():
+            endpoint, _ = adapter.match(path.replace("{entry_id}", "1").replace("{job_id}", "1")
+                                        .replace("{group_id}", "1"), method=method.upper())
+            assert ("503" in operation["responses"]) == (
+                not from_memory(offline_app, endpoint) or path in ("/healthz", "/readyz")), (method, path)
+            assert ("413" in operation["responses"]) == ("requestBody" in operation), (method, path)
+    assert "Retry-After" in doc["components"]["responses"]["E503"]["headers"]
 
 
 # --- the document against real responses ----------------------------------------------------
@@ -226,7 +246,6 @@ def test_real_responses_match_the_document(api):
                                                    "grants": [{"role": "viewer", "scopes": None}]}
     call("get", "/api/me", 401, role=None)
     from dlq_dashboard.entries.saved_views import save_view
-    from dlq_dashboard.times import utcnow
     save_view(runtime_of(api.app).engine, "token:test-viewer", "open orders", "list", "status=open&subject=orders.%2A",
               utcnow())
     [view] = call("get", "/api/views", 200).json()["views"]
@@ -241,6 +260,20 @@ def test_real_responses_match_the_document(api):
     call("get", "/metrics", 200, role=None)
     call("get", "/api/openapi.json", 200, role=None)
 
+    call("post", republish, 413, role="operator", path_parameters={"entry_id": ids[7]},
+         body={"version": 1, "payload_base64": "A" * (17 * 2 ** 20)})
+    rt = runtime_of(api.app)  # the database away, as the probe says it (Retry-After)
+    probe, rt.database = rt.database, SimpleNamespace(state=DatabaseState(False, utcnow(), "gone"))
+    try:
+        for method, path, kw in (("post", "/api/entries/{entry_id}/close", {"body": {"version": 1}, "path_parameters": entry}),
+                                 ("post", "/api/entries/{entry_id}/reopen", {"body": {"version": 1}, "path_parameters": entry}),
+                                 ("post", state, {"body": {"version": 1, "state": "open"}, "path_parameters": group}),
+                                 ("post", "/api/groups/{group_id}/notes", {"body": {"text": "x"}, "path_parameters": group}),
+                                 ("get", "/api/entries", {})):
+            answer = call(method, path, 503, role="operator", **kw)
+            assert answer.headers.get("retry-after") == ["2"], (method, path)
+    finally:
+        rt.database = probe
     api.nats.stop()
     support.wait_for(lambda: not runtime_of(api.app).bridge.state.connected, message="the bridge to see NATS go")
     call("post", republish, 503, role="operator", path_parameters={"entry_id": ids[7]}, body={"version": 1})

@@ -24,6 +24,7 @@ from .auth import requires
 from .openapi_export import EXPORT_OPERATIONS
 from .openapi_parts import CURSOR, DESK_OPERATIONS, DESK_SCHEMAS, FILTER_PARAMETERS
 from .openapi_parts import errors as _errors
+from .openapi_parts import general_answers
 from .openapi_parts import json_answer as _json
 from .openapi_parts import query as _query
 
@@ -277,9 +278,13 @@ _ERROR_TEXT = {
     403: "The caller's role may not do this.",
     404: "No such entry, job or failure group.",
     409: "The version sent is stale, or the entry's status does not allow the action.",
+    413: "The body is larger than the dashboard takes (16 MB); nothing was done.",
     422: "The request is well-formed but cannot be carried out (e.g. no subject to republish to).",
-    503: "NATS or the database cannot be reached now; nothing was changed.",
+    503: ("NATS or the database cannot be reached now, or the database did not answer in time; nothing was "
+          "changed. For the database, Retry-After says when to ask again."),
 }
+RETRY_AFTER = {"Retry-After": {"schema": {**INT, "minimum": 1},
+                               "description": "With the database away: seconds until it is asked again."}}
 
 
 def _path_id(name: str, what: str) -> dict:
@@ -431,13 +436,13 @@ def route_key(rule: str) -> str:
     return re.sub(r"<[^>]*>|\{[^}]*\}", "{}", rule)
 
 
-def routed_operations(app: Flask) -> set[tuple[str, str]]:
-    """(method, normalised path) of every route the app serves."""
-    routed = set()
+def routed_operations(app: Flask) -> dict[tuple[str, str], str]:
+    """(method, normalised path) of every route the app serves -> its endpoint."""
+    routed = {}
     for rule in app.url_map.iter_rules():
         for method in rule.methods or ():
             if method not in ("HEAD", "OPTIONS"):
-                routed.add((method.lower(), route_key(rule.rule)))
+                routed[(method.lower(), route_key(rule.rule))] = rule.endpoint
     return routed
 
 
@@ -447,8 +452,11 @@ def openapi_document(app: Flask) -> dict[str, Any]:
     paths: dict[str, dict] = {}
     for (method, path), operation in {**OPERATIONS, **DESK_OPERATIONS, **openapi_sources.OPERATIONS,
                                       **openapi_views.OPERATIONS}.items():
-        if (method, route_key(path)) in routed:
-            paths.setdefault(path, {})[method] = operation
+        endpoint = routed.get((method, route_key(path)))
+        if endpoint is not None:
+            view = app.view_functions[endpoint]
+            paths.setdefault(path, {})[method] = general_answers(operation, from_memory=getattr(
+                view, "from_memory", False))
     return {
         "openapi": "3.1.0",
         "info": {"title": "DLQ Dashboard API", "version": "1", "description": DESCRIPTION},
@@ -458,7 +466,8 @@ def openapi_document(app: Flask) -> dict[str, Any]:
         "paths": paths,
         "components": {
             "schemas": {**SCHEMAS, **DESK_SCHEMAS, **openapi_sources.SCHEMAS, **openapi_views.SCHEMAS},
-            "responses": {f"E{code}": _json(_ref("Error"), text) for code, text in _ERROR_TEXT.items()},
+            "responses": {f"E{code}": {**_json(_ref("Error"), text), **({"headers": RETRY_AFTER} if code == 503 else {})}
+                          for code, text in _ERROR_TEXT.items()},
             "securitySchemes": {
                 "bearerToken": {"type": "http", "scheme": "bearer",
                                 "description": "An API token from `flask --app app tokens create`."},

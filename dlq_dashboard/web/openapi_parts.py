@@ -20,6 +20,16 @@ def errors(*codes: int) -> dict:
     return {str(code): {"$ref": f"#/components/responses/E{code}"} for code in codes}
 
 
+def general_answers(operation: dict, *, from_memory: bool) -> dict:
+    """``operation`` with the answers its route can give whatever it does: 413 where it takes a
+    body (one over the limit), 503 where it asks the database (an outage, or a statement that did
+    not finish in time: docs/deploy.md); a route that answers from memory never meets the database."""
+    more = {**(errors(413) if "requestBody" in operation else {}), **({} if from_memory else errors(503))}
+    if set(more) <= set(operation["responses"]):
+        return operation
+    return {**operation, "responses": dict(sorted({**more, **operation["responses"]}.items()))}
+
+
 def query(name: str, description: str, schema: dict | None = None) -> dict:
     """An optional query parameter (a string unless ``schema`` says otherwise)."""
     return {"name": name, "in": "query", "required": False, "description": description,
