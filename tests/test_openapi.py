@@ -25,7 +25,10 @@ from dlq_dashboard.entries.filters import MAX_LIMIT
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.web.openapi import openapi_document, route_key
 from dlq_dashboard.db.liveness import DatabaseState
+from dlq_dashboard.numbers import VERSION_MAX
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.web.params import filter_values
+from dlq_dashboard.web.query_parameters import parameters_of, takes_key_fields
 from dlq_dashboard.times import utcnow
 
 from . import support
@@ -104,7 +107,82 @@ def test_every_operation_lists_the_503_of_a_database_outage_and_every_body_the_4
     assert "Retry-After" in doc["components"]["responses"]["E503"]["headers"]
 
 
+def _properties(schema, doc):
+    """Every (name, schema) of the properties ``schema`` names, however deep, through $refs."""
+    for branch in _branches(schema, doc):
+        for name, sub in branch.get("properties", {}).items():
+            yield name, sub
+            yield from _properties(sub, doc)
+        for key in ("items", "additionalProperties"):
+            if isinstance(branch.get(key), dict):
+                yield from _properties(branch[key], doc)
+
+
+def test_request_bodies_say_what_the_server_reads_of_them(offline_app):
+    # The document had no limits on most versions (GroupStateRequest's up to 2^63 - 1, the server
+    # takes 0 to 2^31 - 1), let any field name through, and was stricter than the server about a
+    # bulk selection's ids and filter.
+    doc = openapi_document(offline_app)
+    bodies = {op["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+              for item in doc["paths"].values() for op in item.values() if "requestBody" in op}
+    assert bodies == {"RepublishRequest", "CloseRequest", "ReopenRequest", "BulkRequest", "RepairSelection",
+                      "GroupStateRequest", "GroupNoteRequest"}
+
+    def valid(name: str, body) -> bool:
+        return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{name}",
+                                                "components": doc["components"]}).is_valid(body)
+
+    versions = [sub for name in bodies for key, sub in _properties({"$ref": f"#/components/schemas/{name}"}, doc)
+                if key == "version"]
+    assert len(versions) == 6 and all(v["$ref"] == "#/components/schemas/Version" for v in versions)
+    assert (doc["components"]["schemas"]["Version"]["minimum"], doc["components"]["schemas"]["Version"]["maximum"]) \
+        == (0, VERSION_MAX)
+    assert valid("ReopenRequest", {"version": VERSION_MAX}) and not valid("ReopenRequest", {"version": VERSION_MAX + 1})
+    assert not valid("GroupStateRequest", {"version": 2**31, "state": "open"})
+    for name, body in (("RepublishRequest", {"version": 1}), ("CloseRequest", {"version": 1}),
+                       ("ReopenRequest", {"version": 1}), ("BulkRequest", {"action": "close", "ids": [1]}),
+                       ("RepairSelection", {"ids": [1]}), ("GroupStateRequest", {"version": 1, "state": "open"}),
+                       ("GroupNoteRequest", {"text": "x"})):
+        assert valid(name, body) and valid(name, {**body, "upto": 3} if name != "RepairSelection" else body), name
+        assert not valid(name, {**body, "paylod_base64": "eA=="}), name  # no request takes it: a 400
+    assert valid("BulkRequest", {"action": "close", "ids": [" 12 ", "12:3", {"id": "12", "version": 3}], "filter": None})
+    assert valid("BulkRequest", {"action": "close", "ids": None,
+                                 "filter": {"group": 1, "status": None, "field.Customer": "C-1", "q": True}})
+    assert valid("RepairSelection", {"filter": {"subject": "orders.*"}, "upto": "9120"})
+    for wrong in ({"subjet": "orders.*"}, {"subject": ["orders.*"]}, {"group": {"id": 1}}):
+        assert not valid("BulkRequest", {"action": "close", "filter": wrong}), wrong
+    assert not valid("BulkRequest", {"action": "close", "ids": ["twelve"]})
+    # A number or a boolean is a filter's value as JSON writes it, as a key field's value is compared.
+    assert filter_values({"group": 1, "status": None, "field.paid": True, "q": "x"}) == {
+        "group": "1", "field.paid": "true", "q": "x"}
+
+
+def test_no_query_parameter_is_named_as_no_client_may_send_it(offline_app):
+    # field.<label> was listed as a parameter of that name: a generated client sent it, the server
+    # refused it. The key fields' filters are said in words and named by x-key-field-filters.
+    doc = openapi_document(offline_app)
+    families = set()
+    for path, item in doc["paths"].items():
+        for method, operation in item.items():
+            for parameter in operation.get("parameters", ()):
+                assert "<" not in parameter["name"] and not parameter["name"].startswith("field."), (path, parameter)
+            if "x-key-field-filters" in operation:
+                assert operation["x-key-field-filters"] == "field.<label>" and "field.Customer=" in operation[
+                    "description"]
+                families.add(path)
+    assert families == {"/api/entries", "/api/groups", "/api/summary", "/api/export.json", "/api/export.ndjson",
+                        "/api/export.csv"}
+    assert takes_key_fields(parameters_of("api.list_entries", "/api/entries"))
+
+
 # --- the document against real responses ----------------------------------------------------
+
+@pytest.fixture(name="settings")
+def settings_with_a_key_field(tmp_path, nats_server, database_url):
+    """conftest's settings, with a key field: the list and the exports carry each entry's fields."""
+    return support.make_settings(tmp_path, nats_server.url, database_url=database_url,
+                                 list_fields=(("order", "/order"),))
+
 
 @pytest.fixture
 def api(app, nats_server, tokens):
@@ -140,7 +218,54 @@ def check_call(api, method: str, path: str, status: int, *, role: str | None = "
     assert response.status_code == status, (method, path, response.text[:300])
     # A 503 while NATS is down is a documented answer, not a server error.
     case.validate_response(response, checks=CHECKS if status < 500 else CHECKS[1:])
+    doc = api.schema.raw_schema
+    answer = operation.definition.raw["responses"][str(status)]
+    answer = resolve(doc, answer["$ref"]) if "$ref" in answer else answer
+    if "application/json" in answer.get("content", {}):
+        assert undeclared(response.json(), answer["content"]["application/json"]["schema"], doc) == [], (method, path)
     return response
+
+
+def resolve(doc, ref: str) -> dict:
+    """The part of ``doc`` a local $ref names."""
+    found = doc
+    for part in ref.removeprefix("#/").split("/"):
+        found = found[part]
+    return found
+
+
+def _branches(schema: dict, doc):
+    if "$ref" in schema:  # what it names and what is said beside it both hold
+        yield from _branches(resolve(doc, schema["$ref"]), doc)
+        schema = {k: v for k, v in schema.items() if k != "$ref"}
+    yield schema
+    for key in ("allOf", "anyOf", "oneOf"):
+        for part in schema.get(key, ()):
+            yield from _branches(part, doc)
+
+
+def undeclared(value, schema: dict, doc, at: str = "$") -> list[str]:
+    """Where an answer carries a key its schema does not name (a schema that names its object's keys
+    lets any other through): a field the document leaves out is a field no client knows of."""
+    branches = list(_branches(schema, doc))
+    found = []
+    if isinstance(value, dict):
+        named: dict[str, list] = {}
+        for branch in branches:
+            for key, sub in branch.get("properties", {}).items():
+                named.setdefault(key, []).append(sub)
+        rest = [b["additionalProperties"] for b in branches if isinstance(b.get("additionalProperties"), dict)]
+        free = not named or any(b.get("additionalProperties") is True or "patternProperties" in b for b in branches)
+        for key, item in value.items():
+            if key in named or rest:
+                found += undeclared(item, {"anyOf": named.get(key) or rest}, doc, f"{at}.{key}")
+            elif not free:
+                found.append(f"{at}.{key}")
+    elif isinstance(value, list):
+        items = [b["items"] for b in branches if isinstance(b.get("items"), dict)]
+        for index, item in enumerate(value):
+            found += undeclared(item, {"anyOf": items}, doc, f"{at}[{index}]") if items else []
+    return found
 
 
 def test_real_responses_match_the_document(api):
@@ -219,6 +344,11 @@ def test_real_responses_match_the_document(api):
     assert (repair["count"], repair["cannot"], repair["pass"]) == (2, 2, 0)  # no schema covers them
     call("post", "/api/repair/preview", 400, role="operator", body={})
     call("post", "/api/repair/preview", 403, body={"ids": [ids[6]]})
+    # ids as digits (blanks around them too), a group's filter sent back as /api/groups gives it.
+    started = call("post", "/api/bulk", 202, role="operator", body={"action": "republish", "ids": [f" {ids[6]} "]})
+    assert "waits_for" in call("get", "/api/jobs/{job_id}", 200, path_parameters={"job_id": started.json()["job"]}).json()
+    call("post", "/api/bulk", 202, role="operator", body={"action": "reopen", "ids": None,
+                                                          "filter": {**groups[0]["filter"], "status": "closed"}})
     call("get", "/api/jobs/{job_id}", 200, path_parameters={"job_id": job})
     call("get", "/api/jobs/{job_id}", 404, path_parameters={"job_id": MISSING})
     call("post", "/api/jobs/{job_id}/cancel", 200, role="operator", path_parameters={"job_id": job})
@@ -232,12 +362,13 @@ def test_real_responses_match_the_document(api):
     call("get", "/api/alerts", 400, role="operator", query={"state": "lost"})
     call("get", "/api/alerts", 403)
 
-    entry_schema = {"$ref": "#/components/schemas/Entry", "components": doc["components"]}
+    entry_schema = {"$ref": "#/components/schemas/ListedEntry", "components": doc["components"]}
     for fmt in ("json", "ndjson", "csv"):
         body = call("get", f"/api/export.{fmt}", 200, query={"subject": "orders.>"}).content
         if fmt == "ndjson":
             for line in body.splitlines():
                 jsonschema.validate(json.loads(line), entry_schema)
+                assert "fields" in json.loads(line) and undeclared(json.loads(line), entry_schema, doc) == []
         call("get", f"/api/export.{fmt}", 400, query={"status": "lost"})
     sources = call("get", "/api/sources", 200).json()["sources"]
     assert [s["name"] for s in sources] == ["default"] and sources[0]["status"] == "ok"

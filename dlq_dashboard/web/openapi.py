@@ -13,25 +13,23 @@ from typing import Any, Iterable
 from flask import Blueprint, Flask, current_app, jsonify
 
 from ..actions.bulk.jobs import JOB_ACTIONS
-from ..actions.close import NOTE_MAX
 from ..access.detail import detail_schemas
-from ..entries.filters import FILTERS, MAX_LIMIT
+from ..entries.filters import MAX_LIMIT
 from ..entries.shape import BOOL, INT, STATUSES, STR, TIME, entry_schema
 from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
-from . import openapi_groups, openapi_sources, openapi_views
+from . import openapi_groups, openapi_requests, openapi_sources, openapi_views
 from .auth import requires
 from .openapi_export import EXPORT_OPERATIONS
 from .openapi_parts import CURSOR, DESK_OPERATIONS, DESK_SCHEMAS, FILTER_PARAMETERS
 from .openapi_parts import errors as _errors
-from .openapi_parts import general_answers
+from .openapi_parts import general_answers, with_key_fields
 from .openapi_parts import json_answer as _json
 from .openapi_parts import query as _query
 
 bp = Blueprint("openapi", __name__)
 
 INT64_MAX = 2**63 - 1
-NOTE = {**STR, "maxLength": NOTE_MAX, "description": f"At most {NOTE_MAX} characters; a longer note is a 400."}
 # The search index is written behind the mirror (ingest/search_index.py SearchLag).
 SEARCH_LAG = {"type": "object", "required": ["indexed_through", "not_indexed", "more"], "description": (
     "With q: how far the search index covers. Entries newer than indexed_through (not_indexed of them under the "
@@ -43,7 +41,8 @@ SCHEMAS: dict[str, dict] = {
         "type": "object", "required": ["error"],
         "properties": {
             "error": {**STR, "description": "What went wrong, as a sentence."},
-            "entry": {"anyOf": [_ref("Entry"), {"type": "null"}], "description": "On 409 from an action: the entry now."},
+            "entry": {"anyOf": [_ref("ActedEntry"), {"type": "null"}],
+                      "description": "On 409 from an action: the entry now."},
             "group": {"anyOf": [_ref("Group"), {"type": "null"}], "description": "On 409 of a group's state: it now."},
             "publish": {**_ref("Publish"), "description": "On 409 when this decision was republished before."},
             "schema_errors": {"type": "array", "items": _ref("SchemaError"),
@@ -74,14 +73,20 @@ SCHEMAS: dict[str, dict] = {
     **detail_schemas(),
     "EntryPage": {
         "type": "object", "required": ["entries", "next_cursor"],
-        "properties": {"entries": {"type": "array", "items": {"allOf": [_ref("Entry"), {"properties": {"fields": {
-            "type": "object", "additionalProperties": _nullable(STR),
-            "description": "With DLQ_LIST_FIELDS: each key field (label -> its value as text, or null where the "
-                           "payload has none; \"•••\" where DLQ_MASK hides it from a viewer)."}}}]}},
+        "properties": {"entries": {"type": "array", "items": _ref("ListedEntry")},
                        "next_cursor": {**_nullable(STR),
                                        "description": "Pass as cursor for the next page; null on the last."},
                        "search": SEARCH_LAG},
     },
+    "ListedEntry": {"allOf": [_ref("Entry"), {"type": "object", "properties": {"fields": {
+        "type": "object", "additionalProperties": _nullable(STR),
+        "description": "With DLQ_LIST_FIELDS: each key field (label -> its value as text, or null where the "
+                       "payload has none; \"•••\" where DLQ_MASK hides it from a viewer)."}}}],
+                    "description": "An entry as the list and the JSON exports give it: with its key fields."},
+    "ActedEntry": {"allOf": [_ref("Entry"), {"type": "object", "properties": {
+        "history": {"type": "array", "items": _ref("HistoryEvent")},
+        "actions": {"type": "array", "items": _ref("AuditRecord")}}}],
+                   "description": "An entry as an action leaves it: with its delivery history and audit records."},
     "Group": {
         "type": "object",
         "required": ["id", "source", "subject", "reason", "label", "count", "by_status", "first_seen", "last_seen",
@@ -135,59 +140,11 @@ SCHEMAS: dict[str, dict] = {
                        "duplicate": {**BOOL, "description": "The broker had this msgId already."}},
     },
     "EntryResult": {
-        "type": "object", "required": ["entry"], "properties": {"entry": _ref("Entry")},
+        "type": "object", "required": ["entry"], "properties": {"entry": _ref("ActedEntry")},
     },
     "RepublishResult": {
         "type": "object", "required": ["entry", "publish"],
-        "properties": {"entry": _ref("Entry"), "publish": _ref("Publish")},
-    },
-    "RepublishRequest": {
-        "type": "object", "required": ["version"],
-        "properties": {
-            "version": {**INT, "description": "The entry's version as seen; a stale one gets 409."},
-            "payload_base64": {**STR, "contentEncoding": "base64",
-                               "description": "An edited payload; without it the stored one is sent."},
-            "force": {**BOOL, "description": "Republish even though the payload fails its schema."},
-        },
-    },
-    "CloseRequest": {
-        "type": "object", "required": ["version"],
-        "properties": {"version": INT, "note": NOTE},
-    },
-    "ReopenRequest": {
-        "type": "object", "required": ["version"], "properties": {"version": INT},
-    },
-    "Filter": {
-        "type": "object", "description": ("The filters of GET /api/entries, as strings; group may be the "
-                                          "integer a group's filter gives."),
-        "properties": {**{f.name: STR for f in FILTERS if not f.family},
-                       "group": {"type": ["string", "integer"]}},
-    },
-    "BulkRequest": {
-        "type": "object", "required": ["action"],
-        "description": ("Select entries by ids or by filter (without status, or with any: open entries, closed ones for reopen; "
-                        "a status the action cannot change is a 400). Each is taken at its version now, or at the one given with its id."),
-        "properties": {
-            "action": {"type": "string", "enum": list(JOB_ACTIONS),
-                       "description": ("patch: apply ``patch`` to each payload, then republish the result; "
-                                       "repair: coerce each payload by its current schema (docs/repair.md), then "
-                                       "republish those that pass (the others skipped with the reason); reopen: "
-                                       "open again closed or republished entries (open ones are skipped).")},
-            "patch": {"type": "array", "items": {"type": "object", "required": ["op", "path"]},
-                      "description": ("A JSON Patch (RFC 6902) for action patch. An entry it cannot apply to "
-                                      "(not JSON, a path missing, a test failing) is skipped with the reason.")},
-            "ids": {"type": "array", "items": {"anyOf": [
-                {**INT, "minimum": 1},
-                {"type": "object", "required": ["id"],
-                 "properties": {"id": {**INT, "minimum": 1}, "version": INT}}]}},
-            "filter": _ref("Filter"),
-            "note": NOTE,
-            "force": {**BOOL, "description": "Republish payloads that fail their schema too."},
-            "only_valid": {**BOOL, "description": ("Take only entries whose payload passes its schema; for "
-                                                   "patch (default true), only those that pass it once patched: "
-                                                   "the others are skipped with the reason.")},
-            "upto": {**INT, "description": "Leave out entries newer than this id (what a preview showed)."},
-        },
+        "properties": {"entry": _ref("ActedEntry"), "publish": _ref("Publish")},
     },
     "JobAccepted": {
         "type": "object", "required": ["job"], "properties": {"job": INT},
@@ -213,6 +170,12 @@ SCHEMAS: dict[str, dict] = {
                                                      "'filter status=open', 'group <label>'."},
             "rate": {"type": ["number", "null"], "description": "Items settled a second since it started."},
             "eta_seconds": _nullable(INT), "eta_at": {**_nullable(TIME), "description": "A running job's end at its rate."},
+            "waits_for": {"type": "array", "items": STR, "description": (
+                "A job that needs NATS (republish, patch, repair; a close that deletes the DLQ message) only: the "
+                "sources whose NATS does not answer while it has items of them to go (it waits for them).")},
+            "rate_per_source": {**_nullable({"type": "number"}), "description": (
+                "With several sources, a republishing job only: DLQ_REPUBLISH_RATE, which applies to each "
+                "source; null: no limit.")},
             "items": {"type": "array", "items": _ref("JobItem")},
             "failure_reasons": {
                 "type": "array", "description": "GET /api/jobs/<id> only: why its failed and skipped items ended so, "
@@ -252,7 +215,10 @@ SCHEMAS: dict[str, dict] = {
                                     "rtt_ms": {**_nullable({"type": "number"}),
                                                "description": "The liveness probe's last round trip."}}},
             "database": {"type": "object", "required": ["connected"],
-                         "properties": {"connected": BOOL, "last_error": _nullable(STR)}},
+                         "properties": {"connected": BOOL, "last_error": _nullable(STR),
+                                        "unreachable_since": {**_nullable(TIME), "description": (
+                                            "Since when the database has not answered the probe; null while "
+                                            "it answers.")}}},
             "mirror_lag": {**_nullable(INT), "description": "Messages not yet mirrored, over every stream "
                            "the mirror follows (the DLQ stream and the advisories); null if unknown."},
             "mirror": {"type": "object", "required": ["leader", "streams"], "properties": {
@@ -308,13 +274,13 @@ def _entry_action(op_id: str, summary: str, body: str, result: str, codes: Itera
 
 # (method, path) -> operation. The served document keeps those the app routes.
 OPERATIONS: dict[tuple[str, str], dict] = {
-    ("get", "/api/entries"): {
+    ("get", "/api/entries"): with_key_fields({
         "operationId": "listEntries", "tags": ["entries"], "summary": "One page of entries, newest first",
         "parameters": [*FILTER_PARAMETERS, PAGE_LIMIT, CURSOR],
         "responses": {"200": _json(_ref("EntryPage"), "A page and the cursor of the next."),
                       **_errors(400, 401, 403)},
-    },
-    ("get", "/api/groups"): {
+    }),
+    ("get", "/api/groups"): with_key_fields({
         "operationId": "listGroups", "tags": ["entries"],
         "summary": "Failure groups under the filters of GET /api/entries, largest first",
         "description": ("Every status unless `status` is given (the /groups page shows open entries by "
@@ -323,8 +289,8 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                        _query("limit", "The most groups, 1 to 1000 (default 200).",
                               {"type": "integer", "minimum": 1, "maximum": 1000})],
         "responses": {"200": _json(_ref("GroupList"), "The groups, largest first."), **_errors(400, 401, 403)},
-    },
-    ("get", "/api/summary"): {
+    }),
+    ("get", "/api/summary"): with_key_fields({
         "operationId": "summarizeEntries", "tags": ["entries"],
         # The list's address sent as it is: its page's limit and cursor are read (a bad one is a 400), not counted by.
         "parameters": [*FILTER_PARAMETERS, *(dict(p, description=p["description"] + " Read as on GET /api/entries "
@@ -332,7 +298,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                                              for p in (PAGE_LIMIT, CURSOR))],
         "summary": "Entries by status under the filters of GET /api/entries (the list's counts); exact or an estimate",
         "responses": {"200": _json(_ref("Summary"), "The counts."), **_errors(400, 401, 403)},
-    },
+    }),
     **openapi_groups.operations(_json, _errors, _query, _path_id),
     ("get", "/api/entries/{entry_id}"): {
         "operationId": "getEntry", "tags": ["entries"], "summary": "One entry with its history and actions",
@@ -465,7 +431,7 @@ def openapi_document(app: Flask) -> dict[str, Any]:
         "tags": [{"name": "entries"}, {"name": "actions"}, {"name": "export"}, {"name": "operations"}],
         "paths": paths,
         "components": {
-            "schemas": {**SCHEMAS, **DESK_SCHEMAS, **openapi_sources.SCHEMAS, **openapi_views.SCHEMAS},
+            "schemas": {**SCHEMAS, **openapi_requests.SCHEMAS, **DESK_SCHEMAS, **openapi_sources.SCHEMAS, **openapi_views.SCHEMAS},
             "responses": {f"E{code}": {**_json(_ref("Error"), text), **({"headers": RETRY_AFTER} if code == 503 else {})}
                           for code, text in _ERROR_TEXT.items()},
             "securitySchemes": {

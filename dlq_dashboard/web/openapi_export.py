@@ -8,6 +8,7 @@ from ..entries.shape import schema_ref as _ref
 from .openapi_parts import CURSOR, FILTER_PARAMETERS
 from .openapi_parts import errors as _errors
 from .openapi_parts import query as _query
+from .openapi_parts import with_key_fields
 
 INT64_MAX = 2**63 - 1
 
@@ -18,7 +19,7 @@ CSV_DESCRIPTION = ("A header row, then one row per entry with the Entry fields a
 
 
 def _export(fmt: str, media_type: str, body_schema: dict, what: str) -> dict:
-    return {
+    return with_key_fields({
         "operationId": f"export{fmt.capitalize()}", "tags": ["export"],
         "summary": f"Every matching entry as {what}, streamed",
         "description": ("The filters and search of GET /api/entries, newest first. `limit` caps the "
@@ -33,15 +34,15 @@ def _export(fmt: str, media_type: str, body_schema: dict, what: str) -> dict:
                     "content": {media_type: {"schema": body_schema}}},
             **_errors(400, 401, 403),
         },
-    }
+    })
 
 
 # (method, path) -> operation, as web/openapi.py's OPERATIONS.
 EXPORT_OPERATIONS: dict[tuple[str, str], dict] = {
     ("get", "/api/export.json"): _export("json", "application/json",
-                                         {"type": "array", "items": _ref("Entry")}, "one JSON array"),
+                                         {"type": "array", "items": _ref("ListedEntry")}, "one JSON array"),
     ("get", "/api/export.ndjson"): _export("ndjson", "application/x-ndjson",
-                                           {"type": "string", "description": "One Entry object per line."},
+                                           {"type": "string", "description": "One ListedEntry object (its key fields in fields) per line."},
                                            "newline-delimited JSON"),
     ("get", "/api/export.csv"): _export("csv", "text/csv", {"type": "string", "description": CSV_DESCRIPTION},
                                         "CSV"),

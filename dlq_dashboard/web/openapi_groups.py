@@ -9,6 +9,7 @@ from ..db.triage import STATES
 from ..entries.shape import INT, STR, TIME
 from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
+from .openapi_requests import request_body
 
 INT64_MAX = 2**63 - 1
 NAME = {**STR, "maxLength": NAME_MAX}
@@ -48,11 +49,10 @@ SCHEMAS = {
     "GroupDetail": {"allOf": [_ref("Group"), {"type": "object", "required": ["activity"], "properties": {
         "activity": {"type": "array", "items": _ref("GroupActivity"), "description": "Newest first."}}}]},
     "GroupResult": {"type": "object", "required": ["group"], "properties": {"group": _ref("Group")}},
-    "GroupStateRequest": {
-        "type": "object", "required": ["version", "state"],
+    "GroupStateRequest": request_body({
+        "required": ["version", "state"],
         "properties": {
-            "version": {**INT, "minimum": 0, "maximum": INT64_MAX,
-                        "description": "The group's version as seen; a stale one gets 409."},
+            "version": {**_ref("Version"), "description": "The group's version as seen; a stale one gets 409."},
             "state": {"enum": list(SETTABLE), "description": "regressed is never set by hand."},
             "assignee": {**NAME, "description": "Kept when not given (open clears it); investigating needs one given or kept."},
             "note": {**STR, "maxLength": NOTE_MAX},
@@ -61,9 +61,9 @@ SCHEMAS = {
                             "description": "ignored only: open again after this many more failures."},
             "resolved_in": {**NAME, "description": "resolved only: the release that fixes it."},
         },
-    },
-    "GroupNoteRequest": {"type": "object", "required": ["text"],
-                         "properties": {"text": {**STR, "minLength": 1, "maxLength": NOTE_MAX}}},
+    }),
+    "GroupNoteRequest": request_body({"required": ["text"],
+                                      "properties": {"text": {**STR, "minLength": 1, "maxLength": NOTE_MAX}}}),
     "GroupNote": {"type": "object", "required": ["note"], "properties": {"note": {
         "type": "object", "required": ["group_id", "at", "actor", "kind", "text"],
         "properties": {"group_id": INT, "at": TIME, "actor": STR, "kind": {"const": "note"}, "text": STR}}}},

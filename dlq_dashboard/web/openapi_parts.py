@@ -38,9 +38,21 @@ def query(name: str, description: str, schema: dict | None = None) -> dict:
 
 _json, _errors, _query = json_answer, errors, query
 
-#: One parameter per filter (``field.<label>`` stands for every key field: OpenAPI cannot name a
-#: family of parameters, so its description says what the labels are).
-FILTER_PARAMETERS = [_query(f.name, f.description, dict(f.schema)) for f in FILTERS]
+#: One parameter per filter; not the key fields' (``field.<label>``): OpenAPI cannot name a family
+#: of parameters (deepObject would be field[Customer]), so an operation that takes them says so in
+#: its description and names the family in x-key-field-filters (with_key_fields).
+FILTER_PARAMETERS = [_query(f.name, f.description, dict(f.schema)) for f in FILTERS if not f.family]
+KEY_FIELD_FILTERS = next(f for f in FILTERS if f.family)
+KEY_FIELDS_TEXT = (f"Key fields (DLQ_LIST_FIELDS) filter too, one query parameter for each label: "
+                   f"{KEY_FIELD_FILTERS.name}=<value> (field.Customer=C-42) keeps the entries whose payload has "
+                   "exactly that value there; an unknown label is a 400. OpenAPI cannot name such a family of "
+                   "parameters: they are not listed among the parameters, and x-key-field-filters names them.")
+
+
+def with_key_fields(operation: dict) -> dict:
+    """``operation`` (one that takes the list's filters) saying that it takes the key fields' too."""
+    return {**operation, "x-key-field-filters": KEY_FIELD_FILTERS.name,
+            "description": " ".join(filter(None, (operation.get("description"), KEY_FIELDS_TEXT)))}
 CURSOR = _query("cursor", "Opaque: next_cursor of the previous page. Stable while new entries arrive.")
 
 DESK_SCHEMAS: dict[str, dict] = {
@@ -79,18 +91,6 @@ DESK_SCHEMAS: dict[str, dict] = {
                 f"value in its index where that value (and status) is all the filter selects, up to {BOUND:,} "
                 "(beyond, or for any other filter, null).")},
             "first_received": _nullable(TIME), "last_received": _nullable(TIME),
-        },
-    },
-    "RepairSelection": {
-        "type": "object",
-        "description": "Entries chosen either by ids or by filter, as POST /api/bulk takes them.",
-        "properties": {
-            "ids": {"type": "array", "items": {"anyOf": [
-                {**INT, "minimum": 1},
-                {"type": "object", "required": ["id"],
-                 "properties": {"id": {**INT, "minimum": 1}, "version": INT}}]}},
-            "filter": _ref("Filter"),
-            "upto": {**INT, "description": "Leave out entries newer than this id."},
         },
     },
     "RepairReason": {

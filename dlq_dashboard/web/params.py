@@ -299,7 +299,9 @@ def bulk_selection(source: dict) -> dict[str, Any]:
 def filter_values(flt: Mapping[Any, Any]) -> dict[str, str]:
     """A bulk request's ``filter`` as the list's query arguments. A name that is no filter of the
     list is refused, not left out: a typo ("subjet") or a page's ``limit`` would otherwise widen
-    the job to every open entry. A null value is no filter; a list or an object is refused."""
+    the job to every open entry. A null value is no filter; a number or a boolean is read as JSON
+    writes it (a group's id as /api/groups gives it, ``true`` as a key field's value); a list or an
+    object is refused."""
     values = {}
     for name, value in flt.items():
         if filter_of(str(name)) is None:
@@ -308,7 +310,7 @@ def filter_values(flt: Mapping[Any, Any]) -> dict[str, str]:
         if isinstance(value, (list, dict)):
             raise InvalidRequest(f"filter {str(name)[:60]}: give one value as text, not {type(value).__name__}")
         if value is not None:
-            values[str(name)] = str(value)
+            values[str(name)] = value if isinstance(value, str) else json.dumps(value)
     return values
 
 

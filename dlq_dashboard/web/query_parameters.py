@@ -66,7 +66,9 @@ def _operation_parameters(path: str) -> tuple[str, ...] | None:
     for (method, operation_path), operation in {**OPERATIONS, **DESK_OPERATIONS, **openapi_sources.OPERATIONS,
                                                 **openapi_views.OPERATIONS}.items():
         if method == "get" and route_key(operation_path) == wanted:
-            return tuple(p["name"] for p in operation.get("parameters", ()) if p.get("in") == "query")
+            # The key fields' filters (field.<label>) are no parameter of the document's: it names their family.
+            family = (operation["x-key-field-filters"],) if "x-key-field-filters" in operation else ()
+            return (*(p["name"] for p in operation.get("parameters", ()) if p.get("in") == "query"), *family)
     return None
 
 
