@@ -21,7 +21,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from dlq_dashboard.entries.filters import MAX_LIMIT
+from dlq_dashboard.entries.filters import MAX_LIMIT, encode_cursor
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.web.openapi import openapi_document, route_key
 from dlq_dashboard.db.liveness import DatabaseState
@@ -173,6 +173,29 @@ def test_no_query_parameter_is_named_as_no_client_may_send_it(offline_app):
     assert families == {"/api/entries", "/api/groups", "/api/summary", "/api/export.json", "/api/export.ndjson",
                         "/api/export.csv"}
     assert takes_key_fields(parameters_of("api.list_entries", "/api/entries"))
+
+
+def test_free_text_parameters_say_the_form_the_server_reads(offline_app):
+    # cursor, since, until, the audit's fold and items and a group's until were type string alone.
+    doc = openapi_document(offline_app)
+    parameters = {(path, p["name"]): p["schema"] for path, item in doc["paths"].items()
+                  for operation in item.values() for p in operation.get("parameters", ())}
+
+    def valid(schema, value) -> bool:
+        return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).is_valid(value)
+
+    for path in ("/api/entries", "/api/groups", "/api/summary", "/api/export.csv"):
+        for name in ("since", "until"):
+            schema = parameters[(path, name)]
+            assert all(valid(schema, good) for good in ("15m", "7d", " 1H ", "2030-01-01T00:00:00Z")), (path, name)
+            assert not any(valid(schema, bad) for bad in ("yesterday", "1w", "h")), (path, name)
+    for path in ("/api/entries", "/api/jobs", "/api/audit"):
+        assert valid(parameters[(path, "cursor")], encode_cursor(12)) and not valid(parameters[(path, "cursor")], "a b")
+    for name in ("fold", "items"):
+        schema = parameters[("/api/audit", name)]
+        assert all(valid(schema, good) for good in ("1", "Yes", " off ", "TRUE", "")) and not valid(schema, "maybe")
+    until = {"$ref": "#/components/schemas/GroupStateRequest/properties/until", "components": doc["components"]}
+    assert valid(until, "2h") and valid(until, "2030-01-01T00:00:00+02:00") and not valid(until, "soon")
 
 
 # --- the document against real responses ----------------------------------------------------

@@ -55,6 +55,13 @@ def validate_subject_pattern(pattern: str) -> str:
 
 # --- the filter -------------------------------------------------------------------------------
 
+#: A time a request gives: an RFC 3339 time, or a duration (times.parse_duration: 15m, 1h, 7d).
+TIME_OR_DURATION = {"type": "string", "anyOf": [{"format": "date-time"},
+                                                {"pattern": r"^\s*[0-9]+[smhdSMHD]\s*$"}]}
+#: What encode_cursor makes: base64url without its padding.
+CURSOR_SCHEMA = {"type": "string", "pattern": "^[A-Za-z0-9_-]*$"}
+
+
 def encode_cursor(entry_id: int) -> str:
     """An opaque cursor for keyset pagination (entries are listed newest first, by id)."""
     return base64.urlsafe_b64encode(f"e{entry_id}".encode()).decode().rstrip("=")
@@ -352,9 +359,9 @@ FILTERS: tuple[ListFilter, ...] = (
     ListFilter("q", "Full text over payload, error and subject; every word must match, the last as a prefix.",
                where=lambda engine, value: [search_condition(engine, value)], search=True, metavar="WORDS"),
     AgoFilter("since", "Received at or after: an RFC 3339 time, or a duration back from now (15m, 1h, 1d, 7d).",
-              where=lambda engine, value: [Entry.received_at >= value], metavar="TIME"),
+              where=lambda engine, value: [Entry.received_at >= value], metavar="TIME", schema=TIME_OR_DURATION),
     AgoFilter("until", "Received before: an RFC 3339 time, or a duration back from now (1h, 7d: what is older).",
-              where=lambda engine, value: [Entry.received_at < value], metavar="TIME"),
+              where=lambda engine, value: [Entry.received_at < value], metavar="TIME", schema=TIME_OR_DURATION),
     # Its id as /groups links it (or, from older links, its key text).
     ListFilter("group", "A failure group's id, as GET /api/groups and /groups give it.",
                where=lambda engine, value: [Entry.group_id.in_(select(GROUPS.c.id).where(_named_group(value)))],

@@ -21,7 +21,7 @@ from ..entries.shape import schema_ref as _ref
 from . import openapi_groups, openapi_requests, openapi_sources, openapi_views
 from .auth import requires
 from .openapi_export import EXPORT_OPERATIONS
-from .openapi_parts import CURSOR, DESK_OPERATIONS, DESK_SCHEMAS, FILTER_PARAMETERS
+from .openapi_parts import CURSOR, DESK_OPERATIONS, DESK_SCHEMAS, FILTER_PARAMETERS, FLAG
 from .openapi_parts import errors as _errors
 from .openapi_parts import general_answers, with_key_fields
 from .openapi_parts import json_answer as _json
@@ -356,9 +356,11 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                        _query("job", "Only records of this job id.", {**INT, "minimum": 0, "maximum": INT64_MAX}),
                        _query("actor", "Only records by this user or token:<name>."),
                        _query("action", "Only this action (republish, close, reopen, ...)."),
-                       _query("fold", "1: a bulk job's item records are left out (its own record has their "
-                                      "counts) unless entry or job is given; the page folds by default."),
-                       _query("items", "1, with job: only the job's item records (what its folded row opens to)."),
+                       _query("fold", "1 (or another yes): a bulk job's item records are left out (its own record "
+                                      "has their counts) unless entry or job is given; the page folds by default.",
+                              FLAG),
+                       _query("items", "1 (or another yes), with job: only the job's item records (what its folded "
+                                       "row opens to).", FLAG),
                        _query("limit", "Records per page, 1 to 1000 (default 100).",
                               {**INT, "minimum": 1, "maximum": 1000}),
                        CURSOR],

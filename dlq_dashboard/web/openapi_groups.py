@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..actions.close import NOTE_MAX
 from ..actions.triage import COUNT_MAX, NAME_MAX, SETTABLE
 from ..db.triage import STATES
+from ..entries.filters import TIME_OR_DURATION
 from ..entries.shape import INT, STR, TIME
 from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
@@ -56,7 +57,8 @@ SCHEMAS = {
             "state": {"enum": list(SETTABLE), "description": "regressed is never set by hand."},
             "assignee": {**NAME, "description": "Kept when not given (open clears it); investigating needs one given or kept."},
             "note": {**STR, "maxLength": NOTE_MAX},
-            "until": {**STR, "description": "ignored only: an RFC 3339 time or a duration (2h, 7d), in the future."},
+            "until": {**TIME_OR_DURATION, "description": ("ignored only: an RFC 3339 time or a duration from now "
+                                                           "(2h, 7d), in the future and at most 100 years away.")},
             "until_count": {**INT, "minimum": 1, "maximum": COUNT_MAX,
                             "description": "ignored only: open again after this many more failures."},
             "resolved_in": {**NAME, "description": "resolved only: the release that fixes it."},

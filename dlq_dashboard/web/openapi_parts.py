@@ -3,8 +3,9 @@ and the incident desk's operations and schemas (repair by the schema, the alert 
 
 from __future__ import annotations
 
-from ..entries.filters import FILTERS
+from ..entries.filters import CURSOR_SCHEMA, FILTERS
 from ..entries.shape import BOOL, INT, STR, TIME
+from ..flags import ACCEPTED, FALSE_WORDS, TRUE_WORDS
 from ..entries.shape import nullable as _nullable
 from ..entries.shape import schema_ref as _ref
 from ..entries.tallies import BOUND, FIELD_BOUND, SEARCH_BOUND
@@ -53,7 +54,12 @@ def with_key_fields(operation: dict) -> dict:
     """``operation`` (one that takes the list's filters) saying that it takes the key fields' too."""
     return {**operation, "x-key-field-filters": KEY_FIELD_FILTERS.name,
             "description": " ".join(filter(None, (operation.get("description"), KEY_FIELDS_TEXT)))}
-CURSOR = _query("cursor", "Opaque: next_cursor of the previous page. Stable while new entries arrive.")
+CURSOR = _query("cursor", "Opaque: next_cursor of the previous page (base64url text). Stable while new entries "
+                          "arrive; one it did not make is a 400.", dict(CURSOR_SCHEMA))
+#: A yes or no in a query (flags.truth): one of its words in any case, blanks around; empty: the default.
+FLAG = {"type": "string", "pattern": "^\\s*(" + "|".join(
+    "".join(f"[{c.upper()}{c}]" if c.isalpha() else c for c in word) for word in (*TRUE_WORDS, *FALSE_WORDS))
+    + ")?\\s*$", "description": f"{ACCEPTED}, in any case"}
 
 DESK_SCHEMAS: dict[str, dict] = {
     "GroupList": {
