@@ -24,6 +24,7 @@ from dlq_dashboard.db.bounds import Bounds, bounded
 from dlq_dashboard.db.engine import create_db_engine, dispose_quietly, write_transaction
 from dlq_dashboard.db.liveness import CANNOT_WRITE, TOO_SLOW, UNREACHABLE, DatabaseProbe
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.web.openapi import openapi_document, route_key
 
 from . import support
 from .postgres import PostgresServer
@@ -140,9 +141,23 @@ def every_route(app, world):
                    send(app.test_client(), method, path, token=world["token"]))
 
 
+def undocumented_503s(app, answered: set[tuple[str, str]]) -> list[str]:
+    """The operations of the OpenAPI document whose route answered 503 in the walk (``answered``:
+    method and endpoint) but that do not list 503."""
+    operations = {(method, route_key(path)): operation for path, item in openapi_document(app)["paths"].items()
+                  for method, operation in item.items()}
+    return [f"{method} {rule.rule}: answers 503, which /api/openapi.json does not list"
+            for rule in app.url_map.iter_rules() for method in sorted(rule.methods or ())
+            if (method, rule.endpoint) in answered
+            and "503" not in operations.get((method.lower(), route_key(rule.rule)), {"responses": {"503": 1}})["responses"]]
+
+
 def outage_problems(app, world, *, noticed: bool) -> list[str]:
     problems = []
+    answered = set()
     for label, endpoint, response in every_route(app, world):
+        if response.status_code == 503:
+            answered.add((label.split()[0], endpoint))
         body = response.get_data().decode(errors="replace")
         if endpoint == "status.banner":
             if response.status_code != 200 or (noticed and "The database is not reachable" not in body):
@@ -171,7 +186,7 @@ def outage_problems(app, world, *, noticed: bool) -> list[str]:
                 problems.append(f"{label}: {response.get_json()!r}")
         elif UNREACHABLE not in body or (noticed and 'data-stale="database"' not in body):
             problems.append(f"{label}: the error page lacks the sentence or the banner: {body[:300]!r}")
-    return problems
+    return problems + undocumented_503s(app, answered)
 
 
 def anonymous_problems(app, world) -> list[str]:
