@@ -180,6 +180,28 @@ def test_mirror_connection_and_republish_metrics_follow_the_running_dashboard(ap
     assert value(samples, "dlq_mirror_stuck", stream="DLQ") == 0
 
 
+def test_a_bulk_republish_whose_items_all_fail_is_told_by_its_items(app, nats_server, tokens):
+    """A bulk republish whose every item failed counted only in dlq_jobs{state="done"}: nothing in
+    /metrics said it had failed. dlq_job_items counts its items by result, from 0 before any job
+    (DLQJobItemsFailing compares with the count 15 minutes before), as is the failed republishes' count."""
+    client = app.test_client()
+    samples = scrape(client)
+    assert value(samples, "dlq_job_items", action="republish", result="failed") == 0
+    assert value(samples, "dlq_job_items", action="close", result="done") == 0
+    assert value(samples, "dlq_republishes", state="failed", duplicate="none") == 0
+
+    ids = support.dead_letter_orders(app, nats_server.url, [b'{"n": %d}' % i for i in range(3)])
+    # No stream takes orders.created: every republish fails.
+    job = client.post("/api/bulk", json={"action": "republish", "ids": [f"{i}:1" for i in ids]},
+                      headers=support.bearer(tokens["operator"]))
+    assert job.status_code in (200, 201, 202), job.get_data(as_text=True)
+    support.jobs_settled(runtime_of(app).engine)
+    samples = scrape(client)
+    assert value(samples, "dlq_jobs", action="republish", state="done") == 1
+    assert value(samples, "dlq_job_items", action="republish", result="failed") == 3
+    assert value(samples, "dlq_job_items", action="republish", result="done") == 0
+
+
 def test_a_dashboard_started_while_nats_is_down_tells_the_committed_position(make_app, nats_server, settings):
     """/healthz said last_seq 0 (the mirror had not read its position yet) while /metrics said
     the position the database holds."""

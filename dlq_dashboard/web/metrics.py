@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from dlq_consumer.headers import REASONS
 
+from ..actions.bulk.jobs import JOB_ACTIONS
 from ..actions.purge import purged_totals
 from ..alerts.sender import outbox_summary
 from ..db.counts import GROUPS, STATUS_COLUMNS, status_sums
@@ -194,7 +195,9 @@ class DashboardCollector(Collector):
             groups = conn.execute(select(*per_source(FailureGroup, FailureGroup.reason), func.count())
                                   .where(FailureGroup.open_count > 0)
                                   .group_by(*per_source(FailureGroup, FailureGroup.reason))).all()
-            jobs = conn.execute(select(Job.action, Job.state, func.count()).group_by(Job.action, Job.state)).all()
+            # Jobs are counted with their items' results in the same pass over the jobs (a row a job).
+            jobs = conn.execute(select(Job.action, Job.state, func.count(), func.sum(Job.done), func.sum(Job.failed))
+                                .group_by(Job.action, Job.state)).all()
             size = database_size(conn)
 
         entries = GaugeMetricFamily("dlq_entries", "Entries by status and reason.", labels=["status", "reason", *by])
@@ -217,9 +220,20 @@ class DashboardCollector(Collector):
         yield open_groups
 
         job_family = GaugeMetricFamily("dlq_jobs", "Bulk jobs by action and state.", labels=["action", "state"])
-        for action, state, count in sorted(jobs):
+        # A job whose every item failed still ends "done": its items' results tell the failures.
+        items = GaugeMetricFamily("dlq_job_items", "Items of bulk jobs by action and result (done; failed: "
+                                  "failed or skipped).", labels=["action", "result"])
+        # Every action's results from 0, before its first job: DLQJobItemsFailing compares the failed
+        # count with the one 15 minutes before, so the first failures must rise from a 0 it saw.
+        results = {(action, result): 0 for action in JOB_ACTIONS for result in ("done", "failed")}
+        for action, state, count, done, failed in sorted(jobs):
             job_family.add_metric([action, state], count)
+            for result, n in (("done", done), ("failed", failed)):
+                results[(action, result)] = results.get((action, result), 0) + int(n or 0)
+        for key, n in sorted(results.items()):
+            items.add_metric(list(key), n)
         yield job_family
+        yield items
 
         last_seq = GaugeMetricFamily("dlq_mirror_last_sequence",
                                      "The last stream sequence committed to the database.", labels=[*by, "stream"])
@@ -232,8 +246,13 @@ class DashboardCollector(Collector):
         outcomes = GaugeMetricFamily("dlq_republishes",
                                      "Republishes by state, and whether the broker found them duplicates.",
                                      labels=["state", "duplicate", *by])
-        for *key, count in sorted(republishes, key=lambda r: tuple(_label(v) for v in r[:-1])):
-            outcomes.add_metric([_label(v) for v in key], count)
+        # The failed count from 0, before the first failure, for the same reason as the jobs' items
+        # (DLQRepublishesFailing); a failed republish has no duplicate answer.
+        counted = {("failed", "none", *([name] if several else [])): 0 for name in self.runtime.feeds}
+        for *key, count in republishes:
+            counted[tuple(_label(v) for v in key)] = count
+        for key, count in sorted(counted.items()):
+            outcomes.add_metric(list(key), count)
         yield outcomes
 
         # Kept in the database, so every replica reports the same total.
