@@ -126,6 +126,34 @@ def test_every_alert_has_a_unit_test_that_fires_and_one_that_does_not():
     assert alerts - quiet == set(), "alerts without a test that stays quiet"
 
 
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as -."""
+    return {re.sub(r"[^a-z0-9 _-]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for line in page.read_text().splitlines() if line.startswith("#")}
+
+
+def test_every_alert_tells_on_call_what_to_check_and_where_the_docs_say_more():
+    """DLQDatabaseUnreachable and DLQFailuresSpiking had no description, and none said what to do."""
+    anchors = heading_anchors(DEPLOY.parent / "docs" / "deploy.md")
+    for rule in rules():
+        if "alert" in rule:
+            annotations = rule["annotations"]
+            assert annotations.get("description"), rule["alert"]
+            page, _, anchor = annotations.get("runbook", "").partition("#")
+            assert page == "docs/deploy.md" and anchor == rule["alert"].lower(), rule["alert"]
+            assert anchor in anchors, f"docs/deploy.md has no heading {rule['alert']}"
+
+
+def test_the_rules_alert_when_the_dashboard_itself_is_not_scraped_under_the_documented_job():
+    """A crashed or hung dashboard reports no dlq_ series, so every rule over them was silent."""
+    exprs = {rule["alert"]: rule["expr"] for rule in rules() if "alert" in rule}
+    assert exprs["DLQDashboardDown"] == 'up{job="dlq-dashboard"} == 0'
+    assert exprs["DLQDashboardAbsent"] == 'absent(dlq_mirror_leader{job="dlq-dashboard"})'
+    assert "job_name: dlq-dashboard" in (DEPLOY.parent / "docs" / "deploy.md").read_text()
+    for rule in rules():  # every replica's own labels (pod, node ...) are not kept by an aggregation
+        assert "without (instance)" not in rule["expr"], rule.get("alert") or rule.get("record")
+
+
 def test_every_threshold_the_docs_quote_for_an_alerting_rules_metric_is_the_rules_own():
     """docs/alerts.md and docs/api.md told to alert at `dlq_alert_oldest_pending_seconds > 900`
     while DLQAlertsFailing (and docs/deploy.md) fire above 600."""
