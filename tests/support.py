@@ -507,6 +507,29 @@ def orders_schema_folder(tmp_path, schema: dict | None = None) -> str:
     return str(folder)
 
 
+class _Ack:
+    """What NATS answers a publish, as record_published reads it."""
+
+    def __init__(self, seq: int):
+        self.stream, self.seq, self.duplicate = "ORDERS", seq, False
+
+
+def record_republish(rt, entry_id: int, seq: int = 1) -> None:
+    """Record a republish of the entry as a request or a bulk window does (decided, then stored at
+    ``seq`` of stream ORDERS), without NATS."""
+    from dlq_dashboard.actions.decisions import decide_republish, load_entry, write_claims
+    from dlq_dashboard.actions.intents import record_published
+    from dlq_dashboard.db.engine import write_transaction
+
+    with write_transaction(rt.engine) as conn:
+        entry = load_entry(conn, entry_id)
+        claim = decide_republish(rt, entry, entry["version"], None, [], installation=installation_id(conn),
+                                 actor="test")
+        write_claims(conn, [claim])
+    with write_transaction(rt.engine) as conn:
+        record_published(conn, [(claim[1], _Ack(seq))])
+
+
 # --- logging in --------------------------------------------------------------------------------
 
 def bearer(token: str) -> dict[str, str]:

@@ -14,11 +14,7 @@ import pytest
 from nats.js.api import ConsumerConfig
 
 from dlq_consumer import dead_letter
-from dlq_dashboard.actions.decisions import decide_republish, load_entry, write_claims
-from dlq_dashboard.actions.intents import record_published
 from dlq_dashboard.actions.republish import republish_entry
-from dlq_dashboard.db.engine import write_transaction
-from dlq_dashboard.db.installation import installation_id
 from dlq_dashboard.entries.filters import EntryFilter
 
 from . import support
@@ -26,23 +22,6 @@ from . import support
 
 def words(client, path: str) -> str:
     return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", client.get(path).get_data(as_text=True))))
-
-
-class Ack:
-    """What NATS answers a publish, as record_published reads it."""
-
-    stream, seq, duplicate = "ORDERS", 1, False
-
-
-def record_republish(rt, entry_id: int) -> None:
-    """Record a republish of the entry as a request does, without NATS."""
-    with write_transaction(rt.engine) as conn:
-        entry = load_entry(conn, entry_id)
-        claim = decide_republish(rt, entry, entry["version"], None, [], installation=installation_id(conn),
-                                 actor="test")
-        write_claims(conn, [claim])
-    with write_transaction(rt.engine) as conn:
-        record_published(conn, [(claim[1], Ack())])
 
 
 def mirrored(rt, predicate, message: str):
@@ -116,7 +95,7 @@ def test_a_failure_again_of_an_older_epochs_republish_is_linked_to_that_entry_no
 def test_without_its_msg_id_a_failure_again_goes_to_the_newest_republished_entry_of_its_reference(offline_app, rt):
     engine = rt.engine
     republished = support.dead_letter(engine, 1, stream="DLQ")
-    record_republish(rt, republished)
+    support.record_republish(rt, republished)
     never = support.dead_letter(engine, 1, stream="DLQ", epoch="e2")
     # A replay without Dlq-Original-Msg-Id (or with another installation's) names DLQ:1 alone.
     other = support.dead_letter(engine, 2, stream="DLQ", epoch="e2", Dlq_Replay_Of="DLQ:1",

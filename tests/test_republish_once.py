@@ -46,6 +46,22 @@ def forgotten_by_the_broker(since, at_least: float = 0.0) -> None:
                      message="the duplicate window to pass")
 
 
+def half_sent_before_a_crash(app, rt, nats_server, monkeypatch, count: int) -> None:
+    """``count`` entries republished, every other one published before a crash and the rest never
+    sent, all pending, their stream's duplicate window passed since; no recovery pass but the test's."""
+    support.make_orders_stream(nats_server.url, duplicate_window=WINDOW)
+    ids = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-%d"}' % i for i in range(count)])
+    rt.jobs.stop()  # the test's passes are the only ones
+    crash_after_publish(monkeypatch, set(ids[::2]))
+    crashed_at = utcnow()
+    for entry_id in ids:
+        with pytest.raises(SimulatedCrash):
+            republish_entry(rt, entry_id, 1, actor="alice")
+    monkeypatch.setattr(publishing, "fault_point", lambda where, intent: None)
+    assert pending(rt) == count and len(support.stream_messages(nats_server.url)) == count // 2
+    forgotten_by_the_broker(crashed_at)
+
+
 def pending(rt) -> int:
     with rt.engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(Republish).where(Republish.state == "pending")).scalar()
@@ -109,18 +125,7 @@ def test_a_recovery_pass_looks_for_every_pending_republish_in_one_read_of_the_st
                                                                                      monkeypatch):
     """Each intent read its subject afresh (and waited a second for a message past the last): a
     crash that left 2,000 pending took six minutes to recover, its job frozen meanwhile."""
-    support.make_orders_stream(nats_server.url, duplicate_window=WINDOW)
-    ids = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-%d"}' % i for i in range(40)])
-    rt.jobs.stop()  # this test's pass is the only one
-    sent = set(ids[::2])  # half were published before the crash, half never left
-    crash_after_publish(monkeypatch, sent)
-    crashed_at = utcnow()
-    for entry_id in ids:
-        with pytest.raises(SimulatedCrash):
-            republish_entry(rt, entry_id, 1, actor="alice")
-    monkeypatch.setattr(publishing, "fault_point", lambda where, intent: None)
-    assert pending(rt) == 40 and len(support.stream_messages(nats_server.url)) == 20
-    forgotten_by_the_broker(crashed_at)
+    half_sent_before_a_crash(app, rt, nats_server, monkeypatch, 40)
     reads = []
     real = recovery.find_stored_many
 
@@ -144,17 +149,7 @@ def test_a_search_whose_messages_are_slow_to_come_leaves_the_republishes_pending
     from nats.errors import TimeoutError as NatsTimeout
     from nats.js.client import JetStreamContext
 
-    support.make_orders_stream(nats_server.url, duplicate_window=WINDOW)
-    ids = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-%d"}' % i for i in range(10)])
-    rt.jobs.stop()  # this test's passes are the only ones
-    crash_after_publish(monkeypatch, set(ids[::2]))
-    crashed_at = utcnow()
-    for entry_id in ids:
-        with pytest.raises(SimulatedCrash):
-            republish_entry(rt, entry_id, 1, actor="alice")
-    monkeypatch.setattr(publishing, "fault_point", lambda where, intent: None)
-    assert pending(rt) == 10 and len(support.stream_messages(nats_server.url)) == 5
-    forgotten_by_the_broker(crashed_at)
+    half_sent_before_a_crash(app, rt, nats_server, monkeypatch, 10)
 
     async def slow(self, timeout=1.0):  # the stream's messages not come yet, whatever the wait
         raise NatsTimeout

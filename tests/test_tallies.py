@@ -11,11 +11,8 @@ import pytest
 from sqlalchemy import func, select, update
 
 from dlq_dashboard.actions.close import close_entry, reopen_entry
-from dlq_dashboard.actions.decisions import decide_republish, load_entry, write_claims
-from dlq_dashboard.actions.intents import record_published
 from dlq_dashboard.db.counts import ARRIVALS, GROUPS, bucket
 from dlq_dashboard.db.engine import write_transaction
-from dlq_dashboard.db.installation import installation_id
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.entries import tallies
 from dlq_dashboard.entries.filters import EntryFilter
@@ -77,24 +74,6 @@ def kept(engine) -> tuple[dict, dict]:
     return groups, buckets
 
 
-class Ack:
-    """What NATS answers a publish, as record_published reads it."""
-
-    def __init__(self, seq: int):
-        self.stream, self.seq, self.duplicate = "ORDERS", seq, False
-
-
-def republish(rt, entry_id: int, seq: int) -> None:
-    """Record a republish as a single republish or a bulk window does, without NATS."""
-    with write_transaction(rt.engine) as conn:
-        entry = load_entry(conn, entry_id)
-        claim = decide_republish(rt, entry, entry["version"], None, [], installation=installation_id(conn),
-                                 actor="test")
-        write_claims(conn, [claim])
-    with write_transaction(rt.engine) as conn:
-        record_published(conn, [(claim[1], Ack(seq))])
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_kept_counts_agree_with_the_entries_after_any_mix_of_writes(rt, seed):
     rnd = random.Random(seed)
@@ -134,7 +113,7 @@ def test_the_kept_counts_agree_with_the_entries_after_any_mix_of_writes(rt, seed
                 with rt.engine.connect() as conn:
                     has_subject = conn.execute(select(Entry.original_subject).where(Entry.id == entry.id)).scalar()
                 if has_subject:
-                    republish(rt, entry.id, step)
+                    support.record_republish(rt, entry.id, step)
         assert kept(rt.engine) == truth(rt.engine), f"after step {step}: {action}"
 
 
