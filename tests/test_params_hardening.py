@@ -248,7 +248,15 @@ def test_a_write_without_a_token_to_no_route_or_no_method_is_the_404_or_405_not_
         html = answer.get_data(as_text=True)
         assert answer.status_code == 404 and "There is no page at /users." in html
         assert ("Logout" in html) == signed_in
-        assert client.delete("/groups").status_code == 405
+        # The dashboard's own page, saying which methods it takes (it was the server's bare "405 Method
+        # Not Allowed"), for a page's address asked with a method it does not take.
+        for method, path, allowed in (("DELETE", "/groups", "GET"), ("PUT", "/views", "GET or POST"),
+                                      ("DELETE", "/login", "GET or POST")):
+            answer = client.open(path, method=method)
+            html = answer.get_data(as_text=True)
+            assert answer.status_code == 405 and "<title>Method not allowed" in html, html[:300]
+            assert f"{path} does not take {method}: use {allowed}." in html
+            assert ("Logout" in html) == signed_in
     # A write to a route still needs the CSRF token (or a login first).
     assert site["viewer"].post("/views", data={"name": "x"}).status_code == 400
 

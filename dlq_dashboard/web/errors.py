@@ -219,13 +219,24 @@ def http_error(exc: HTTPException):
             sentence = (f"No route of the API answers {request.method} {request.path[:200]}: "
                         "/api/openapi.json lists them.")
         elif exc.code == 405:
-            allowed = sorted(set(getattr(exc, "valid_methods", None) or ()) - {"HEAD", "OPTIONS"})
-            sentence = f"{request.path[:200]} does not take {request.method}" + (
-                f": use {' or '.join(allowed)}." if allowed else ".")
+            sentence = _method_refused(exc)
         return jsonify(error=sentence), exc.code
     if exc.code == 404 and request.url_rule is None and not request.headers.get("HX-Request"):
         # A page's address that names no page: the dashboard's own page, not the server's bare one.
         page = render_template("error.html", title="Not found",
                                message=f"There is no page at {request.path[:200]}.")
         return make_response(page, 404)
+    if exc.code == 405 and not request.headers.get("HX-Request"):
+        # A page's address asked with a method it does not take (PUT /views, DELETE /login): the
+        # dashboard's own page, saying which it takes, as the API's sentence does.
+        response = make_response(render_template("error.html", title="Method not allowed",
+                                                  message=_method_refused(exc)), 405)
+        response.headers["Allow"] = ", ".join(getattr(exc, "valid_methods", None) or ())
+        return response
     return exc
+
+
+def _method_refused(exc: HTTPException) -> str:
+    """A 405's sentence: the method the path does not take, and those it does."""
+    allowed = sorted(set(getattr(exc, "valid_methods", None) or ()) - {"HEAD", "OPTIONS"})
+    return f"{request.path[:200]} does not take {request.method}" + (f": use {' or '.join(allowed)}." if allowed else ".")
