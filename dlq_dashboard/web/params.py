@@ -109,10 +109,12 @@ def version(raw: Any) -> int:
 
 def json_version(raw: Any, seen: str = "the entry's version as you saw it") -> int:
     """The version a JSON body sends: a JSON whole number, as docs/api.md and the OpenAPI document
-    say. Text ("1"), a fraction or a boolean is a 400 (Python takes true for 1); a form sends its
-    version as text (``version``)."""
+    say (3.0 is one, as JSON Schema reads it). Text ("1"), a fraction or a boolean is a 400 (Python
+    takes true for 1); a form sends its version as text (``version``)."""
     if raw is None:
         raise InvalidRequest(f"version is required: send {seen} (a whole number).")
+    if isinstance(raw, float) and raw.is_integer():
+        raw = int(raw)  # 3.0 is the integer 3 to JSON Schema, as the OpenAPI document reads it
     if isinstance(raw, bool) or not isinstance(raw, int):
         shown = json.dumps(raw)[:40]
         raise InvalidRequest(f"version {shown} is not valid: send {seen} as a JSON whole number "
