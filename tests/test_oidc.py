@@ -71,10 +71,18 @@ def user_rows(app) -> list:
         return conn.execute(select(User.__table__).where(User.via == "oidc")).all()
 
 
+#: The sentences of a provider that cannot be reached: the login page's, as a 503.
+PROVIDER_AWAY = (oidc.UNREACHABLE, oidc.UNAVAILABLE, oidc.NOT_ANSWERING.partition("{")[0])
+
+
 def refused_with(answer, sentence: str, app) -> None:
-    """The answer is the login page with ``sentence``, not a 5xx, and no session was made."""
+    """The answer is the login page with ``sentence``, and no session was made: a 503 while the
+    provider cannot be reached (a 401 said the caller's credentials were wrong), else no 5xx."""
     html = answer.get_data(as_text=True)
-    assert answer.status_code < 500 and answer.status_code != 302, (answer.status_code, html[:300])
+    if sentence.startswith(PROVIDER_AWAY):
+        assert answer.status_code == 503, (answer.status_code, html[:300])
+    else:
+        assert answer.status_code < 500 and answer.status_code != 302, (answer.status_code, html[:300])
     assert f'<p class="error" role="alert">{sentence.replace(chr(39), "&#39;")}</p>' in html, html
     assert sessions(app) == []
 

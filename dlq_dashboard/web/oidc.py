@@ -317,6 +317,9 @@ def _own_url(endpoint: str) -> str:
 
 
 def _refused(sentence: str, status: int = 401, detail: str = ""):
+    """The login page with ``sentence``: a 401 for a sign-in refused, a 400 for an answer that is not
+    well formed, a 503 while the identity provider cannot be reached (the provider is down, not
+    the caller's credentials wrong: a monitor reads it so)."""
     log.warning("single sign-on refused: %s%s", sentence, f" ({detail})" if detail else "")
     return login_page(sentence, status)
 
@@ -342,12 +345,12 @@ def start():
     try:
         sso.metadata()
     except ProviderUnavailable as exc:
-        return _refused(UNAVAILABLE, detail=str(exc))
+        return _refused(UNAVAILABLE, 503, str(exc))
     down = sso.not_answering()
     if down:
         local = current_runtime().settings.local_login
         return _refused(NOT_ANSWERING.format(issuer=sso.settings.oidc_issuer) + (WITH_PASSWORD if local else "") + ".",
-                        detail=down)
+                        503, down)
     session["oidc_next"] = safe_next(request.args.get("next"))
     return sso.client.authorize_redirect(_own_url("oidc.callback"))
 
@@ -362,7 +365,7 @@ def callback():
     try:
         sso.metadata()
     except ProviderUnavailable as exc:
-        return _refused(UNREACHABLE, detail=str(exc))
+        return _refused(UNREACHABLE, 503, str(exc))
     try:
         token = sso.client.authorize_access_token()
     except MismatchingStateError:
@@ -378,7 +381,7 @@ def callback():
         sentence = NO_CODE if exc.error == "missing_code" else NOT_VERIFIED
         return _refused(sentence, 400, f"{exc.error}: {exc.description or ''}")
     except requests.RequestException as exc:
-        return _refused(UNREACHABLE, detail=exc.__class__.__name__)
+        return _refused(UNREACHABLE, 503, exc.__class__.__name__)
     except ExpiredTokenError:
         return _refused(EXPIRED, 400)
     except ClaimError as exc:
@@ -396,7 +399,7 @@ def callback():
     try:
         claims = _with_userinfo(sso, token, claims)
     except requests.RequestException as exc:
-        return _refused(UNREACHABLE, detail=f"userinfo: {exc.__class__.__name__}")
+        return _refused(UNREACHABLE, 503, f"userinfo: {exc.__class__.__name__}")
     except AuthlibBaseError as exc:  # a token type Authlib cannot send, say
         return _refused(NOT_VERIFIED, 400, f"userinfo: {exc.error}: {exc.description or ''}")
     groups_value = claim_at(claims, settings.oidc_groups_claim)
