@@ -108,6 +108,21 @@ def test_migrate_brings_an_empty_database_to_the_newest_revision_once(database_u
     engine.dispose()
 
 
+def test_an_upgrade_says_from_which_revision_and_which_it_ran(database_url, caplog):
+    # An upgrade logged what a new database logs ("the database schema is at revision 0030"):
+    # nothing said it upgraded, from where, or which revisions ran.
+    engine = create_db_engine(database_url)
+    with caplog.at_level("INFO", logger="dlq_dashboard.db.migrate"):
+        migrate(engine, "0028")
+        migrate(engine)
+        migrate(engine)  # at the newest already: nothing said
+    said = [r.getMessage() for r in caplog.records if r.name == "dlq_dashboard.db.migrate"]
+    assert said == ["the database schema is at revision 0028 (a new database)",
+                    f"the database schema was upgraded from revision 0028 to {head()} "
+                    f"(ran {', '.join(revisions()[revisions().index('0028') + 1:])})"], said
+    engine.dispose()
+
+
 def _beside_the_models(name, kind, parent) -> bool:
     # The full-text index lives beside the models: SQLite's FTS5 tables, PostgreSQL's entry_search.
     return not ((kind == "table" and name in FTS_TABLES | {"entry_search"})

@@ -121,6 +121,7 @@ def migrate(engine: Engine, target: str = "head") -> str:
             if current is None and _legacy_version(conn) >= 1:
                 log.info("the database predates revision numbers: taking it as revision %s", LEGACY_BASELINE)
                 command.stamp(config, LEGACY_BASELINE)
+                current = LEGACY_BASELINE
             command.upgrade(config, target)
             reached = current_revision(conn)
     except (OperationalError, InterfaceError) as exc:
@@ -128,6 +129,15 @@ def migrate(engine: Engine, target: str = "head") -> str:
         # cannot be opened): the operator's setting, said in one line, not a traceback.
         reason = scrub(str(exc.orig).strip().splitlines()[0]) if exc.orig else type(exc).__name__
         raise ConfigError(f"DATABASE_URL={shown_url(engine.url)!r} cannot be used: {reason}") from None
-    log.info("the database schema is at revision %s", reached)
+    if current is None:
+        log.info("the database schema is at revision %s (a new database)", reached)
+    else:  # an upgrade says so, from which revision, and which it ran (their files in db/migrations/versions)
+        log.info("the database schema was upgraded from revision %s to %s (ran %s)", current, reached,
+                 ", ".join(_revisions_between(current, reached)))
     return reached
+
+
+def _revisions_between(older: str, newer: str) -> list[str]:
+    """The revisions after ``older`` up to ``newer``, oldest first."""
+    return [step.revision for step in reversed(list(_script().iterate_revisions(newer, older))) if step]
 
