@@ -24,7 +24,7 @@ from dlq_dashboard.times import format_time, utcnow
 
 from . import support
 from .test_metrics import scrape, value
-from .test_tallies import kept, republish, truth
+from .test_tallies import kept, truth
 
 DAY = 86400
 
@@ -80,7 +80,7 @@ def test_old_resolved_entries_go_with_their_history_search_and_republishes_and_t
                                      Dlq_Original_Stream="ORDERS", Dlq_Original_Seq="105")
     for name in ("old_closed", "young_closed", "shared"):
         close_entry(rt, ids[name], 1, actor="alice", note="handled")
-    republish(rt, ids["old_republished"], 7)
+    support.record_republish(rt, ids["old_republished"], 7)
     age(engine, [ids["old_closed"], ids["old_republished"], ids["old_open"], ids["shared"]], 40)
     assert searched(rt, "zebraold_closed") == {ids["old_closed"]}
 
@@ -209,7 +209,7 @@ def test_purging_in_small_batches_keeps_the_counts_equal_to_a_recount(app):
     for entry_id in ids[::2]:
         close_entry(rt, entry_id, 1, actor="test")
     for step, entry_id in enumerate(ids[1::4]):
-        republish(rt, entry_id, 1000 + step)
+        support.record_republish(rt, entry_id, 1000 + step)
     age(rt.engine, ids[:30], 40)
     report = purge_entries(rt, older_than=30 * DAY, actor="test", batch=3)
     assert report.total == 23 and kept(rt.engine) == truth(rt.engine)
@@ -224,7 +224,7 @@ def test_a_dry_run_counts_by_status_and_changes_nothing(app):
     ids = [support.dead_letter(rt.engine, seq) for seq in range(1, 6)]
     for entry_id in ids[:3]:
         close_entry(rt, entry_id, 1, actor="test")
-    republish(rt, ids[3], 1)
+    support.record_republish(rt, ids[3], 1)
     age(rt.engine, ids, 40)
     report = purge_entries(rt, older_than=30 * DAY, actor="test", dry_run=True)
     assert dict(report.purged) == {"closed": 3, "republished": 1} and report.with_messages == 4
@@ -299,7 +299,7 @@ def test_metrics_report_the_entries_purged_and_the_database_size(app):
     rt = runtime_of(app)
     ids = [support.dead_letter(rt.engine, seq) for seq in range(1, 4)]
     close_entry(rt, ids[0], 1, actor="test")
-    republish(rt, ids[1], 1)
+    support.record_republish(rt, ids[1], 1)
     age(rt.engine, ids, 40)
     before = scrape(app.test_client())
     assert value(before, "dlq_entries_purged_total", status="closed") == 0
@@ -338,7 +338,7 @@ def test_the_purge_command_says_what_it_would_do_and_then_does_it(app, cli):
     ids = [support.dead_letter(rt.engine, seq) for seq in range(1, 5)]
     for entry_id in ids[:2]:
         close_entry(rt, entry_id, 1, actor="test")
-    republish(rt, ids[2], 1)
+    support.record_republish(rt, ids[2], 1)
     age(rt.engine, ids, 10)
 
     dry = cli("purge", "--older-than", "7d", "--dry-run")
