@@ -65,8 +65,16 @@ def test_a_frozen_writer_is_told_as_stuck_with_the_whole_lag_then_replaced_and_n
                                 message="/healthz to say the writer is silent, the whole backlog behind")
         assert f"(pid {pid})" in body["mirror"]["streams"]["DLQ"]["error"]
         # The banner, /api/sources and the metrics tell the same: stuck, why, and the same lag.
-        text = support.wait_for(lambda: f"{BACKLOG:,} messages" in (t := banner(viewer)) and t, timeout=10,
-                                message="the banner to count the whole backlog")
+        said: list[str] = []  # what the banner said last, for the failure's message
+
+        def counted():
+            said.append(banner(viewer))
+            return f"{BACKLOG:,} messages" in said[-1] and said[-1]
+
+        try:
+            text = support.wait_for(counted, timeout=30, message="the banner to count the whole backlog")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the banner said: {said[-1]!r}") from None
         assert "The mirror is stuck on stream DLQ</strong>" in text and "has not answered" in text
         sources = viewer.get("/api/sources").get_json()["sources"][0]
         assert sources["status"] == "stuck" and sources["mirror_lag"] == BACKLOG
