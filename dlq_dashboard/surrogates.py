@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -55,24 +55,25 @@ def _shown_in(value: Any) -> Any:
     return value
 
 
-def loads_kept(text: str) -> Any:
-    """JSON text read with its lone surrogate escapes kept (orjson refuses them; json reads them)."""
+def _loads(text: str, escaped: Callable[[Any], Any]) -> Any:
+    """JSON text read by orjson, or, when it holds lone surrogate escapes (which orjson refuses),
+    by json and given to ``escaped``."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         if "\\u" not in text:
             raise
-        return json.loads(text)
+        return escaped(json.loads(text))
+
+
+def loads_kept(text: str) -> Any:
+    """JSON text read with its lone surrogate escapes kept."""
+    return _loads(text, lambda value: value)
 
 
 def loads_shown(text: str) -> Any:
     """JSON text read as it is shown: each lone surrogate escape's string as :func:`shown` gives it."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        if "\\u" not in text:
-            raise
-        return _shown_in(json.loads(text))
+    return _loads(text, _shown_in)
 
 
 def dumps_kept(value: Any) -> str:
