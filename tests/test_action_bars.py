@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 from flask import g, render_template_string
 
-from dlq_dashboard.actions.bulk.jobs import JOB_ACTIONS
+from dlq_dashboard.actions.bulk.jobs import JOB_ACTIONS, _check_status
+from dlq_dashboard.entries.shape import STATUSES
 from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.web.auth import Identity
 from dlq_dashboard.web.presenters.actions import bulk_choices, entry_action_bar
@@ -34,7 +35,9 @@ ENTRY_STATES = {
 BULK_STATES = {
     "bulk-viewer": ("viewer", None, False, None),
     "bulk-unfiltered": ("operator", None, False, None),
-    "bulk-filtered-nats-down-close-deletes": ("operator", DOWN, True, {"status": "closed", "subject": "a.*"}),
+    "bulk-filtered-nats-down-close-deletes": ("operator", DOWN, True, {"status": "republished", "subject": "a.*"}),
+    # A closed list: reopen is the one action a job could take on its entries (CHANGES).
+    "bulk-closed-list": ("operator", None, False, {"status": "closed"}),
 }
 
 
@@ -102,6 +105,16 @@ def test_the_bulk_bar_offers_every_bulk_jobs_action_and_the_ones_that_publish_ne
     assert {c.value for c in bulk_choices(False) if not c.needs_nats} == {"close", "reopen"}
     # Closing needs NATS when it deletes the DLQ message; reopening never does.
     assert {c.value for c in bulk_choices(True) if not c.needs_nats} == {"reopen"}
+
+
+@pytest.mark.parametrize("status, offered", [(None, list(JOB_ACTIONS)), ("any", list(JOB_ACTIONS)),
+                                              ("open", ["republish", "close", "patch", "repair"]),
+                                              ("republished", list(JOB_ACTIONS)), ("closed", ["reopen"])])
+def test_a_list_of_one_status_offers_only_the_bulk_actions_that_change_its_entries(status, offered):
+    assert [c.value for c in bulk_choices(False, status)] == offered
+    for action in offered:  # and each one offered, a job by that filter takes
+        if status in STATUSES:
+            _check_status(action, status)  # raises JobError for a status the action cannot change
 
 
 def test_a_reason_said_once_for_two_buttons_is_shown_once_and_both_buttons_point_at_one():

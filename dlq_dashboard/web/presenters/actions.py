@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...actions.bulk.jobs import JOB_ACTIONS, REPUBLISHING
+from ...actions.bulk.jobs import CHANGES, JOB_ACTIONS, REPUBLISHING
 from ...actions.decisions import REPUBLISHABLE
+from ...entries.shape import STATUSES
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,14 @@ BULK_LABELS = {"republish": "republish", "close": "close", "patch": "patch and r
                "repair": "repair by schema and republish", "reopen": "reopen"}
 
 
-def bulk_choices(close_needs_nats: bool) -> tuple[BulkChoice, ...]:
-    """Every bulk job's action, in the order of JOB_ACTIONS; those that publish need NATS, and
-    closing does when it deletes the DLQ message (DLQ_DELETE_ON_CLOSE)."""
+def bulk_choices(close_needs_nats: bool, status: str | None = None) -> tuple[BulkChoice, ...]:
+    """The bulk jobs' actions, in the order of JOB_ACTIONS; those that publish need NATS, and
+    closing does when it deletes the DLQ message (DLQ_DELETE_ON_CLOSE). A list filtered to one
+    ``status`` offers only the actions that change entries of that status (CHANGES: a closed list
+    offers reopen alone; the job would refuse the others)."""
     return tuple(BulkChoice(action, BULK_LABELS[action],
                             action in REPUBLISHING or (action == "close" and bool(close_needs_nats)))
-                 for action in JOB_ACTIONS)
+                 for action in JOB_ACTIONS if status not in STATUSES or status in CHANGES[action])
 
 
 @dataclass(frozen=True)
