@@ -147,7 +147,8 @@ def test_every_alert_tells_on_call_what_to_check_and_where_the_docs_say_more():
 def test_the_rules_alert_when_the_dashboard_itself_is_not_scraped_under_the_documented_job():
     """A crashed or hung dashboard reports no dlq_ series, so every rule over them was silent."""
     exprs = {rule["alert"]: rule["expr"] for rule in rules() if "alert" in rule}
-    assert exprs["DLQDashboardDown"] == 'up{job="dlq-dashboard"} == 0'
+    assert exprs["DLQDashboardDown"].startswith('up{job="dlq-dashboard"} == 0 unless on (job, namespace) ')
+    assert exprs["DLQDashboardReplicaDown"].startswith('up{job="dlq-dashboard"} == 0 and on (job, namespace) ')
     assert exprs["DLQDashboardAbsent"] == 'absent(dlq_mirror_leader{job="dlq-dashboard"})'
     assert "job_name: dlq-dashboard" in (DEPLOY.parent / "docs" / "deploy.md").read_text()
     for rule in rules():  # every replica's own labels (pod, node ...) are not kept by an aggregation
