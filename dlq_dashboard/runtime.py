@@ -153,7 +153,7 @@ class Runtime:
             feed.bridge.start()
             if mirror and not mirror_process:
                 feed.mirror = Mirror(feed.bridge, self.engine, feed.settings, feed.streams, feed.name,
-                                     sharing=len(self.feeds), alerts=alerts)
+                                     sharing=len(self.feeds), alerts=alerts, configured=tuple(self.feeds))
                 feed.mirror.start()
         if mirror and mirror_process:
             self.mirror_process = MirrorProcess(self.settings, servers if self.settings.bundled_nats else None).start()

@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.entries.store import Store
 from dlq_dashboard.entries.tallies import Tallies
 from dlq_dashboard.ingest.grouping import GROUPING_VERSION, error_group
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.times import utcnow
 from dlq_dashboard.nats.server import free_port
 
 from . import support
@@ -100,11 +103,11 @@ def test_migrate_brings_an_empty_database_to_the_newest_revision_once(database_u
     engine = create_db_engine(database_url)
     assert revisions() == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0009", "0010", "0011", "0012",
                            "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023", "0024",
-                           "0025", "0026", "0027", "0028", "0029", "0030"]
-    assert migrate(engine) == head() == "0030"
-    assert migrate(engine) == "0030"
+                           "0025", "0026", "0027", "0028", "0029", "0030", "0031"]
+    assert migrate(engine) == head() == "0031"
+    assert migrate(engine) == "0031"
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0030"]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0031"]
     engine.dispose()
 
 
@@ -247,6 +250,43 @@ def test_a_database_at_revision_0001_holding_data_is_upgraded_keeping_it(databas
     if sqlite:
         assert indexed_rows(engine) == 3
     assert [e.dlq_seq for e in store.list_entries(EntryFilter(q="upgrade")).entries] == [3]
+    engine.dispose()
+
+
+@pytest.mark.both_databases
+def test_a_database_at_revision_0030_holding_entries_is_upgraded_to_keep_each_message_within_its_source(
+        database_url):
+    # The entries' key (stream, epoch, sequence) left the source out: a source reading a copy of
+    # another's stream store (the same creation time) had every message "stored already".
+    engine = create_db_engine(database_url)
+    assert migrate(engine, "0030") == "0030"
+
+    def dead_letters(source: str, *seqs: int, note: str = "before") -> int:
+        return ingest_dlq_batch(engine, "DLQ", "e1", [StreamMessage(
+            seq, "dlq.orders.created", {"Dlq-Original-Subject": "orders.created", "Dlq-Reason": "fatal"},
+            b'{"note": "%s %d"}' % (note.encode(), seq), utcnow()) for seq in seqs], source=source)
+
+    assert dead_letters("eps", 1, 2) == 2
+    assert dead_letters("zeta", 1) == 0  # the defect, at revision 0030
+    columns = (Entry.id, Entry.source, Entry.dlq_stream, Entry.dlq_epoch, Entry.dlq_seq, Entry.status, Entry.payload)
+    with engine.connect() as conn:
+        kept = conn.execute(select(*columns).order_by(Entry.id)).all()
+    made_before = triggers(engine)
+
+    assert migrate(engine) == head()
+    with engine.connect() as conn:
+        assert conn.execute(select(*columns).order_by(Entry.id)).all() == kept
+    assert triggers(engine) == made_before  # SQLite: the search index's and the key fields' triggers
+    [key] = [c for c in inspect(engine).get_unique_constraints("entries") if c["name"] == "uq_entries_dlq_message"]
+    assert key["column_names"] == ["source", "dlq_stream", "dlq_epoch", "dlq_seq"]
+    assert dead_letters("zeta", 1, 2, note="upgraded") == 2
+    assert dead_letters("eps", 1, 2, 3, note="upgraded") == 1  # 1 and 2 are stored already
+    with engine.connect() as conn:
+        assert Counter(conn.execute(select(Entry.source, Entry.dlq_seq)).all()) == Counter(
+            {("eps", 1): 1, ("eps", 2): 1, ("eps", 3): 1, ("zeta", 1): 1, ("zeta", 2): 1})
+    store = Store(engine)
+    assert sorted((e.source, e.dlq_seq) for e in store.list_entries(EntryFilter(q="upgraded")).entries) == [
+        ("eps", 3), ("zeta", 1), ("zeta", 2)]
     engine.dispose()
 
 

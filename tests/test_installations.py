@@ -71,7 +71,7 @@ def test_a_database_upgraded_to_revision_0030_gets_an_installation_id_once(tmp_p
     engine = create_db_engine(f"sqlite:///{tmp_path / 'old.sqlite3'}")
     try:
         assert migrate(engine, "0029") == "0029"
-        assert migrate(engine) == "0030"
+        assert migrate(engine, "0030") == "0030"
         with engine.connect() as conn:
             [made] = conn.execute(select(INSTALLATION.c.installation_id)).scalars().all()
             assert re.fullmatch(r"[0-9a-f]{16}", made) and installation_id(conn) == made

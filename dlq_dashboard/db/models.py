@@ -26,8 +26,8 @@ class Entry(Base):
     status: Mapped[str] = mapped_column(String(16), default="open")
     version: Mapped[int] = mapped_column(Integer, default=1)
     dlq_stream: Mapped[str | None] = mapped_column(String(255))
-    # The DLQ stream's creation time: sequences restart at 1 when a stream is recreated,
-    # so (stream, epoch, seq) identifies a DLQ message, not (stream, seq).
+    # The DLQ stream's creation time: sequences restart at 1 when a stream is recreated, so (source,
+    # stream, epoch, seq) identifies a DLQ message (a copy of a stream's store has its epoch: 0031).
     dlq_epoch: Mapped[str | None] = mapped_column(String(64))
     dlq_seq: Mapped[int | None] = mapped_column(BigInt)
     original_subject: Mapped[str | None] = mapped_column(String(1024))
@@ -61,7 +61,7 @@ class Entry(Base):
     dlq_received_at: Mapped[datetime | None] = mapped_column(DateTime)  # its DLQ copy's, after its advisory (0027)
 
     __table_args__ = (
-        UniqueConstraint("dlq_stream", "dlq_epoch", "dlq_seq", name="uq_entries_dlq_message"),
+        UniqueConstraint("source", "dlq_stream", "dlq_epoch", "dlq_seq", name="uq_entries_dlq_message"),
         Index("ix_entries_original", "original_stream", "original_seq"),
         # Entries made from an advisory alone, waiting for their DLQ copy: the mirror looks
         # every batch up in this small index instead of the whole table.

@@ -3,8 +3,8 @@
 Each stream is read from the position committed in the database (a backlog by batched direct
 gets, direct.py; then an ordered consumer, flow-controlled, without acks), and every batch is
 written with its last sequence in one transaction: a crash loses nothing, and a restart stores
-nothing twice (it resumes after the last committed sequence; the unique key on (stream, epoch,
-sequence) absorbs any overlap). Batches are parsed on a thread of this process and written by a
+nothing twice (it resumes after the last committed sequence; the unique key on (source, stream,
+epoch, sequence) absorbs any overlap). Batches are parsed on a thread of this process and written by a
 process of its own at a lower CPU priority than the pages (writer.py).
 
 Batches reach the writer in stream order (an advisory batch reads its payloads before it is
@@ -43,7 +43,7 @@ from .inbox import Budget, Inbox
 from .parse import parse_advisory
 from .progress import StreamProgress, mirrored_streams, nats_failure, of_source
 from .writer import WriterError, WriterProcess
-from .writes import FetchedMessage, StreamMessage, dlq_values, read_position
+from .writes import FetchedMessage, StreamMessage, dlq_values, take_over_position
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,9 @@ class Mirror:
     # settings, since a source's own settings know no other source and so could not name it in
     # the alert's text); None raises none.
     alerts: AlertRule | None = None
+    # Every source of DLQ_CONFIG: a stream's position left by a source not among them is taken
+    # over by a source that has none (a rename; writes.take_over_position). Empty: this one alone.
+    configured: tuple[str, ...] = ()
     progress: dict[str, StreamProgress] = field(init=False)
 
     def __post_init__(self):
@@ -256,7 +259,8 @@ class Mirror:
         js = self.bridge.js
         info = await self._stream_info(stream)
         epoch = stream_epoch(info)
-        saved_epoch, last_seq = await self._db(read_position, self.engine, stream, self.source)
+        saved_epoch, last_seq = await self._db(take_over_position, self.engine, stream, epoch, self.source,
+                                               self.configured or (self.source,))
         if saved_epoch is not None and saved_epoch != epoch:
             # Sequences restart at 1 in a recreated stream. Old entries keep their epoch, so
             # nothing is overwritten; the new stream is read from its start.

@@ -264,7 +264,7 @@ def serve(settings: Settings, servers: list[str] | None, holders: dict[str, str]
             own = source_settings(settings, source)
             bridge = Bridge(own, servers or list(own.nats_urls), source.name, purpose="mirror").start()
             mirror = Mirror(bridge, engine, own, StreamSetup(own), source.name, holder=holders[source.name],
-                            sharing=len(sources), alerts=alerts)
+                            sharing=len(sources), alerts=alerts, configured=tuple(s.name for s in sources))
             mirror.start()
             parts.append((bridge, mirror))
         # What the start made (modules, engines, bridges) lives as long as the child: the
