@@ -582,6 +582,23 @@ def logged_in(app, role: str):
     return client
 
 
+def signed_in_with(app, grants, name: str = "alice@example.com"):
+    """A test client signed in as a single sign-on user holding ``grants`` (scopes.Grant: an
+    operator grant on one pattern and a viewer grant on another, as DLQ_OIDC_ROLES gives them),
+    its session as a sign-in writes it (the provider's part is test_oidc.py's)."""
+    from dlq_dashboard.accounts import sign_in_oidc_user, start_session
+    from dlq_dashboard.web.security import SESSION_ENDS
+
+    engine = runtime_of(app).engine
+    user = sign_in_oidc_user(engine, f"https://idp.test {name}", name, tuple(grants))
+    key = start_session(engine, user.id, hours=1, via="oidc", grants=tuple(grants), id_token="a.b.c")
+    client = app.test_client()
+    with client.session_transaction() as session:
+        session.update({"_user_id": key, "_fresh": True, SESSION_ENDS: time.time() + 3600})
+        session.permanent = True
+    return client
+
+
 def sign_in(page, base_url: str, app, role: str) -> None:
     """Sign a browser page's context in as a user with ``role`` (made on first use), opening no
     page: the login form is posted by a test client (the same POST /login) and the session cookie

@@ -16,7 +16,7 @@ from ..numbers import whole_number
 from . import current_runtime, params
 from .auth import actor_name, requires
 from ..access import visible
-from .data import current_reader, list_fields
+from .data import acting, current_reader, list_fields
 from .presenters.payloads import line_diff
 from .repair import bulk_repair_page
 from .errors import status_of
@@ -61,7 +61,7 @@ def api_bulk():
         selection["only_valid"] = flag(body.get("only_valid"), "only_valid", default=True)
     job_id = create_job(current_runtime(), action, actor=actor_name(), note=body.get("note"),
                         force=flag(body.get("force"), "force"), patch=body.get("patch"),
-                        scopes=current_reader().acts, request_key=request.headers.get("Idempotency-Key"),
+                        **acting(), request_key=request.headers.get("Idempotency-Key"),
                         **selection)
     response = jsonify(job=job_id)
     response.headers["Location"] = url_for("bulk.api_job", job_id=job_id)
@@ -137,11 +137,11 @@ def bulk_preview():
             raise JobError("Nothing is selected: tick entries on the list, or set filters and preview "
                            "everything matching them.")
         selection = params.form_selection()
-        items, summary = select_items(rt, scopes=current_reader().acts, action=action, **selection)
-        error = None if items else str(NothingMatches())
+        items, summary = select_items(rt, **acting(), action=action, **selection)
+        error, status = (None, 200) if items else (str(NothingMatches()), 400)
     except DashboardError as exc:
         items, summary, selection, error = Selection(), {}, {}, str(exc)
-    status = 400 if error and not bare else 200
+        status = 200 if bare else status_of(exc)  # a group read but not acted on: a 403
     # A republish reaches every consumer of its subject: show them before the job starts; and
     # what the job would refuse (no stream, the schema without the override), before Start.
     # (The entries with no subject go nowhere: the refusals below count them.)
@@ -168,7 +168,7 @@ def bulk_create():
         job_id = create_job(current_runtime(), request.form.get("action", ""), actor=actor_name(),
                             note=request.form.get("note"), force=flag(request.form.get("force"), "force"),
                             patch=request.form.get("patch") if patching else None,
-                            scopes=current_reader().acts, request_key=request.form.get("request_key"), **selection)
+                            **acting(), request_key=request.form.get("request_key"), **selection)
     except DashboardError as exc:
         if patching:
             return _patch_page(error=str(exc), status=status_of(exc))
@@ -195,7 +195,7 @@ def _patch_preview():
     """The patch form for a selection; given a patch, what it would do to the selected entries."""
     rt, summary = current_runtime(), {}
     try:
-        items, summary = select_items(rt, scopes=current_reader().acts,
+        items, summary = select_items(rt, **acting(),
                                       **{**params.form_selection(), "only_valid": False})
         if not items:
             raise NothingMatches()

@@ -34,6 +34,14 @@ def current_reader() -> Reader:
     return Reader.of(identity.role, current_runtime().mask, identity.grants)
 
 
+def acting() -> dict:
+    """What a bulk selection of this request's reader takes (select_items, create_job): ``scopes``,
+    what their operator grants cover; ``reads``, what they may read (a group or a job they may
+    read and not act on is refused saying so, another is unknown)."""
+    reader = current_reader()
+    return {"scopes": reader.acts, "reads": reader.reads}
+
+
 def entry_detail(entry_id: int, reader: Reader | None = None) -> EntryDetail:
     """The entry page's, GET /api/entries/<id>'s and the command line's show's one value: the
     entry as the reader (by default this request's) may see it, with its verdict, group, replays

@@ -18,7 +18,7 @@ from ..errors import DashboardError, InvalidRequest
 from . import current_runtime, params
 from .auth import actor_name, requires
 from .actions import done, kept_list_args, republished_sentence
-from .data import current_reader, entry_to_act_on
+from .data import acting, entry_to_act_on
 from .errors import status_of
 from .presenters.payloads import line_diff
 from .responses import after_post
@@ -87,7 +87,7 @@ def _preview(selection: dict) -> tuple[dict, dict]:
     """The selection's summary and what repairing it would do; NothingMatches when nothing is selected."""
     rt = current_runtime()
     # Only what the reader's operator grants cover (by ids, another id is left out as unknown).
-    items, summary = select_items(rt, scopes=current_reader().acts, **{**selection, "only_valid": False})
+    items, summary = select_items(rt, **acting(), **{**selection, "only_valid": False})
     if not items:
         raise NothingMatches()
     preview = preview_repair(rt, items.ids)

@@ -29,7 +29,7 @@ from ...db.rows import insert_rows
 from ...entries.fields import key_fields
 from ...entries.filters import EntryFilter, FilterError, encode_cursor
 from ...entries.scoping import jobs_within, scope_condition
-from ...errors import InvalidRequest, JobNotFound
+from ...errors import Forbidden, InvalidRequest, JobNotFound
 from ...scopes import Scope
 from ...times import utcnow
 from ...unpacking import judged
@@ -144,7 +144,7 @@ def _check_status(action: str, status: str | None) -> None:
 
 
 def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None, only_valid: bool = False,
-                 upto: int | None = None, scopes: tuple[Scope, ...] | None = None,
+                 upto: int | None = None, scopes: tuple[Scope, ...] | None = None, reads=...,
                  action: str = "republish") -> tuple[Selection, dict[str, Any]]:
     """The entries a job would take (a Selection, by id), and a summary of the choice.
 
@@ -154,6 +154,8 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
     showed) keeps entries that arrived after the preview out of the job. ``scopes`` (what a
     scoped operator may act on; None: everything): by filter only the entries they cover are
     taken; by ids one they do not cover is left out as an id that names no entry is (``missing``).
+    ``reads`` (what they may read; by default ``scopes``): a filter's group or job they may read
+    but not act on is a Forbidden saying so, one they may not read a FilterError as an unknown one.
     ``only_valid``: the newest JUDGED_NOW payloads are judged now, those that fail left out
     (``left_out_invalid``); the others are taken unjudged (``unjudged``), the job leaving out
     those that fail as it reaches them.
@@ -206,8 +208,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
         flt = replace(EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields),
                                             sources=tuple(rt.feeds)), scopes=scopes)
         _check_status(action, flt.status)
-        rt.store.check_group(flt)
-        check_filter_job(rt.engine, flt)
+        _check_named(rt, flt, scopes if reads is ... else reads)
         if upto is not None:
             flt = replace(flt, cursor=encode_cursor(int(upto) + 1))
         # A preset ("since=1h") as the time it meant when the entries were chosen: the job keeps those.
@@ -252,7 +253,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
 def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_args: dict | None = None,
                only_valid: bool = False, upto: int | None = None, note: str | None = None,
                force: bool = False, start: bool = True, patch=None, scopes: tuple[Scope, ...] | None = None,
-               request_key: str | None = None) -> int:
+               reads=..., request_key: str | None = None) -> int:
     """Make a job over the selected entries (fixed now, with their versions) and start it.
 
     ``request_key`` names the start (the preview form's key, an API client's Idempotency-Key): the
@@ -261,7 +262,7 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     A ``patch`` job takes every selected entry and judges each one when it runs: ``only_valid``
     then means "only those that pass the schema once patched", the others are skipped with the
     reason (the patch is kept in the job's selection, and so in its audit record). ``scopes``:
-    what the operator may act on (select_items)."""
+    what the operator may act on, ``reads`` what they may read (select_items)."""
     _check_action(action)
     _fitting(action, patch=patch, force=force)
     note = close_note(note)
@@ -272,8 +273,7 @@ def create_job(rt: ActionContext, action: str, *, actor: str, ids=None, filter_a
     ops = parse_patch(patch) if action == "patch" else None
     items, summary = select_items(rt, ids=ids, filter_args=filter_args,
                                   only_valid=only_valid and action in ("republish", "close", "reopen"), upto=upto,
-                                  scopes=scopes,
-                                  action=action)
+                                  scopes=scopes, reads=reads, action=action)
     if not items:
         raise NothingMatches()
     if ops is not None:
@@ -371,6 +371,33 @@ def check_filter_job(engine, flt: EntryFilter) -> None:
         check_job(engine, flt.job.id, flt.scopes)
     except JobNotFound:
         raise FilterError(f"job {flt.job.id} is not a bulk job: use a job's id from /jobs or GET /api/jobs") from None
+
+
+#: Why an operator may read a failure group or a job and not act on its entries in bulk (a 403).
+GROUP_NOT_YOURS = ("Group {group} is outside the scopes you may act on (your operator grants): you may read it, "
+                   "but not republish, edit, close or reopen its entries.")
+JOB_NOT_YOURS = ("Job {job} took entries outside the scopes you may act on (your operator grants): you may read "
+                 "it, but not republish, edit, close or reopen its entries.")
+
+
+def _check_named(rt: ActionContext, flt: EntryFilter, reads: tuple[Scope, ...] | None) -> None:
+    """The filter's ``group`` and ``job`` checked within ``flt.scopes`` (what the operator may act
+    on): FilterError, a 400, for one outside ``reads`` too (as unknown as none: its existence is
+    not told); Forbidden, a 403 saying so, for one they may read."""
+    try:
+        rt.store.check_group(flt)
+    except FilterError:
+        if reads == flt.scopes:
+            raise
+        rt.store.check_group(replace(flt, scopes=reads))  # unknown to them as well: the FilterError again
+        raise Forbidden(GROUP_NOT_YOURS.format(group=flt.group)) from None
+    try:
+        check_filter_job(rt.engine, flt)
+    except FilterError:
+        if reads == flt.scopes:
+            raise
+        check_filter_job(rt.engine, replace(flt, scopes=reads))
+        raise Forbidden(JOB_NOT_YOURS.format(job=flt.job.id)) from None
 
 
 def cancel_job(rt: ActionContext, job_id: int, *, actor: str, scopes: tuple[Scope, ...] | None = None,
