@@ -97,9 +97,10 @@ def acting_on(reader: Reader, store: Store, entry_id: int, *, with_history: bool
     return found
 
 
-def may_act(reader: Reader, stored: EntryView) -> bool:
-    """Whether the reader's operator grants cover the entry (the entry page's action bar)."""
-    return reader.may("operator") and covered(reader.acts, stored)
+def may_act_on(reader: Reader, subject: str | None, source: str | None) -> bool:
+    """Whether the reader's operator grants cover an entry of this original subject and source, or
+    a group of them (no query: the list asks it of each row); pages offer their actions only then."""
+    return reader.may("operator") and covers(reader.acts, subject, source)
 
 
 def scoped(reader: Reader, flt: EntryFilter, *, acting: bool = False) -> EntryFilter:
@@ -263,7 +264,7 @@ def group_of(reader: Reader, store: Store, seen: EntryView) -> dict | None:
 
 #: Why an operator may read a group and not change its state or add a note (a 403).
 GROUP_NOT_YOURS = ("Group {id} is outside the scopes you may act on (your operator grants): you may read it, "
-                   "but not change its state or add a note.")
+                   "but not change its state, add a note, or republish or close its entries.")
 
 
 def group(reader: Reader, store: Store, group_id: int) -> Group:

@@ -227,9 +227,11 @@ def job_page(job_id: int):
     """A job's progress; the widget polls itself through htmx until the job ends."""
     state = item_state()
     status = seen_job(job_id, item_state=state)
-    running = status["state"] not in ("done", "cancelled") and current_reader().may("operator")
+    running = status["state"] not in ("done", "cancelled")
+    # Cancel and "Reopen what it closed" only where the reader may act on every entry it took.
+    acts = current_reader().may("operator") and may_cancel(job_id)
     return page_or_fragment("job.html", "progress", job=status, preview=False, state=state,
-                            may_cancel=running and may_cancel(job_id), patch_text=patch_text(status["patch"]),
+                            may_cancel=running and acts, may_act=acts, patch_text=patch_text(status["patch"]),
                             item_states=ITEM_STATES, reason_items=REASON_ITEMS)
 
 

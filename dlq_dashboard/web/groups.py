@@ -117,7 +117,8 @@ def _group_page(group_id: int, *, state_error: str | None = None, kept: Any = No
         involved=visible.group_involved(reader, rt.store, group_id), newest=newest.entries,
         more=newest.next_cursor is not None, filter_args=found.filter_args(), snippet=snippet,
         notes=[a for a in data["activity"] if a["text"]], state_error=state_error, kept=kept or {},
-        error_field=error_field,
+        error_field=error_field, outside_acts=None if visible.may_act_on(reader, found.subject, found.source)
+        or not reader.may("operator") else visible.GROUP_NOT_YOURS.format(id=found.id),
         assignees=triage.assignee_names(rt.engine, scope_condition(GROUPS.c.subject, reader.reads))
         if reader.may("operator") else []), status
 

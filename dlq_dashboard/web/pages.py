@@ -284,8 +284,8 @@ def _entry_context(detail):
     republish_reason = edit_reason = None
     identity = current_identity()
     # Outside the operator's acting scopes the bar is not offered (a request would be a 403).
-    outside_acts = visible.NOT_YOURS.format(id=entry.id) if reader.may("operator") and not visible.may_act(
-        reader, entry) else None
+    outside_acts = visible.NOT_YOURS.format(id=entry.id) if reader.may("operator") and not visible.may_act_on(
+        reader, entry.original_subject, entry.source) else None
     if identity is not None and identity.may("operator") and not outside_acts:
         # An operator sees entries unmasked, so ``entry`` is the entry as stored, the one the
         # action would refuse.

@@ -13,6 +13,7 @@ from markupsafe import Markup, escape
 from dlq_consumer import headers as contract
 
 from ..actions.close import NOTE_MAX
+from ..access import visible
 from ..actions.decisions import REPUBLISHABLE
 from ..entries.shape import STATUSES
 from ..times import as_time, format_time, utcnow
@@ -32,6 +33,12 @@ def reader_scopes() -> list[str] | None:
     when it reads every subject. A page empty for a scoped reader says where it looked."""
     reads = current_reader().reads
     return None if reads is None else [str(scope) for scope in reads]
+
+
+def may_act_on(subject: str | None, source: str | None) -> bool:
+    """Whether this request's reader may act on an entry of this original subject in this source
+    (or a group of them): the list's rows and /groups offer their actions only then."""
+    return visible.may_act_on(current_reader(), subject, source)
 
 
 def when(value: datetime | str | None) -> str:
@@ -106,6 +113,7 @@ def init_app(app: Flask) -> None:
     app.add_template_global(list_columns)
     app.add_template_global(lambda: shown_sources(current_runtime(), current_reader().reads), "shown_sources")
     app.add_template_global(reader_scopes)
+    app.add_template_global(may_act_on)
     app.add_template_global(came_from)
     # A bulk job's Start carries a key of its own: sent twice, it is the same job (create_job).
     # Hex: a random key in base64 holds any three letters now and then, which a page's words,
