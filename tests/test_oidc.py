@@ -71,8 +71,8 @@ def user_rows(app) -> list:
         return conn.execute(select(User.__table__).where(User.via == "oidc")).all()
 
 
-#: The sentences of a provider that cannot be reached: the login page's, as a 503.
-PROVIDER_AWAY = (oidc.UNREACHABLE, oidc.UNAVAILABLE, oidc.NOT_ANSWERING.partition("{")[0])
+#: The sentences of a provider that cannot be reached or is not set up right: the login page's, as a 503.
+PROVIDER_AWAY = (oidc.UNREACHABLE, oidc.UNAVAILABLE, oidc.NOT_ANSWERING.partition("{")[0], oidc.MISCONFIGURED)
 
 
 def refused_with(answer, sentence: str, app) -> None:
@@ -497,7 +497,9 @@ def test_a_provider_that_cannot_be_reached_at_start_does_not_stop_the_dashboard(
     client = app.test_client()
     html = client.get("/login").get_data(as_text=True)
     assert oidc.UNAVAILABLE in html and 'id="sso"' not in html
-    refused_with(client.get("/login/oidc"), oidc.UNAVAILABLE, app)
+    answer = client.get("/login/oidc")
+    refused_with(answer, oidc.UNAVAILABLE, app)
+    assert answer.get_data(as_text=True).count(oidc.UNAVAILABLE) == 1  # the error alone, not the notice too
     # The password form still works.
     assert support.logged_in(app, "viewer").get("/").status_code == 200
 
@@ -531,11 +533,20 @@ def test_a_provider_that_does_not_answer_in_time_is_not_where_the_browser_is_sen
     assert own_idp.sign_in(client, "alice").status_code == 302
 
 
-def test_a_discovery_document_naming_another_issuer_is_not_used(idp, make_app):
+def test_a_discovery_document_naming_another_issuer_is_not_used_and_the_page_says_it_is_set_up_wrong(
+        idp, make_app, caplog):
+    """It said the provider could not be reached and to try again later (twice on /login/oidc's
+    page), though it answered and trying again could not help: only the log told the cause."""
     app = make_app(**idp.settings(roles=ROLES, oidc_issuer=idp.issuer.replace("127.0.0.1", "localhost")))
     idp.start()
-    html = app.test_client().get("/login").get_data(as_text=True)
-    assert oidc.UNAVAILABLE in html
+    client = app.test_client()
+    for _ in range(2):  # the second within RETRY_AFTER, from the failure kept
+        html = client.get("/login").get_data(as_text=True)
+        assert oidc.MISCONFIGURED in html and oidc.UNAVAILABLE not in html and 'id="sso"' not in html
+        answer = client.get("/login/oidc")
+        refused_with(answer, oidc.MISCONFIGURED, app)
+        assert answer.get_data(as_text=True).count(oidc.MISCONFIGURED) == 1
+    assert f"names the issuer '{idp.issuer}', not DLQ_OIDC_ISSUER" in caplog.text
 
 
 # --- password sign-in turned off -----------------------------------------------------------------

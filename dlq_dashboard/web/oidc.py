@@ -64,6 +64,10 @@ PENDING_KEPT = 3
 
 UNAVAILABLE = "Single sign-on is unavailable: the identity provider could not be reached. Try again later."
 UNREACHABLE = "The identity provider could not be reached to finish the sign-in. Try again later."
+# The provider answers, but its discovery document names another issuer than DLQ_OIDC_ISSUER
+# (http://localhost:8080 set, http://127.0.0.1:8080 in the document): trying again will not help.
+MISCONFIGURED = ("Single sign-on is not set up right: the identity provider names another issuer than this "
+                 "dashboard expects. An admin must correct DLQ_OIDC_ISSUER.")
 NOT_ANSWERING = "The identity provider at {issuer} did not answer; try again"
 WITH_PASSWORD = ", or sign in with a password if you have one"
 BAD_STATE = "The sign-in could not be finished: it was not started in this browser, or it was started again since. Sign in again."
@@ -169,6 +173,16 @@ class BoundedOAuth(OAuth):
 class ProviderUnavailable(Exception):
     """The provider's discovery document could not be read; the message says why (for the log)."""
 
+    #: What the login page says of it.
+    sentence = UNAVAILABLE
+
+
+class ProviderMisconfigured(ProviderUnavailable):
+    """The provider's discovery document names another issuer than DLQ_OIDC_ISSUER: read again, it
+    will say the same until an admin corrects the setting."""
+
+    sentence = MISCONFIGURED
+
 
 class SingleSignOn:
     """The OpenID Connect client of one app and the provider's discovery document."""
@@ -179,6 +193,7 @@ class SingleSignOn:
         self._metadata: dict | None = None
         self._loaded_at = 0.0
         self._failed_at: float | None = None
+        self._failure: ProviderUnavailable | None = None  # why the last reading failed
 
     def metadata(self) -> dict:
         """The provider's discovery document (read again each hour, kept while a new reading
@@ -188,14 +203,15 @@ class SingleSignOn:
             if self._metadata is not None and now - self._loaded_at < METADATA_KEPT:
                 return self._metadata
             if self._metadata is None and self._failed_at is not None and now - self._failed_at < RETRY_AFTER:
-                raise ProviderUnavailable("the last reading failed moments ago")
+                # The same kind of failure as that reading's, so that the page says the same.
+                raise type(self._failure)(f"the last reading failed moments ago: {self._failure}")
         try:
             document = self._discover()
         except ProviderUnavailable as exc:
             log.warning("single sign-on: the discovery document of %s could not be read: %s",
                         self.settings.oidc_issuer, exc)
             with self._lock:
-                self._failed_at = now
+                self._failed_at, self._failure = now, exc
                 if self._metadata is None:
                     raise
                 return self._metadata
@@ -218,7 +234,7 @@ class SingleSignOn:
         # OpenID Connect Discovery section 4.3: the document must name the issuer it was read
         # from, or a provider could speak for another one.
         if str(document.get("issuer", "")).rstrip("/") != self.settings.oidc_issuer.rstrip("/"):
-            raise ProviderUnavailable(f"{url} names the issuer {document.get('issuer')!r}, not DLQ_OIDC_ISSUER")
+            raise ProviderMisconfigured(f"{url} names the issuer {document.get('issuer')!r}, not DLQ_OIDC_ISSUER")
         missing = [k for k in ("authorization_endpoint", "token_endpoint", "jwks_uri") if not document.get(k)]
         if missing:
             raise ProviderUnavailable(f"{url} has no {', '.join(missing)}")
@@ -245,8 +261,8 @@ class SingleSignOn:
         try:
             self.metadata()
             unavailable = None
-        except ProviderUnavailable:
-            unavailable = UNAVAILABLE
+        except ProviderUnavailable as exc:
+            unavailable = exc.sentence
         return {"name": self.settings.oidc_name, "unavailable": unavailable,
                 "url": url_for("oidc.start", next=request.args.get("next") or None)}
 
@@ -345,7 +361,7 @@ def start():
     try:
         sso.metadata()
     except ProviderUnavailable as exc:
-        return _refused(UNAVAILABLE, 503, str(exc))
+        return _refused(exc.sentence, 503, str(exc))
     down = sso.not_answering()
     if down:
         local = current_runtime().settings.local_login
@@ -364,6 +380,8 @@ def callback():
     settings = current_runtime().settings
     try:
         sso.metadata()
+    except ProviderMisconfigured as exc:
+        return _refused(exc.sentence, 503, str(exc))
     except ProviderUnavailable as exc:
         return _refused(UNREACHABLE, 503, str(exc))
     try:
