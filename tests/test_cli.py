@@ -162,11 +162,16 @@ def test_users_create_takes_scopes_and_users_list_shows_them(cli, engine):
                                   ("tokens", "create", "bad", "--role", "viewer", "--scope", "orders.>.x"),
                                   ("tokens", "create", "bad", "--role", "viewer", "--scope", ""),
                                   ("users", "create", "bad", "--role", "operator", "--scope", " , ", "--password-stdin")])
-def test_a_bad_pattern_or_a_scoped_admin_is_one_line_a_non_zero_exit_and_nothing_stored(cli, engine, args):
+def test_a_bad_pattern_or_a_scoped_admin_is_refused_with_a_non_zero_exit_and_nothing_stored(cli, engine, args):
+    """A bad pattern is a usage error (the usage, then the sentence: exit 2); a scoped admin one line."""
     result = cli(*args, input=support.PASSWORD)
     assert result.exit_code != 0
-    [line] = result.output.strip().splitlines()
+    line = result.output.strip().splitlines()[-1]
     assert line.startswith("Error: ") and ("subject pattern" in line or "an admin is never scoped" in line), line
+    if "--role" in args and args[args.index("--role") + 1] == "admin":
+        assert result.output.strip() == line
+    else:
+        assert result.exit_code == 2 and result.output.startswith("Usage: ")
     assert get_user(engine, "bad") is None and list_tokens(engine) == [] and _audit(engine) == []
 
 
@@ -197,6 +202,25 @@ def test_users_scope_refuses_nothing_to_change_both_options_a_bad_pattern_and_an
     assert get_user(engine, "lee").grants[0].to_dict() == {"role": "operator", "scopes": ["orders.>"]}
     assert cli("users", "scope", "lee", "--role", "admin", "--all").exit_code == 0
     assert get_user(engine, "lee").grants[0].to_dict() == {"role": "admin", "scopes": None}
+
+
+@pytest.mark.parametrize("command", [("users", "create", "zz1", "--role", "viewer", "--password-stdin"),
+                                     ("tokens", "create", "zz1", "--role", "viewer"),
+                                     ("users", "scope", "lee")], ids=" ".join)
+@pytest.mark.parametrize("pattern, sentence", [("a b", "subject pattern 'a b' has a space in it"),
+                                               ("orders..x", "subject pattern 'orders..x' has an empty token")])
+def test_a_scope_that_is_not_a_subject_pattern_is_a_usage_error_as_a_bad_role_is(cli, engine, command, pattern,
+                                                                                  sentence):
+    """It was the sentence alone (exit 2), where docs/security.md says the command's usage and
+    the sentence, as a bad --role gives."""
+    cli("users", "create", "lee", "--role", "operator", "--scope", "orders.>", "--password-stdin",
+        input=support.PASSWORD)
+    result = cli(*command, "--scope", "orders.>", "--scope", pattern, input=support.PASSWORD)
+    assert result.exit_code == 2, result.output
+    assert "Usage: " in result.output and f"{' '.join(command[:2])} [OPTIONS] NAME" in result.output, result.output
+    assert f"Invalid value for '--scope': {sentence}" in result.output and "nothing was changed." in result.output
+    assert get_user(engine, "zz1") is None and list_tokens(engine) == []
+    assert get_user(engine, "lee").grants[0].to_dict() == {"role": "operator", "scopes": ["orders.>"]}
 
 
 def test_tokens_take_scopes_on_create_and_scope_and_tokens_list_shows_them(cli, engine, offline_app):

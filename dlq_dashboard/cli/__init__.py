@@ -59,11 +59,22 @@ def _done(call, *args, **kwargs):
 
 
 def _scopes(texts: tuple[str, ...]):
-    """The --scope options as scopes (None without any); a bad pattern is one line and exit code 2."""
+    """The --scope options as scopes (None without any); each was read as the option was
+    (_scope_patterns), so a bad one never reaches here."""
     try:
         return accounts.read_scopes(texts or None)
     except AccountError as exc:
         raise CommandError(f"{exc}; nothing was changed.", BAD_INPUT) from None
+
+
+def _scope_patterns(ctx, param, texts: tuple[str, ...]) -> tuple[str, ...]:
+    """The --scope option's check: one that is not a subject pattern is a usage error (exit code
+    2 with the command's usage and the sentence, as a bad --role is), before anything is done."""
+    try:
+        accounts.read_scopes(texts or None)
+    except AccountError as exc:
+        raise click.BadParameter(f"{exc}; nothing was changed.", ctx, param) from None
+    return texts
 
 
 def _grant(role: str, scopes) -> str:
@@ -77,7 +88,7 @@ def _shown(scopes) -> str:
 
 
 _role = click.option("--role", required=True, type=click.Choice(ROLES), help="viewer, operator or admin")
-_scope = click.option("--scope", "scope", multiple=True, metavar="PATTERN",
+_scope = click.option("--scope", "scope", multiple=True, metavar="PATTERN", callback=_scope_patterns,
                       help="A subject pattern the role is limited to (NATS wildcards, or source:pattern); "
                            "repeat it for more. Without it: every subject.")
 _new_role = click.option("--role", type=click.Choice(ROLES), help="A new role (the scopes stay unless given).")
