@@ -291,7 +291,9 @@ def test_a_single_sign_on_users_grants_are_not_changed_here(offline_app, engine,
                     re.S).group(0)
     assert "single sign-on" in row and "DLQ_OIDC_ROLES" in row and "/grant" not in row and "/disable" in row
     refused = post(admin, "/admin/users/yan@example.com/grant", role="operator", scopes="")
-    assert refused.status_code == 400 and "signs in with single sign-on" in text(refused)
+    # The sentence begins with the name, as it is: it said "Yan@example.com signs in ...".
+    assert refused.status_code == 400 and "yan@example.com signs in with single sign-on" in text(refused)
+    assert "Yan@example.com" not in text(refused)
 
 
 # --- tokens -----------------------------------------------------------------------------------

@@ -162,7 +162,7 @@ def create_user():
         role, scopes = _read_grant(form)
         user = accounts.create_user(current_runtime().engine, name, password, role, scopes, actor=actor_name())
     except AccountError as exc:
-        return _page(400, error=_sentence(exc), sent=sent)
+        return _page(400, error=_sentence(exc, name), sent=sent)
     shown = {"what": "user", "name": user.name, "grant": describe_grant(user.role, user.scopes),
              "secret": None if given else password}
     return _page(shown=shown)
@@ -177,7 +177,7 @@ def grant_user(name: str):
     try:
         role, scopes = _read_grant(request.form)
     except AccountError as exc:
-        return _page(400, error=_sentence(exc), sent=sent)
+        return _page(400, error=_sentence(exc, user.name), sent=sent)
     if (role, scopes) == (user.role, user.scopes):
         return _done(f"{user.name} is {describe_grant(role, scopes)} already; nothing was changed.")
     if _is_me(user.name) and role != "admin":
@@ -191,7 +191,7 @@ def grant_user(name: str):
     try:
         changed = accounts.set_role_and_scopes(current_runtime().engine, user.name, role, scopes, actor=actor_name())
     except AccountError as exc:
-        return _page(400, error=_sentence(exc), sent=sent)
+        return _page(400, error=_sentence(exc, user.name), sent=sent)
     return _done(f"{changed.name} is now {describe_grant(changed.role, changed.scopes)}.")
 
 
@@ -251,7 +251,7 @@ def create_token():
         role, scopes = _read_grant(form)
         token = accounts.create_token(current_runtime().engine, name, role, scopes, actor=actor_name())
     except AccountError as exc:
-        return _page(400, error=_sentence(exc), sent=sent)
+        return _page(400, error=_sentence(exc, name), sent=sent)
     return _page(shown={"what": "token", "name": name, "grant": describe_grant(role, scopes), "secret": token})
 
 
@@ -264,7 +264,7 @@ def grant_token(name: str):
     try:
         role, scopes = _read_grant(request.form)
     except AccountError as exc:
-        return _page(400, error=_sentence(exc), sent=sent)
+        return _page(400, error=_sentence(exc, token.name), sent=sent)
     if (role, scopes) == (token.role, token.scopes):
         return _done(f"The API token {token.name} is {describe_grant(role, scopes)} already; nothing was changed.")
     if (role == "admin") != (token.role == "admin") and not _confirmed():
@@ -275,7 +275,7 @@ def grant_token(name: str):
         changed = accounts.set_token_role_and_scopes(current_runtime().engine, token.name, role, scopes,
                                                      actor=actor_name())
     except AccountError as exc:
-        return _page(400, error=_sentence(exc), sent=sent)
+        return _page(400, error=_sentence(exc, token.name), sent=sent)
     return _done(f"The API token {changed.name} is now {describe_grant(changed.role, changed.scopes)}.")
 
 
@@ -291,7 +291,7 @@ def revoke_token(name: str):
     try:
         accounts.revoke_token(current_runtime().engine, token.name, actor=actor_name())
     except AccountError as exc:  # revoked meanwhile
-        return _page(400, error=_sentence(exc))
+        return _page(400, error=_sentence(exc, token.name))
     return _done(f"Revoked the API token {token.name}.")
 
 
@@ -299,6 +299,11 @@ def _count(n: int) -> str:
     return f"{n} session{'' if n == 1 else 's'}"
 
 
-def _sentence(exc: Exception) -> str:
+def _sentence(exc: Exception, name: str) -> str:
+    """The error as a sentence of the page: its first letter a capital, unless it begins with
+    ``name`` (the user's or the token's it is about), whose case is never changed: a sentence of
+    alice@example.com's said "Alice@example.com signs in with single sign-on"."""
     text = str(exc)
-    return (text[:1].upper() + text[1:]).rstrip(".") + "."
+    if not (name and text.startswith(name)):
+        text = text[:1].upper() + text[1:]
+    return text.rstrip(".") + "."
