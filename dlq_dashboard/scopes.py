@@ -114,6 +114,17 @@ def parse_scopes(texts: Iterable[str] | None) -> tuple[Scope, ...] | None:
     return tuple(sorted(found)) or None
 
 
+def check_sources(scopes: Iterable[Scope] | None, known: Iterable[str]) -> None:
+    """ScopeError for a scope of one source that is not among ``known`` (the sources this
+    dashboard is configured with, DLQ_CONFIG): it would reach nothing, and its holder would see
+    an empty dashboard with nothing saying why (``nosuch:orders.>``, a typo of ``billing``)."""
+    known = tuple(known)
+    for scope in scopes or ():
+        if scope.source is not None and scope.source not in known:
+            raise ScopeError(f"scope {str(scope)!r} names the source {scope.source!r}, which this dashboard does "
+                             f"not have: its sources are {', '.join(known)} (DLQ_CONFIG names them)")
+
+
 @dataclass(frozen=True)
 class Grant:
     """A role, over everything (``scopes`` None) or over the entries its scopes cover. An admin

@@ -278,6 +278,22 @@ def test_an_admin_may_not_disable_or_demote_themselves_and_an_unknown_user_is_a_
     assert audit(engine) == []
 
 
+def test_a_scope_naming_a_source_this_dashboard_does_not_have_is_refused_unless_held_already(offline_app, engine,
+                                                                                         admin):
+    sentence = ("Scope 'nosuch:orders.>' names the source 'nosuch', which this dashboard does not have: its sources "
+                "are default (DLQ_CONFIG names them).")
+    for path in ("/admin/users", "/admin/tokens"):
+        refused = post(admin, path, name="zz1", role="viewer", scopes="nosuch:orders.>")
+        assert refused.status_code == 400 and sentence in text(refused), text(refused)
+    assert accounts.get_user(engine, "zz1") is None and accounts.list_tokens(engine) == []
+    accounts.create_user(engine, "kim", support.PASSWORD, "viewer", accounts.read_scopes(["gone:orders.>"]))
+    refused = post(admin, "/admin/users/kim/grant", role="viewer", scopes="gone:orders.> nosuch:orders.>")
+    assert refused.status_code == 400 and sentence in text(refused)
+    # Held already (its source since removed from DLQ_CONFIG): kept when the role changes.
+    assert post(admin, "/admin/users/kim/grant", role="operator", scopes="gone:orders.>").status_code == 303
+    assert accounts.get_user(engine, "kim").grants[0].to_dict() == {"role": "operator", "scopes": ["gone:orders.>"]}
+
+
 def test_a_single_sign_on_users_grants_are_not_changed_here(offline_app, engine, admin):
     from sqlalchemy import update
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dlq_dashboard.accounts import get_user, list_tokens, verify_password
+from dlq_dashboard.accounts import get_user, list_tokens, set_role_and_scopes, verify_password
+from dlq_dashboard.scopes import parse_scopes
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
@@ -221,6 +222,27 @@ def test_a_scope_that_is_not_a_subject_pattern_is_a_usage_error_as_a_bad_role_is
     assert f"Invalid value for '--scope': {sentence}" in result.output and "nothing was changed." in result.output
     assert get_user(engine, "zz1") is None and list_tokens(engine) == []
     assert get_user(engine, "lee").grants[0].to_dict() == {"role": "operator", "scopes": ["orders.>"]}
+
+
+def test_a_scope_naming_a_source_this_dashboard_does_not_have_is_a_usage_error_unless_held_already(cli, engine):
+    """--scope 'nosuch:orders.>' (only the default source here) was taken, and its holder saw
+    nothing. One the account holds already (its source removed from DLQ_CONFIG since) stays."""
+    unknown = ("names the source 'nosuch', which this dashboard does not have: its sources are default "
+               "(DLQ_CONFIG names them); nothing was changed.")
+    cli("users", "create", "lee", "--role", "operator", "--scope", "orders.>", "--password-stdin",
+        input=support.PASSWORD)
+    for command in (("users", "create", "zz1", "--role", "viewer", "--password-stdin"),
+                    ("tokens", "create", "zz1", "--role", "viewer"), ("users", "scope", "lee")):
+        result = cli(*command, "--scope", "nosuch:orders.>", input=support.PASSWORD)
+        assert result.exit_code == 2 and result.output.startswith("Usage: "), result.output
+        assert f"Invalid value for '--scope': scope 'nosuch:orders.>' {unknown}" in result.output, result.output
+    assert get_user(engine, "zz1") is None and list_tokens(engine) == []
+    assert get_user(engine, "lee").grants[0].to_dict() == {"role": "operator", "scopes": ["orders.>"]}
+    assert cli("users", "scope", "lee", "--scope", "default:orders.>").exit_code == 0
+    set_role_and_scopes(engine, "lee", "operator", parse_scopes(["gone:orders.>"]))
+    kept = cli("users", "scope", "lee", "--scope", "gone:orders.>", "--scope", "billing.>")
+    assert kept.exit_code == 0, kept.output
+    assert get_user(engine, "lee").grants[0].to_dict() == {"role": "operator", "scopes": ["billing.>", "gone:orders.>"]}
 
 
 def test_tokens_take_scopes_on_create_and_scope_and_tokens_list_shows_them(cli, engine, offline_app):

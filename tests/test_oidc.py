@@ -17,6 +17,7 @@ from dlq_dashboard.accounts import AccountError, create_token, create_user, set_
 from dlq_dashboard.db.models import Action, LoginSession, User
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.scopes import Grant, Scope, grants_from_json
+from dlq_dashboard.sign_in import parse_rules
 from dlq_dashboard.times import utcnow
 from dlq_dashboard.web import oidc
 
@@ -684,6 +685,14 @@ def test_the_single_sign_on_routes_are_open_to_anyone(sso_app):
 def test_an_issuer_without_rules_is_told_in_the_log(make_app, caplog):
     make_app(oidc_issuer="http://127.0.0.1:1", oidc_client_id="dlq")
     assert "DLQ_OIDC_ROLES is not set: nobody may sign in with single sign-on" in caplog.text
+
+
+def test_a_rule_scoped_to_a_source_this_dashboard_does_not_have_is_told_in_the_log(make_app, caplog):
+    make_app(oidc_issuer="http://127.0.0.1:1", oidc_client_id="dlq",
+             oidc_roles=parse_rules("team-orders=operator:nosuch:orders.>; *=viewer:default:orders.>"))
+    assert ("DLQ_OIDC_ROLES, the rule of team-orders: scope 'nosuch:orders.>' names the source 'nosuch', which "
+            "this dashboard does not have: its sources are default") in caplog.text
+    assert "the rule of *" not in caplog.text
 
 
 def test_the_pages_form_action_lets_the_logout_reach_the_provider_and_nowhere_else(sso_app, idp):

@@ -19,6 +19,7 @@ from flask.cli import AppGroup
 from .. import accounts
 from ..accounts import ROLES, AccountError
 from ..runtime import runtime_of
+from ..scopes import ScopeError, check_sources
 from ..times import format_time
 from .entries import entries
 from .groups import groups
@@ -58,13 +59,18 @@ def _done(call, *args, **kwargs):
         raise click.ClickException(str(exc)) from None
 
 
-def _scopes(texts: tuple[str, ...]):
+def _scopes(texts: tuple[str, ...], held=None):
     """The --scope options as scopes (None without any); each was read as the option was
-    (_scope_patterns), so a bad one never reaches here."""
+    (_scope_patterns), so a bad one never reaches here. A new one (not among those ``held``
+    already) naming a source this dashboard does not have is a usage error too (exit code 2,
+    the usage and the sentence): it would reach nothing."""
     try:
-        return accounts.read_scopes(texts or None)
-    except AccountError as exc:
-        raise CommandError(f"{exc}; nothing was changed.", BAD_INPUT) from None
+        scopes = accounts.read_scopes(texts or None)
+        check_sources(sorted(set(scopes or ()) - set(held or ())), runtime_of(current_app).feeds)
+    except (AccountError, ScopeError) as exc:
+        raise click.BadParameter(f"{exc}; nothing was changed.", click.get_current_context(),
+                                 param_hint="'--scope'") from None
+    return scopes
 
 
 def _scope_patterns(ctx, param, texts: tuple[str, ...]) -> tuple[str, ...]:
@@ -104,7 +110,7 @@ def _changed_grant(role: str | None, scope: tuple[str, ...], everything: bool, o
     if not (scope or everything or role):
         raise CommandError("say what to change: --scope PATTERN (repeat it for more), --all for every "
                            "subject, or --role; nothing was changed.", BAD_INPUT)
-    scopes = None if everything else (_scopes(scope) if scope else old_scopes)
+    scopes = None if everything else (_scopes(scope, old_scopes) if scope else old_scopes)
     return role or old_role, scopes
 
 

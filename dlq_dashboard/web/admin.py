@@ -21,7 +21,7 @@ from flask import Blueprint, flash, jsonify, make_response, render_template, req
 from .. import accounts
 from ..accounts import AccountError, describe_grant
 from ..errors import NotFound
-from ..scopes import ROLES
+from ..scopes import ROLES, ScopeError, check_sources
 from ..times import format_time
 from . import current_runtime
 from .auth import actor_name, current_identity, requires
@@ -94,15 +94,21 @@ def _scopes_text(form) -> str:
     return form.get("scopes", "")
 
 
-def _read_grant(form) -> tuple[str, tuple | None]:
+def _read_grant(form, held: tuple | None = None) -> tuple[str, tuple | None]:
     """The role and scopes a form sends (scopes separated by commas, spaces or lines; an empty
-    field: every subject); AccountError for a bad one."""
+    field: every subject); AccountError for a bad one, and for a new scope naming a source this
+    dashboard does not have (one the account ``held`` already stays: its source may have been
+    removed from DLQ_CONFIG since, and its stored entries are still read)."""
     role = accounts.check_role(form.get("role", ""))
     written = _scopes_text(form)
     texts = [t for t in re.split(r"[\s,]+", written) if t]
     # A field that holds something but names no pattern (" , ") is refused, as the command
     # line's --scope " , " is: read as every subject, it would widen what was meant to narrow.
     scopes = accounts.read_scopes(texts or ([written] if written else None))
+    try:  # a source this dashboard does not have: the scope would reach nothing
+        check_sources(sorted(set(scopes or ()) - set(held or ())), current_runtime().feeds)
+    except ScopeError as exc:
+        raise AccountError(str(exc)) from None
     accounts.check_grant(role, scopes)
     return role, scopes
 
@@ -175,7 +181,7 @@ def grant_user(name: str):
     user = _user_or_404(name)
     sent = {"form": f"user:{user.name}", "role": request.form.get("role", ""), "scopes": _scopes_text(request.form)}
     try:
-        role, scopes = _read_grant(request.form)
+        role, scopes = _read_grant(request.form, user.scopes)
     except AccountError as exc:
         return _page(400, error=_sentence(exc, user.name), sent=sent)
     if (role, scopes) == (user.role, user.scopes):
@@ -262,7 +268,7 @@ def grant_token(name: str):
     token = _token_or_404(name)
     sent = {"form": f"token:{token.name}", "role": request.form.get("role", ""), "scopes": _scopes_text(request.form)}
     try:
-        role, scopes = _read_grant(request.form)
+        role, scopes = _read_grant(request.form, token.scopes)
     except AccountError as exc:
         return _page(400, error=_sentence(exc, token.name), sent=sent)
     if (role, scopes) == (token.role, token.scopes):

@@ -27,7 +27,7 @@ from joserfc.errors import BadSignatureError, ClaimError, ExpiredTokenError, Inv
 from ..accounts import AccountError, sign_in_oidc_user, start_session
 from ..errors import InvalidRequest
 from ..runtime import runtime_of
-from ..scopes import highest_role
+from ..scopes import ScopeError, check_sources, highest_role
 from ..sign_in import claim_at, grants_for, groups_in
 from . import current_runtime
 from .auth import SINGLE_SIGN_ON, SessionUser, login_page, requires, safe_next
@@ -311,6 +311,11 @@ def init_app(app: Flask) -> None:
     app.after_request(sso.allow_logout_redirect)
     if not settings.oidc_roles:
         log.warning("DLQ_OIDC_ROLES is not set: nobody may sign in with single sign-on (%s)", settings.oidc_issuer)
+    for rule in settings.oidc_roles:  # told, not refused: the rules and DLQ_CONFIG may change apart
+        try:
+            check_sources(rule.grant.scopes, runtime_of(app).feeds)
+        except ScopeError as exc:
+            log.warning("DLQ_OIDC_ROLES, the rule of %s: %s; that scope reaches nothing", rule.group, exc)
 
 
 def single_sign_on() -> SingleSignOn:
