@@ -16,6 +16,7 @@ from dlq_dashboard import create_app
 from dlq_dashboard.db.liveness import DatabaseProbe
 from dlq_dashboard.db.leases import acquire_lease, release_lease
 from dlq_dashboard.db.mirror_reports import StreamReport, encode_report, read_reports
+from dlq_dashboard.ingest.progress import StreamProgress
 from dlq_dashboard.runtime import runtime_of
 from dlq_dashboard.times import utcnow
 from dlq_dashboard.web.status import fresh_reports, source_state
@@ -183,3 +184,20 @@ def test_a_lease_given_up_carries_no_report_one_that_ran_out_carries_its_expiry(
 def read_reports_now(engine):
     with engine.connect() as conn:
         return read_reports(conn, ["mirror", "mirror:billing"])
+
+
+def test_a_report_carries_whether_the_streams_head_is_known_and_an_older_report_is_read_as_known(offline_app):
+    # A stream the mirror could not read (one JetStream will not make): its lag is unknown, null on
+    # the other replicas' /sources and /api/sources too, not 0.
+    engine = runtime_of(offline_app).engine
+    unread = StreamProgress("DLQ", source="orders")
+    read = StreamProgress("DLQ_ADVISORIES", source="orders")
+    read.saw_stream(3)
+    assert acquire_lease(engine, "mirror:orders", "host:1:a", 15, encode_report("orders", [unread, read]))
+    older = encode_report("billing", [read]).replace(', "head_known": true', "")  # a replica of before
+    assert acquire_lease(engine, "mirror:billing", "host:2:b", 15, older)
+    with engine.connect() as conn:
+        found = read_reports(conn, ["mirror:orders", "mirror:billing"])
+    assert [(r.stream, r.head_known, r.known_lag) for r in found["orders"]] == [("DLQ", False, None),
+                                                                                ("DLQ_ADVISORIES", True, 3)]
+    assert [(r.head_known, r.known_lag) for r in found["billing"]] == [(True, 3)]

@@ -40,10 +40,15 @@ class StreamReport:
     behind: datetime | None
     until: datetime
     holder: str = ""  # the lease's holder: a process's own, from a mirror of its that has ended, tells nothing
+    head_known: bool = True  # whether the mirror could read the stream's last sequence (StreamProgress)
 
     @property
     def lag(self) -> int:
         return max(self.stream_last_seq - self.last_seq, 0)
+
+    @property
+    def known_lag(self) -> int | None:
+        return self.lag if self.head_known else None
 
     def behind_since(self) -> datetime | None:
         return self.behind
@@ -52,14 +57,15 @@ class StreamReport:
 def encode_report(source: str, streams: Iterable) -> str:
     """A lease's report of ``source``: each of ``streams`` read as a StreamReport is (the mirror's
     StreamProgress: ``stream``, ``last_seq``, ``stream_last_seq``, ``error``, ``stuck_since``,
-    ``behind_since()``), the times naive UTC as every time in the database. Taken on the bridge's
+    ``behind_since()``, ``head_known``), the times naive UTC as every time in the database. Taken on the bridge's
     thread, which alone changes the progress."""
     def at(value: datetime | None) -> str | None:
         return None if value is None else value.isoformat()
 
     return json.dumps({"source": source, "streams": [
         {"stream": s.stream, "last_seq": s.last_seq, "stream_last_seq": s.stream_last_seq, "error": s.error,
-         "stuck_since": at(s.stuck_since), "behind": at(s.behind_since())} for s in streams]})
+         "stuck_since": at(s.stuck_since), "behind": at(s.behind_since()), "head_known": s.head_known}
+        for s in streams]})
 
 
 def read_reports(conn: Connection, leases: list[str]) -> dict[str, tuple[StreamReport, ...]]:
@@ -76,5 +82,6 @@ def read_reports(conn: Connection, leases: list[str]) -> dict[str, tuple[StreamR
         told = json.loads(report)
         found[told["source"]] = tuple(
             StreamReport(told["source"], s["stream"], s["last_seq"], s["stream_last_seq"], s["error"],
-                         at(s["stuck_since"]), at(s["behind"]), until, holder) for s in told["streams"])
+                         at(s["stuck_since"]), at(s["behind"]), until, holder, s.get("head_known", True))
+            for s in told["streams"])
     return found

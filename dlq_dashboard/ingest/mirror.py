@@ -257,7 +257,11 @@ class Mirror:
         while not self.bridge.state.connected or self.bridge.js is None:
             await asyncio.sleep(0.2)
         js = self.bridge.js
-        info = await self._stream_info(stream)
+        try:
+            info = await self._stream_info(stream)
+        except Exception:
+            progress.lost_stream()  # its head (and so its lag) is unknown until the stream answers
+            raise
         epoch = stream_epoch(info)
         saved_epoch, last_seq = await self._db(take_over_position, self.engine, stream, epoch, self.source,
                                                self.configured or (self.source,))

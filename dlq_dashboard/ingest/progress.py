@@ -48,6 +48,10 @@ class StreamProgress:
     # Why the follower waits for NATS (its last failure was NATS not answering), None once NATS
     # answers: a NATS outage is told by the NATS line, not as a stuck stream (docs/sources.md).
     nats_wait: str | None = field(default=None, repr=False, compare=False)
+    # Whether the stream's last sequence is known: not until the mirror has first read it, nor
+    # while reading it fails (a stream JetStream will not make, JetStream not answering): its lag
+    # is unknown then, null, not 0 (/api/sources, /metrics, as /healthz asks the stream itself).
+    head_known: bool = field(default=False, compare=False)
 
     @property
     def named(self) -> str:
@@ -57,6 +61,16 @@ class StreamProgress:
     @property
     def lag(self) -> int:
         return max(self.stream_last_seq - self.last_seq, 0)
+
+    @property
+    def known_lag(self) -> int | None:
+        """The lag, None while the stream's last sequence is not known."""
+        return self.lag if self.head_known else None
+
+    @property
+    def known_head(self) -> int | None:
+        """The stream's last sequence, None while it is not known."""
+        return self.stream_last_seq if self.head_known else None
 
     def stuck(self, exc: BaseException) -> None:
         """Note a failure: the stream is stuck until a write succeeds (logged once, not each retry)."""
@@ -101,10 +115,15 @@ class StreamProgress:
         self.stream_last_seq = last_seq
         self.asked = time.monotonic()
         self.nats_wait = None
+        self.head_known = True
         while self.seen and self.seen[0][1] <= self.last_seq:
             self.seen.popleft()
         if not self.seen or last_seq > self.seen[-1][1]:
             self.seen.append((utcnow(), last_seq))
+
+    def lost_stream(self) -> None:
+        """Note that reading the stream's last sequence failed: it is not known until it is read."""
+        self.head_known = False
 
     def behind_since(self) -> datetime | None:
         """Since when a message the stream holds has been waiting unmirrored; None when caught up."""

@@ -105,13 +105,14 @@ class DashboardCollector(Collector):
         ingested = CounterMetricFamily("dlq_mirror_ingested",
                                        "Messages this process has mirrored since it started.", labels=labels)
         lag = GaugeMetricFamily("dlq_mirror_lag_messages", "Messages in the stream not yet mirrored (from the "
-                                "process that mirrors; absent while its NATS does not answer).", labels=labels)
+                                "process that mirrors; absent while its NATS or the stream does not answer).",
+                                labels=labels)
         stuck = GaugeMetricFamily("dlq_mirror_stuck", "1 while writing the stream's messages fails (retried "
                                   "until it succeeds) or the mirror's writer does not answer; not while NATS does "
                                   "not answer (from the process that mirrors).", labels=labels)
         behind = GaugeMetricFamily("dlq_mirror_behind_seconds", "How long the oldest message not yet mirrored "
                                    "has waited (0 when caught up; from the process that mirrors; absent while its "
-                                   "NATS does not answer).", labels=labels)
+                                   "NATS or the stream does not answer).", labels=labels)
         now = utcnow()
         for source, bridge, mirror in parts:
             if mirror is None:
@@ -130,7 +131,9 @@ class DashboardCollector(Collector):
                 # Only the lease holder follows the streams; another replica's figures are stale.
                 if mirror.leader:
                     stuck.add_metric(values, 1 if progress.error is not None else 0)
-                    if known:
+                    # A stream the mirror could not read (one JetStream will not make) that does
+                    # not answer now either: its lag is unknown, left out as during an outage.
+                    if known and (progress.head_known or (heads or {}).get(name) is not None):
                         waiting, since = self.lag_and_wait(source, progress, (heads or {}).get(name),
                                                            positions.get(name) or 0, now)
                         lag.add_metric(values, waiting)

@@ -74,7 +74,8 @@ def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool, now: datetime | 
                   nats_usable: bool = True) -> list[dict]:
     """Each stream the source's mirror follows: its committed sequence, the stream's last one, the
     lag and why it is stuck, from the mirror's memory where this process mirrors the source (the
-    stream's last sequence and the lag unknown, null, while its NATS is not usable, as /healthz says).
+    stream's last sequence and the lag unknown, null, while its NATS is not usable or the mirror
+    could not read the stream, as /healthz says).
     Elsewhere the committed sequence is read from the database, and the rest is what the process
     that mirrors the source reported last (db/mirror_reports.py; null without a recent report)."""
     mirror = rt.mirror if feed.name == rt.main_source else feed.mirror
@@ -83,9 +84,12 @@ def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool, now: datetime | 
     for name in mirrored_streams(feed.settings):
         if mirrored_here:
             p = mirror.progress[name]
+            # Unknown (null) while its NATS is not usable, and while the mirror has not read the
+            # stream (one JetStream will not make, JetStream not enabled): not 0, caught up.
             found.append({"name": name, "last_seq": p.last_seq,
-                          "stream_last_seq": p.stream_last_seq if nats_usable else None,
-                          "lag": p.lag if nats_usable else None, "error": p.error, "stuck_since": format_time(p.stuck_since),
+                          "stream_last_seq": p.known_head if nats_usable else None,
+                          "lag": p.known_lag if nats_usable else None, "error": p.error,
+                          "stuck_since": format_time(p.stuck_since),
                           "behind_since": format_time(p.behind_since())})
             continue
         try:
@@ -97,8 +101,9 @@ def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool, now: datetime | 
         report = reported.get(name)
         if report is not None:
             last_seq = report.last_seq if last_seq is None else max(last_seq, report.last_seq)
-            head = max(report.stream_last_seq, last_seq)
-            state.update(last_seq=last_seq, stream_last_seq=head, lag=head - last_seq, error=report.error,
+            head = max(report.stream_last_seq, last_seq) if report.head_known else None
+            state.update(last_seq=last_seq, stream_last_seq=head, lag=None if head is None else head - last_seq,
+                         error=report.error,
                          stuck_since=format_time(report.stuck_since), behind_since=format_time(report.behind_since()))
         found.append(state)
     return found

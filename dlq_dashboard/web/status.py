@@ -176,7 +176,7 @@ def feed_status(rt: Runtime, feed: Feed, now: datetime | None = None) -> SourceS
             failed, failed_since = p.error, p.stuck_since
             behind = p.behind_since()
             if failed is not None and failed_since is not None:
-                stuck.append(StreamStuck(p.stream, failed, failed_since, p.lag))
+                stuck.append(StreamStuck(p.stream, failed, failed_since, p.known_lag or 0))
             elif behind is not None and (now - behind).total_seconds() >= rt.settings.mirror_stale_after:
                 lagging.append(StreamLag(p.stream, p.lag, behind))
     state = source_state(usable, progress, rt.settings.mirror_stale_after, now)

@@ -1,0 +1,88 @@
+"""A source whose NATS answers but whose stream the mirror cannot follow (docs/sources.md), beside a
+source that works, on real servers: every place the desk tells a source's state (/api/sources,
+/sources, the banner, /metrics, /healthz) says it is stuck and why, and its lag is unknown (null,
+absent), never 0 as if it were caught up."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from dlq_dashboard.config import load_settings
+from dlq_dashboard.runtime import runtime_of
+
+from . import support
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def samples(client, name: str) -> dict[tuple, float]:
+    text = client.get("/metrics").get_data(as_text=True)
+    return {tuple(sorted(s.labels.items())): s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == name}
+
+
+def desk(make_app, tmp_path, broken_url: str, **broken):
+    """An app of two sources: orders, which works, and broken."""
+    return make_app(sources=load_settings({"DLQ_CONFIG": support.sources_file(tmp_path, [
+        {"name": "orders", "nats_url": broken.pop("orders_url"), "stream": "DLQ"},
+        {"name": "broken", "nats_url": broken_url, "stream": "DLQ_BROKEN", "subjects": ["dlq.broken.>"], **broken},
+    ])}).sources)
+
+
+def told_stuck(app, error_part: str) -> dict:
+    """What every place tells of source broken once it is stuck with ``error_part`` in its error;
+    orders stays ok and caught up. Returns broken's /api/sources entry."""
+    viewer, admin = support.logged_in(app, "viewer"), support.logged_in(app, "admin")
+
+    def sources():
+        return {s["name"]: s for s in viewer.get("/api/sources").get_json()["sources"]}
+
+    support.wait_for(lambda: sources()["broken"]["status"] == "stuck", timeout=30, message="broken stuck")
+    support.wait_for(lambda: sources()["orders"]["status"] == "ok" and sources()["orders"]["mirror_lag"] == 0,
+                     timeout=20, message="orders ok")
+    broken = sources()["broken"]
+    # Neither stream could be read (the advisories' cannot be made either: the DLQ stream is made first).
+    assert [s["name"] for s in broken["streams"]] == ["DLQ_BROKEN", "DLQ_ADVISORIES"]
+    for stream in broken["streams"]:
+        assert error_part in (stream["error"] or ""), stream
+        # The stream's head is unknown: not 0 of 0, caught up.
+        assert (stream["stream_last_seq"], stream["lag"]) == (None, None), stream
+    assert broken["mirror_lag"] is None and broken["nats"]["connected"] is True
+
+    banner = html.unescape(re.sub(r"\s+", " ", viewer.get("/status/banner").get_data(as_text=True)))
+    assert 'data-source="broken"' in banner
+    assert "Source broken: The mirror is stuck on streams DLQ_BROKEN and DLQ_ADVISORIES" in banner
+    assert error_part in banner and 'data-source="orders"' not in banner
+
+    page = html.unescape(re.sub(r"\s+", " ", viewer.get("/sources").get_data(as_text=True)))
+    row = page[page.index('data-source="broken"'):]
+    row = row[:row.index("</tr>")]
+    assert "stuck" in row and error_part in row and "caught up" not in row, row
+
+    stuck = samples(app.test_client(), "dlq_mirror_stuck")
+    assert stuck[(("source", "broken"), ("stream", "DLQ_BROKEN"))] == 1
+    assert stuck[(("source", "orders"), ("stream", "DLQ"))] == 0
+    lags = samples(app.test_client(), "dlq_mirror_lag_messages")
+    assert (("source", "broken"), ("stream", "DLQ_BROKEN")) not in lags, lags  # unknown: absent, not 0
+    assert lags[(("source", "orders"), ("stream", "DLQ"))] == 0
+
+    health = admin.get("/healthz")
+    body = health.get_json()["sources"]["broken"]
+    assert health.status_code == 503 and body["status"] == "degraded" and body["mirror_lag"] is None
+    assert error_part in (body["mirror"]["streams"]["DLQ_BROKEN"]["error"] or "")
+    assert health.get_json()["sources"]["orders"]["status"] == "ok"
+    return broken
+
+
+def test_a_source_whose_stream_jetstream_will_not_make_tells_its_lag_unknown_not_zero(make_app, tmp_path,
+                                                                                        shared_server):
+    # Account B holds a stream over the source's subjects: its DLQ stream cannot be made.
+    support.make_stream(support.account_url(shared_server, "b"), "TAKEN", ["dlq.broken.>"])
+    app = desk(make_app, tmp_path, support.account_url(shared_server, "b"),
+               orders_url=support.account_url(shared_server, "a"))
+    runtime_of(app).start()
+    told_stuck(app, "subjects overlap with an existing stream")
