@@ -9,14 +9,25 @@ import html
 import re
 
 import pytest
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import ServiceUnavailableError
 from prometheus_client.parser import text_string_to_metric_families
 
 from dlq_dashboard.config import load_settings
+from dlq_dashboard.ingest.progress import failure_text, nats_failure
+from dlq_dashboard.nats.server import NatsServer
+from dlq_dashboard.nats.streams import NO_JETSTREAM
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
 pytestmark = pytest.mark.timeout(120)
+
+#: Account A with JetStream, account C without (no ``jetstream: enabled``).
+WITHOUT_JETSTREAM = """accounts {
+  A: { jetstream: enabled, users: [{user: a, password: pa}] }
+  C: { users: [{user: c, password: pc}] }
+}"""
 
 
 def samples(client, name: str) -> dict[tuple, float]:
@@ -78,6 +89,34 @@ def told_stuck(app, error_part: str) -> dict:
     return broken
 
 
+@pytest.fixture
+def account_without_jetstream(tmp_path):
+    server = NatsServer(store_dir=tmp_path / "nats-ac", extra_config=WITHOUT_JETSTREAM).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def server_without_jetstream(tmp_path):
+    server = NatsServer(store_dir=tmp_path / "nats-nojs", jetstream=False).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("where", ["account", "server"])
+def test_a_source_whose_nats_has_no_jetstream_is_stuck_saying_so_everywhere(make_app, tmp_path, where, request):
+    server = request.getfixturevalue("account_without_jetstream")
+    broken_url = support.account_url(server, "c")
+    if where == "server":  # a server started without -js: JetStream's API has no responders
+        broken_url = request.getfixturevalue("server_without_jetstream").url
+    app = desk(make_app, tmp_path, broken_url, orders_url=support.account_url(server, "a"))
+    runtime_of(app).start()  # support.start_sources would wait for broken's streams
+    told_stuck(app, NO_JETSTREAM)
+    # NATS answers: its line says so, with the same sentence as the stream's, not nats-py's repr.
+    nats = support.logged_in(app, "admin").get("/healthz").get_json()["sources"]["broken"]["nats"]
+    assert nats["last_error"] == NO_JETSTREAM, nats
+
+
 def test_a_source_whose_stream_jetstream_will_not_make_tells_its_lag_unknown_not_zero(make_app, tmp_path,
                                                                                         shared_server):
     # Account B holds a stream over the source's subjects: its DLQ stream cannot be made.
@@ -86,3 +125,15 @@ def test_a_source_whose_stream_jetstream_will_not_make_tells_its_lag_unknown_not
                orders_url=support.account_url(shared_server, "a"))
     runtime_of(app).start()
     told_stuck(app, "subjects overlap with an existing stream")
+
+
+def test_jetstream_unavailable_for_now_waits_for_nats_and_jetstream_not_enabled_is_stuck():
+    # A cluster electing a leader answers 503 for now: waiting for NATS mends it.
+    assert nats_failure(ServiceUnavailableError(code=503, err_code=10008,
+                                                description="JetStream system temporarily unavailable"))
+    assert nats_failure(NatsTimeoutError())
+    # No JetStream for the account, or none on the server (no responders: nats-py's bare 503).
+    for missing in (ServiceUnavailableError(code=503, err_code=10039, description="JetStream not enabled for account"),
+                    ServiceUnavailableError(code=503, err_code=10076, description="JetStream not enabled"),
+                    ServiceUnavailableError()):
+        assert not nats_failure(missing) and failure_text(missing) == NO_JETSTREAM

@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import Settings
 from ..db.liveness import describe
 from ..nats.bridge import NatsUnavailable
+from ..nats.streams import NO_JETSTREAM, jetstream_missing
 from ..redaction import scrub
 from ..scopes import DEFAULT_SOURCE
 from ..times import utcnow
@@ -76,7 +77,7 @@ class StreamProgress:
         """Note a failure: the stream is stuck until a write succeeds (logged once, not each retry)."""
         # Every role reads it on the banner: a database's error as its driver's first line, without
         # the server's address (liveness.describe), not SQLAlchemy's text (the statement, a link).
-        error = scrub(f"{type(exc).__name__}: {describe(exc) if isinstance(exc, SQLAlchemyError) else exc}")
+        error = failure_text(exc)
         if self.error is None:
             self.stuck_since = utcnow()
             self.outages += 1
@@ -133,15 +134,24 @@ class StreamProgress:
         return next((at for at, seq in list(self.seen) if seq > last_seq), None)
 
 
+def failure_text(exc: BaseException) -> str:
+    """A failure as the banner, the log and /healthz say it: a sentence for JetStream missing,
+    a database's error as its driver's first line, else the exception's class and text."""
+    if jetstream_missing(exc):
+        return NO_JETSTREAM
+    return scrub(f"{type(exc).__name__}: {describe(exc) if isinstance(exc, SQLAlchemyError) else exc}")
+
+
 def nats_failure(exc: BaseException) -> bool:
     """Whether ``exc`` is NATS not answering (a timeout, no responders, a closed connection,
     JetStream saying it is unavailable for now): the mirror then waits for NATS. Anything else
     makes the stream stuck: a write the database or the writer refused, an error nothing foresaw,
-    and an answer of JetStream's refusing what the mirror asks (``DLQ_REPLICAS=3`` against a
-    server that is not clustered: "replicas > 1 not supported in non-clustered mode"), which NATS
-    answering will not mend and the person must read."""
+    an answer of JetStream's refusing what the mirror asks (``DLQ_REPLICAS=3`` against a server
+    that is not clustered: "replicas > 1 not supported in non-clustered mode"), and a server that
+    answers without JetStream for the account (``jetstream_missing``), which NATS answering will
+    not mend and the person must read."""
     if isinstance(exc, APIError):
-        return isinstance(exc, ServiceUnavailableError)
+        return isinstance(exc, ServiceUnavailableError) and not jetstream_missing(exc)
     return isinstance(exc, (NatsError, asyncio.TimeoutError, NatsUnavailable))
 
 

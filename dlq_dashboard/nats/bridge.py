@@ -28,6 +28,7 @@ from ..scopes import DEFAULT_SOURCE
 from ..times import format_time, utcnow
 from . import headers
 from .client_log import ConnectionLog, describe_error
+from .streams import NO_JETSTREAM, jetstream_missing
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -282,8 +283,8 @@ class Bridge:
             except (asyncio.TimeoutError, nats.errors.Error) as exc:
                 # Typical while a cluster elects a stream leader: the next connection, or the
                 # mirror finding a stream missing, runs it again.
-                log.warning("after connecting, setting up the streams failed for now: %s: %s",
-                            type(exc).__name__, scrub(str(exc)))
+                log.warning("after connecting, setting up the streams failed for now: %s",
+                            NO_JETSTREAM if jetstream_missing(exc) else f"{type(exc).__name__}: {scrub(str(exc))}")
             except Exception:
                 log.exception("a NATS connect callback failed")
 

@@ -224,6 +224,8 @@ class NatsServer:
     pass_fds: tuple[int, ...] = ()
     # More of nats-server's configuration, as written in its file (the tests' accounts).
     extra_config: str = ""
+    # False: a server without JetStream (no -js), as one a source may be pointed at by mistake.
+    jetstream: bool = True
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -266,8 +268,8 @@ class NatsServer:
             # server after the bridge has closed its connection. umask 077: what the server
             # creates in its store (0640 files, 0750 folders) is its owner's alone.
             self.proc = subprocess.Popen(
-                [find_nats_server(), "-c", str(config), "-js", "-sd", str(self.store_dir), "-a", "127.0.0.1",
-                 "-p", str(self.port)],
+                [find_nats_server(), "-c", str(config), *(["-js"] if self.jetstream else []), "-sd",
+                 str(self.store_dir), "-a", "127.0.0.1", "-p", str(self.port)],
                 stdout=log, stderr=log, start_new_session=True, umask=0o077, preexec_fn=preexec,
                 pass_fds=self.pass_fds,
             )

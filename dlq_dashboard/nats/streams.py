@@ -14,7 +14,7 @@ from datetime import datetime
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamInfo
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from ..config import Settings
 from ..times import parse_time
@@ -61,6 +61,26 @@ async def delete_message(nc: Client, js: JetStreamContext, stream: str, seq: int
     if (probe.get("error") or {}).get("err_code") in (NO_MESSAGE_FOUND, STREAM_NOT_FOUND):
         return False
     raise NotDeleted(error.get("description") or f"JetStream did not delete {stream} #{seq}")
+
+
+#: What the banner, /sources, /api/sources and /healthz say of a source whose NATS answers
+#: without JetStream for its account.
+NO_JETSTREAM = ("JetStream is not enabled for this source's account (a server started without -js, "
+                "or an account without jetstream: enabled)")
+#: JetStream's codes for "JetStream not enabled for account" and "JetStream not enabled".
+JETSTREAM_NOT_ENABLED = (10039, 10076)
+
+
+def jetstream_missing(exc: BaseException) -> bool:
+    """Whether ``exc`` is a server that answers without JetStream for the account: its API says
+    so (err_code 10039 or 10076), or nothing listens on it (nats-py's ServiceUnavailableError
+    without a code: no responders to a JetStream API request, a server started without -js).
+    A lasting state, mended by the server's configuration, not by waiting."""
+    if not isinstance(exc, ServiceUnavailableError):
+        return False
+    if exc.err_code in JETSTREAM_NOT_ENABLED:
+        return True
+    return exc.code is None and exc.err_code is None and not exc.description
 
 
 @dataclass(frozen=True)

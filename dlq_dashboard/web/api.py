@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..accounts import session_via
 from ..db.bounds import Bounds, bounded
 from ..db.liveness import DatabaseState, describe
-from ..ingest.progress import mirrored_streams
+from ..ingest.progress import failure_text, mirrored_streams
 from ..ingest.search_index import search_lag
 from ..ingest.writes import read_position
 from ..nats.bridge import NatsUnavailable
@@ -162,8 +162,8 @@ def stream_heads(bridge, settings) -> tuple[dict, dict[str, int] | None]:
         heads = bridge.call(lambda: _stream_heads(bridge.js, mirrored_streams(settings)), timeout=HEALTH_TIMEOUT)
     except NatsUnavailable as exc:
         nats["last_error"] = nats.get("last_error") or scrub(str(exc))
-    except Exception as exc:  # a missing stream is reported, not raised
-        nats["last_error"] = scrub(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # a missing stream is reported, not raised (JetStream missing: a sentence)
+        nats["last_error"] = failure_text(exc)
     return nats, heads
 
 

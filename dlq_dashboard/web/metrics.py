@@ -108,8 +108,9 @@ class DashboardCollector(Collector):
                                 "process that mirrors; absent while its NATS or the stream does not answer).",
                                 labels=labels)
         stuck = GaugeMetricFamily("dlq_mirror_stuck", "1 while writing the stream's messages fails (retried "
-                                  "until it succeeds) or the mirror's writer does not answer; not while NATS does "
-                                  "not answer (from the process that mirrors).", labels=labels)
+                                  "until it succeeds), the mirror's writer does not answer, or NATS answers but "
+                                  "will not serve the stream (JetStream not enabled, a stream it will not make); "
+                                  "not while NATS does not answer (from the process that mirrors).", labels=labels)
         behind = GaugeMetricFamily("dlq_mirror_behind_seconds", "How long the oldest message not yet mirrored "
                                    "has waited (0 when caught up; from the process that mirrors; absent while its "
                                    "NATS or the stream does not answer).", labels=labels)
