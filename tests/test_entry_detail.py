@@ -6,6 +6,7 @@ from __future__ import annotations
 import html as htmllib
 import json
 import re
+from datetime import timedelta
 
 import jsonschema
 import pytest
@@ -184,10 +185,10 @@ def test_a_republish_of_an_entry_outside_the_readers_scopes_says_so_without_tell
     orders = support.dead_letter(offline_app, 1, "orders.created")
     of_orders = support.dead_letter(offline_app, 2, "billing.paid", Dlq_Replay_Of="DLQ:1")
     of_nothing = support.dead_letter(offline_app, 3, "billing.paid", Dlq_Replay_Of="DLQ:99")
-    with write_transaction(runtime_of(offline_app).engine) as conn:  # the orders entry was republished
+    with write_transaction(runtime_of(offline_app).engine) as conn:  # the orders entry was republished (before)
         conn.execute(insert(Republish).values(entry_id=orders, version=1, msg_id="sent-1", subject="orders.created",
                                               payload=b"{}", state="published", actor="operator",
-                                              created_at=utcnow()))
+                                              created_at=utcnow() - timedelta(minutes=1)))
     create_user(runtime_of(offline_app).engine, "billing-reader", support.PASSWORD, "viewer",
                 scopes=parse_scopes(["billing.>"]))
     scoped = offline_app.test_client()

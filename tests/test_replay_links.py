@@ -116,3 +116,23 @@ def test_without_its_msg_id_a_failure_again_goes_to_the_newest_republished_entry
     gone = support.dead_letter(engine, 6, stream="DLQ", epoch="e2", Dlq_Replay_Of="DLQ:1",
                                Dlq_Original_Msg_Id=f"{support.msg_id_prefix(rt)}:DLQ:1:e999:v1")
     assert rt.store.original_of(rt.store.get_entry(gone)) is None
+
+
+@pytest.mark.both_databases
+def test_without_its_msg_id_a_failure_again_goes_to_the_entry_republished_before_it_arrived_not_a_newer_one(
+        offline_app, rt):
+    engine = rt.engine
+    older = support.dead_letter(engine, 1, stream="DLQ")
+    support.record_republish(rt, older)
+    replay = support.dead_letter(engine, 2, stream="DLQ", Dlq_Replay_Of="DLQ:1")
+    # The DLQ stream made again: its seq 1 is another entry, made and republished after the replay arrived.
+    newer = support.dead_letter(engine, 1, stream="DLQ", epoch="e2")
+    support.record_republish(rt, newer)
+    assert rt.store.original_of(rt.store.get_entry(replay)).id == older
+    assert [e.id for e in rt.store.replays_of_entry(rt.store.get_entry(older))] == [replay]
+    assert rt.store.replays_of_entry(rt.store.get_entry(newer)) == []
+    assert rt.store.failed_again([(older, "DLQ:1"), (newer, "DLQ:1")]) == {older: replay}
+    # A failure again that arrives after the newer one's republish is that one's.
+    again = support.dead_letter(engine, 2, stream="DLQ", epoch="e2", Dlq_Replay_Of="DLQ:1")
+    assert rt.store.original_of(rt.store.get_entry(again)).id == newer
+    assert rt.store.failed_again([(older, "DLQ:1"), (newer, "DLQ:1")]) == {older: replay, newer: again}

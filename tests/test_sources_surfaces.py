@@ -223,10 +223,12 @@ def test_history_and_failed_again_stay_within_the_entrys_source(desk):
     # billing's republish of its DLQ:7 failed again, in billing (orders also has a DLQ:7).
     replay = store(rt.engine, "billing", 9, Dlq_Replay_Of="DLQ:7")
     with rt.engine.begin() as conn:
-        # Both DLQ:7 were republished: the replay's source tells them apart (entries/replays.py).
+        # Both DLQ:7 were republished (before the replay arrived): the replay's source tells them
+        # apart (entries/replays.py).
         conn.execute(insert(Republish.__table__), [{
             "entry_id": ids[name], "version": 1, "msg_id": f"sent-{name}", "subject": "orders.created",
-            "payload": b"{}", "state": "published", "actor": "operator", "created_at": utcnow(),
+            "payload": b"{}", "state": "published", "actor": "operator",
+            "created_at": utcnow() - timedelta(minutes=1),
             "source": source} for name, source in (("orders7", "default"), ("billing7", "billing"))])
         conn.execute(insert(Event.__table__), [{
             "original_stream": "ORDERS", "original_seq": 3, "consumer": None, "kind": "nak", "deliveries": 1,

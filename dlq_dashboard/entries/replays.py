@@ -7,16 +7,19 @@ entries of a DLQ stream made again (each of its epochs may have a seq 7). The ms
 first: the intent stored with it names its entry. One of this installation's whose intent is
 gone was purged with its entry: no entry here is its original. Otherwise (another
 installation's msgId, or none) ``Dlq-Replay-Of`` decides, among the entries of its source it
-names that were republished (an intent that may have been sent), the newest: an entry never
-republished is never the original of a replay.
+names that were republished (an intent that may have been sent) before the replay arrived, the
+one republished last: an entry never republished is never the original of a replay, nor is one
+republished only after it arrived (the entry of that seq in the stream made again, newer than
+the replay, whose own republish came later).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Iterable
 
-from sqlalchemy import Connection, and_, exists, func, or_, select
+from sqlalchemy import Connection, and_, or_, select
 
 from ..db.installation import installation_id
 from ..db.models import Entry, Republish
@@ -28,7 +31,7 @@ OURS = "dlq-dashboard:"
 #: The states of an intent that may have been sent (a failed one never was).
 SENT = ("published", "pending")
 #: What a replay is looked up by.
-COLUMNS = (ENTRIES.c.id, ENTRIES.c.source, ENTRIES.c.replay_of, ENTRIES.c.original_msg_id)
+COLUMNS = (ENTRIES.c.id, ENTRIES.c.source, ENTRIES.c.replay_of, ENTRIES.c.original_msg_id, ENTRIES.c.received_at)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class Replay:
     source: str
     replay_of: str | None
     original_msg_id: str | None
+    received_at: datetime | None = None  # when it arrived (None: any republish is before it)
 
     @property
     def may_be_one(self) -> bool:
@@ -76,14 +80,34 @@ def originals(conn: Connection, replays: Iterable[Replay]) -> dict[int, int]:
         source_of = {r.id: r.source for r in replays}
         found.update({rid: eid for rid, eid in named.items() if sources.get(eid) == source_of[rid]})
     if by_ref:
-        republished = exists().where(INTENTS.c.entry_id == ENTRIES.c.id, INTENTS.c.state.in_(SENT))
-        named_by = or_(*(and_(ENTRIES.c.source == source, ENTRIES.c.dlq_stream == stream, ENTRIES.c.dlq_seq == seq)
-                         for source, stream, seq in sorted(by_ref)))
-        rows = conn.execute(select(ENTRIES.c.source, ENTRIES.c.dlq_stream, ENTRIES.c.dlq_seq, func.max(ENTRIES.c.id))
-                            .where(named_by, republished)
-                            .group_by(ENTRIES.c.source, ENTRIES.c.dlq_stream, ENTRIES.c.dlq_seq)).all()
-        for source, stream, seq, newest in rows:
-            found.update(dict.fromkeys(by_ref.get((source, stream, seq), ()), newest))
+        found.update(by_reference(conn, by_ref, {r.id: r.received_at for r in replays}))
+    return found
+
+
+def by_reference(conn: Connection, by_ref: dict[tuple[str, str, int], list[int]],
+                 arrived: dict[int, datetime | None]) -> dict[int, int]:
+    """{replay id: its original} for replays known by their Dlq-Replay-Of alone (``by_ref``: by
+    (source, stream, seq)): of the entries of that reference republished by an intent that may
+    have been sent, the one whose latest republish went out before the replay ``arrived``
+    (received_at; an intent's created_at is the time it was decided, before it was sent), the
+    newer entry when two were republished at once; none republished before it, none."""
+    named_by = or_(*(and_(ENTRIES.c.source == source, ENTRIES.c.dlq_stream == stream, ENTRIES.c.dlq_seq == seq)
+                     for source, stream, seq in sorted(by_ref)))
+    # Each republished entry's intents (an entry is republished a few times at most).
+    rows = conn.execute(select(ENTRIES.c.source, ENTRIES.c.dlq_stream, ENTRIES.c.dlq_seq, ENTRIES.c.id,
+                               INTENTS.c.created_at)
+                        .join(INTENTS, INTENTS.c.entry_id == ENTRIES.c.id)
+                        .where(named_by, INTENTS.c.state.in_(SENT))).all()
+    sent: dict[tuple[str, str, int], list[tuple[datetime, int]]] = {}
+    for source, stream, seq, entry_id, at in rows:
+        sent.setdefault((source, stream, seq), []).append((at, entry_id))
+    found: dict[int, int] = {}
+    for key, replay_ids in by_ref.items():
+        for replay_id in replay_ids:
+            before = [(at, entry_id) for at, entry_id in sent.get(key, ())
+                      if entry_id != replay_id and (arrived.get(replay_id) is None or at <= arrived[replay_id])]
+            if before:
+                found[replay_id] = max(before)[1]
     return found
 
 

@@ -457,7 +457,7 @@ class Store:
     def replays_of_entry(self, entry: EntryView) -> list[EntryView]:
         """The entries whose message was a republish of ``entry``, oldest first (replays.py: by
         the msgId the republish was sent with, else by its Dlq-Replay-Of among the entries of that
-        reference that were republished; each epoch of a DLQ stream made again has its seq 7)."""
+        reference republished before it arrived; each epoch of a DLQ stream made again has its seq 7)."""
         with read_transaction(self.engine) as conn:
             ids = replays.replays_of(conn, [(entry.id, entry.dlq_ref)]).get(entry.id, [])
             rows = conn.execute(select(ENTRIES).where(Entry.id.in_(ids)).order_by(Entry.id)).all() if ids else []
@@ -466,7 +466,7 @@ class Store:
     def original_of(self, entry: EntryView) -> EntryView | None:
         """The entry ``entry``'s message was a republish of (replays.py), None when it is none or
         this database does not hold it."""
-        replay = replays.Replay(entry.id, entry.source, entry.replay_of, entry.original_msg_id)
+        replay = replays.Replay(entry.id, entry.source, entry.replay_of, entry.original_msg_id, entry.received_at)
         with read_transaction(self.engine) as conn:
             found = replays.originals(conn, [replay]).get(entry.id)
         return self.entries_by_id([found]).get(found) if found is not None else None
