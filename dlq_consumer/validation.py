@@ -2,6 +2,10 @@
 
 The lifecycle validates with it before a handler runs; the dashboard validates with the same
 code when it shows or republishes a payload, so both sides report the same errors.
+
+A schema is what its document says: a ``$ref`` resolves within the document (or to a draft's
+metaschema, which jsonschema carries), never by fetching a URI over the network. A schema with a
+reference that does not resolve so is refused when its validator is made (UnresolvableReference).
 """
 
 from __future__ import annotations
@@ -11,6 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import jsonschema.validators
+import referencing
+import referencing.jsonschema
+from jsonschema_specifications import REGISTRY as METASCHEMAS
+from referencing.exceptions import NoSuchResource, Unresolvable
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,21 @@ Validator = Callable[[Any], tuple[Any, list[SchemaViolation]]]
 #: How a violation of a payload not read as JSON begins (``unread``): the dashboard's groups of
 #: such failures are told by it, as no rule of the schema was tried on them.
 NOT_JSON, TOO_DEEP_TO_PARSE = "payload is not valid JSON", "payload nests too deeply to be parsed"
+#: How the violation begins when the schema itself cannot be applied (a reference it cannot resolve).
+SCHEMA_NOT_APPLIED = "the schema could not be applied"
+
+
+class UnresolvableReference(ValueError):
+    """A schema whose ``$ref`` does not resolve within it: it would have to be fetched."""
+
+
+def _never_fetch(uri: str) -> Any:
+    raise NoSuchResource(ref=uri)
+
+
+#: The registry every schema's references resolve in: its own document (and the drafts'
+#: metaschemas, which jsonschema adds); any other URI is unresolvable, never retrieved.
+LOCAL_REFERENCES = referencing.Registry(retrieve=_never_fetch)  # type: ignore[call-arg]
 
 
 def make_validator(schema: Any = None) -> Validator:
@@ -53,20 +76,66 @@ def make_validator(schema: Any = None) -> Validator:
     if hasattr(schema, "iter_errors"):
         return _jsonschema_validator(schema)
     if isinstance(schema, Mapping):
-        cls = jsonschema.validators.validator_for(
-            schema, default=jsonschema.validators.Draft202012Validator
-        )
-        cls.check_schema(schema)
-        return _jsonschema_validator(cls(schema))
+        return _jsonschema_validator(jsonschema_validator(schema))
     raise TypeError(f"unsupported schema {schema!r}: a JSON Schema dict or a pydantic model")
+
+
+def jsonschema_validator(schema: Mapping, *, check: bool = True) -> Any:
+    """The jsonschema validator of a schema dict (Draft 2020-12 unless it says otherwise), its
+    references resolved within it. ``check``: refuse a schema that is not valid for its draft
+    (SchemaError) or holds a reference that does not resolve so (UnresolvableReference)."""
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.validators.Draft202012Validator)
+    if check:
+        cls.check_schema(schema)
+        specification = referencing.jsonschema.specification_with(
+            cls.ID_OF(cls.META_SCHEMA) or "urn:unknown-dialect", default=referencing.jsonschema.DRAFT202012)
+        root = specification.create_resource(schema)
+        resolver = METASCHEMAS.combine(LOCAL_REFERENCES).resolver_with_root(root)
+        for ref in _unresolved(root, resolver, specification):
+            raise UnresolvableReference(
+                f"its reference {ref!r} does not resolve within the schema (a schema is never "
+                "fetched over the network: put what it refers to in its \"$defs\")")
+    return cls(schema, registry=LOCAL_REFERENCES)
+
+
+def _unresolved(resource: Any, resolver: Any, specification: Any, seen: set[int] | None = None) -> Iterable[str]:
+    """The ``$ref`` (and ``$dynamicRef``) values of a schema, its subschemas and what they refer
+    to (a part of the document no keyword makes a subschema, say) that do not resolve."""
+    seen = set() if seen is None else seen
+    if id(resource.contents) in seen:
+        return
+    seen.add(id(resource.contents))
+    contents = resource.contents
+    if isinstance(contents, Mapping):
+        for keyword in ("$ref", "$dynamicRef"):
+            ref = contents.get(keyword)
+            if isinstance(ref, str):
+                try:
+                    resolved = resolver.lookup(ref)
+                except Unresolvable:
+                    yield ref
+                    continue
+                target = referencing.Resource.from_contents(
+                    resolved.contents, default_specification=specification)
+                yield from _unresolved(target, resolved.resolver, specification, seen)
+    for sub in resource.subresources():
+        yield from _unresolved(sub, resolver.in_subresource(sub), specification, seen)
 
 
 def _jsonschema_validator(validator: Any) -> Validator:
     def validate(data: Any) -> tuple[Any, list[SchemaViolation]]:
-        errors = sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+        try:
+            errors = sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+        except Unresolvable as exc:  # a reference nothing resolves (a validator made elsewhere)
+            return None, [SchemaViolation("", f"{SCHEMA_NOT_APPLIED}: {_unresolvable_words(exc)}")]
         return data, [SchemaViolation(json_pointer(e.absolute_path), e.message) for e in errors]
 
     return validate
+
+
+def _unresolvable_words(exc: Exception) -> str:
+    ref = getattr(exc, "ref", None) or getattr(getattr(exc, "_wrapped", None), "ref", None)
+    return f"its reference {ref!r} does not resolve" if ref else "one of its references does not resolve"
 
 
 def _pydantic_model(schema: Any) -> Any:

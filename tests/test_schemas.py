@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
 
 from dlq_consumer import json_pointer, make_validator, parse_and_validate
+from dlq_dashboard.entries.repair import CANNOT, repair_payload, schema_validator
 from dlq_dashboard.entries.schemas import SchemaRegistry
+
+from . import support
 
 ORDERS = {"x-subjects": ["orders.*"], "type": "object", "required": ["order_id"],
           "properties": {"order_id": {"type": "string"},
@@ -74,3 +82,90 @@ def test_a_payload_nested_too_deeply_is_an_error_not_a_crash():
 def test_json_pointers_escape_slashes_and_tildes():
     assert json_pointer(["a/b", "c~d", 0]) == "/a~1b/c~0d/0"
     assert json_pointer([]) == ""
+
+
+@contextmanager
+def schema_host():
+    """A real HTTP server serving a schema at every path: its base URL and the paths asked for."""
+    asked: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            body = b'{"type": "string"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_schema_whose_reference_is_not_in_its_file_is_not_usable_and_nothing_is_fetched(tmp_path, caplog):
+    from dlq_consumer.validation import UnresolvableReference
+
+    with schema_host() as (url, asked):
+        write(tmp_path, "orders.json", ORDERS)
+        write(tmp_path, "remote.json", {"$schema": "https://json-schema.org/draft/2020-12/schema",
+                                        "x-subjects": ["remote.*"], "$ref": f"{url}/evil.json"})
+        write(tmp_path, "sibling.json", {"x-subjects": ["sibling.*"], "$ref": "orders.json"})
+        write(tmp_path, "hidden.json", {"x-subjects": ["hidden.*"], "$ref": "#/definitions/far",
+                                        "definitions": {"far": {"$ref": f"{url}/far.json"}}})
+        write(tmp_path, "local.json", {"x-subjects": ["local.*"], "$ref": "#/$defs/id",
+                                       "$defs": {"id": {"type": "string"}},
+                                       "properties": {"meta": {"$ref": "https://json-schema.org/draft/2020-12/schema"}}})
+        with caplog.at_level(logging.ERROR):
+            registry = SchemaRegistry.load(str(tmp_path))
+        problems = dict(registry.problems)
+        assert set(problems) == {"remote.json", "sibling.json", "hidden.json"}
+        assert f"'{url}/evil.json' does not resolve within the schema" in problems["remote.json"]
+        assert "'orders.json' does not resolve" in problems["sibling.json"]
+        assert f"'{url}/far.json' does not resolve" in problems["hidden.json"]
+        assert "remote.json is not usable" in caplog.text
+        assert [s.name for s in registry.schemas] == ["local.json", "orders.json"]
+        assert registry.validate("remote.a", b"{}").schema is None
+        assert not registry.validate("local.a", b"1").valid and registry.validate("local.a", b'"a"').valid
+        with pytest.raises(UnresolvableReference):  # a service's schema: refused when it starts
+            make_validator({"$ref": f"{url}/evil.json"})
+        assert asked == []
+
+
+def test_a_reference_that_fails_while_validating_is_a_verdict_not_an_exception():
+    from dlq_consumer.validation import jsonschema_validator
+
+    with schema_host() as (url, asked):
+        schema = {"properties": {"a": {"$ref": f"{url}/evil.json"}}}
+        validator = make_validator(jsonschema_validator(schema, check=False))  # made without the check
+        _, errors = parse_and_validate(b'{"a": 1}', validator)
+        assert [(e.path, e.message) for e in errors] == [
+            ("", f"the schema could not be applied: its reference '{url}/evil.json' does not resolve")]
+        repaired = repair_payload(schema_validator(schema), b'{"a": 1}')
+        assert repaired.outcome == CANNOT and "could not be applied" in repaired.reason
+        assert asked == []
+
+
+def test_an_entry_whose_schema_refers_to_a_uri_is_shown_and_nothing_is_fetched(tmp_path, make_app):
+    folder = tmp_path / "schemas"
+    folder.mkdir()
+    with schema_host() as (url, asked):
+        write(folder, "remote.json", {"x-subjects": ["remote.*"], "$ref": f"{url}/evil.json"})
+        app = make_app(schemas_dir=str(folder))
+        entry_id = support.dead_letter(app, 55, subject="remote.a", payload=b'{"a": 1}')
+        client = support.logged_in(app, "operator")
+        body = client.get(f"/api/entries/{entry_id}").get_json()
+        assert body["current_schema"]["schema"] is None
+        page = client.get(f"/entries/{entry_id}")
+        assert page.status_code == 200 and "remote.json" in page.get_data(as_text=True)
+        assert asked == []

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable
 
-import jsonschema.validators
 from jsonschema.exceptions import ValidationError
+from referencing.exceptions import Unresolvable
 
-from dlq_consumer.validation import json_pointer
+from dlq_consumer.validation import json_pointer, jsonschema_validator
 
 #: The outcomes: already passes; repaired and passes; repaired but still fails; cannot be repaired.
 VALID, REPAIRED, STILL_FAILS, CANNOT = "valid", "repaired", "still_fails", "cannot"
@@ -73,8 +73,7 @@ class _Ambiguous(Exception):
 def schema_validator(schema: dict) -> Any:
     """The jsonschema validator of a schema (Draft 2020-12 unless it says otherwise), as the
     consumer library validates with it (no format assertions)."""
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.validators.Draft202012Validator)
-    return cls(schema)
+    return jsonschema_validator(schema, check=False)  # checked when its file was loaded
 
 
 def repair_payload(validator: Any, payload: bytes) -> Repair:
@@ -93,6 +92,8 @@ def repair_payload(validator: Any, payload: bytes) -> Repair:
         repaired, changes, errors = _repair_text(validator, text, document)
     except _Ambiguous as exc:
         return Repair(CANNOT, bytes(payload), reason=str(exc))
+    except Unresolvable:  # a reference of the schema nothing resolves (it is never fetched)
+        return Repair(CANNOT, bytes(payload), reason="The schema could not be applied: a reference of it does not resolve.")
     except RecursionError:
         return Repair(CANNOT, bytes(payload), reason="The payload is nested too deeply to repair.")
     if not changes:

@@ -2,7 +2,9 @@
 
 Every schema file names the subjects it covers in ``"x-subjects"`` (NATS wildcards). A broken
 file is reported with its name, never raised: one bad file must not take the dashboard down.
-Validation itself is the consumer library's, so the dashboard reports what services report.
+Validation itself is the consumer library's, so the dashboard reports what services report. A
+schema is read from its file alone: a ``$ref`` that does not resolve within it makes the file not
+usable (nothing is ever fetched over the network for a schema).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dlq_consumer.validation import SchemaViolation, Validator, make_validator, parse_and_validate
+from dlq_consumer.validation import (SchemaViolation, UnresolvableReference, Validator, make_validator,
+                                     parse_and_validate)
 
 from ..scopes import subject_matches
 from ..surrogates import escape_lone_surrogates
@@ -115,6 +118,8 @@ def _load_schema_file(path: Path) -> SchemaFile:
             raise ValueError(f'"x-subjects": {exc}') from None
     try:
         validator = make_validator(schema)
+    except UnresolvableReference as exc:  # what a reference names is in the file or nowhere
+        raise ValueError(str(exc)) from None
     except Exception as exc:  # jsonschema's SchemaError and friends
         raise ValueError(f"not a valid JSON Schema: {getattr(exc, 'message', exc)}") from None
     return SchemaFile(name=path.name, patterns=tuple(patterns), schema=schema, validator=validator)
