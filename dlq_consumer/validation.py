@@ -11,6 +11,7 @@ reference that does not resolve so is refused when its validator is made (Unreso
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -158,11 +159,66 @@ def _pydantic_validator(model: Any) -> Validator:
     return validate
 
 
-def parse_and_validate(data: bytes, validator: Validator) -> tuple[Any, list[SchemaViolation]]:
-    """Parse ``data`` as JSON and validate it; a payload that is not JSON is one violation at ''."""
+class NotJSON(ValueError):
+    """Bytes or text that are not JSON as RFC 8259 writes it; the message says why in a sentence."""
+
+
+def json_text(data: bytes) -> str:
+    """``data`` decoded as UTF-8, strictly (JSON exchanged between systems is UTF-8: no other
+    encoding is guessed, and no surrogate is let through); NotJSON if it is not UTF-8."""
     try:
-        parsed = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotJSON(f"it is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
+
+
+def loads_json(text: str, *, object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
+    """``text`` read as JSON, strictly: NaN, Infinity and a number beyond a double's range (1e400,
+    which Python would read as inf) are not JSON numbers (NotJSON), nor is a byte order mark
+    JSON; any other syntax error is json's ValueError, RecursionError past Python's depth."""
+    if text.startswith("\ufeff"):
+        raise NotJSON("it begins with a byte order mark, which JSON text does not have")
+    return json.loads(text, parse_constant=_no_such_number, parse_float=_finite_float, parse_int=_int_in_range,
+                      object_pairs_hook=object_pairs_hook)
+
+
+def read_json(data: bytes, **hooks: Any) -> Any:
+    """``data`` read as JSON, strictly (json_text, then loads_json): the one reader of a payload
+    for the consumer's validation and every verdict of the dashboard."""
+    return loads_json(json_text(data), **hooks)
+
+
+def _no_such_number(name: str) -> Any:
+    raise NotJSON(f"{name} is not a JSON number")
+
+
+def _finite_float(digits: str) -> float:
+    value = float(digits)
+    if math.isinf(value):
+        raise NotJSON(f"{_cut(digits)} is beyond the range of a double")
+    return value
+
+
+def _int_in_range(digits: str) -> int:
+    value = int(digits)
+    if len(digits) > 308:  # only then can an integer be beyond a double's range
+        try:
+            float(value)
+        except OverflowError:
+            raise NotJSON(f"{_cut(digits)} is beyond the range of a double") from None
+    return value
+
+
+def _cut(digits: str) -> str:
+    return digits if len(digits) <= 24 else f"{digits[:20]}... ({len(digits)} characters)"
+
+
+def parse_and_validate(data: bytes, validator: Validator) -> tuple[Any, list[SchemaViolation]]:
+    """Parse ``data`` as JSON (read_json) and validate it; a payload that is not JSON is one
+    violation at ''."""
+    try:
+        parsed = read_json(data)
+    except ValueError as exc:
         return None, [SchemaViolation("", f"{NOT_JSON}: {exc}", unread=True)]
     except RecursionError:
         return None, [SchemaViolation("", TOO_DEEP_TO_PARSE, unread=True)]

@@ -169,3 +169,50 @@ def test_an_entry_whose_schema_refers_to_a_uri_is_shown_and_nothing_is_fetched(t
         page = client.get(f"/entries/{entry_id}")
         assert page.status_code == 200 and "remote.json" in page.get_data(as_text=True)
         assert asked == []
+
+
+PRICED = {"x-subjects": ["orders.*"], "type": "object",
+          "properties": {"order_id": {"type": "string"}, "price": {"type": "number"}}}
+
+NOT_STRICT_JSON = [
+    (b'{"order_id": "n", "price": NaN}', "NaN is not a JSON number"),
+    (b'{"price": Infinity}', "Infinity is not a JSON number"),
+    (b'{"price": -Infinity}', "-Infinity is not a JSON number"),
+    (b'{"price": 1e400}', "1e400 is beyond the range of a double"),
+    (b'{"price": -1e400}', "-1e400 is beyond the range of a double"),
+    (b'{"price": 1' + b"0" * 400 + b"}", "is beyond the range of a double"),
+    ('{"price": 1}'.encode("utf-16"), "it is not UTF-8 text (byte 0xff at offset 0)"),
+    (b'{"order_id": "\xed\xa0\x80"}', "it is not UTF-8 text (byte 0xed at offset 14)"),
+    (b"\xef\xbb\xbf{}", "it begins with a byte order mark"),
+]
+
+
+def test_a_payload_that_is_not_strict_json_fails_and_the_verdict_says_why(tmp_path):
+    write(tmp_path, "orders.json", PRICED)
+    registry = SchemaRegistry.load(str(tmp_path))
+    consumer = make_validator(PRICED)
+    for payload, why in NOT_STRICT_JSON:
+        for errors in (registry.validate("orders.created", payload).errors, parse_and_validate(payload, consumer)[1]):
+            assert [(e.path, e.unread) for e in errors] == [("", True)], payload
+            assert errors[0].message.startswith("payload is not valid JSON: ") and why in errors[0].message, payload
+    assert registry.validate("orders.created", b"\xff\xfe").errors[0].message == \
+        "payload is not valid JSON: it is not UTF-8 text (byte 0xff at offset 0)"
+    # What JSON allows still passes: a number too small for a double, an escaped half pair, UTF-8.
+    for payload in (b'{"price": 1e-400}', b'{"price": 1' + b"0" * 300 + b"}", b'{"order_id": "\\ud800"}',
+                    '{"order_id": "é"}'.encode()):
+        assert registry.validate("orders.created", payload).valid, payload
+
+
+def test_an_entry_whose_payload_holds_nan_fails_its_schema_and_needs_the_override(tmp_path, make_app, tokens):
+    write(tmp_path, "orders.json", PRICED)
+    app = make_app(schemas_dir=str(tmp_path))
+    entry_id = support.dead_letter(app, 1, payload=b'{"order_id": "n", "price": 1e400}')
+    client = app.test_client()
+    verdict = client.get(f"/api/entries/{entry_id}", headers=support.bearer(tokens["viewer"])).get_json()["current_schema"]
+    assert verdict["valid"] is False
+    assert verdict["errors"] == [{"path": "", "message": "payload is not valid JSON: 1e400 is beyond the range of a double"}]
+    refused = client.post(f"/api/entries/{entry_id}/republish", json={"version": 1},
+                          headers=support.bearer(tokens["operator"]))
+    assert refused.status_code == 422 and refused.get_json()["schema_errors"] == verdict["errors"]
+    page = support.logged_in(app, "viewer").get(f"/entries/{entry_id}").get_data(as_text=True)
+    assert "1e400" in page  # the payload is still shown as it was written

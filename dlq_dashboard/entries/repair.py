@@ -28,7 +28,7 @@ from typing import Any, Iterable
 from jsonschema.exceptions import ValidationError
 from referencing.exceptions import Unresolvable
 
-from dlq_consumer.validation import json_pointer, jsonschema_validator
+from dlq_consumer.validation import NotJSON, json_pointer, json_text, jsonschema_validator, loads_json
 
 #: The outcomes: already passes; repaired and passes; repaired but still fails; cannot be repaired.
 VALID, REPAIRED, STILL_FAILS, CANNOT = "valid", "repaired", "still_fails", "cannot"
@@ -79,9 +79,11 @@ def schema_validator(schema: dict) -> Any:
 def repair_payload(validator: Any, payload: bytes) -> Repair:
     """Repair ``payload`` (JSON bytes) by the schema of ``validator`` (a jsonschema validator)."""
     try:
-        text = bytes(payload).decode("utf-8")
+        text = json_text(payload)
         document = _load(text)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except NotJSON as exc:
+        return Repair(CANNOT, bytes(payload), reason=f"The payload is not JSON: {exc}.")
+    except ValueError as exc:
         reason = str(exc) if isinstance(exc, _Unreadable) else "The payload is not JSON."
         return Repair(CANNOT, bytes(payload), reason=reason)
     except RecursionError:
@@ -240,11 +242,8 @@ class _Unreadable(ValueError):
 
 
 def _load(text: str) -> Any:
-    return json.loads(text, parse_constant=_not_json, object_pairs_hook=_one_key_each)
-
-
-def _not_json(name: str) -> Any:
-    raise _Unreadable(f"The payload holds {name}, which is not JSON.")
+    # The strict reader of every verdict (NaN, Infinity, 1e400 are not JSON numbers).
+    return loads_json(text, object_pairs_hook=_one_key_each)
 
 
 def _one_key_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -8,11 +8,11 @@ again.
 
 from __future__ import annotations
 
-import json
-
 from typing import Any
 
 from flask import Blueprint, flash, jsonify, render_template, request, url_for
+
+from dlq_consumer.validation import read_json
 
 from ..actions.close import close_entry, reopen_entry
 from ..actions.decisions import edited_from, republish_refusal, source_verdict
@@ -128,11 +128,11 @@ def _still_json(base: bytes, body: bytes) -> None:
     consumer would fail it at once (the schema override is for values a schema refuses, not
     for a syntax error). InvalidRequest, the form again with where it stops."""
     try:
-        json.loads(base)
+        read_json(base)  # the reader of the schema's verdict: NaN, 1e400 or UTF-16 are not JSON
     except (ValueError, RecursionError):
         return  # the original is not JSON either: text is edited as text
     try:
-        json.loads(body)
+        read_json(body)
     except ValueError as exc:
         raise InvalidRequest(f"The edited payload is not JSON ({exc}); the original was. Nothing was "
                              "republished: correct it (the check beside the editor shows where).") from None

@@ -19,6 +19,8 @@ import jsonpatch
 import jsonpointer
 from sqlalchemy import select
 
+from dlq_consumer.validation import NotJSON, read_json
+
 from ...errors import InvalidRequest
 from ..context import ActionContext
 from ..decisions import edited_from, republish_refusal
@@ -95,7 +97,9 @@ def patched_payload(ops: list[dict[str, Any]], payload: bytes | None, available:
     if not available:
         raise Unpatchable("The payload is not available (the source stream no longer had it).")
     try:
-        document = json.loads(bytes(payload or b""), parse_constant=_not_json, object_pairs_hook=_one_key_each)
+        document = read_json(bytes(payload or b""), object_pairs_hook=_one_key_each)
+    except NotJSON as exc:  # NaN or 1e400 written back would stay what no consumer reads as JSON
+        raise Unpatchable(f"The payload is not JSON ({exc}), so a JSON Patch cannot apply.") from None
     except _Unwritable as exc:
         raise Unpatchable(str(exc)) from None
     except ValueError:
@@ -124,11 +128,6 @@ def patched_payload(ops: list[dict[str, Any]], payload: bytes | None, available:
 
 class _Unwritable(ValueError):
     """A payload the patch could not write back as it was: the message says why."""
-
-
-def _not_json(name: str) -> Any:
-    # NaN and Infinity are not JSON, though Python reads them; written back they would stay so.
-    raise _Unwritable(f"The payload holds {name}, which is not JSON, so a JSON Patch cannot apply.")
 
 
 def _one_key_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
