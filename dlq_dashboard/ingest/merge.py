@@ -1,9 +1,11 @@
 """A DLQ copy joining the entry its failure's advisory made first (the mirror may read the
 advisory stream ahead of the DLQ stream): the copy's fields and error decide the entry, and it moves
 to the copy's failure group. For that group it is a new failure (what it counts toward: a spike, a
-regression, an ignore's count; its first and last seen), and the advisory's group, left empty, is
-as if it had never been: its alerts not sent yet are withdrawn, and the group itself goes when
-nothing was done with it (a failure of its kind later is new again, and announced).
+regression, an ignore's count; its first and last seen), and for the advisory's group it never was
+one: what it did to its triage state is undone (db/triage.py undo_passing: it counts toward no
+ignore, and a regression or a reopening it alone made, not announced yet, is taken back). Left
+empty, that group is as if it had never been: its alerts not sent yet are withdrawn, and the group
+itself goes when nothing was done with it (a failure of its kind later is new again, and announced).
 
 Where the copy is silent, what the advisory knew stays, whichever of the two came first
 (``joined``, ``advisory_confirms``): the failure's time (the advisory's, unless the copy gives
@@ -23,9 +25,10 @@ from sqlalchemy import Connection, delete, select, update
 
 from dlq_consumer.headers import carried
 
-from ..alerts.outbox import withdraw_emptied
+from ..alerts.outbox import ADVISORY_HOLD, withdraw_emptied
 from ..db.counts import Change, count_changes, group_ids, group_of
 from ..db.models import Alert, Arrival, Entry, FailureGroup, GroupActivity
+from ..db.triage import undo_passing
 from ..scopes import DEFAULT_SOURCE
 from ..surrogates import dumps_kept, loads_kept
 from ..teams import Team
@@ -106,6 +109,11 @@ def merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: 
     count_changes(conn, [Change(match.group_id, ids[group], match.received_at, match.status, match.status)
                          for match, _, group in merged])
     moves = [(match.group_id, ids[group]) for match, _, group in merged if ids[group] != match.group_id]
+    left: dict[int, list[datetime]] = {}
+    for match, _, group in merged:
+        if ids[group] != match.group_id:
+            left.setdefault(match.group_id, []).append(match.received_at)
+    undo_passing(conn, left, utcnow(), ADVISORY_HOLD)  # the failure was never the advisory group's
     retire_emptied(conn, {old for old, _ in moves}, new_groups)  # announced from the group it joined
     return remaining, Counter(new for _, new in moves)
 
