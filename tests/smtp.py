@@ -1,12 +1,14 @@
 """A real SMTP server for the alert e-mail tests (aiosmtpd, from requirements-dev.txt) on
 127.0.0.1 and a free port: it records each message it takes, and answers each delivery with the
 next of ``answers``: an SMTP reply such as ``"451 4.3.0 try again later"`` (refused), ``"drop"``
-(the connection is cut after the message was sent, before any answer), then ``250``.
+(the connection is cut after the message was sent, before any answer), ``"hang"`` (no answer
+for 30 seconds), then ``250``.
 With ``user`` and ``password`` it offers AUTH PLAIN and LOGIN without TLS and records each sign-in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import email
 import email.policy
 import threading
@@ -68,6 +70,9 @@ class _Handler:
         if answer == "drop":
             server.transport.abort()  # the message was sent; no answer ever comes
             return "250 never sent"
+        if answer == "hang":
+            await asyncio.sleep(30)  # a server that takes the message and never says so
+            return "451 4.3.0 too late"
         if answer.startswith("250"):
             message = email.message_from_bytes(envelope.original_content or envelope.content,
                                                policy=email.policy.default)

@@ -94,7 +94,11 @@ def send_message(server: SmtpServer, message: EmailMessage, to: str, sender: str
         return _line(server, f"SMTP {code} {_text(answer)}")
     except smtplib.SMTPResponseException as exc:
         return _line(server, f"SMTP {exc.smtp_code} {_text(exc.smtp_error)}")
-    except smtplib.SMTPServerDisconnected:
+    except smtplib.SMTPServerDisconnected as exc:
+        # smtplib reports a read that timed out as a connection closed ("Connection unexpectedly
+        # closed: The read operation timed out"): the server is there and silent, not gone.
+        if isinstance(exc.__context__, (TimeoutError, socket.timeout)):
+            return f"no answer within {timeout:g} s"
         return f"the mail server closed the connection {stage}"
     except socket.gaierror as exc:
         return _line(server, f"the host name does not resolve ({exc.strerror or exc})")
