@@ -182,6 +182,21 @@ def test_api_groups_filters_by_state_list_assignee_me_and_team(world, database_u
     assert bad.status_code == 400 and "state 'done' is not valid" in bad.get_json()["error"]
 
 
+def test_assignee_me_is_stored_as_the_caller_on_the_api_and_the_command_line(world, offline_app):
+    from dlq_dashboard.cli.output import cli_actor
+
+    client, tokens, group = world["client"], world["tokens"], world["group"]
+    answer = post_state(client, tokens["operator"], group, version=1, state="investigating", assignee="me")
+    assert answer.status_code == 200 and answer.get_json()["group"]["assignee"] == "token:test-operator"
+    found = client.get("/api/groups?assignee=me", headers=support.bearer(tokens["operator"])).get_json()
+    assert [g["id"] for g in found["groups"]] == [group]
+    runner = offline_app.test_cli_runner()
+    result = runner.invoke(args=["groups", "assign", str(group), "me"])
+    assert result.exit_code == 0 and f"investigating ({cli_actor()})" in result.output, result.output
+    listed = runner.invoke(args=["groups", "list", "--json", "--assignee", "me"])
+    assert [g["id"] for g in json.loads(listed.output)["groups"]] == [group]
+
+
 def _all_groups(engine):
     with engine.connect() as conn:
         return conn.execute(select(FailureGroup).order_by(FailureGroup.id)).all()

@@ -96,9 +96,10 @@ def parse_until(raw: Any, now: datetime) -> datetime:
 STATE_FIELDS = ("state", "assignee", "note", "until", "until_count", "resolved_in")
 
 
-def parse_state_change(body: dict[str, Any], now: datetime) -> StateChange:
+def parse_state_change(body: dict[str, Any], now: datetime, me: str | None = None) -> StateChange:
     """The change a request asks for (``state`` and what goes with it); InvalidRequest, a 400 with
-    a sentence, for a state that is not one, a field that does not go with it, or a bad value."""
+    a sentence, for a state that is not one, a field that does not go with it, or a bad value.
+    ``assignee`` ``me`` is the caller, ``me`` (as the groups' filter ``assignee=me`` reads it)."""
     state = body.get("state")
     if state == REGRESSED:
         raise InvalidRequest("regressed is not set by hand: a resolved group that fails again becomes regressed.")
@@ -110,6 +111,10 @@ def parse_state_change(body: dict[str, Any], now: datetime) -> StateChange:
     values: dict[str, Any] = {k: v for k, v in STATE_COLUMNS.items() if k != "assignee"}
     # Investigating without an assignee keeps the group's own: change_state refuses it when there is none.
     assignee = _text(body.get("assignee"), "assignee")
+    if assignee == "me":
+        if not me:
+            raise InvalidRequest("assignee me names the caller, and nobody is signed in: give a name.")
+        assignee = me
     if assignee is not None or state == OPEN:
         values["assignee"] = assignee
     if state == RESOLVED:

@@ -90,7 +90,7 @@ def show_group(group_id: int, as_json: bool, as_role: str, scopes: tuple[str, ..
 def _change(group_id: int, version: int | None, body: dict) -> None:
     rt = runtime_of(current_app)
     seen = version if version is not None else visible.group(Reader.of("admin", None), rt.store, group_id).version
-    change_state(rt.engine, group_id, seen, parse_state_change(body, utcnow()), actor=cli_actor())
+    change_state(rt.engine, group_id, seen, parse_state_change(body, utcnow(), me=cli_actor()), actor=cli_actor())
     found = visible.group(Reader.of("admin", None), rt.store, group_id)
     extra = f" ({found.assignee})" if found.assignee else ""
     click.echo(f"Group {group_id} is {found.state}{extra}, at version {found.version}.")
@@ -108,7 +108,7 @@ _note_option = click.option("--note", help="Why (kept in the group's activity an
 @_note_option
 @_refusals
 def assign(group_id: int, name: str | None, version: int | None, note: str | None) -> None:
-    """Mark a group investigating by NAME (default: you, cli:<os user>)."""
+    """Mark a group investigating by NAME (default, or me: you, cli:<os user>)."""
     _change(group_id, version, {"state": INVESTIGATING, "assignee": name or cli_actor(), "note": note})
 
 

@@ -148,7 +148,7 @@ def group_state_form(group_id: int):
     """A state change from the group's page (the version seen rides in the form)."""
     visible.group_to_change(current_reader(), current_runtime().store, group_id)
     try:
-        change = parse_state_change(_form_body(), utcnow())
+        change = parse_state_change(_form_body(), utcnow(), me=actor_name())
         assignee = change_state(current_runtime().engine, group_id, group_version(request.form.get("version")),
                                 change, actor=actor_name())
     except (InvalidRequest, GroupConflict) as exc:
@@ -185,7 +185,7 @@ def api_group_state(group_id: int):
     """Change a group's state with the version seen; a stale one is a 409."""
     visible.group_to_change(current_reader(), current_runtime().store, group_id)
     body = params.json_body(*params.GROUP_STATE_FIELDS)
-    change = parse_state_change(body, utcnow())
+    change = parse_state_change(body, utcnow(), me=actor_name())
     change_state(current_runtime().engine, group_id, params.json_version(body.get("version"), GROUP_SEEN), change,
                  actor=actor_name())
     return jsonify(group=group_json(group_data(group_id, with_activity=False)["group"]))

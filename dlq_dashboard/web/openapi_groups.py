@@ -55,7 +55,8 @@ SCHEMAS = {
         "properties": {
             "version": {**_ref("Version"), "description": "The group's version as seen; a stale one gets 409."},
             "state": {"enum": list(SETTABLE), "description": "regressed is never set by hand."},
-            "assignee": {**NAME, "description": "Kept when not given (open clears it); investigating needs one given or kept."},
+            "assignee": {**NAME, "description": "Kept when not given (open clears it); investigating needs one given or kept. "
+                                                "me: the caller, stored by name."},
             "note": {**STR, "maxLength": NOTE_MAX},
             "until": {**TIME_OR_DURATION, "description": ("ignored only: an RFC 3339 time or a duration from now "
                                                            "(2h, 7d), in the future and at most 100 years away.")},
