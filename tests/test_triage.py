@@ -480,11 +480,16 @@ def test_a_reopen_of_what_a_group_s_close_job_closed_is_in_its_activity(world, o
 def test_a_failure_after_an_ignore_s_time_opens_the_group_at_once(world):
     engine, group = world["engine"], world["group"]
     change_state(engine, group, 1, parse_state_change({"state": "ignored", "until": "1h"}, utcnow()), actor="test")
+    fail(engine, 40, 2)  # while ignored: counted
     with engine.begin() as conn:  # its hour has passed, and no pass has run yet
         conn.execute(FailureGroup.__table__.update().where(FailureGroup.id == group)
                      .values(ignored_until=utcnow() - timedelta(minutes=1)))
-    fail(engine, 50)
+    fail(engine, 50, 3)  # after its time: they open it, and were not failures while it was ignored
     assert group_row(engine, group).state == "open" and events(engine)[-1] == "group.reopened"
+    with engine.connect() as conn:
+        detail = json.loads(conn.execute(select(GroupActivity.detail).where(GroupActivity.group_id == group)
+                                         .order_by(GroupActivity.id.desc()).limit(1)).scalar())
+    assert (detail["why"], detail["failures_while_ignored"]) == ("time", 2)
 
 
 @pytest.mark.parametrize("fields, box, said", [

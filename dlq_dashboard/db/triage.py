@@ -77,9 +77,13 @@ def apply_arrivals(conn: Connection, arrived: dict[int, int], now: datetime) -> 
                              "state": REGRESSED, "detail": {"from": RESOLVED, "resolved_in": row.resolved_in,
                                                              "failures": n}})
             continue
-        seen = (row.ignored_seen or 0) + n
-        why = ("count" if row.ignored_until_count is not None and seen >= row.ignored_until_count else
-               "time" if row.ignored_until is not None and row.ignored_until <= now else None)
+        if row.ignored_until is not None and row.ignored_until <= now:
+            # Its time came before this batch: the ignore is over, and these failures were not
+            # while it lasted (nor counted: an ignore is until a time or a count, not both).
+            why, seen = "time", row.ignored_seen or 0
+        else:
+            seen = (row.ignored_seen or 0) + n
+            why = "count" if row.ignored_until_count is not None and seen >= row.ignored_until_count else None
         if why is None:
             conn.execute(update(GROUPS).where(GROUPS.c.id == row.id).values(ignored_seen=seen))
             done.silenced.add(row.id)
