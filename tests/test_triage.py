@@ -223,6 +223,35 @@ def test_a_new_failure_in_a_resolved_group_regresses_it_with_one_group_regressed
     assert [tuple(r) for r in logged][-1] == ("mirror", "regressed")
 
 
+@pytest.mark.both_databases
+def test_a_failure_stored_before_the_group_was_resolved_and_mirrored_after_does_not_regress_it(world):
+    from dlq_dashboard.ingest.parse import Advisory
+    from dlq_dashboard.ingest.writes import FetchedMessage, ingest_advisory_batch
+
+    def terminated(seq: int, at) -> None:
+        advisory = Advisory("terminated", f"adv-{seq}", at, "ORDERS", "shipper", seq, 1, None, {})
+        ingest_advisory_batch(engine, "ADV", "e1", [(advisory, FetchedMessage("orders.created", None, b"{}"), None)],
+                              seq, after=seq - 1, alerts=RULE)
+
+    engine, group = world["engine"], world["group"]
+    terminated(1, utcnow())
+    advisory_group = max(g.id for g in _all_groups(engine))
+    before = utcnow()  # the DLQ stream and JetStream had these then; the mirror was behind
+    for resolved in (group, advisory_group):
+        change_state(engine, resolved, 1, parse_state_change({"state": "resolved", "resolved_in": "v2"}, utcnow()),
+                     actor="test")
+    headers = support.dlq_headers("orders.created", Dlq_Reason="fatal", Dlq_Error="order 1 not found")
+    ingest_dlq_batch(engine, "DLQ", "e1", [StreamMessage(4, "dlq.orders.created", dict(headers), b"{}", before)],
+                     alerts=RULE)
+    terminated(2, before)
+    assert [(g.state, g.open_count, g.version) for g in _all_groups(engine)] == [("resolved", 4, 2), ("resolved", 2, 2)]
+    assert "group.regressed" not in events(engine)
+    fail(engine, 5)  # stored after it was resolved: a failure again, as is an advisory sent after
+    terminated(3, utcnow())
+    assert [g.state for g in _all_groups(engine)] == ["regressed", "regressed"]
+    assert events(engine).count("group.regressed") == 2
+
+
 def _alert_bodies(engine) -> list[str]:
     with engine.connect() as conn:
         return list(conn.execute(select(Alert.body).order_by(Alert.id)).scalars())

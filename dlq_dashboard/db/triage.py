@@ -54,23 +54,31 @@ def record_activity(conn: Connection, rows: Iterable[dict[str, Any]]) -> None:
         insert_rows(conn, ACTIVITY, made)
 
 
-def apply_arrivals(conn: Connection, arrived: dict[int, int], now: datetime) -> Transitions:
+def apply_arrivals(conn: Connection, arrived: dict[int, int], now: datetime,
+                   failed: dict[int, datetime] | None = None) -> Transitions:
     """Change the state of the groups that received new entries (``arrived``: count_changes'
     answer) as their state says, in the write's transaction: resolved → regressed; ignored →
-    counted, and open again once its count or time is reached."""
+    counted, and open again once its count or time is reached. ``failed`` says when the latest
+    of a group's new failures happened in NATS (its DLQ copy stored, its advisory sent): one from
+    before the group was resolved, that the mirror reads late, regresses nothing (a group it
+    does not name is judged by ``now``)."""
     done = Transitions()
     touched = sorted(g for g, n in arrived.items() if n > 0)
     if not touched:
         return done
     # One query by primary key for the batch's groups; only resolved and ignored ones change.
     rows = conn.execute(select(GROUPS.c.id, GROUPS.c.state, GROUPS.c.resolved_in, GROUPS.c.ignored_until,
-                               GROUPS.c.ignored_until_count, GROUPS.c.ignored_seen, GROUPS.c.assignee)
+                               GROUPS.c.ignored_until_count, GROUPS.c.ignored_seen, GROUPS.c.assignee,
+                               GROUPS.c.state_changed_at)
                         .where(GROUPS.c.id.in_(touched), GROUPS.c.state.in_((RESOLVED, IGNORED)))
                         .with_for_update()).all()
     activity = []
     for row in rows:
         n = arrived[row.id]
         if row.state == RESOLVED:
+            when = (failed or {}).get(row.id)
+            if when is not None and row.state_changed_at is not None and when <= row.state_changed_at:
+                continue  # it had failed before the group was resolved: not a failure again
             _set_state(conn, row.id, REGRESSED, now, keep_resolved_in=True)
             done.regressed.add(row.id)
             activity.append({"group_id": row.id, "at": now, "actor": MIRROR_ACTOR, "kind": "state",

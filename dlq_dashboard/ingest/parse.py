@@ -241,9 +241,10 @@ def entry_from_dlq_message(
     *, stream: str, epoch: str, seq: int, headers: Mapping[str, Any] | None, payload: bytes,
     stored_at: datetime | None, received_at: datetime,
 ) -> dict[str, Any]:
-    """Turn one DLQ-stream message into the column values of an entry, and two values that are
-    no column: ``group_key`` (its failure group's key) and ``failed_at_given`` (whether
-    ``failed_at`` is its Dlq-Failed-At; without one it is the time the stream stored it)."""
+    """Turn one DLQ-stream message into the column values of an entry, and three values that are
+    no column: ``group_key`` (its failure group's key), ``failed_at_given`` (whether
+    ``failed_at`` is its Dlq-Failed-At; without one it is the time the stream stored it) and
+    ``stored_at`` (when the DLQ stream stored it: db/triage.py judges a regression by it)."""
     notes: list[str] = []
     if headers and (UNREAD in headers or MORE in headers):  # what the block's reading set apart
         headers = normalize_headers(headers, notes)
@@ -305,6 +306,7 @@ def entry_from_dlq_message(
         "deliveries": _int_field(first, H_DELIVERIES, contract.DELIVERIES, notes, COUNT_MAX),
         "failed_at": failed_at or stored_at,
         "failed_at_given": failed_at is not None,
+        "stored_at": stored_at,
         "received_at": received_at,
         "headers": headers_json,
         "payload": payload,

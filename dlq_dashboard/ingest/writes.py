@@ -214,11 +214,22 @@ def _write_dlq_rows(engine: Engine, stream: str, epoch: str, rows: list[dict], l
         else:
             made, arrived = _write_rows(conn, rows, new_groups, teams, source)
         # Triage: a resolved group failing again regresses, an ignored one counts (db/triage.py).
-        moved = apply_arrivals(conn, arrived, now)
+        moved = apply_arrivals(conn, arrived, now, _stored(rows))
         if alerts is not None:
             raise_alerts(conn, alerts, new_groups, arrived, now, moved)
         _save_position(conn, source, stream, epoch, last_seq)
     return max(made, 0)
+
+
+def _stored(rows: list[dict]) -> dict[int, datetime]:
+    """{group: when the DLQ stream stored the latest of the batch's rows it took} (a row kept
+    apart in another group is left out: that group is judged by the write's time)."""
+    latest: dict[int, datetime] = {}
+    for row in rows:
+        at, group_id = row.get("stored_at") or row["failed_at"], row.get("group_id")
+        if group_id is not None and at is not None and (group_id not in latest or at > latest[group_id]):
+            latest[group_id] = at
+    return latest
 
 
 def _write_rows(conn: Connection, rows: list[dict], new_groups: set[int] | None, teams: tuple[Team, ...],
@@ -352,6 +363,7 @@ def _write_advisories(engine: Engine, stream: str, epoch: str, items: list, last
     arrived: Counter[int] = Counter()
     with write_transaction(engine) as conn:
         _check_position(conn, source, stream, epoch, after)
+        first_new = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
         for advisory, fetched, missing_reason in items:
             if not apart:
                 made += _advisory(conn, advisory, fetched, missing_reason, new_groups, arrived, teams, source)
@@ -376,7 +388,10 @@ def _write_advisories(engine: Engine, stream: str, epoch: str, items: list, last
             made += one
             arrived.update(counts)
         now = utcnow()
-        moved = apply_arrivals(conn, arrived, now)
+        # An advisory's entry failed when JetStream reported it (its failed_at).
+        reported = dict(conn.execute(select(Entry.group_id, func.max(Entry.failed_at))
+                                     .where(Entry.id > first_new).group_by(Entry.group_id)).all())
+        moved = apply_arrivals(conn, arrived, now, reported)
         if alerts is not None:
             raise_alerts(conn, alerts, new_groups, arrived, now, moved, hold=ADVISORY_HOLD)
         _save_position(conn, source, stream, epoch, last_seq)
