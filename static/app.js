@@ -194,6 +194,38 @@
     var target = event.detail && event.detail.target;
     if (target && target.matches && target.matches("[data-status-banner]")) {
       takeCsrfToken(target);
+      if (!target.querySelector("[data-signed-out]")) {
+        document.querySelectorAll("[data-held-signed-out]").forEach(function (line) { line.remove(); });
+      }
+    }
+  });
+
+  // While the banner says the session ended, a form is not sent: it would only be refused, and
+  // leaving the page would take what was typed with it. The form says why, and what to do; once
+  // the person has signed in again (the banner's poll answers), the sentence goes and the form
+  // is sent as usual. Registered before the other submit handlers, which see it prevented. (A
+  // form htmx sends is answered 401 and kept as it is: the banner says so.)
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var banner = document.querySelector("[data-status-banner]");
+    if (event.defaultPrevented || !form || !form.matches || !form.matches("form[method=post i]") ||
+        form.matches("[hx-post], [action$='/logout']") || !banner || !banner.querySelector("[data-signed-out]")) {
+      return;
+    }
+    event.preventDefault();
+    var sentence = "Not sent: you were signed out. Sign in again in another tab, then send it again; " +
+      "what you typed stays here.";
+    var line = form.querySelector("[data-held-signed-out]");
+    if (!line) {
+      line = document.createElement("p");
+      line.className = "error";
+      line.setAttribute("data-held-signed-out", "");
+      form.append(line);
+    }
+    line.textContent = sentence;
+    var announcer = document.getElementById("announcer");
+    if (announcer) {
+      announcer.textContent = sentence;
     }
   });
 })();

@@ -111,3 +111,38 @@ def test_signing_in_from_a_login_link_naming_the_banner_fragment_lands_on_the_li
     page.wait_for_url(lambda url: "/login" not in url)
     assert page.url == f"{live_server}/"
     expect(page.locator("h1")).to_be_visible()
+
+
+def test_a_close_pressed_after_the_session_ended_is_held_with_its_note_and_sent_after_signing_in_again(
+        app, live_server, browser, nats_server):
+    entry_tab = _new_page(browser)
+    context = entry_tab.context
+    try:
+        entry_id = support.dead_letter(app, 1, Dlq_Reason="fatal")
+        support.sign_in(entry_tab, live_server, app, "operator")
+        entry_tab.goto(f"{live_server}/entries/{entry_id}", wait_until="load")
+        note = entry_tab.locator("input[name=note]")
+        note.fill("refunded by hand")
+        other_tab = context.new_page()
+        other_tab.goto(f"{live_server}/")
+        other_tab.get_by_role("button", name="Logout").click()
+        other_tab.wait_for_url(re.compile(r"/login$"))
+        expect(entry_tab.locator("[data-signed-out]")).to_be_visible(timeout=EXPECT_TIMEOUT)
+
+        entry_tab.get_by_role("button", name="Close", exact=True).click()
+
+        held = entry_tab.locator("[data-held-signed-out]")
+        expect(held).to_have_text("Not sent: you were signed out. Sign in again in another tab, then send it again; "
+                                  "what you typed stays here.")
+        expect(entry_tab.locator("#announcer")).to_contain_text("Not sent: you were signed out.")
+        assert entry_tab.url == f"{live_server}/entries/{entry_id}"
+        assert note.input_value() == "refunded by hand"
+
+        support.browser_login(other_tab, live_server, app, "operator")
+        expect(entry_tab.locator("[data-signed-out]")).to_have_count(0, timeout=EXPECT_TIMEOUT)
+        expect(held).to_have_count(0)
+        entry_tab.get_by_role("button", name="Close", exact=True).click()
+        expect(entry_tab.locator("h1 .status")).to_have_text("closed", timeout=EXPECT_TIMEOUT)
+        expect(entry_tab.locator("section.timeline")).to_contain_text("refunded by hand")
+    finally:
+        context.close()

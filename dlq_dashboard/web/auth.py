@@ -36,6 +36,10 @@ NO_PASSWORDS = "Signing in with a password is turned off here: use single sign-o
 SINGLE_SIGN_ON = "dlq_single_sign_on"
 # The answer to an htmx request whose session has ended (static/app.js shows it in the banner).
 SIGNED_OUT = "You were signed out. Sign in again in another tab; this page keeps what you typed."
+#: A form's fields a person types in (an edited payload, a bulk patch, a close's or a group's note),
+#: shown back on the page that says a POST was not done because the session had ended.
+TYPED_FIELDS = (("payload", "Your edit, not sent"), ("patch", "Your patch, not sent"),
+                ("note", "Your note, not saved"), ("text", "Your note, not saved"))
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,15 @@ def _login_url() -> str:
     return url_for("auth.login", next=safe_next(target))
 
 
+def _signed_out_page():
+    """A form posted after its session ended (logout in another tab, an expired session): nothing
+    was done (the view never runs, as without a CSRF check nothing may), and the page says so with
+    what was typed in it, to copy before signing in again; a redirect to the login page threw the
+    form away."""
+    typed = [(title, value) for name, title in TYPED_FIELDS if (value := request.form.get(name) or "").strip()]
+    return render_template("signed_out.html", typed=typed, login_url=_login_url()), 401
+
+
 def requires(role: str | None, *, fragment: bool = False, from_memory: bool = False) -> Callable:
     """Decorate a view with the least role it needs (None: open to anyone, e.g. /healthz).
 
@@ -221,6 +234,8 @@ def requires(role: str | None, *, fragment: bool = False, from_memory: bool = Fa
                         # HX-Redirect (it would navigate away from what the person typed): the
                         # page stays, and static/app.js says in the banner that the session ended.
                         return current_app.response_class(SIGNED_OUT + "\n", status=401, mimetype="text/plain")
+                    if request.method not in ("GET", "HEAD"):
+                        return _signed_out_page()
                     return redirect(_login_url())
                 if not identity.may(role):
                     raise Forbidden(f"This needs the {role} role; {identity.name} has {identity.role}.")
