@@ -388,9 +388,55 @@
     if (row.contains(document.activeElement)) {
       row.setAttribute("data-focus-back", "");  // the focus, lost as its button is disabled, returns to the row
     }
-    form.querySelectorAll("button").forEach(function (button) { button.disabled = true; });
+    var buttons = form.querySelectorAll("button");
+    buttons.forEach(function (button) { button.disabled = true; });
+    var answer = null;
+    form.addEventListener("htmx:afterRequest", function (done) { answer = done.detail.xhr; }, { once: true });
+    // The answer swapped in says what was done (the row as it is now). A request that got no
+    // answer, or one not swapped in (signed out, the dashboard refusing), changed nothing on the
+    // page: the buttons work again and the row says why (the promise is settled either way, so a
+    // request that failed is no uncaught error).
+    function notSwapped() {
+      if (!form.isConnected) {
+        return;
+      }
+      var why;
+      if (!answer || !answer.status) {
+        why = "Not sent: the dashboard did not answer. Try again when it does.";
+      } else if (answer.status === 401) {
+        why = "Not sent: you were signed out. Sign in again in another tab, then try again.";
+      } else {
+        var plain = /^text\/plain/.test(answer.getResponseHeader("Content-Type") || "");
+        why = "Not done: " + ((plain && answer.responseText.trim()) || "the dashboard answered " + answer.status + ".");
+      }
+      var marker = document.querySelector("[data-nats-state]");
+      var natsDown = marker && marker.getAttribute("data-nats-state") === "down";
+      buttons.forEach(function (button) {
+        button.disabled = natsDown && button.hasAttribute("data-needs-nats");
+      });
+      var cell = form.closest("td") || form.parentElement;
+      var line = cell.querySelector(".row-message");
+      if (!line) {
+        line = document.createElement("p");
+        cell.append(line);
+      }
+      line.className = "row-message error";
+      line.id = "row-message-" + (row.getAttribute("data-id") || "");
+      line.textContent = why;
+      var announcer = document.getElementById("announcer");
+      if (announcer) {
+        announcer.textContent = why;
+      }
+      if (row.hasAttribute("data-focus-back")) {
+        row.removeAttribute("data-focus-back");
+        var usable = Array.prototype.find.call(buttons, function (button) { return !button.disabled; });
+        if (usable && (!document.activeElement || document.activeElement === document.body)) {
+          usable.focus();
+        }
+      }
+    }
     window.htmx.ajax("POST", form.getAttribute("data-post"),
-                     { source: form, target: row, swap: "outerHTML", values: values });
+                     { source: form, target: row, swap: "outerHTML", values: values }).then(notSwapped, notSwapped);
   });
 })();
 

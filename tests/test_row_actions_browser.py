@@ -55,3 +55,35 @@ def test_a_row_is_closed_after_its_question_and_swapped_in_place(app, live_serve
     page.wait_for_function(f"() => document.activeElement.closest('tr[data-id=\"{entry_id}\"]') !== null")
     # The counts above the list count again: one closed now (they read "closed 0" until a reload).
     expect(page.locator(".summary .counts li").filter(has_text="closed")).to_contain_text("closed 1")
+
+
+def test_a_rows_close_that_is_not_answered_or_signed_out_says_so_and_can_be_pressed_again(app, live_server, page):
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("dialog", lambda dialog: dialog.accept())
+    support.sign_in(page, live_server, app, "operator")
+    page.goto(f"{live_server}/?status=open", wait_until="load")
+    row = page.locator("#entry-rows tr[data-id]").first
+    entry_id = int(row.get_attribute("data-id"))
+    row = page.locator(f'#entry-rows tr[data-id="{entry_id}"]')
+    close = row.get_by_role("button", name=f"Close entry {entry_id}")
+
+    page.context.set_offline(True)
+    close.click()
+    expect(row.locator(".row-message")).to_have_text("Not sent: the dashboard did not answer. Try again when it does.")
+    expect(page.locator("#announcer")).to_have_text("Not sent: the dashboard did not answer. Try again when it does.")
+    expect(close).to_be_enabled()
+    page.context.set_offline(False)
+
+    page.context.clear_cookies()  # the session ended
+    close.click()
+    expect(row.locator(".row-message")).to_have_text(
+        "Not sent: you were signed out. Sign in again in another tab, then try again.")
+    expect(close).to_be_enabled()
+    assert runtime_of(app).store.get_entry(entry_id, with_history=False).status == "open"
+
+    support.sign_in(page, live_server, app, "operator")
+    page.wait_for_function("() => !document.querySelector('[data-signed-out]')", timeout=10_000)
+    close.click()
+    expect(row.locator(".row-message")).to_have_text(f"Closed entry {entry_id}.")
+    assert errors == []
