@@ -230,6 +230,85 @@
   });
 })();
 
+// --- A dashboard that does not answer -------------------------------------------------------------
+// While the browser cannot reach the dashboard (offline, the dashboard away, a proxy answering 502,
+// 503 or 504 for it), nothing the page shows is brought up to date: from the banner's second poll
+// in a row without an answer, the banner says so and since when, and the page's status region
+// says it once; it goes, and that is said, when a poll is answered again. A poll that hangs is
+// given up after 10 s, as one with no answer.
+(function () {
+  "use strict";
+
+  var UNREACHED = [502, 503, 504];
+  var failures = 0, since = null, shown = false;
+
+  function banner(event) {
+    var elt = event.detail && event.detail.elt;
+    return elt && elt.matches && elt.matches("[data-status-banner]") ? elt : null;
+  }
+
+  function say(sentence) {
+    var announcer = document.getElementById("announcer");  // the banner is no live region
+    if (announcer) {
+      announcer.textContent = sentence;
+    }
+  }
+
+  function unanswered(event) {
+    var polled = banner(event);
+    if (!polled) {
+      return;
+    }
+    failures += 1;
+    since = since || new Date();
+    if (failures < 2 || polled.querySelector("[data-unreachable]")) {
+      return;
+    }
+    var line = document.createElement("p");
+    line.className = "stale";
+    line.setAttribute("data-unreachable", "");
+    var title = document.createElement("strong");
+    title.textContent = "The dashboard cannot be reached";
+    line.append(title, " since " + since.toISOString().slice(11, 19) + " UTC: this browser gets no answer from it. " +
+                "What this page shows may be out of date; it catches up when the dashboard answers again.");
+    polled.prepend(line);
+    if (!shown) {
+      say("The dashboard cannot be reached: what this page shows may be out of date.");
+    }
+    shown = true;
+  }
+
+  document.addEventListener("htmx:configRequest", function (event) {
+    if (banner(event) && !event.detail.timeout) {
+      event.detail.timeout = 10000;
+    }
+  });
+  document.addEventListener("htmx:sendError", unanswered);
+  document.addEventListener("htmx:timeout", unanswered);
+  document.addEventListener("htmx:responseError", function (event) {
+    var xhr = event.detail.xhr;
+    if (xhr && UNREACHED.indexOf(xhr.status) >= 0) {
+      unanswered(event);
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var polled = banner(event), xhr = event.detail.xhr;
+    if (!polled || !xhr || !xhr.status || UNREACHED.indexOf(xhr.status) >= 0) {
+      return;
+    }
+    failures = 0;
+    since = null;
+    var line = polled.querySelector("[data-unreachable]");  // still there when the answer was not swapped in (401)
+    if (line) {
+      line.remove();
+    }
+    if (shown) {
+      shown = false;
+      say("The dashboard answers again.");
+    }
+  });
+})();
+
 // --- Keyboard -----------------------------------------------------------------------------------
 // j / k choose the next / previous row of a list (rows marked data-row-url), or on an entry's
 // page open its next / previous entry (links marked data-neighbour); Enter opens the chosen row,

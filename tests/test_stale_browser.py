@@ -193,3 +193,19 @@ def test_while_the_banner_shows_every_element_tab_reaches_is_seen_and_nothing_br
         with banner_held(page):
             problems = _tab_through(page, "/?status=open with the banner")
         assert not problems, "\n".join(problems)
+
+
+def test_the_banner_says_when_the_dashboard_cannot_be_reached_and_clears_when_it_answers(app, live_server, page):
+    support.sign_in(page, live_server, app, "viewer")
+    page.goto(f"{live_server}/", wait_until="load")
+    line = page.locator("[data-status-banner] [data-unreachable]")
+    announcer = page.locator("#announcer")
+
+    page.context.set_offline(True)
+    expect(line).to_contain_text("The dashboard cannot be reached since ", timeout=WITHIN)
+    expect(line).to_contain_text("What this page shows may be out of date")
+    expect(announcer).to_have_text("The dashboard cannot be reached: what this page shows may be out of date.")
+
+    page.context.set_offline(False)
+    expect(line).to_have_count(0, timeout=WITHIN)
+    expect(announcer).to_have_text("The dashboard answers again.")
