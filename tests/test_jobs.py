@@ -393,7 +393,7 @@ def test_the_preview_counts_and_the_job_page_shows_progress(app, rt, nats_server
     page = preview.get_data(as_text=True)
     assert preview.status_code == 200 and "<strong>4</strong> entries will be republished" in page
     assert f'name="upto" value="{ids[-1]}"' in page
-    assert ('<td class="name"><code><span class="subject-name">orders.created</span></code></td><td>4</td>'
+    assert ('<td class="name"><code><bdi class="subject-name">orders.created</bdi></code></td><td>4</td>'
             '<td class="name">ORDERS</td>') in page  # where they go
     support.dead_letter_orders(app, nats_server.url, payloads(2, start=100))  # after the preview: not taken
 

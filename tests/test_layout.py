@@ -17,7 +17,7 @@ MAX_LINES = 500
 
 # Which layers a layer may import (its own included). Read top-down: web -> actions / entries ->
 # ingest / db / nats. "base" is config, times, errors, numbers, flags, masking, redaction, files,
-# scopes, sources, teams, mailing, sign_in, children, unpacking, surrogates and actors;
+# scopes, sources, teams, mailing, sign_in, children, unpacking, surrogates, controls and actors;
 # "consumer" is dlq_consumer.
 LOWER = {
     "base": set(),
@@ -55,7 +55,7 @@ def layer_of(module: str) -> str:
     return {"config": "base", "times": "base", "errors": "base", "numbers": "base", "flags": "base",
             "masking": "base", "redaction": "base", "files": "base", "scopes": "base", "sources": "base",
             "teams": "base", "mailing": "base", "sign_in": "base", "children": "base", "unpacking": "base",
-            "surrogates": "base", "actors": "base"}.get(parts[1], parts[1])
+            "surrogates": "base", "actors": "base", "controls": "base"}.get(parts[1], parts[1])
 
 
 def modules() -> dict[str, Path]:

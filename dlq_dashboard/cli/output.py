@@ -13,6 +13,7 @@ from typing import Iterator
 
 import click
 
+from ..controls import shown
 from ..numbers import ID_MAX, VERSION_MAX
 from ..redaction import without_userinfo
 from ..runtime import Runtime
@@ -31,17 +32,7 @@ VERSION = click.IntRange(1, VERSION_MAX)
 _NOT_UTF8 = re.compile("[\ud800-\udfff]")
 
 
-#: What a terminal obeys rather than shows: control characters (but the line's end and a tab),
-#: which ring its bell, move its cursor or, from an escape (ESC), restyle and retitle it; and the
-#: marks that reorder a line's text (U+202E shows "exe.gnp" as "png.exe"). A dead letter's
-#: subject, error, headers and payload may hold any of them: each is written as its escape.
-_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def shown(text: str) -> str:
-    """``text`` with what a terminal would obey (_UNSHOWN) written as JSON writes it (``\\u0007``,
-    ``\\u202e``): so too in a command's JSON, which stays JSON, with the same text."""
-    return _UNSHOWN.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+# What a terminal obeys rather than shows is written as its escape (controls.py).
 
 
 class _Shown:

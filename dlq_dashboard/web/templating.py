@@ -14,6 +14,7 @@ from dlq_consumer import headers as contract
 
 from ..actions.close import NOTE_MAX
 from ..access import visible
+from ..controls import shown
 from ..actions.decisions import REPUBLISHABLE
 from ..entries.shape import STATUSES
 from ..times import as_time, format_time, utcnow
@@ -106,6 +107,9 @@ def init_app(app: Flask) -> None:
     app.add_template_filter(timestamp)
     app.add_template_filter(relative)
     app.add_template_filter(number)
+    # A subject (any text from a dead letter that sits in a sentence) with its controls and
+    # bidirectional marks written as escapes: "orders.\u202edetaerc" never reads "orders.created".
+    app.add_template_filter(shown)
     app.add_template_global(entry_action_bar)
     app.add_template_global(bulk_choices)
     app.add_template_global(row_actions)

@@ -9,6 +9,7 @@ from typing import Any
 
 from ...actions.bulk.jobs import CHANGES, JOB_ACTIONS, REPUBLISHING
 from ...actions.decisions import REPUBLISHABLE
+from ...controls import shown
 from ...entries.shape import STATUSES
 
 
@@ -136,7 +137,7 @@ def row_confirm(action: str, entry: Any) -> str:
     """The question a row's action asks, naming the entry by its id and subject (and, for one
     republished already, that it would go out again)."""
     verb = {"republish": "Republish", "close": "Close"}[action]
-    question = f"{verb} entry {entry.id} ({entry.original_subject or 'no subject'})"
+    question = f"{verb} entry {entry.id} ({shown(entry.original_subject or 'no subject')})"
     if action == "republish" and entry.status == "republished":
         return f"{question} again? It was republished before; this sends it once more."
     return f"{question}?"

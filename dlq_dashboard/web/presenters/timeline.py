@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
+from ...controls import shown
 from ...entries.traces import trace_id_of, trace_url
 from ...entries.view import EntryView
 from ...times import parse_time
@@ -72,7 +73,7 @@ def _republish_moment(rep: dict, entry: EntryView, patch: Any = None) -> Moment:
     if state == "published":
         title = ("Repaired by the schema and republished" if patch == REPAIRED else
                  "Republished with a JSON Patch" if patch else "Edited and republished" if edited else "Republished")
-        title = f"{title} to {subject}" if subject else title
+        title = f"{title} to {shown(subject)}" if subject else title
     elif state == "failed":
         title = "Edited republish failed" if edited else "Republish failed"
     else:
