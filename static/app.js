@@ -519,6 +519,66 @@
   });
 })();
 
+// --- The older rows across Back ----------------------------------------------------------------
+// "Show older entries" appends rows to the list in place. Back to the list from an entry opened
+// among them loaded the list anew with its first rows alone, and the browser put the scroll where
+// it was, at the bottom of far fewer rows: the entry was no longer there. How many times older
+// rows were shown is kept in the list's history entry (and where the page was scrolled, as it is
+// left); back on it, as many are shown again and the scroll is put back once they are there (the
+// browser's own restoring is turned off for that entry, as it would come before them).
+(function () {
+  "use strict";
+
+  var restoring = false;
+
+  function kept() {
+    return Object.assign({}, window.history.state || {});
+  }
+
+  document.addEventListener("htmx:afterRequest", function (event) {
+    // The link that asked (requestConfig's): the event comes to its row's parent, as the link is
+    // out of the page by now (its row was replaced by the older rows).
+    var config = event.detail && event.detail.requestConfig, elt = config && config.elt;
+    if (restoring || !event.detail.successful || !elt || !elt.closest || !elt.closest("tr.more")) {
+      return;
+    }
+    var state = kept();
+    state.olderRows = (state.olderRows || 0) + 1;
+    window.history.replaceState(state, "");
+    window.history.scrollRestoration = "manual";
+  });
+
+  window.addEventListener("pagehide", function () {
+    var state = kept();
+    if (state.olderRows) {
+      state.scrollY = window.scrollY;
+      window.history.replaceState(state, "");
+    }
+  });
+
+  function showOlder(left, scrollY) {
+    var link = document.querySelector("#entry-rows tr.more a[hx-get]");
+    if (!left || !link) {
+      restoring = false;
+      window.scrollTo(0, scrollY || 0);
+      return;
+    }
+    window.htmx.ajax("GET", link.getAttribute("hx-get"),
+                     { source: link, target: link.closest("tr"), swap: "outerHTML", select: "#entry-rows > tr" })
+      .then(function () { showOlder(left - 1, scrollY); }, function () { restoring = false; });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var state = window.history.state;
+    if (!state || !state.olderRows || !window.htmx || !document.querySelector("#entry-rows tr.more")) {
+      return;
+    }
+    window.history.scrollRestoration = "manual";
+    restoring = true;
+    showOlder(state.olderRows, state.scrollY);
+  });
+})();
+
 // --- A form is sent once -------------------------------------------------------------------
 // A plain form's second submission while the first is on its way (a double click, a slow
 // network) reached the server twice: two bulk jobs from one Start, or a "changed meanwhile" page
