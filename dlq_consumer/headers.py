@@ -7,6 +7,7 @@ ingest reads them (names are matched case-insensitively, so it compares ``name.l
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 ORIGINAL_SUBJECT = "Dlq-Original-Subject"
@@ -40,10 +41,20 @@ REASONS = (REASON_SCHEMA_INVALID, REASON_MAX_DELIVERIES, REASON_FATAL, REASON_TE
 MAX_ERROR_CHARS = 1000
 MAX_SCHEMA_ERRORS = 50
 
+# Half a UTF-16 pair (text decoded with "surrogateescape" or "surrogatepass" holds them): no
+# character, so UTF-8 cannot encode it and a header holding one could not be sent.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape (``\\ud800``), so it encodes as UTF-8."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
 
 def one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """Collapse whitespace runs (newlines would end a NATS header) and cut to ``limit`` chars."""
-    flat = " ".join(text.split())
+    """Collapse whitespace runs (newlines would end a NATS header), write lone surrogates as
+    escapes (UTF-8 cannot encode them) and cut to ``limit`` chars."""
+    flat = " ".join(escape_surrogates(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

@@ -7,6 +7,7 @@ import json
 import sqlite3
 import time
 from datetime import datetime
+from email.header import decode_header
 
 import nats
 import nats.errors
@@ -250,6 +251,36 @@ def test_a_fatal_error_is_dead_lettered_at_once(nats_server):
         assert done
         assert dead.headers["Dlq-Reason"] == "fatal"
         assert dead.headers["Dlq-Error"] == "LookupError: unknown sku 'tea' while pricing"
+
+    support.run(main(), timeout=DEADLINE)
+
+
+def test_an_error_holding_a_lone_surrogate_is_dead_lettered_with_its_text_on_the_first_delivery(nats_server):
+    """Text decoded with surrogateescape holds halves of UTF-16 pairs, which UTF-8 cannot encode:
+    the header would not go out, and the message was left for redelivery on every delivery."""
+    async def main():
+        nc = await connect(nats_server)
+        js = nc.jetstream()
+        await setup_streams(js)
+
+        async def handler(value, msg):
+            raise ValueError("fehler \u202e\x1b[31m red \ud800")
+
+        lifecycle = Lifecycle(nc, handler, schema=ORDER_SCHEMA, backoff=FAST)
+        await js.add_consumer("ORDERS", consumer())
+        await js.publish("orders.created", json.dumps(GOOD_ORDER).encode())
+        msg = await fetch_one(js, "billing")
+        outcome = await lifecycle.handle(msg)
+        dead = await stream_messages(js, "DLQ")
+        done = await settled(js, "ORDERS", "billing")
+        await nc.close()
+
+        assert outcome is Outcome.DEAD_LETTERED
+        assert done and len(dead) == 1
+        assert dead[0].headers["Dlq-Deliveries"] == "1"
+        # nats-py reads a header value that is not ASCII as an email Header: its bytes, as sent.
+        sent = b"".join(part for part, _ in decode_header(dead[0].headers["Dlq-Error"]))
+        assert sent.decode("utf-8") == "ValueError: fehler \u202e\x1b[31m red \\ud800"
 
     support.run(main(), timeout=DEADLINE)
 
