@@ -14,7 +14,9 @@ What an item of DLQ_MASK means:
 
 A masked field keeps its place: the payload stays JSON, the field's value (whatever it was,
 an object too) becomes the string "•••". A payload that is not JSON cannot have a pointer
-applied, so while DLQ_MASK holds a pointer such a payload is hidden from viewers entirely.
+applied, so while DLQ_MASK holds a pointer such a payload is hidden from viewers entirely; so is
+a JSON payload holding a key more than once in one object (at any depth): readers differ on which
+of its values counts, and the text keeps them all, so no rewrite of one hides them exactly.
 
 The values hidden are also replaced wherever the entry's own texts quote them (the error, the
 schema errors, notes, the close note, the history and the audit), as whole words, ignoring
@@ -61,6 +63,8 @@ Entry = TypeVar("Entry", bound=MaskedEntry)
 MASKED = "•••"
 PAYLOAD_HIDDEN = ("The payload is hidden: DLQ_MASK names fields of JSON payloads, and this payload is not "
                   "JSON, so they cannot be picked out of it.")
+PAYLOAD_REPEATED = ("The payload is hidden: DLQ_MASK names fields of JSON payloads, and this payload holds a "
+                    "key more than once in one object, so which of its values a field is cannot be told.")
 # The payload text the search index holds (migration 0003, the SQLite index alike).
 _SEARCHED_CHARS = 65536
 _WORD_PART = re.compile(r"[^\W_]+")
@@ -107,13 +111,20 @@ class Mask:
     def mask_payload(self, payload: bytes) -> tuple[bytes | None, list[str]]:
         """The payload with every field a pointer reaches set to "•••", and the values hidden.
 
-        None instead of the payload when pointers are set and the payload is not JSON (it is
-        hidden whole); the payload as it was when nothing matched.
+        None instead of the payload when pointers are set and the payload is not JSON, or holds
+        a key more than once in one object (it is hidden whole); the payload as it was when
+        nothing matched.
         """
         if not self.pointers or not payload:
             return payload, []
         try:
-            document = json.loads(payload.decode("utf-8"))
+            text = payload.decode("utf-8")
+            document = json.loads(text, object_pairs_hook=_unique_keys)
+        except _RepeatedKey:
+            # Hidden whole: the last value of a key is the one a rewrite would mask, and the
+            # others stay in the bytes. Every value a pointer reaches, in each of them, is hidden
+            # in the entry's texts.
+            return None, _values_everywhere(self, text)
         except (ValueError, RecursionError):
             # Hidden whole. Gzip bytes no header declares still hold the values its error, schema
             # errors and notes may quote: found in it decompressed, so those texts hide them too.
@@ -139,9 +150,20 @@ class Mask:
         if unpacked is None:
             return []
         try:
-            return _values(self._masked(json.loads(unpacked.decode("utf-8")))[1])
+            return _values_everywhere(self, unpacked.decode("utf-8"))
         except (ValueError, RecursionError):
             return []
+
+    @staticmethod
+    def hidden_because(payload: bytes | None) -> str:
+        """Why a payload mask_payload hides whole is hidden (PAYLOAD_REPEATED or PAYLOAD_HIDDEN)."""
+        try:
+            json.loads((payload or b"").decode("utf-8"), object_pairs_hook=_unique_keys)
+        except _RepeatedKey:
+            return PAYLOAD_REPEATED
+        except (ValueError, RecursionError):
+            pass
+        return PAYLOAD_HIDDEN
 
     def mask_headers(self, headers: dict[str, list[str]]) -> tuple[dict[str, list[str]], list[str]]:
         """The headers with every value of a masked name set to "•••", and the values hidden."""
@@ -212,7 +234,7 @@ class Mask:
             payload = b""
             changes["payload_available"] = False
             changes["payload_hidden"] = True
-            notes.append(PAYLOAD_HIDDEN)
+            notes.append(self.hidden_because(view.payload))
         if values:
             def text(value):
                 return self.mask_text(value, values)
@@ -281,6 +303,47 @@ class Mask:
 
 # --- helpers ----------------------------------------------------------------------------------------
 
+class _RepeatedKey(ValueError):
+    """A JSON object holds a key more than once."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise _RepeatedKey("a key given more than once")
+    return value
+
+
+class _Pairs(list):
+    """A JSON object as its (key, value) pairs, every one of a repeated key kept."""
+
+
+def _values_everywhere(mask: Mask, text: str) -> list[str]:
+    """The values ``mask``'s pointers reach in a JSON text, in every value of a repeated key
+    (ValueError or RecursionError if it is not JSON)."""
+    document = json.loads(text, object_pairs_hook=_Pairs)
+    found: list[Any] = []
+    for tokens in mask.pointers:
+        _reached(document, tokens, found)
+    return _values(found)
+
+
+def _reached(node: Any, tokens: tuple[str, ...], found: list) -> None:
+    """What ``tokens`` reach in ``node`` (objects as _Pairs, each pair of a matching key), into ``found``."""
+    if not tokens:
+        found.append(node)
+        return
+    token, rest = tokens[0], tokens[1:]
+    if isinstance(node, _Pairs):
+        for key, value in node:
+            if token in ("*", key):
+                _reached(value, rest, found)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            if token == "*" or token == str(index):
+                _reached(value, rest, found)
+
+
 def _mask_at(node: Any, tokens: tuple[str, ...], replaced: list) -> Any:
     """``node`` with what ``tokens`` reach set to MASKED; the values it held go to ``replaced``."""
     if not tokens:
@@ -308,7 +371,10 @@ def _values(replaced: list) -> list[str]:
     out: list[str] = []
 
     def walk(value: Any) -> None:
-        if isinstance(value, dict):
+        if isinstance(value, _Pairs):
+            for _, item in value:
+                walk(item)
+        elif isinstance(value, dict):
             for item in value.values():
                 walk(item)
         elif isinstance(value, list):

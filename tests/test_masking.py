@@ -291,3 +291,49 @@ def test_gzip_bytes_are_hidden_whole_and_the_values_inside_them_are_found_for_th
     assert masked is None and hidden == ["4111-1111"]
     assert mask.mask_payload(gzip.compress(b"not json")) == (None, [])
     assert mask.mask_payload(b"\x1f\x8b not gzip") == (None, [])
+
+
+def test_a_payload_holding_a_key_twice_is_hidden_whole_and_its_every_value_hidden_in_texts():
+    mask = Mask.parse(MASK)
+    twice = b'{"customer": {"email": "first@x.com"}, "order_id": "d2", "customer": null}'
+    payload, hidden = mask.mask_payload(twice)
+    assert payload is None and hidden == ["first@x.com"]
+    deep = b'{"customer": {"email": "a@x.com", "email": "b@x.com"}, "items": [{"card": 1, "card": 2}]}'
+    assert mask.mask_payload(deep) == (None, ["a@x.com", "b@x.com", "1", "2"])
+    # Hidden whole even where the repeated key is no masked field: a rewrite writes each key once.
+    assert Mask.parse(["/customer/email"]).mask_payload(b'{"a": 1, "a": 2}') == (None, [])
+    assert Mask.parse(["X-Card"]).mask_payload(twice) == (twice, [])  # header names only
+
+
+@pytest.mark.both_databases
+def test_a_payload_holding_a_masked_key_twice_shows_a_viewer_neither_value_in_any_channel(masked):
+    app, _, viewer, operator = masked
+    secret = "again-secret@x.com"
+    twice = b'{"customer": {"email": "%s"}, "order_id": "d2", "customer": null}' % secret.encode()
+    entry_id = support.dead_letter(app, 2, payload=twice, Dlq_Reason="fatal", Dlq_Error=f"no account {secret}")
+    for path in ("/", "/api/entries", f"/api/entries/{entry_id}", f"/entries/{entry_id}",
+                 "/api/export.json", "/api/export.ndjson", "/api/export.csv"):
+        body = viewer.get(path).get_data(as_text=True)
+        assert "again-secret" not in body and base64.b64encode(twice).decode() not in body, path
+    entry = viewer.get(f"/api/entries/{entry_id}").get_json()
+    assert entry["payload_base64"] == "" and entry["payload_available"] is False
+    assert "holds a key more than once" in " ".join(entry["notes"])
+    download = viewer.get(f"/entries/{entry_id}/payload")
+    assert download.status_code == 403 and "more than once" in download.get_data(as_text=True)
+    assert "hidden" in viewer.get("/").get_data(as_text=True)  # the list's snippet
+    for q in ("again", "again-secret"):
+        assert viewer.get(f"/api/entries?q={q}").get_json()["entries"] == [], q
+        assert [e["id"] for e in operator.get(f"/api/entries?q={q}").get_json()["entries"]] == [entry_id], q
+    shown = app.test_cli_runner().invoke(args=["entries", "export", "--as", "viewer"])
+    assert shown.exit_code == 0 and "again-secret" not in shown.output and "d2" not in shown.output
+    assert operator.get(f"/entries/{entry_id}/payload").data == twice
+
+
+def test_the_key_fields_of_a_payload_hidden_whole_read_dots_to_a_viewer(make_app):
+    app = make_app(mask=MASK, list_fields=(("Order", "/order_id"),))
+    plain = support.dead_letter(app, 1, payload=b'{"order_id": "d1"}')
+    twice = support.dead_letter(app, 2, payload=b'{"customer": {"email": "x@y.z"}, "order_id": "d2", "customer": null}')
+    fields = {e["id"]: e["fields"] for e in support.logged_in(app, "viewer").get("/api/entries").get_json()["entries"]}
+    assert fields == {plain: {"Order": "d1"}, twice: {"Order": MASKED}}
+    fields = {e["id"]: e["fields"] for e in support.logged_in(app, "operator").get("/api/entries").get_json()["entries"]}
+    assert fields[twice] == {"Order": "d2"}

@@ -32,8 +32,9 @@ EMAIL = "alice@example.com"        # payload /email
 CARD = "CUST-SECRET-42"            # payload /card
 HEADER = "zebrafrost"              # the X-Secret header
 PATCHED = "bob@example.org"        # what a patch writes into /email
-SECRETS = (EMAIL, CARD, HEADER, PATCHED)
-MASK = ("/email", "/card", "X-Secret")
+AGAIN = "again-secret@x.com"       # payload /customer/email of a payload that gives "customer" twice
+SECRETS = (EMAIL, CARD, HEADER, PATCHED, AGAIN)
+MASK = ("/email", "/card", "/customer/email", "X-Secret")
 
 # Routes with no data of the entries (Flask's static files).
 EXEMPT = {"static"}
@@ -84,9 +85,14 @@ def world(app, nats_server):
     # Entry 7's payload is gzip bytes no header declares: its masked values are inside them, shown
     # decompressed (to whoever may read them), and quoted by its error.
     zipped = dataclasses.replace(_message(7), data=gzip.compress(_payload(7)))
+    # Entry 8's payload gives "customer" twice: a reader taking the last value finds no
+    # /customer/email to mask, and the first is still in its bytes.
+    repeated = dataclasses.replace(_message(8, schema=False, Dlq_Error=f"rejected by {HEADER} gateway"),
+                                   data=b'{"customer": {"email": "%s"}, "order_id": 8, "customer": null}'
+                                   % AGAIN.encode())
     ingest_dlq_batch(rt.engine, "DLQ", "e1", [*(_message(seq) for seq in (1, 2, 3, 4)),
                                               _message(6, schema=False, Dlq_Error=f"rejected by {HEADER} gateway"),
-                                              zipped],
+                                              zipped, repeated],
                      alerts=rule)
     ids = _ids_by_seq(rt.engine)
     operator, auth = app.test_client(), support.bearer(create_token(rt.engine, "world-operator", "operator"))

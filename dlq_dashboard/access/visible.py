@@ -199,7 +199,7 @@ def page(reader: Reader, store: Store, flt: EntryFilter, fields: tuple[KeyField,
     mask, flt = reader.mask, scoped(reader, flt)
     found = store.list_entries(flt, mask=mask, payload_prefix=None if mask and mask.pointers or not rows
                                else ROW_PAYLOAD_BYTES)
-    shown = [entry(reader, e) for e in _with_key_fields(reader, store, found.entries, fields)]
+    shown = _with_key_fields(reader, store, [entry(reader, e) for e in found.entries], fields)
     return Page(shown, found.next_cursor, found.search)
 
 
@@ -211,19 +211,20 @@ def entries(reader: Reader, store: Store, flt: EntryFilter, fields: tuple[KeyFie
     if max_rows is not None:
         found = itertools.islice(found, max_rows)
     while chunk := list(itertools.islice(found, batch)):
-        for stored in _with_key_fields(reader, store, chunk, fields):
-            yield entry(reader, stored)
+        yield from _with_key_fields(reader, store, [entry(reader, stored) for stored in chunk], fields)
 
 
-def _with_key_fields(reader: Reader, store: Store, stored: list[EntryView],
+def _with_key_fields(reader: Reader, store: Store, seen: list[EntryView],
                      fields: tuple[KeyField, ...]) -> list[EntryView]:
-    """``stored`` with their key fields' values, "•••" where the reader's mask hides the field."""
+    """``seen`` (entries as the reader sees them) with their key fields' values, "•••" where the
+    reader's mask hides the field or the whole payload (a key given twice: which value is read?)."""
     if not fields:
-        return stored
-    values = store.field_values([e.id for e in stored], fields)
-    return [replace(e, key_fields={f.label: (MASKED if got.get(f.label) is not None and hidden_by(reader.mask, f)
+        return seen
+    values = store.field_values([e.id for e in seen], fields)
+    return [replace(e, key_fields={f.label: (MASKED if got.get(f.label) is not None
+                                             and (e.payload_hidden or hidden_by(reader.mask, f))
                                              else got.get(f.label)) for f in fields})
-            for e in stored for got in (values.get(e.id, {}),)]
+            for e in seen for got in (values.get(e.id, {}),)]
 
 
 def tallies(reader: Reader, store: Store) -> Tallies:

@@ -21,7 +21,7 @@ from ..actions.streams import stream_of
 from ..entries.filters import DEFAULT_LIMIT, EntryFilter, FilterError
 from ..access import visible
 from ..errors import Hidden
-from ..masking import MASKED, PAYLOAD_HIDDEN
+from ..masking import MASKED, PAYLOAD_HIDDEN, PAYLOAD_REPEATED
 from ..entries.tallies import Tallies, served_by_kept_counts
 from ..db.triage import STATES
 from ..entries.triage import GroupStateFilter
@@ -311,7 +311,7 @@ def payload_download(entry_id: int):
     """The payload's bytes as a download, never rendered by the browser."""
     found = get_entry_or_404(entry_id, with_history=False)
     if found.payload_hidden:
-        raise Hidden(PAYLOAD_HIDDEN)
+        raise Hidden(PAYLOAD_REPEATED if PAYLOAD_REPEATED in found.notes else PAYLOAD_HIDDEN)
     response = make_response(found.payload)
     response.headers["Content-Type"] = "application/octet-stream"
     response.headers["Content-Disposition"] = f'attachment; filename="entry-{entry_id}-payload.bin"'
