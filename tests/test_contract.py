@@ -229,3 +229,23 @@ def test_a_contract_header_given_twice_in_other_cases_counts_its_first():
     assert entry["error"] == "first"
     entry = _entry({"DLQ-ERROR": "second", "Dlq-Original-Subject": "a.b", "dlq-error": "first"})
     assert entry["error"] == "second"
+
+
+def test_a_contract_header_given_twice_says_so_and_which_value_is_used():
+    entry = _entry({"dlq-reason": "fatal", "Dlq-Original-Subject": "a.b", "DLQ-REASON": "terminated"})
+    assert entry["reason"] == "fatal"
+    assert json.loads(entry["notes"]) == ["Dlq-Reason was given 2 times ('fatal', 'terminated'): the first, "
+                                          "'fatal', is used."]
+    assert json.loads(_entry({"Dlq-Original-Subject": "a.b", "Dlq-Reason": "fatal"})["notes"]) == []
+
+
+def test_two_different_original_subjects_refuse_a_republish_and_two_alike_do_not():
+    from dlq_dashboard.actions.decisions import republish_refusal
+    row = {"id": 4, "status": "open", "original_subject": "orders.created", "payload": b"{}",
+           "payload_available": True,
+           "headers": json.dumps({"Dlq-Original-Subject": ["orders.created"], "dlq-original-subject": ["orders.other"]})}
+    assert republish_refusal(row) == (
+        "Entry 4 gives Dlq-Original-Subject 2 different values ('orders.created', 'orders.other'): where it belongs "
+        "is not certain, so it is not republished. Close it, or have its service dead-letter it again.")
+    alike = {**row, "headers": {"Dlq-Original-Subject": ["orders.created", "orders.created"]}}
+    assert republish_refusal(alike) is None

@@ -189,7 +189,8 @@ def test_a_header_given_more_than_once_keeps_every_value_stored_and_republished(
     [entry] = support.wait_for(lambda: api_entries(client, tokens["viewer"]) or None, message="the entry")
     assert entry["headers"] == {"Dlq-Original-Subject": ["orders.created"], "Dlq-Reason": ["fatal", "again"],
                                 "X-Multi": ["a", "b"], "x-multi": ["c"]}
-    assert entry["reason"] == "fatal" and entry["notes"] == []  # the first value counts, as for any header
+    assert entry["reason"] == "fatal"  # the first value counts, as for any header, and the entry says so
+    assert entry["notes"] == ["Dlq-Reason was given 2 times ('fatal', 'again'): the first, 'fatal', is used."]
 
     async def republished() -> bytes:
         reader, writer = await asyncio.open_connection(*nats_server.url.removeprefix("nats://").rsplit(":", 1))
@@ -209,6 +210,30 @@ def test_a_header_given_more_than_once_keeps_every_value_stored_and_republished(
     block_sent = support.run(republished())
     assert b"\r\nX-Multi: a\r\nX-Multi: b\r\nx-multi: c\r\n" in block_sent
     assert b"Dlq-Reason" not in block_sent and b"Nats-Msg-Id: " in block_sent
+
+
+def test_a_contract_header_given_twice_is_noted_and_two_subjects_are_not_republished(app, nats_server, tokens):
+    """SPEC section 4 gives each contract header one value: a message that gives one twice is
+    kept with its first value and a note saying so; two different subjects leave where it
+    belongs uncertain, so it is not republished (and a note and the refusal say why)."""
+    support.make_orders_stream(nats_server.url)
+    block = (b"NATS/1.0\r\nDlq-Original-Subject: orders.created\r\nDlq-Deliveries: 3\r\n"
+             b"Dlq-Original-Subject: orders.other\r\nDlq-Deliveries: 3\r\n\r\n")
+    support.run(_publish_raw_blocks(nats_server.url, [("dlq.orders.created", block, b'{"order_id": "o-1"}')]))
+    client = app.test_client()
+    [entry] = support.wait_for(lambda: api_entries(client, tokens["viewer"]) or None, message="the entry")
+    assert entry["original_subject"] == "orders.created" and entry["deliveries"] == 3
+    assert entry["notes"] == [
+        "Dlq-Original-Subject was given 2 times ('orders.created', 'orders.other'): the first, 'orders.created', "
+        "is used; where to republish it is not certain, so it is not republished.",
+        "Dlq-Deliveries was given 2 times, each '3'."]
+    answer = client.post(f"/api/entries/{entry['id']}/republish", json={"version": 1},
+                         headers=support.bearer(tokens["operator"]))
+    assert answer.status_code in (409, 422), answer.get_data(as_text=True)
+    assert ("gives Dlq-Original-Subject 2 different values ('orders.created', 'orders.other')"
+            in answer.get_data(as_text=True))
+    with runtime_of(app).engine.connect() as conn:
+        assert conn.execute(select(Entry.status)).scalar_one() == "open"  # nothing was sent
 
 
 @pytest.mark.slow

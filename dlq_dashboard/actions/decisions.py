@@ -188,6 +188,11 @@ def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = Non
     refused = subject_refusal(subject)
     if refused:
         return refused
+    given = subjects_given(_field(entry, "headers") if headers is None else headers)
+    if len(given) > 1:
+        listed = ", ".join(repr(s) for s in given[:5]) + (f" and {len(given) - 5} more" if len(given) > 5 else "")
+        return (f"{who} gives {contract.ORIGINAL_SUBJECT} {len(given)} different values ({listed}): where it "
+                "belongs is not certain, so it is not republished. Close it, or have its service dead-letter it again.")
     stored = bytes(_field(entry, "payload") or b"")
     # The original headers go with the republish: a Content-Encoding holds for an edited payload too.
     how = compression_of(_field(entry, "headers") if headers is None else headers,
@@ -214,6 +219,21 @@ def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = Non
         return (f"{who} has no payload (the source stream no longer had it); "
                 "edit one in to republish.")
     return None
+
+
+def subjects_given(headers: Mapping[str, Any] | str | None) -> list[str]:
+    """The different values of Dlq-Original-Subject in an entry's headers (names in any case),
+    in order: the contract gives it one (ingest/parse.py notes one given more than once)."""
+    if isinstance(headers, str):
+        headers = loads_kept(headers or "{}")
+    found: dict[str, None] = {}
+    for name, values in (headers or {}).items():
+        if isinstance(name, str) and name.lower() == H_SUBJECT:
+            found.update((str(v), None) for v in (values if isinstance(values, list) else [values]))
+    return list(found)
+
+
+H_SUBJECT = contract.ORIGINAL_SUBJECT.lower()
 
 
 def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: Intent | None, pending: list[Intent], *,

@@ -201,6 +201,41 @@ def _find_contract_names(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 _contract_names_kept = lru_cache(maxsize=1024)(_find_contract_names)
 
 
+@lru_cache(maxsize=1024)
+def _names_twice(names: tuple[str, ...]) -> bool:
+    """Whether a contract name is among ``names`` more than once (in other cases: "Dlq-Reason",
+    "dlq-reason"); each set of names is looked at once."""
+    lowered = [name.lower() for name in names if name.lower() in _CONTRACT_NAMES]
+    return len(lowered) != len(set(lowered))
+
+
+def given_twice(normalized: Mapping[str, list[str]], notes: list[str]) -> None:
+    """A note for each contract header given more than once (under one name or in other cases):
+    SPEC section 4 gives each one value, and the first is the one read. Dlq-Original-Subject
+    with different values is also said to keep the entry from a republish (actions/decisions.py
+    subjects_given refuses it): where it would go is not certain."""
+    given: dict[str, list[str]] = {}
+    for name, values in normalized.items():
+        if name.lower() in _CONTRACT_NAMES:
+            given.setdefault(name.lower(), []).extend(values)
+    for name, values in given.items():
+        if len(values) < 2:
+            continue
+        title = next(c for c in contract.CONTRACT_HEADERS if c.lower() == name)
+        distinct = list(dict.fromkeys(values))
+        if len(distinct) == 1:
+            notes.append(f"{title} was given {len(values)} times, each {_quoted(values[0])}.")
+            continue
+        listed = ", ".join(_quoted(v) for v in distinct[:5]) + (f" and {len(distinct) - 5} more" if len(distinct) > 5 else "")
+        notes.append(f"{title} was given {len(values)} times ({listed}): the first, {_quoted(values[0])}, is used"
+                     + ("; where to republish it is not certain, so it is not republished." if name == H_ORIGINAL_SUBJECT
+                        else "."))
+
+
+def _quoted(value: str) -> str:
+    return repr(shown(value) if len(value) <= 80 else shown(value[:80]) + "…")
+
+
 #: The most of a contract header's value an entry's column holds, in UTF-8 bytes: the column's
 #: length on PostgreSQL (which an insert of arrays would cut silently, so that a failure group
 #: named by the whole value was never found again), and within an index row's 2,704 bytes for
@@ -262,6 +297,8 @@ def entry_from_dlq_message(
                 first.setdefault(name.lower(), values[0])
     if not normalized:
         notes.append("The message has no headers: it was not dead-lettered by the contract.")
+    elif first and (any(len(v) > 1 for v in normalized.values()) or _names_twice(tuple(normalized))):
+        given_twice(normalized, notes)
     try:
         headers_json = orjson.dumps(normalized).decode()
     except TypeError:  # bytes that are not UTF-8, kept for a republish (nats/headers.py): escapes here
