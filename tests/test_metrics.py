@@ -241,3 +241,24 @@ def test_entry_counts_from_the_kept_counts_agree_with_the_entries_themselves(off
            if name == "dlq_entries"}
     assert got == expected and sum(got.values()) == 7
     assert expected[("closed", "none")] == 1 and expected[("open", "other")] == 1
+
+
+def test_dead_letters_removed_before_they_were_mirrored_are_counted_in_metrics_and_healthz(make_app, nats_server,
+                                                                                            settings):
+    """A DLQ stream at its max_msgs while the dashboard was down drops messages it never read:
+    a count in /metrics and /healthz, not a log line alone."""
+    support.make_stream(nats_server.url, "DLQ", ["dlq.>"], max_msgs=5)
+    first = make_app(settings=settings, online=True)
+    support.dead_letter_orders(first, nats_server.url, [b'{"n": %d}' % i for i in range(3)])
+    assert value(scrape(first.test_client()), "dlq_mirror_missed_messages_total", stream="DLQ") == 0
+    runtime_of(first).stop()
+    # Sequences 4 to 13 while no mirror runs: the stream keeps 9 to 13, so 4 to 8 are never mirrored.
+    support.run(support.publish_many(nats_server.url, [("dlq.orders.created", b'{"n": %d}' % i,
+                                                        support.dlq_headers("orders.created")) for i in range(10)]))
+    again = make_app(settings=settings, online=True)
+    support.wait_for(lambda: support.entry_count(runtime_of(again).engine) == 8, message="the 5 the stream kept")
+    samples = support.wait_for(lambda: (lambda s: s if value(s, "dlq_mirror_missed_messages_total", stream="DLQ")
+                                        else None)(scrape(again.test_client())), message="the missed count")
+    assert value(samples, "dlq_mirror_missed_messages_total", stream="DLQ") == 5
+    health = again.test_client().get("/healthz").get_json()
+    assert health["mirror"]["streams"]["DLQ"]["missed"] == 5

@@ -271,11 +271,11 @@ class Mirror:
             log.warning("stream %s was recreated (created %s, was %s): reading it from the start",
                         progress.named, epoch, saved_epoch)
             last_seq = 0
-        if info.state.first_seq > last_seq + 1 and info.state.messages:
-            log.warning("stream %s no longer holds sequences %d to %d (removed before they were mirrored: "
-                        "by its limits, a purge or a delete)", progress.named, last_seq + 1, info.state.first_seq - 1)
         if progress.epoch != epoch:
             progress.seen.clear()
+            progress.missed_through = 0
+        if info.state.messages:
+            progress.removed_before_mirrored(info.state.first_seq, last_seq)
         progress.epoch, progress.last_seq, progress.queued_seq = epoch, last_seq, last_seq
         progress.saw_stream(info.state.last_seq)
         if progress.lag:

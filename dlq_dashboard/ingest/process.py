@@ -77,14 +77,14 @@ def snapshot(progress: StreamProgress) -> StreamProgress:
 @dataclass
 class MirrorView:
     """One source's mirror as the dashboard's process sees it: the child's last report. Counts
-    (``ingested``, ``outages``) go on from where an ended child left them."""
+    (``ingested``, ``outages``, ``missed``) go on from where an ended child left them."""
 
     source: str
     streams: list[str]
     holder: str = field(default_factory=new_holder)
     leader: bool = False
     _reported: dict[str, StreamProgress] = field(init=False, repr=False)
-    _carried: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
+    _carried: dict[str, tuple[int, int, int]] = field(default_factory=dict, repr=False)
     _heard: float = field(default_factory=time.monotonic, repr=False)  # the last report's time
     _heard_at: datetime = field(default_factory=utcnow, repr=False)
 
@@ -105,15 +105,16 @@ class MirrorView:
     def update(self, leader: bool, reported: list[StreamProgress]) -> None:
         progress = dict(self._reported)
         for p in reported:
-            ingested, outages = self._carried.get(p.stream, (0, 0))
-            progress[p.stream] = replace(p, ingested=p.ingested + ingested, outages=p.outages + outages)
+            ingested, outages, missed = self._carried.get(p.stream, (0, 0, 0))
+            progress[p.stream] = replace(p, ingested=p.ingested + ingested, outages=p.outages + outages,
+                                         missed=p.missed + missed)
         self._heard, self._heard_at = time.monotonic(), utcnow()
         self._reported, self.leader = progress, leader
 
     def ended(self) -> None:
         """The child reporting for it has ended: not mirroring, its counts kept."""
         self.leader = False
-        self._carried = {name: (p.ingested, p.outages) for name, p in self._reported.items()}
+        self._carried = {name: (p.ingested, p.outages, p.missed) for name, p in self._reported.items()}
 
 
 class MirrorProcess:

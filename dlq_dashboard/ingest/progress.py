@@ -53,6 +53,11 @@ class StreamProgress:
     # while reading it fails (a stream JetStream will not make, JetStream not answering): its lag
     # is unknown then, null, not 0 (/api/sources, /metrics, as /healthz asks the stream itself).
     head_known: bool = field(default=False, compare=False)
+    # Messages the stream no longer held when the mirror came to them (removed by its limits, a
+    # purge or a delete before they were mirrored), counted since the start; ``missed_through``
+    # is the last sequence counted, so a follower starting again counts a gap once.
+    missed: int = 0
+    missed_through: int = field(default=0, repr=False, compare=False)
 
     @property
     def named(self) -> str:
@@ -110,6 +115,18 @@ class StreamProgress:
         self.ingested += count
         self.stream_last_seq = max(self.stream_last_seq, last_seq)
         self.recovered()
+
+    def removed_before_mirrored(self, first_seq: int, last_seq: int) -> None:
+        """Note that the stream's first sequence is ``first_seq`` while ``last_seq`` is committed:
+        the messages between were removed before they were mirrored (logged, and counted once)."""
+        through = first_seq - 1
+        if through <= last_seq:
+            return
+        log.warning("stream %s no longer holds sequences %d to %d (removed before they were mirrored: "
+                    "by its limits, a purge or a delete)", self.named, last_seq + 1, through)
+        if through > self.missed_through:
+            self.missed += through - max(last_seq, self.missed_through)
+            self.missed_through = through
 
     def saw_stream(self, last_seq: int) -> None:
         """Note the stream's last sequence as stream_info (or the first sight of it) says now."""

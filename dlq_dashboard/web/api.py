@@ -222,12 +222,13 @@ def mirror_health(rt, heads: dict[str, int] | None, positions: dict[str, int] | 
         # Unknown (and so degraded) while a stream does not answer, for instance while a
         # clustered stream elects a leader, even before the mirror notices.
         lag = None if heads is None or last_seq is None else max(heads[name] - last_seq, 0)
-        state = {"last_seq": last_seq, "lag": lag, "error": None, "stuck_since": None, "behind_since": None}
+        state = {"last_seq": last_seq, "lag": lag, "error": None, "stuck_since": None, "behind_since": None,
+                 "missed": None}
         if leader:
             progress = mirror.progress[name]
             behind = progress.behind_since()
             state.update(error=progress.error, stuck_since=format_time(progress.stuck_since),
-                         behind_since=format_time(behind))
+                         behind_since=format_time(behind), missed=progress.missed)
             stale = behind is not None and (now - behind).total_seconds() >= rt.settings.mirror_stale_after
             well = well and progress.error is None and not stale
         report[name] = state

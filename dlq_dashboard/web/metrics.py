@@ -104,6 +104,10 @@ class DashboardCollector(Collector):
         labels = [*by, "stream"]
         ingested = CounterMetricFamily("dlq_mirror_ingested",
                                        "Messages this process has mirrored since it started.", labels=labels)
+        missed = CounterMetricFamily("dlq_mirror_missed_messages", "Messages the stream no longer held when the "
+                                     "mirror came to them (removed by its limits, a purge or a delete before they "
+                                     "were mirrored: lost to the dashboard), since this process started.",
+                                     labels=labels)
         lag = GaugeMetricFamily("dlq_mirror_lag_messages", "Messages in the stream not yet mirrored (from the "
                                 "process that mirrors; absent while its NATS or the stream does not answer).",
                                 labels=labels)
@@ -129,6 +133,7 @@ class DashboardCollector(Collector):
             for name, progress in sorted(mirror.progress.items()):
                 values = [source, name] if several else [name]
                 ingested.add_metric(values, progress.ingested)
+                missed.add_metric(values, progress.missed)
                 # Only the lease holder follows the streams; another replica's figures are stale.
                 if mirror.leader:
                     stuck.add_metric(values, 1 if progress.error is not None else 0)
@@ -140,6 +145,7 @@ class DashboardCollector(Collector):
                         lag.add_metric(values, waiting)
                         behind.add_metric(values, max((now - since).total_seconds(), 0) if since else 0)
         yield ingested
+        yield missed
         yield lag
         yield stuck
         yield behind

@@ -230,7 +230,11 @@ SCHEMAS: dict[str, dict] = {
                                   "retried until it succeeds); null while it is not."},
                         "stuck_since": {**_nullable(STR), "format": "date-time"},
                         "behind_since": {**_nullable(STR), "format": "date-time",
-                                         "description": "Since when the oldest message not yet mirrored waits."}}}}}},
+                                         "description": "Since when the oldest message not yet mirrored waits."},
+                        "missed": {**_nullable(INT), "description": (
+                            "Messages the stream no longer held when the mirror came to them (removed by its "
+                            "limits, a purge or a delete before they were mirrored), since this process "
+                            "started; null where this process does not mirror.")}}}}}},
             "sources": openapi_sources.HEALTH_SOURCES,
             "search_lag": {**_nullable(SEARCH_LAG), "description": "How far the search index covers, over every "
                            "entry; null while the database does not answer. Lagging is not a degradation."},
