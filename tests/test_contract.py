@@ -249,3 +249,22 @@ def test_two_different_original_subjects_refuse_a_republish_and_two_alike_do_not
         "is not certain, so it is not republished. Close it, or have its service dead-letter it again.")
     alike = {**row, "headers": {"Dlq-Original-Subject": ["orders.created", "orders.created"]}}
     assert republish_refusal(alike) is None
+
+
+def test_a_replay_of_that_names_no_entry_is_noted():
+    row = _entry({"Dlq-Original-Subject": "a.b", "Dlq-Replay-Of": "garbage"})
+    assert row["replay_of"] == "garbage"
+    assert json.loads(row["notes"]) == ["Dlq-Replay-Of 'garbage' is not <dlq stream>:<seq>, so it names no entry "
+                                        "this one is a republish of; kept as given in the headers."]
+    assert json.loads(_entry({"Dlq-Original-Subject": "a.b", "Dlq-Replay-Of": "DLQ:3"})["notes"]) == []
+
+
+def test_a_failed_at_read_as_another_time_is_noted():
+    row = entry({"Dlq-Original-Subject": "a.b", "Dlq-Failed-At": "9999-12-31T23:59:60+14:00"})
+    assert row["failed_at"] == datetime(9999, 12, 31, 9, 59, 59, 999999)
+    assert json.loads(row["notes"]) == [
+        "Dlq-Failed-At '9999-12-31T23:59:60+14:00' is a leap second, read as 9999-12-31T09:59:59.999999Z (the last "
+        "microsecond of its minute, in UTC); kept as given in the headers.",
+        "Dlq-Failed-At '9999-12-31T23:59:60+14:00' (9999-12-31T09:59:59.999999Z) is after the DLQ stream stored the "
+        "message (2026-11-29T12:00:00.000000Z): the sender's clock or header is wrong."]
+    assert json.loads(entry({"Dlq-Original-Subject": "a.b", "Dlq-Failed-At": "2026-11-29T10:00:00+02:00"})["notes"]) == []

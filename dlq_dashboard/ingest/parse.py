@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 import orjson
@@ -21,7 +21,7 @@ from dlq_consumer import headers as contract
 from ..nats.headers import MORE, UNREAD
 from ..nats.streams import ADVISORY_PREFIX
 from ..surrogates import dumps_kept, shown
-from ..times import parse_time
+from ..times import format_time, parse_time
 from .grouping import group_key, schema_key
 
 # The contract's names as they are compared: header names match case-insensitively.
@@ -272,6 +272,25 @@ def _without_nul(first: dict[str, str], notes: list[str]) -> dict[str, str]:
     return {name: value.replace("\x00", "\ufffd") for name, value in first.items()}
 
 
+# Dlq-Replay-Of: a stream's name (no blank, no "." or wildcard, as NATS names streams) and a sequence.
+_REF = re.compile(r"[^\s.*>:]+:(?!0\d)\d{1,19}", re.ASCII)
+# A leap second's seconds field, read as the last microsecond of its minute (times.py).
+_LEAP_SECOND = re.compile(r"[Tt ]\d\d:\d\d:60(?=[.,Zz+-]|$)")
+#: How far past the time the stream stored a message its Dlq-Failed-At may lie without a note.
+FUTURE_SLACK = timedelta(days=1)
+
+
+def _odd_time(raw: str, failed_at: datetime, stored_at: datetime | None, notes: list[str]) -> None:
+    """A note when Dlq-Failed-At read as a time other than it says: a leap second (no time here
+    has a 60th second), or one later than the stream stored the message."""
+    if _LEAP_SECOND.search(raw):
+        notes.append(f"{contract.FAILED_AT} {raw!r} is a leap second, read as {format_time(failed_at)} (the last "
+                     "microsecond of its minute, in UTC); kept as given in the headers.")
+    if stored_at is not None and failed_at > stored_at + FUTURE_SLACK:
+        notes.append(f"{contract.FAILED_AT} {raw!r} ({format_time(failed_at)}) is after the DLQ stream stored the "
+                     f"message ({format_time(stored_at)}): the sender's clock or header is wrong.")
+
+
 def entry_from_dlq_message(
     *, stream: str, epoch: str, seq: int, headers: Mapping[str, Any] | None, payload: bytes,
     stored_at: datetime | None, received_at: datetime,
@@ -318,12 +337,18 @@ def entry_from_dlq_message(
     failed_at = parse_time(failed_raw)
     if failed_raw and failed_at is None:
         notes.append(f"{contract.FAILED_AT} {failed_raw!r} is not an RFC 3339 time; kept as given in the headers.")
+    elif failed_at is not None:
+        _odd_time(failed_raw, failed_at, stored_at, notes)
     schema_raw = first.get(H_SCHEMA_ERRORS)
     schema_json, schema_group = None, None
     if schema_raw is not None and schema_raw.strip() != "":
         _, noted, schema_json, schema_group = _schema_errors(schema_raw)
         notes.extend(noted)
     error = first.get(H_ERROR)
+    replay_of = first.get(H_REPLAY_OF)
+    if replay_of is not None and not _REF.fullmatch(replay_of.strip()):
+        notes.append(f"{contract.REPLAY_OF} {_quoted(replay_of)} is not <dlq stream>:<seq>, so it names no entry "
+                     "this one is a republish of; kept as given in the headers.")
     original_seq = _int_field(first, H_ORIGINAL_SEQ, contract.ORIGINAL_SEQ, notes)
     original_stream = first.get(H_ORIGINAL_STREAM)
     return {
@@ -348,7 +373,7 @@ def entry_from_dlq_message(
         "headers": headers_json,
         "payload": payload,
         "payload_available": True,
-        "replay_of": first.get(H_REPLAY_OF),
+        "replay_of": replay_of,
         "sources": "dlq",
         "notes": orjson.dumps(notes).decode() if notes else "[]",
         "closed_by": None,
