@@ -17,9 +17,10 @@ the command line) read through these and nothing else, so the rule is written on
   the group's newest entries (entries/triage.py NOTE_MASK_SCAN of them).
 
 A scoped reader (``reader.reads``, docs/scopes.md) reaches only the entries whose original subject
-(in their source: ``billing:orders.>``) a scope of theirs covers: the filters of every list,
-count, group, search and export carry the scopes (entries/scoping.py turns them into SQL), one entry outside them is as unknown as an id
-that does not exist (EntryNotFound, the same 404), and acting needs ``reader.acts``. A job is
+(in their source: ``billing:orders.>``) a scope of theirs covers: the filters of every list, count,
+group, search and export carry the scopes (entries/scoping.py turns them into SQL), one entry
+outside them is as unknown as an id that does not exist (EntryNotFound, the same 404), and acting
+needs ``reader.acts``. A job is
 shown when every entry it took is one the reader may read; an audit record when its entry is, or
 its job; a shared saved view when what it selects lies inside the reader's scopes.
 """
@@ -110,8 +111,7 @@ def scoped(reader: Reader, flt: EntryFilter, *, acting: bool = False) -> EntryFi
 
 
 def has_msg_id(reader: Reader, store: Store, msg_id: str) -> bool:
-    """Whether the reader may read a dead letter of this original msgId (a search, which reads
-    payload, error and subject only, points to the ``msg_id`` filter with it)."""
+    """Whether the reader may read a dead letter of this original msgId (a search points to it)."""
     flt = scoped(reader, EntryFilter(msg_id=msg_id, limit=1))
     return next(store.iter_rows(flt, Entry.id, batch=1), None) is not None
 
@@ -122,10 +122,9 @@ def entry(reader: Reader, stored: EntryView, *, also: Iterable[str] = ()) -> Ent
 
 
 def republishes(reader: Reader, stored: list[dict]) -> list[dict]:
-    """An entry's republishes (store.republishes_of) as the reader sees them: for a viewer the
-    payload each sent is masked like the entry's (None, with ``payload_hidden``, when the mask
-    cannot pick fields out of it), so are the headers it sent (and the trace read from them), its
-    error with the values hidden, and ``hidden_values`` names them."""
+    """An entry's republishes (store.republishes_of) as the reader sees them: for a viewer the payload
+    each sent masked like the entry's (None, with ``payload_hidden``, when the mask cannot pick fields
+    out of it), the headers it sent, its error with the values hidden; ``hidden_values`` names them."""
     mask = reader.mask
     if not mask:
         return stored
