@@ -29,6 +29,12 @@ from .responses import came_from, list_url, url_once
 from .status import service_status
 
 
+def _shown(value: object) -> object:
+    """The |shown filter: a text with the characters a page would obey shown as escapes
+    (controls.py); anything else (None: an entry with no subject) as it is."""
+    return shown(value) if isinstance(value, str) else value
+
+
 def reader_scopes() -> list[str] | None:
     """The subject patterns this request's reader may read, as written (``payments.>``); None
     when it reads every subject. A page empty for a scoped reader says where it looked."""
@@ -109,7 +115,7 @@ def init_app(app: Flask) -> None:
     app.add_template_filter(number)
     # A subject (any text from a dead letter that sits in a sentence) with its controls and
     # bidirectional marks written as escapes: "orders.\u202edetaerc" never reads "orders.created".
-    app.add_template_filter(shown)
+    app.add_template_filter(_shown, "shown")
     app.add_template_global(entry_action_bar)
     app.add_template_global(bulk_choices)
     app.add_template_global(row_actions)
