@@ -182,6 +182,20 @@ def loads_json(text: str, *, object_pairs_hook: Callable[[list[tuple[str, Any]]]
                       object_pairs_hook=object_pairs_hook)
 
 
+def one_value_a_key(refusal: Callable[[str], Exception]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """An ``object_pairs_hook`` for a reader that must not pick one of a repeated key's values
+    (JSON leaves which one counts to the reader): each object as a dict, or ``refusal(key)``
+    raised, naming the first key the object gives twice."""
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        value = dict(pairs)
+        if len(value) != len(pairs):
+            seen: set[str] = set()
+            raise refusal(next(key for key, _ in pairs if key in seen or seen.add(key)))
+        return value
+
+    return hook
+
+
 def read_json(data: bytes, **hooks: Any) -> Any:
     """``data`` read as JSON, strictly (json_text, then loads_json): the one reader of a payload
     for the consumer's validation and every verdict of the dashboard."""

@@ -308,6 +308,7 @@ class _RepeatedKey(ValueError):
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # dlq_consumer.validation.one_value_a_key's rule, which this base module may not import.
     value = dict(pairs)
     if len(value) != len(pairs):
         raise _RepeatedKey("a key given more than once")

@@ -28,7 +28,7 @@ from typing import Any, Iterable
 from jsonschema.exceptions import ValidationError
 from referencing.exceptions import Unresolvable
 
-from dlq_consumer.validation import NotJSON, json_pointer, json_text, jsonschema_validator, loads_json
+from dlq_consumer.validation import NotJSON, json_pointer, json_text, jsonschema_validator, loads_json, one_value_a_key
 
 #: The outcomes: already passes; repaired and passes; repaired but still fails; cannot be repaired.
 VALID, REPAIRED, STILL_FAILS, CANNOT = "valid", "repaired", "still_fails", "cannot"
@@ -246,11 +246,8 @@ def _load(text: str) -> Any:
     return loads_json(text, object_pairs_hook=_one_key_each)
 
 
-def _one_key_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    value = dict(pairs)
-    if len(value) != len(pairs):  # which of the two values the schema means is a guess
-        raise _Unreadable("The payload repeats a key in an object.")
-    return value
+# Which of a repeated key's values the schema means is a guess.
+_one_key_each = one_value_a_key(lambda key: _Unreadable("The payload repeats a key in an object."))
 
 
 _DECODER = json.JSONDecoder()

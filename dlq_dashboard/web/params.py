@@ -21,6 +21,8 @@ from urllib.parse import unquote_to_bytes
 
 from flask import Flask, request
 
+from dlq_consumer.validation import one_value_a_key
+
 from ..actions.triage import STATE_FIELDS
 from ..entries.filters import FILTERS, FilterError, filter_of
 from ..entries.triage import GroupStateFilter
@@ -214,13 +216,8 @@ class _NamedTwice(Exception):
         self.name = name
 
 
-def _once_each(pairs: list[tuple[str, Any]]) -> dict:
-    # A name given twice ({"note": "a", "note": "b"}): JSON leaves which counts to the reader.
-    body = dict(pairs)
-    if len(body) != len(pairs):
-        seen: set[str] = set()
-        raise _NamedTwice(next(name for name, _ in pairs if name in seen or seen.add(name)))
-    return body
+# A name given twice ({"note": "a", "note": "b"}): JSON leaves which counts to the reader.
+_once_each = one_value_a_key(_NamedTwice)
 
 
 def _read_json(data: bytes) -> Any:

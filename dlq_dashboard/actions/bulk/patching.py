@@ -19,7 +19,7 @@ import jsonpatch
 import jsonpointer
 from sqlalchemy import select
 
-from dlq_consumer.validation import NotJSON, read_json
+from dlq_consumer.validation import NotJSON, one_value_a_key, read_json
 
 from ...errors import InvalidRequest
 from ..context import ActionContext
@@ -130,12 +130,9 @@ class _Unwritable(ValueError):
     """A payload the patch could not write back as it was: the message says why."""
 
 
-def _one_key_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Written back, an object with a key twice would keep only the last: one value would be lost.
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        raise _Unwritable("The payload repeats a key in an object; a patch would drop one of its values.")
-    return value
+# Written back, an object with a key twice would keep only the last: one value would be lost.
+_one_key_each = one_value_a_key(
+    lambda key: _Unwritable("The payload repeats a key in an object; a patch would drop one of its values."))
 
 
 def schema_failure(rt: ActionContext, subject: str | None, payload: bytes) -> str | None:

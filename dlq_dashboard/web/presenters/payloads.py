@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from dlq_consumer.validation import one_value_a_key
+
 from ...surrogates import escape_lone_surrogates, first_lone_surrogate
 from ...unpacking import GZIP_BYTES, READABLE, UNPACK_LIMIT, decompress
 
@@ -236,13 +238,9 @@ def hex_dump(data: bytes, width: int = 16) -> list[tuple[str, str, str]]:
 DIFF_LIMIT = 256 * 1024
 
 
-def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Laid out again, an object with a key twice would keep only the last: the editor would
-    # drop the first without saying so. Such a payload is edited as the text it is.
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        raise ValueError("an object repeats a key")
-    return value
+# Laid out again, an object with a key twice would keep only the last: the editor would drop
+# the first without saying so. Such a payload is edited as the text it is.
+_no_repeated_keys = one_value_a_key(lambda key: ValueError(f"an object repeats the key {key!r}"))
 
 
 def pretty_json(text: str) -> str | None:
