@@ -54,12 +54,12 @@ def test_the_processes_a_killed_run_started_end_with_it(tmp_path, workers):
             raise AssertionError(f"{failed}; still running: {running}") from None
         # Without a teardown its PostgreSQL's folder stays (in /dev/shm or /tmp, where the server's
         # user reaches it) until a server is next made: here asked directly, as that one's start does.
-        # (A worker that finds its run gone tears its session down, which removes it.)
+        # (A worker that finds its run gone tears its session down, which removes it. In the suite,
+        # another worker's PostgreSQL starting meanwhile may be the one that removes it: gone either
+        # way, by remove_abandoned_folders, which this test's own call shows when it comes first.)
         folder = Path(held["postgres_folder"])
         removed = remove_abandoned_folders()
-        assert not folder.exists()
-        if workers == "0":
-            assert folder in removed
+        assert not folder.exists(), removed
     finally:
         if run.poll() is None:
             run.kill()
