@@ -6,6 +6,7 @@ absent), never 0 as if it were caught up."""
 from __future__ import annotations
 
 import html
+import logging
 import re
 
 import pytest
@@ -137,3 +138,22 @@ def test_jetstream_unavailable_for_now_waits_for_nats_and_jetstream_not_enabled_
                     ServiceUnavailableError(code=503, err_code=10076, description="JetStream not enabled"),
                     ServiceUnavailableError()):
         assert not nats_failure(missing) and failure_text(missing) == NO_JETSTREAM
+
+
+def test_the_log_says_once_that_jetstream_is_not_enabled_not_that_setting_up_failed_for_now(make_app, tmp_path,
+                                                                                             server_without_jetstream,
+                                                                                             caplog):
+    # A server without JetStream is a lasting state: the bridge's line said "failed for now".
+    app = make_app(settings=support.make_settings(tmp_path, server_without_jetstream.url))
+    runtime = runtime_of(app)
+
+    def lines():
+        return [r.getMessage() for r in caplog.records
+                if r.name == "dlq_dashboard.nats.bridge" and "setting up the streams" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="dlq_dashboard.nats.bridge"):
+        runtime.start()
+        support.wait_for(lambda: lines(), timeout=30, message="the line on setting up the streams")
+        # Each connection sets the streams up again: while JetStream is missing, nothing new to say.
+        runtime.bridge.call(runtime.bridge._run_on_connect, timeout=10)
+    assert lines() == [f"NATS: after connecting, setting up the streams failed: {NO_JETSTREAM}"], lines()

@@ -126,6 +126,8 @@ class Bridge:
         self._errors = ConnectionLog(log, self.label)
         # What nats-py reported during the current first-connection attempt (its error_cb).
         self._attempt_error: Exception | None = None
+        # Whether the log has said the streams cannot be set up for JetStream missing (said once).
+        self._told_no_jetstream = False
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -281,12 +283,22 @@ class Bridge:
             try:
                 await callback()
             except (asyncio.TimeoutError, nats.errors.Error) as exc:
+                if jetstream_missing(exc):
+                    # Lasting, mended by the server's configuration: said once, not at each
+                    # reconnection while it lasts (the streams' stuck lines say it too).
+                    if not self._told_no_jetstream:
+                        log.warning("%s: after connecting, setting up the streams failed: %s", self.label,
+                                    NO_JETSTREAM)
+                    self._told_no_jetstream = True
+                    continue
                 # Typical while a cluster elects a stream leader: the next connection, or the
                 # mirror finding a stream missing, runs it again.
-                log.warning("after connecting, setting up the streams failed for now: %s",
-                            NO_JETSTREAM if jetstream_missing(exc) else f"{type(exc).__name__}: {scrub(str(exc))}")
+                log.warning("after connecting, setting up the streams failed for now: %s: %s",
+                            type(exc).__name__, scrub(str(exc)))
             except Exception:
                 log.exception("a NATS connect callback failed")
+            else:
+                self._told_no_jetstream = False
 
     def _set_state(self, connected: bool, error: str | None) -> None:
         # Replaced whole, never changed in place: a Flask thread reads one consistent state.
