@@ -15,8 +15,10 @@ import pytest
 from sqlalchemy import select
 
 from dlq_dashboard.accounts import create_token
+from dlq_dashboard.controls import shown
 from dlq_dashboard.db.engine import create_db_engine
 from dlq_dashboard.db.models import Action
+from dlq_dashboard.masking import PAYLOAD_REPEATED
 from dlq_dashboard.runtime import runtime_of
 
 from . import support
@@ -321,3 +323,35 @@ def test_what_a_dead_letter_brings_is_printed_as_text_a_terminal_shows_not_obeys
     assert "bad \\u001b]0;owned\\u0007 \\u001b[31mred\\u001b[0m " in cli("list").output  # (one line: the CR a blank)
     listed = json.loads(cli("list", "--json").output)  # JSON still, with the same text
     assert [e["error"] for e in listed["entries"] if e["id"] == entry_id] == [hostile]
+
+
+def test_show_prints_the_entrys_notes_and_why_a_hidden_payload_is_hidden_as_the_api_says(make_app):
+    app = make_app(mask=("/customer/email",))
+    engine = runtime_of(app).engine
+    repeated = support.dead_letter(engine, 1, payload=b'{"order_id":"dup-1","customer":{"email":"x@y"},"customer":null}')
+    noted = support.dead_letter(engine, 2, payload=b'{"order_id": 2}', Dlq_Replay_Of="garbage\u202e",
+                                Dlq_Failed_At="9999-12-31T23:59:60+14:00")
+    runner, client = app.test_cli_runner(), app.test_client()
+    api = support.bearer(create_token(engine, "test-viewer", "viewer"))
+    for entry_id in (repeated, noted):
+        notes = client.get(f"/api/entries/{entry_id}", headers=api).get_json()["notes"]
+        assert notes, entry_id
+        shown_ = runner.invoke(args=["entries", "show", str(entry_id), "--as", "viewer"])
+        assert shown_.exit_code == 0, shown_.output
+        lines = shown_.stdout.splitlines()
+        # Each note a line, escaped as the command line writes text (controls.py shown).
+        assert [line for line in lines if line.startswith("note:")] == [f"{'note:':<18}{shown(n)}" for n in notes]
+        # --json is the API's, notes and all.
+        as_json = runner.invoke(args=["entries", "show", str(entry_id), "--as", "viewer", "--json"])
+        assert json.loads(as_json.stdout)["notes"] == notes
+    lines = runner.invoke(args=["entries", "show", str(repeated), "--as", "viewer"]).stdout.splitlines()
+    assert PAYLOAD_REPEATED in client.get(f"/api/entries/{repeated}", headers=api).get_json()["notes"]
+    # The payload says why it is hidden, with the API's sentence, not a blank line.
+    assert lines[lines.index("payload:") + 1] == f"(hidden) {PAYLOAD_REPEATED}"
+    assert "x@y" not in "\n".join(lines)
+    noted_lines = runner.invoke(args=["entries", "show", str(noted)]).stdout.splitlines()
+    noted_notes = [line[18:] for line in noted_lines if line.startswith("note:")]
+    assert ("Dlq-Replay-Of 'garbage\\u202e' is not <dlq stream>:<seq>, so it names no entry this one is a republish "
+            "of; kept as given in the headers.") in noted_notes, noted_notes
+    assert any(n.startswith("Dlq-Failed-At '9999-12-31T23:59:60+14:00' is a leap second") for n in noted_notes)
+    assert "\u202e" not in "\n".join(noted_lines)

@@ -23,6 +23,7 @@ from ..actions.close import close_entry, reopen_entry
 from ..actions.republish import republish_entry
 from ..entries.filters import FILTERS
 from ..errors import DashboardError, InvalidRequest
+from ..masking import PAYLOAD_HIDDEN, PAYLOAD_REPEATED
 from ..runtime import runtime_of
 from ..scopes import Grant, ScopeError, parse_scopes
 from ..times import format_time
@@ -33,6 +34,9 @@ from ..web.params import single_values
 from .output import BAD_INPUT, FAILED, ID, VERSION, CommandError, cli_actor, echo_json, nats_connected, table
 
 entries = AppGroup("entries", help="List, show, republish, close, reopen and export dead-letter entries.")
+
+#: Why DLQ_MASK hides a payload whole: the note the entry as seen carries (masking.py hidden_because).
+HIDDEN_REASONS = (PAYLOAD_REPEATED, PAYLOAD_HIDDEN)
 
 #: The filters of GET /api/entries (entries/filters.py), by the name click gives the option that
 #: gives each: status for --status, msg_id for --msg-id, field for --field LABEL=VALUE.
@@ -161,11 +165,15 @@ def show_entry(entry_id: int, as_json: bool, as_role: str, scopes: tuple[str, ..
     click.echo(f"{'current schema:':<18}{_verdict_line(detail.current_schema)}")
     if detail.current_schema.decompressed:  # compressed bytes that fail: the text inside judged too
         click.echo(f"{'decompressed:':<18}{_decompressed_line(detail.current_schema.decompressed)}")
+    for note in entry.notes:  # the entry page's notes (a hidden payload's reason among them), a line each
+        click.echo(f"{'note:':<18}{_one_line_note(note)}")
     click.echo("payload:")
     # Compressed, shown decompressed as the entry page shows it (never one hidden from the reader).
     how = None if entry.payload_hidden else compression_of(entry.headers, entry.payload)
     unpacked = decompressed_whole(entry.payload) if how else None
-    if unpacked is not None:
+    if entry.payload_hidden:  # DLQ_MASK hides it whole: the reason its note gives, as the API's
+        click.echo(f"(hidden) {next((n for n in entry.notes if n in HIDDEN_REASONS), PAYLOAD_HIDDEN)}")
+    elif unpacked is not None:
         click.echo(f"(compressed: {how}, {len(entry.payload):,} bytes; shown decompressed, {len(unpacked):,} bytes)")
         click.echo(unpacked.decode("utf-8", "replace"))
     else:
@@ -174,6 +182,12 @@ def show_entry(entry_id: int, as_json: bool, as_role: str, scopes: tuple[str, ..
         click.echo(f"history:          {event.get('at')} {event.get('kind')} {event.get('deliveries') or ''}".rstrip())
     for action in body.get("actions") or []:
         click.echo(f"audit:            {action.get('at')} {action.get('action')} by {action.get('actor')}")
+
+
+def _one_line_note(note: str) -> str:
+    # A note is one line of the list: a line break it quotes is written as JSON writes it, as
+    # ``shown`` writes what a terminal would obey.
+    return note.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _verdict_line(verdict) -> str:
