@@ -13,6 +13,7 @@ import pytest
 
 from dlq_dashboard.actions.decisions import no_stream_sentence, republish_refusal
 from dlq_dashboard.db.models import Entry
+from dlq_dashboard.masking import PAYLOAD_REPEATED
 
 from . import support
 
@@ -204,6 +205,18 @@ def test_a_gzip_payload_is_read_decompressed_on_its_page_and_never_past_the_mask
     assert "alice@example.com" not in page and "ORD-7" not in page and "shown decompressed" not in page
     assert "The payload is hidden from viewers" in page
     assert "alice@example.com" in unescape(support.logged_in(masked, "operator").get(f"/entries/{entry}").get_data(as_text=True))
+
+
+def test_a_payload_hidden_for_a_repeated_key_is_not_said_to_be_not_json(make_app):
+    """The payload panel said "this one is not JSON" of every payload hidden whole, though one
+    holding a key twice is JSON (and a compressed one may be): the notes say which it is."""
+    masked = make_app(mask=("/customer/email",))
+    entry = support.dead_letter(masked, 1, payload=b'{"customer": {"email": "a@x"}, "customer": null}',
+                                Dlq_Reason="fatal")
+    page = unescape(support.logged_in(masked, "viewer").get(f"/entries/{entry}").get_data(as_text=True))
+    assert PAYLOAD_REPEATED in page and "a@x" not in page
+    assert "not JSON" not in page
+    assert "The payload is hidden from viewers" in page
 
 
 def test_a_gzip_payloads_page_says_what_the_schema_makes_of_it_decompressed(make_app, tmp_path):
