@@ -30,6 +30,7 @@ from .files import private_folder, write_private
 from .ingest.key_fields import KeyFieldBackfill
 from .ingest.mirror import Mirror, lease_name
 from .ingest.process import MirrorProcess, MirrorView
+from .ingest.takeover import takeover_plan
 from .nats.bridge import Bridge
 from .nats.bundled import BundledServer
 from .nats.streams import StreamSetup
@@ -146,6 +147,8 @@ class Runtime:
             # For `flask --app app entries republish` and `purge`, which run beside this process.
             write_private(self._bundled_url_file(), self.bundled.url)
         alerts = AlertRule.from_settings(self.settings)  # the dashboard's: it names each group's source
+        if mirror and not mirror_process:  # once, before any follower asks (the child does the same)
+            takes, kept = takeover_plan(self.engine, [feed.source for feed in self.feeds.values()])
         for feed in self.feeds.values():
             feed.bridge = Bridge(feed.settings, servers if self.settings.bundled_nats else list(feed.settings.nats_urls),
                                  feed.name)
@@ -153,7 +156,7 @@ class Runtime:
             feed.bridge.start()
             if mirror and not mirror_process:
                 feed.mirror = Mirror(feed.bridge, self.engine, feed.settings, feed.streams, feed.name,
-                                     sharing=len(self.feeds), alerts=alerts, configured=tuple(self.feeds))
+                                     sharing=len(self.feeds), alerts=alerts, takes=takes[feed.name], kept=kept)
                 feed.mirror.start()
         if mirror and mirror_process:
             self.mirror_process = MirrorProcess(self.settings, servers if self.settings.bundled_nats else None).start()

@@ -12,6 +12,7 @@ NATS connection, so that a source can be another stream, another account or anot
     subjects = ["dlq.orders.>"]
     capture_advisories = true
     advisory_stream = "DLQ_ADVISORIES"
+    renamed_from = "orders-old"               # or a list: the names it had before (its positions)
 
 Without the file there is one source, ``default``, made of NATS_URL, DLQ_STREAM and the rest of
 section 3 (:func:`sources_of`). Pure parsing and the settings one source's parts run with; the
@@ -24,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from .files import read_toml
 from .redaction import scrub
@@ -35,7 +36,7 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 _STREAM = re.compile(r"[A-Za-z0-9_-]{1,255}")
 _URL_SCHEMES = ("nats", "tls", "ws", "wss")
 _KEYS = {"name", "nats_url", "creds", "user", "password", "token", "tls_ca", "stream", "subjects",
-         "capture_advisories", "advisory_stream"}
+         "capture_advisories", "advisory_stream", "renamed_from"}
 _SHAPE = "use a TOML file of [[sources]] tables, each with name, nats_url and stream"
 
 
@@ -58,6 +59,9 @@ class Source:
     subjects: tuple[str, ...] = ("dlq.>",)
     capture_advisories: bool = True
     advisory_stream: str = "DLQ_ADVISORIES"
+    # The names this source had before: it goes on where they stopped (ingest/takeover.py), and
+    # their entries are republished through its connection.
+    renamed_from: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """Where the source is, for logs and pages: its stream and servers, without passwords."""
@@ -134,7 +138,29 @@ def parse_sources(data: dict, folder: Path = Path(".")) -> tuple[Source, ...]:
                     raise SourcesError(f"source {source.name!r}, key 'stream': source {other.name!r} already "
                                        f"mirrors stream {source.stream!r} on the same server")
         sources.append(source)
+    _check_renames(sources)
     return tuple(sources)
+
+
+def _check_renames(sources: list[Source]) -> None:
+    """An old name of renamed_from is no configured source's and is claimed by one source alone:
+    the positions it left, and its entries' republishes, have one heir."""
+    names = {source.name for source in sources}
+    claimed: dict[str, str] = {}
+    for source in sources:
+        for old in source.renamed_from:
+            if old in names:
+                raise SourcesError(f"source {source.name!r}, key 'renamed_from': {old!r} is a configured source; "
+                                   "name a source no longer in this file")
+            if old in claimed:
+                raise SourcesError(f"source {source.name!r}, key 'renamed_from': source {claimed[old]!r} already "
+                                   f"names {old!r}; an old name goes to one source")
+            claimed[old] = source.name
+
+
+def renamed_sources(sources: Iterable[Source]) -> dict[str, str]:
+    """Each old name of a renamed_from, with the source that now has it."""
+    return {old: source.name for source in sources for old in source.renamed_from}
 
 
 def _identity(source: Source) -> tuple:
@@ -183,6 +209,16 @@ def _source(table: dict, index: int, folder: Path) -> Source:
         if not isinstance(table["capture_advisories"], bool):
             raise SourcesError(f"{where}, key 'capture_advisories': use true or false")
         values["capture_advisories"] = table["capture_advisories"]
+    if "renamed_from" in table:
+        old = table["renamed_from"]
+        old = [old] if isinstance(old, str) else old
+        if (not isinstance(old, list) or not old
+                or not all(isinstance(n, str) and _NAME.fullmatch(n) for n in old)):
+            raise SourcesError(f"{where}, key 'renamed_from': use the source's old name or a list of them, "
+                               "each 1 to 40 letters, digits, '_' or '-'")
+        if len(set(old)) != len(old):
+            raise SourcesError(f"{where}, key 'renamed_from': a name is given twice")
+        values["renamed_from"] = tuple(old)
     source = Source(**values)
     if source.stream == source.advisory_stream:
         raise SourcesError(f"{where}, key 'stream': {source.stream!r} is taken by the advisory stream")

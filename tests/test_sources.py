@@ -144,7 +144,36 @@ def _bad_files(tmp_path: Path) -> list[tuple[str, str, str]]:
          f"source 'orders', key 'creds': 'orders.creds' ({tmp_path / 'orders.creds'}) is not a file"),
         ("a missing tls_ca file", f"[[sources]]\n{good}tls_ca = \"/etc/nowhere/ca.pem\"\n",
          "source 'orders', key 'tls_ca': '/etc/nowhere/ca.pem' is not a file"),
+        ("an old name that is not a name", f"[[sources]]\n{good}renamed_from = [\"old\", \"a:b\"]\n",
+         "source 'orders', key 'renamed_from': use the source's old name or a list of them, each 1 to 40 letters, "
+         "digits, '_' or '-'"),
+        ("an old name still configured",
+         f"[[sources]]\n{good}renamed_from = \"billing\"\n[[sources]]\n"
+         f"{good.replace('DLQ', 'DLQ2').replace('orders', 'billing')}",
+         "source 'orders', key 'renamed_from': 'billing' is a configured source; name a source no longer in this "
+         "file"),
+        ("an old name claimed twice",
+         f"[[sources]]\n{good}renamed_from = \"old\"\n[[sources]]\n"
+         f"{good.replace('DLQ', 'DLQ2').replace('orders', 'billing')}renamed_from = [\"older\", \"old\"]\n",
+         "source 'billing', key 'renamed_from': source 'orders' already names 'old'; an old name goes to one source"),
     ]
+
+
+def test_renamed_from_is_read_as_a_name_or_a_list_of_names_and_each_bad_one_is_named(tmp_path):
+    from dlq_dashboard.sources import SourcesError, load_sources, renamed_sources
+
+    path = tmp_path / "sources.toml"
+    path.write_text('[[sources]]\nname = "two"\nnats_url = "nats://h:4222"\nstream = "DLQ"\nrenamed_from = "one"\n'
+                    '[[sources]]\nname = "b"\nnats_url = "nats://h:4222"\nstream = "D2"\nrenamed_from = ["x", "y"]\n')
+    two, b = load_sources(str(path))
+    assert (two.renamed_from, b.renamed_from) == (("one",), ("x", "y"))
+    assert renamed_sources([two, b]) == {"one": "two", "x": "b", "y": "b"}
+    for what, text, said in _bad_files(tmp_path):
+        if "old name" in what:
+            path.write_text(text)
+            with pytest.raises(SourcesError) as raised:
+                load_sources(str(path))
+            assert str(raised.value) == said, what
 
 
 def _app_py(tmp_path: Path, environ: dict[str, str]) -> subprocess.CompletedProcess:

@@ -18,7 +18,8 @@ from sqlalchemy import select
 from dlq_dashboard.config import load_settings
 from dlq_dashboard.db.engine import create_db_engine
 from dlq_dashboard.db.models import Entry, MirrorState
-from dlq_dashboard.ingest.writes import OutOfOrder, StreamMessage, ingest_dlq_batch, take_over_position
+from dlq_dashboard.ingest.takeover import take_over_position
+from dlq_dashboard.ingest.writes import OutOfOrder, StreamMessage, ingest_dlq_batch
 from dlq_dashboard.nats.server import NatsServer
 from dlq_dashboard.runtime import runtime_of
 

@@ -43,7 +43,8 @@ from .inbox import Budget, Inbox
 from .parse import parse_advisory
 from .progress import StreamProgress, mirrored_streams, nats_failure, of_source
 from .writer import WriterError, WriterProcess
-from .writes import FetchedMessage, StreamMessage, dlq_values, take_over_position
+from .takeover import Takes, take_over_position
+from .writes import FetchedMessage, StreamMessage, dlq_values
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +107,11 @@ class Mirror:
     # settings, since a source's own settings know no other source and so could not name it in
     # the alert's text); None raises none.
     alerts: AlertRule | None = None
-    # Every source of DLQ_CONFIG: a stream's position left by a source not among them is taken
-    # over by a source that has none (a rename; writes.take_over_position). Empty: this one alone.
-    configured: tuple[str, ...] = ()
+    # Whose stream positions this source takes over where it has none (a rename), as decided once
+    # at the start for every source (takeover.takeover_plan): the old names, or ANY source not
+    # among ``kept`` (the configured sources and the old names). Empty: none.
+    takes: Takes = ()
+    kept: tuple[str, ...] = ()
     progress: dict[str, StreamProgress] = field(init=False)
 
     def __post_init__(self):
@@ -264,7 +267,7 @@ class Mirror:
             raise
         epoch = stream_epoch(info)
         saved_epoch, last_seq = await self._db(take_over_position, self.engine, stream, epoch, self.source,
-                                               self.configured or (self.source,))
+                                               self.kept or (self.source,), self.takes)
         if saved_epoch is not None and saved_epoch != epoch:
             # Sequences restart at 1 in a recreated stream. Old entries keep their epoch, so
             # nothing is overwritten; the new stream is read from its start.

@@ -44,6 +44,7 @@ from ..sources import source_settings, sources_of
 from ..times import utcnow
 from .mirror import Mirror
 from .progress import StreamProgress, mirrored_streams
+from .takeover import takeover_plan
 
 log = logging.getLogger(__name__)
 
@@ -261,11 +262,12 @@ def serve(settings: Settings, servers: list[str] | None, holders: dict[str, str]
     alerts = AlertRule.from_settings(settings)  # the dashboard's: it names the source of each group
     parts: list[tuple[Bridge, Mirror]] = []
     try:
+        takes, kept = takeover_plan(engine, sources)  # once, before any follower asks
         for source in sources:
             own = source_settings(settings, source)
             bridge = Bridge(own, servers or list(own.nats_urls), source.name, purpose="mirror").start()
             mirror = Mirror(bridge, engine, own, StreamSetup(own), source.name, holder=holders[source.name],
-                            sharing=len(sources), alerts=alerts, configured=tuple(s.name for s in sources))
+                            sharing=len(sources), alerts=alerts, takes=takes[source.name], kept=kept)
             mirror.start()
             parts.append((bridge, mirror))
         # What the start made (modules, engines, bridges) lives as long as the child: the

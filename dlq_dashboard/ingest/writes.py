@@ -59,37 +59,6 @@ def read_position(engine: Engine, stream: str, source: str = DEFAULT_SOURCE) -> 
     return (row[0], row[1]) if row else (None, 0)
 
 
-def take_over_position(engine: Engine, stream: str, epoch: str, source: str,
-                       configured: Iterable[str]) -> tuple[str | None, int]:
-    """``read_position``, where a (source, stream) that has none takes over the position a source
-    no longer ``configured`` left of a stream of that name and ``epoch`` (the stream as it is now):
-    a renamed source goes on where its old name stopped, nothing is stored twice, and the entries
-    stored before keep the old name. A configured source's position is never taken (two sources
-    reading two copies of one stream each store every message). The furthest one, if several."""
-    saved = read_position(engine, stream, source)
-    if saved[0] is not None:
-        return saved  # the common case, read without the write lock
-    table = MirrorState.__table__
-    with write_transaction(engine) as conn:
-        own = conn.execute(select(table.c.epoch, table.c.last_seq).where(
-            table.c.source == source, table.c.stream == stream).with_for_update()).first()
-        if own is not None:
-            return own.epoch, own.last_seq
-        # Locked as a write's position check locks it: a process still writing the old name's
-        # batches either commits first (its position is what is taken) or finds it gone (OutOfOrder).
-        left = conn.execute(select(table.c.source, table.c.last_seq).where(
-            table.c.stream == stream, table.c.epoch == epoch, table.c.source.not_in(list(configured)))
-            .order_by(table.c.last_seq.desc(), table.c.source).limit(1).with_for_update()).first()
-        if left is None:
-            return None, 0
-        conn.execute(update(table).where(table.c.source == left.source, table.c.stream == stream)
-                     .values(source=source, updated_at=utcnow()))
-    log.warning("source %s takes over the position of stream %s that source %s (no longer configured) left: it goes "
-                "on after sequence %d; the entries stored before keep the name %s", source, stream, left.source,
-                left.last_seq, left.source)
-    return epoch, left.last_seq
-
-
 class OutOfOrder(RuntimeError):
     """A batch follows one that was not committed: writing it would skip that one's messages."""
 

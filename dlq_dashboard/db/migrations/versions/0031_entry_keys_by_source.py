@@ -6,7 +6,7 @@ restored, a disaster-recovery copy) holds its streams with their creation times:
 reading a stream DLQ each, one on the server and one on the copy, shared their keys, and every
 message of the second whose sequence the first had stored was taken as stored already and
 dropped. A renamed source does not store its stream twice: the mirror takes over the position
-its old name left (ingest/writes.py take_over_position).
+its old name left (ingest/takeover.py).
 
 Every entry stored keeps its source; no two of them could share the old key, so none shares the
 new one. SQLite cannot drop a constraint: batch mode copies the table, and the triggers on it
