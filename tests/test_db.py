@@ -17,19 +17,20 @@ import pytest
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import func, inspect, select, text
+from sqlalchemy import func, inspect, select, text, update
 
 from dlq_dashboard.config import ConfigError
 from dlq_dashboard.db.engine import create_db_engine, read_transaction, serial_plans, write_transaction
 from dlq_dashboard.db import regroup
 from dlq_dashboard.db.counts import ARRIVALS, GROUPS, Change, count_changes, group_ids
 from dlq_dashboard.db.migrate import MIGRATIONS, current_revision, head, migrate, revisions
-from dlq_dashboard.db.models import Base, Entry
+from dlq_dashboard.db.models import Base, Entry, Event
 from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.entries.store import Store
 from dlq_dashboard.entries.tallies import Tallies
 from dlq_dashboard.ingest.grouping import GROUPING_VERSION, error_group
-from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
+from dlq_dashboard.ingest.parse import Advisory
+from dlq_dashboard.ingest.writes import StreamMessage, ingest_advisory_batch, ingest_dlq_batch
 from dlq_dashboard.times import utcnow
 from dlq_dashboard.nats.server import free_port
 
@@ -268,6 +269,15 @@ def test_a_database_at_revision_0030_holding_entries_is_upgraded_to_keep_each_me
 
     assert dead_letters("eps", 1, 2) == 2
     assert dead_letters("zeta", 1) == 0  # the defect, at revision 0030
+
+    def advisory(source: str, position: int) -> int:
+        told = Advisory("terminated", "adv-1", utcnow(), "ORDERS", "billing", 7, 1, "refused", {})
+        return ingest_advisory_batch(engine, "DLQ_ADVISORIES", "a1", [(told, None, "gone")], position, source=source)
+
+    # An advisory stored at 0030, under the key 0030's code gave it.
+    assert advisory("eps", 1) == 1
+    with engine.begin() as conn:
+        conn.execute(update(Event).values(source_key="advisory:adv-1"))
     columns = (Entry.id, Entry.source, Entry.dlq_stream, Entry.dlq_epoch, Entry.dlq_seq, Entry.status, Entry.payload)
     with engine.connect() as conn:
         kept = conn.execute(select(*columns).order_by(Entry.id)).all()
@@ -283,10 +293,17 @@ def test_a_database_at_revision_0030_holding_entries_is_upgraded_to_keep_each_me
     assert dead_letters("eps", 1, 2, 3, note="upgraded") == 1  # 1 and 2 are stored already
     with engine.connect() as conn:
         assert Counter(conn.execute(select(Entry.source, Entry.dlq_seq)).all()) == Counter(
-            {("eps", 1): 1, ("eps", 2): 1, ("eps", 3): 1, ("zeta", 1): 1, ("zeta", 2): 1})
+            {("eps", None): 1, ("eps", 1): 1, ("eps", 2): 1, ("eps", 3): 1, ("zeta", 1): 1, ("zeta", 2): 1})
     store = Store(engine)
     assert sorted((e.source, e.dlq_seq) for e in store.list_entries(EntryFilter(q="upgraded")).entries) == [
         ("eps", 3), ("zeta", 1), ("zeta", 2)]
+    # The advisory's key names its source, so the advisory stream read again stores nothing twice.
+    with engine.connect() as conn:
+        assert conn.execute(select(Event.source, Event.source_key)).all() == [("eps", "advisory:eps:adv-1")]
+    assert advisory("eps", 2) == 0
+    with engine.connect() as conn:
+        assert conn.execute(select(Event.source_key)).scalars().all() == ["advisory:eps:adv-1"]
+        assert conn.execute(select(func.count()).select_from(Entry).where(Entry.sources == "advisory")).scalar() == 1
     engine.dispose()
 
 

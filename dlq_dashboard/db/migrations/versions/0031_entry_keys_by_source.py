@@ -8,6 +8,11 @@ message of the second whose sequence the first had stored was taken as stored al
 dropped. A renamed source does not store its stream twice: the mirror takes over the position
 its old name left (ingest/takeover.py).
 
+An advisory's event key names its source the same way, ``advisory:<source>:<id>`` (a copied
+advisory stream has the same ids): the keys stored before, ``advisory:<id>``, are rewritten from
+each event's source, or a re-read of an advisory stream (a source added back, a takeover missed)
+would store each advisory's history again.
+
 Every entry stored keeps its source; no two of them could share the old key, so none shares the
 new one. SQLite cannot drop a constraint: batch mode copies the table, and the triggers on it
 (the search index's, the key fields') and the search index's view of it are made again as they were.
@@ -45,6 +50,10 @@ def upgrade() -> None:
         batch.create_unique_constraint(KEY, ["source", "dlq_stream", "dlq_epoch", "dlq_seq"])
     for sql in made_again:
         bind.exec_driver_sql(sql)
+    # 'advisory:' is 9 characters: the id follows it. Every key stored before this revision is of
+    # the old form, and no two events of one id were stored (source_key is unique), so none clash.
+    bind.exec_driver_sql("UPDATE events SET source_key = 'advisory:' || source || ':' || substr(source_key, 10) "
+                         "WHERE substr(source_key, 1, 9) = 'advisory:'")
 
 
 def downgrade() -> None:
