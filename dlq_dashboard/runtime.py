@@ -34,7 +34,7 @@ from .ingest.takeover import takeover_plan
 from .nats.bridge import Bridge
 from .nats.bundled import BundledServer
 from .nats.streams import StreamSetup
-from .sources import Source, source_settings, sources_of
+from .sources import Source, acting_source, source_settings, sources_of
 
 #: Where create_app keeps the runtime: ``app.extensions[EXTENSION]``.
 EXTENSION = "dlq"
@@ -114,7 +114,7 @@ class Runtime:
     def bridge_for(self, source: str | None) -> Bridge | None:
         """The NATS connection of ``source`` (None: the main one); None when not started or not a
         source of this dashboard (an entry of a source removed from DLQ_CONFIG)."""
-        feed = self.feeds.get(source or self.main_source)
+        feed = self.feeds.get(acting_source(self.settings, source or self.main_source))  # an old name: its heir's
         return feed.bridge if feed is not None else None
 
     @classmethod

@@ -163,6 +163,12 @@ def renamed_sources(sources: Iterable[Source]) -> dict[str, str]:
     return {old: source.name for source in sources for old in source.renamed_from}
 
 
+def acting_source(settings: Any, name: str) -> str:
+    """The source an entry of source ``name`` acts through (its republishes, its delete on close):
+    the source whose renamed_from gives ``name``, or ``name`` itself."""
+    return renamed_sources(sources_of(settings)).get(name, name)
+
+
 def _identity(source: Source) -> tuple:
     """Who a source signs in as: two sources of one server and one identity share an account."""
     return source.creds, source.user, source.token

@@ -116,6 +116,26 @@ def test_an_item_of_a_source_no_longer_configured_fails_and_the_others_go_out(ma
     assert arrived(urls["orders"]) == payloads_of(rt, orders)
 
 
+def test_an_item_of_an_old_name_in_renamed_from_goes_out_through_the_renaming_source(make_app, tmp_path, urls):
+    # It failed as "Source 'gone' is not configured here", though billing's renamed_from names gone.
+    path = support.sources_file(tmp_path, [{"name": "orders", "nats_url": urls["orders"], "stream": "DLQ"},
+                                           {"name": "billing", "nats_url": urls["billing"], "stream": "DLQ",
+                                            "renamed_from": "gone"}])
+    app = support.start_sources(make_app(sources=load_settings({"DLQ_CONFIG": path}).sources))
+    rt = runtime_of(app)
+    support.make_orders_stream(urls["orders"])
+    support.make_orders_stream(urls["billing"])
+    orders = dead_letters(app, urls["orders"], "orders", 3)
+    billing = dead_letters(app, urls["billing"], "billing", 2)
+    with rt.engine.begin() as conn:  # mirrored under billing's old name
+        conn.execute(update(Entry).where(Entry.id.in_(billing)).values(source="gone"))
+    job_id = jobs.create_job(rt, "republish", actor="alice", ids=orders + billing)
+    status = job_finished(rt, job_id)
+    assert (status["done"], status["failed"], status["waits_for"]) == (5, 0, [])
+    assert arrived(urls["orders"]) == payloads_of(rt, orders)
+    assert arrived(urls["billing"]) == payloads_of(rt, billing)  # account B, billing's connection
+
+
 def test_the_refusals_preview_asks_each_entry_its_own_source(make_app, tmp_path, urls):
     app = sources_app(make_app, tmp_path, urls, names=("orders", "billing"))
     rt = runtime_of(app)

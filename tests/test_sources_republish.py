@@ -39,9 +39,12 @@ def urls(shared_server, nats_server):
 @pytest.fixture
 def desk(tmp_path, urls, make_app, database_url):
     """A factory of a started app of three sources, a (the main one), b and c, each with a stream ORDERS."""
-    def make(**changes):
-        path = support.sources_file(tmp_path, [{"name": name, "nats_url": url, "stream": "DLQ"}
-                                               for name, url in urls.items()])
+    def make(renamed: dict[str, str] | None = None, **changes):
+        """``renamed``: a source's old name to its new one (the new one's renamed_from)."""
+        renamed = renamed or {}
+        path = support.sources_file(tmp_path, [
+            {"name": renamed.get(name, name), "nats_url": url, "stream": "DLQ",
+             **({"renamed_from": name} if name in renamed else {})} for name, url in urls.items()])
         for url in urls.values():
             support.make_orders_stream(url)
         app = make_app(sources=load_settings({"DLQ_CONFIG": path}).sources, request_timeout=2.0, **changes)
@@ -238,6 +241,35 @@ def test_an_entry_of_a_source_no_longer_configured_is_refused_and_nothing_is_pub
     page = support.logged_in(app, "operator").get(f"/entries/{entry_id}").get_data(as_text=True)
     assert "Source &#39;gone&#39; is not configured here" in page
     assert all(support.stream_messages(url) == [] for url in urls.values())
+
+
+def test_the_entries_of_a_renamed_sources_old_name_are_found_by_it_and_act_through_the_renamed_source(
+        desk, urls):
+    # They were a 400 in the source filter ("use one of a, bee, c") and a 422 when republished
+    # ("Source 'b' is not configured here"), though renamed_from names b.
+    rt = runtime_of(desk())
+    entry_id, closed = dead_letter_in(rt, urls["b"], "b"), dead_letter_in(rt, urls["b"], "b")
+    rt.stop()
+    app = desk(renamed={"b": "bee"}, delete_on_close=True)
+    rt = runtime_of(app)
+    client = support.logged_in(app, "viewer")
+    answer = client.get("/api/entries?source=b")
+    assert answer.status_code == 200, answer.get_json()
+    assert sorted(e["id"] for e in answer.get_json()["entries"]) == sorted([entry_id, closed])
+    assert client.get("/api/groups?source=b").status_code == 200
+    nowhere = client.get("/api/entries?source=nope")
+    assert nowhere.status_code == 400
+    assert nowhere.get_json()["error"].startswith("source 'nope' is not valid: use one of a, bee, c")
+
+    republish_entry(rt, entry_id, 1, actor="alice")
+    assert [i.state for i in intents_of(rt, entry_id)] == ["published"]
+    assert len(support.stream_messages(urls["b"])) == 1  # account b's ORDERS, through bee's connection
+    assert support.stream_messages(urls["a"]) == support.stream_messages(urls["c"]) == []
+    assert len(support.stream_messages(urls["b"], "DLQ")) == 2
+    close_entry(rt, closed, 1, actor="alice", note="handled")
+    assert len(support.stream_messages(urls["b"], "DLQ")) == 1  # deleted from b's (now bee's) DLQ
+    with rt.engine.connect() as conn:
+        assert set(conn.execute(select(Entry.source).where(Entry.id.in_([entry_id, closed]))).scalars()) == {"b"}
 
 
 @pytest.mark.both_databases

@@ -19,6 +19,7 @@ from ..entries.schemas import ValidationResult
 from ..entries.view import EntryView
 from ..errors import EntryNotFound
 from ..scopes import DEFAULT_SOURCE, subject_matches
+from ..sources import acting_source
 from ..surrogates import dumps_kept, loads_kept
 from ..times import utcnow
 from ..unpacking import GZIP_BYTES, GZIP_MAGIC, compression_of, decompressed_whole, judged, read_as_declared
@@ -143,7 +144,9 @@ def source_refusal(rt: ActionContext, source: str, entry_id: int | None = None,
     """Why nothing can be republished through ``source`` (a sentence), or None: the source is
     not configured here (taken out of DLQ_CONFIG since its entries were mirrored); with
     ``subject``, also when that is one of the source's dead-letter subjects (DLQ_SUBJECTS):
-    republished there, the message would be dead-lettered again, headers and all."""
+    republished there, the message would be dead-lettered again, headers and all. An old name of a
+    renamed_from acts through the source that gives it."""
+    source = acting_source(rt.settings, source)
     if source not in rt.feeds:
         what = f"entry {entry_id}" if entry_id is not None else "the entry"
         return f"{not_configured(source)}, so {what} cannot be republished from this dashboard."

@@ -16,6 +16,7 @@ from ..db.engine import write_transaction
 from ..nats.bridge import NatsUnavailable
 from ..nats.headers import outgoing
 from ..redaction import scrub
+from ..sources import acting_source
 from .context import ActionContext
 from .errors import ActionError, NatsDown, Refused
 from .intents import Intent, Published, mark_in_doubt, record_failed, record_published
@@ -56,7 +57,7 @@ def not_configured(source: str) -> str:
 def nats_unreachable(rt: ActionContext, source: str | None = None) -> str | None:
     """Why the NATS of ``source`` (None: the main source) cannot be used now (a sentence), or
     None when it is connected. With several sources the sentence names the source."""
-    if source is not None and source not in rt.feeds:
+    if source is not None and acting_source(rt.settings, source) not in rt.feeds:
         return not_configured(source)
     bridge = rt.bridge if source is None else rt.bridge_for(source)
     if bridge is None:
@@ -159,7 +160,7 @@ def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False
     try:
         fault_point("after_intent", intent)
         source = intent.source
-        if source not in rt.feeds:
+        if acting_source(rt.settings, source) not in rt.feeds:
             # Nothing is recorded: an earlier attempt may have been stored, and the intent is
             # completed with its msgId if the source is configured again.
             raise Refused(f"{not_configured(source)}; the republish of entry {intent.entry_id} (msgId "

@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from ..db.engine import write_transaction
 from ..nats.bridge import NatsUnavailable
+from ..sources import acting_source
 from ..times import utcnow
 from .context import ActionContext
 from .errors import NatsDown, Refused
@@ -48,9 +49,9 @@ def recover_pending(rt: ActionContext, *, older_than: float = 0.0, first: bool =
     told: set[str] = set()
     for intent in map(Intent.from_row, rows):
         intent.resumed = True  # whether it was sent before the crash is unknown
-        if intent.source in waiting or intent in rt.flights:
+        if acting_source(rt.settings, intent.source) in waiting or intent in rt.flights:
             continue
-        if intent.source not in rt.feeds:
+        if acting_source(rt.settings, intent.source) not in rt.feeds:
             if first and intent.source not in told:
                 told.add(intent.source)
                 log.warning("republishes of source %r wait: %s", intent.source, not_configured(intent.source))

@@ -260,8 +260,9 @@ class AgoFilter(ListFilter):
 
 class SourceFilter(ListFilter):
     """``source``: one of the dashboard's sources (SPEC section 12, DLQ_CONFIG's names; ``default``
-    without it). Given the configured ``sources``, another name is a 400 that lists them; without
-    them (a job's stored selection read again) any well-formed name is taken."""
+    without it). Given ``sources`` (the configured ones, and the name given if entries carry it:
+    source_names.filter_sources), another name is a 400 that lists them; without them (a job's
+    stored selection read again) any well-formed name is taken."""
 
     def read(self, args: Mapping[str, str], key_fields: tuple[KeyField, ...],
              sources: tuple[str, ...] | None = None) -> dict[str, Any]:

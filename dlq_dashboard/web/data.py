@@ -16,6 +16,7 @@ from ..actions.bulk.jobs import check_filter_job
 from ..entries.fields import KeyField, key_fields
 from ..entries.filters import EntryFilter, FilterError
 from ..entries.groups import Group
+from ..entries.source_names import filter_sources
 from ..entries.tallies import Tally
 from ..entries.triage import GroupStateFilter
 from ..access.detail import EntryDetail, build_entry_detail
@@ -90,7 +91,8 @@ def request_filter(args: Mapping[str, str], *, reader: Reader | None = None, **o
     bad one, one by a key field DLQ_MASK hides from it, or a source that is not one of this
     dashboard's)."""
     flt = visible.check_filter(reader or current_reader(), EntryFilter.from_args(
-        args, key_fields=list_fields(), sources=tuple(current_runtime().feeds), **options))
+        args, key_fields=list_fields(), sources=filter_sources(current_runtime().engine, current_runtime().feeds, args),
+        **options))
     current_runtime().store.check_group(flt)  # within the reader's scopes: another group is unknown
     check_filter_job(current_runtime().engine, flt)  # and another's job
     return flt

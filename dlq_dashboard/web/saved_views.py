@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..entries.filters import EntryFilter
 from ..entries.saved_views import clean_view, delete_view, get_view, save_view, share_view, views_for
+from ..entries.source_names import filter_sources
 from ..errors import Forbidden, NotFound, NotSaved
 from ..flags import flag
 from ..times import utcnow
@@ -104,7 +105,7 @@ def save():
     name, page, query = clean_view(form.get("name", ""), form.get("page", "list"), filters, list_fields(),
                                    tuple(rt.feeds))
     rt.store.check_group(visible.scoped(current_reader(), EntryFilter.from_args(
-        filters, key_fields=list_fields(), sources=tuple(rt.feeds))))
+        filters, key_fields=list_fields(), sources=filter_sources(rt.engine, rt.feeds, filters))))
     try:
         view = save_view(rt.engine, current_identity().name, name, page, query, utcnow())
     except IntegrityError:

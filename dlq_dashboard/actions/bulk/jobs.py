@@ -29,6 +29,7 @@ from ...db.rows import insert_rows
 from ...entries.fields import key_fields
 from ...entries.filters import EntryFilter, FilterError, encode_cursor
 from ...entries.scoping import jobs_within, scope_condition
+from ...entries.source_names import filter_sources
 from ...errors import Forbidden, InvalidRequest, JobNotFound
 from ...scopes import Scope
 from ...times import utcnow
@@ -206,7 +207,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
             # change, or an edited address previewed and republished the republished entries again.
             args["status"] = DEFAULT_STATUS.get(action, "open")
         flt = replace(EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields),
-                                            sources=tuple(rt.feeds)), scopes=scopes)
+                                            sources=filter_sources(rt.engine, rt.feeds, args)), scopes=scopes)
         _check_status(action, flt.status)
         _check_named(rt, flt, scopes if reads is ... else reads)
         if upto is not None:

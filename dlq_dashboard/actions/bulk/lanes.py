@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import select
 
 from ...db.models import Entry, JobItem
-from ...sources import source_settings, sources_of
+from ...sources import acting_source, source_settings, sources_of
 from ..context import ActionContext
 from .pacing import TokenBucket
 
@@ -59,6 +59,9 @@ class Lane:
     bucket: TokenBucket | None = None
     publisher: Any = None  # Publisher, False (could not be started) or None (not yet)
     resume_at: float = 0.0
+    # The source whose connection its items go through: ``source``, or the source whose
+    # renamed_from gives ``source`` (an old name's entries keep it). None: ``source``.
+    via: str | None = None
 
     def where(self) -> list:
         """What narrows the job's items to this lane's (a join with entries; none for the one lane)."""
@@ -92,7 +95,10 @@ class Lanes:
             .where(ITEMS.c.job_id == job["id"], ITEMS.c.state == "pending")).scalars())
         names = source_names(rt)
         ordered = [n for n in names if n in found] + sorted(found - set(names))
-        return cls([Lane(n, configured=n in names, bucket=bucket(n)) for n in ordered], several=True)
+        # An old name of a renamed_from goes through the source that gives it (its NATS, its settings).
+        vias = {n: acting_source(rt.settings, n) for n in ordered}
+        return cls([Lane(n, configured=vias[n] in names, bucket=bucket(n), via=vias[n]) for n in ordered],
+                   several=True)
 
     def __len__(self) -> int:
         return len(self.lanes)
@@ -129,15 +135,15 @@ class Lanes:
 
     def waiting(self, rt: ActionContext) -> list[str]:
         """The sources whose lanes wait for their NATS now."""
-        return [lane.source for lane in self.lanes
-                if self.several and lane.configured and not connected(rt, lane.source)]
+        return list(dict.fromkeys(lane.via or lane.source for lane in self.lanes
+                                  if self.several and lane.configured and not connected(rt, lane.source)))
 
 
 def publisher_settings(rt: ActionContext, lane: Lane):
     """The settings a lane's publishing process connects with: its source's NATS."""
     if lane.source is None:
         return rt.settings
-    source = next(s for s in sources_of(rt.settings) if s.name == lane.source)
+    source = next(s for s in sources_of(rt.settings) if s.name == (lane.via or lane.source))
     return source_settings(rt.settings, source)
 
 
