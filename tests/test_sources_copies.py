@@ -109,18 +109,25 @@ def copy_server(tmp_path):
         server.stop()
 
 
-def test_two_sources_reading_a_stream_and_a_copy_of_its_store_each_store_every_message(
-        make_app, tmp_path, nats_server, copy_server):
-    # The key (stream, epoch, sequence) left the source out: the copy's messages were "already
-    # stored" as the first source's, and dropped, while /api/sources said the copy's source was ok.
-    eps = {"name": "eps", "nats_url": nats_server.url, "stream": "DLQ"}
-    first = started(make_app, tmp_path, [eps])
+def _eps_mirrored(make_app, tmp_path, nats_server):
+    """Source eps's dashboard, started, its backlog and a terminated message's advisory stored,
+    then stopped: the engine of its database."""
+    first = started(make_app, tmp_path, [{"name": "eps", "nats_url": nats_server.url, "stream": "DLQ"}])
     engine = runtime_of(first).engine
     publish(nats_server.url, BACKLOG)
     support.run(_terminate_one(nats_server.url), timeout=30)
     support.wait_for(lambda: len(of_source(engine, "eps")) == BACKLOG and advisory_entries(engine)["eps"] == 1,
                      timeout=60, message="source eps to store its backlog and its advisory")
     runtime_of(first).stop()
+    return engine
+
+
+def test_two_sources_reading_a_stream_and_a_copy_of_its_store_each_store_every_message(
+        make_app, tmp_path, nats_server, copy_server):
+    # The key (stream, epoch, sequence) left the source out: the copy's messages were "already
+    # stored" as the first source's, and dropped, while /api/sources said the copy's source was ok.
+    eps = {"name": "eps", "nats_url": nats_server.url, "stream": "DLQ"}
+    engine = _eps_mirrored(make_app, tmp_path, nats_server)
 
     copy = copy_server(nats_server)
     assert support.run(_created(copy.url), timeout=10) == support.run(_created(nats_server.url), timeout=10)
@@ -147,16 +154,10 @@ def test_a_renamed_source_goes_on_where_its_old_name_stopped_and_stores_nothing_
         make_app, tmp_path, nats_server, caplog):
     # Renaming keeps the place: with the source in the key, reading the stream again from its start
     # would store every message a second time under the new name.
-    first = started(make_app, tmp_path, [{"name": "eps", "nats_url": nats_server.url, "stream": "DLQ"}])
-    engine = runtime_of(first).engine
-    publish(nats_server.url, BACKLOG)
-    support.run(_terminate_one(nats_server.url), timeout=30)
-    support.wait_for(lambda: len(of_source(engine, "eps")) == BACKLOG and advisory_entries(engine)["eps"] == 1,
-                     timeout=60, message="source eps to store its backlog and its advisory")
-    runtime_of(first).stop()
+    engine = _eps_mirrored(make_app, tmp_path, nats_server)
     was = positions(engine)
 
-    caplog.set_level(logging.WARNING, logger="dlq_dashboard.ingest.writes")
+    caplog.set_level(logging.WARNING, logger="dlq_dashboard.ingest.takeover")
     second = started(make_app, tmp_path, [{"name": "zeta", "nats_url": nats_server.url, "stream": "DLQ"}])
     assert positions(engine) == {("zeta", stream): seq for (_, stream), seq in was.items()}
     publish(nats_server.url, 1, start=BACKLOG)
