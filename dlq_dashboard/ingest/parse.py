@@ -283,10 +283,10 @@ FUTURE_SLACK = timedelta(days=1)
 def _odd_time(raw: str, failed_at: datetime, stored_at: datetime | None, notes: list[str]) -> None:
     """A note when Dlq-Failed-At read as a time other than it says: a leap second (no time here
     has a 60th second), or one later than the stream stored the message."""
-    if _LEAP_SECOND.search(raw):
+    if ":60" in raw and _LEAP_SECOND.search(raw):
         notes.append(f"{contract.FAILED_AT} {raw!r} is a leap second, read as {format_time(failed_at)} (the last "
                      "microsecond of its minute, in UTC); kept as given in the headers.")
-    if stored_at is not None and failed_at > stored_at + FUTURE_SLACK:
+    if stored_at is not None and failed_at > stored_at and failed_at > stored_at + FUTURE_SLACK:
         notes.append(f"{contract.FAILED_AT} {raw!r} ({format_time(failed_at)}) is after the DLQ stream stored the "
                      f"message ({format_time(stored_at)}): the sender's clock or header is wrong.")
 
@@ -307,16 +307,19 @@ def entry_from_dlq_message(
     if headers and all(type(v) is str for v in headers.values()):
         normalized = {str(k): [v] for k, v in headers.items()}
         # A name given twice in other cases (rare): the first one counts, as below.
-        first = {lowered: headers[name] for lowered, name in _contract_names(tuple(headers))}
+        names = tuple(headers)
+        first = {lowered: headers[name] for lowered, name in _contract_names(names)}
+        repeated = _names_twice(names)  # one value a name here: only other cases can repeat one
     else:
         normalized = normalize_headers(headers)
         first = {}
         for name, values in normalized.items():
             if values:
                 first.setdefault(name.lower(), values[0])
+        repeated = any(len(v) > 1 for v in normalized.values()) or _names_twice(tuple(normalized))
     if not normalized:
         notes.append("The message has no headers: it was not dead-lettered by the contract.")
-    elif first and (any(len(v) > 1 for v in normalized.values()) or _names_twice(tuple(normalized))):
+    elif first and repeated:
         given_twice(normalized, notes)
     try:
         headers_json = orjson.dumps(normalized).decode()
