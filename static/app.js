@@ -1,4 +1,26 @@
 // The dashboard's only script besides htmx: no inline handlers, so the CSP stays strict.
+
+// Shared by the parts below. say: a sentence into the page's one status region (#announcer,
+// base.html; the banner is no live region). bannerLine: a line of the status banner, marked by
+// an attribute, its title in bold and its words after it (the banner's own lines look so).
+var dlqPage = {
+  say: function (sentence) {
+    var announcer = document.getElementById("announcer");
+    if (announcer) {
+      announcer.textContent = sentence;
+    }
+  },
+  bannerLine: function (marker, title) {
+    var line = document.createElement("p");
+    line.className = "stale";
+    line.setAttribute(marker, "");
+    var bold = document.createElement("strong");
+    bold.textContent = title;
+    line.append(bold);
+    line.append.apply(line, Array.prototype.slice.call(arguments, 2));
+    return line;
+  }
+};
 (function () {
   "use strict";
 
@@ -150,22 +172,15 @@
     if (!banner || banner.querySelector("[data-signed-out]")) {
       return;
     }
-    var notice = document.createElement("p");
-    notice.className = "stale";
-    notice.setAttribute("data-signed-out", "");
-    var title = document.createElement("strong");
-    title.textContent = "You were signed out";
     var link = document.createElement("a");
     link.href = banner.getAttribute("data-login-url") || "/login";
     link.target = "_blank";
     link.rel = "noopener";
     link.textContent = "sign in again in another tab";
-    notice.append(title, ": ", link, "; this page keeps what you typed.");
+    var notice = dlqPage.bannerLine("data-signed-out", "You were signed out", ": ", link,
+                                    "; this page keeps what you typed.");
     banner.prepend(notice);
-    var announcer = document.getElementById("announcer");  // the banner is no live region
-    if (announcer) {
-      announcer.textContent = notice.textContent;
-    }
+    dlqPage.say(notice.textContent);
   }
 
   function takeCsrfToken(root) {
@@ -223,10 +238,7 @@
       form.append(line);
     }
     line.textContent = sentence;
-    var announcer = document.getElementById("announcer");
-    if (announcer) {
-      announcer.textContent = sentence;
-    }
+    dlqPage.say(sentence);
   });
 })();
 
@@ -247,13 +259,6 @@
     return elt && elt.matches && elt.matches("[data-status-banner]") ? elt : null;
   }
 
-  function say(sentence) {
-    var announcer = document.getElementById("announcer");  // the banner is no live region
-    if (announcer) {
-      announcer.textContent = sentence;
-    }
-  }
-
   function unanswered(event) {
     var polled = banner(event);
     if (!polled) {
@@ -264,16 +269,11 @@
     if (failures < 2 || polled.querySelector("[data-unreachable]")) {
       return;
     }
-    var line = document.createElement("p");
-    line.className = "stale";
-    line.setAttribute("data-unreachable", "");
-    var title = document.createElement("strong");
-    title.textContent = "The dashboard cannot be reached";
-    line.append(title, " since " + since.toISOString().slice(11, 19) + " UTC: this browser gets no answer from it. " +
-                "What this page shows may be out of date; it catches up when the dashboard answers again.");
-    polled.prepend(line);
+    polled.prepend(dlqPage.bannerLine("data-unreachable", "The dashboard cannot be reached",
+      " since " + since.toISOString().slice(11, 19) + " UTC: this browser gets no answer from it. " +
+      "What this page shows may be out of date; it catches up when the dashboard answers again."));
     if (!shown) {
-      say("The dashboard cannot be reached: what this page shows may be out of date.");
+      dlqPage.say("The dashboard cannot be reached: what this page shows may be out of date.");
     }
     shown = true;
   }
@@ -304,7 +304,7 @@
     }
     if (shown) {
       shown = false;
-      say("The dashboard answers again.");
+      dlqPage.say("The dashboard answers again.");
     }
   });
 })();
@@ -340,11 +340,10 @@
   }
 
   function leave(url) {
-    var announcer = document.getElementById("announcer");
     if (!unsent()) {
       window.location.assign(url);
-    } else if (announcer) {
-      announcer.textContent = "Not opened: a field holds text you typed and have not sent.";
+    } else {
+      dlqPage.say("Not opened: a field holds text you typed and have not sent.");
     }
     return true;  // the key is taken either way: it never types or scrolls instead
   }
@@ -502,10 +501,7 @@
       line.className = "row-message error";
       line.id = "row-message-" + (row.getAttribute("data-id") || "");
       line.textContent = why;
-      var announcer = document.getElementById("announcer");
-      if (announcer) {
-        announcer.textContent = why;
-      }
+      dlqPage.say(why);
       if (row.hasAttribute("data-focus-back")) {
         row.removeAttribute("data-focus-back");
         var usable = Array.prototype.find.call(buttons, function (button) { return !button.disabled; });
@@ -828,10 +824,7 @@ document.addEventListener("DOMContentLoaded", function () {
     target.setAttribute("data-failing-lines", "");
     target.setAttribute("data-announce", sentence);
     draw();
-    var announcer = document.getElementById("announcer");
-    if (announcer) {
-      announcer.textContent = sentence;
-    }
+    dlqPage.say(sentence);
   }
 
   function isCheck(event) {
@@ -1021,9 +1014,9 @@ document.addEventListener("DOMContentLoaded", function () {
 
   document.addEventListener("DOMContentLoaded", changed);
   document.addEventListener("htmx:afterSettle", function () {
-    var sentences = changed(), announcer = document.getElementById("announcer");
-    if (sentences.length && announcer) {
-      announcer.textContent = sentences.join(" ");
+    var sentences = changed();
+    if (sentences.length) {
+      dlqPage.say(sentences.join(" "));
     }
   });
 })();
