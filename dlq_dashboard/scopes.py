@@ -70,12 +70,16 @@ def pattern_within(inner: str, outer: str) -> bool:
     return len(have) == len(want)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Scope:
-    """A subject pattern, limited to one source when ``source`` is set."""
+    """A subject pattern, limited to one source when ``source`` is set. Scopes sort by pattern,
+    the one of every source before those of one source."""
 
     pattern: str
     source: str | None = None
+
+    def __lt__(self, other: "Scope") -> bool:
+        return (self.pattern, self.source or "") < (other.pattern, other.source or "")
 
     @classmethod
     def parse(cls, text: str) -> "Scope":

@@ -91,6 +91,15 @@ def test_scopes_are_parsed_sorted_without_duplicates_and_survive_their_json():
     assert scopes_from_json(None) is None and scopes_to_json(None) is None
 
 
+def test_a_pattern_given_for_every_source_and_for_one_source_sorts_beside_it():
+    """``orders.>`` and ``billing:orders.>`` together (a user given both, or two grants reading
+    together) were a TypeError: a scope without a source could not be ordered against one with."""
+    scopes = parse_scopes(["orders.>", "billing:orders.>", "audit.>"])
+    assert [str(s) for s in scopes] == ["audit.>", "orders.>", "billing:orders.>"]
+    grants = (Grant("viewer", parse_scopes(["billing:orders.>"])), Grant("viewer", parse_scopes(["orders.>"])))
+    assert [str(s) for s in scopes_for(grants, "viewer")] == ["orders.>", "billing:orders.>"]
+
+
 def test_an_admin_grant_is_never_scoped_and_a_role_must_be_known():
     with pytest.raises(ScopeError, match="never scoped"):
         Grant("admin", parse_scopes(["orders.>"]))
