@@ -430,3 +430,46 @@ def test_a_terminated_message_and_its_dlq_copy_on_a_real_server_raise_one_group_
         assert [(a.event, a.group_id) for a in outbox(engine)] == [("group.new", group_id)]
     finally:
         runtime_of(app).stop()
+
+
+@pytest.mark.both_databases
+def test_a_spike_made_by_failures_that_only_passed_through_a_group_is_withdrawn_with_them(database_url):
+    """Three advisories reach the spike threshold of their group (held ADVISORY_HOLD); the DLQ copy
+    of one moves it to its own error's group: the advisory's group, two failures within five
+    minutes, is below the threshold again, and its unsent spike goes (its group.new stays). A spike
+    the failures left behind still reach is kept."""
+    from dlq_dashboard.ingest.parse import Advisory
+    from dlq_dashboard.ingest.writes import FetchedMessage, ingest_advisory_batch
+
+    engine = create_db_engine(database_url)
+    migrate(engine)
+    rule = AlertRule(urls=("http://a.example/hook",), threshold=3)
+    now = utcnow()
+
+    def terminated(seq: int, stream: str = "PAY") -> tuple:
+        advisory = Advisory("terminated", f"adv-{stream}-{seq}", now, stream, "payer", seq, 1, "schema_invalid: bad", {})
+        return advisory, FetchedMessage("pay.captured", None, b'{"amount": "ten"}'), None
+
+    def copy(seq: int, stream: str = "PAY") -> StreamMessage:
+        return StreamMessage(seq, "dlq.pay.captured", support.dlq_headers(
+            "pay.captured", Dlq_Original_Stream=stream, Dlq_Original_Seq=str(seq), Dlq_Consumer="payer",
+            Dlq_Reason="schema_invalid", Dlq_Error="amount is a string"), b'{"amount": "ten"}', now)
+
+    def unsent(group_id: int) -> list[str]:
+        return [a.event for a in outbox(engine) if a.group_id == group_id and a.sent_at is None]
+
+    try:
+        ingest_advisory_batch(engine, "DLQ_ADVISORIES", "e1", [terminated(1), terminated(2), terminated(3)], 3,
+                              alerts=rule)
+        [advisory_group] = {a.group_id for a in outbox(engine)}
+        assert unsent(advisory_group) == ["group.new", "group.spike"]
+        ingest_dlq_batch(engine, "DLQ", "e1", [copy(1)], alerts=rule)
+        assert unsent(advisory_group) == ["group.new"]
+        # Three more advisories: a spike of five, and one of them passing through leaves four.
+        ingest_advisory_batch(engine, "DLQ_ADVISORIES", "e1", [terminated(s, "ORD") for s in (1, 2, 3)], 6,
+                              after=3, alerts=rule)
+        assert unsent(advisory_group) == ["group.new", "group.spike"]
+        ingest_dlq_batch(engine, "DLQ", "e1", [copy(1, "ORD")], after=1, alerts=rule)
+        assert unsent(advisory_group) == ["group.new", "group.spike"]
+    finally:
+        dispose_quietly(engine)

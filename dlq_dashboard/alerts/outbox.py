@@ -19,7 +19,9 @@ A failure reported by an advisory before its DLQ copy arrives is an entry of the
 first (its reason "terminated" or "max_deliveries"); the copy moves it to the group of its own
 error (ingest/writes.py). So the alerts an advisory's write raises wait ADVISORY_HOLD before they
 are sent, and a move that leaves a group empty withdraws its alerts not sent yet
-(:func:`withdraw_emptied`): a cause announces itself once, from the group it stays in.
+(:func:`withdraw_emptied`): a cause announces itself once, from the group it stays in. A move
+that takes a group back below the threshold withdraws its spike not sent yet
+(:func:`withdraw_passed_spikes`): failures that only passed through it made no spike there.
 
 Triage (db/triage.py): a write that makes a resolved group ``regressed`` raises ``group.regressed``,
 one that opens an ignored group again ``group.reopened`` (so does the periodic pass,
@@ -120,6 +122,34 @@ def withdraw_emptied(conn: Connection, group_ids: Iterable[int]) -> int:
     emptied = select(GROUPS.c.id).where(GROUPS.c.id.in_(sorted(set(group_ids))), GROUPS.c.open_count == 0,
                                         GROUPS.c.republished_count == 0, GROUPS.c.closed_count == 0)
     return conn.execute(delete(ALERTS).where(ALERTS.c.group_id.in_(emptied), ALERTS.c.sent_at.is_(None))).rowcount
+
+
+def withdraw_passed_spikes(conn: Connection, left: dict[int, list[datetime]]) -> int:
+    """Delete the unsent ``group.spike`` of each group of ``left`` (failures moved out of it, with
+    when each arrived: db/triage.py undo_passing's) that no longer reaches its threshold once they
+    are taken back: the failures within its 5 minutes counted again from the arrivals, which the
+    move has already left. A spike they were not part of (none arrived in its minutes) stays, and
+    so does one the failures still counted there reach. Returns how many rows went."""
+    if not left:
+        return 0
+    held = conn.execute(select(ALERTS.c.id, ALERTS.c.group_id, ALERTS.c.created_at, ALERTS.c.body).where(
+        ALERTS.c.group_id.in_(sorted(left)), ALERTS.c.event == SPIKE, ALERTS.c.sent_at.is_(None))).all()
+    gone = []
+    for alert in held:
+        since = bucket(alert.created_at, 60) - (WINDOW - timedelta(minutes=1))
+        if not any(since <= bucket(at, 60) for at in left[alert.group_id]):
+            continue
+        try:
+            threshold = int(json.loads(alert.body)["spike"]["threshold"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        recent = conn.execute(select(func.coalesce(func.sum(ARRIVALS.c.count), 0)).where(
+            ARRIVALS.c.width == 60, ARRIVALS.c.bucket >= since, ARRIVALS.c.group_id == alert.group_id)).scalar()
+        if int(recent or 0) < threshold:
+            gone.append(alert.id)
+    if not gone:
+        return 0
+    return conn.execute(delete(ALERTS).where(ALERTS.c.id.in_(gone))).rowcount
 
 
 def raise_state_alerts(conn: Connection, rule: AlertRule, reopened: Iterable[int], now: datetime) -> int:

@@ -3,7 +3,8 @@ advisory stream ahead of the DLQ stream): the copy's fields and error decide the
 to the copy's failure group. For that group it is a new failure (what it counts toward: a spike, a
 regression, an ignore's count; its first and last seen), and for the advisory's group it never was
 one: what it did to its triage state is undone (db/triage.py undo_passing: it counts toward no
-ignore, and a regression or a reopening it alone made, not announced yet, is taken back). Left
+ignore, and a regression or a reopening it alone made, not announced yet, is taken back, as is a
+spike not announced yet that it was needed for: alerts/outbox.py withdraw_passed_spikes). Left
 empty, that group is as if it had never been: its alerts not sent yet are withdrawn, and the group
 itself goes when nothing was done with it (a failure of its kind later is new again, and announced).
 
@@ -25,7 +26,7 @@ from sqlalchemy import Connection, delete, select, update
 
 from dlq_consumer.headers import carried
 
-from ..alerts.outbox import ADVISORY_HOLD, withdraw_emptied
+from ..alerts.outbox import ADVISORY_HOLD, withdraw_emptied, withdraw_passed_spikes
 from ..db.counts import Change, count_changes, group_ids, group_of
 from ..db.models import Alert, Arrival, Entry, FailureGroup, GroupActivity
 from ..db.triage import undo_passing
@@ -114,6 +115,7 @@ def merge_into_advisory_entries(conn: Connection, rows: list[dict], new_groups: 
         if ids[group] != match.group_id:
             left.setdefault(match.group_id, []).append(match.received_at)
     undo_passing(conn, left, utcnow(), ADVISORY_HOLD)  # the failure was never the advisory group's
+    withdraw_passed_spikes(conn, left)  # nor counted toward its spike
     retire_emptied(conn, {old for old, _ in moves}, new_groups)  # announced from the group it joined
     return remaining, Counter(new for _, new in moves)
 
