@@ -26,6 +26,7 @@ from ..errors import DashboardError, InvalidRequest
 from ..masking import PAYLOAD_HIDDEN, PAYLOAD_REPEATED
 from ..runtime import runtime_of
 from ..scopes import Grant, ScopeError, parse_scopes
+from ..sources import renamed_sources, sources_of
 from ..times import format_time
 from ..unpacking import compression_of, decompressed_whole
 from ..web.data import entries_page, entry_detail, list_fields
@@ -73,7 +74,8 @@ def _reader(role: str, scopes: tuple[str, ...] = ()) -> Reader:
         grant = Grant(role, parse_scopes(scopes))
     except ScopeError as exc:
         raise InvalidRequest(f"--scope: {exc}") from None
-    return Reader.of(role, runtime_of(current_app).mask, (grant,))
+    rt = runtime_of(current_app)
+    return Reader.of(role, rt.mask, (grant,), renamed_sources(sources_of(rt.settings)))
 
 
 def _refusals(command):

@@ -21,6 +21,7 @@ from ..entries.tallies import Tally
 from ..entries.triage import GroupStateFilter
 from ..access.detail import EntryDetail, build_entry_detail
 from ..entries.view import EntryView, Page
+from ..sources import renamed_sources, sources_of
 from . import current_runtime
 from .presenters.rows import snippet
 from .responses import IdUrls
@@ -32,7 +33,8 @@ def current_reader() -> Reader:
     identity = current_identity()
     if identity is None:
         return Reader.of(None, current_runtime().mask)
-    return Reader.of(identity.role, current_runtime().mask, identity.grants)
+    rt = current_runtime()
+    return Reader.of(identity.role, rt.mask, identity.grants, renamed_sources(sources_of(rt.settings)))
 
 
 def acting() -> dict:
@@ -90,9 +92,10 @@ def request_filter(args: Mapping[str, str], *, reader: Reader | None = None, **o
     """The filter of a request's arguments, as the reader may filter (FilterError, a 400, for a
     bad one, one by a key field DLQ_MASK hides from it, or a source that is not one of this
     dashboard's)."""
-    flt = visible.check_filter(reader or current_reader(), EntryFilter.from_args(
-        args, key_fields=list_fields(), sources=filter_sources(current_runtime().engine, current_runtime().feeds, args),
-        **options))
+    reader = reader or current_reader()
+    flt = visible.check_filter(reader, EntryFilter.from_args(
+        args, key_fields=list_fields(),
+        sources=filter_sources(current_runtime().engine, current_runtime().feeds, args, reader.reads), **options))
     current_runtime().store.check_group(flt)  # within the reader's scopes: another group is unknown
     check_filter_job(current_runtime().engine, flt)  # and another's job
     return flt

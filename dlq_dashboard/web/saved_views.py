@@ -104,8 +104,9 @@ def save():
                            else params.LIST_PARAMETERS)
     name, page, query = clean_view(form.get("name", ""), form.get("page", "list"), filters, list_fields(),
                                    tuple(rt.feeds))
-    rt.store.check_group(visible.scoped(current_reader(), EntryFilter.from_args(
-        filters, key_fields=list_fields(), sources=filter_sources(rt.engine, rt.feeds, filters))))
+    reader = current_reader()
+    rt.store.check_group(visible.scoped(reader, EntryFilter.from_args(
+        filters, key_fields=list_fields(), sources=filter_sources(rt.engine, rt.feeds, filters, reader.reads))))
     try:
         view = save_view(rt.engine, current_identity().name, name, page, query, utcnow())
     except IntegrityError:

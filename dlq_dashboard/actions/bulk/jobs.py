@@ -207,7 +207,7 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
             # change, or an edited address previewed and republished the republished entries again.
             args["status"] = DEFAULT_STATUS.get(action, "open")
         flt = replace(EntryFilter.from_args(args, key_fields=key_fields(rt.settings.list_fields),
-                                            sources=filter_sources(rt.engine, rt.feeds, args)), scopes=scopes)
+                                            sources=filter_sources(rt.engine, rt.feeds, args, scopes if reads is ... else reads)), scopes=scopes)
         _check_status(action, flt.status)
         _check_named(rt, flt, scopes if reads is ... else reads)
         if upto is not None:
