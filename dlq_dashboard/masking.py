@@ -155,6 +155,19 @@ class Mask:
             return []
 
     @staticmethod
+    def hides_whole(payload: bytes | None) -> bool:
+        """Whether a mask holding a pointer hides ``payload`` whole (mask_payload's None): it is not
+        UTF-8 JSON, or it holds a key more than once in one object. Stored with each entry
+        (``entries.payload_opaque``), so a key field's filter finds none of them for a viewer."""
+        if not payload:
+            return False
+        try:
+            json.loads(payload.decode("utf-8"), object_pairs_hook=_unique_keys)
+        except (ValueError, RecursionError):
+            return True
+        return False
+
+    @staticmethod
     def hidden_because(payload: bytes | None) -> str:
         """Why a payload mask_payload hides whole is hidden (PAYLOAD_REPEATED or PAYLOAD_HIDDEN)."""
         try:

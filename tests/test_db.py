@@ -104,11 +104,11 @@ def test_migrate_brings_an_empty_database_to_the_newest_revision_once(database_u
     engine = create_db_engine(database_url)
     assert revisions() == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0009", "0010", "0011", "0012",
                            "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023", "0024",
-                           "0025", "0026", "0027", "0028", "0029", "0030", "0031"]
-    assert migrate(engine) == head() == "0031"
-    assert migrate(engine) == "0031"
+                           "0025", "0026", "0027", "0028", "0029", "0030", "0031", "0032"]
+    assert migrate(engine) == head() == "0032"
+    assert migrate(engine) == "0032"
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0031"]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0032"]
     engine.dispose()
 
 
@@ -392,17 +392,21 @@ def test_a_single_sign_on_user_is_upgraded_with_every_grant_of_their_newest_sess
 
 
 @pytest.mark.both_databases
-def test_key_fields_stored_by_a_repeated_keys_first_value_are_filled_again_by_its_last(database_url):
+def test_key_fields_stored_by_a_repeated_keys_first_value_are_filled_again_by_its_last(database_url, monkeypatch):
     # Before revision 0029 SQLite stored a repeated key's first value (json_extract); the upgrade
     # reads again the entries whose payload writes a token of a key field twice.
     from dlq_dashboard.ingest.key_fields import record_key_fields
+    from dlq_dashboard.masking import Mask
 
     engine = create_db_engine(database_url)
     assert migrate(engine, "0028") == "0028"
     record_key_fields(engine, (("Customer", "/customer/id"),))
     payloads = [b'{"customer": {"id": "A"}, "customer": {"id": "B"}}', b'{"customer": {"id": "C"}}',
                 b'{"customer": {"id": "D", "id": "E"}}']
+    # Stored as the code before revision 0032 stored them: without entries.payload_opaque (0032's).
+    monkeypatch.setattr(Mask, "hides_whole", staticmethod(lambda payload: False))
     ids = [support.dead_letter(engine, seq, payload=p) for seq, p in enumerate(payloads, start=1)]
+    monkeypatch.undo()
     with write_transaction(engine) as conn:  # as the older reading stored them
         conn.execute(text("UPDATE entry_fields SET value = 'A' WHERE entry_id = :id"), {"id": ids[0]})
         conn.execute(text("UPDATE entry_fields SET value = 'D' WHERE entry_id = :id"), {"id": ids[2]})
@@ -412,6 +416,8 @@ def test_key_fields_stored_by_a_repeated_keys_first_value_are_filled_again_by_it
     # PostgreSQL read the last value already: the revision leaves its values as they are.
     expected = ["B", "C", "E"] if engine.dialect.name == "sqlite" else ["A", "C", "D"]
     assert [tuple(r) for r in stored] == list(zip(ids, expected))
+    with engine.connect() as conn:  # and revision 0032 marks the payloads DLQ_MASK hides whole
+        assert conn.execute(select(Entry.payload_opaque).order_by(Entry.id)).scalars().all() == [True, False, True]
     engine.dispose()
 
 

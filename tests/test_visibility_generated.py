@@ -24,7 +24,9 @@ from dlq_dashboard.db.models import Alert, Entry
 from dlq_dashboard.entries.saved_views import save_view, share_view
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.runtime import runtime_of
+from dlq_dashboard.masking import MASKED
 from dlq_dashboard.times import utcnow
+from dlq_dashboard.web.query_parameters import parameters_of, takes_key_fields
 
 from . import support
 
@@ -50,13 +52,13 @@ ADMIN_GROUPS = {"users", "tokens"}  # accounts: names and roles, no entries
 
 @pytest.fixture
 def settings(tmp_path, nats_server, database_url):
-    """The app fixture's settings with DLQ_MASK, a key field over the masked field, a schema the
-    masked card fails, and a webhook (so alerts are written)."""
+    """The app fixture's settings with DLQ_MASK, a key field over the masked field and one over a
+    field it leaves, a schema the masked card fails, and a webhook (so alerts are written)."""
     folder = support.orders_schema_folder(tmp_path, {
         "x-subjects": ["orders.*"], "type": "object",
         "properties": {"card": {"type": "string", "pattern": "^[0-9]+$"}}})
     return support.make_settings(tmp_path, nats_server.url, database_url=database_url, mask=MASK,
-                                 list_fields=(("Email", "/email"),), schemas_dir=folder,
+                                 list_fields=(("Email", "/email"), ("Order", "/order_id")), schemas_dir=folder,
                                  webhook_urls=("http://127.0.0.1:9/hook",))
 
 
@@ -88,11 +90,14 @@ def world(app, nats_server):
     # Entry 8's payload gives "customer" twice: a reader taking the last value finds no
     # /customer/email to mask, and the first is still in its bytes.
     repeated = dataclasses.replace(_message(8, schema=False, Dlq_Error=f"rejected by {HEADER} gateway"),
-                                   data=b'{"customer": {"email": "%s"}, "order_id": 8, "customer": null}'
+                                   data=b'{"customer": {"email": "%s"}, "order_id": "order-8", "customer": null}'
                                    % AGAIN.encode())
+    # Entry 9's payload is not UTF-8: hidden whole, though a database reads its JSON.
+    latin = dataclasses.replace(_message(9, schema=False, Dlq_Error=f"rejected by {HEADER} gateway"),
+                                data=b'{"order_id": "order-9", "note": "caf\xe9"}')
     ingest_dlq_batch(rt.engine, "DLQ", "e1", [*(_message(seq) for seq in (1, 2, 3, 4)),
                                               _message(6, schema=False, Dlq_Error=f"rejected by {HEADER} gateway"),
-                                              zipped, repeated],
+                                              zipped, repeated, latin],
                      alerts=rule)
     ids = _ids_by_seq(rt.engine)
     operator, auth = app.test_client(), support.bearer(create_token(rt.engine, "world-operator", "operator"))
@@ -231,6 +236,34 @@ def test_no_viewer_visible_byte_of_any_get_route_holds_a_masked_value(app, world
             assert answered[rule.rule] & {200, 503}, f"{rule.rule} answered {answered[rule.rule]} to a viewer"
     assert not found, "masked values a viewer reads:\n" + "\n".join(
         f"{rule}: {sorted(seen['secrets'])} (first at {seen['first']})" for rule, seen in sorted(found.items()))
+
+
+_TOKEN = re.compile(r"[\w-]{20,}\.[\w-]{4,}\.[\w-]{20,}")  # a session's CSRF token, signed with its second
+
+
+def test_no_key_field_filter_tells_a_viewer_a_value_they_read_as_dots(app, world):
+    """A key field a viewer reads "•••" (its payload hidden whole: a key given twice, bytes that are
+    not UTF-8) tells them nothing through a filter: every GET route taking ``field.<label>``
+    answers its value as it answers a value no entry has (the value itself taken out)."""
+    viewer, operator = support.logged_in(app, "viewer"), support.logged_in(app, "operator")
+    seen = {e["id"]: e["fields"] for e in viewer.get("/api/entries?status=&limit=500").get_json()["entries"]}
+    told = {(label, value) for e in operator.get("/api/entries?status=&limit=500").get_json()["entries"]
+            for label, value in e["fields"].items() if value is not None and seen[e["id"]][label] == MASKED}
+    assert told >= {("Order", "order-8"), ("Order", "order-9")}, told  # the world holds what this test looks for
+    rules = [rule for rule in get_routes(app)
+             if takes_key_fields(parameters_of(rule.endpoint, rule.rule) or ())]
+    assert {"/api/entries", "/api/export.csv", "/api/summary", "/api/groups", "/"} <= {r.rule for r in rules}
+    found = []
+    for rule in rules:
+        for path in urls(rule, world):
+            for label, value in sorted(told):
+                def answer(wanted: str) -> tuple[int, str]:
+                    response = viewer.get(f"{path}?{urlencode({f'field.{label}': wanted, 'status': ''})}")
+                    return response.status_code, _TOKEN.sub("TOKEN", response.get_data(as_text=True)
+                                                             .replace(wanted, "VALUE"))
+                if answer(value) != answer("no-such-value"):
+                    found.append(f"{path}?field.{label}={value}")
+    assert not found, f"key-field filters that find what a viewer reads as dots: {found}"
 
 
 def test_no_alert_body_holds_a_masked_value(app, world):

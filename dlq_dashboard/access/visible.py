@@ -107,7 +107,7 @@ def may_act_on(reader: Reader, subject: str | None, source: str | None) -> bool:
 def scoped(reader: Reader, flt: EntryFilter, *, acting: bool = False) -> EntryFilter:
     """``flt`` limited to what the reader may read (``acting``: act on)."""
     scopes = reader.acts if acting else reader.reads
-    return flt if scopes is None else replace(flt, scopes=scopes)
+    return (flt if scopes is None else replace(flt, scopes=scopes)).seen_through(reader.mask)
 
 
 def has_msg_id(reader: Reader, store: Store, msg_id: str) -> bool:

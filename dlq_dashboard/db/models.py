@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text,
-                        UniqueConstraint, text)
+                        UniqueConstraint, false, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Ids and stream sequences: 64-bit on PostgreSQL; SQLite's INTEGER is 64-bit already, and an
@@ -45,6 +45,7 @@ class Entry(Base):
     headers: Mapped[str] = mapped_column(Text, default="{}")
     payload: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
     payload_available: Mapped[bool] = mapped_column(Boolean, default=True)
+    payload_opaque: Mapped[bool] = mapped_column(Boolean, server_default=false())  # Mask.hides_whole (0032)
     replay_of: Mapped[str | None] = mapped_column(String(255))
     # "dlq", "advisory" or "dlq,advisory": which sources reported this failure.
     sources: Mapped[str] = mapped_column(String(32), default="dlq")
@@ -321,8 +322,7 @@ class FailureGroup(Base):
     closed_count: Mapped[int] = mapped_column(BigInt, default=0)
     first_seen: Mapped[datetime | None] = mapped_column(DateTime)
     last_seen: Mapped[datetime | None] = mapped_column(DateTime)
-    # The team (DLQ_TEAMS, SPEC section 11) whose subject patterns covered the group's subject
-    # when it was made; NULL: no team.
+    # The team (DLQ_TEAMS, SPEC section 11) whose subject patterns covered its subject when made; NULL: none.
     team: Mapped[str | None] = mapped_column(String(64))
     # Triage (SPEC section 11, db/triage.py): the state people share, changed by them with the
     # version they saw, and by the mirror (a resolved group failing again, an ignored one's end).

@@ -7,16 +7,17 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, ClassVar, Mapping, NamedTuple
 
-from sqlalchemy import Engine, or_, select
+from sqlalchemy import Engine, false, or_, select
 
 from dlq_consumer import headers as contract
 
 from ..db.models import ITEM_STATES, Entry, FailureGroup, JobItem
 from ..errors import InvalidRequest
+from ..masking import Mask
 from ..numbers import whole_number
 from ..scopes import Scope
 from ..times import format_time, parse_duration, parse_time, utcnow
@@ -308,7 +309,8 @@ class KeyFieldFilters(ListFilter):
         return {f.param: value for f, value in flt.field_values}
 
     def conditions(self, flt: "EntryFilter", engine: Engine) -> list:
-        return [field_condition(engine, f, value) for f, value in flt.field_values]
+        found = [field_condition(engine, f, value) for f, value in flt.field_values]
+        return found + [Entry.payload_opaque == false()] if found and flt.hidden_payloads else found
 
     def group_conditions(self, flt: "EntryFilter") -> list:
         return []
@@ -409,6 +411,10 @@ class EntryFilter:
     # What the reader may reach (access/visible.py puts a scoped reader's scopes here): None for
     # everything. Not a filter of the list: never in to_args, links or a job's selection words.
     scopes: tuple[Scope, ...] | None = None
+    # Whether the reader's DLQ_MASK hides some payloads whole (it holds a pointer): then a key
+    # field's value finds none of those (entries.payload_opaque), whose key fields read "•••" to
+    # them; a filter by it would tell the value. Set as ``scopes`` is (``seen_through``).
+    hidden_payloads: bool = False
 
     @classmethod
     def from_args(cls, args: Mapping[str, str], *, max_limit: int = MAX_LIMIT,
@@ -438,6 +444,11 @@ class EntryFilter:
         for declared in FILTERS:
             args.update(declared.write(self))
         return args
+
+    def seen_through(self, mask: Mask | None) -> "EntryFilter":
+        """The filter as a reader who sees entries through ``mask`` filters (``hidden_payloads``)."""
+        hidden = bool(mask and mask.pointers and self.field_values)
+        return replace(self, hidden_payloads=True) if hidden and not self.hidden_payloads else self
 
     @property
     def filtered(self) -> bool:

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
-from sqlalchemy import Connection, Engine, Integer, Select, and_, bindparam, func, literal, or_, select
+from sqlalchemy import Connection, Engine, Integer, Select, and_, bindparam, false, func, literal, or_, select
 
 from ..db.engine import is_sqlite, read_transaction, serial_plans
 from ..db.models import Action, Entry, Event, FailureGroup, JobItem, Republish
@@ -174,6 +174,8 @@ class Store:
             return None
         for i, (key_field, value) in enumerate(flt.field_values):
             lookup = stored_lookup(conn, key_field, value)
+            if lookup is not None and flt.hidden_payloads:  # the entries' own column: the query joins them
+                lookup = and_(lookup, ENTRIES.c.payload_opaque == false())
             if lookup is not None:
                 return lookup, replace(flt, field_values=flt.field_values[:i] + flt.field_values[i + 1:])
         return None
@@ -183,7 +185,7 @@ class Store:
         other filter, no scopes), counted in entry_fields alone (in ``conn``'s transaction), up
         to ``cap``; None beyond it, and for any other filter."""
         stored = self._stored_field(flt, conn)
-        if stored is None or stored[1].filtered or flt.scopes is not None:
+        if stored is None or stored[1].filtered or flt.scopes is not None or flt.hidden_payloads:
             return None
         # Rows of the index alone (no column of them read): a tight step from one to the next.
         found = select(literal(1)).select_from(ENTRY_FIELDS).where(stored[0]).limit(cap + 1).subquery()

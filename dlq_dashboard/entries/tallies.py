@@ -84,7 +84,7 @@ class Tallies:
         self._searched: dict[EntryFilter, tuple[list[Run], Tally]] = {}
 
     def _scoped(self, flt: EntryFilter) -> EntryFilter:
-        return flt if self.scopes is None else replace(flt, scopes=self.scopes)
+        return (flt if self.scopes is None else replace(flt, scopes=self.scopes)).seen_through(self.mask)
 
     # --- groups --------------------------------------------------------------------------------
 

@@ -73,6 +73,7 @@ def kept_apart(row: dict, exc: BaseException, *, bare: bool = False, unread: boo
         kept["headers"] = "{}"
         kept["payload"] = b""
         kept["payload_available"] = False
+        kept["payload_opaque"] = False
         notes.append(f"Its headers and payload could not be stored either: they are in the DLQ stream, {where}.")
     elif headers_lost:
         kept["headers"] = "{}"

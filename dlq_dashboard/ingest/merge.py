@@ -41,7 +41,7 @@ ENTRIES, GROUPS, ARRIVALS = Entry.__table__, FailureGroup.__table__, Arrival.__t
 
 # Columns a DLQ copy brings to an entry first made from an advisory, as it gives them.
 DLQ_FIELDS = ("dlq_stream", "dlq_epoch", "dlq_seq", "error", "schema_errors", "payload", "payload_available",
-              "notes")
+              "payload_opaque", "notes")
 # Columns the copy gives where it names them; where it is silent (null), what the advisory read
 # from the source stream stays: a copy without Dlq-Original-Subject joining an advisory that read
 # the message's subject can be republished (the group stays the copy's word, in either order).

@@ -18,6 +18,7 @@ import orjson
 
 from dlq_consumer import headers as contract
 
+from ..masking import Mask
 from ..nats.headers import MORE, UNREAD
 from ..nats.streams import ADVISORY_PREFIX
 from ..surrogates import dumps_kept, shown
@@ -376,6 +377,7 @@ def entry_from_dlq_message(
         "headers": headers_json,
         "payload": payload,
         "payload_available": True,
+        "payload_opaque": Mask.hides_whole(payload),
         "replay_of": replay_of,
         "sources": "dlq",
         "notes": orjson.dumps(notes).decode() if notes else "[]",

@@ -20,6 +20,7 @@ from ..db.engine import write_transaction
 from ..db.models import Entry, Event, MirrorState
 from ..db.rows import insert_rows
 from ..db.triage import apply_arrivals
+from ..masking import Mask
 from ..scopes import DEFAULT_SOURCE
 from ..surrogates import dumps_kept, shown
 from ..teams import Team
@@ -212,7 +213,9 @@ def _write_rows(conn: Connection, rows: list[dict], new_groups: set[int] | None,
     if not rows:
         return 0, dict(moved_in)
     newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
-    made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS, skip_duplicates=True)
+    opaque = any(r["payload_opaque"] for r in rows)
+    made = insert_rows(conn, ENTRIES, rows, names=_COLUMNS + ["payload_opaque"] if opaque else _COLUMNS,
+                       skip_duplicates=True)
     index_new_entries(conn, newest)  # in the writer process the search pass does it, behind
     fill_key_fields(conn, newest)
     if made == len(rows):  # every row is a new entry: counted as they are
@@ -297,7 +300,8 @@ def count_new_entries(conn: Connection, after_id: int) -> dict[int, int]:
 # The mirror's hot path: on SQLite one multi-row INSERT a chunk, which skips SQLAlchemy's
 # per-row parameter processing and gives the GIL up once a statement, not once a row.
 # A DLQ message inserted is its entry's first report: dlq_received_at is the merge's (merge.py).
-_COLUMNS = [c.name for c in ENTRIES.columns if c.name not in ("id", "dlq_received_at")]
+# payload_opaque is named only for a batch holding such a payload: the column's default is false.
+_COLUMNS = [c.name for c in ENTRIES.columns if c.name not in ("id", "dlq_received_at", "payload_opaque")]
 
 
 # --- advisories -------------------------------------------------------------------------------
@@ -448,7 +452,8 @@ def _entry_from_advisory(conn: Connection, advisory: Advisory, fetched: FetchedM
         deliveries=advisory.deliveries, failed_at=advisory.at, received_at=now,
         headers=dumps_kept(headers), payload=fetched.data if fetched else b"",
         payload_available=fetched is not None, replay_of=named.get(H_REPLAY_OF), sources="advisory",
-        notes=json.dumps(notes), updated_at=now))
+        notes=json.dumps(notes), updated_at=now,
+        **({"payload_opaque": True} if fetched is not None and Mask.hides_whole(fetched.data) else {})))
     index_new_entries(conn, newest)
     fill_key_fields(conn, newest)
     arrived.update(count_new_entries(conn, newest))
