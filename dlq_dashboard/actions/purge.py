@@ -352,6 +352,7 @@ class RetentionSchedule:
         self.rt, self.leading = rt, leading
         self.last: PurgeReport | None = None
         self.runs = 0
+        self.failing = False  # the last run failed (/metrics dlq_retention_purge_failing)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -386,6 +387,8 @@ class RetentionSchedule:
                                           stopping=self._stop.is_set)
                 if self.last.total or self.last.deferred:
                     log.info("retention purge: %s", self.last.to_dict())
+                self.failing = False
                 failures.worked()
             except Exception as exc:  # the database or NATS away: tried again at the next interval
+                self.failing = True
                 failures.failed(exc)

@@ -7,8 +7,10 @@ from contextlib import nullcontext
 import click
 from flask import current_app
 from flask.cli import with_appcontext
+from sqlalchemy.exc import DBAPIError
 
 from ..actions.purge import RESOLVED, purge_entries
+from ..redaction import scrub
 from ..times import LONGEST, format_duration, parse_duration
 from ..runtime import runtime_of
 from .output import BAD_INPUT, CommandError, cli_actor, nats_connected
@@ -56,7 +58,11 @@ def purge(older_than: str | None, statuses: tuple[str, ...], dry_run: bool) -> N
         if not connected:
             click.echo("NATS is not reachable: entries whose DLQ stream message cannot be deleted are kept "
                        "for the next purge.", err=True)
-        report = purge_entries(rt, older_than=seconds, statuses=chosen, actor=cli_actor())
+        try:
+            report = purge_entries(rt, older_than=seconds, statuses=chosen, actor=cli_actor())
+        except DBAPIError as exc:  # one line, not a traceback: the batches before it stay purged
+            raise CommandError(f"the purge stopped: the database refused it ({scrub(str(exc.orig))}); the batches "
+                               "purged before it stay purged, the rest is kept for the next purge") from None
     click.echo(f"Purged {report.total} entries resolved more than {age} ago: {_by_status(report)}; "
                f"deleted {report.messages_deleted} DLQ stream messages.")
     if report.deferred:

@@ -11,6 +11,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 # Ids and stream sequences: 64-bit on PostgreSQL; SQLite's INTEGER is 64-bit already, and an
 # INTEGER PRIMARY KEY is the table's rowid (which "BIGINT PRIMARY KEY" would not be).
 BigInt = BigInteger().with_variant(Integer(), "sqlite")
+# SQLite AUTOINCREMENT: a deleted row's id (a purged entry, a merged group) is never given again (0033).
+NOT_REUSED = {"sqlite_autoincrement": True}
 
 
 class Base(DeclarativeBase):
@@ -82,8 +84,7 @@ class Entry(Base):
         Index("ix_entries_group_id", "group_id", "id"),
         Index("ix_entries_source_id", "source", "id"),
         # The purge reads the resolved entries in the order they were resolved (updated_at).
-        Index("ix_entries_status_updated", "status", "updated_at", "id"),
-    )
+        Index("ix_entries_status_updated", "status", "updated_at", "id"), NOT_REUSED)
 
 
 class Event(Base):
@@ -342,7 +343,7 @@ class FailureGroup(Base):
 
     __table_args__ = (UniqueConstraint("source", "subject", "reason", "key", name="uq_failure_groups"),
                       Index("ix_failure_groups_team", "team"),
-                      Index("ix_failure_groups_state", "state", "assignee"))
+                      Index("ix_failure_groups_state", "state", "assignee"), NOT_REUSED)
 
 
 class GroupActivity(Base):
@@ -361,7 +362,7 @@ class GroupActivity(Base):
     text: Mapped[str | None] = mapped_column(Text)
     detail: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
 
-    __table_args__ = (Index("ix_group_activity_group", "group_id", "id"),)
+    __table_args__ = (Index("ix_group_activity_group", "group_id", "id"), NOT_REUSED)
 
 
 class Arrival(Base):
@@ -421,8 +422,7 @@ class Alert(Base):
         Index("ix_alerts_due", "next_attempt_at", sqlite_where=text("sent_at IS NULL"),
               postgresql_where=text("sent_at IS NULL")),
         # A spike looks for the group's last one.
-        Index("ix_alerts_group_event", "group_id", "event", "created_at"),
-    )
+        Index("ix_alerts_group_event", "group_id", "event", "created_at"), NOT_REUSED)
 
 
 class Purge(Base):
@@ -464,7 +464,7 @@ class SavedView(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime)
 
     __table_args__ = (UniqueConstraint("owner", "page", "name", name="uq_saved_views_owner_page_name"),
-                      Index("ix_saved_views_shared", "shared"))
+                      Index("ix_saved_views_shared", "shared"), NOT_REUSED)
 
 
 class KeyFieldState(Base):

@@ -99,6 +99,10 @@ class DashboardCollector(Collector):
         sender = GaugeMetricFamily("dlq_alert_sender_leader", "1 while this process holds the alerts lease.")
         sender.add_metric([], 1 if rt.alerts is not None and rt.alerts.leader else 0)
         yield sender
+        purging = GaugeMetricFamily("dlq_retention_purge_failing", "1 when the last periodic retention purge of this "
+                                    "process failed (it is tried again at its next hourly run).")
+        purging.add_metric([], 1 if rt.retention is not None and rt.retention.failing else 0)
+        yield purging
         if all(mirror is None for _, _, mirror in parts):
             return
         labels = [*by, "stream"]

@@ -1,0 +1,114 @@
+"""v33, SQLite gives no id twice: entries, failure groups, their activity, alerts and saved views
+are AUTOINCREMENT tables, the next id above every id ever used; a search index missing entries is
+rebuilt.
+
+An ``INTEGER PRIMARY KEY`` without AUTOINCREMENT takes the largest id stored plus one: once the
+retention purge had removed the newest entries, the next dead letter got the id of one purged.
+The search pass took it as indexed already (its position only grows), so it was never found; the
+search index's delete trigger then told the index to remove text it never held, which corrupted
+it ("database disk image is malformed": every purge after failed); the audit kept under the purged
+entry's id showed on the new one; and a page read before the purge acted on the new entry with
+the old one's id and version. A group merged away (ingest/merge.py), an alert or an activity row
+forgotten, a saved view deleted gave their ids again the same way, to rows that links, alerts,
+activity and saved views (``group=``) name. PostgreSQL's sequences never give an id twice: nothing
+changes there.
+
+Each table is copied by batch mode (as 0031 did), the triggers on them and the search index's
+view of it made again as they were; ``sqlite_sequence`` is set to the largest id stored anywhere
+that names the table's rows (the audit, job items, intents, key fields, the search position for
+entries; entries, activity, alerts, arrivals and saved views for groups), so an id a purge already
+removed is not given either. A database where ids were given twice has entries at or below the
+search position that the index lacks (``entries_fts_docsize`` has a row for each entry indexed),
+or an index that was told to remove one of them (it counts fewer rows than it holds): its index
+is rebuilt from the entries, and the position set to the newest entry.
+
+Revision ID: 0033
+Revises: 0032
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl
+
+from alembic import op
+
+revision = "0033"
+down_revision = "0032"
+branch_labels = None
+depends_on = None
+
+#: Each table made AUTOINCREMENT, with the columns elsewhere that hold its ids.
+TABLES = {
+    "entries": ("entries.id", "actions.entry_id", "job_items.entry_id", "republishes.entry_id",
+                "entry_fields.entry_id", "search_position.last_id", "key_fields.pending_below"),
+    "failure_groups": ("failure_groups.id", "entries.group_id", "group_activity.group_id", "alerts.group_id",
+                       "arrivals.group_id"),
+    "group_activity": ("group_activity.id",),
+    "alerts": ("alerts.id",),
+    "saved_views": ("saved_views.id",),
+}
+
+
+def upgrade() -> None:
+    bind = op.get_bind()
+    if bind.dialect.name != "sqlite":
+        return
+    # The triggers on a table go with the copy batch mode replaces it by, and a view reading it
+    # (the search index's entries_search_text) would refuse the copy's rename: made again after.
+    views = bind.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'view' ORDER BY name").all()
+    for name, _ in views:
+        bind.exec_driver_sql(f'DROP VIEW "{name}"')
+    triggers = list(bind.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name IN "
+        f"({', '.join(repr(t) for t in TABLES)}) ORDER BY name").scalars())
+    seeds = {table: _largest(bind, table, columns) for table, columns in TABLES.items()}
+    for table in TABLES:
+        with op.batch_alter_table(table, recreate="always", table_kwargs={"sqlite_autoincrement": True}):
+            pass
+    for sql in [sql for _, sql in views] + triggers:
+        bind.exec_driver_sql(sql)
+    for table, seed in seeds.items():
+        bind.exec_driver_sql("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
+        bind.exec_driver_sql("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, seed))
+    _repair_search_index(bind)
+
+
+def _largest(bind, table: str, columns: tuple[str, ...]) -> int:
+    found = [bind.exec_driver_sql(f"SELECT COALESCE(MAX({c.split('.')[1]}), 0) FROM {c.split('.')[0]}").scalar()
+             for c in columns]
+    if table == "failure_groups":  # a saved view of the list or the groups page filtered by group
+        for (query,) in bind.exec_driver_sql("SELECT query FROM saved_views WHERE query LIKE '%group=%'"):
+            found += [int(v) for k, v in parse_qsl(query or "") if k == "group" and v.isdigit()]
+    return max(int(n or 0) for n in found)
+
+
+def _repair_search_index(bind) -> None:
+    position = bind.exec_driver_sql("SELECT last_id FROM search_position WHERE name = 'entries'").scalar() or 0
+    # An entry the position covers that the index lacks (an id given again): a join of integer keys.
+    missing = bind.exec_driver_sql(
+        "SELECT EXISTS (SELECT 1 FROM entries AS e WHERE e.id <= ? AND NOT EXISTS "
+        "(SELECT 1 FROM entries_fts_docsize AS d WHERE d.id = e.id))", (position,)).scalar()
+    # The index told to remove an entry it never held (the delete trigger, for such an entry) counts
+    # one row fewer than it has: the row count its averages record starts with against its rows.
+    averages = bind.exec_driver_sql("SELECT block FROM entries_fts_data WHERE id = 1").scalar()
+    rows = bind.exec_driver_sql("SELECT COUNT(*) FROM entries_fts_docsize").scalar()
+    if missing or (averages is not None and _varint(averages) != rows):
+        bind.exec_driver_sql("INSERT INTO entries_fts(entries_fts) VALUES ('rebuild')")  # every entry stored
+        bind.exec_driver_sql("UPDATE search_position SET last_id = (SELECT COALESCE(MAX(id), 0) FROM entries), "
+                             "updated_at = CURRENT_TIMESTAMP WHERE name = 'entries'")
+
+
+def _varint(data: bytes) -> int:
+    """The first of SQLite's variable-length integers in ``data`` (FTS5 writes its counts so)."""
+    value = 0
+    for i, byte in enumerate(data[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value
+    return value
+
+
+def downgrade() -> None:
+    raise NotImplementedError("restore a backup taken before the upgrade instead")
