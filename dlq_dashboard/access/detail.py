@@ -207,6 +207,8 @@ def _verdict(schemas: SchemaRegistry, stored: EntryView, seen: EntryView) -> Sch
         result = schemas.validate(stored.original_subject, stored.payload if declared is None else declared)
     except RecursionError:
         return SchemaVerdict(error=TOO_DEEP)
+    if result.unusable:  # the file that would judge it could not be loaded: not valid, not invalid
+        return SchemaVerdict(error=f"Not validated: {result.unusable}.")
     return SchemaVerdict(result.schema, _messages(result.errors, seen), read=result.read,
                          unpacks=not result.read and edited_from(stored)[1],
                          decompressed=_decompressed(schemas, stored, seen, how) if result.errors else None)
@@ -267,10 +269,13 @@ def detail_schemas() -> dict[str, dict]:
             "properties": {
                 "schema": {**nullable(STR), "description": schema_name},
                 "valid": {**nullable(BOOL), "description": ("Whether the payload passes it now (true when no schema "
-                                                             "covers the subject); null when not validated.")},
+                                                             "covers the subject, and no file that could not be "
+                                                             "loaded may); null when not validated.")},
                 "errors": {"type": "array", "items": schema_ref("SchemaError")},
                 "error": {**nullable(STR), "description": ("Why it was not validated (the payload not available, "
-                                                            "hidden from viewers, or nested too deeply).")},
+                                                            "hidden from viewers, or nested too deeply; the schema "
+                                                            "file that covers the subject, or may, not usable: "
+                                                            "its name and why).")},
                 "decompressed": {"anyOf": [schema_ref("Decompressed"), {"type": "null"}], "description": (
                     "Gzip bytes no header declares (the schema fails them), validated decompressed; null "
                     "for any other payload, and when they do not decompress whole. A payload whose "

@@ -283,7 +283,10 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
     subject = entry["original_subject"]
     original = bytes(entry["payload"] or b"")
     body = original if payload is None else payload
-    verdict = rt.schemas.validate(subject, judged(headers, body)) if rt.schemas.schemas else _NO_SCHEMA
+    verdict = rt.schemas.validate(subject, judged(headers, body)) if rt.schemas.judges else _NO_SCHEMA
+    if verdict.unusable and not force:
+        raise SchemaRefused(f"Republishing it needs the override: the payload cannot be judged, as the "
+                            f"{verdict.unusable}.", schema=None, entry_id=entry_id, unusable=verdict.unusable)
     if not verdict.valid and not force:
         first = verdict.errors[0]
         raise SchemaRefused(f"The payload does not pass the current schema {verdict.schema} "

@@ -38,9 +38,10 @@ class SchemaRefused(Refused):
     """The payload does not pass its subject's current schema, and the override was not given;
     ``schema`` names the file, ``errors`` (ActionError) lists the failures."""
 
-    def __init__(self, message: str, *, schema: str, **kwargs):
+    def __init__(self, message: str, *, schema: str | None, unusable: str | None = None, **kwargs):
         super().__init__(message, **kwargs)
         self.schema = schema
+        self.unusable = unusable  # why no schema judges it (schema None): the file that could not be loaded
 
 
 class NatsDown(ActionError):

@@ -36,15 +36,28 @@ class SchemaFile:
 
 
 @dataclass(frozen=True)
+class UnusableSchema:
+    """A schema file that could not be loaded: its name, why, and the subject patterns it names
+    (None when they could not be read: it may cover any subject)."""
+
+    name: str
+    problem: str
+    patterns: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
 class ValidationResult:
-    """The current schema's verdict on a payload (schema None: no schema covers the subject)."""
+    """The current schema's verdict on a payload (schema None: no usable schema covers the
+    subject; ``unusable`` then says which file that could not be loaded covers it or may, and
+    why: the payload is not judged, so it does not pass)."""
 
     schema: str | None
     errors: list[SchemaViolation]
+    unusable: str | None = None
 
     @property
     def valid(self) -> bool:
-        return not self.errors
+        return not self.errors and not self.unusable
 
     @property
     def read(self) -> bool:
@@ -62,6 +75,7 @@ class SchemaRegistry:
     folder: str | None = None
     schemas: list[SchemaFile] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (file name, sentence)
+    unusable: list[UnusableSchema] = field(default_factory=list)  # the same files, with their subjects
 
     @classmethod
     def load(cls, folder: str | None) -> "SchemaRegistry":
@@ -75,6 +89,7 @@ class SchemaRegistry:
             except (OSError, ValueError, TypeError) as exc:
                 problem = f"{exc}"
                 registry.problems.append((path.name, problem))
+                registry.unusable.append(UnusableSchema(path.name, problem, getattr(exc, "patterns", None)))
                 log.error("schema file %s is not usable: %s", path.name, problem)
         return registry
 
@@ -87,16 +102,44 @@ class SchemaRegistry:
                 return schema
         return None
 
+    @property
+    def judges(self) -> bool:
+        """Whether any file was given: a folder of none judges nothing, one whose files could not
+        be loaded judges nothing either, but says so (``unusable_for``)."""
+        return bool(self.schemas or self.unusable)
+
+    def unusable_for(self, subject: str | None) -> str | None:
+        """Why no schema judges a payload of ``subject`` although one may: each file that could not
+        be loaded and covers it, or whose subjects could not be read (it may cover any), named with
+        its reason; None when a usable file covers the subject or no unusable file may.
+
+        "schema file orders.json, which covers its subject, is not usable: not valid JSON (...)"
+        """
+        if not subject or not self.unusable or self.for_subject(subject) is not None:
+            return None
+        told = [f"schema file {u.name}, which {'may cover' if u.patterns is None else 'covers'} its subject, is not "
+                f"usable: {u.problem}" for u in self.unusable
+                if u.patterns is None or any(subject_matches(p, subject) for p in u.patterns)]
+        return "; ".join(told) or None
+
     def validate(self, subject: str | None, payload: bytes) -> ValidationResult:
         """Validate a payload against the schema of its subject."""
         schema = self.for_subject(subject)
         if schema is None:
-            return ValidationResult(None, [])
+            return ValidationResult(None, [], self.unusable_for(subject))
         _, errors = parse_and_validate(payload, schema.validator)
         # A message or path quoting half a UTF-16 pair (a payload's "\ud800") quotes its escape:
         # the page, the database and the audit hold UTF-8 text only.
         return ValidationResult(schema.name, [
             replace(e, path=escape_lone_surrogates(e.path), message=escape_lone_surrogates(e.message)) for e in errors])
+
+
+class _Unusable(ValueError):
+    """A file whose subjects were read but whose schema is not usable: ``patterns`` are its subjects."""
+
+    def __init__(self, message: str, patterns: tuple[str, ...]):
+        super().__init__(message)
+        self.patterns = patterns
 
 
 def _load_schema_file(path: Path) -> SchemaFile:
@@ -119,7 +162,7 @@ def _load_schema_file(path: Path) -> SchemaFile:
     try:
         validator = make_validator(schema)
     except UnresolvableReference as exc:  # what a reference names is in the file or nowhere
-        raise ValueError(str(exc)) from None
+        raise _Unusable(str(exc), tuple(patterns)) from None
     except Exception as exc:  # jsonschema's SchemaError and friends
-        raise ValueError(f"not a valid JSON Schema: {getattr(exc, 'message', exc)}") from None
+        raise _Unusable(f"not a valid JSON Schema: {getattr(exc, 'message', exc)}", tuple(patterns)) from None
     return SchemaFile(name=path.name, patterns=tuple(patterns), schema=schema, validator=validator)

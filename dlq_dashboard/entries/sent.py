@@ -66,6 +66,9 @@ def last_sent(stored: list[dict], shown: list[dict], subject: str | None,
     except RecursionError:
         result.error = "The payload sent nests too deeply to be validated."
         return result
+    if verdict.unusable:  # the file that would judge it could not be loaded
+        result.error = f"Not validated: {verdict.unusable}."
+        return result
     values = seen.get("hidden_values") or ()
     result.schema = verdict.schema
     result.errors = [{**e.to_dict(), "message": Mask.mask_text(e.message, values) if values else e.message}

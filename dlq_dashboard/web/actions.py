@@ -186,7 +186,7 @@ def check_payload(entry: EntryView, text: str, encoding: str) -> dict[str, Any]:
                 "schema": None, "diff": line_diff(base, body), "changed": body != base, "unpacked": unpacked,
                 "lines": []}
     errors = [e.to_dict() for e in verdict.errors]
-    return {"errors": errors, "schema": verdict.schema, "diff": line_diff(base, body),
+    return {"errors": errors, "schema": verdict.schema, "unusable": verdict.unusable, "diff": line_diff(base, body),
             "changed": body != base, "unpacked": unpacked,
             # The editor's lines the errors point at (of the text as typed; none for base64).
             "lines": failing_lines(text, errors) if encoding == "text" else []}

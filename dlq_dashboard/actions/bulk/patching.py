@@ -137,9 +137,11 @@ _one_key_each = one_value_a_key(
 
 def schema_failure(rt: ActionContext, subject: str | None, payload: bytes) -> str | None:
     """Why ``payload`` fails the current schema of ``subject`` (its first error), or None if it passes."""
-    if not rt.schemas.schemas or not subject:
+    if not rt.schemas.judges or not subject:
         return None
     verdict = rt.schemas.validate(subject, payload)
+    if verdict.unusable:
+        return f"After the patch the payload cannot be judged, as the {verdict.unusable}."
     if verdict.valid:
         return None
     first = verdict.errors[0]

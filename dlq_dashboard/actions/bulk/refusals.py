@@ -27,10 +27,16 @@ ONE_ENTRY = "The entry"
 _CHUNK = 500
 
 
-def schema_sentence(schema: str | None, only_valid: bool = False, first: dict | None = None) -> str:
+def schema_sentence(schema: str | None, only_valid: bool = False, first: dict | None = None,
+                    unusable: str | None = None) -> str:
     """Why the job refuses a payload the current schema fails: without the override, or (asked
     for only those that pass) why it leaves it out; ``first``: its first failure, as an item's
-    result names it ({"path", "message"})."""
+    result names it ({"path", "message"}); ``unusable``: why no schema could judge it (the file
+    that would could not be loaded, SchemaRegistry.unusable_for)."""
+    if unusable:
+        if only_valid:
+            return f"Left out: only those that pass were asked for, and the payload cannot be judged, as the {unusable}."
+        return f"Republishing it needs the override: the payload cannot be judged, as the {unusable}."
     name = f"the current schema {schema}" if schema else "the current schema"
     if first is not None:
         name += f" ({first.get('path') or '/'}: {first.get('message', '')})"
@@ -95,17 +101,17 @@ def republish_refusals(rt: ActionContext, ids: Sequence[int], *, bound: int = PR
                 continue
             tally = passed.setdefault(subject_key(rt, row), [0, 0, None])
             verdict = rt.schemas.validate(row.original_subject, judged(row.headers, bytes(row.payload or b""))) \
-                if rt.schemas.schemas else None
+                if rt.schemas.judges else None
             if verdict is not None and not verdict.valid:
                 tally[1] += 1
-                tally[2] = verdict.schema
+                tally[2] = schema_sentence(verdict.schema, only_valid, unusable=verdict.unusable)
             else:
                 tally[0] += 1
     no_stream, note = subjects_without_stream(rt, sorted(passed, key=lambda s: -sum(passed[s][:2])))
     lifted = 0
-    for subject, (valid, invalid, schema) in passed.items():
+    for subject, (valid, invalid, sentence) in passed.items():
         if invalid:
-            reasons[schema_sentence(schema, only_valid)] += invalid
+            reasons[sentence] += invalid
         if subject in no_stream:
             reasons[no_stream[subject]] += valid
             refused_anyway += valid + invalid

@@ -54,9 +54,12 @@ def repair_entry(rt: ActionContext, row, *, name: str | None = None) -> Repair:
         return Repair(CANNOT, payload, reason=refusal)
     if not _get(row, "payload_available"):
         return Repair(CANNOT, payload, reason="The payload is not available (the source stream no longer had it).")
-    schema = rt.schemas.for_subject(_get(row, "original_subject"))
+    subject = _get(row, "original_subject")
+    schema = rt.schemas.for_subject(subject)
     if schema is None:
-        return Repair(CANNOT, payload, reason="No schema covers its subject, so there is nothing to repair by.")
+        unusable = rt.schemas.unusable_for(subject)
+        return Repair(CANNOT, payload, reason=f"There is nothing to repair by: the {unusable}." if unusable else
+                      "No schema covers its subject, so there is nothing to repair by.")
     base, unpacked = edited_from(row)  # gzip bytes no header declares: repaired decompressed
     result = repair_payload(_validators(rt)[id(schema)], base)
     return _decompressed_first(result, payload) if unpacked else result

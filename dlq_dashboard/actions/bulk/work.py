@@ -413,7 +413,7 @@ class JobWork:
                 results[entry_id] = ("skipped", str(exc))
             except SchemaRefused as exc:
                 # Asked for only those that pass: one taken unjudged (jobs.JUDGED_NOW) is left out.
-                results[entry_id] = ("skipped", schema_sentence(exc.schema, True, (exc.errors or [{}])[0])) \
+                results[entry_id] = ("skipped", schema_sentence(exc.schema, True, (exc.errors or [{}])[0], exc.unusable)) \
                     if selection.get("only_valid") and job["action"] == "republish" else ("failed", str(exc))
             except Refused as exc:
                 results[entry_id] = ("failed", str(exc))
