@@ -244,8 +244,11 @@ def _list_fields(name: str, raw: str) -> tuple[tuple[str, str], ...]:
     for item in (i.strip() for i in raw.split(",")):
         if not item:
             continue
-        label, _, pointer = ("", "", item) if item.startswith("/") else item.partition("=")
+        label, equals, pointer = ("", "", item) if item.startswith("/") else item.partition("=")
         label, pointer = label.strip(), pointer.strip()
+        if not item.startswith("/") and not (equals and pointer):  # "order_id", "order_id=": the item quoted
+            lacks = "no JSON Pointer after its '='" if equals else "no '=' and is not a JSON Pointer (they start with '/')"
+            raise ConfigError(f"{name}={raw!r} is not valid: the item {item!r} has {lacks}; write Label=/pointer or /pointer")
         try:
             tokens = parse_pointer(pointer)
         except ValueError:

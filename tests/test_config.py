@@ -177,3 +177,17 @@ def test_retention_is_a_duration_and_zero_keeps_forever():
         load_settings({"DLQ_RETENTION": "abc"})
     assert str(raised.value) == ("DLQ_RETENTION='abc' is not valid: use a duration such as 30d, 12h or 90s, "
                                  "or 0 to keep resolved entries forever")
+
+
+@pytest.mark.parametrize("raw, quoted, lacks", [
+    ("order_id", "'order_id'", "has no '=' and is not a JSON Pointer (they start with '/')"),
+    ("Cust=/customer/id, order_id", "'order_id'", "has no '=' and is not a JSON Pointer (they start with '/')"),
+    ("Cust=", "'Cust='", "has no JSON Pointer after its '='"),
+])
+def test_a_list_field_without_its_pointer_is_quoted_with_what_it_lacks(raw, quoted, lacks):
+    with pytest.raises(ConfigError) as raised:
+        load_settings({"DLQ_LIST_FIELDS": raw})
+    assert str(raised.value) == f"DLQ_LIST_FIELDS={raw!r} is not valid: the item {quoted} {lacks}; write Label=/pointer or /pointer"
+    with pytest.raises(ConfigError) as raised:  # a pointer that is not one is quoted as it was
+        load_settings({"DLQ_LIST_FIELDS": "Cust=bad"})
+    assert "'bad' is not a JSON Pointer to a field" in str(raised.value)
