@@ -12,6 +12,11 @@ find any more. A message NATS cannot delete now (it is down) keeps its entry for
 The rows are checked again under the write lock, so an entry reopened or republished while its
 batch's messages were being deleted is kept, but without its DLQ message (the window is the
 deletes of one batch, milliseconds to a second).
+
+A run holds a lease, ``purge:<its record's id>``, made with its record and renewed as it goes:
+a run killed mid-batch leaves its record unfinished, and the next run, finding no live holder of
+that lease, closes the record and writes the audit record saying the run was interrupted and
+what it had purged.
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ from ..times import format_duration
 from ..db.counts import ARRIVALS, GROUPS, WIDTHS, Change, bucket, count_changes
 from ..db.failing import FailureLog
 from ..db.engine import read_transaction, retried_write, write_transaction
-from ..db.models import Action, Entry, Event, Job, JobItem, Purge, Republish
+from ..db.leases import holder_alive, new_holder
+from ..db.models import Action, Entry, Event, Job, JobItem, Lease, Purge, Republish
 from ..db.rows import UNCACHED, among
 from ..nats.bridge import NatsUnavailable
 from ..nats.streams import NotDeleted, delete_message, stream_epoch
-from ..times import utcnow
+from ..times import format_time, utcnow
 from .bulk.jobs import FINISHED
 from .context import ActionContext
 from .publishing import nats_unreachable, of_source
@@ -48,13 +54,18 @@ from .publishing import nats_unreachable, of_source
 log = logging.getLogger(__name__)
 
 ENTRIES, EVENTS, INTENTS, ITEMS = Entry.__table__, Event.__table__, Republish.__table__, JobItem.__table__
-PURGES, ACTIONS, JOBS = Purge.__table__, Action.__table__, Job.__table__
+PURGES, ACTIONS, JOBS, LEASES = Purge.__table__, Action.__table__, Job.__table__, Lease.__table__
 #: The statuses a purge may remove: resolved ones. Open entries are never purged.
 RESOLVED = ("closed", "republished")
 #: Entries a transaction: small enough that the mirror never waits long for the write lock.
 BATCH = 2000
 #: Stream deletes in flight at once.
 DELETES_IN_FLIGHT = 256
+#: A run's lease (``purge:<id>``) lasts this long unless renewed; a run renews it between its
+#: batches at most every RENEW_EVERY seconds. A run whose lease ran out, or whose process on this
+#: host is gone, cannot still be going: the next run tells it as interrupted.
+RUN_LEASE = 600.0
+RENEW_EVERY = 60.0
 
 
 @dataclass
@@ -122,7 +133,9 @@ def purge_entries(rt: ActionContext, *, older_than: int, actor: str, statuses: t
             report.alerts_removed = forget_sent(conn, cutoff, dry_run=True).count
         return report
 
+    tell_interrupted(rt)
     purge_id: int | None = None
+    holder, renew_at = new_holder(), time.monotonic() + RENEW_EVERY
     epochs: dict[tuple[str, str], str | None] = {}
     for status in statuses:
         after: tuple[datetime, int] | None = None
@@ -138,6 +151,9 @@ def purge_entries(rt: ActionContext, *, older_than: int, actor: str, statuses: t
             if not rows:
                 break
             after = (rows[-1].updated_at, rows[-1].id)
+            if purge_id is not None and time.monotonic() >= renew_at:
+                _renew(rt, purge_id, holder)
+                renew_at = time.monotonic() + RENEW_EVERY
             kept, deleted, reason = delete_messages(rt, [r for r in rows if r.dlq_stream and r.dlq_seq], epochs)
             report.messages_deleted += deleted
             if kept:
@@ -145,16 +161,16 @@ def purge_entries(rt: ActionContext, *, older_than: int, actor: str, statuses: t
                 report.deferred_reason = reason
             ids = [r.id for r in rows if r.id not in kept]
             if ids:
-                purge_id = _remove(rt, ids, status, cutoff, purge_id, actor, older_than, deleted, len(kept), report)
+                purge_id = _remove(rt, ids, status, cutoff, purge_id, actor, older_than, deleted, len(kept), report,
+                                   holder)
     if not stopping():
         with write_transaction(rt.engine) as conn:
             forgotten = forget_sent(conn, cutoff)
             report.alerts_removed = forgotten.count
             if forgotten.failed_attempts:  # still counted by /metrics (a counter never goes down)
                 if purge_id is None:
-                    purge_id = conn.execute(insert(PURGES).values(
-                        started_at=utcnow(), actor=actor, older_than=older_than,
-                        alert_attempts=forgotten.failed_attempts).returning(PURGES.c.id)).scalar_one()
+                    purge_id = _open_record(conn, holder, actor=actor, older_than=older_than,
+                                            alert_attempts=forgotten.failed_attempts)
                 else:
                     conn.execute(update(PURGES).where(PURGES.c.id == purge_id).values(
                         alert_attempts=PURGES.c.alert_attempts + forgotten.failed_attempts))
@@ -227,17 +243,17 @@ def _delete_in(rt: ActionContext, source: str, rows: list,
 
 
 def _remove(rt: ActionContext, ids: list[int], status: str, cutoff: datetime, purge_id: int | None, actor: str,
-            older_than: int, deleted: int, deferred: int, report: PurgeReport) -> int | None:
+            older_than: int, deleted: int, deferred: int, report: PurgeReport, holder: str) -> int | None:
     """Delete the entries among ``ids`` that still qualify, with everything that is theirs alone,
     and take them out of the kept counts, in one transaction."""
     purge_id, removed = retried_write(rt.engine, lambda conn: _remove_in(conn, ids, status, cutoff, purge_id, actor,
-                                                                         older_than, deleted, deferred))
+                                                                         older_than, deleted, deferred, holder))
     report.purged[status] += removed
     return purge_id
 
 
 def _remove_in(conn: Connection, ids: list[int], status: str, cutoff: datetime, purge_id: int | None, actor: str,
-               older_than: int, deleted: int, deferred: int) -> tuple[int | None, int]:
+               older_than: int, deleted: int, deferred: int, holder: str) -> tuple[int | None, int]:
     # Run again if PostgreSQL aborts it as a deadlock's victim: the stream messages were deleted
     # before, so nothing but rows is done again. Its locks are taken in the order a bulk job's
     # recording takes them (entries, failure_groups by id, arrivals, jobs), so the two do not
@@ -268,8 +284,7 @@ def _remove_in(conn: Connection, ids: list[int], status: str, cutoff: datetime, 
               "closed": len(rows) if status == "closed" else 0,
               "messages_deleted": deleted, "deferred": deferred}
     if purge_id is None and (rows or deleted or deferred):
-        purge_id = conn.execute(insert(PURGES).values(started_at=utcnow(), actor=actor, older_than=older_than,
-                                                      **counts).returning(PURGES.c.id)).scalar_one()
+        purge_id = _open_record(conn, holder, actor=actor, older_than=older_than, **counts)
     elif purge_id is not None:
         conn.execute(update(PURGES).where(PURGES.c.id == purge_id).values(
             **{name: PURGES.c[name] + n for name, n in counts.items()}))
@@ -325,11 +340,68 @@ def _drop_empty_buckets(conn: Connection, rows: list) -> None:
                                         ARRIVALS.c.count == 0))
 
 
+def _lease(purge_id: int) -> str:
+    return f"purge:{purge_id}"
+
+
+def _open_record(conn: Connection, holder: str, **values) -> int:
+    """The run's record, with its lease in the same transaction: no record is seen without it."""
+    purge_id = conn.execute(insert(PURGES).values(started_at=utcnow(), **values).returning(PURGES.c.id)).scalar_one()
+    conn.execute(insert(LEASES).values(name=_lease(purge_id), holder=holder,
+                                       expires_at=utcnow() + timedelta(seconds=RUN_LEASE)))
+    return purge_id
+
+
+def _renew(rt: ActionContext, purge_id: int, holder: str) -> None:
+    with write_transaction(rt.engine) as conn:
+        conn.execute(update(LEASES).where(LEASES.c.name == _lease(purge_id), LEASES.c.holder == holder)
+                     .values(expires_at=utcnow() + timedelta(seconds=RUN_LEASE)))
+
+
+def tell_interrupted(rt: ActionContext) -> list[int]:
+    """Close the record of every earlier run that cannot still be going (its lease gone or run
+    out, or its process on this host gone: killed mid-batch), each with an audit record saying it
+    was interrupted and what it had purged; the ids of those closed. A record is closed once:
+    two runs starting together tell it once (the update's WHERE is the compare-and-swap)."""
+    now = utcnow()
+    told: list[int] = []
+    with write_transaction(rt.engine) as conn:
+        rows = conn.execute(select(PURGES).where(PURGES.c.finished_at.is_(None)).order_by(PURGES.c.id)).all()
+        if not rows:
+            return told
+        leases = {r.name: r for r in conn.execute(select(LEASES.c.name, LEASES.c.holder, LEASES.c.expires_at)
+                                                  .where(LEASES.c.name.in_([_lease(r.id) for r in rows])))}
+        for row in rows:
+            lease = leases.get(_lease(row.id))
+            if lease is not None and lease.expires_at > now and holder_alive(lease.holder):
+                continue  # still going
+            closed = conn.execute(update(PURGES).where(PURGES.c.id == row.id, PURGES.c.finished_at.is_(None))
+                                  .values(finished_at=now))
+            conn.execute(delete(LEASES).where(LEASES.c.name == _lease(row.id)))
+            if closed.rowcount != 1:
+                continue
+            total = (row.republished or 0) + (row.closed or 0)
+            conn.execute(insert(ACTIONS).values(
+                entry_id=None, action="purge", actor=row.actor, at=now,
+                note=(f"{total} resolved entries older than {format_duration(row.older_than)} purged by a run "
+                      f"started {format_time(row.started_at)} that was interrupted before it finished"),
+                detail=json.dumps({"purge": row.id, "interrupted": True, "started_at": format_time(row.started_at),
+                                   "older_than": format_duration(row.older_than),
+                                   "purged": {"closed": row.closed or 0, "republished": row.republished or 0},
+                                   "total": total, "messages_deleted": row.messages_deleted or 0,
+                                   "deferred": row.deferred or 0})))
+            told.append(row.id)
+            log.warning("the retention purge run %s (started %s by %s) was interrupted before it finished; "
+                        "%s entries had been purged", row.id, format_time(row.started_at), row.actor, total)
+    return told
+
+
 def _finish(rt: ActionContext, purge_id: int, actor: str, report: PurgeReport) -> None:
-    """Close the purge's record and write its audit record (one for the whole run)."""
+    """Close the purge's record, give its lease up and write its audit record (one for the whole run)."""
     now = utcnow()
     with write_transaction(rt.engine) as conn:
         conn.execute(update(PURGES).where(PURGES.c.id == purge_id).values(finished_at=now))
+        conn.execute(delete(LEASES).where(LEASES.c.name == _lease(purge_id)))
         if report.total:
             conn.execute(insert(ACTIONS).values(
                 entry_id=None, action="purge", actor=actor, at=now,
