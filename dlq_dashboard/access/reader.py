@@ -7,7 +7,7 @@ from typing import Mapping
 
 from ..masking import Mask
 from ..scopes import RANK as _RANK
-from ..scopes import Grant, Scope, scopes_for
+from ..scopes import Grant, Scope, pattern_within, scopes_for
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,20 @@ class Reader:
     def may(self, role: str) -> bool:
         """True when this reader's role is ``role`` or above it."""
         return _RANK[self.role] >= _RANK[role]
+
+    def sees_all_of(self, other: "Reader") -> bool:
+        """Whether this reader sees everything ``other`` sees: no mask where ``other`` has none, and
+        each of ``other``'s scopes inside one of this reader's (a streamed export asks it of its
+        caller as the caller is now, against the reader it began as)."""
+        if self.mask is not None and other.mask is None:
+            return False
+        mine, theirs = self.reads, other.reads
+        if mine is None:
+            return True
+        if theirs is None:
+            return False
+        return all(any(m.source in (None, t.source) and pattern_within(t.pattern, m.pattern) for m in mine)
+                   for t in theirs)
 
     @property
     def masked(self) -> bool:

@@ -13,6 +13,7 @@ from flask import Blueprint, current_app, g, jsonify, redirect, render_template,
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 from werkzeug.exceptions import HTTPException
 
+from ..access.reader import Reader
 from ..accounts import ROLES, end_session, find_token, get_user, load_session_user, start_session, verify_password
 from ..actors import ANONYMOUS
 from ..db.liveness import UNREACHABLE, describe, is_unavailable, sentence
@@ -154,6 +155,41 @@ def current_identity() -> Identity | None:
                             grants=current_user.grants)
     g.identity = identity
     return identity
+
+
+def reading_check(reader: Reader) -> Callable[[], str | None]:
+    """For an answer still being sent after its view returned (a streamed export): a function
+    that asks again, as the caller's next request would be asked (their token, session or
+    proxy's user looked up anew, one query), whether they may still read what ``reader`` (this
+    request's) reads. It returns None while they may, else the sentence why not: the token
+    revoked or deleted, the session ended (signed out, the password changed, the user disabled
+    or their sessions ended), or a role or scopes narrowed so they would see less."""
+    identity, engine, rt = current_identity(), current_runtime().engine, current_runtime()
+    if identity is None:
+        return lambda: None
+    if identity.via == "token":
+        token = bearer_token()
+        look, gone = functools.partial(find_token, engine, token), \
+            "the API token was revoked or deleted, or its user disabled"
+    elif identity.via == "proxy":
+        def look():
+            user = get_user(engine, identity.name)
+            return None if user is None or user.disabled else user
+        gone = "the user was disabled or deleted"
+    else:
+        look = functools.partial(load_session_user, engine, current_user.session_key,
+                                 hours=rt.settings.session_hours)
+        gone = "the session ended (signed out, the password changed, or the user disabled)"
+
+    def why_not() -> str | None:
+        now = look()
+        if now is None:
+            return gone
+        if not Reader.of(now.role, rt.mask, now.grants).sees_all_of(reader):
+            return f"{identity.name} may read less now (their role or scopes were narrowed)"
+        return None
+
+    return why_not
 
 
 def wants_a_session() -> bool:

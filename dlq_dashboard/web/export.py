@@ -2,6 +2,12 @@
 
 The rows come from ``Store.iter_entries`` (keyset batches), are encoded one at a time and
 leave in chunks of about 64 KiB, so an export of any size needs the memory of one batch.
+
+An export goes on after its request was let in, so between its chunks, at most once every
+CHECK_SECONDS, it asks whether its caller may still read what it streams (auth.reading_check:
+a token revoked, a session ended, a role or scopes narrowed); when not, it stops: an NDJSON
+export's last line is ``{"error": "..."}``, and the connection is cut without the chunked
+body's end, so the client sees an incomplete transfer rather than a complete-looking file.
 """
 
 from __future__ import annotations
@@ -9,7 +15,9 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import logging
 import re
+import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator
 
@@ -23,12 +31,15 @@ from ..numbers import whole_number
 from ..access import visible
 from ..access.reader import Reader
 from . import current_runtime
-from .auth import requires
+from .auth import reading_check, requires
 from .data import current_reader, list_fields, request_filter
 
 bp = Blueprint("export", __name__)
+log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 64 * 1024
+#: The most seconds between two asks of whether an export's caller may still read it.
+CHECK_SECONDS = 1.0
 MEDIA_TYPES = {
     "json": "application/json",
     "ndjson": "application/x-ndjson",
@@ -95,6 +106,31 @@ def _chunks(pieces: Iterable[bytes]) -> Iterator[bytes]:
         yield b"".join(buffer)
 
 
+class ExportStopped(Exception):
+    """An export's caller may no longer read what it streams: raised between two chunks, so the
+    server cuts the connection before the body's end."""
+
+
+def while_allowed(chunks: Iterable[bytes], fmt: str, why_not: Callable[[], str | None],
+                  every: float | None = None) -> Iterator[bytes]:
+    """``chunks``, asking ``why_not`` before each but the first, at most once every ``every``
+    seconds (CHECK_SECONDS); when it gives a reason, nothing more of the export is sent: an
+    NDJSON export gets ``{"error": ...}`` as its last line, and ExportStopped ends the body."""
+    every = CHECK_SECONDS if every is None else every
+    asked = time.monotonic()
+    for i, chunk in enumerate(chunks):
+        if i and time.monotonic() - asked >= every:
+            why = why_not()
+            asked = time.monotonic()
+            if why:
+                message = f"The export stopped: {why}."
+                log.warning("%s: %s", request.path, message)
+                if fmt == "ndjson":
+                    yield orjson.dumps({"error": message}, option=orjson.OPT_APPEND_NEWLINE)
+                raise ExportStopped(message)
+        yield chunk
+
+
 def json_pieces(entries: Iterable[EntryView]) -> Iterator[bytes]:
     """A JSON array written element by element, never held whole."""
     dumps = orjson.dumps
@@ -159,7 +195,9 @@ def export_body(args, fmt: str, reader: Reader) -> tuple[EntryFilter, Iterator[b
 def export_response(fmt: str) -> Response:
     """Stream every entry under the request's filters in ``fmt``."""
     # A failing query is an error status rather than a 200 that breaks off (export_body).
-    flt, body = export_body(request.args, fmt, current_reader())
+    reader = current_reader()
+    flt, body = export_body(request.args, fmt, reader)
+    body = while_allowed(body, fmt, reading_check(reader))
     response = Response(stream_with_context(body), content_type=MEDIA_TYPES[fmt])
     response.headers["Content-Disposition"] = f'attachment; filename="{export_filename(flt, fmt)}"'
     response.headers["Cache-Control"] = "no-store"
