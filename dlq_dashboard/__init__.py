@@ -52,7 +52,11 @@ def create_app(config: dict[str, Any] | None = None):
     from .web.responses import bearer_token, htmx
 
     class IdConverter(IntegerConverter):
-        """``<int:...>`` bounded to what the database stores: a larger id is a 404, not a 500."""
+        """``<int:...>`` bounded to what the database stores: a larger id is a 404, not a 500; and
+        of ASCII digits only, as numbers.py reads a query's and a body's: Werkzeug's ``\\d+``
+        also matches other scripts' digits (``/api/entries/１２`` reached entry 12), a 404 here."""
+
+        regex = "[0-9]+"
 
         def __init__(self, url_map, *args, **kwargs):
             kwargs.setdefault("max", 2**63 - 1)
