@@ -16,6 +16,11 @@ class InvalidRequest(DashboardError, ValueError):
     """A parameter that does not parse or is out of bounds."""
 
 
+class UnsupportedBody(InvalidRequest):
+    """A request body sent as a media type the request does not read (only application/json, in
+    UTF-8): answered 415."""
+
+
 class NotFound(DashboardError, LookupError):
     """The thing asked for does not exist (an unknown entry or job id)."""
 

@@ -445,7 +445,7 @@ def test_a_body_not_sent_as_json_is_not_read_as_json(app, rt, nats_server, token
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [VALID])
     response = app.test_client().post(f"/api/entries/{entry_id}/close", data=b'{"version": 1}',
                                       headers={**support.bearer(tokens["operator"]), "Content-Type": "text/plain"})
-    assert response.status_code == 400 and "Content-Type: application/json" in response.get_json()["error"]
+    assert response.status_code == 415 and "Content-Type: application/json" in response.get_json()["error"]
     assert tuple(entry_row(rt, entry_id)) == ("open", 1)
 
 

@@ -37,6 +37,7 @@ from ..errors import (
     NotFound,
     NotSaved,
     RequestRefused,
+    UnsupportedBody,
 )
 from . import current_runtime
 from .auth import identity_unknown
@@ -49,7 +50,7 @@ DATABASE_RETRY_AFTER = 2
 
 # The first class an error is an instance of decides; DashboardError itself is a 400.
 STATUSES: tuple[tuple[type[DashboardError], int], ...] = (
-    (NotFound, 404), (InvalidRequest, 400), (Conflict, 409), (Refused, 422), (NatsDown, 503),
+    (NotFound, 404), (UnsupportedBody, 415), (InvalidRequest, 400), (Conflict, 409), (Refused, 422), (NatsDown, 503),
     (DatabaseUnavailable, 503), (Forbidden, 403), (NotSaved, 409), (ForeignSite, 403), (RequestRefused, 400),
     (DashboardError, 400),
 )

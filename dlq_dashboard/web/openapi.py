@@ -249,6 +249,8 @@ _ERROR_TEXT = {
     404: "No such entry, job or failure group.",
     409: "The version sent is stale, or the entry's status does not allow the action.",
     413: "The body is larger than the dashboard takes (16 MB); nothing was done.",
+    415: ("The body is not sent as Content-Type: application/json (in UTF-8: no charset, or charset=utf-8); "
+          "nothing was done."),
     422: "The request is well-formed but cannot be carried out (e.g. no subject to republish to).",
     503: ("NATS or the database cannot be reached now, or the database did not answer in time; nothing was "
           "changed. For the database, Retry-After says when to ask again."),

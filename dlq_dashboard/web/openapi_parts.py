@@ -22,10 +22,11 @@ def errors(*codes: int) -> dict:
 
 
 def general_answers(operation: dict, *, from_memory: bool) -> dict:
-    """``operation`` with the answers its route can give whatever it does: 413 where it takes a
-    body (one over the limit), 503 where it asks the database (an outage, or a statement that did
-    not finish in time: docs/deploy.md); a route that answers from memory never meets the database."""
-    more = {**(errors(413) if "requestBody" in operation else {}), **({} if from_memory else errors(503))}
+    """``operation`` with the answers its route can give whatever it does: 413 and 415 where it
+    takes a body (one over the limit, one not sent as application/json), 503 where it asks the
+    database (an outage, or a statement that did not finish in time: docs/deploy.md); a route
+    that answers from memory never meets the database."""
+    more = {**(errors(413, 415) if "requestBody" in operation else {}), **({} if from_memory else errors(503))}
     if set(more) <= set(operation["responses"]):
         return operation
     return {**operation, "responses": dict(sorted({**more, **operation["responses"]}.items()))}

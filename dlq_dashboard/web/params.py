@@ -16,6 +16,7 @@ import binascii
 import difflib
 import json
 import re
+import sys
 from typing import Any, Iterable, Mapping
 from urllib.parse import unquote_to_bytes
 
@@ -26,7 +27,7 @@ from dlq_consumer.validation import one_value_a_key
 from ..actions.triage import STATE_FIELDS
 from ..entries.filters import FILTERS, FilterError, filter_of
 from ..entries.triage import GroupStateFilter
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, UnsupportedBody
 from ..flags import flag
 from ..numbers import VERSION_MAX, whole_number
 from .data import list_fields
@@ -191,8 +192,7 @@ def json_body(*fields: str) -> dict:
     API takes is refused, not left out: a typo ("paylod_base64", "nte") would otherwise republish
     the original payload, or close an entry without its note. One that another request takes
     ("version" sent to /api/bulk: one body for several requests) is left out, as before."""
-    if not request.is_json:  # a form a browser posts cross-site is never read as JSON
-        raise InvalidRequest("Send a JSON object as the request body (Content-Type: application/json).")
+    _check_media_type()
     body = _read_json(request.get_data(cache=True))
     if not isinstance(body, dict):
         raise InvalidRequest("Send a JSON object as the request body.")
@@ -200,6 +200,20 @@ def json_body(*fields: str) -> dict:
     if unknown:
         raise InvalidRequest(f"{unknown[0][:60]!r} is not a field of this request: use {', '.join(fields)}.")
     return body
+
+
+def _check_media_type() -> None:
+    """UnsupportedBody (a 415) unless the body is sent as ``application/json``, with no charset
+    or UTF-8's (RFC 8259: JSON is UTF-8). A form a browser posts cross-site is never read as JSON,
+    nor a body of another JSON type (application/merge-patch+json: not what the request takes)
+    or of another charset (latin-1's bytes would be read as UTF-8's)."""
+    if request.mimetype != "application/json":
+        sent = f" (it is sent as {request.mimetype[:60]!r})" if request.mimetype else ""
+        raise UnsupportedBody(f"Send a JSON object as the request body (Content-Type: application/json){sent}.")
+    charset = request.mimetype_params.get("charset")
+    if charset is not None and charset.strip().lower() not in ("utf-8", "utf8"):
+        raise UnsupportedBody(f"The request body is sent in charset {charset[:40]!r}: JSON is read as UTF-8 only; "
+                              "send it as UTF-8 (Content-Type: application/json, or charset=utf-8).")
 
 
 #: How deep a request's JSON may nest: every body the API takes is a few levels deep (a patch's
@@ -216,6 +230,21 @@ class _NamedTwice(Exception):
         self.name = name
 
 
+class _TooManyDigits(Exception):
+    pass
+
+
+#: The most digits an integer of a body may have: Python's own bound on reading one
+#: (sys.get_int_max_str_digits), past which int() refuses it; the JSON itself is valid.
+_DIGITS_MAX = sys.get_int_max_str_digits() or 4300
+
+
+def _whole_number(text: str) -> int:
+    if len(text) - text.startswith("-") > _DIGITS_MAX:
+        raise _TooManyDigits
+    return int(text)
+
+
 # A name given twice ({"note": "a", "note": "b"}): JSON leaves which counts to the reader.
 _once_each = one_value_a_key(_NamedTwice)
 
@@ -227,7 +256,7 @@ def _read_json(data: bytes) -> Any:
     if not data.strip():
         raise InvalidRequest("Send a JSON object as the request body (it is empty).")
     try:
-        body = json.loads(data.decode("utf-8"), object_pairs_hook=_once_each)
+        body = json.loads(data.decode("utf-8"), object_pairs_hook=_once_each, parse_int=_whole_number)
     except _NamedTwice as twice:
         raise InvalidRequest(f"The request body names {twice.name[:60]!r} twice in one object: send each once "
                              "(which one would count is not said by JSON).") from None
@@ -235,6 +264,9 @@ def _read_json(data: bytes) -> Any:
         raise InvalidRequest(f"The request body is not UTF-8 (byte {bad.start:,} is not): send JSON.") from None
     except RecursionError:
         raise InvalidRequest(f"The request body nests deeper than {BODY_DEPTH} levels.") from None
+    except _TooManyDigits:
+        raise InvalidRequest(f"A number in the request body has more than {_DIGITS_MAX:,} digits, more than "
+                             "is read.") from None
     except ValueError as exc:
         raise InvalidRequest(f"The request body is not JSON: {exc}.") from None
     # A NUL is refused in text a database stores (PostgreSQL refuses it: a 500); a patch's values
