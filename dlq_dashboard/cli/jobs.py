@@ -10,6 +10,7 @@ says what it would take, as a page's preview does, and makes nothing.
 
 from __future__ import annotations
 
+import shlex
 import time
 from contextlib import nullcontext
 
@@ -24,6 +25,8 @@ from ..actions.bulk.listing import JOB_STATES, JOBS_LIMIT, JOBS_MAX
 from ..actions.bulk.refusals import republish_refusals
 from ..db.leases import held
 from ..db.models import ITEM_STATES
+from ..entries.fields import FIELD_PREFIX
+from ..entries.filters import blank_filters
 from ..ingest.mirror import LEASE_NAME
 from ..errors import InvalidRequest
 from ..runtime import runtime_of
@@ -105,10 +108,23 @@ def _selection(ids: tuple[int, ...], options: dict) -> dict:
     filters = _args(options)
     if ids and filters:
         raise InvalidRequest("Choose the entries either by --id or by filters, not both.")
-    if not ids and not filters:  # as POST /api/bulk: an empty filter would take every open entry
-        raise InvalidRequest("Choose the entries by --id or by at least one filter (--status open for every "
+    # As POST /api/bulk: no filter, or only blank ones (--subject "", as an unset variable gives
+    # it), would take every open entry.
+    blank = None if ids else blank_filters(filters)
+    if blank is not None:
+        given = " and ".join(_as_option(name, value) for name, value in blank.items())
+        said = f": {given} {'is' if len(blank) == 1 else 'are'} blank, which is no filter and would take every " \
+               "open entry" if blank else ""
+        raise InvalidRequest(f"Choose the entries by --id or by at least one filter{said} (--status open for every "
                              "open entry).")
     return {"ids": list(ids)} if ids else {"filter_args": filters}
+
+
+def _as_option(name: str, value: str) -> str:
+    """A filter's parameter and value as its option is written (``--field Customer=``)."""
+    if name.startswith(FIELD_PREFIX):
+        return f"--field {shlex.quote(name[len(FIELD_PREFIX):] + '=' + value)}"
+    return f"--{name.replace('_', '-')} {shlex.quote(value)}"
 
 
 @jobs.command("start")

@@ -195,6 +195,10 @@ class ListFilter:
         raw = _clean(args.get(self.name))
         return {self.name: None if raw is None else self.parse(raw)}
 
+    def blank(self, raw: object) -> bool:
+        """Whether ``raw`` gives this filter no value: missing, '' or spaces (no filter)."""
+        return _clean(raw) is None
+
     def write(self, flt: "EntryFilter") -> dict[str, str]:
         """The query arguments that give ``flt``'s value of this filter back (none without one)."""
         value = getattr(flt, self.name)
@@ -382,6 +386,30 @@ FILTERS: tuple[ListFilter, ...] = (
 def filter_of(param: str) -> ListFilter | None:
     """The declaration whose parameter ``param`` is (``field.<label>`` for every label), or None."""
     return next((declared for declared in FILTERS if declared.takes(param)), None)
+
+
+def blank_filters(args: Mapping[str, Any]) -> dict[str, str] | None:
+    """The filters ``args`` give a blank value (ListFilter.blank), when none has a value (None when
+    one has; {} when none is given): as a list's empty inputs, no filter. A bulk selection by them
+    would take every open entry; nothing_named says why it is refused."""
+    blank = {}
+    for name, value in args.items():
+        declared = filter_of(str(name))
+        if declared is not None and not declared.blank(value):  # paging (limit, cursor) aside
+            return None
+        if declared is not None:
+            blank[str(name)] = "" if value is None else str(value)
+    return blank
+
+
+def nothing_named(args: Mapping[str, Any]) -> str | None:
+    """A request's 400 for a bulk selection by ``args`` that names no filter (blank_filters)."""
+    blank = blank_filters(args)
+    if blank is None:
+        return None
+    given = f" ({', '.join(f'{k} {v!r}' for k, v in blank.items())}: blank, which is no filter)" if blank else ""
+    return (f"filter names no filter{given}, so it would take every open entry: name at least one "
+            "(e.g. {\"status\": \"open\"} for every open entry, {\"subject\": \"orders.*\"}).")
 
 
 @dataclass(frozen=True)

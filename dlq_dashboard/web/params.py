@@ -25,7 +25,7 @@ from flask import Flask, request
 from dlq_consumer.validation import one_value_a_key
 
 from ..actions.triage import STATE_FIELDS
-from ..entries.filters import FILTERS, FilterError, filter_of
+from ..entries.filters import FILTERS, FilterError, filter_of, nothing_named
 from ..entries.triage import GroupStateFilter
 from ..errors import InvalidRequest, UnsupportedBody
 from ..flags import flag
@@ -320,10 +320,10 @@ def bulk_selection(source: dict) -> dict[str, Any]:
                  "upto": whole_number(upto, "upto", what="the newest entry id the preview showed")
                  if upto not in (None, "") else None}
     # The pages offer "everything matching these filters" only while a filter is set; an empty
-    # one (a script's filter built from nothing) would take every open entry without a word.
-    if selection["filter_args"] == {} and ids is None:
-        raise InvalidRequest("filter names no filter, so it would take every open entry: name at least one "
-                             "(e.g. {\"status\": \"open\"} for every open entry, {\"subject\": \"orders.*\"}).")
+    # one (a script's filter built from nothing, or of blank values: {"subject": ""}, as an unset
+    # variable writes it) would take every open entry without a word.
+    if selection["filter_args"] is not None and ids is None and (why := nothing_named(selection["filter_args"])):
+        raise InvalidRequest(why)
     return selection
 
 

@@ -27,7 +27,7 @@ from ...db.engine import write_transaction
 from ...db.models import Action, Entry, Job, JobItem, Republish
 from ...db.rows import insert_rows
 from ...entries.fields import key_fields
-from ...entries.filters import EntryFilter, FilterError, encode_cursor
+from ...entries.filters import EntryFilter, FilterError, encode_cursor, nothing_named
 from ...entries.scoping import jobs_within, scope_condition
 from ...entries.source_names import filter_sources
 from ...errors import Forbidden, InvalidRequest, JobNotFound
@@ -164,6 +164,8 @@ def select_items(rt: ActionContext, *, ids=None, filter_args: dict | None = None
     _check_action(action)  # a preview of "republsh" said it would close them
     if (ids is None) == (filter_args is None):
         raise JobError("Choose the entries either by ids or by filter.")
+    if filter_args is not None and (why := nothing_named(filter_args)):
+        raise JobError(why)  # every open entry, by a filter that names none (web/params.py bulk_selection)
     if only_valid and action == "reopen":
         raise JobError(REOPEN_JUDGES_NOTHING)
     summary: dict[str, Any] = {"only_valid": only_valid}
