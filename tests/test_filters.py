@@ -42,7 +42,12 @@ def test_a_filter_reads_its_parameter_writes_it_back_and_adds_sql(declared):
     assert flt.to_args() == {param: value} and flt.filtered
     conditions = flt.conditions(create_engine("sqlite://"))
     assert conditions and str(select(Entry.id).where(and_(*conditions)))
-    assert EntryFilter.from_args({param: "  "}, key_fields=KEY_FIELDS) == EntryFilter()  # blank is no filter
+    assert EntryFilter.from_args({param: ""}, key_fields=KEY_FIELDS) == EntryFilter()  # empty is no filter
+    spaces = EntryFilter.from_args({param: "  "}, key_fields=KEY_FIELDS)
+    if declared.family:  # a key field's value is matched as given: spaces are a value
+        assert spaces.to_args() == {param: "  "} and declared.blank("") and not declared.blank("  ")
+    else:  # the others' values are trimmed: spaces are no filter
+        assert spaces == EntryFilter() and declared.blank("  ")
 
 
 @pytest.mark.parametrize("declared", DECLARED)

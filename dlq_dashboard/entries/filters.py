@@ -96,10 +96,6 @@ def _clean(raw: object) -> str | None:
     return raw.strip() if isinstance(raw, str) and raw.strip() else None
 
 
-def _as_given(raw: str) -> str:
-    return raw
-
-
 def _status(raw: str) -> str | None:
     if raw == "any":  # what the status select calls no status filter
         return None
@@ -169,7 +165,7 @@ class ListFilter:
 
     name: str
     description: str
-    parse: Callable[[str], Any] = _as_given
+    parse: Callable[[str], Any] = str  # as given
     where: Callable[[Engine, Any], list] = lambda engine, value: []
     on_groups: Callable[[Any], list] | None = None
     kept: bool = False
@@ -287,7 +283,7 @@ _SOURCE_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456
 
 class KeyFieldFilters(ListFilter):
     """``field.<label>=<value>``: one filter for each key field (DLQ_LIST_FIELDS, given as
-    ``key_fields``), each keeping the entries whose payload has exactly that value there."""
+    ``key_fields``), each keeping the entries whose payload has exactly that value there (untrimmed)."""
 
     family = True
 
@@ -304,10 +300,16 @@ class KeyFieldFilters(ListFilter):
             label = name[len(FIELD_PREFIX):]
             if label not in by_label:
                 raise _not_a_key_field(name, by_label)
-            value = _clean(args.get(name))
-            if value:  # an empty one is no filter
+            value = args.get(name)
+            if value:  # matched exactly as given (" C-9" is not "C-9"): only an empty one is no filter
                 found.append((by_label[label], value))
         return {"field_values": tuple(found)}
+
+    def blank(self, raw: object) -> bool:
+        return raw is None or raw == ""  # spaces are a value here
+
+    def selection_words(self, param: str, value: str, labels: Mapping[int, str]) -> str:
+        return f"{param}={value!r}" if value != value.strip() else f"{param}={value}"  # its spaces seen
 
     def write(self, flt: "EntryFilter") -> dict[str, str]:
         return {f.param: value for f, value in flt.field_values}
@@ -393,12 +395,10 @@ def blank_filters(args: Mapping[str, Any]) -> dict[str, str] | None:
     one has; {} when none is given): as a list's empty inputs, no filter. A bulk selection by them
     would take every open entry; nothing_named says why it is refused."""
     blank = {}
-    for name, value in args.items():
-        declared = filter_of(str(name))
-        if declared is not None and not declared.blank(value):  # paging (limit, cursor) aside
+    for name, value in ((str(k), v) for k, v in args.items() if filter_of(str(k))):  # paging (limit, cursor) aside
+        if not filter_of(name).blank(value):
             return None
-        if declared is not None:
-            blank[str(name)] = "" if value is None else str(value)
+        blank[name] = "" if value is None else str(value)
     return blank
 
 
