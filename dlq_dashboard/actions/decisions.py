@@ -185,6 +185,11 @@ def republish_refusal(entry: Mapping | EntryView, *, payload: bytes | None = Non
     who = name or f"Entry {entry_id}"
     if status and _field(entry, "status") not in REPUBLISHABLE:
         return _status_sentence(entry_id, _field(entry, "status"), name)
+    if payload is not None and not payload:
+        # An editor emptied, an API client's "" (a script's encoding of nothing): never a fix. The
+        # command line says it of an empty --payload-file too (exit 2); a patch or a repair is JSON.
+        return (f"The edited payload of {f'{name[0].lower()}{name[1:]}' if name else f'entry {entry_id}'} is empty; "
+                "nothing was republished. Send the payload to republish, or none to republish the original.")
     subject = _field(entry, "original_subject")
     if not subject:
         return f"{who} has no {contract.ORIGINAL_SUBJECT}, so there is nowhere to republish it."

@@ -240,7 +240,8 @@ def republish(entry_id: int, version: int | None, payload_file, force: bool, aga
     rt = runtime_of(current_app)
     payload = payload_file.read() if payload_file is not None else None
     if payload == b"":
-        # `jq ... | flask entries republish N --payload-file -` with jq failing reads nothing.
+        # `jq ... | flask entries republish N --payload-file -` with jq failing reads nothing: refused as
+        # republish_entry would (actions/decisions.py), before NATS is asked, as bad input (exit 2).
         name = getattr(payload_file, "name", "<stdin>")
         raise CommandError(f"--payload-file {name} is empty; nothing was republished.", BAD_INPUT)
     seen = _version(entry_id, version, again=again)

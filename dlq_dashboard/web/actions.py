@@ -127,6 +127,8 @@ def _still_json(base: bytes, body: bytes) -> None:
     """An edit of a JSON payload that no longer parses is a slip of the keyboard, not a fix: the
     consumer would fail it at once (the schema override is for values a schema refuses, not
     for a syntax error). InvalidRequest, the form again with where it stops."""
+    if not body:
+        return  # emptied: refused as an empty payload (decisions.republish_refusal), not as "not JSON"
     try:
         read_json(base)  # the reader of the schema's verdict: NaN, 1e400 or UTF-16 are not JSON
     except (ValueError, RecursionError):
