@@ -77,7 +77,7 @@ def test_the_command_line_with_status_any_republishes_the_open_entry_only(app, r
     runner = app.test_cli_runner()
     dry = runner.invoke(args=["jobs", "start", "republish", "--status", "any", "--subject", SUBJECT, "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert re.search(r"^Would republish 1 entr", dry.output, re.M), dry.output
+    assert re.search(r"^Would republish 1 entry:", dry.output, re.M), dry.output
     assert "1 open" in dry.output and "closed" not in dry.output and "republished" not in dry.output
     ran = runner.invoke(args=["jobs", "start", "republish", "--status", "any", "--subject", SUBJECT, "--wait"])
     assert ran.exit_code == 0, ran.output

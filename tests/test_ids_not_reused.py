@@ -47,7 +47,7 @@ def test_a_dead_letter_after_a_purge_of_the_newest_entry_gets_a_new_id_and_is_se
     close_entry(rt, second, 1, actor="alice", note="handled by hand")
     resolved_long_ago(rt.engine, second)
     purged = cli.invoke(args=["purge", "--older-than", "1h"])
-    assert purged.exit_code == 0 and "Purged 1 entries" in purged.output, purged.output
+    assert purged.exit_code == 0 and "Purged 1 entry resolved" in purged.output, purged.output
 
     [new] = support.dead_letter_orders(app, nats_server.url, [b'{"word": "zebra"}'])
 

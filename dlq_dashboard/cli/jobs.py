@@ -222,7 +222,7 @@ def _dry_run(rt, action: str, selection: dict, only_valid: bool) -> None:
     if not items:
         raise CommandError(str(NothingMatches()), FAILED)
     upto = "up to " if summary.get("unjudged") else ""
-    click.echo(f"Would {action} {upto}{len(items):,} entries"
+    click.echo(f"Would {action} {upto}{len(items):,} {'entry' if len(items) == 1 else 'entries'}"
                + (f" ({summary['missing']:,} of the ids not found)" if summary.get("missing") else "") + ":")
     for status, n in summary["by_status"].items():
         click.echo(f"  {n:,} {status}")

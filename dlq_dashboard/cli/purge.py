@@ -48,7 +48,7 @@ def purge(older_than: str | None, statuses: tuple[str, ...], dry_run: bool) -> N
     age = format_duration(seconds)
     if dry_run:
         report = purge_entries(rt, older_than=seconds, statuses=chosen, actor=cli_actor(), dry_run=True)
-        click.echo(f"Would purge {report.total} entries resolved more than {age} ago: {_by_status(report)}; "
+        click.echo(f"Would purge {_entries(report.total)} resolved more than {age} ago: {_by_status(report)}; "
                    f"{report.with_messages} of them have a DLQ stream message to delete. Nothing was changed.")
         return
     # NATS only for what has a DLQ stream message to delete: a purge of nothing (or of entries
@@ -63,7 +63,7 @@ def purge(older_than: str | None, statuses: tuple[str, ...], dry_run: bool) -> N
         except DBAPIError as exc:  # one line, not a traceback: the batches before it stay purged
             raise CommandError(f"the purge stopped: the database refused it ({scrub(str(exc.orig))}); the batches "
                                "purged before it stay purged, the rest is kept for the next purge") from None
-    click.echo(f"Purged {report.total} entries resolved more than {age} ago: {_by_status(report)}; "
+    click.echo(f"Purged {_entries(report.total)} resolved more than {age} ago: {_by_status(report)}; "
                f"deleted {report.messages_deleted} DLQ stream messages.")
     if report.deferred:
         click.echo(f"Kept {report.deferred} entries for the next purge: {report.deferred_reason}.", err=True)
@@ -71,3 +71,7 @@ def purge(older_than: str | None, statuses: tuple[str, ...], dry_run: bool) -> N
 
 def _by_status(report) -> str:
     return ", ".join(f"{report.purged.get(s, 0)} {s}" for s in report.statuses)
+
+
+def _entries(n: int) -> str:
+    return f"{n} {'entry' if n == 1 else 'entries'}"
