@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 from dlq_dashboard.access import visible
 from dlq_dashboard.access.reader import Reader
+from dlq_dashboard.access.unread import GONE, TOO_MANY
 from dlq_dashboard.entries.fields import key_fields
 from dlq_dashboard.entries.groups import Group
 from dlq_dashboard.entries.view import EntryView
@@ -33,7 +34,7 @@ def _entry(entry_id: int = 7, **changes) -> EntryView:
 
 
 class FakeStore:
-    """The two lookups the layer makes of the store for jobs, the audit and groups."""
+    """The lookups the layer makes of the store for jobs, the audit and groups (none purged)."""
 
     def __init__(self, *entries: EntryView, groups: dict | None = None, jobs: dict | None = None):
         self.entries = {e.id: e for e in entries}
@@ -48,6 +49,12 @@ class FakeStore:
 
     def newest_of_groups(self, ids):
         return {i: self.groups[i] for i in ids if i in self.groups}
+
+    def job_sizes(self, ids):
+        return {j: (len(self.jobs[j]), False) for j in ids if j in self.jobs}
+
+    def group_sizes(self, ids):
+        return {g: (1, False) for g in ids if g in self.groups}
 
 
 def test_only_a_viewer_reads_through_the_mask():
@@ -106,7 +113,7 @@ def test_a_job_items_result_is_masked_with_its_entrys_values_and_the_patchs():
     before = copy.deepcopy(status)
     shown = visible.job(VIEWER, FakeStore(_entry()), status, FIELDS)
     assert shown["items"][0]["result"] == f"not found in {{'email': '{MASKED}', 'was': '{MASKED}', 'card': '{MASKED}'}}"
-    assert shown["items"][1]["result"] == f"{MASKED} is gone"  # entry 9 purged: the patch's values still
+    assert shown["items"][1]["result"] == GONE  # entry 9 purged: nothing tells what the text quotes
     assert shown["patch"][0]["value"] == MASKED and status == before
 
 
@@ -127,3 +134,13 @@ def test_a_groups_text_is_masked_with_its_newest_entrys_values_in_a_copy():
     group = Group(1, "orders.created", "fatal", f"no account for {EMAIL}", 1, None, None)
     shown = visible.groups(VIEWER, FakeStore(groups={1: _entry()}), [group])
     assert shown[0].key == f"no account for {MASKED}" and group.key == f"no account for {EMAIL}"
+
+
+def test_a_note_about_more_entries_than_are_looked_at_is_hidden_from_a_viewer_with_why():
+    """A job's note is masked with the values of its first 200 entries: one of 201 may quote the
+    201st's, so a viewer reads why it is hidden instead; an operator reads it."""
+    job = {"id": 3, "note": f"asked by {EMAIL}", "patch": None, "selection_text": "201 selected entries",
+           "selection": {"ids": 201}}
+    store = FakeStore(_entry(), jobs={3: [7] * 201})
+    assert visible.jobs(VIEWER, store, [job], FIELDS)[0]["note"] == TOO_MANY
+    assert visible.jobs(Reader.of("operator", MASK), store, [job], FIELDS)[0]["note"] == job["note"]

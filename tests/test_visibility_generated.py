@@ -1,6 +1,7 @@
 """What a viewer may see, generated over every channel: a database holding masked values in every
 place one can hide (payload, headers, error, schema errors, a close note, a patch's values, job
-results, a republish and its replay, a job's filters and search, the alerts' bodies), then every
+results, a republish and its replay, a job's filters and search, the alerts' bodies, and the
+audit record, note and group of an entry the retention purge removed), then every
 GET route of the app's url_map, the exports, the alert bodies and the command line's reading
 commands, as a viewer: no byte a viewer gets holds one of the values (in any case, JSON-, HTML-,
 URL- or base64-encoded). A route or a command added later is walked too, or fails here."""
@@ -16,9 +17,12 @@ import re
 from urllib.parse import unquote_plus, urlencode
 
 import pytest
-from sqlalchemy import select
+from datetime import timedelta
+
+from sqlalchemy import select, update
 
 from dlq_dashboard.accounts import create_token
+from dlq_dashboard.actions.purge import purge_entries
 from dlq_dashboard.alerts.outbox import AlertRule
 from dlq_dashboard.db.models import Alert, Entry
 from dlq_dashboard.entries.saved_views import save_view, share_view
@@ -95,12 +99,19 @@ def world(app, nats_server):
     # Entry 9's payload is not UTF-8: hidden whole, though a database reads its JSON.
     latin = dataclasses.replace(_message(9, schema=False, Dlq_Error=f"rejected by {HEADER} gateway"),
                                 data=b'{"order_id": "order-9", "note": "caf\xe9"}')
+    # Entry 10 is closed with a note and purged at the end: its audit record, its group's text and
+    # notes stay, and no entry is left to mask them with. Nothing else selects it (no email).
+    purged = dataclasses.replace(_message(10, schema=False, Dlq_Error=f"card {CARD} refused at {HEADER}"),
+                                 data=json.dumps({"order_id": 10, "card": CARD}).encode())
     ingest_dlq_batch(rt.engine, "DLQ", "e1", [*(_message(seq) for seq in (1, 2, 3, 4)),
                                               _message(6, schema=False, Dlq_Error=f"rejected by {HEADER} gateway"),
-                                              zipped, repeated, latin],
+                                              zipped, repeated, latin, purged],
                      alerts=rule)
     ids = _ids_by_seq(rt.engine)
     operator, auth = app.test_client(), support.bearer(create_token(rt.engine, "world-operator", "operator"))
+    answer = operator.post(f"/api/entries/{ids[10]}/close", json={"version": 1, "note": f"{CARD} is {HEADER}'s"},
+                           headers=auth)
+    assert answer.status_code == 200, answer.get_data(as_text=True)
     # A forced republish of entry 2 (the schema refuses the card), and the message it became
     # failing again: a replay whose error quotes the email.
     answer = operator.post(f"/api/entries/{ids[2]}/republish", json={"version": 1, "force": True},
@@ -143,8 +154,13 @@ def world(app, nats_server):
     for name, query in (("by search", f"q={EMAIL}"), ("by key field", f"field.Email={EMAIL}")):
         share_view(rt.engine, save_view(rt.engine, "world-admin", name, "list", urlencode(dict([query.split("=")])),
                                         utcnow()).id, True)
+    # Entry 10, resolved two days ago, goes in a purge of what was resolved more than a day ago.
+    with rt.engine.begin() as conn:
+        conn.execute(update(Entry).where(Entry.id == ids[10]).values(updated_at=utcnow() - timedelta(days=2)))
+    assert purge_entries(rt, older_than=86400, actor="world").total == 1
     # A list row's actions (/entries/<id>/row/<action>): the confirmation of each.
-    return {"entry_id": sorted(ids.values()), "job_id": jobs, "group_id": groups, "action": ["republish", "close"]}
+    return {"entry_id": sorted(i for seq, i in ids.items() if seq != 10), "job_id": jobs, "group_id": groups,
+            "action": ["republish", "close"], "purged_id": [ids[10]]}
 
 
 def _ids_by_seq(engine) -> dict[int, int]:
@@ -197,7 +213,8 @@ def urls(rule, world) -> list[str]:
 def variants(world) -> list[dict]:
     """The query strings each URL is read with: none, and the narrowings the pages' links use."""
     found = [{}, {"status": ""}, {"state": "failed"}, {"fold": "0"}]
-    found += [{"job": job} for job in world["job_id"]] + [{"entry": e} for e in world["entry_id"]]
+    found += [{"job": job} for job in world["job_id"]]
+    found += [{"entry": e} for e in world["entry_id"] + world["purged_id"]]
     return found
 
 

@@ -8,6 +8,7 @@ the command line) read through these and nothing else, so the rule is written on
 - an entry: its masked fields, and the values they held wherever its own texts quote them;
 - a republish it sent, and an entry its republish became (a replay): masked as the entry;
 - a failure group: its text with what the mask hides in its newest entry;
+- a text whose entries are gone or too many to look at: hidden with a sentence (unread.py);
 - a job: its selection (a key-field filter's value, and the words of a search, which name what
   it looked for), a patch's values for a masked field, and each item's result, masked with the
   values hidden in that item's entry and in the patch;
@@ -51,6 +52,7 @@ from ..entries.view import EntryView, Page
 from ..errors import EntryNotFound, Forbidden
 from ..masking import MASKED, Mask
 from ..scopes import Scope, pattern_within
+from . import unread
 from .reader import Reader
 
 JOBS = Job.__table__
@@ -249,7 +251,9 @@ def groups(reader: Reader, store: Store, found: list[Group] | None) -> list[Grou
     if not reader.mask or not found:
         return found
     newest = store.newest_of_groups([g.id for g in found])
-    return [replace(g, key=reader.mask.group_key(g.key, newest.get(g.id))) for g in found]
+    # A group with no entry left (purged): nothing tells what its text quotes.
+    return [replace(g, key=reader.mask.group_key(g.key, newest[g.id]) if g.id in newest else unread.GROUP_GONE)
+            for g in found]
 
 
 def group_of(reader: Reader, store: Store, seen: EntryView) -> dict | None:
@@ -303,6 +307,9 @@ def group_activity(reader: Reader, store: Store, group_id: int, limit: int = 200
     found = triage.activity(store.engine, group_id, limit)
     if not reader.mask or not found:
         return found
+    why = unread.groups_unread(store, [group_id]).get(group_id)
+    if why:
+        return [unread.hidden(a, why) for a in found]
     values = group_values(reader, store, group_id)
     return [{**a, **reader.mask.texts({"text": a["text"], "detail": a["detail"]}, values)} for a in found]
 
@@ -351,28 +358,18 @@ def jobs(reader: Reader, store: Store, found: list[dict], fields: tuple[KeyField
     """Jobs (actions/bulk/listing.py job_summary) as the reader sees them: for a viewer the
     selection as ``selection`` shows it, and in words without a group's label (a group's label is
     its entries' error, which may quote a masked value: the group's id instead); its note with
-    the values the mask hides in its patch and in its entries (job_values)."""
+    the values the mask hides in its patch and in its entries (unread.job_values: hidden with why where they cannot all be read)."""
     if not reader.mask:
         return found
-    shown, quoted = [], job_values(reader, store, [job["id"] for job in found if job.get("note")])
+    shown = []
+    quoted, why = unread.job_values(reader.mask, store, [job["id"] for job in found if job.get("note")])
     for job in found:
         chosen = selection(reader, job["selection"], fields)
+        note = why.get(job["id"]) or reader.mask.mask_text(
+            job.get("note"), reader.mask.patch_values(job.get("patch")) + quoted.get(job["id"], ()))
         shown.append({**job, "selection": chosen, "patch": chosen.get("patch"),
-                      "selection_text": describe_selection(chosen),
-                      "note": reader.mask.mask_text(job.get("note"), reader.mask.patch_values(job.get("patch"))
-                                                    + quoted.get(job["id"], ()))})
+                      "selection_text": describe_selection(chosen), "note": note})
     return shown
-
-
-def job_values(reader: Reader, store: Store, job_ids: list[int]) -> dict[int, tuple[str, ...]]:
-    """What the reader's mask hides in each job's entries (its first NOTE_MASK_SCAN, by id): what
-    the note written with it, which each entry keeps as its own, may quote."""
-    if not reader.mask or not job_ids:
-        return {}
-    taken = store.job_entry_ids(job_ids, triage.NOTE_MASK_SCAN)
-    stored = store.entries_by_id(itertools.chain.from_iterable(taken.values()))
-    return {job_id: tuple(v for entry_id in ids if entry_id in stored for v in reader.mask.values_of(stored[entry_id]))
-            for job_id, ids in taken.items()}
 
 
 def job(reader: Reader, store: Store, status: dict, fields: tuple[KeyField, ...] = ()) -> dict:
@@ -391,7 +388,9 @@ def job(reader: Reader, store: Store, status: dict, fields: tuple[KeyField, ...]
                                                  (t["entry_id"] for t in texts)))
 
     def masked(text: str | None, entry_id: int) -> str | None:
-        return reader.mask.mask_text(text, _values_of(reader.mask, stored.get(entry_id), patched))
+        if entry_id not in stored:  # purged: nothing tells what the text quotes
+            return unread.GONE if text else text
+        return reader.mask.mask_text(text, reader.mask.values_of(stored[entry_id]) + patched)
 
     if items:
         shown["items"] = [{**item, "result": masked(item.get("result"), item["entry_id"])} for item in items]
@@ -408,26 +407,27 @@ def audit(reader: Reader, store: Store, found: dict, fields: tuple[KeyField, ...
     if not mask:
         return found
     stored = store.entries_by_id(r["entry_id"] for r in found["actions"] if r.get("entry_id"))
-    of_groups = {g: group_values(reader, store, g) for g in {_group_of_record(r) for r in found["actions"]} if g}
+    named = {g for g in map(_group_of_record, found["actions"]) if g}
+    unread_groups = unread.groups_unread(store, named)
+    of_groups = {g: group_values(reader, store, g) for g in named - set(unread_groups)}
     # A job's own record (no entry): its note, with what the mask hides in the job's entries.
-    of_jobs = job_values(reader, store, [r["job_id"] for r in found["actions"]
-                                         if r.get("job_id") and not r.get("entry_id") and r.get("note")])
+    of_jobs, unread_jobs = unread.job_values(mask, store, [r["job_id"] for r in found["actions"] if r.get("job_id")
+                                                           and not r.get("entry_id") and r.get("note")])
     records = []
     for record in found["actions"]:
-        detail = record.get("detail")
-        values = _values_of(mask, stored.get(record.get("entry_id")),
-                            mask.patch_values(detail.get("patch")) if isinstance(detail, dict) else ())
+        detail, entry_id = record.get("detail"), record.get("entry_id")
+        why = (unread.GONE if entry_id and entry_id not in stored
+               else unread_groups.get(_group_of_record(record)) or (None if entry_id else unread_jobs.get(record.get("job_id"))))
+        values = mask.patch_values(detail.get("patch")) if isinstance(detail, dict) else ()
+        values += mask.values_of(stored[entry_id]) if entry_id in stored else ()
         values += of_groups.get(_group_of_record(record), ()) + of_jobs.get(record.get("job_id"), ())
         shown = mask.texts({k: v for k, v in record.items() if k in ("note", "error", "detail")}, values)
+        if why:
+            shown = unread.hidden({k: v for k, v in {**record, **shown}.items() if k in ("note", "error", "detail")}, why)
         if isinstance(shown.get("detail"), dict):
             shown["detail"] = selection(reader, shown["detail"], fields)
         records.append({**record, **shown})
     return {**found, "actions": records}
-
-
-def _values_of(mask: Mask, stored: EntryView | None, also: tuple[str, ...]) -> tuple[str, ...]:
-    """What ``mask`` hides in an entry (as stored; None: purged), and ``also``."""
-    return (mask.values_of(stored) if stored is not None else ()) + also
 
 
 def _group_of_record(record: dict) -> int | None:

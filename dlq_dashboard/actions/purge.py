@@ -40,9 +40,10 @@ from ..alerts.outbox import forget_sent
 from ..times import format_duration
 from ..db.counts import ARRIVALS, GROUPS, WIDTHS, Change, bucket, count_changes
 from ..db.failing import FailureLog
+from ..db.triage import record_activity
 from ..db.engine import read_transaction, retried_write, write_transaction
 from ..db.leases import holder_alive, new_holder
-from ..db.models import Action, Entry, Event, Job, JobItem, Lease, Purge, Republish
+from ..db.models import Action, Entry, Event, GroupActivity, Job, JobItem, Lease, Purge, Republish
 from ..db.rows import UNCACHED, among
 from ..nats.bridge import NatsUnavailable
 from ..nats.streams import NotDeleted, delete_message, stream_epoch
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 
 ENTRIES, EVENTS, INTENTS, ITEMS = Entry.__table__, Event.__table__, Republish.__table__, JobItem.__table__
 PURGES, ACTIONS, JOBS, LEASES = Purge.__table__, Action.__table__, Job.__table__, Lease.__table__
+ACTIVITY = GroupActivity.__table__
 #: The statuses a purge may remove: resolved ones. Open entries are never purged.
 RESOLVED = ("closed", "republished")
 #: Entries a transaction: small enough that the mirror never waits long for the write lock.
@@ -288,7 +290,26 @@ def _remove_in(conn: Connection, ids: list[int], status: str, cutoff: datetime, 
     elif purge_id is not None:
         conn.execute(update(PURGES).where(PURGES.c.id == purge_id).values(
             **{name: PURGES.c[name] + n for name, n in counts.items()}))
+    if rows:
+        _tell_groups(conn, purge_id, Counter(r.group_id for r in rows if r.group_id is not None))
     return purge_id, len(rows)
+
+
+def _tell_groups(conn: Connection, purge_id: int, removed: Counter) -> None:
+    """Count the entries removed from each group in its activity, one row a group a purge (kind
+    "purge", detail {"purge", "entries"}): the group's page says so, and a masked viewer's
+    reading of its notes knows that entries they may quote are gone (access/unread.py)."""
+    for group_id, n in sorted(removed.items()):
+        row = conn.execute(select(ACTIVITY.c.id, ACTIVITY.c.detail).where(
+            ACTIVITY.c.group_id == group_id, ACTIVITY.c.kind == "purge",
+            ACTIVITY.c.detail.like(f'{{"purge": {purge_id},%')).limit(1)).first()
+        if row is None:
+            record_activity(conn, [{"group_id": group_id, "at": utcnow(), "actor": RETENTION, "kind": "purge",
+                                    "detail": {"purge": purge_id, "entries": n}}])
+        else:
+            n += json.loads(row.detail).get("entries", 0)
+            conn.execute(update(ACTIVITY).where(ACTIVITY.c.id == row.id).values(
+                detail=json.dumps({"purge": purge_id, "entries": n})))
 
 
 def _job_counts(conn: Connection, gone: list[int]) -> dict[int, Counter]:

@@ -84,6 +84,8 @@ def show_group(group_id: int, as_json: bool, as_role: str, scopes: tuple[str, ..
         what = a["kind"] + (f" {a['state']}" if a.get("state") else "")
         if a["kind"] == "alert":
             what += f" {a['detail'].get('event')}"
+        elif a["kind"] == "purge":
+            what += f": {a['detail'].get('entries')} removed by the retention purge"
         click.echo(f"{'activity:':<14}{a['at']} {a['actor']}: {what}" + (f": {a['text']}" if a.get("text") else ""))
 
 

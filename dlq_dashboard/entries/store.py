@@ -23,6 +23,7 @@ from .fields import KeyField, field_expression, shown_value, stored_lookup
 from . import replays
 from .filters import DEFAULT_LIMIT, EntryFilter, FilterError, decode_cursor, encode_cursor, scope_condition
 from .search import FTS, fts_match, newest_matches
+from .sizes import Sizes
 from .windows import window_ids
 from ..masking import Mask
 from .view import EntryView, Page
@@ -72,7 +73,7 @@ def _prefix_columns(size: int) -> list:
 
 
 @dataclass
-class Store:
+class Store(Sizes):
     """Read queries over the database; writes live with the code that owns them."""
 
     engine: Engine
