@@ -3,7 +3,8 @@ attempts, last error, next try and target, and "send again" for one that failed.
 
 A target is shown without its ``user:password@`` and its query (a webhook's secret often rides in
 either); the error text is scrubbed the same way. Sending again only makes the row due now: the
-sender (sender.py) sends it as stored, with the same event id and body, and the audit says who asked.
+sender (sender.py) sends it as stored, with the same event id and body (its key masked again if
+DLQ_MASK now hides more of it: outbox.masked_body), and the audit says who asked.
 """
 
 from __future__ import annotations

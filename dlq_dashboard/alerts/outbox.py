@@ -193,20 +193,51 @@ def _shown_keys(conn: Connection, rule: AlertRule, groups: dict) -> dict[int, st
         return {}
     shown = {}
     for group_id, group in groups.items():
-        newest = conn.execute(select(ENTRIES.c.payload, ENTRIES.c.payload_available, ENTRIES.c.headers)
-                              .where(ENTRIES.c.group_id == group_id).order_by(ENTRIES.c.id.desc()).limit(1)).first()
-        if newest is None:
-            continue
-        try:
-            headers = loads_shown(newest.headers or "{}")
-        except ValueError:
-            headers = {}
+        values = _newest_values(conn, mask, group_id)
         # As visible.groups shows a group to a viewer (Mask.group_key's rule), from the columns.
-        key = mask.mask_text(group.key, mask.values_in(bytes(newest.payload or b""), newest.payload_available,
-                                                       headers))
+        key = mask.mask_text(group.key, values) if values is not None else group.key
         if key != group.key:
             shown[group_id] = key
     return shown
+
+
+def _newest_values(conn: Connection, mask: Mask, group_id: int) -> tuple[str, ...] | None:
+    """What ``mask`` hides in the group's newest entry (None: the group has none)."""
+    newest = conn.execute(select(ENTRIES.c.payload, ENTRIES.c.payload_available, ENTRIES.c.headers)
+                          .where(ENTRIES.c.group_id == group_id).order_by(ENTRIES.c.id.desc()).limit(1)).first()
+    if newest is None:
+        return None
+    try:
+        headers = loads_shown(newest.headers or "{}")
+    except ValueError:
+        headers = {}
+    return mask.values_in(bytes(newest.payload or b""), newest.payload_available, headers)
+
+
+def masked_body(conn: Connection, items: tuple[str, ...], body: str, group_id: int) -> str:
+    """An alert's stored body as it may be sent under DLQ_MASK's ``items`` now: with what they hide
+    in the group's newest entry hidden in ``group.key`` and in the key ``text`` quotes, as
+    _shown_keys hides it when the alert is raised. A body raised under this mask is returned as it
+    is (the same text: sent byte for byte); one raised before DLQ_MASK named a field its key
+    quotes is made again with the value hidden (alerts/sender.py stores it, so every later
+    attempt sends that). A body no release wrote, or a group with no entry left, is as stored."""
+    mask = _mask_of(items) if items else None
+    if not mask:
+        return body
+    try:
+        alert = json.loads(body)
+    except ValueError:
+        return body
+    group = alert.get("group") if isinstance(alert, dict) else None
+    key = group.get("key") if isinstance(group, dict) else None
+    values = _newest_values(conn, mask, group_id) if isinstance(key, str) else None
+    shown = mask.mask_text(key, values) if values else key
+    if not values or shown == key:
+        return body
+    alert["group"] = {**group, "key": shown}
+    if isinstance(alert.get("text"), str):
+        alert["text"] = alert["text"].replace(f'"{_quoted(key)}"', f'"{_quoted(shown)}"')
+    return json.dumps(alert, ensure_ascii=False, separators=(",", ":"))
 
 
 def _spikes(conn: Connection, rule: AlertRule, arrived: dict[int, int], now: datetime) -> dict[int, int]:
@@ -280,8 +311,7 @@ def alert_text(event: str, group, count: int, recent: int | None, rule: AlertRul
     where = f"{group.subject or '(no subject)'}, {group.reason or '(no reason)'}"
     if rule.name_sources:  # with several sources the same failure may burn in two: say which
         where += f" (source {group.source})"
-    key = key or group.key
-    key = key if len(key) <= _TEXT_KEY else key[:_TEXT_KEY - 1] + "…"
+    key = _cut(key or group.key)
     if event == NEW:
         line = f"New failure group on {where}: \"{key}\" ({count} {_entries(count)} so far)"
     elif event == REGRESSED:
@@ -295,8 +325,21 @@ def alert_text(event: str, group, count: int, recent: int | None, rule: AlertRul
                 f"(threshold {rule.threshold}): \"{key}\"")
     if rule.public_url:
         line += f" {rule.group_url(group.id)}"
+    return _escaped(line)
+
+
+def _cut(key: str) -> str:
+    return key if len(key) <= _TEXT_KEY else key[:_TEXT_KEY - 1] + "…"
+
+
+def _escaped(text: str) -> str:
     # Slack reads <, > and & as markup (Mattermost's Markdown decodes the same entities back).
-    return line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _quoted(key: str) -> str:
+    """A group's key as alert_text quotes it."""
+    return _escaped(_cut(key))
 
 
 def _entries(n: int | None) -> str:

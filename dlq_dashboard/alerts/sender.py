@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from types import SimpleNamespace
 from datetime import datetime, timedelta
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -37,7 +38,7 @@ from ..db.leases import acquire_lease, new_holder, release_lease
 from ..db.models import Alert, Purge
 from ..times import as_time, utcnow
 from .mail import alert_message, send_message
-from .outbox import MAILTO
+from .outbox import MAILTO, masked_body
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ class AlertSender:
     """Sends due alerts every ``alert_poll`` seconds while this process holds the alerts lease."""
 
     def __init__(self, engine: Engine, settings: Settings, *, longest_retry: float = 600.0):
-        self.engine, self.secret = engine, settings.webhook_secret
+        self.engine, self.secret, self.mask = engine, settings.webhook_secret, tuple(settings.mask)
         self.smtp, self.mail_from = settings.smtp, settings.mail_from
         self.poll, self.timeout = settings.alert_poll, settings.alert_timeout
         self.first_retry, self.longest_retry = settings.alert_first_retry, longest_retry
@@ -210,7 +211,7 @@ class AlertSender:
         while not self._stop.is_set() and self._hold_lease():
             with read_transaction(self.engine) as conn:
                 due = conn.execute(select(ALERTS.c.id, ALERTS.c.event_id, ALERTS.c.url, ALERTS.c.body,
-                                          ALERTS.c.attempts)
+                                          ALERTS.c.attempts, ALERTS.c.group_id)
                                    .where(ALERTS.c.sent_at.is_(None), ALERTS.c.next_attempt_at <= utcnow())
                                    .order_by(ALERTS.c.next_attempt_at, ALERTS.c.id).limit(BATCH)).all()
             if not due:
@@ -218,10 +219,26 @@ class AlertSender:
             for row in due:
                 if self._stop.is_set() or not self._hold_lease():
                     return delivered
+                row = self._as_masked(row)
                 error = self._deliver(row)
                 self._record(row, error)
                 delivered += error is None
         return delivered
+
+    def _as_masked(self, row):
+        """The row with its body as DLQ_MASK now lets it be sent (outbox.masked_body): a body queued
+        before the mask named a field its group's key quotes is made again with the value hidden,
+        and stored so, so that every later attempt sends the same bytes."""
+        if not self.mask:
+            return row
+        with read_transaction(self.engine) as conn:
+            body = masked_body(conn, self.mask, row.body, row.group_id)
+        if body == row.body:
+            return row
+        with write_transaction(self.engine) as conn:
+            conn.execute(update(ALERTS).where(ALERTS.c.id == row.id, ALERTS.c.body == row.body, ALERTS.c.sent_at.is_(None))
+                         .values(body=body))
+        return SimpleNamespace(**{**row._asdict(), "body": body})
 
     def _deliver(self, row) -> str | None:
         """Send one outbox row: mail a ``mailto:`` target, POST to any other."""
