@@ -26,7 +26,7 @@ from ..actions.bulk.refusals import republish_refusals
 from ..db.leases import held
 from ..db.models import ITEM_STATES
 from ..entries.fields import FIELD_PREFIX
-from ..entries.filters import blank_filters
+from ..entries.blanks import blank_filters
 from ..ingest.mirror import LEASE_NAME
 from ..errors import InvalidRequest
 from ..runtime import runtime_of

@@ -174,10 +174,9 @@ class Store(Sizes):
         if not flt.field_values:
             return None
         for i, (key_field, value) in enumerate(flt.field_values):
-            lookup = stored_lookup(conn, key_field, value)
-            if lookup is not None and flt.hidden_payloads:  # the entries' own column: the query joins them
-                lookup = and_(lookup, ENTRIES.c.payload_opaque == false())
-            if lookup is not None:
+            if (lookup := stored_lookup(conn, key_field, value)) is not None:
+                if flt.hidden_payloads:  # the entries' own column: the query joins them
+                    lookup = and_(lookup, ENTRIES.c.payload_opaque == false())
                 return lookup, replace(flt, field_values=flt.field_values[:i] + flt.field_values[i + 1:])
         return None
 

@@ -25,7 +25,8 @@ from flask import Flask, request
 from dlq_consumer.validation import one_value_a_key
 
 from ..actions.triage import STATE_FIELDS
-from ..entries.filters import FILTERS, FilterError, filter_of, nothing_named
+from ..entries.blanks import nothing_named
+from ..entries.filters import FILTERS, FilterError, filter_of
 from ..entries.triage import GroupStateFilter
 from ..errors import InvalidRequest, UnsupportedBody
 from ..flags import flag

@@ -27,7 +27,8 @@ from ...db.engine import write_transaction
 from ...db.models import Action, Entry, Job, JobItem, Republish
 from ...db.rows import insert_rows
 from ...entries.fields import key_fields
-from ...entries.filters import EntryFilter, FilterError, encode_cursor, nothing_named
+from ...entries.blanks import nothing_named
+from ...entries.filters import EntryFilter, FilterError, encode_cursor
 from ...entries.scoping import jobs_within, scope_condition
 from ...entries.source_names import filter_sources
 from ...errors import Forbidden, InvalidRequest, JobNotFound
