@@ -82,7 +82,7 @@ def one_round(folder: Path, entries: int, revision: str, damaged: bool) -> tuple
             conn.exec_driver_sql(f"VACUUM INTO '{folder / 'copy.sqlite3'}'")
 
     baseline = timed(copy)
-    upgrade = timed(lambda: migrate(engine, "head"))
+    upgrade = timed(lambda: migrate(engine, revision))  # that revision alone
     engine.dispose()
     return size, baseline, upgrade
 
