@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from concurrent.futures import Future
+from multiprocessing.reduction import ForkingPickler
 
 import pytest
 from sqlalchemy import select
@@ -190,3 +192,46 @@ def test_the_writer_process_runs_at_a_lower_cpu_priority_than_the_dashboard(engi
         assert os.getpriority(os.PRIO_PROCESS, writer._proc.pid) == expected > os.getpriority(os.PRIO_PROCESS, 0)
     finally:
         writer.close()
+
+
+def test_the_reply_reader_ends_quietly_when_the_writer_is_closed_between_two_of_its_reads(engine, database_url,
+                                                                                           monkeypatch):
+    """close() closed the pipe under the reply reader: a read begun just after it raised a
+    TypeError in the reader's thread (the connection's handle gone), once in a few thousand
+    closes. The reader is held, here, between its reads until close() has returned."""
+    from dlq_dashboard.ingest import writer as writer_module
+
+    raised: list[BaseException] = []
+    monkeypatch.setattr("threading.excepthook", lambda args: raised.append(args.exc_value))
+    writer = WriterProcess(database_url)
+    real_pipe = writer_module._context().Pipe
+
+    class HeldAfterReady:
+        def __init__(self, conn):
+            self.conn, self.reads = conn, 0
+
+        def recv(self):
+            self.reads += 1
+            if self.reads == 1:  # the "ready" reply
+                return self.conn.recv()
+            # Connection.recv's own steps, close() returning between its check and its read.
+            self.conn._check_closed()
+            support.wait_for(lambda: writer._conn is None, timeout=30, message="close() to return")
+            return ForkingPickler.loads(self.conn._recv_bytes().getbuffer())
+
+        def __getattr__(self, name):
+            return getattr(self.conn, name)
+
+    context = writer_module._context()
+
+    def pipe():
+        ours, theirs = real_pipe()
+        return HeldAfterReady(ours), theirs
+
+    monkeypatch.setattr(context, "Pipe", pipe)
+    writer.ensure_running()
+    support.wait_for(lambda: writer.ready, timeout=30, message="the writer to start")
+    reader = next(t for t in threading.enumerate() if t.name == "mirror-writer-replies")
+    writer.close()
+    reader.join(timeout=30)
+    assert not reader.is_alive() and raised == []

@@ -151,6 +151,7 @@ class WriterProcess:
             try:
                 status, value = conn.recv()
             except (EOFError, OSError):
+                conn.close()  # closed here only: closed under a read, the read raised a TypeError
                 ended.set()
                 with self._lock:
                     if pending is self._pending:
@@ -189,8 +190,8 @@ class WriterProcess:
             if self._proc.is_alive():
                 self._proc.kill()
                 self._proc.join(timeout)
-        if self._conn is not None:
-            self._conn.close()  # the reply reader sees the end and fails what is left
+        # The process has ended: the reply reader reads the pipe's end, fails what is left and
+        # closes its side of the pipe.
         self._proc, self._conn = None, None
 
 
