@@ -9,7 +9,7 @@ import nats.js.errors
 import pytest
 from sqlalchemy import func, select
 
-from dlq_dashboard.actions import recovery
+from dlq_dashboard.actions import publishing, recovery
 from dlq_dashboard.actions.bulk import jobs, work
 from dlq_dashboard.db.models import Republish
 
@@ -28,8 +28,7 @@ def test_a_republish_answered_by_no_responders_while_its_stream_exists_waits_for
     support.make_orders_stream(nats_server.url)
     [entry_id] = support.dead_letter_orders(app, nats_server.url, [b'{"order_id": "o-1"}'])
     rt.jobs.stop()  # no recovery pass meanwhile: this test's completes it
-    js = rt.bridge.js
-    real, answered = js.publish, []
+    real, answered = publishing.publish_acked, []
 
     async def no_responders_once(*args, **kwargs):
         if not answered:
@@ -37,7 +36,7 @@ def test_a_republish_answered_by_no_responders_while_its_stream_exists_waits_for
             raise nats.js.errors.NoStreamResponseError
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(js, "publish", no_responders_once)
+    monkeypatch.setattr(publishing, "publish_acked", no_responders_once)
     response = app.test_client().post(f"/api/entries/{entry_id}/republish", json={"version": 1},
                                       headers=support.bearer(tokens["operator"]))
     assert response.status_code == 503, response.get_json()

@@ -26,7 +26,7 @@ from ..unpacking import GZIP_BYTES, GZIP_MAGIC, compression_of, decompressed_who
 from .context import ActionContext
 from .errors import AlreadyRepublished, Conflict, InFlight, Refused, SchemaRefused
 from .intents import INTENTS, Intent, Published, entry_ref, republish_headers, republish_msg_id
-from .publishing import nats_unreachable, not_configured, subject_refusal
+from .publishing import nats_unreachable, no_stream_refusal, not_configured, of_source, subject_refusal
 
 ENTRIES = Entry.__table__
 #: The statuses an entry can be republished from (a closed one is reopened first).
@@ -303,6 +303,9 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
                     subject=subject, payload=body, headers=headers, edited=body != original, actor=actor,
                     job_id=job_id, created_at=now or utcnow(), forced=not verdict.valid,
                     source=source)
+    missing = no_stream_refusal(rt, intent)  # a core subscriber would take it, and no stream answer
+    if missing:
+        raise Refused(of_source(rt, source, missing), entry_id=entry_id)
     return ("retry" if existing else "new"), intent
 
 

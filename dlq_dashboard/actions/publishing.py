@@ -3,6 +3,12 @@
 A failure is told apart by whether anything can have been stored: if not, the intent is
 recorded as failed and the entry is as it was; if maybe (no answer), the intent stays pending
 and recovery.py completes it with the same msgId, which the stream's duplicate window absorbs.
+
+Only a stream stores a republish, and only a stream's PubAck says it did: the subject's stream
+is asked before publishing (actions/streams.py, as the entry page asks), and a subject no stream
+stores is refused; a publish answered by anyone else (a core-NATS responder), or not answered
+while NATS says no stream stores the subject (one removed since it was asked), ends failed with
+that reason instead of waiting for an answer no stream will give.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dlq_consumer import headers as contract
 from ..db.engine import write_transaction
 from ..nats.bridge import NatsUnavailable
 from ..nats.headers import outgoing
+from ..nats.pubacks import NotPubAck, publish_acked
 from ..redaction import scrub
 from ..sources import acting_source
 from .context import ActionContext
@@ -27,6 +34,17 @@ from .streams import stream_of
 class NotAnswered(Exception):
     """A publish answered by "no responders" while a stream stores its subject (or while that
     could not be asked): NATS not answering, not the "no stream" refusal."""
+
+
+class NoStreamAfterAll(Exception):
+    """A publish no stream answered in time, whose subject no stream stores (asked of NATS after
+    it): nothing was stored, though a core-NATS subscriber of the subject may have received it."""
+
+
+#: What a publish with no answer in time raises (through the bridge, or from nats-py).
+UNANSWERED = (NatsUnavailable, TimeoutError, nats.errors.TimeoutError)
+#: The key of ``as_answered``'s ``asked`` under which NATS did not answer a lookup.
+_NOT_ASKED = ("", "")
 
 
 def fault_point(stage: str, intent: Intent) -> None:
@@ -84,16 +102,52 @@ def subject_refusal(subject: str) -> str | None:
     return None
 
 
-def as_answered(rt: ActionContext, exc: BaseException, intent: Intent) -> BaseException:
-    """What a publish's exception means. nats-py reports a "no responders" status as
-    NoStreamResponseError, and a cluster recovering (a frozen node back, a stream leader being
-    elected) answers so for a while although its stream stores the subject: it is the permanent
-    "no stream" refusal only when the stream lookup (remembered a while) says no stream stores
-    the subject; otherwise NotAnswered, which waits for NATS like a publish with no answer."""
-    if not isinstance(exc, nats.js.errors.NoStreamResponseError):
+def as_answered(rt: ActionContext, exc: BaseException, intent: Intent,
+                asked: dict | None = None) -> BaseException:
+    """What a publish's exception means, asking NATS now (not a remembered answer) which stream
+    stores the subject. nats-py reports a "no responders" status as NoStreamResponseError, and a
+    cluster recovering (a frozen node back, a stream leader being elected) answers so for a
+    while although its stream stores the subject: it is the permanent "no stream" refusal only
+    when no stream stores the subject; otherwise NotAnswered, which waits for NATS like a publish
+    with no answer. A publish with no answer whose subject no stream stores is NoStreamAfterAll
+    (nothing stored: a stream removed between the check and the publish, or a core-NATS
+    subscriber that took it and did not answer). ``asked``: the answers of the same window
+    (source and subject), so a window asks once a subject, and not again once NATS did not answer."""
+    if not isinstance(exc, (nats.js.errors.NoStreamResponseError, *UNANSWERED)):
         return exc
-    known, stream = stream_of(rt, intent.subject, intent.source)
-    return exc if known and stream is None else NotAnswered()
+    asked = {} if asked is None else asked
+    key = (intent.source, intent.subject)
+    if _NOT_ASKED in asked:
+        known, stream = False, None
+    elif key in asked:
+        known, stream = asked[key]
+    else:
+        known, stream = asked[key] = stream_of(rt, intent.subject, intent.source, fresh=True)
+        if not known:
+            asked[_NOT_ASKED] = (False, None)
+    if isinstance(exc, nats.js.errors.NoStreamResponseError):
+        return exc if known and stream is None else NotAnswered()
+    return NoStreamAfterAll() if known and stream is None else exc
+
+
+def as_answered_all(rt: ActionContext, answers: list, intents: list[Intent]) -> list:
+    """``as_answered`` of each of a window's answers (a PubAck is kept), asking once a subject."""
+    asked: dict = {}
+    return [as_answered(rt, a, i, asked) if isinstance(a, BaseException) else a for a, i in zip(answers, intents)]
+
+
+def no_stream_refusal(rt: ActionContext, intent: Intent) -> str | None:
+    """Why ``intent`` is not published: no stream stores its subject (a sentence), or None when
+    one does or NATS could not be asked now (the publish's answer says then). A remembered stream
+    is taken (one removed since is told by the publish's answer, as_answered); "no stream" is
+    asked of NATS again, so a stream added a moment ago is seen. A resumed intent (recovery, a
+    retried request) is asked of NATS now."""
+    known, stream = stream_of(rt, intent.subject, intent.source, fresh=intent.resumed)
+    if known and stream is None and not intent.resumed:
+        known, stream = stream_of(rt, intent.subject, intent.source, fresh=True)
+    if known and stream is None:
+        return f"No stream stores subject {intent.subject}, so nothing was republished."
+    return None
 
 
 def classify_failure(exc: BaseException, intent: Intent) -> tuple[bool, ActionError]:
@@ -107,7 +161,17 @@ def classify_failure(exc: BaseException, intent: Intent) -> tuple[bool, ActionEr
     return nothing_stored, error
 
 
+#: What a core-NATS subscriber of a subject no stream stores may have done with a republish.
+CORE_COPY = "a core-NATS subscriber of the subject may have received it"
+
+
 def _classify(exc: BaseException, subject: str) -> tuple[bool, ActionError]:
+    if isinstance(exc, NotPubAck):
+        return True, Refused(f"The subject {subject} answered, but not as a JetStream stream: {exc} is not a "
+                             f"PubAck. No stream stored the republish, so it is not recorded as done ({CORE_COPY}).")
+    if isinstance(exc, NoStreamAfterAll):
+        return True, Refused(f"No JetStream stream answered the publish to {subject}, and none stores the "
+                             f"subject, so nothing was stored and the republish is not recorded as done ({CORE_COPY}).")
     if isinstance(exc, NotAnswered):
         # Nobody took the message, but the publish keeps its msgId: completed with it later.
         return False, NatsDown(f"NATS did not answer the publish to {subject} (no responders: a stream stores "
@@ -180,6 +244,12 @@ def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False
                 record_failed(conn, [(intent, down)], recovered=recovered)
             raise NatsDown(f"{down}; nothing was republished and entry {intent.entry_id} is as it was. "
                            "Try again when NATS is back.", entry_id=intent.entry_id)
+        missing = no_stream_refusal(rt, intent)
+        if missing:
+            missing = of_source(rt, source, missing)
+            with write_transaction(rt.engine) as conn:
+                record_failed(conn, [(intent, missing)], recovered=recovered)
+            raise Refused(f"{missing} Entry {intent.entry_id} is as it was.", entry_id=intent.entry_id)
         bridge = rt.bridge_for(source)
         timeout = rt.settings.request_timeout
         if intent.resumed and not searched:
@@ -187,8 +257,8 @@ def publish_intent(rt: ActionContext, intent: Intent, *, recovered: bool = False
             if found is not None:
                 return found
         try:
-            ack = bridge.call(lambda: bridge.js.publish(intent.subject, intent.payload,
-                                                        headers=outgoing(intent.headers), timeout=timeout),
+            ack = bridge.call(lambda: publish_acked(bridge.nc, intent.subject, intent.payload,
+                                                    headers=outgoing(intent.headers), timeout=timeout),
                               timeout + 1.0)
         except Exception as exc:
             nothing_stored, error = classify_failure(as_answered(rt, exc, intent), intent)

@@ -11,6 +11,9 @@ REMEMBER_SECONDS = 30.0
 #: How long "no stream stores it" is remembered: that answer is what makes a person add the
 #: stream, and they look again at once (the preview refused the stream made a moment before).
 REMEMBER_MISSING_SECONDS = 2.0
+#: How long a source whose NATS did not answer a lookup is not asked again (answered "cannot be
+#: told now" at once): a window of a bulk job, or a page, does not wait half a second a subject.
+REMEMBER_UNANSWERED_SECONDS = 1.0
 #: Subjects remembered at most (they are few; a flood of distinct ones must not grow it for ever).
 REMEMBER_MOST = 10_000
 
@@ -20,7 +23,19 @@ class SubjectStreams:
 
     def __init__(self) -> None:
         self._known: dict[tuple[str | None, str], tuple[float, str]] = {}
+        self._unanswered: dict[str | None, float] = {}
         self._lock = threading.Lock()
+
+    def unanswered(self, now: float, source: str | None = None) -> bool:
+        """Whether ``source``'s NATS did not answer a lookup a moment ago."""
+        with self._lock:
+            since = self._unanswered.get(source)
+        return since is not None and now - since < REMEMBER_UNANSWERED_SECONDS
+
+    def put_unanswered(self, now: float, source: str | None = None) -> None:
+        """Remember that ``source``'s NATS did not answer a lookup."""
+        with self._lock:
+            self._unanswered[source] = now
 
     def get(self, subject: str, now: float, source: str | None = None) -> str | None:
         """The remembered stream ('' for none) of ``subject`` in ``source`` while still fresh, else None."""

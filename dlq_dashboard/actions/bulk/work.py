@@ -450,9 +450,8 @@ class JobWork:
             answers = future.result(self.rt.settings.request_timeout + 5 + searched)
         except Exception as exc:  # the loop stopped, or no answer in time: classified per intent
             answers = [exc] * len(intents)
-        # "No responders" is "no stream" only if the lookup says so (once per subject: remembered).
-        answers = [publishing.as_answered(self.rt, a, i) if isinstance(a, BaseException) else a
-                   for a, i in zip(answers, intents)]
+        # "No responders" or no answer is "no stream" only if NATS says so (asked once a subject).
+        answers = publishing.as_answered_all(self.rt, answers, intents)
         for intent in intents:
             publishing.fault_point("after_publish", intent)
         return answers
