@@ -2,7 +2,8 @@
 stream stores may still have plain core-NATS subscribers (one answering, one not): the republish
 is refused before anything is sent, or, when the stream went away between the check and the
 publish, ends failed with the reason, never left pending and sent again by every recovery pass.
-Against a real nats-server and real core subscribers."""
+And a recovery pass is not held by one republish that waits. Against a real
+nats-server and real core subscribers."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dlq_dashboard.actions.bulk import jobs
 from dlq_dashboard.actions.republish import republish_entry
 from dlq_dashboard.actions.streams import stream_of
 from dlq_dashboard.db.models import Republish
+from dlq_dashboard.runtime import runtime_of
 
 from . import support
 
@@ -160,3 +162,31 @@ def test_a_job_refuses_the_items_whose_subject_no_stream_stores_and_sends_them_n
         assert (status["done"], status["failed"]) == (2, 3), status
         assert heard.received == []
     assert len(support.stream_messages(nats_server.url)) == 2
+
+
+def waiting_behind_a_quiet_stream(make_app, nats_server, monkeypatch):
+    """(runtime, the entry whose republish waits, a later one's): both intents pending (a crash
+    after each was committed), the older one to a stream that stores but never answers (no_ack)."""
+    app = make_app(online=True, request_timeout=1.0)
+    support.recovered_first(app)
+    rt = runtime_of(app)
+    rt.jobs.stop()  # no background pass meanwhile: the test's run
+    support.make_orders_stream(nats_server.url)
+    support.make_stream(nats_server.url, "QUIET", ["quiet.>"], no_ack=True)
+    [quiet] = support.dead_letter_orders(app, nats_server.url, [b'{"n": 1}'], subject="quiet.x")
+    [orders] = support.dead_letter_orders(app, nats_server.url, [b'{"n": 2}'])
+    crash_after_intent(monkeypatch)
+    for entry_id in (quiet, orders):
+        with pytest.raises(RuntimeError):
+            republish_entry(rt, entry_id, 1, actor="alice")
+    monkeypatch.undo()
+    return rt, quiet, orders
+
+
+def test_a_republish_that_waits_does_not_hold_the_later_ones_of_its_source(make_app, nats_server, database_url,
+                                                                          monkeypatch):
+    rt, quiet, orders = waiting_behind_a_quiet_stream(make_app, nats_server, monkeypatch)
+    assert recovery.recover_pending(rt) == 1
+    assert [s for s, _ in intents(rt, orders)] == ["published"]
+    assert [s for s, _ in intents(rt, quiet)] == ["pending"]
+    assert len(support.stream_messages(nats_server.url)) == 1

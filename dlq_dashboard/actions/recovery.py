@@ -22,6 +22,7 @@ from .errors import NatsDown, Refused
 from .intents import INTENTS, Intent, record_published
 from .publishing import nats_unreachable, not_configured, publish_intent
 from .stored import SEARCH_SECONDS, find_stored_many
+from .streams import stream_of
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,10 @@ def recover_pending(rt: ActionContext, *, older_than: float = 0.0, first: bool =
     longer recognises the msgId, so the stream is searched for them first: once a source for
     all of its intents (``find_stored_many``), not once an intent (a crash that left 2,000 pending
     took six minutes so). The intents of a source whose NATS is unreachable, or that is not
-    configured here, stay pending for a later pass; the other sources' are finished. The
+    configured here, stay pending for a later pass; the other sources' are finished. One intent
+    waiting for NATS does not hold the later ones of its source, unless NATS does not answer at
+    all (_publish_each); one whose subject no stream stores (asked of NATS) ends failed instead
+    of being published again (publishing.py). The
     ``first`` pass of a runtime logs the sources not configured here that have intents waiting
     (once: later passes are quiet).
     """
@@ -73,18 +77,28 @@ def recover_pending(rt: ActionContext, *, older_than: float = 0.0, first: bool =
                 with write_transaction(rt.engine) as conn:
                     record_published(conn, stored, recovered=True)
                 finished += len(stored)
-            for intent in intents:
-                if intent.msg_id in found:
-                    continue
-                try:
-                    publish_intent(rt, intent, recovered=True, searched=True)
-                    finished += 1
-                except Refused as exc:
-                    log.warning("republish %s could not be completed: %s", intent.msg_id, exc)
-                    finished += 1
-                except (NatsDown, NatsUnavailable) as exc:
-                    log.warning("republish %s is still waiting for NATS: %s", intent.msg_id, exc)
-                    break  # the rest of its source's wait too; the others go on
+            finished += _publish_each(rt, source, [i for i in intents if i.msg_id not in found])
         finally:
             rt.flights.end(intents)
+    return finished
+
+
+def _publish_each(rt: ActionContext, source: str, intents: list[Intent]) -> int:
+    """Publish a source's intents that its stream does not hold, oldest first; returns how many
+    ended. One that waits for NATS does not hold the others: the pass goes on to the next
+    unless NATS itself does not answer now (asked: which stream stores the subject), when the
+    rest of the source's wait for a later pass too."""
+    finished = 0
+    for intent in intents:
+        try:
+            publish_intent(rt, intent, recovered=True, searched=True)
+        except Refused as exc:
+            log.warning("republish %s could not be completed: %s", intent.msg_id, exc)
+            finished += 1
+        except (NatsDown, NatsUnavailable) as exc:
+            log.warning("republish %s is still waiting for NATS: %s", intent.msg_id, exc)
+            if nats_unreachable(rt, source) or not stream_of(rt, intent.subject, source, fresh=True)[0]:
+                break  # NATS does not answer: the rest of its source's wait too; the other sources go on
+        else:
+            finished += 1
     return finished
