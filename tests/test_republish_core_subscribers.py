@@ -2,12 +2,13 @@
 stream stores may still have plain core-NATS subscribers (one answering, one not): the republish
 is refused before anything is sent, or, when the stream went away between the check and the
 publish, ends failed with the reason, never left pending and sent again by every recovery pass.
-And a recovery pass is not held by one republish that waits. Against a real
+And a recovery pass is not held by one republish that waits, and says so once. Against a real
 nats-server and real core subscribers."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import nats
@@ -77,6 +78,18 @@ def delete_stream(url: str, name: str) -> None:
             await nc.close()
 
     support.run(delete())
+
+
+def answering(url: str, name: str, subjects: list[str]) -> None:
+    """Stream ``name`` answers its publishes from now on (no_ack off)."""
+    async def update():
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().update_stream(name=name, subjects=subjects, no_ack=False)
+        finally:
+            await nc.close()
+
+    support.run(update())
 
 
 def crash_after_intent(monkeypatch) -> None:
@@ -190,3 +203,18 @@ def test_a_republish_that_waits_does_not_hold_the_later_ones_of_its_source(make_
     assert [s for s, _ in intents(rt, orders)] == ["published"]
     assert [s for s, _ in intents(rt, quiet)] == ["pending"]
     assert len(support.stream_messages(nats_server.url)) == 1
+
+
+def test_a_republish_that_waits_is_logged_once_and_once_when_it_ends(make_app, nats_server, database_url,
+                                                                    monkeypatch, caplog):
+    rt, quiet, _ = waiting_behind_a_quiet_stream(make_app, nats_server, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger=recovery.__name__):
+        for _ in range(3):
+            recovery.recover_pending(rt)
+        assert [s for s, _ in intents(rt, quiet)] == ["pending"]
+        answering(nats_server.url, "QUIET", ["quiet.>"])
+        support.wait_for(lambda: recovery.recover_pending(rt) == 1, timeout=20, message="the republish to end")
+    told = [r.getMessage() for r in caplog.records if r.name == recovery.__name__]
+    assert len([m for m in told if "waiting for NATS" in m]) == 1, told
+    assert len([m for m in told if "was completed" in m]) == 1, told
+    assert [s for s, _ in intents(rt, quiet)] == ["published"]

@@ -141,6 +141,9 @@ class Flights:
     def __init__(self) -> None:
         self._msg_ids: set[str] = set()
         self._lock = threading.Lock()
+        # The pending intents (msgIds) recovery has said wait for NATS, and the sources whose
+        # search it has: each said once while it waits, and once when it ends (recovery.py).
+        self.told: set[str] = set()
 
     def start(self, intents: list[Intent]) -> None:
         """Note that these intents are being published now."""

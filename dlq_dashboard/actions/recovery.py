@@ -38,7 +38,7 @@ def recover_pending(rt: ActionContext, *, older_than: float = 0.0, first: bool =
     configured here, stay pending for a later pass; the other sources' are finished. One intent
     waiting for NATS does not hold the later ones of its source, unless NATS does not answer at
     all (_publish_each); one whose subject no stream stores (asked of NATS) ends failed instead
-    of being published again (publishing.py). The
+    of being published again (publishing.py). A wait is logged once, and its end once. The
     ``first`` pass of a runtime logs the sources not configured here that have intents waiting
     (once: later passes are quiet).
     """
@@ -61,6 +61,9 @@ def recover_pending(rt: ActionContext, *, older_than: float = 0.0, first: bool =
                 log.warning("republishes of source %r wait: %s", intent.source, not_configured(intent.source))
             continue
         by_source.setdefault(intent.source, []).append(intent)
+    said = rt.flights.told
+    waits = {row.msg_id for row in rows}
+    said.difference_update({k for k in said if k not in waits and k.removeprefix("search:") not in by_source})  # ended
     finished = 0
     for source, intents in by_source.items():
         bridge = rt.bridge_for(source)
@@ -70,35 +73,46 @@ def recover_pending(rt: ActionContext, *, older_than: float = 0.0, first: bool =
                 found = bridge.call(lambda: find_stored_many(bridge.js, intents),
                                     rt.settings.request_timeout + SEARCH_SECONDS)
             except (NatsUnavailable, nats.errors.Error, TimeoutError) as exc:  # asyncio's is this one
-                log.warning("%d republishes are still waiting for NATS: %s", len(intents), exc)
+                if f"search:{source}" not in said:
+                    said.add(f"search:{source}")
+                    log.warning("%d republishes are waiting for NATS (said once while it lasts): %s",
+                                len(intents), exc)
                 continue
+            said.discard(f"search:{source}")
             stored = [(intent, found[intent.msg_id]) for intent in intents if intent.msg_id in found]
             if stored:
                 with write_transaction(rt.engine) as conn:
                     record_published(conn, stored, recovered=True)
                 finished += len(stored)
-            finished += _publish_each(rt, source, [i for i in intents if i.msg_id not in found])
+            finished += _publish_each(rt, source, [i for i in intents if i.msg_id not in found], said)
         finally:
             rt.flights.end(intents)
     return finished
 
 
-def _publish_each(rt: ActionContext, source: str, intents: list[Intent]) -> int:
+def _publish_each(rt: ActionContext, source: str, intents: list[Intent], told: set[str]) -> int:
     """Publish a source's intents that its stream does not hold, oldest first; returns how many
-    ended. One that waits for NATS does not hold the others: the pass goes on to the next
-    unless NATS itself does not answer now (asked: which stream stores the subject), when the
-    rest of the source's wait for a later pass too."""
+    ended. One that waits for NATS is logged once (and once when it ends) and does not hold the
+    others: the pass goes on to the next unless NATS itself does not answer now (asked: which
+    stream stores the subject), when the rest of the source's wait for a later pass too."""
     finished = 0
     for intent in intents:
         try:
-            publish_intent(rt, intent, recovered=True, searched=True)
+            published = publish_intent(rt, intent, recovered=True, searched=True)
         except Refused as exc:
+            told.discard(intent.msg_id)
             log.warning("republish %s could not be completed: %s", intent.msg_id, exc)
             finished += 1
         except (NatsDown, NatsUnavailable) as exc:
-            log.warning("republish %s is still waiting for NATS: %s", intent.msg_id, exc)
+            if intent.msg_id not in told:
+                told.add(intent.msg_id)
+                log.warning("republish %s is waiting for NATS (said once, and when it ends): %s", intent.msg_id, exc)
             if nats_unreachable(rt, source) or not stream_of(rt, intent.subject, source, fresh=True)[0]:
                 break  # NATS does not answer: the rest of its source's wait too; the other sources go on
         else:
             finished += 1
+            if intent.msg_id in told:
+                told.discard(intent.msg_id)
+                log.warning("republish %s was completed (stream %s, seq %s%s)", intent.msg_id, published.stream,
+                            published.seq, ", a duplicate" if published.duplicate else "")
     return finished
