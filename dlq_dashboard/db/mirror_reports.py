@@ -6,8 +6,10 @@ mirror, for its banner and /sources.
 The process that mirrors writes it with each renewal of its mirror lease (every 5 s: the
 lease's ``report``, ingest/mirror.py); every process reads the reports of the leases held now
 once a second with its database probe (db/liveness.py) and keeps them in memory
-(Runtime.reports), so the banner still never asks the database. A report is told until its
-lease expires: a holder that died stops being believed when another process may take over.
+(Runtime.reports), so the banner still never asks the database. A report says when it was
+made and how often they come: one older than that allows (``late``: a holder frozen, or its
+renewals failing) is not told as current, though its lease holds for 15 s; nor one whose lease
+has expired (a holder that died: another process may take over).
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ from typing import Iterable
 
 from sqlalchemy import Connection, select
 
+from ..times import utcnow
 from .leases import RELEASED
 from .models import Lease
 
 LEASES = Lease.__table__
+#: How much later than its interval a report may come and still be current: the probe reads
+#: them once a second, and a renewal's write takes a moment.
+REPORT_GRACE = 2.5
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,19 @@ class StreamReport:
     until: datetime
     holder: str = ""  # the lease's holder: a process's own, from a mirror of its that has ended, tells nothing
     head_known: bool = True  # whether the mirror could read the stream's last sequence (StreamProgress)
+    reported_at: datetime | None = None  # when the holder made it (None: a replica of before said not)
+    every: float | None = None  # how often the holder reports (seconds)
+
+    def late(self, now: datetime) -> bool:
+        """Whether a newer report should have come by ``now``: this one is older than the holder's
+        interval allows (a holder frozen or failing to renew), so it is not told as current."""
+        if self.reported_at is None or self.every is None:
+            return False
+        return (now - self.reported_at).total_seconds() > self.every + REPORT_GRACE
+
+    def current(self, now: datetime) -> bool:
+        """Whether it is told as what the mirror knows now: its lease holds and it is not late."""
+        return self.until > now and not self.late(now)
 
     @property
     def lag(self) -> int:
@@ -54,15 +73,16 @@ class StreamReport:
         return self.behind
 
 
-def encode_report(source: str, streams: Iterable) -> str:
+def encode_report(source: str, streams: Iterable, every: float | None = None) -> str:
     """A lease's report of ``source``: each of ``streams`` read as a StreamReport is (the mirror's
     StreamProgress: ``stream``, ``last_seq``, ``stream_last_seq``, ``error``, ``stuck_since``,
-    ``behind_since()``, ``head_known``), the times naive UTC as every time in the database. Taken on the bridge's
-    thread, which alone changes the progress."""
+    ``behind_since()``, ``head_known``), the times naive UTC as every time in the database, with
+    when it was made and ``every``: how often the holder reports. Taken on the bridge's thread,
+    which alone changes the progress."""
     def at(value: datetime | None) -> str | None:
         return None if value is None else value.isoformat()
 
-    return json.dumps({"source": source, "streams": [
+    return json.dumps({"source": source, "at": at(utcnow()), "every": every, "streams": [
         {"stream": s.stream, "last_seq": s.last_seq, "stream_last_seq": s.stream_last_seq, "error": s.error,
          "stuck_since": at(s.stuck_since), "behind": at(s.behind_since()), "head_known": s.head_known}
         for s in streams]})
@@ -82,6 +102,7 @@ def read_reports(conn: Connection, leases: list[str]) -> dict[str, tuple[StreamR
         told = json.loads(report)
         found[told["source"]] = tuple(
             StreamReport(told["source"], s["stream"], s["last_seq"], s["stream_last_seq"], s["error"],
-                         at(s["stuck_since"]), at(s["behind"]), until, holder, s.get("head_known", True))
+                         at(s["stuck_since"]), at(s["behind"]), until, holder, s.get("head_known", True),
+                         at(told.get("at")), told.get("every"))
             for s in told["streams"])
     return found

@@ -177,7 +177,8 @@ class Mirror:
             while True:
                 try:
                     held = await self._db(acquire_lease, self.engine, lease_name(self.source), self.holder,
-                                          LEASE_SECONDS, encode_report(self.source, self.progress.values()))
+                                          LEASE_SECONDS, encode_report(self.source, self.progress.values(),
+                                                                        LEASE_SECONDS / 3))
                     if not renewing:
                         log.warning("the mirror lease%s is renewed again", of_source(self.source))
                     renewing = True

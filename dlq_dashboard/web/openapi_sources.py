@@ -18,11 +18,12 @@ STREAM_STATE = {
         "last_seq": {**_nullable(INT), "description": "The last sequence committed to the database."},
         "stream_last_seq": {**_nullable(INT), "description": "The stream's last sequence as the mirror last saw "
                             "it (where another process mirrors the source, as that one reported it last, a "
-                            "few seconds ago at most); null without a recent report, while the source's NATS "
-                            "is not usable, and while the mirror could not read the stream (one JetStream will "
+                            "few seconds ago at most; without a current report, as NATS answers it now); null "
+                            "while the source's NATS is not usable, and while the mirror could not read the stream (one JetStream will "
                             "not make, JetStream not enabled for the account): unknown, not 0."},
-        "lag": {**_nullable(INT), "description": "Messages not yet mirrored; null where another process mirrors "
-                "the source and has not reported lately, and while the stream's last sequence is unknown."},
+        "lag": {**_nullable(INT), "description": "Messages not yet mirrored: the stream's last sequence minus "
+                "what is committed (as /healthz counts it where another process mirrors the source and its "
+                "report is not current); null while the stream's last sequence is unknown."},
         "error": {**_nullable(STR), "description": "Why the stream is stuck (a write failing, retried until it "
                   "succeeds); null while it is not."},
         "stuck_since": _DATE, "behind_since": _DATE,

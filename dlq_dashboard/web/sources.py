@@ -19,6 +19,7 @@ from ..ingest.writes import read_position
 from ..runtime import Feed, Runtime
 from ..times import format_time, utcnow
 from . import current_runtime
+from .api import stream_heads
 from .auth import requires
 from .data import current_reader
 from .presenters.charts import Sparkline, build_sparkline
@@ -77,9 +78,18 @@ def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool, now: datetime | 
     stream's last sequence and the lag unknown, null, while its NATS is not usable or the mirror
     could not read the stream, as /healthz says).
     Elsewhere the committed sequence is read from the database, and the rest is what the process
-    that mirrors the source reported last (db/mirror_reports.py; null without a recent report)."""
+    that mirrors the source reported last (db/mirror_reports.py) while that report is current;
+    without one (its reports stopped coming, or its lease ran out) the stream's last sequence is
+    asked of NATS and the lag is it minus what is committed, as /healthz counts it (null while NATS
+    does not answer)."""
     mirror = rt.mirror if feed.name == rt.main_source else feed.mirror
     reported = {} if mirrored_here else {r.stream: r for r in fresh_reports(rt, feed.name, now or utcnow())}
+    heads = None
+    if not mirrored_here and nats_usable and any(name not in reported for name in mirrored_streams(feed.settings)):
+        try:
+            heads = stream_heads(rt.bridge if feed.name == rt.main_source else feed.bridge, feed.settings)[1]
+        except Exception:  # noqa: BLE001 - the page is answered; the lag stays unknown (null)
+            heads = None
     found = []
     for name in mirrored_streams(feed.settings):
         if mirrored_here:
@@ -99,6 +109,8 @@ def stream_states(rt: Runtime, feed: Feed, mirrored_here: bool, now: datetime | 
         state = {"name": name, "last_seq": last_seq, "stream_last_seq": None, "lag": None, "error": None,
                  "stuck_since": None, "behind_since": None}
         report = reported.get(name)
+        if report is None and heads is not None and last_seq is not None:
+            state.update(stream_last_seq=max(heads[name], last_seq), lag=max(heads[name] - last_seq, 0))
         if report is not None:
             last_seq = report.last_seq if last_seq is None else max(last_seq, report.last_seq)
             head = max(report.stream_last_seq, last_seq) if report.head_known else None

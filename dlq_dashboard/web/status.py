@@ -86,6 +86,9 @@ class SourceStatus:
     # When the lease of the process that mirrored it ran out, while no process mirrors it (a
     # replica died; another takes the lease over within seconds): its streams wait meanwhile.
     unmirrored_since: datetime | None = None
+    # When the last report of the process that mirrors it was made, while that report is late (no
+    # newer one came within its interval: the holder frozen, or failing to renew its lease).
+    report_late_since: datetime | None = None
 
     @property
     def well(self) -> bool:
@@ -113,6 +116,7 @@ class ServiceStatus:
     # Every source, the main one first; empty or one: the dashboard of one source, told as before.
     sources: tuple[SourceStatus, ...] = ()
     unmirrored_since: datetime | None = None  # the main source's (SourceStatus)
+    report_late_since: datetime | None = None  # the main source's (SourceStatus)
 
     @property
     def several(self) -> bool:
@@ -123,7 +127,7 @@ class ServiceStatus:
     def stale(self) -> bool:
         """True while the pages may show old data."""
         main = not self.nats_usable or bool(self.lagging) or bool(self.stuck) or not self.database.reachable \
-            or self.unmirrored_since is not None
+            or self.unmirrored_since is not None or self.report_late_since is not None
         return main or any(not s.well for s in self.sources)
 
     @property
@@ -162,15 +166,19 @@ def feed_status(rt: Runtime, feed: Feed, now: datetime | None = None) -> SourceS
     else:
         state = bridge.state
         usable, since, error = state.connected, state.unreachable_since, state.last_error
-    lagging, stuck, progress, unmirrored_since = [], [], None, None
+    lagging, stuck, progress, unmirrored_since, late_since = [], [], None, None, None
     mirrored_here = mirror is not None and mirror.leader
     if mirrored_here:
         progress = list(mirror.progress.values())
     else:
-        # Another process mirrors it: what that one reported last (db/mirror_reports.py), if recent.
+        # Another process mirrors it: what that one reported last (db/mirror_reports.py), if current.
         progress = fresh_reports(rt, feed.name, now) or None
-        if progress is None:  # one did, and its lease has run out: none does until another takes it
-            unmirrored_since = max((r.until for r in rt.reports.get(feed.name, ())), default=None)
+        reports = rt.reports.get(feed.name, ())
+        late = [r for r in reports if r.until > now and r.late(now)]
+        if progress is None and late:  # its lease holds, its reports stopped coming: how far it is is not known
+            late_since = max(r.reported_at for r in late)
+        elif progress is None:  # one did, and its lease has run out: none does until another takes it
+            unmirrored_since = max((r.until for r in reports), default=None)
     if progress is not None:
         for p in progress:
             failed, failed_since = p.error, p.stuck_since
@@ -181,13 +189,16 @@ def feed_status(rt: Runtime, feed: Feed, now: datetime | None = None) -> SourceS
                 lagging.append(StreamLag(p.stream, p.lag, behind))
     state = source_state(usable, progress, rt.settings.mirror_stale_after, now)
     return SourceStatus(feed.name, usable, since, error, tuple(lagging), tuple(stuck), mirrored_here,
-                        "stuck" if state == "ok" and unmirrored_since else state, unmirrored_since)
+                        "stuck" if state == "ok" and (unmirrored_since or late_since) else state, unmirrored_since,
+                        late_since)
 
 
 def fresh_reports(rt: Runtime, source: str, now: datetime) -> tuple[StreamReport, ...]:
-    """The report of ``source``'s mirror that the database probe read last, unless the lease it
-    came with has expired since (its holder may be gone; another process may take over)."""
-    return tuple(r for r in rt.reports.get(source, ()) if r.until > now)
+    """The report of ``source``'s mirror that the database probe read last, while it is current:
+    not once the lease it came with has expired (its holder may be gone; another process may take
+    over), nor once it is older than its holder's interval allows (StreamReport.late: the holder
+    frozen; its lag then counts NATS's head against what is committed, web/sources.py, as /healthz)."""
+    return tuple(r for r in rt.reports.get(source, ()) if r.current(now))
 
 
 def service_status(rt: Runtime) -> ServiceStatus:
@@ -198,7 +209,7 @@ def service_status(rt: Runtime) -> ServiceStatus:
     main = sources[0]
     database = rt.database.state if rt.database is not None else DatabaseState()
     return ServiceStatus(main.nats_usable, main.nats_since, main.nats_error, main.lagging, main.stuck, database,
-                         sources if len(sources) > 1 else (), main.unmirrored_since)
+                         sources if len(sources) > 1 else (), main.unmirrored_since, main.report_late_since)
 
 
 @bp.route("/status/banner")
