@@ -523,6 +523,8 @@ def record_republish(rt, entry_id: int, seq: int = 1) -> None:
 
     with write_transaction(rt.engine) as conn:
         entry = load_entry(conn, entry_id)
+        # The decision asks which stream stores the subject (NATS may hold none here): ORDERS.
+        rt.subject_streams.put(entry["original_subject"], time.monotonic(), "ORDERS", entry["source"])
         claim = decide_republish(rt, entry, entry["version"], None, [], installation=installation_id(conn),
                                  actor="test")
         write_claims(conn, [claim])

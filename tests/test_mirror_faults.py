@@ -53,6 +53,10 @@ def test_a_frozen_writer_is_told_as_stuck_with_the_whole_lag_then_replaced_and_n
     viewer = support.logged_in(app, "viewer")
     publish_dead_letters(nats_server.url, 1)  # the writer process starts with its first write
     support.wait_for(lambda: support.entry_count(rt.engine) == 1, timeout=20, message="the first entry")
+    # The mirror knows the commit from the writer's answer, which can come after the row is seen:
+    # frozen in between, the writer never tells it, and the banner rightly counts one more.
+    support.wait_for(lambda: rt.mirror.progress["DLQ"].last_seq == 1, timeout=20,
+                     message="the mirror to hear of the first commit")
     frozen_pid = rt.mirror._process._proc.pid
     monkeypatch.setattr(mirror, "WRITER_STUCK", 1.0)
     monkeypatch.setattr(mirror, "WRITER_KILL", 600.0)  # not replaced until the figures are read
