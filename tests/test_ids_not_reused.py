@@ -11,10 +11,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
+from dlq_dashboard.access.unread import GONE
+from dlq_dashboard.accounts import create_token
 from dlq_dashboard.actions.close import close_entry
 from dlq_dashboard.db.engine import create_db_engine, write_transaction
 from dlq_dashboard.db.migrate import head, migrate
-from dlq_dashboard.db.models import Entry
+from dlq_dashboard.db.models import Action, Entry
 from dlq_dashboard.entries.filters import EntryFilter
 from dlq_dashboard.entries.store import Store
 from dlq_dashboard.runtime import runtime_of
@@ -73,11 +75,17 @@ def test_a_dead_letter_after_a_purge_of_the_newest_entry_gets_a_new_id_and_is_se
 
 
 @pytest.mark.fresh_database
-def test_a_sqlite_database_that_gave_ids_twice_is_upgraded_to_give_none_again_and_search_every_entry(tmp_path):
-    engine = create_db_engine(f"sqlite:///{tmp_path / 'dlq.sqlite3'}")
+def test_a_sqlite_database_that_gave_ids_twice_is_upgraded_to_give_none_again_and_search_every_entry(
+        tmp_path, make_app):
+    url = f"sqlite:///{tmp_path / 'dlq.sqlite3'}"
+    engine = create_db_engine(url)
     assert migrate(engine, "0032") == "0032"
     for seq, word in enumerate(("alpha", "beta", "gamma"), start=1):
-        assert support.dead_letter(engine, seq, payload=b'{"word": "%s"}' % word.encode()) == seq
+        payload = b'{"word": "%s", "customer": {"email": "u%d@ex.org"}}' % (word.encode(), seq)
+        assert support.dead_letter(engine, seq, payload=payload) == seq
+    with write_transaction(engine) as conn:  # beta closed with a note quoting its masked value
+        conn.execute(Action.__table__.insert().values(entry_id=2, action="close", actor="token:tadmin", at=utcnow(),
+                                                      note="closing u2@ex.org stuff", version=1, detail="{}"))
 
     def purge(*ids: int) -> None:
         with write_transaction(engine) as conn:
@@ -102,6 +110,19 @@ def test_a_sqlite_database_that_gave_ids_twice_is_upgraded_to_give_none_again_an
 
     assert migrate(engine) == head()
 
+    # Beta's close is no longer delta's (it took beta's id): it is a purged entry's record, listed
+    # by the audit and hidden from a masked viewer as the purged entries' texts are.
+    app = make_app(database_url=url, mask=("/customer/email",))
+    viewer = support.bearer(create_token(engine, "test-viewer", "viewer"))
+    client = app.test_client()
+    shown = client.get("/api/entries/2", headers=viewer).get_json()
+    assert shown["version"] == 1 and shown["actions"] == []
+    audit = client.get("/api/audit", headers=viewer)
+    assert audit.status_code == 200 and "u2@ex.org" not in audit.get_data(as_text=True)
+    [closed] = [a for a in audit.get_json()["actions"] if a["action"] == "close" and a["actor"] == "token:tadmin"]
+    assert closed["entry_id"] not in (1, 2) and closed["note"] == GONE
+    assert client.get(f"/api/entries/{closed['entry_id']}", headers=viewer).status_code == 404
+
     with engine.connect() as conn:
         assert conn.execute(select(Entry.id, Entry.payload, Entry.group_id).order_by(Entry.id)).all() == kept
         assert dict(conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type IN ('index', 'trigger', "
@@ -109,12 +130,12 @@ def test_a_sqlite_database_that_gave_ids_twice_is_upgraded_to_give_none_again_an
         assert "AUTOINCREMENT" in conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = 'entries'").scalar()
     assert searched(engine, "delta") == [2] and searched(engine, "alpha") == [1]
     # Above every id the audit names, and a new group above the one the saved view names.
-    assert support.dead_letter(engine, 6, payload=b'{"word": "zeta"}') == 10
+    assert support.dead_letter(engine, 6, payload=b'{"word": "zeta"}') == 11  # 10: beta's close
     newest = support.dead_letter(engine, 7, "payments.refused", b'{"word": "eta"}')
     with engine.connect() as conn:
         assert conn.execute(select(Entry.group_id).where(Entry.id == newest)).scalar_one() > 7
-    assert searched(engine, "zeta") == [10]
-    purge(1, 2, 10, newest)  # "database disk image is malformed" before the upgrade
+    assert searched(engine, "zeta") == [11]
+    purge(1, 2, 11, newest)  # "database disk image is malformed" before the upgrade
     with write_transaction(engine) as conn:
         conn.exec_driver_sql("INSERT INTO entries_fts(entries_fts, rank) VALUES ('integrity-check', 1)")
     engine.dispose()

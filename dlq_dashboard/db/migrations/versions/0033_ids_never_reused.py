@@ -22,6 +22,14 @@ search position that the index lacks (``entries_fts_docsize`` has a row for each
 or an index that was told to remove one of them (it counts fewer rows than it holds): its index
 is rebuilt from the entries, and the position set to the newest entry.
 
+The rows an earlier holder of an id left under it (its audit records, and the job items and
+republish intents a purge that deleted rows by hand did not take) are told from the entry's own
+by their time: written before the entry existed (its received_at, the arrival of its first
+report, advisory or DLQ copy). They are moved to a new id of their own, one for each id given
+twice, that no entry holds or will hold: they read as those of an entry the purge removed (the
+audit lists them; DLQ_MASK hides their texts, access/unread.py) and no longer show on the new
+entry. The new ids are above every id used, and ``sqlite_sequence`` above them.
+
 Revision ID: 0033
 Revises: 0032
 """
@@ -31,6 +39,7 @@ from __future__ import annotations
 from urllib.parse import parse_qsl
 
 from alembic import op
+from sqlalchemy import text
 
 revision = "0033"
 down_revision = "0032"
@@ -62,6 +71,7 @@ def upgrade() -> None:
         "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name IN "
         f"({', '.join(repr(t) for t in TABLES)}) ORDER BY name").scalars())
     seeds = {table: _largest(bind, table, columns) for table, columns in TABLES.items()}
+    seeds["entries"] = _detach_earlier_holders(bind, seeds["entries"])
     for table in TABLES:
         with op.batch_alter_table(table, recreate="always", table_kwargs={"sqlite_autoincrement": True}):
             pass
@@ -80,6 +90,38 @@ def _largest(bind, table: str, columns: tuple[str, ...]) -> int:
         for (query,) in bind.exec_driver_sql("SELECT query FROM saved_views WHERE query LIKE '%group=%'"):
             found += [int(v) for k, v in parse_qsl(query or "") if k == "group" and v.isdigit()]
     return max(int(n or 0) for n in found)
+
+
+#: When an entry began to exist: its first report's arrival (an advisory's entry merged with its
+#: DLQ copy later keeps the advisory's received_at; dlq_received_at is the copy's).
+_FIRST = ("MIN(julianday(e.received_at), COALESCE(julianday(e.dlq_received_at), julianday(e.received_at)))")
+#: The rows keyed by entry id, each with the time it was written (a job item's is its job's).
+_KEYED = {
+    "actions": "SELECT 1 FROM actions AS r WHERE r.entry_id = e.id AND julianday(r.at) < {first}",
+    "republishes": "SELECT 1 FROM republishes AS r WHERE r.entry_id = e.id AND julianday(r.created_at) < {first}",
+    "job_items": "SELECT 1 FROM job_items AS r JOIN jobs AS j ON j.id = r.job_id "
+                 "WHERE r.entry_id = e.id AND julianday(j.created_at) < {first}",
+}
+
+
+def _detach_earlier_holders(bind, largest: int) -> int:
+    """Move the rows written under an entry's id before the entry existed (an earlier holder's,
+    purged) to a new id above ``largest``, one for each such entry; the largest id given."""
+    held = bind.exec_driver_sql(
+        "SELECT e.id FROM entries AS e WHERE "
+        + " OR ".join(f"EXISTS ({sql.format(first=_FIRST)})" for sql in _KEYED.values())
+        + " ORDER BY e.id").scalars().all()
+    for entry_id in held:
+        largest += 1
+        first = f"(SELECT {_FIRST} FROM entries AS e WHERE e.id = :entry)"
+        bind.execute(text(f"UPDATE actions SET entry_id = :new WHERE entry_id = :entry AND julianday(at) < {first}"),
+                     {"new": largest, "entry": entry_id})
+        bind.execute(text(f"UPDATE republishes SET entry_id = :new WHERE entry_id = :entry "
+                          f"AND julianday(created_at) < {first}"), {"new": largest, "entry": entry_id})
+        bind.execute(text(f"UPDATE job_items SET entry_id = :new WHERE entry_id = :entry AND job_id IN "
+                          f"(SELECT id FROM jobs WHERE julianday(created_at) < {first})"),
+                     {"new": largest, "entry": entry_id})
+    return largest
 
 
 def _repair_search_index(bind) -> None:
