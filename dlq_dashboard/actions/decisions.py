@@ -24,7 +24,7 @@ from ..surrogates import dumps_kept, loads_kept
 from ..times import utcnow
 from ..unpacking import GZIP_BYTES, GZIP_MAGIC, compression_of, decompressed_whole, judged, read_as_declared
 from .context import ActionContext
-from .errors import AlreadyRepublished, Conflict, InFlight, Refused, SchemaRefused
+from .errors import AlreadyRepublished, Conflict, EmptyPayload, InFlight, Refused, SchemaRefused
 from .intents import INTENTS, Intent, Published, entry_ref, republish_headers, republish_msg_id
 from .publishing import nats_unreachable, no_stream_refusal, not_configured, of_source, subject_refusal
 
@@ -283,8 +283,8 @@ def decide_republish(rt: ActionContext, entry: Mapping, version: int, existing: 
     source = source_of(entry)
     refusal = republish_refusal(entry, payload=payload, headers=headers) or source_refusal(
         rt, source, entry_id, entry["original_subject"])
-    if refusal:
-        raise Refused(refusal, entry_id=entry_id)
+    if refusal:  # an empty payload is republish_refusal's first word on an edit
+        raise (EmptyPayload if payload is not None and not payload else Refused)(refusal, entry_id=entry_id)
     subject = entry["original_subject"]
     original = bytes(entry["payload"] or b"")
     body = original if payload is None else payload

@@ -34,6 +34,16 @@ class Refused(ActionError):
     """The request cannot be done as asked (no subject, no stream, an invalid payload)."""
 
 
+class EmptyPayload(Refused):
+    """An edited payload that is empty: never a fix. The message is the API's and the command
+    line's; the editor says it in its own words (EDITOR_EMPTY)."""
+
+
+#: The editor's sentence for an emptied payload: no API words ("send none") for a browser.
+EDITOR_EMPTY = ("The payload is empty: nothing was republished. Type the payload to send, or use Republish on "
+                "the entry's page to send the original.")
+
+
 class SchemaRefused(Refused):
     """The payload does not pass its subject's current schema, and the override was not given;
     ``schema`` names the file, ``errors`` (ActionError) lists the failures."""

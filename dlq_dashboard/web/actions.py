@@ -16,7 +16,7 @@ from dlq_consumer.validation import read_json
 
 from ..actions.close import close_entry, reopen_entry
 from ..actions.decisions import edited_from, republish_refusal, source_verdict
-from ..actions.errors import NatsDown, Refused
+from ..actions.errors import EDITOR_EMPTY, EmptyPayload, NatsDown, Refused
 from ..actions.republish import republish_entry, republish_targets
 from ..entries.filters import FilterError
 from ..entries.view import EntryView
@@ -181,6 +181,9 @@ def check_payload(entry: EntryView, text: str, encoding: str) -> dict[str, Any]:
         return {"errors": [{"path": "", "message": "not valid base64"}], "schema": None, "diff": [],
                 "changed": True, "lines": []}
     base, unpacked = edited_from(entry)  # the diff is from what the editor started with
+    if not body:  # emptied: nothing to judge (a republish of it is refused: EDITOR_EMPTY)
+        return {"errors": [], "schema": None, "empty": True, "diff": line_diff(base, body), "changed": True,
+                "unpacked": unpacked, "lines": []}
     try:
         verdict = current_runtime().schemas.validate(entry.original_subject, body)
     except RecursionError:
@@ -237,6 +240,9 @@ def republish(entry_id: int):
     except InvalidRequest as exc:
         return _editor(entry, editing=True, payload_text=request.form.get("payload"), error=exc, force=force,
                        status=status_of(exc))
+    except EmptyPayload as exc:  # the editor's words, not the API's ("send none")
+        return _editor(entry, editing=True, payload_text=request.form.get("payload"),
+                       error=Refused(EDITOR_EMPTY, entry_id=entry_id), force=force, status=status_of(exc))
     except (Refused, NatsDown) as exc:
         return _editor(entry, editing="payload" in request.form, payload_text=request.form.get("payload"),
                        error=exc, force=force, status=status_of(exc))
