@@ -13,6 +13,20 @@ from .errors import InvalidRequest
 
 ID_MAX = 2**63 - 1
 VERSION_MAX = 2**31 - 1
+#: The most of a bad value a sentence quotes: a JSON body may send a number of thousands of digits.
+QUOTED = 40
+
+
+def quoted(raw: Any) -> str:
+    """``raw`` as a sentence refusing it quotes it: its repr, at most QUOTED characters of it
+    (text and numbers alike) and "…" when cut."""
+    if isinstance(raw, str):
+        return repr(raw if len(raw) <= QUOTED else raw[:QUOTED] + "…")
+    try:
+        text = repr(raw)
+    except ValueError:  # an int longer than Python converts to text (4,300 digits)
+        return f"(a number of more than {QUOTED} digits)"
+    return text if len(text) <= QUOTED else text[:QUOTED] + "…"
 
 
 def whole_number(raw: Any, name: str, *, low: int = 0, high: int = ID_MAX, what: str = "") -> int:
@@ -26,7 +40,6 @@ def whole_number(raw: Any, name: str, *, low: int = 0, high: int = ID_MAX, what:
         value = None
     if value is None or not low <= value <= high:
         bound = f"from {low:,} to {high:,}" if high != ID_MAX else f"of {low:,} or more, below 2^63"
-        shown = repr(raw) if not isinstance(raw, str) or len(raw) <= 40 else repr(raw[:40] + "…")
-        raise InvalidRequest(f"{name} {shown} is not valid: use a whole number {bound}"
+        raise InvalidRequest(f"{name} {quoted(raw)} is not valid: use a whole number {bound}"
                              + (f" ({what})" if what else ""))
     return value

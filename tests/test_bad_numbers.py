@@ -175,3 +175,24 @@ def test_a_groups_json_version_or_a_bulk_ids_version_as_text_is_a_400_and_a_form
     entry = client.get(f"/api/entries/{entry_id}", headers=operator).get_json()
     assert (entry["status"], entry["version"]) == ("closed", 2)
     assert client.post(f"/api/entries/{entry_id}/reopen", json={"version": 2}, headers=operator).status_code == 200
+
+
+LONG = int("1" * 4300)  # as many digits as Python reads as a number
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/api/entries/{id}/close", {"version": LONG}),
+    ("/api/entries/{id}/republish", {"version": LONG}),
+    ("/api/entries/{id}/close", {"version": "2" * 4300}),
+    ("/api/bulk", {"action": "close", "note": "x", "ids": [LONG]}),
+    ("/api/bulk", {"action": "close", "note": "x", "ids": [{"id": 1, "version": LONG}]}),
+    ("/api/bulk", {"action": "close", "note": "x", "ids": [[3] * 2000]}),
+])
+def test_a_bad_value_thousands_of_characters_long_is_quoted_in_at_most_40(offline_app, tokens, path, body):
+    entry_id = support.dead_letter(offline_app, 1)
+    response = offline_app.test_client().post(path.format(id=entry_id), json=body,
+                                              headers=support.bearer(tokens["admin"]))
+    assert response.status_code == 400
+    error = response.get_json()["error"]
+    assert "…" in error and len(error) < 200, error[:300]
+    assert not re.search(r"[123][123, ]{40}", error), error[:300]

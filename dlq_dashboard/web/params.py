@@ -30,7 +30,7 @@ from ..entries.filters import FILTERS, FilterError, filter_of
 from ..entries.triage import GroupStateFilter
 from ..errors import InvalidRequest, UnsupportedBody
 from ..flags import flag
-from ..numbers import VERSION_MAX, whole_number
+from ..numbers import QUOTED, VERSION_MAX, quoted, whole_number
 from .data import list_fields
 
 
@@ -99,8 +99,7 @@ def one_of(raw: Any, name: str, allowed: Iterable[str]) -> str | None:
         return None
     allowed = tuple(allowed)
     if value not in allowed:
-        shown = repr(value) if not isinstance(value, str) or len(value) <= 40 else repr(value[:40] + "…")
-        raise InvalidRequest(f"{name} {shown} is not valid: use one of {', '.join(allowed)}, or leave it out")
+        raise InvalidRequest(f"{name} {quoted(value)} is not valid: use one of {', '.join(allowed)}, or leave it out")
     return value
 
 
@@ -120,7 +119,8 @@ def json_version(raw: Any, seen: str = "the entry's version as you saw it") -> i
     if isinstance(raw, float) and raw.is_integer():
         raw = int(raw)  # 3.0 is the integer 3 to JSON Schema, as the OpenAPI document reads it
     if isinstance(raw, bool) or not isinstance(raw, int):
-        shown = json.dumps(raw)[:40]
+        shown = json.dumps(raw)
+        shown = shown if len(shown) <= QUOTED else shown[:QUOTED] + "…"
         raise InvalidRequest(f"version {shown} is not valid: send {seen} as a JSON whole number "
                              f"from 0 to {VERSION_MAX:,} (3, not \"3\").")
     return whole_number(raw, "version", high=VERSION_MAX, what=seen)
@@ -359,7 +359,7 @@ def entry_ids(raw: list) -> dict[int, int | None]:
         elif isinstance(item, (int, str)) and not isinstance(item, bool):
             entry_id, seen = item, None
         else:
-            raise InvalidRequest(f"{item!r} is not an entry id: use numbers, or objects with id and version.")
+            raise InvalidRequest(f"{quoted(item)} is not an entry id: use numbers, or objects with id and version.")
         wanted[whole_number(entry_id, "id", low=1, what="an entry id")] = (
             whole_number(seen, "version", high=VERSION_MAX, what="the entry's version as you saw it")
             if seen is not None else None)
