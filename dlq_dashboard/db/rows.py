@@ -33,7 +33,7 @@ def sqlite_values(rows: list[dict], names: list[str]) -> list[tuple]:
     # Which columns hold times, found a column at a time (the types of a column as a set):
     # looking at every value of every row in Python cost more than the statement itself.
     columns = list(zip(*result))
-    timed = [j for j, column in enumerate(columns) if any(issubclass(t, datetime) for t in set(map(type, column)))]
+    timed = [j for j, column in enumerate(columns) if _timed(column)]
     if not timed:
         return result
     for j in timed:
@@ -110,10 +110,62 @@ def add_to_counts(conn: Connection, table, rows: list[dict], *, key: list[str], 
             tuple(chain.from_iterable(chunk)))
 
 
+def insert_columns(conn: Connection, table, names: list[str], columns: list[tuple], *,
+                   skip_duplicates: bool = False) -> int:
+    """:func:`insert_rows` on SQLite of rows given a column at a time (``columns[j]``: every row's
+    value of ``names[j]``), without a dict a row; how many rows were inserted. A column whose rows
+    all hold one value (of one type) binds it once: a mirrored batch's rows share most of theirs
+    (status, stream, epoch, source, group, when received), and each value bound costs the writer
+    process CPU (docs/PERFORMANCE.md "Mirror ingest")."""
+    columns = [tuple(map(_sqlite_time, column)) if _timed(column) else column for column in columns]
+    count = len(columns[0]) if columns else 0
+    same = tuple(count > 1 and len(set(map(type, column))) == 1 and column.count(column[0]) == count
+                 for column in columns)
+    if not any(same) or all(same):
+        return _sqlite_insert_values(conn, "INSERT OR IGNORE" if skip_duplicates else "INSERT", table,
+                                     list(zip(*columns)), names)
+    shared = tuple(column[0] for column, one in zip(columns, same) if one)
+    varying = [column for column, one in zip(columns, same) if not one]
+    inserted = 0
+    for chunk in _chunks(list(zip(*varying)), len(names)):
+        inserted += conn.exec_driver_sql(
+            _numbered(skip_duplicates, table.name, tuple(names), same, len(chunk)),
+            shared + tuple(chain.from_iterable(chunk))).rowcount
+    return inserted
+
+
+@lru_cache(maxsize=64)
+def _numbered(skip_duplicates: bool, table: str, names: tuple[str, ...], same: tuple[bool, ...], rows: int) -> str:
+    """An INSERT of ``rows`` rows whose columns marked ``same`` take one parameter each (``?1``,
+    ``?2``, ... in column order) and the others one a row, numbered after them."""
+    shared, varying = sum(same), len(same) - sum(same)
+    marks = []
+    for r in range(rows):
+        k, v, row = 0, shared + r * varying, []
+        for one in same:
+            if one:
+                k += 1
+                row.append(f"?{k}")
+            else:
+                v += 1
+                row.append(f"?{v}")
+        marks.append("(" + ", ".join(row) + ")")
+    verb = "INSERT OR IGNORE" if skip_duplicates else "INSERT"
+    return f"{verb} INTO {table} ({', '.join(names)}) VALUES {', '.join(marks)}"
+
+
+def _timed(column) -> bool:
+    return any(issubclass(t, datetime) for t in set(map(type, column)))
+
+
 def _sqlite_insert(conn: Connection, verb: str, table, rows: list[dict], names: list[str]) -> int:
+    return _sqlite_insert_values(conn, verb, table, sqlite_values(rows, names), names)
+
+
+def _sqlite_insert_values(conn: Connection, verb: str, table, values: list[tuple], names: list[str]) -> int:
     mark = "(" + ", ".join("?" * len(names)) + ")"
     inserted = 0
-    for chunk in _chunks(sqlite_values(rows, names), len(names)):
+    for chunk in _chunks(values, len(names)):
         inserted += conn.exec_driver_sql(
             f"{verb} INTO {table.name} ({', '.join(names)}) VALUES {', '.join([mark] * len(chunk))}",
             tuple(chain.from_iterable(chunk))).rowcount

@@ -29,7 +29,7 @@ from ..children import log_as_parent, without_main
 from ..db.engine import create_db_engine, dispose_quietly
 from ..scopes import DEFAULT_SOURCE
 from ..teams import Team
-from . import writes
+from . import columns, writes
 from .search_index import SearchPass
 
 log = logging.getLogger(__name__)
@@ -211,9 +211,8 @@ def _ingest_dlq_parsed(engine, alerts: AlertRule | None, teams: tuple[Team, ...]
                        epoch: str, names: tuple[str, ...], values: list[tuple], last_seq: int,
                        after: int | None = None) -> int:
     # A parsed batch crosses the pipe as one tuple a row (its columns named once): a fraction
-    # of pickling a dict a row.
-    return writes.ingest_dlq_rows(engine, stream, epoch, [dict(zip(names, row)) for row in values], last_seq, after,
-                                  alerts, teams, source)
+    # of pickling a dict a row, and written as it came (columns.py).
+    return columns.ingest_dlq_parsed(engine, stream, epoch, names, values, last_seq, after, alerts, teams, source)
 
 
 FUNCTIONS = {"ingest_dlq_rows": _ingest_dlq_rows, "ingest_dlq_parsed": _ingest_dlq_parsed,
