@@ -27,7 +27,9 @@ def messages(first: int, last: int, now) -> list[StreamMessage]:
                    "Dlq-Reason": "schema_invalid" if seq % 3 else "fatal", "Dlq-Error": f"price {seq} is a string"}
         if seq % 4:
             headers["Dlq-Failed-At"] = (now - timedelta(minutes=seq)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        found.append(StreamMessage(seq, "dlq.orders", headers, f'{{"n": {seq}}}'.encode(),
+        # A key given twice and bytes that are not UTF-8: payloads a mask hides whole (payload_opaque).
+        payload = {7: b'{"n": 7, "n": 8}', 10: b'{"n": "caf\xe9"}'}.get(seq, f'{{"n": {seq}}}'.encode())
+        found.append(StreamMessage(seq, "dlq.orders", headers, payload,
                                    None if seq == 3 else now - timedelta(seconds=seq)))
     return found
 
@@ -64,6 +66,7 @@ def test_a_parsed_batch_written_by_columns_stores_what_the_rows_way_stores(tmp_p
         rows, by_columns = stored(engines["rows"]), stored(engines["columns"])
         assert len(rows["entries"]) == 12 and len(rows["failure_groups"]) >= 4
         assert [e for e in rows["entries"] if e.original_seq == 9][0].sources == "dlq,advisory"
+        assert sorted(e.original_seq for e in rows["entries"] if e.payload_opaque) == [7, 10]
         assert by_columns == rows
         assert writes.read_position(engines["columns"], "DLQ") == ("e1", 12)
     finally:

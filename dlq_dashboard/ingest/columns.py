@@ -81,7 +81,9 @@ def _write_columns(conn: Connection, names: tuple[str, ...], values: list[tuple]
     id_of = {n: ids[group_of(*n)] for n in set(named)}
     column["group_id"] = group_col = tuple(map(id_of.__getitem__, named))
     newest = conn.execute(select(func.coalesce(func.max(Entry.id), 0))).scalar()
-    made = insert_columns(conn, ENTRIES, _COLUMNS, [column[name] for name in _COLUMNS], skip_duplicates=True)
+    # payload_opaque is named only for a batch holding such a payload, as in _write_rows.
+    written = _COLUMNS + ["payload_opaque"] if any(column.get("payload_opaque", ())) else _COLUMNS
+    made = insert_columns(conn, ENTRIES, written, [column[name] for name in written], skip_duplicates=True)
     index_new_entries(conn, newest)  # in the writer process the search pass does it, behind
     fill_key_fields(conn, newest)
     if made == len(values):  # every row is a new entry: counted as they are
