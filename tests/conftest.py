@@ -24,6 +24,8 @@ from dlq_dashboard import accounts, create_app
 from dlq_dashboard.accounts import create_token
 from dlq_dashboard.nats.server import LISTEN_PORTS, NatsServer, choose_ports_in, worker_ports
 from dlq_dashboard.config import Settings
+from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
+from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.runtime import Runtime, runtime_of
 
 from . import support
@@ -196,6 +198,15 @@ def database_url(request, tmp_path):
     url = server.create_database(migrated=migrated)
     yield url
     server.drop_database(url, later=True)
+
+
+@pytest.fixture
+def engine(database_url):
+    """An engine on the test's database (database_url), at the newest revision; disposed after."""
+    engine = create_db_engine(database_url)
+    migrate(engine)
+    yield engine
+    dispose_quietly(engine)
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ from sqlalchemy import select
 
 from dlq_dashboard.alerts.outbox import AlertRule
 from dlq_dashboard.alerts.sender import AlertSender
-from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
-from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Alert
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.mailing import parse_smtp_url
@@ -26,14 +24,6 @@ from .smtp import MailServer
 
 MASK = ("/customer/name",)
 ORDERS = Team("orders", ("orders.>",), emails=("orders-oncall@example.com",))
-
-
-@pytest.fixture
-def engine(database_url):
-    engine = create_db_engine(database_url)
-    migrate(engine)
-    yield engine
-    dispose_quietly(engine)
 
 
 @pytest.fixture

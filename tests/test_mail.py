@@ -17,8 +17,6 @@ from dlq_dashboard.alerts.mail import FOOTER, alert_message, send_message
 from dlq_dashboard.alerts.outbox import AlertRule
 from dlq_dashboard.alerts.sender import AlertSender
 from dlq_dashboard.config import ConfigError, load_settings
-from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
-from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Alert, FailureGroup
 from dlq_dashboard.ingest.writes import StreamMessage, ingest_dlq_batch
 from dlq_dashboard.mailing import STARTTLS, TLS, parse_smtp_url
@@ -45,14 +43,6 @@ def mail_server():
     yield make
     for server in made:
         server.close()
-
-
-@pytest.fixture
-def engine(database_url):
-    engine = create_db_engine(database_url)
-    migrate(engine)
-    yield engine
-    dispose_quietly(engine)
 
 
 def dead_letter(engine, seq: int, subject: str = "orders.created", error: str = "customer 17 not found",

@@ -65,14 +65,6 @@ def entry_ids(engine) -> list[int]:
 
 
 @pytest.fixture
-def engine(database_url):
-    engine = create_db_engine(database_url)
-    migrate(engine)
-    yield engine
-    dispose_quietly(engine)
-
-
-@pytest.fixture
 def deferred(engine):
     """The engine as the writer process has it: its writes leave the index to a pass (not started
     here: the test runs the pass itself)."""

@@ -12,8 +12,6 @@ from multiprocessing.reduction import ForkingPickler
 import pytest
 from sqlalchemy import select
 
-from dlq_dashboard.db.engine import create_db_engine, dispose_quietly
-from dlq_dashboard.db.migrate import migrate
 from dlq_dashboard.db.models import Entry
 from dlq_dashboard.ingest.writer import WRITER_NICENESS, WriterError, WriterProcess
 from dlq_dashboard.ingest.writes import OutOfOrder, StreamMessage, ingest_dlq_batch, read_position
@@ -32,14 +30,6 @@ def rows(first: int, last: int) -> list[tuple]:
 def entry_seqs(engine) -> list[int]:
     with engine.connect() as conn:
         return list(conn.execute(select(Entry.dlq_seq).order_by(Entry.dlq_seq)).scalars())
-
-
-@pytest.fixture
-def engine(database_url):
-    engine = create_db_engine(database_url)
-    migrate(engine)
-    yield engine
-    dispose_quietly(engine)
 
 
 @pytest.mark.both_databases
