@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL, make_url
 from ..files import private_sqlite
 from ..redaction import without_userinfo
 from .bounds import Bounds, bounded, current_bounds
-from .json_node import NAME as JSON_NODE, json_node
+from .json_node import NAME as JSON_NODE, TEXT as VALUE_TEXT, json_node, value_text
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,8 @@ def create_db_engine(url: str, *, connect_timeout: float = CONNECT_TIMEOUT, pool
         cursor.close()
         # A key field of a payload holding its key more than once: the last value (json_node.py).
         dbapi_connection.create_function(JSON_NODE, 3, json_node, deterministic=True)
+        # A key field's value as text though the payload's bytes are not UTF-8 (json_node.py).
+        dbapi_connection.create_function(VALUE_TEXT, 1, value_text, deterministic=True)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection):

@@ -82,3 +82,21 @@ def _step(text: str, at: int, token: str, as_index: bool) -> tuple[int, int] | N
         if text[i] != closing:
             raise ValueError("not JSON")
         return found
+
+
+#: The SQL function reading a key field's value (its bytes) as text (``value_text``).
+TEXT = "dlq_value_text"
+
+
+def value_text(value):
+    """The bytes of a key field's value as text: UTF-8, or LATIN-1 (every byte a character) where
+    they are not UTF-8, as PostgreSQL reads a payload's bytes (ingest/key_fields.py). SQLite's
+    json_extract answers a payload's bytes as they are, and text that is not UTF-8 is text no
+    reader of the column can decode: one payload in LATIN-1 made every list holding it fail."""
+    if value is None:
+        return None
+    data = bytes(value) if not isinstance(value, str) else value.encode("utf-8", "surrogateescape")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")

@@ -39,8 +39,21 @@ PROBE_BOUNDS = Bounds(statement=1.5, grace=0.5)
 _ADDRESS = re.compile(r'connection to server (?:at "[^"]*"(?: \([^)]*\))?, port \d+|on socket "[^"]*") failed: ')
 
 
+#: Told when a stored value could not be read back (not the database's state: a defect).
+UNREADABLE = ("A stored value could not be read as text; the database itself is fine. This is a defect "
+              "of the dashboard, written to its log.")
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """True when ``exc`` is about a value read, not the database: SQLite's driver raises an
+    OperationalError ("Could not decode to UTF-8 column ...") for text that is not UTF-8."""
+    return "Could not decode to UTF-8" in str(getattr(exc, "orig", None) or exc)
+
+
 def is_unavailable(exc: BaseException) -> bool:
     """True when ``exc`` says the database cannot be used now, not that a query is wrong."""
+    if is_data_error(exc):
+        return False
     return isinstance(exc, UNAVAILABLE) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
 
 

@@ -33,7 +33,7 @@ from sqlalchemy.types import LargeBinary, Text
 
 from ..db.failing import FailureLog
 from ..db.engine import write_transaction
-from ..db.json_node import NAME as JSON_NODE
+from ..db.json_node import NAME as JSON_NODE, TEXT as VALUE_TEXT
 from ..db.models import Entry, EntryField, KeyFieldState
 from ..masking import parse_pointer
 
@@ -108,7 +108,9 @@ def value_expression(sqlite: bool, tokens: tuple[str, ...], payload=ENTRIES.c.pa
     ``json_extract``, on PostgreSQL the bytes read as LATIN-1 and ``::jsonb #>>`` (entries/fields.py
     says why). A key given more than once in one object is its last value, as JSON parsers read
     it (PostgreSQL's jsonb keeps the last; on SQLite a payload writing a token of the pointer twice
-    is walked by db/json_node.py, json_extract taking the first)."""
+    is walked by db/json_node.py, json_extract taking the first). On SQLite the value's bytes are
+    read as UTF-8, or as LATIN-1 where they are not (db/json_node.py ``value_text``): the text
+    PostgreSQL's expression and ``shown_value`` give, stored, shown and filtered by alike."""
     if sqlite:
         text = cast(payload, Text)
         readings = _sqlite_readings(tokens)
@@ -117,7 +119,11 @@ def value_expression(sqlite: bool, tokens: tuple[str, ...], payload=ENTRIES.c.pa
                                                                   literal(int(as_index))), Text), "$")
                   for _, as_index in readings]
         value, last = (v[0] if len(v) == 1 else func.coalesce(*v) for v in (direct, walked))
-        return case((func.json_valid(text) != 1, None), (may_repeat(text, tokens), last), else_=value)
+        found = case((func.json_valid(text) != 1, None), (may_repeat(text, tokens), last), else_=value)
+        # Read as bytes and made text (UTF-8, else LATIN-1, as on PostgreSQL): json_extract
+        # answers a payload's bytes as they are, and bytes that are not UTF-8 (a payload in
+        # LATIN-1) were a value no read of it could decode: every list holding it was a 503.
+        return getattr(func, VALUE_TEXT)(cast(found, LargeBinary), type_=Text)
     document = literal_column(pg_document(f"{payload.table.name}.{payload.name}"), JSONB)
     # (The payload named as a column too: a query selecting only this reads it FROM its table.)
     return case((payload.is_not(None), document.op("#>>", return_type=Text)(literal(list(tokens), ARRAY(Text)))))

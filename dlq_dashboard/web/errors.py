@@ -24,7 +24,7 @@ from ..actions.errors import ActionError, Conflict, NatsDown, Refused
 from ..actions.triage import GroupConflict, GroupNotFound
 from ..db.bounds import Bounds, set_bounds
 from ..db.engine import hold_reads, release_reads
-from ..db.liveness import UNAVAILABLE, describe, sentence
+from ..db.liveness import UNAVAILABLE, UNREADABLE, describe, is_data_error, sentence
 from ..errors import (
     DashboardError,
     DatabaseUnavailable,
@@ -107,7 +107,17 @@ def _end_database_work(_exc: BaseException | None) -> None:
 
 
 def database_error(exc: Exception):
-    """A route's database work failed because the database cannot be used now: a 503."""
+    """A route's database work failed because the database cannot be used now: a 503. A value
+    that could not be read (``is_data_error``) is no outage: a 500 that says so, and the log."""
+    if is_data_error(exc):
+        log.error("%s %s: a stored value could not be read: %s", request.method, request.path, describe(exc),
+                  exc_info=exc)
+        identity_unknown()  # the error page asks the database nothing more
+        if wants_json():
+            return jsonify(error=UNREADABLE), 500
+        return current_app.response_class(UNREADABLE + "\n", status=500, mimetype="text/plain") \
+            if request.headers.get("HX-Request") else \
+            make_response(render_template("error.html", title="Not done", message=UNREADABLE), 500)
     log.warning("%s %s: the database could not be used: %s", request.method, request.path, describe(exc))
     return database_unavailable(DatabaseUnavailable(sentence(exc)))
 
