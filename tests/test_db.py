@@ -104,11 +104,11 @@ def test_migrate_brings_an_empty_database_to_the_newest_revision_once(database_u
     engine = create_db_engine(database_url)
     assert revisions() == ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0009", "0010", "0011", "0012",
                            "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023", "0024",
-                           "0025", "0026", "0027", "0028", "0029", "0030", "0031", "0032", "0033"]
-    assert migrate(engine) == head() == "0033"
-    assert migrate(engine) == "0033"
+                           "0025", "0026", "0027", "0028", "0029", "0030", "0031", "0032", "0033", "0034"]
+    assert migrate(engine) == head() == "0034"
+    assert migrate(engine) == "0034"
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0033"]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0034"]
     engine.dispose()
 
 

@@ -108,3 +108,28 @@ def test_a_stored_value_that_cannot_be_read_is_not_told_as_the_database_being_aw
     page = client.get("/")
     assert page.status_code == 500 and "could not be read" in page.get_data(as_text=True)
     assert "a stored value could not be read: Could not decode to UTF-8" in caplog.text
+
+
+def test_upgrading_fills_again_the_values_sqlite_stored_as_text_that_is_not_utf8(make_app):
+    """Revision 0034: the values an older release stored as the payload's bytes (``C\\xe9``) are
+    filled again, so the filter by what the list shows (``Cé``) finds the entry."""
+    from dlq_dashboard.db.migrate import migrate
+
+    app = make_app(list_fields=FIELDS)
+    rt = runtime_of(app)
+    record_key_fields(rt.engine, FIELDS)
+    plain = support.dead_letter(app, 1, payload=PLAIN[1])
+    latin = support.dead_letter(app, 2, payload=LATIN1)
+    with rt.engine.begin() as conn:  # as the release before stored it, at revision 0033
+        conn.exec_driver_sql(f"UPDATE entry_fields SET value = CAST(X'43E9' AS TEXT) WHERE entry_id = {latin} "
+                             "AND value = 'Cé'")
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0033'")
+    client = support.logged_in(app, "operator")
+    assert _ids(client.get(f"/api/entries?field.Customer={quote('Cé')}")) == []
+    assert migrate(rt.engine) == "0034"
+    kf, ef = KeyFieldState.__table__, EntryField.__table__
+    with rt.engine.connect() as conn:
+        values = set(conn.execute(select(kf.c.label, ef.c.value, ef.c.entry_id).join(kf, kf.c.id == ef.c.field_id)))
+    assert values == {("Customer", "Zoë", plain), ("order_id", "o-2", plain),
+                      ("Customer", "Cé", latin), ("order_id", "lat79", latin)}
+    assert _ids(client.get(f"/api/entries?field.Customer={quote('Cé')}")) == [latin]
